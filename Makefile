@@ -1,0 +1,27 @@
+# Atoll — common tasks. `make install` then `atoll simulate`; `make test` runs everything CI runs.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+
+.PHONY: install test test-unit lint bench envtest
+
+install:
+	$(PIP) install -q -e ".[test]"
+
+# A real kube-apiserver (KUBEBUILDER_ASSETS, or built once from Debian's source package and cached).
+envtest: install
+	$(PYTHON) -m admission.envtest ensure
+
+lint: install
+	lint-imports
+
+# The whole suite. pytest's exit code 5 (no tests collected) is a failure here.
+test: install envtest lint
+	$(PYTHON) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+test-unit: install
+	$(PYTHON) -m pytest -q -m "not apiserver"
+
+bench: install
+	atoll bench finder --nodes 1000
+	atoll bench finder --nodes 10000
+	atoll bench finder --nodes 50000

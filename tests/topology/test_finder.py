@@ -1,0 +1,217 @@
+"""The finder: numba kernel ≡ reference twin, and the placement rules on hand-built fabrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from topology import (
+    GraphLink,
+    Level,
+    NodeInfo,
+    PlacementError,
+    PlacementRequest,
+    PodSetRequest,
+    ResourceVector,
+    Snapshot,
+    Spread,
+    find_placement,
+    never_fits,
+)
+from tests.topology.strategies import placement_requests, snapshots
+
+CLIQUE = "nvidia.com/gpu.clique"
+SPINE = "network.example.com/spine"
+
+
+def fabric(used: dict[str, int] | None = None, perf: dict[str, float] | None = None, cliques: int = 4, nodes_per: int = 4, spines: int = 2) -> Snapshot:
+    """spines × cliques × nodes of 4 GPUs, node names s{spine}c{clique}n{node}."""
+    used = used or {}
+    perf = perf or {}
+    nodes = []
+    for s in range(spines):
+        for c in range(cliques):
+            for n in range(nodes_per):
+                name = f"s{s}c{c}n{n}"
+                nodes.append(NodeInfo(name, {SPINE: f"s{s}", CLIQUE: f"s{s}c{c}"}, ResourceVector(4, 100000, 100000, 32),
+                                      ResourceVector(gpu=used.get(name, 0)), perf=perf.get(name, 1.0)))
+    return Snapshot("gb200", [Level(SPINE, 50, 5), Level(CLIQUE, 1800, 1)], nodes)
+
+
+def gang(pods: int, gpus: int = 4, **kw: object) -> PlacementRequest:
+    return PlacementRequest((PodSetRequest("workers", pods, ResourceVector(gpu=gpus), **kw),))  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ equivalence and invariants
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_numba_and_reference_agree_and_respect_capacity(data: st.DataObject) -> None:
+    snap = data.draw(snapshots())
+    request = data.draw(placement_requests(snap))
+    fast = find_placement(snap, request)
+    slow = find_placement(snap, request, backend="reference")
+    assert fast == slow
+    assert find_placement(snap, request) == fast  # same input, same output
+    if not fast.fits:
+        assert fast.reason
+        return
+    free = snap.free.copy()
+    for ps_req, ps in zip(request.podsets, fast.podsets):
+        assert ps.pods == ps_req.pods
+        for node, pods in zip(ps.nodes, ps.pods_per_node):
+            i = snap.node_index[node]
+            assert snap.eligible[i] == 1
+            assert snap.perf[i] >= ps_req.perf_floor
+            need = np.array([ps_req.per_pod.gpu, ps_req.per_pod.cpu_milli, ps_req.per_pod.memory_mib, 1]) * pods
+            assert (free[i] >= need).all(), f"{node} over-committed"
+            free[i] -= need
+        if ps_req.required_level:
+            lvl = snap.level_index(ps_req.required_level)
+            assert len({snap.domain_of(lvl, snap.node_index[n]) for n in ps.nodes}) == 1
+        if ps_req.spread:
+            lvl = snap.level_index(ps_req.spread.level)
+            counts: dict[int, int] = {}
+            for node, pods in zip(ps.nodes, ps.pods_per_node):
+                d = snap.domain_of(lvl, snap.node_index[node])
+                counts[d] = counts.get(d, 0) + pods
+            assert max(counts.values()) <= ps_req.spread.max_per_domain
+        if ps_req.max_span_level and not ps_req.spread:
+            lvl = snap.level_index(ps_req.max_span_level)
+            assert len({snap.domain_of(lvl, snap.node_index[n]) for n in ps.nodes}) == 1
+    for link in request.links:
+        lvl = snap.level_index(link.max_level or "")
+        a, b = fast.podset(link.a), fast.podset(link.b)
+        assert len({snap.domain_of(lvl, snap.node_index[n]) for n in a.nodes + b.nodes}) == 1
+
+
+# ------------------------------------------------------------------ the rules, by hand
+
+
+def test_required_picks_the_smallest_fitting_island() -> None:
+    # s0c0 has 16 GPUs free, s0c1 has 8 free (two nodes full), s0c2 has 6 free
+    used = {"s0c1n0": 4, "s0c1n1": 4, "s0c2n0": 4, "s0c2n1": 4, "s0c2n2": 2}
+    snap = fabric(used)
+    p = find_placement(snap, gang(2, required_level=CLIQUE))
+    assert p.fits
+    ps = p.podsets[0]
+    assert ps.domain_path[:2] == ("s0", "s0c1") or ps.domain_path == ("s0", "s0c1")
+    assert ps.nodes == ("s0c1n2", "s0c1n3")
+
+
+def test_required_never_spans_islands_and_explains_with_numbers() -> None:
+    snap = fabric({f"s{s}c{c}n0": 4 for s in range(2) for c in range(4)})  # every island has 3 free nodes
+    p = find_placement(snap, gang(4, required_level=CLIQUE))
+    assert not p.fits
+    assert "largest fits 3" in p.reason
+    assert p.why_not and all(v.capacity_pods == 3 and v.need_pods == 4 for v in p.why_not)
+
+
+def test_exact_fill_inside_an_island() -> None:
+    snap = fabric({"s0c0n0": 3, "s0c0n1": 2})  # n0 has 1 free GPU, n1 has 2
+    p = find_placement(snap, gang(1, gpus=2, required_level=CLIQUE))
+    assert p.podsets[0].nodes == ("s0c0n1",)  # exact fill, not a whole free node
+
+
+def test_ties_break_by_higher_min_perf_then_path() -> None:
+    perf = {f"s0c0n{i}": 0.9 for i in range(4)}
+    snap = fabric(perf=perf)
+    p = find_placement(snap, gang(4, required_level=CLIQUE))
+    assert p.podsets[0].domain_path == ("s0", "s0c1")
+    p2 = find_placement(fabric(), gang(4, required_level=CLIQUE))
+    assert p2.podsets[0].domain_path == ("s0", "s0c0")
+
+
+def test_perf_floor_keeps_slow_nodes_out() -> None:
+    snap = fabric(perf={"s0c0n0": 0.7}, cliques=1, spines=1)
+    assert not find_placement(snap, gang(4, required_level=CLIQUE, perf_floor=0.9)).fits
+    p = find_placement(snap, gang(3, required_level=CLIQUE, perf_floor=0.9))
+    assert "s0c0n0" not in p.podsets[0].nodes
+
+
+def test_preferred_spans_the_fewest_islands_under_the_lowest_parent() -> None:
+    # spine s0: islands with 2,2,2,2 free nodes; spine s1: islands with 4,4,0,0 free nodes
+    used = {f"s0c{c}n{n}": 4 for c in range(4) for n in range(2)}
+    used |= {f"s1c{c}n{n}": 4 for c in (2, 3) for n in range(4)}
+    snap = fabric(used)
+    p = find_placement(snap, gang(7, preferred_level=CLIQUE, max_span_level=SPINE))
+    ps = p.podsets[0]
+    assert p.fits and ps.islands == 2 and ps.domain_path == ("s1",)
+    assert ps.domain_level == SPINE
+
+
+def test_preferred_is_one_island_when_one_fits() -> None:
+    used = {"s0c0n0": 4}
+    p = find_placement(fabric(used), gang(3, preferred_level=CLIQUE, max_span_level=SPINE))
+    assert p.podsets[0].islands == 1 and p.podsets[0].domain_path == ("s0", "s0c0")
+
+
+def test_max_span_level_bounds_the_span() -> None:
+    snap = fabric(spines=2, cliques=1)
+    assert not find_placement(snap, gang(5, preferred_level=CLIQUE, max_span_level=CLIQUE)).fits
+    assert not find_placement(snap, gang(5, preferred_level=CLIQUE, max_span_level=SPINE)).fits
+    both = find_placement(snap, gang(5, preferred_level=CLIQUE))
+    assert both.fits and both.podsets[0].domain_path == ()
+
+
+def test_protect_empty_domains_prefers_a_used_island() -> None:
+    # s0c0 empty (16 free), s0c1 has 12 free: best fit already picks s0c1. Make the empty one smaller:
+    nodes = [NodeInfo(f"a{i}", {CLIQUE: "a"}, ResourceVector(4, 1, 1, 8)) for i in range(2)]
+    nodes += [NodeInfo(f"b{i}", {CLIQUE: "b"}, ResourceVector(4, 1, 1, 8), ResourceVector(gpu=1 if i == 0 else 0)) for i in range(3)]
+    snap = Snapshot("f", [Level(CLIQUE)], nodes)
+    request = gang(2, required_level=CLIQUE)
+    loose = find_placement(snap, PlacementRequest(request.podsets, protect_empty_domains=False))
+    kept = find_placement(snap, PlacementRequest(request.podsets, protect_empty_domains=True))
+    assert loose.podsets[0].domain_path[0] == "a"
+    assert kept.podsets[0].domain_path[0] == "b"
+
+
+def test_unhealthy_nodes_hold_nothing() -> None:
+    nodes = [
+        NodeInfo("ok", {CLIQUE: "x"}, ResourceVector(4, 1, 1, 8)),
+        NodeInfo("notready", {CLIQUE: "x"}, ResourceVector(4, 1, 1, 8), ready=False),
+        NodeInfo("cordoned", {CLIQUE: "x"}, ResourceVector(4, 1, 1, 8), unschedulable=True),
+        NodeInfo("nolabel", {}, ResourceVector(4, 1, 1, 8)),
+    ]
+    snap = Snapshot("f", [Level(CLIQUE)], nodes)
+    assert snap.excluded == {"missing level label": 1}
+    assert find_placement(snap, gang(1)).podsets[0].nodes == ("ok",)
+    assert not find_placement(snap, gang(2)).fits
+    assert never_fits(snap, gang(2)) is None  # fits once nodes heal
+    assert never_fits(snap, gang(4)) is not None
+
+
+def test_every_requested_resource_limits_pod_fit() -> None:
+    nodes = [NodeInfo(f"n{i}", {CLIQUE: "x"}, ResourceVector(8, 4000, 1000, 8)) for i in range(2)]
+    cpu_bound = PlacementRequest((PodSetRequest("p", 5, ResourceVector(gpu=1, cpu_milli=1000)),))
+    assert find_placement(Snapshot("f", [Level(CLIQUE)], nodes), cpu_bound).podsets[0].pods_per_node == (4, 1)
+    nodes = [NodeInfo(f"n{i}", {CLIQUE: "x"}, ResourceVector(8, 4000, 1000, 3)) for i in range(2)]
+    snap = Snapshot("f", [Level(CLIQUE)], nodes)
+    pod_bound = PlacementRequest((PodSetRequest("p", 7, ResourceVector(gpu=1)),))
+    assert not find_placement(snap, pod_bound).fits  # 3 pod slots per node
+
+
+def test_spread_caps_pods_per_domain() -> None:
+    p = find_placement(fabric(), PlacementRequest((PodSetRequest("r", 8, ResourceVector(gpu=1), spread=Spread(CLIQUE, 1)),)))
+    assert p.fits and p.podsets[0].islands == 8
+    assert not find_placement(fabric(), PlacementRequest((PodSetRequest("r", 9, ResourceVector(gpu=1), spread=Spread(CLIQUE, 1)),))).fits
+
+
+def test_linked_podsets_stay_inside_the_bandwidth_domain() -> None:
+    used = {f"s0c0n{i}": 4 for i in range(3)}  # prefill lands in s0c0 (best fit), decode must follow
+    prefill = PodSetRequest("prefill", 1, ResourceVector(gpu=4), required_level=CLIQUE)
+    decode = PodSetRequest("decode", 2, ResourceVector(gpu=4), required_level=CLIQUE)
+    loose = find_placement(fabric(used), PlacementRequest((prefill, decode)))
+    tight = find_placement(fabric(used), PlacementRequest((prefill, decode), (GraphLink("prefill", "decode", min_bandwidth_gbps=1000),)))
+    assert loose.podset("decode").domain_path != ("s0", "s0c0")
+    assert not tight.fits  # s0c0 has one node left: decode cannot stay on NVLink
+    ok = find_placement(fabric(used), PlacementRequest((prefill, decode), (GraphLink("prefill", "decode", max_level=SPINE),)))
+    assert ok.fits and ok.podset("decode").domain_path[0] == "s0"
+
+
+def test_unknown_level_is_named() -> None:
+    with pytest.raises(PlacementError, match=r"podSets\[workers\]\.requiredLevel"):
+        find_placement(fabric(), gang(1, required_level="rack"))

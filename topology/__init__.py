@@ -1,0 +1,46 @@
+"""Atoll's placement engine: the cluster model, snapshots and the contiguous-block finder.
+
+No Kubernetes API I/O happens here; ``admission`` feeds it plain records.
+"""
+
+from topology._finder import Backend, PlacementError, find_placement, never_fits
+from topology._model import (
+    HOSTNAME_LABEL,
+    ClusterModel,
+    ClusterModelError,
+    FlavorModel,
+    Level,
+    NodeInfo,
+    Taint,
+    load_cluster_model,
+)
+from topology._placement import DomainVerdict, Placement, PodSetPlacement
+from topology._request import GraphLink, PlacementRequest, PodSetRequest, Spread
+from topology._resources import ResourceVector
+from topology._snapshot import Snapshot, Toleration, node_is_healthy
+
+__all__ = [
+    "HOSTNAME_LABEL",
+    "Backend",
+    "ClusterModel",
+    "ClusterModelError",
+    "DomainVerdict",
+    "FlavorModel",
+    "GraphLink",
+    "Level",
+    "NodeInfo",
+    "Placement",
+    "PlacementError",
+    "PlacementRequest",
+    "PodSetPlacement",
+    "PodSetRequest",
+    "ResourceVector",
+    "Snapshot",
+    "Spread",
+    "Taint",
+    "Toleration",
+    "find_placement",
+    "load_cluster_model",
+    "never_fits",
+    "node_is_healthy",
+]

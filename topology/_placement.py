@@ -1,0 +1,62 @@
+"""What the finder returns: chosen nodes per PodSet, the domain that holds them, and why-not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["DomainVerdict", "Placement", "PodSetPlacement"]
+
+
+@dataclass(frozen=True, slots=True)
+class DomainVerdict:
+    """One candidate domain that was not chosen, and its numbers (pod-fit capacity vs need)."""
+
+    podset: str
+    level: str
+    path: tuple[str, ...]
+    capacity_pods: int
+    need_pods: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"{'/'.join(self.path)}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetPlacement:
+    """Where one PodSet goes. ``nodes`` are in topology path order."""
+
+    name: str
+    nodes: tuple[str, ...]
+    pods_per_node: tuple[int, ...]
+    domain_level: str
+    """The lowest level whose single domain holds every chosen node."""
+    domain_path: tuple[str, ...]
+    """Label values from the top level down to ``domain_level``."""
+    islands: int
+    """How many domains of the requested (required or preferred) level the placement spans."""
+    island_level: str
+    min_perf: float
+    max_perf: float
+    bottleneck_gbps: float
+    """Per-GPU bandwidth of the highest link the PodSet crosses (its lowest common domain)."""
+
+    @property
+    def pods(self) -> int:
+        return sum(self.pods_per_node)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The finder's answer for a whole request: every PodSet placed, or none."""
+
+    fits: bool
+    podsets: tuple[PodSetPlacement, ...] = ()
+    reason: str = ""
+    why_not: tuple[DomainVerdict, ...] = field(default=())
+
+    def podset(self, name: str) -> PodSetPlacement:
+        for p in self.podsets:
+            if p.name == name:
+                return p
+        raise KeyError(name)

@@ -1,0 +1,224 @@
+"""A flavor's fabric compiled to flat arrays for the finder.
+
+Nodes are sorted by their topology path, so every domain at every level is one contiguous
+index range ``[start, end)``. The structure (levels, order, domain bounds) is rebuilt only when
+the node set or a node's path changes; usage, health and perf updates touch one row
+(``update_node``). ``fork()`` copies the mutable arrays so a scheduling cycle can apply
+in-flight reservations without touching the shared state, as Kueue's TAS snapshot does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from topology._model import HOSTNAME_LABEL, Level, NodeInfo, Taint
+from topology._resources import NUM_RESOURCES, ResourceVector
+
+__all__ = ["Snapshot", "Toleration", "node_is_healthy"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod/flavor toleration (Kubernetes semantics for NoSchedule/NoExecute taints)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+def node_is_healthy(node: NodeInfo, tolerations: Sequence[Toleration] = ()) -> bool:
+    """Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated."""
+    if not node.ready or node.unschedulable:
+        return False
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in tolerations):
+            return False
+    return True
+
+
+class Snapshot:
+    """One flavor's nodes as arrays, plus the domain structure of its topology levels.
+
+    Levels are the flavor's Topology levels top → bottom; a node level (hostname) is always
+    last, added when the Topology does not end with it.
+    """
+
+    def __init__(
+        self,
+        flavor: str,
+        levels: Sequence[Level],
+        nodes: Iterable[NodeInfo],
+        *,
+        tolerations: Sequence[Toleration] = (),
+        node_level: Level | None = None,
+        generation: int = 1,
+    ) -> None:
+        if not levels:
+            raise ValueError(f"flavor {flavor}: a topology needs at least one level")
+        levels = tuple(levels)
+        if levels[-1].label != HOSTNAME_LABEL:
+            levels = levels + (node_level or Level(HOSTNAME_LABEL, 900.0, 1.0),)
+        self.flavor = flavor
+        self.levels: tuple[Level, ...] = levels
+        self.level_labels: tuple[str, ...] = tuple(lv.label for lv in levels)
+        self.tolerations = tuple(tolerations)
+        self.generation = generation
+        self.excluded: dict[str, int] = {}
+
+        kept: list[tuple[tuple[str, ...], NodeInfo]] = []
+        for node in nodes:
+            path = []
+            for label in self.level_labels[:-1]:
+                value = node.labels.get(label)
+                if value is None:
+                    break
+                path.append(value)
+            if len(path) != len(self.level_labels) - 1:
+                self.excluded["missing level label"] = self.excluded.get("missing level label", 0) + 1
+                continue
+            path.append(node.name)
+            kept.append((tuple(path), node))
+        kept.sort(key=lambda item: item[0])
+        names = [n.name for _, n in kept]
+        if len(set(names)) != len(names):
+            raise ValueError(f"flavor {flavor}: duplicate node names")
+
+        n = len(kept)
+        num_levels = len(levels)
+        self.node_names: tuple[str, ...] = tuple(names)
+        self.node_index: dict[str, int] = {name: i for i, name in enumerate(names)}
+        self.paths: tuple[tuple[str, ...], ...] = tuple(p for p, _ in kept)
+        self.alloc: IntArray = np.zeros((n, NUM_RESOURCES), dtype=np.int64)
+        self.free: IntArray = np.zeros((n, NUM_RESOURCES), dtype=np.int64)
+        self.perf = np.ones(n, dtype=np.float64)
+        self.eligible = np.zeros(n, dtype=np.uint8)
+        for i, (_, node) in enumerate(kept):
+            self._write_row(i, node)
+
+        # Domain structure: per level the start offsets of its domains (plus a final n),
+        # concatenated into ``bounds`` with ``bptr`` pointing at each level's slice.
+        node_dom = np.zeros((num_levels, n), dtype=np.int32)
+        bounds: list[int] = []
+        bptr = [0]
+        self.domain_values: list[list[tuple[str, ...]]] = []
+        for lv in range(num_levels):
+            values: list[tuple[str, ...]] = []
+            d = -1
+            prev: tuple[str, ...] | None = None
+            for i, (path, _) in enumerate(kept):
+                key = path[: lv + 1]
+                if key != prev:
+                    d += 1
+                    bounds.append(i)
+                    values.append(key)
+                    prev = key
+                node_dom[lv, i] = d
+            bounds.append(n)
+            bptr.append(len(bounds))
+            self.domain_values.append(values)
+        self.node_dom = node_dom
+        self.bounds = np.asarray(bounds, dtype=np.int32)
+        self.bptr = np.asarray(bptr, dtype=np.int32)
+        self.bandwidth_gbps = np.asarray([lv.bandwidth_gbps for lv in levels], dtype=np.float64)
+        self.latency_us = np.asarray([lv.latency_us for lv in levels], dtype=np.float64)
+
+    # ------------------------------------------------------------------ structure queries
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def node_level(self) -> int:
+        return len(self.levels) - 1
+
+    def level_index(self, label: str) -> int:
+        try:
+            return self.level_labels.index(label)
+        except ValueError:
+            raise KeyError(f"flavor {self.flavor}: no topology level {label!r}; levels: {list(self.level_labels)}") from None
+
+    def num_domains(self, level: int) -> int:
+        return int(self.bptr[level + 1] - self.bptr[level] - 1)
+
+    def domain_range(self, level: int, domain: int) -> tuple[int, int]:
+        base = int(self.bptr[level])
+        return int(self.bounds[base + domain]), int(self.bounds[base + domain + 1])
+
+    def domain_of(self, level: int, node: int) -> int:
+        return int(self.node_dom[level, node])
+
+    def domain_path(self, level: int, domain: int) -> tuple[str, ...]:
+        return self.domain_values[level][domain]
+
+    # ------------------------------------------------------------------ state
+
+    def _write_row(self, i: int, node: NodeInfo) -> None:
+        alloc = node.allocatable.as_tuple()
+        used = node.used.as_tuple()
+        self.alloc[i] = alloc
+        self.free[i] = [max(0, a - u) for a, u in zip(alloc, used)]
+        self.perf[i] = node.perf
+        self.eligible[i] = 1 if node_is_healthy(node, self.tolerations) else 0
+
+    def update_node(self, node: NodeInfo) -> bool:
+        """Refresh one node's usage/health/perf in place; False if the structure must be rebuilt.
+
+        O(1): only the node's rows change. A new node, a removed node or a changed path needs a
+        new Snapshot (the caller rebuilds and the generation moves on).
+        """
+        i = self.node_index.get(node.name)
+        if i is None:
+            return False
+        path = tuple(node.labels.get(label, "") for label in self.level_labels[:-1]) + (node.name,)
+        if path != self.paths[i]:
+            return False
+        self._write_row(i, node)
+        self.generation += 1
+        return True
+
+    def fork(self) -> Snapshot:
+        """A copy whose mutable arrays (free, perf, eligible) are private; structure shared."""
+        twin = object.__new__(Snapshot)
+        for name in _SHARED:
+            setattr(twin, name, getattr(self, name))
+        twin.free = self.free.copy()
+        twin.perf = self.perf.copy()
+        twin.eligible = self.eligible.copy()
+        twin.excluded = dict(self.excluded)
+        return twin
+
+    def reserve(self, node: str | int, amount: ResourceVector) -> None:
+        """Count ``amount`` as used on a node (an admitted placement not yet running)."""
+        i = self.node_index[node] if isinstance(node, str) else node
+        self.free[i] = np.maximum(self.free[i] - np.asarray(amount.as_tuple(), dtype=np.int64), 0)
+
+    def release(self, node: str | int, amount: ResourceVector) -> None:
+        i = self.node_index[node] if isinstance(node, str) else node
+        self.free[i] = np.minimum(self.free[i] + np.asarray(amount.as_tuple(), dtype=np.int64), self.alloc[i])
+
+    def free_gpus(self) -> int:
+        return int(self.free[self.eligible.astype(bool), 0].sum())
+
+    def total_gpus(self) -> int:
+        return int(self.alloc[:, 0].sum())
+
+
+_SHARED = (
+    "flavor", "levels", "level_labels", "tolerations", "generation", "node_names", "node_index",
+    "paths", "alloc", "node_dom", "bounds", "bptr", "domain_values", "bandwidth_gbps", "latency_us",
+)

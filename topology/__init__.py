@@ -3,6 +3,7 @@
 No Kubernetes API I/O happens here; ``admission`` feeds it plain records.
 """
 
+from topology._fragmentation import fragmentation_index, island_free_gpus
 from topology._finder import Backend, PlacementError, find_placement, never_fits
 from topology._model import (
     HOSTNAME_LABEL,
@@ -40,6 +41,8 @@ __all__ = [
     "Taint",
     "Toleration",
     "find_placement",
+    "fragmentation_index",
+    "island_free_gpus",
     "load_cluster_model",
     "never_fits",
     "node_is_healthy",

@@ -163,7 +163,8 @@ class FlavorModel(_Strict):
         if self.levels[-1].label == HOSTNAME_LABEL:
             lv = self.levels[-1]
         else:
-            lv = self.node_link or LevelModel(label=HOSTNAME_LABEL, bandwidthGBps=900.0, latencyUs=1.0)
+            low = self.levels[-1]
+            lv = self.node_link or LevelModel(label=HOSTNAME_LABEL, bandwidthGBps=low.bandwidth_gbps, latencyUs=low.latency_us)
         return Level(HOSTNAME_LABEL, lv.bandwidth_gbps, lv.latency_us)
 
     def build_nodes(self) -> list[NodeInfo]:

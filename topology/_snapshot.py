@@ -54,7 +54,8 @@ class Snapshot:
     """One flavor's nodes as arrays, plus the domain structure of its topology levels.
 
     Levels are the flavor's Topology levels top → bottom; a node level (hostname) is always
-    last, added when the Topology does not end with it.
+    last, added when the Topology does not end with it (its link defaults to the lowest
+    level's: GPUs inside one node are at least as close as inside one island).
     """
 
     def __init__(
@@ -71,7 +72,7 @@ class Snapshot:
             raise ValueError(f"flavor {flavor}: a topology needs at least one level")
         levels = tuple(levels)
         if levels[-1].label != HOSTNAME_LABEL:
-            levels = levels + (node_level or Level(HOSTNAME_LABEL, 900.0, 1.0),)
+            levels = levels + (node_level or Level(HOSTNAME_LABEL, levels[-1].bandwidth_gbps, levels[-1].latency_us),)
         self.flavor = flavor
         self.levels: tuple[Level, ...] = levels
         self.level_labels: tuple[str, ...] = tuple(lv.label for lv in levels)

@@ -1,0 +1,123 @@
+"""The decision policy: strict waits or admits in one island, elastic relaxes on time, reject
+only for the never-fitting, backoff from the profile."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies import PodSetSpec, ProfileLevelError, WaitState, decide, load_profiles
+from topology import GraphLink, Level, NodeInfo, ResourceVector, Snapshot
+
+CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
+DOC = load_profiles(f"""
+defaultProfile: elastic
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}}}}
+  elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 300, retry: {{initialSeconds: 10, maxSeconds: 60}}}}
+  anywhere: {{}}
+classes:
+  training: {{perfFloor: 0.9}}
+  inference: {{spread: {{level: {CLIQUE}, maxPerDomain: 1}}}}
+""")
+
+
+def cluster(used: int = 0, perf: float = 1.0) -> Snapshot:
+    """2 SUs × 2 islands × 4 nodes × 4 GPUs; ``used`` GPUs taken on the first node of every island."""
+    nodes = []
+    for u in range(2):
+        for c in range(2):
+            for n in range(4):
+                nodes.append(NodeInfo(f"u{u}c{c}n{n}", {SU: f"u{u}", CLIQUE: f"u{u}c{c}"}, ResourceVector(4, 1000, 1000, 10),
+                                      ResourceVector(gpu=used if n == 0 else 0), perf=perf if n == 3 else 1.0))
+    return Snapshot("f", [Level(SU, 50), Level(CLIQUE, 1800)], nodes)
+
+
+def gang(pods: int, gpus: int = 4, **kw: str) -> list[PodSetSpec]:
+    return [PodSetSpec("workers", pods, ResourceVector(gpu=gpus), **kw)]
+
+
+def run(snap: Snapshot, podsets: list[PodSetSpec], profile: str, now: float = 1000.0, wait: WaitState = WaitState(), cls: str | None = None):
+    return decide(snap, podsets, profile_name=profile, profile=DOC.profiles[profile], now=now, wait=wait,
+                  workload_class=DOC.classes[cls] if cls else None)
+
+
+def test_strict_admits_in_one_island() -> None:
+    d = run(cluster(), gang(4), "strict")
+    assert d.outcome == "admit" and d.placement is not None
+    assert d.placement.podsets[0].islands == 1 and d.placement.podsets[0].domain_level == CLIQUE
+
+
+def test_strict_waits_with_growing_backoff_when_no_island_is_free() -> None:
+    snap = cluster(used=4)  # every island has 3 free nodes
+    delays = [run(snap, gang(4), "strict", wait=WaitState(0.0, a)).retry_after_seconds for a in range(4)]
+    d = run(snap, gang(4), "strict")
+    assert d.outcome == "wait" and "largest fits 3" in d.message
+    assert delays == [30, 60, 120, 120]
+
+
+def test_strict_rejects_what_no_island_can_ever_hold() -> None:
+    d = run(cluster(), gang(5), "strict")
+    assert d.outcome == "reject"
+    assert "never fits" in d.message and "largest fits 4" in d.message
+
+
+def test_elastic_waits_for_one_island_then_spans_after_relax_time() -> None:
+    snap = cluster(used=4)
+    early = run(snap, gang(4), "elastic", now=1100.0, wait=WaitState(first_waited_at=1000.0))
+    assert early.outcome == "wait" and not early.relaxed
+    assert early.retry_after_seconds == 10 and "spans allowed after 300s" in early.message
+    near = run(snap, gang(4), "elastic", now=1295.0, wait=WaitState(first_waited_at=1000.0, attempts=5))
+    assert near.retry_after_seconds == 5  # never sleeps past the relax moment
+    late = run(snap, gang(4), "elastic", now=1300.0, wait=WaitState(first_waited_at=1000.0))
+    assert late.outcome == "admit" and late.relaxed
+    assert late.placement is not None and late.placement.podsets[0].islands == 2
+    assert late.placement.podsets[0].domain_level == SU
+
+
+def test_elastic_relaxes_at_once_when_one_island_can_never_fit() -> None:
+    d = run(cluster(), gang(6), "elastic")
+    assert d.outcome == "admit" and d.relaxed and d.placement is not None and d.placement.podsets[0].islands == 2
+
+
+def test_elastic_rejects_beyond_its_max_span() -> None:
+    d = run(cluster(), gang(9), "elastic")
+    assert d.outcome == "reject" and "one network.example.com/su domain" in d.message
+    assert run(cluster(), gang(9), "anywhere").outcome == "admit"
+
+
+def test_kueue_hint_overrides_the_profile() -> None:
+    d = run(cluster(), gang(6, required_topology=SU), "strict")
+    assert d.outcome == "admit" and d.placement is not None and d.placement.podsets[0].domain_level == SU
+
+
+def test_bad_hint_rejects_naming_the_annotation_and_bad_profile_raises() -> None:
+    d = run(cluster(), gang(1, required_topology="rack"), "strict")
+    assert d.outcome == "reject" and "kueue.x-k8s.io/podset-required-topology" in d.message
+    bad = load_profiles("profiles: {p: {requiredLevel: rack}}\ndefaultProfile: p\n")
+    with pytest.raises(ProfileLevelError, match=r"profiles\.p\.requiredLevel"):
+        decide(cluster(), gang(1), profile_name="p", profile=bad.profiles["p"], now=0.0)
+
+
+def test_training_class_keeps_slow_nodes_out() -> None:
+    snap = cluster(perf=0.5)  # the fourth node of every island is slow
+    assert run(snap, gang(4), "strict").outcome == "admit"
+    d = run(snap, gang(4), "strict", cls="training")
+    assert d.outcome == "wait"  # fits only once the slow nodes are re-benchmarked
+
+
+def test_inference_class_spreads_replicas_over_islands() -> None:
+    d = run(cluster(), gang(3, gpus=1), "anywhere", cls="inference")
+    assert d.outcome == "admit" and d.placement is not None and d.placement.podsets[0].islands == 3
+
+
+def test_serving_graph_is_one_atomic_decision() -> None:
+    podsets = [PodSetSpec("prefill", 2, ResourceVector(gpu=4)), PodSetSpec("decode", 2, ResourceVector(gpu=4))]
+    d = decide(cluster(), podsets, profile_name="strict", profile=DOC.profiles["strict"], now=0.0,
+               links=[GraphLink("prefill", "decode", min_bandwidth_gbps=1000)])
+    assert d.outcome == "admit" and d.placement is not None
+    assert d.placement.podset("prefill").domain_path == d.placement.podset("decode").domain_path
+
+
+def test_same_input_same_decision() -> None:
+    snap = cluster(used=2)
+    assert run(snap, gang(3), "elastic") == run(snap, gang(3), "elastic")

@@ -1,0 +1,89 @@
+"""Snapshot: path order, contiguous domains, O(1) updates, forks, health."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration, fragmentation_index
+
+RACK = "rack"
+ALLOC = ResourceVector(8, 64000, 512000, 110)
+
+
+def node(name: str, rack: str, used: int = 0, **kw: object) -> NodeInfo:
+    return NodeInfo(name, {RACK: rack}, ALLOC, ResourceVector(gpu=used), **kw)  # type: ignore[arg-type]
+
+
+def test_nodes_are_sorted_by_path_and_domains_are_contiguous() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node("z", "r1"), node("a", "r2"), node("m", "r1")])
+    assert snap.node_names == ("m", "z", "a")
+    assert snap.level_labels == (RACK, HOSTNAME_LABEL)
+    assert snap.num_domains(0) == 2
+    assert snap.domain_range(0, 0) == (0, 2) and snap.domain_range(0, 1) == (2, 3)
+    assert snap.domain_path(0, 1) == ("r2",)
+    assert snap.domain_path(1, 0) == ("r1", "m")
+
+
+def test_hostname_as_lowest_level_is_not_duplicated() -> None:
+    snap = Snapshot("f", [Level(RACK), Level(HOSTNAME_LABEL, 900, 1)], [node("a", "r1")])
+    assert snap.level_labels == (RACK, HOSTNAME_LABEL)
+    assert snap.bandwidth_gbps[-1] == 900
+
+
+def test_update_node_is_in_place_and_detects_structure_changes() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node("a", "r1"), node("b", "r1")])
+    gen = snap.generation
+    assert snap.update_node(node("a", "r1", used=6))
+    assert snap.free[0, 0] == 2 and snap.generation == gen + 1
+    assert not snap.update_node(node("a", "r9"))  # moved rack: rebuild
+    assert not snap.update_node(node("new", "r1"))  # new node: rebuild
+
+
+def test_fork_isolates_reservations() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node("a", "r1")])
+    twin = snap.fork()
+    twin.reserve("a", ResourceVector(gpu=8, pods=1))
+    assert twin.free[0, 0] == 0 and snap.free[0, 0] == 8
+    twin.release("a", ResourceVector(gpu=16))
+    assert twin.free[0, 0] == 8  # never above allocatable
+
+
+def test_health_ready_cordon_and_taints() -> None:
+    nodes = [
+        node("ok", "r"),
+        node("tainted", "r", taints=(Taint("nvidia.com/gpu-error", "xid79", "NoExecute"),)),
+        node("soft", "r", taints=(Taint("note", "", "PreferNoSchedule"),)),
+        node("down", "r", ready=False),
+    ]
+    snap = Snapshot("f", [Level(RACK)], nodes)
+    healthy = {n: bool(snap.eligible[snap.node_index[n]]) for n in snap.node_names}
+    assert healthy == {"ok": True, "tainted": False, "soft": True, "down": False}
+    tolerant = Snapshot("f", [Level(RACK)], nodes, tolerations=[Toleration("nvidia.com/gpu-error", "Exists")])
+    assert tolerant.eligible[tolerant.node_index["tainted"]] == 1
+
+
+def test_usage_never_goes_negative() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node("a", "r", used=12)])
+    assert (snap.free >= 0).all()
+
+
+def test_fragmentation_index() -> None:
+    # r1: 8 free (one 8-GPU gang), r2: 6 free (none) → 1 − 8/14
+    snap = Snapshot("f", [Level(RACK)], [node("a", "r1"), node("b", "r2", used=2)])
+    assert fragmentation_index(snap, RACK, 8) == pytest.approx(1 - 8 / 14)
+    assert fragmentation_index(snap, RACK, 2) == 0.0
+    full = Snapshot("f", [Level(RACK)], [node("a", "r1", used=8)])
+    assert fragmentation_index(full, RACK) == 0.0
+    with pytest.raises(ValueError):
+        fragmentation_index(snap, RACK, 0)
+
+
+def test_duplicate_node_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="duplicate"):
+        Snapshot("f", [Level(RACK)], [node("a", "r1"), node("a", "r2")])
+
+
+def test_arrays_have_fixed_dtypes() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node("a", "r1")])
+    assert snap.free.dtype == np.int64 and snap.bounds.dtype == np.int32 and snap.perf.dtype == np.float64

@@ -3,6 +3,7 @@
 No Kubernetes API I/O happens here; ``admission`` feeds it plain records.
 """
 
+from topology._fabric import bottleneck_bandwidth, fabric_graph, fabric_path
 from topology._fragmentation import fragmentation_index, island_free_gpus
 from topology._finder import Backend, PlacementError, find_placement, never_fits
 from topology._model import (
@@ -40,6 +41,9 @@ __all__ = [
     "Spread",
     "Taint",
     "Toleration",
+    "bottleneck_bandwidth",
+    "fabric_graph",
+    "fabric_path",
     "find_placement",
     "fragmentation_index",
     "island_free_gpus",

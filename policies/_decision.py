@@ -107,8 +107,9 @@ def _check_levels(snapshot: Snapshot, profile_name: str, profile: Profile, podse
 
 
 def _build(podsets: Sequence[PodSetSpec], mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
-           links: Sequence[GraphLink], protect: bool) -> PlacementRequest:
-    return PlacementRequest(tuple(_podset_request(p, mode, cls) for p in podsets), tuple(links), protect)
+           links: Sequence[GraphLink], profile: Profile) -> PlacementRequest:
+    frag = profile.fragmentation
+    return PlacementRequest(tuple(_podset_request(p, mode, cls) for p in podsets), tuple(links), frag.protect_empty_domains, frag.best_fit)
 
 
 def _describe_admit(placement: Placement) -> str:
@@ -135,18 +136,17 @@ def decide(
     bad_hint = _check_levels(snapshot, profile_name, profile, podsets)
     if bad_hint:
         return Decision("reject", profile_name, bad_hint)
-    protect = profile.fragmentation.protect_empty_domains
     if profile.required_level:
-        tight = loose = _build(podsets, (profile.required_level, None, None), workload_class, links, protect)
+        tight = loose = _build(podsets, (profile.required_level, None, None), workload_class, links, profile)
         relaxed = False
     elif profile.preferred_level:
-        tight = _build(podsets, (profile.preferred_level, None, None), workload_class, links, protect)
-        loose = _build(podsets, (None, profile.preferred_level, profile.max_span_level), workload_class, links, protect)
+        tight = _build(podsets, (profile.preferred_level, None, None), workload_class, links, profile)
+        loose = _build(podsets, (None, profile.preferred_level, profile.max_span_level), workload_class, links, profile)
         waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
         relax_after = profile.relax_after_seconds
         relaxed = relax_after is None or waited >= relax_after
     else:
-        tight = loose = _build(podsets, (None, None, profile.max_span_level), workload_class, links, protect)
+        tight = loose = _build(podsets, (None, None, profile.max_span_level), workload_class, links, profile)
         relaxed = True
     try:
         impossible = never_fits(snapshot, loose)

@@ -92,6 +92,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
     cap = np.zeros(n, dtype=np.int64)
     placed: dict[str, PodSetPlacement] = {}
     order = {p.name: i for i, p in enumerate(request.podsets)}
+    flags = (1 if request.protect_empty_domains else 0) | (0 if request.best_fit else 2)
     out: list[PodSetPlacement] = []
     why: list[DomainVerdict] = []
     for i, ps in enumerate(request.podsets):
@@ -118,7 +119,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
         ok, lvl, dom = kernel(
             free, snapshot.alloc, req, snapshot.eligible, snapshot.perf, float(ps.perf_floor),
             snapshot.bounds, snapshot.bptr, snapshot.node_dom, lo, hi, ps.pods,
-            mode, target, span, spread_level, spread_max, 1 if request.protect_empty_domains else 0, take, cap,
+            mode, target, span, spread_level, spread_max, flags, take, cap,
         )
         if not ok:
             why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1))

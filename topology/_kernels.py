@@ -11,6 +11,9 @@ Candidate order for one domain ("best fit"): domains that are not empty before e
 ``protect_empty`` is set, then smaller pod-fit capacity, then higher minimum perf, then smaller
 perf spread, then lower index (topology path order). For a span: fewer islands, then not
 empty, then less left over, then perf, then index. Same inputs → same outputs.
+
+``protect`` is a bit set: 1 = protect empty domains, 2 = first fit (one-domain choices take
+the first fitting domain in path order instead of the best fit).
 """
 
 from __future__ import annotations
@@ -92,7 +95,12 @@ def _best_fit(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, ski
         c = pc[e] - pc[s]
         if c < need:
             continue
-        em = 1 if (protect != 0 and pu[e] - pu[s] == e - s) else 0
+        em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
+        if (protect & 2) != 0:  # first fit: path order, empty domains still last if protected
+            if best < 0 or em < be:
+                best = d
+                be = em
+            continue
         if best >= 0:
             if em > be or (em == be and c > bc):
                 continue
@@ -186,8 +194,10 @@ def _span_plan(caps, pods):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def place_podset(free, alloc, req, eligible, perf, perf_floor, bounds, bptr, node_dom, lo, hi, pods,
-                 mode, target, span, spread_level, spread_max, protect, take, cap):  # type: ignore[no-untyped-def]
+def place_podset(  # type: ignore[no-untyped-def]
+    free, alloc, req, eligible, perf, perf_floor, bounds, bptr, node_dom, lo, hi, pods,
+    mode, target, span, spread_level, spread_max, protect, take, cap,
+):
     """Place one PodSet. Fills ``take`` (pods per node) and ``cap`` (pod-fit per node).
 
     Returns ``(placed, level, domain)``: the domain that holds the placement (for a span, the
@@ -241,7 +251,7 @@ def place_podset(free, alloc, req, eligible, perf, perf_floor, bounds, bptr, nod
             cnt, left, _order, _nw, _last = _span_plan(caps, pods)
             if cnt < 0:
                 continue
-            em = 1 if (protect != 0 and pu[e] - pu[s] == e - s) else 0
+            em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
             if best >= 0 and (cnt > bcnt or (cnt == bcnt and (em > bem or (em == bem and left > bleft)))):
                 continue
             m, sp = _perf_stats(perf, cap, s, e)
@@ -304,7 +314,7 @@ def _place_spread(pods, scope, level, max_per, bounds, bptr, node_dom, pc, pu, p
                 q += qcap[j]
             if q < pods:
                 continue
-            em = 1 if (protect != 0 and pu[e] - pu[s] == e - s) else 0
+            em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
             m, sp = _perf_stats(perf, cap, s, e)
             if best >= 0:
                 if em > be or (em == be and (q > bc or (q == bc and (m < bm or (m == bm and sp >= bsp))))):

@@ -21,11 +21,12 @@ class _View:
         free_l = free.tolist()
         alloc_l = alloc.tolist()
         req_l = [int(v) for v in req]
-        self.perf = perf.tolist()
-        self.bounds = bounds.tolist()
-        self.bptr = bptr.tolist()
-        self.node_dom = node_dom.tolist()
-        self.protect = bool(protect)
+        self.perf: list[float] = perf.tolist()
+        self.bounds: list[int] = bounds.tolist()
+        self.bptr: list[int] = bptr.tolist()
+        self.node_dom: list[list[int]] = node_dom.tolist()
+        self.protect = bool(protect & 1)
+        self.first_fit = bool(protect & 2)
         n = len(free_l)
         self.cap = [0] * n
         for i in range(n):
@@ -74,11 +75,14 @@ class _View:
             c = self.pc[e] - self.pc[s]
             if c < need:
                 continue
-            m, sp = self.stats(s, e)
-            key = (self.empty_flag(s, e), c, -m, sp, d)
+            if self.first_fit:
+                key: tuple[int, int, float, float, int] = (self.empty_flag(s, e), 0, 0.0, 0.0, d)
+            else:
+                m, sp = self.stats(s, e)
+                key = (self.empty_flag(s, e), c, -m, sp, d)
             if best_key is None or key < best_key:
                 best_key = key
-        return -1 if best_key is None else best_key[4]
+        return -1 if best_key is None else int(best_key[4])
 
     def take_all(self, level: int, d: int) -> None:
         s, e = self.rng(level, d)

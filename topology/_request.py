@@ -90,6 +90,8 @@ class PlacementRequest:
     podsets: tuple[PodSetRequest, ...]
     links: tuple[GraphLink, ...] = field(default=())
     protect_empty_domains: bool = False
+    best_fit: bool = True
+    """False: one-domain choices take the first fitting domain in path order (first fit)."""
 
     def __post_init__(self) -> None:
         if not self.podsets:

@@ -120,8 +120,8 @@ class Snapshot:
             values: list[tuple[str, ...]] = []
             d = -1
             prev: tuple[str, ...] | None = None
-            for i, (path, _) in enumerate(kept):
-                key = path[: lv + 1]
+            for i, (node_path, _) in enumerate(kept):
+                key = node_path[: lv + 1]
                 if key != prev:
                     d += 1
                     bounds.append(i)

@@ -71,5 +71,5 @@ def placement_requests(draw: st.DrawFn, snapshot: Snapshot) -> PlacementRequest:
         second = draw(podset_requests(snapshot, "decode"))
         if draw(st.booleans()):
             links = (GraphLink("prefill", "decode", max_level=draw(st.sampled_from(list(snapshot.level_labels)))),)
-        return PlacementRequest((first, second), links, protect_empty_domains=draw(st.booleans()))
-    return PlacementRequest((first,), protect_empty_domains=draw(st.booleans()))
+        return PlacementRequest((first, second), links, protect_empty_domains=draw(st.booleans()), best_fit=draw(st.booleans()))
+    return PlacementRequest((first,), protect_empty_domains=draw(st.booleans()), best_fit=draw(st.booleans()))

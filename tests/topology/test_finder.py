@@ -215,3 +215,11 @@ def test_linked_podsets_stay_inside_the_bandwidth_domain() -> None:
 def test_unknown_level_is_named() -> None:
     with pytest.raises(PlacementError, match=r"podSets\[workers\]\.requiredLevel"):
         find_placement(fabric(), gang(1, required_level="rack"))
+
+
+def test_first_fit_takes_path_order_when_best_fit_is_off() -> None:
+    used = {"s0c1n0": 4, "s0c1n1": 4}  # s0c1 is the best fit for 2 pods; s0c0 comes first
+    best = find_placement(fabric(used), gang(2, required_level=CLIQUE))
+    first = find_placement(fabric(used), PlacementRequest(gang(2, required_level=CLIQUE).podsets, best_fit=False))
+    assert best.podsets[0].domain_path == ("s0", "s0c1")
+    assert first.podsets[0].domain_path == ("s0", "s0c0")

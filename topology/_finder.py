@@ -119,7 +119,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
         ok, lvl, dom = kernel(
             free, snapshot.alloc, req, snapshot.eligible, snapshot.perf, float(ps.perf_floor),
             snapshot.bounds, snapshot.bptr, snapshot.node_dom, lo, hi, ps.pods,
-            mode, target, span, spread_level, spread_max, flags, take, cap,
+            mode, target, span, spread_level, spread_max, flags | (4 if ps.uniform_perf else 0), take, cap,
         )
         if not ok:
             why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1))

@@ -13,7 +13,9 @@ perf spread, then lower index (topology path order). For a span: fewer islands, 
 empty, then less left over, then perf, then index. Same inputs → same outputs.
 
 ``protect`` is a bit set: 1 = protect empty domains, 2 = first fit (one-domain choices take
-the first fitting domain in path order instead of the best fit).
+the first fitting domain in path order instead of the best fit), 4 = perf first (uniform-perf
+gangs: one-domain choices rank higher min perf and smaller spread before capacity, and a
+split takes the fastest children whole, so the slowest nodes are the ones left out).
 """
 
 from __future__ import annotations
@@ -96,6 +98,20 @@ def _best_fit(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, ski
         if c < need:
             continue
         em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
+        if (protect & 4) != 0:  # perf first: highest min perf, smallest spread, then best fit
+            m, sp = _perf_stats(perf, cap, s, e)
+            if best >= 0:
+                if em > be:
+                    continue
+                if em == be:
+                    if m < bm or (m == bm and (sp > bs or (sp == bs and c >= bc))):
+                        continue
+            best = d
+            be = em
+            bc = c
+            bm = m
+            bs = sp
+            continue
         if (protect & 2) != 0:  # first fit: path order, empty domains still last if protected
             if best < 0 or em < be:
                 best = d
@@ -145,11 +161,20 @@ def _descend(level, d, need, bounds, bptr, node_dom, pc, pu, perf, cap, protect,
                 break
             big = -1
             bigc = np.int64(0)
+            bigm = 0.0
             for k in range(c0, c1):
                 if used[k - c0] != 0:
                     continue
                 ck = pc[bounds[cbase + k + 1]] - pc[bounds[cbase + k]]
-                if ck > bigc:
+                if (protect & 4) != 0:
+                    if ck <= 0:
+                        continue
+                    mk, _sk = _perf_stats(perf, cap, bounds[cbase + k], bounds[cbase + k + 1])
+                    if big < 0 or mk > bigm or (mk == bigm and ck > bigc):
+                        big = k
+                        bigc = ck
+                        bigm = mk
+                elif ck > bigc:
                     big = k
                     bigc = ck
             if big < 0:

@@ -27,6 +27,7 @@ class _View:
         self.node_dom: list[list[int]] = node_dom.tolist()
         self.protect = bool(protect & 1)
         self.first_fit = bool(protect & 2)
+        self.perf_first = bool(protect & 4)
         n = len(free_l)
         self.cap = [0] * n
         for i in range(n):
@@ -66,8 +67,10 @@ class _View:
         return 1 if self.protect and self.pu[e] - self.pu[s] == e - s else 0
 
     def best_fit(self, level: int, domains: range, need: int, skip: set[int]) -> int:
-        """Sort key: (empty, capacity, -min perf, spread, index); smallest wins."""
-        best_key: tuple[int, int, float, float, int] | None = None
+        """Smallest sort key wins: (empty, capacity, -min perf, spread, index) for best fit;
+        (empty, -min perf, spread, capacity, index) for perf first; (empty, index) for first fit."""
+        best_key: tuple[float, ...] | None = None
+        best = -1
         for d in domains:
             if d in skip:
                 continue
@@ -75,14 +78,17 @@ class _View:
             c = self.pc[e] - self.pc[s]
             if c < need:
                 continue
-            if self.first_fit:
-                key: tuple[int, int, float, float, int] = (self.empty_flag(s, e), 0, 0.0, 0.0, d)
+            m, sp = self.stats(s, e)
+            empty = self.empty_flag(s, e)
+            if self.perf_first:
+                key: tuple[float, ...] = (empty, -m, sp, c, d)
+            elif self.first_fit:
+                key = (empty, d)
             else:
-                m, sp = self.stats(s, e)
-                key = (self.empty_flag(s, e), c, -m, sp, d)
+                key = (empty, c, -m, sp, d)
             if best_key is None or key < best_key:
-                best_key = key
-        return -1 if best_key is None else int(best_key[4])
+                best_key, best = key, d
+        return best
 
     def take_all(self, level: int, d: int) -> None:
         s, e = self.rng(level, d)
@@ -100,8 +106,12 @@ class _View:
                 if j >= 0:
                     d, need, level = j, rem, level + 1
                     break
-                caps = [(self.capacity(level + 1, k), -k) for k in kids if k not in used]
-                c, neg_k = max(caps)
+                if self.perf_first:
+                    ranked = [(self.stats(*self.rng(level + 1, k))[0], self.capacity(level + 1, k), -k)
+                              for k in kids if k not in used and self.capacity(level + 1, k) > 0]
+                    _, c, neg_k = max(ranked)
+                else:
+                    c, neg_k = max((self.capacity(level + 1, k), -k) for k in kids if k not in used)
                 if c <= 0:
                     raise AssertionError("descend ran out of capacity")
                 used.add(-neg_k)

@@ -223,3 +223,21 @@ def test_first_fit_takes_path_order_when_best_fit_is_off() -> None:
     first = find_placement(fabric(used), PlacementRequest(gang(2, required_level=CLIQUE).podsets, best_fit=False))
     assert best.podsets[0].domain_path == ("s0", "s0c1")
     assert first.podsets[0].domain_path == ("s0", "s0c0")
+
+
+def test_uniform_perf_maximises_the_gang_minimum() -> None:
+    # s0c0 is the best fit (one node busy) but holds a 0.8 node; s0c1 is all 1.0
+    snap = fabric(used={"s0c0n0": 4}, perf={"s0c0n1": 0.8})
+    plain = find_placement(snap, gang(2, required_level=CLIQUE))
+    uniform = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True))
+    assert plain.podsets[0].domain_path == ("s0", "s0c0") and plain.podsets[0].min_perf == 0.8  # path order reaches the slow node
+    assert uniform.podsets[0].min_perf == 1.0 and uniform.podsets[0].domain_path == ("s0", "s0c1")  # the uniformly fast island
+    # a 3-pod gang in s0c0 must use the slow node; uniform perf moves it to a fast island instead
+    assert find_placement(snap, gang(3, required_level=CLIQUE)).podsets[0].min_perf == 0.8
+    assert find_placement(snap, gang(3, required_level=CLIQUE, uniform_perf=True)).podsets[0].min_perf == 1.0
+
+
+def test_uniform_perf_leaves_the_slowest_nodes_out_inside_an_island() -> None:
+    snap = fabric(perf={"s0c0n0": 0.9, "s0c0n1": 0.95}, cliques=1, spines=1)
+    p = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True))
+    assert set(p.podsets[0].nodes) == {"s0c0n2", "s0c0n3"}

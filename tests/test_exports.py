@@ -1,0 +1,31 @@
+"""The public surface of each engine package is a short, sorted, importable ``__all__``."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPECTED = {
+    "topology": {
+        "HOSTNAME_LABEL", "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink",
+        "Level", "NodeInfo", "Placement", "PlacementError", "PlacementRequest", "PodSetPlacement", "PodSetRequest",
+        "ResourceVector", "Snapshot", "Spread", "Taint", "Toleration", "bottleneck_bandwidth", "fabric_graph", "fabric_path",
+        "find_placement", "fragmentation_index", "island_free_gpus", "load_cluster_model", "never_fits", "node_is_healthy",
+    },
+    "policies": {
+        "PROFILES_KEY", "Decision", "FlavorSettings", "FragmentationSettings", "Outcome", "PodSetSpec", "Profile",
+        "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "WaitState",
+        "WorkloadClass", "decide", "load_profiles", "load_profiles_file", "profiles_from_configmap",
+    },
+}
+
+
+@pytest.mark.parametrize("package", sorted(EXPECTED))
+def test_public_names_are_pinned_sorted_and_importable(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = list(module.__all__)
+    assert set(exported) >= EXPECTED[package], f"missing from {package}.__all__: {EXPECTED[package] - set(exported)}"
+    assert exported == sorted(exported, key=lambda n: (not n.isupper(), n)) or exported == sorted(exported)
+    for name in exported:
+        assert hasattr(module, name), f"{package}.{name} is exported but not defined"

@@ -205,10 +205,24 @@ def _no_fit_reason(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, targe
 
 def never_fits(snapshot: Snapshot, request: PlacementRequest, *, backend: Backend = "numba") -> Placement | None:
     """None if the request fits the flavor when every node is empty and healthy; else the
-    placement failure that proves it never can (its reason carries the numbers)."""
+    placement failure that proves it never can (its reason carries the numbers).
+
+    The answer depends only on the fabric and allocatable, so it is memoized on the snapshot's
+    shared structure (bounded; cleared when allocatable changes)."""
+    key = ("never_fits", backend, request)
+    cache = snapshot.static_cache
+    if key in cache:
+        return cache[key]  # type: ignore[return-value]
     empty = snapshot.fork()
     empty.free = empty.alloc.copy()
     empty.eligible = np.ones_like(empty.eligible)
     empty.perf = np.maximum(empty.perf, 10.0)
     result = find_placement(empty, request, backend=backend)
-    return None if result.fits else result
+    answer = None if result.fits else result
+    if len(cache) >= _STATIC_CACHE_LIMIT:
+        cache.clear()
+    cache[key] = answer
+    return answer
+
+
+_STATIC_CACHE_LIMIT = 4096

@@ -79,6 +79,9 @@ class Snapshot:
         self.tolerations = tuple(tolerations)
         self.generation = generation
         self.excluded: dict[str, int] = {}
+        self.static_cache: dict[object, object] = {}
+        """Answers that depend only on structure and allocatable (e.g. ``never_fits``); shared by
+        forks, cleared when a node's allocatable changes."""
 
         kept: list[tuple[tuple[str, ...], NodeInfo]] = []
         for node in nodes:
@@ -188,6 +191,8 @@ class Snapshot:
         path = tuple(node.labels.get(label, "") for label in self.level_labels[:-1]) + (node.name,)
         if path != self.paths[i]:
             return False
+        if tuple(self.alloc[i]) != node.allocatable.as_tuple():
+            self.static_cache.clear()
         self._write_row(i, node)
         self.generation += 1
         return True
@@ -221,5 +226,5 @@ class Snapshot:
 
 _SHARED = (
     "flavor", "levels", "level_labels", "tolerations", "generation", "node_names", "node_index",
-    "paths", "alloc", "node_dom", "bounds", "bptr", "domain_values", "bandwidth_gbps", "latency_us",
+    "paths", "alloc", "node_dom", "bounds", "bptr", "domain_values", "bandwidth_gbps", "latency_us", "static_cache",
 )

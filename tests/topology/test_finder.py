@@ -241,3 +241,13 @@ def test_uniform_perf_leaves_the_slowest_nodes_out_inside_an_island() -> None:
     snap = fabric(perf={"s0c0n0": 0.9, "s0c0n1": 0.95}, cliques=1, spines=1)
     p = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True))
     assert set(p.podsets[0].nodes) == {"s0c0n2", "s0c0n3"}
+
+
+def test_never_fits_is_memoized_until_allocatable_changes() -> None:
+    snap = fabric(cliques=1, spines=1)
+    request = gang(5, required_level=CLIQUE)
+    assert never_fits(snap, request) is not None
+    assert never_fits(snap.fork(), request) is never_fits(snap, request)  # shared by forks
+    bigger = NodeInfo("s0c0n0", {SPINE: "s0", CLIQUE: "s0c0"}, ResourceVector(8, 100000, 100000, 32))
+    assert snap.update_node(bigger)
+    assert never_fits(snap, request) is None  # 5 pods of 4 GPUs now fit: 8 + 3×4 GPUs

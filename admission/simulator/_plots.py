@@ -1,0 +1,130 @@
+"""PNG plots of a simulator run (matplotlib, Agg backend: no display needed).
+
+- ``jct_cdf.png``: the JCT distribution per policy (log time axis).
+- ``allocation.png``: allocated GPUs / cluster GPUs over time per policy.
+- ``queue.png``: jobs waiting (queued or in backoff) over time per policy.
+- ``islands.png``: per policy, each island's GPU occupancy at that run's busiest moment; rows are
+  the islands' parent domains (e.g. scalable units), columns the islands inside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from admission.simulator._sim import STATUS_DONE, SimResult
+
+__all__ = ["write_plots"]
+
+_MAX_POINTS = 4000
+
+
+def _resample(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """A step function sampled at ≤ ``_MAX_POINTS`` evenly spaced times (long runs stay light)."""
+    if times.size <= _MAX_POINTS:
+        return times, values
+    grid = np.linspace(float(times[0]), float(times[-1]), _MAX_POINTS)
+    idx = np.searchsorted(times, grid, side="right") - 1
+    return grid, values[idx]
+
+
+def _hours(t: npt.NDArray[np.float64], origin: float) -> npt.NDArray[np.float64]:
+    out: npt.NDArray[np.float64] = (t - origin) / 3600.0
+    return out
+
+
+def _grid_matrix(grid: Mapping[str, Any]) -> tuple[npt.NDArray[np.float64], list[str]]:
+    """Islands as rows by parent domain; cells are used/total (NaN pads ragged rows)."""
+    parents: list[tuple[str, ...]] = [tuple(p) for p in grid["parents"]]
+    rows: dict[tuple[str, ...], list[float]] = {}
+    for parent, used, total in zip(parents, grid["used"], grid["total"]):
+        rows.setdefault(parent, []).append(used / total if total else np.nan)
+    width = max((len(r) for r in rows.values()), default=0)
+    if len(rows) > 64 or width == 1:  # too many parents to read as rows: wrap the islands into a square
+        flat = [v for r in rows.values() for v in r]
+        width = int(np.ceil(np.sqrt(len(flat)))) or 1
+        padded = flat + [np.nan] * (width * int(np.ceil(len(flat) / width)) - len(flat))
+        return np.asarray(padded, dtype=float).reshape(-1, width), []
+    mat = np.full((len(rows), width), np.nan)
+    for i, r in enumerate(rows.values()):
+        mat[i, : len(r)] = r
+    return mat, [p[-1] if p else "(flavor)" for p in rows]
+
+
+def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title: str = "") -> list[Path]:
+    """Write the four PNGs into ``out_dir`` (created if missing); returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    origin = min((float(r.arrival[0]) for r in results.values() if r.arrival.size), default=0.0)
+    paths: list[Path] = []
+    suffix = f" — {title}" if title else ""
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for name, r in results.items():
+        jct = np.sort((r.end - r.arrival)[r.status == STATUS_DONE])
+        if jct.size:
+            ax.step(np.maximum(jct, 1.0), np.arange(1, jct.size + 1) / jct.size, where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (s)")
+    ax.set_ylabel("share of jobs")
+    ax.set_title(f"JCT CDF{suffix}")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    paths.append(out / "jct_cdf.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    for fname, label, pick in (
+        ("allocation.png", "allocated GPUs (% of cluster)", lambda r: 100.0 * r.allocated / max(r.total_gpus, 1)),
+        ("queue.png", "jobs waiting", lambda r: r.pending),
+    ):
+        fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
+        for name, r in results.items():
+            t, v = _resample(r.times, pick(r))
+            if t.size:
+                ax.step(_hours(t, origin), v, where="post", label=name, linewidth=0.9)
+        ax.set_xlabel("simulated time (h)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label}{suffix}")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        paths.append(out / fname)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    named = [(name, r) for name, r in results.items() if r.island_grid]
+    flavors = max((len(r.island_grid) for _, r in named), default=0)
+    fig, axes = plt.subplots(max(flavors, 1), max(len(named), 1), figsize=(3.2 * max(len(named), 1) + 1.0, 3.0 * max(flavors, 1) + 0.6),
+                             squeeze=False, layout="constrained")
+    image = None
+    for col, (name, r) in enumerate(named):
+        for row, grid in enumerate(r.island_grid):
+            mat, labels = _grid_matrix(grid)
+            ax = axes[row][col]
+            image = ax.imshow(mat, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+            when = (r.busiest_time - origin) / 3600.0
+            ax.set_title(f"{name}\n{grid['flavor']} at {when:.1f} h", fontsize=9)
+            ax.set_xlabel(f"{grid['level']} (island)", fontsize=8)
+            if col == 0 and labels and len(labels) <= 16:
+                ax.set_yticks(range(len(labels)), labels, fontsize=7)
+            else:
+                ax.set_yticks([])
+    if not named:
+        axes[0][0].text(0.5, 0.5, "no island data recorded", ha="center", va="center")
+        axes[0][0].set_axis_off()
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.8, label="GPU occupancy of the island")
+    fig.suptitle(f"island occupancy at the busiest moment{suffix}", fontsize=10)
+    paths.append(out / "islands.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths

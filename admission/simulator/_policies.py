@@ -1,0 +1,270 @@
+"""The placement policies the simulator compares, all behind one small interface.
+
+- ``count-only``: what plain Kubernetes does with a GPU count: first fit in node order (nodes
+  listed by name, which on these models is topology path order), each node taking as many pods
+  as it has room for. Kueue quota still gates admission, as for every policy.
+- ``random``: the same count check, nodes taken in a seeded random order.
+- ``kueue-bestfit``: Kueue's own Topology-Aware Scheduling (``topology._kueue_tas``). Training
+  jobs carry ``podset-preferred-topology: <island level>`` on their pod template, as Kueue TAS
+  users annotate training Jobs; other classes carry no annotation and run unconstrained.
+- ``atoll-<profile>``: any profile of the profiles document, decided by ``policies.decide``
+  (the controller's decision code), with its wait state, backoff and relaxation.
+
+Baselines answer ``admit`` or ``nofit`` (Kueue keeps the workload queued as inadmissible);
+Atoll answers ``admit``, ``wait`` (an admission-check Retry with its delay) or ``reject``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from policies import PodSetSpec, Profile, ProfilesDocument, WaitState, WorkloadClass, decide
+from topology import HOSTNAME_LABEL, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, never_fits
+
+__all__ = [
+    "BASELINES",
+    "DEFAULT_POLICIES",
+    "Attempt",
+    "AtollPolicy",
+    "CountOnlyPolicy",
+    "JobShape",
+    "KueueBestFitPolicy",
+    "Policy",
+    "PolicyError",
+    "RandomPolicy",
+    "fits_one_island",
+    "island_level_of",
+    "make_policies",
+]
+
+BASELINES = ("count-only", "random", "kueue-bestfit")
+DEFAULT_POLICIES = ("count-only", "random", "kueue-bestfit", "atoll-strict", "atoll-elastic")
+ATOLL_PREFIX = "atoll-"
+PODSET = "main"
+"""Every simulated job is one PodSet with this name, so identical shapes share cached answers."""
+
+IntArray = npt.NDArray[np.int64]
+Outcome = Literal["admit", "wait", "nofit", "reject"]
+
+
+class PolicyError(ValueError):
+    """A policy name or its profile cannot be used on this cluster model; the message says which."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobShape:
+    """What placement sees of a job: ``pods`` identical pods of ``per_pod``, and its class.
+
+    Hashable: jobs of one shape get identical requests, so the simulator keys its queues by it.
+    ``per_pod.pods`` is 1 (each pod takes one pod slot of its node).
+    """
+
+    pods: int
+    per_pod: ResourceVector
+    kind: str = "training"
+
+    @property
+    def gpus(self) -> int:
+        return self.pods * self.per_pod.gpu
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One placement attempt. ``nodes``/``pods`` (snapshot indices, pods per node) when admitted."""
+
+    outcome: Outcome
+    nodes: IntArray | None = None
+    pods: IntArray | None = None
+    retry_after: float = 0.0
+    relaxed: bool = False
+    message: str = ""
+
+
+class Policy(Protocol):
+    name: str
+    admission_check: bool
+    """True: a failed attempt is an admission-check Retry (the job leaves the queue for its delay)."""
+
+    def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt: ...
+
+    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
+        """Why ``shape`` can never be placed on this flavor (empty and healthy), or None."""
+        ...
+
+
+def island_level_of(snapshot: Snapshot, preferred: str | None = None) -> str:
+    """The island level: ``preferred`` when the flavor has it, else the level just above the node."""
+    if preferred and preferred in snapshot.level_labels:
+        return preferred
+    labels = [lb for lb in snapshot.level_labels if lb != HOSTNAME_LABEL]
+    return labels[-1] if labels else snapshot.level_labels[-1]
+
+
+def _pod_capacity(snapshot: Snapshot, per_pod: ResourceVector) -> IntArray:
+    """Pods of ``per_pod`` each healthy node can take now (GPU, CPU, memory and pod slots)."""
+    req = np.array([per_pod.gpu, per_pod.cpu_milli, per_pod.memory_mib, 1], dtype=np.int64)
+    mask = req > 0
+    cap: IntArray = (snapshot.free[:, mask] // req[mask]).min(axis=1)
+    cap[snapshot.eligible == 0] = 0
+    return cap
+
+
+def _total_capacity(snapshot: Snapshot, per_pod: ResourceVector) -> int:
+    req = np.array([per_pod.gpu, per_pod.cpu_milli, per_pod.memory_mib, 1], dtype=np.int64)
+    mask = req > 0
+    return int((snapshot.alloc[:, mask] // req[mask]).min(axis=1).sum())
+
+
+def _fill(order: IntArray, cap: IntArray, pods: int) -> tuple[IntArray, IntArray]:
+    """Take nodes in ``order``, each as full as it can be, until ``pods`` are placed."""
+    caps = cap[order]
+    cum = np.cumsum(caps)
+    last = int(np.searchsorted(cum, pods))
+    nodes = order[: last + 1]
+    take = caps[: last + 1].copy()
+    take[-1] -= int(cum[last]) - pods
+    keep = take > 0
+    return nodes[keep], take[keep]
+
+
+class _CountPolicy:
+    admission_check = False
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
+        total = _total_capacity(snapshot, shape.per_pod)
+        if total < shape.pods:
+            return f"{shape.pods} pods × {shape.per_pod.gpu} GPU needed, flavor {snapshot.flavor} holds {total} when empty"
+        return None
+
+    def _order(self, cap: IntArray) -> IntArray:
+        raise NotImplementedError
+
+    def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
+        cap = _pod_capacity(snapshot, shape.per_pod)
+        if int(cap.sum()) < shape.pods:
+            return Attempt("nofit", message=f"only {int(cap.sum())} of {shape.pods} pods fit")
+        nodes, take = _fill(self._order(cap), cap, shape.pods)
+        return Attempt("admit", nodes, take)
+
+
+class CountOnlyPolicy(_CountPolicy):
+    """First fit by count in node order: no notion of islands, racks or links."""
+
+    def __init__(self) -> None:
+        super().__init__("count-only")
+
+    def _order(self, cap: IntArray) -> IntArray:
+        return np.flatnonzero(cap)
+
+
+class RandomPolicy(_CountPolicy):
+    """Nodes with room, in a random order drawn from the run's seed."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__("random")
+        self.rng = np.random.default_rng(seed)
+
+    def _order(self, cap: IntArray) -> IntArray:
+        cand = np.flatnonzero(cap)
+        out: IntArray = self.rng.permutation(cand)
+        return out
+
+
+class KueueBestFitPolicy:
+    """Kueue TAS as Kueue computes it (``topology._kueue_tas``), with the annotation a user sets.
+
+    Training jobs: ``podset-preferred-topology: <island level>`` (one island if one fits, else the
+    next level up, else greedy across the flavor: Kueue never waits for a better place). Other
+    classes: no annotation, so Kueue's unconstrained mode. Kueue knows nothing of perf or links.
+    """
+
+    admission_check = False
+
+    def __init__(self, island_level: str | None) -> None:
+        self.name = "kueue-bestfit"
+        self.island_level = island_level
+        self._leaves: dict[tuple[str, int], Any] = {}
+
+    def _mode(self, snapshot: Snapshot, shape: JobShape) -> dict[str, Any]:
+        if shape.kind == "training":
+            return {"preferred_level": island_level_of(snapshot, self.island_level)}
+        return {"unconstrained": True}
+
+    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
+        total = _total_capacity(snapshot, shape.per_pod)
+        if total < shape.pods:
+            return f"{shape.pods} pods × {shape.per_pod.gpu} GPU needed, flavor {snapshot.flavor} holds {total} when empty"
+        return None
+
+    def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
+        raise NotImplementedError("kueue-bestfit needs topology._kueue_tas")
+
+
+@dataclass
+class AtollPolicy:
+    """One Atoll profile, decided by ``policies.decide`` exactly as the controller does."""
+
+    name: str
+    profile_name: str
+    profile: Profile
+    classes: dict[str, WorkloadClass] = field(default_factory=dict)
+    admission_check: bool = True
+
+    def _specs(self, shape: JobShape) -> tuple[PodSetSpec, ...]:
+        return (PodSetSpec(PODSET, shape.pods, shape.per_pod),)
+
+    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
+        return None  # decide() itself rejects what can never fit, with the profile's reason
+
+    def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
+        d = decide(snapshot, self._specs(shape), profile_name=self.profile_name, profile=self.profile, now=now,
+                   wait=wait, workload_class=self.classes.get(shape.kind))
+        if d.outcome == "admit":
+            assert d.placement is not None
+            ps = d.placement.podsets[0]
+            index = snapshot.node_index
+            nodes = np.fromiter((index[n] for n in ps.nodes), dtype=np.int64, count=len(ps.nodes))
+            return Attempt("admit", nodes, np.asarray(ps.pods_per_node, dtype=np.int64), relaxed=d.relaxed, message=d.message)
+        if d.outcome == "wait":
+            return Attempt("wait", retry_after=float(d.retry_after_seconds), relaxed=d.relaxed, message=d.message)
+        return Attempt("reject", message=d.message)
+
+
+def fits_one_island(snapshot: Snapshot, shape: JobShape, island_level: str) -> bool:
+    """Whether the job fits one island of the empty, healthy flavor (memoized by the finder)."""
+    req = PlacementRequest((PodSetRequest(PODSET, shape.pods, shape.per_pod, required_level=island_level),))
+    return never_fits(snapshot, req) is None
+
+
+def make_policies(names: Sequence[str], doc: ProfilesDocument, *, seed: int, island_level: str | None = None) -> list[Policy]:
+    """Policy objects for ``names``; ``atoll-<profile>`` names any profile of ``doc``."""
+    out: list[Policy] = []
+    seen: set[str] = set()
+    for raw in names:
+        name = raw.strip()
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        if name == "count-only":
+            out.append(CountOnlyPolicy())
+        elif name == "random":
+            out.append(RandomPolicy(seed))
+        elif name == "kueue-bestfit":
+            out.append(KueueBestFitPolicy(island_level))
+        elif name.startswith(ATOLL_PREFIX) and name[len(ATOLL_PREFIX):] in doc.profiles:
+            pname = name[len(ATOLL_PREFIX):]
+            out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes)))
+        else:
+            known = list(BASELINES) + [ATOLL_PREFIX + p for p in sorted(doc.profiles)]
+            raise PolicyError(f"--policies: unknown policy {name!r}; choose from {', '.join(known)}")
+    if not out:
+        raise PolicyError("--policies: no policy given")
+    return out

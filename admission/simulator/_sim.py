@@ -1,0 +1,449 @@
+"""The discrete-event simulator: a clock, a Kueue model, and one placement policy at a time.
+
+Events: arrivals (from the trace, in order), completions, and admission-check retry timers.
+After every batch of events at one instant, each touched flavor runs one scheduling pass.
+
+Kueue, as modelled
+    One ClusterQueue per flavor, nominal GPU quota = the flavor's healthy GPUs, queueing
+    strategy BestEffortFIFO: pending workloads are tried in arrival order (Kueue orders by
+    creation time; an admission-check Retry keeps that order), and one that cannot be admitted
+    is skipped so later ones can go. Quota is checked first (usage + request ≤ nominal); no
+    cohorts, borrowing, preemption or priorities. Jobs are routed to a flavor once, before any
+    policy runs (the flavor they name, else in proportion to flavor capacity among the flavors
+    that can ever hold them), so every policy sees the same queues.
+
+Why a pass stays cheap (and stays faithful)
+    Jobs of one shape (pods × per-pod resources × class) get identical requests, so the queue of
+    a flavor is one FIFO per shape and a pass merges their heads in arrival order. A shape whose
+    GPU count exceeds the free quota is skipped whole: that is Kueue's quota check, not an
+    approximation. For a baseline a placement failure marks the whole shape inadmissible until
+    capacity is freed (a completion in the flavor), which is what Kueue does with inadmissible
+    workloads under BestEffortFIFO; it also loses nothing, because every finder here is monotone
+    (a request that fails keeps failing while free capacity only shrinks) and the later jobs of
+    that shape would ask the very same question. So a pass costs O(shapes + admitted) placement
+    calls, not O(pending).
+
+Atoll, as modelled
+    Quota reserved → Atoll's check runs ``policies.decide`` with the job's wait state (when it
+    first waited, how many Retries so far). Admit: the job starts. Wait: Retry with
+    ``requeueAfterSeconds``; Kueue releases the quota and holds the workload back until the
+    delay has passed, so the job is retried when its timer fires, not earlier when capacity
+    frees (Kueue's ``requeueAt`` is not cut short by capacity events). Elastic profiles cap the
+    delay at the remaining relax time, so the retry at ``relaxAfterSeconds`` is the first one
+    allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
+    Decisions take no simulated time.
+
+A started job holds its nodes for ``duration × slowdown`` (the cost model) via
+``Snapshot.reserve``/``release``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from admission.simulator._policies import JobShape, Policy, fits_one_island, island_level_of
+from policies import WaitState
+from topology import ClusterModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
+
+__all__ = [
+    "STATUS_DONE",
+    "STATUS_REJECTED",
+    "STATUS_UNFINISHED",
+    "PreparedWorkload",
+    "SimResult",
+    "SimSettings",
+    "build_snapshots",
+    "prepare_workload",
+    "simulate",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+SlowdownFn = Callable[[Snapshot, IntArray, IntArray, JobShape], float]
+ProgressFn = Callable[[int, int], None]
+
+STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
+_COMPLETE, _RETRY = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    """Knobs of one run. Defaults suit a 2,000-job run and a 100,000-job run alike."""
+
+    island_level: str | None = "nvidia.com/gpu.clique"
+    """Level whose domains count as islands (single-island share, fragmentation, heatmap);
+    a flavor without it uses the level just above the node."""
+    reference_gang_gpus: int = 8
+    """Gang size (GPUs) the fragmentation index is measured against."""
+    samples: int = 2000
+    """Fragmentation samples over the arrival window (each costs one pass over the nodes)."""
+    record_islands: bool = False
+    """Keep per-island usage at the busiest moment (for the heatmap)."""
+    stall_seconds: float = 7 * 86400.0
+    """Stop when nothing runs, nothing is left to arrive, and nothing was admitted for this long
+    (a job whose profile lets it wait forever); such jobs are reported as unfinished."""
+
+
+@dataclass(frozen=True)
+class PreparedWorkload:
+    """Jobs routed to flavors and cut into pods once, shared by every policy of a run."""
+
+    arrival: FloatArray
+    duration: FloatArray
+    gpus: IntArray
+    flavor: IntArray
+    """Flavor index per job, -1 when no flavor can ever hold it."""
+    shape: IntArray
+    """Index into ``shapes`` per job (-1 with flavor -1)."""
+    shapes: tuple[tuple[int, JobShape], ...]
+    """(flavor index, shape) per shape id."""
+    flavors: tuple[FlavorModel, ...]
+    names: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return int(self.arrival.shape[0])
+
+
+@dataclass
+class SimResult:
+    """Everything one policy's run produced; ``_metrics`` turns it into numbers and plots."""
+
+    policy: str
+    arrival: FloatArray
+    start: FloatArray
+    end: FloatArray
+    gpus: IntArray
+    status: IntArray
+    slowdown: FloatArray
+    islands: IntArray
+    """Islands a started job spans (0 when it never started)."""
+    gang_fits_island: npt.NDArray[np.bool_]
+    """Multi-pod jobs that fit one island of their empty flavor."""
+    relaxed: npt.NDArray[np.bool_]
+    attempts: IntArray
+    total_gpus: int
+    times: FloatArray
+    allocated: FloatArray
+    useful: FloatArray
+    """Allocated GPUs weighted by 1/slowdown (the work the ideal placement would do)."""
+    pending: FloatArray
+    frag_times: FloatArray
+    frag_values: FloatArray
+    decisions: int
+    decision_seconds: float
+    wall_seconds: float
+    window: tuple[float, float]
+    """First and last arrival: the span over which load is offered."""
+    busiest_time: float = math.nan
+    island_grid: list[dict[str, Any]] = field(default_factory=list)
+    """Per flavor at the busiest moment: {flavor, level, parents, used, total} (see _plots)."""
+
+
+# --------------------------------------------------------------------------------- preparing
+
+
+def build_snapshots(cluster: ClusterModel) -> list[Snapshot]:
+    return [Snapshot(f.name, f.level_specs(), f.build_nodes(), node_level=f.node_level()) for f in cluster.flavors]
+
+
+def _gpus_per_node(snapshot: Snapshot) -> int:
+    gpus = snapshot.alloc[:, 0]
+    return int(gpus.max()) if gpus.size else 0
+
+
+def _job_attr(job: Any, *names: str, default: Any = None) -> Any:
+    for n in names:
+        if hasattr(job, n):
+            return getattr(job, n)
+    return default
+
+
+def prepare_workload(
+    cluster: ClusterModel,
+    jobs: Sequence[Any],
+    split: Callable[[Any, int], tuple[int, ResourceVector]],
+    *,
+    snapshots: Sequence[Snapshot] | None = None,
+) -> PreparedWorkload:
+    """Route each job to a flavor and cut it into pods (``split(job, gpus_per_node)`` →
+    (pods, per-pod resources)). Jobs are ordered by arrival, ties by their trace order."""
+    snaps = list(snapshots) if snapshots is not None else build_snapshots(cluster)
+    order = sorted(range(len(jobs)), key=lambda i: (float(_job_attr(jobs[i], "arrival", "submit_time")), i))
+    n = len(order)
+    arrival = np.empty(n)
+    duration = np.empty(n)
+    gpus = np.empty(n, dtype=np.int64)
+    flavor = np.full(n, -1, dtype=np.int64)
+    shape = np.full(n, -1, dtype=np.int64)
+    shape_ids: dict[tuple[int, JobShape], int] = {}
+    per_node = [_gpus_per_node(s) for s in snaps]
+    capacity = np.array([s.total_gpus() for s in snaps], dtype=np.float64)
+    fit_cache: dict[tuple[int, JobShape], bool] = {}
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    for k, i in enumerate(order):
+        job = jobs[i]
+        arrival[k] = float(_job_attr(job, "arrival", "submit_time"))
+        duration[k] = float(_job_attr(job, "duration"))
+        gpus[k] = int(_job_attr(job, "gpus", "num_gpu"))
+        kind = str(_job_attr(job, "kind", "workload_class", default="training") or "training")
+        wanted = _job_attr(job, "flavor", "gpu_model", default=None)
+        cands: list[tuple[int, JobShape]] = []
+        for f, snap in enumerate(snaps):
+            if wanted and wanted not in (cluster.flavors[f].name, cluster.flavors[f].gpu_model):
+                continue
+            pods, per_pod = split(job, per_node[f])
+            sh = JobShape(pods, per_pod, kind)
+            key = (f, sh)
+            if key not in fit_cache:
+                fit_cache[key] = _fits_empty(snap, sh)
+            if fit_cache[key]:
+                cands.append(key)
+        if not cands:
+            continue
+        if len(cands) == 1:
+            chosen = cands[0]
+        else:  # capacity-weighted, deterministic: a low-discrepancy draw per job
+            weights = capacity[[c[0] for c in cands]]
+            u = (k * golden) % 1.0
+            chosen = cands[int(np.searchsorted(np.cumsum(weights) / weights.sum(), u, side="right"))]
+        flavor[k] = chosen[0]
+        shape[k] = shape_ids.setdefault(chosen, len(shape_ids))
+    shapes = tuple(sorted(shape_ids, key=shape_ids.__getitem__))
+    names = tuple(str(_job_attr(jobs[i], "job_id", "name", "id", default=i)) for i in order)
+    return PreparedWorkload(arrival, duration, gpus, flavor, shape, shapes, tuple(cluster.flavors), names)
+
+
+def _fits_empty(snapshot: Snapshot, shape: JobShape) -> bool:
+    """The job's pods fit the flavor's healthy nodes when all are empty (policy-independent)."""
+    req = np.array(shape.per_pod.as_tuple()[:3] + (1,), dtype=np.int64)
+    mask = req > 0
+    cap = (snapshot.alloc[:, mask] // req[mask]).min(axis=1)
+    cap[snapshot.eligible == 0] = 0
+    return int(cap.sum()) >= shape.pods
+
+
+# --------------------------------------------------------------------------------- running
+
+
+def _one_slowdown(snapshot: Snapshot, nodes: IntArray, pods: IntArray, shape: JobShape) -> float:
+    return 1.0
+
+
+class _Flavor:
+    """Per-flavor state of a run: snapshot, quota, the FIFO per shape, inadmissible marks."""
+
+    def __init__(self, snapshot: Snapshot, island_label: str) -> None:
+        self.snapshot = snapshot
+        self.nominal = snapshot.free_gpus()
+        self.used = 0
+        self.version = 0
+        self.queues: dict[int, list[int]] = {}
+        self.dead: dict[int, int] = {}
+        self.island_label = island_label
+        self.island = snapshot.level_index(island_label)
+
+
+def simulate(
+    cluster: ClusterModel,
+    work: PreparedWorkload,
+    policy: Policy,
+    *,
+    settings: SimSettings = SimSettings(),
+    slowdown: SlowdownFn = _one_slowdown,
+    progress: ProgressFn | None = None,
+) -> SimResult:
+    """Replay ``work`` on a fresh copy of ``cluster`` under ``policy``. Deterministic."""
+    wall0 = time.perf_counter()
+    snaps = build_snapshots(cluster)
+    fl = [_Flavor(s, island_level_of(s, settings.island_level)) for s in snaps]
+    total_gpus = sum(f.nominal for f in fl)
+    n = len(work)
+    shape_of = work.shape
+    shapes = work.shapes
+    shape_gpus = [sh.gpus for _, sh in shapes]
+    shape_fits = [sh.pods > 1 and fits_one_island(fl[f].snapshot, sh, fl[f].island_label) for f, sh in shapes]
+
+    start = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    status = np.zeros(n, dtype=np.int64)
+    slow = np.full(n, np.nan)
+    islands = np.zeros(n, dtype=np.int64)
+    relaxed = np.zeros(n, dtype=bool)
+    attempts = np.zeros(n, dtype=np.int64)
+    first_wait = np.full(n, np.nan)
+    placed: dict[int, tuple[IntArray, IntArray]] = {}
+
+    events: list[tuple[float, int, int, int]] = []  # (time, seq, kind, job)
+    seq = 0
+    nxt = 0
+    running_gpus = 0
+    useful_gpus = 0.0
+    pending = 0
+    decisions = 0
+    decision_s = 0.0
+    arr = work.arrival
+    window = (float(arr[0]), float(arr[-1])) if n else (0.0, 0.0)
+    sample_every = max(1.0, (window[1] - window[0]) / max(1, settings.samples))
+    next_sample = window[0]
+    times, alloc_t, useful_t, pend_t = array("d"), array("d"), array("d"), array("d")
+    frag_t, frag_v = array("d"), array("d")
+    busiest = -1
+    busiest_time = math.nan
+    grid: list[dict[str, Any]] = []
+    last_admit = window[0]
+
+    def enqueue(j: int) -> int:
+        f = fl[work.flavor[j]]
+        sid = int(shape_of[j])
+        heapq.heappush(f.queues.setdefault(sid, []), j)
+        return int(work.flavor[j])
+
+    def run_pass(fi: int, now: float) -> bool:
+        nonlocal seq, running_gpus, useful_gpus, pending, decisions, decision_s
+        f = fl[fi]
+        snap = f.snapshot
+        free_quota = f.nominal - f.used
+        heads = [(q[0], sid) for sid, q in f.queues.items() if shape_gpus[sid] <= free_quota and f.dead.get(sid) != f.version]
+        heapq.heapify(heads)
+        admitted = False
+        while heads:
+            j, sid = heapq.heappop(heads)
+            if shape_gpus[sid] > f.nominal - f.used:
+                continue
+            shape = shapes[sid][1]
+            fw = first_wait[j]
+            wait = WaitState(None if math.isnan(fw) else float(fw), int(attempts[j]))
+            t0 = time.perf_counter()
+            att = policy.attempt(snap, shape, now=now, wait=wait)
+            decision_s += time.perf_counter() - t0
+            decisions += 1
+            if att.outcome == "nofit":
+                f.dead[sid] = f.version
+                continue
+            q = f.queues[sid]
+            heapq.heappop(q)
+            if q:
+                heapq.heappush(heads, (q[0], sid))
+            else:
+                del f.queues[sid]
+            if att.outcome == "admit":
+                assert att.nodes is not None and att.pods is not None
+                for node, k in zip(att.nodes.tolist(), att.pods.tolist()):
+                    snap.reserve(node, shape.per_pod.scaled(k))
+                f.used += shape.gpus
+                s = float(slowdown(snap, att.nodes, att.pods, shape))
+                placed[j] = (att.nodes, att.pods)
+                start[j] = now
+                slow[j] = s
+                islands[j] = int(np.unique(snap.node_dom[f.island, att.nodes]).size)
+                relaxed[j] = att.relaxed
+                done_at = now + float(work.duration[j]) * s
+                heapq.heappush(events, (done_at, seq, _COMPLETE, j))
+                seq += 1
+                running_gpus += shape.gpus
+                useful_gpus += shape.gpus / s
+                pending -= 1
+                admitted = True
+            elif att.outcome == "wait":
+                if math.isnan(first_wait[j]):
+                    first_wait[j] = now
+                attempts[j] += 1
+                heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
+                seq += 1
+            else:  # reject
+                status[j] = STATUS_REJECTED
+                pending -= 1
+        return admitted
+
+    while nxt < n or events:
+        now = min(arr[nxt] if nxt < n else math.inf, events[0][0] if events else math.inf)
+        touched: set[int] = set()
+        while events and events[0][0] == now:
+            _, _, kind, j = heapq.heappop(events)
+            fi = int(work.flavor[j])
+            f = fl[fi]
+            if kind == _COMPLETE:
+                nodes, pods = placed.pop(j)
+                shape = shapes[int(shape_of[j])][1]
+                for node, k in zip(nodes.tolist(), pods.tolist()):
+                    f.snapshot.release(node, shape.per_pod.scaled(k))
+                f.used -= shape.gpus
+                f.version += 1
+                end[j] = now
+                status[j] = STATUS_DONE
+                running_gpus -= shape.gpus
+                useful_gpus -= shape.gpus / float(slow[j])
+            else:
+                enqueue(j)
+            touched.add(fi)
+        while nxt < n and arr[nxt] == now:
+            if work.flavor[nxt] < 0:
+                status[nxt] = STATUS_REJECTED
+            else:
+                touched.add(enqueue(nxt))
+                pending += 1
+            nxt += 1
+            if progress is not None and nxt % 500 == 0:
+                progress(nxt, n)
+        for fi in sorted(touched):
+            if run_pass(fi, now):
+                last_admit = now
+        times.append(now)
+        alloc_t.append(running_gpus)
+        useful_t.append(useful_gpus)
+        pend_t.append(pending)
+        if now >= next_sample and now <= window[1]:
+            frag_t.append(now)
+            frag_v.append(_fragmentation(fl, settings.reference_gang_gpus))
+            next_sample = now + sample_every
+        if settings.record_islands and running_gpus > busiest:
+            busiest = running_gpus
+            busiest_time = now
+            grid = [_island_grid(f) for f in fl]
+        if nxt >= n and running_gpus == 0 and now - last_admit > settings.stall_seconds:
+            break
+    if progress is not None:
+        progress(n, n)
+
+    return SimResult(
+        policy=policy.name, arrival=arr, start=start, end=end, gpus=work.gpus, status=status, slowdown=slow,
+        islands=islands, gang_fits_island=np.array([shape_fits[s] if s >= 0 else False for s in shape_of.tolist()], dtype=bool),
+        relaxed=relaxed, attempts=attempts, total_gpus=total_gpus,
+        times=np.frombuffer(times), allocated=np.frombuffer(alloc_t), useful=np.frombuffer(useful_t),
+        pending=np.frombuffer(pend_t), frag_times=np.frombuffer(frag_t), frag_values=np.frombuffer(frag_v),
+        decisions=decisions, decision_seconds=decision_s, wall_seconds=time.perf_counter() - wall0, window=window,
+        busiest_time=busiest_time, island_grid=grid,
+    )
+
+
+def _fragmentation(fl: Sequence[_Flavor], reference_gpus: int) -> float:
+    """Fragmentation index of each flavor at its island level, weighted by free GPUs."""
+    total = 0.0
+    weight = 0.0
+    for f in fl:
+        free = f.snapshot.free_gpus()
+        if free:
+            total += free * fragmentation_index(f.snapshot, f.island, reference_gpus)
+            weight += free
+    return total / weight if weight else 0.0
+
+
+def _island_grid(f: _Flavor) -> dict[str, Any]:
+    """Used and total GPUs per island, islands grouped by their parent domain (heatmap rows)."""
+    snap = f.snapshot
+    free = island_free_gpus(snap, f.island)
+    alloc = np.where(snap.eligible.astype(bool), snap.alloc[:, 0], 0)
+    pc = np.concatenate(([0], np.cumsum(alloc)))
+    b = snap.bounds[snap.bptr[f.island]: snap.bptr[f.island + 1]]
+    total = pc[b[1:]] - pc[b[:-1]]
+    parents = [p[:-1] for p in snap.domain_values[f.island]]
+    return {"flavor": snap.flavor, "level": f.island_label, "parents": parents, "used": (total - free).tolist(), "total": total.tolist()}

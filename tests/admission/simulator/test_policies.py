@@ -1,0 +1,136 @@
+"""The compared policies: count-only first fit scatters, random is seeded, Atoll goes through
+``policies.decide`` (one island, wait with backoff, relax on time), names are checked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from admission.simulator._policies import (
+    AtollPolicy,
+    CountOnlyPolicy,
+    JobShape,
+    KueueBestFitPolicy,
+    PolicyError,
+    RandomPolicy,
+    fits_one_island,
+    island_level_of,
+    make_policies,
+)
+from policies import WaitState, load_profiles
+from topology import Level, NodeInfo, ResourceVector, Snapshot
+
+CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
+DOC = load_profiles(f"""
+defaultProfile: elastic
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}}}}
+  elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 300, retry: {{initialSeconds: 10, maxSeconds: 60}}}}
+""")
+
+
+def snapshot(used_first_node: int = 0) -> Snapshot:
+    """2 SUs × 2 islands × 4 nodes × 4 GPUs; ``used_first_node`` GPUs taken on each island's first node."""
+    nodes = []
+    for u in range(2):
+        for c in range(2):
+            for n in range(4):
+                used = ResourceVector(gpu=used_first_node, pods=1 if used_first_node else 0) if n == 0 else ResourceVector()
+                nodes.append(NodeInfo(f"u{u}c{c}n{n}", {SU: f"u{u}", CLIQUE: f"u{u}c{c}"}, ResourceVector(4, 1000, 1000, 10), used))
+    return Snapshot("f", [Level(SU, 50), Level(CLIQUE, 1800)], nodes)
+
+
+def shape(pods: int, gpus: int = 4) -> JobShape:
+    return JobShape(pods, ResourceVector(gpu=gpus, pods=1))
+
+
+def islands_of(snap: Snapshot, nodes: np.ndarray) -> int:
+    return int(np.unique(snap.node_dom[snap.level_index(CLIQUE), nodes]).size)
+
+
+def test_count_only_takes_the_first_nodes_with_room_and_crosses_islands() -> None:
+    snap = snapshot()
+    for i in (0, 2, 5):  # holes early in node order
+        snap.reserve(i, ResourceVector(gpu=4, pods=1))
+    att = CountOnlyPolicy().attempt(snap, shape(4), now=0.0, wait=WaitState())
+    assert att.outcome == "admit"
+    assert att.nodes.tolist() == [1, 3, 4, 6] and att.pods.tolist() == [1, 1, 1, 1]
+    assert islands_of(snap, att.nodes) == 2
+
+
+def test_count_only_packs_small_pods_onto_one_node() -> None:
+    att = CountOnlyPolicy().attempt(snapshot(), shape(3, gpus=1), now=0.0, wait=WaitState())
+    assert att.nodes.tolist() == [0] and att.pods.tolist() == [3]
+
+
+def test_count_only_reports_nofit_when_the_count_does_not_fit() -> None:
+    snap = snapshot(used_first_node=4)
+    att = CountOnlyPolicy().attempt(snap, shape(13), now=0.0, wait=WaitState())
+    assert att.outcome == "nofit" and "12 of 13" in att.message
+
+
+def test_random_is_seeded_and_respects_free_capacity() -> None:
+    snap = snapshot(used_first_node=4)
+    a = [RandomPolicy(7).attempt(snap, shape(5), now=0.0, wait=WaitState()).nodes.tolist() for _ in range(2)]
+    assert a[0] == a[1]
+    draws = {tuple(RandomPolicy(s).attempt(snap, shape(5), now=0.0, wait=WaitState()).nodes.tolist()) for s in range(6)}
+    assert len(draws) > 1
+    for nodes in draws:
+        assert not {0, 4, 8, 12} & set(nodes)  # the full nodes are never chosen
+
+
+def test_atoll_strict_admits_inside_one_island() -> None:
+    snap = snapshot()
+    for i in (0, 5):
+        snap.reserve(i, ResourceVector(gpu=4, pods=1))
+    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
+    att = policy.attempt(snap, shape(4), now=0.0, wait=WaitState())
+    assert att.outcome == "admit" and islands_of(snap, att.nodes) == 1
+
+
+def test_atoll_strict_waits_with_the_profile_backoff() -> None:
+    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
+    snap = snapshot(used_first_node=4)
+    delays = [policy.attempt(snap, shape(4), now=100.0, wait=WaitState(0.0, a)).retry_after for a in range(4)]
+    assert delays == [30, 60, 120, 120]
+
+
+def test_atoll_elastic_spans_only_after_the_relax_time() -> None:
+    (policy,) = make_policies(["atoll-elastic"], DOC, seed=0)
+    snap = snapshot(used_first_node=4)  # every island has 3 free nodes: a 4-node gang must span
+    before = policy.attempt(snap, shape(4), now=299.0, wait=WaitState(0.0, 5))
+    after = policy.attempt(snap, shape(4), now=300.0, wait=WaitState(0.0, 6))
+    assert before.outcome == "wait" and before.retry_after == 1  # capped at the remaining relax time
+    assert after.outcome == "admit" and after.relaxed and islands_of(snap, after.nodes) == 2
+
+
+def test_atoll_rejects_what_can_never_fit_its_profile() -> None:
+    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
+    att = policy.attempt(snapshot(), shape(5), now=0.0, wait=WaitState())
+    assert att.outcome == "reject" and "never fits" in att.message
+
+
+def test_fits_one_island_uses_the_empty_flavor() -> None:
+    snap = snapshot(used_first_node=4)
+    assert fits_one_island(snap, shape(4), CLIQUE)
+    assert not fits_one_island(snap, shape(5), CLIQUE)
+
+
+def test_island_level_falls_back_to_the_level_above_the_node() -> None:
+    snap = snapshot()
+    assert island_level_of(snap, CLIQUE) == CLIQUE
+    assert island_level_of(snap, "example.com/absent") == CLIQUE
+    assert island_level_of(snap, None) == CLIQUE
+
+
+def test_make_policies_names_every_choice_on_a_typo() -> None:
+    with pytest.raises(PolicyError) as err:
+        make_policies(["count-only", "atoll-strcit"], DOC, seed=0)
+    assert "atoll-strcit" in str(err.value) and "atoll-elastic" in str(err.value) and "kueue-bestfit" in str(err.value)
+
+
+def test_make_policies_builds_each_kind_once_in_order() -> None:
+    got = make_policies(["random", "atoll-elastic", "kueue-bestfit", "random", "count-only"], DOC, seed=3)
+    assert [p.name for p in got] == ["random", "atoll-elastic", "kueue-bestfit", "count-only"]
+    assert isinstance(got[1], AtollPolicy) and got[1].admission_check
+    assert isinstance(got[2], KueueBestFitPolicy) and not got[2].admission_check

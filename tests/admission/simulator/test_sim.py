@@ -1,0 +1,160 @@
+"""The event loop: Kueue's BestEffortFIFO with quota, Atoll's Retry/backoff/relaxation through
+``policies.decide``, one-island placement for strict, scattering for count-only, determinism."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from admission.simulator._policies import make_policies
+from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED, SimSettings, prepare_workload, simulate
+from policies import load_profiles
+from topology import ClusterModel, ResourceVector
+
+CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
+DOC = load_profiles(f"""
+defaultProfile: elastic
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}}}
+  elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 300, retry: {{initialSeconds: 15, maxSeconds: 300}}}}
+""")
+
+
+@dataclass(frozen=True)
+class Job:
+    arrival: float
+    duration: float
+    gpus: int
+
+
+def split(job: Job, per_node: int) -> tuple[int, ResourceVector]:
+    if job.gpus <= per_node:
+        return 1, ResourceVector(gpu=job.gpus, pods=1)
+    return -(-job.gpus // per_node), ResourceVector(gpu=per_node, pods=1)
+
+
+def cluster(sus: int = 2, racks: int = 2, nodes: int = 4, used: dict[str, int] | None = None) -> ClusterModel:
+    """``sus`` × ``racks`` islands of ``nodes`` × 4 GPUs; ``used`` pre-occupies named nodes (GPUs)."""
+    flavor: dict = {
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+    }
+    if used is None:
+        flavor["generate"] = [{"level": SU, "count": sus, "prefix": "u"}, {"level": CLIQUE, "count": racks, "prefix": "r"},
+                              {"level": "kubernetes.io/hostname", "count": nodes, "prefix": "n"}]
+    else:
+        flavor["nodes"] = [
+            {"name": f"u{u}r{r}n{n}", "labels": {SU: f"u{u}", CLIQUE: f"u{u}r{r}"},
+             "used": {"nvidia.com/gpu": used.get(f"u{u}r{r}n{n}", 0)}}
+            for u in range(sus) for r in range(racks) for n in range(nodes)
+        ]
+    return ClusterModel.model_validate({"name": "test", "flavors": [flavor]})
+
+
+def run(model: ClusterModel, jobs: list[Job], policy: str, **settings: float):
+    work = prepare_workload(model, jobs, split)
+    (pol,) = make_policies([policy], DOC, seed=11)
+    return simulate(model, work, pol, settings=SimSettings(**settings))
+
+
+def busy_workload(n: int = 300, seed: int = 5) -> list[Job]:
+    """Gangs of 1-16 GPUs arriving fast enough to keep a 64-GPU cluster queued."""
+    rng = random.Random(seed)
+    t = 0.0
+    out = []
+    for _ in range(n):
+        t += rng.expovariate(1 / 40)
+        out.append(Job(t, rng.uniform(200, 2000), rng.choice([1, 2, 4, 8, 8, 12, 16, 16])))
+    return out
+
+
+def test_atoll_strict_puts_every_gang_that_fits_an_island_in_one() -> None:
+    res = run(cluster(), busy_workload(), "atoll-strict")
+    gangs = res.gang_fits_island & (res.status == STATUS_DONE)
+    assert gangs.sum() > 50
+    assert (res.islands[gangs] == 1).all()
+    assert (res.status == STATUS_DONE).all()
+
+
+def test_count_only_scatters_gangs_across_islands_under_load() -> None:
+    res = run(cluster(), busy_workload(), "count-only")
+    gangs = res.gang_fits_island & (res.status == STATUS_DONE)
+    assert (res.islands[gangs] > 1).mean() > 0.1
+
+
+def test_runs_are_deterministic_for_a_seed() -> None:
+    a = run(cluster(), busy_workload(), "random")
+    b = run(cluster(), busy_workload(), "random")
+    np.testing.assert_array_equal(a.start, b.start)
+    np.testing.assert_array_equal(a.islands, b.islands)
+    c = run(cluster(), busy_workload(seed=6), "random")
+    assert not np.array_equal(a.start[: len(c.start)], c.start)
+
+
+def test_every_job_completes_after_its_duration_and_gpus_never_overflow() -> None:
+    jobs = busy_workload()
+    for policy in ("count-only", "atoll-elastic"):
+        res = run(cluster(), jobs, policy)
+        assert (res.status == STATUS_DONE).all()
+        np.testing.assert_allclose(res.end - res.start, np.array([j.duration for j in sorted(jobs, key=lambda j: j.arrival)]) * res.slowdown)
+        assert (res.start >= res.arrival).all()
+        assert res.allocated.max() <= res.total_gpus == 64
+
+
+def test_elastic_spans_exactly_at_the_relax_time_and_not_before() -> None:
+    # each island keeps one node busy for good: a 16-GPU gang (4 nodes) fits no island
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    res = run(model, [Job(0.0, 100.0, 16)], "atoll-elastic")
+    assert res.start[0] == pytest.approx(300.0)  # retries at 15, 45, 105, 225, then capped to land on 300
+    assert res.relaxed[0] and res.islands[0] == 2
+    assert res.attempts[0] == 5
+
+
+def test_strict_waits_forever_for_an_island_that_never_frees_and_is_reported_unfinished() -> None:
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    res = run(model, [Job(0.0, 100.0, 16)], "atoll-strict", stall_seconds=3600.0)
+    assert res.status[0] == STATUS_UNFINISHED and np.isnan(res.start[0])
+
+
+def test_strict_retries_after_its_backoff_not_when_capacity_frees() -> None:
+    # a 16-GPU blocker fills island r0 until t=100; r1 and r2 each have a busy node, so the
+    # 16-GPU gang arriving at t=1 has quota (24 GPUs free) but no island
+    model = cluster(sus=1, racks=3, used={"u0r1n0": 4, "u0r2n0": 4})
+    jobs = [Job(0.0, 100.0, 16), Job(1.0, 50.0, 16)]
+    strict = run(model, jobs, "atoll-strict")
+    assert strict.start[1] == pytest.approx(1.0 + 30 + 60 + 120)  # Retries at 31 and 91 fail; 211 admits
+    assert strict.attempts[1] == 3 and strict.islands[1] == 1
+
+
+def test_a_job_blocked_by_quota_is_retried_when_capacity_frees() -> None:
+    model = cluster(sus=1, racks=2, used={"u0r1n0": 4})  # 28 GPUs of quota
+    jobs = [Job(0.0, 100.0, 16), Job(1.0, 50.0, 16)]
+    for policy in ("atoll-strict", "count-only"):
+        res = run(model, jobs, policy)
+        assert res.start[1] == pytest.approx(100.0)  # no Retry: Kueue never reserved quota for it
+        assert res.attempts[1] == 0
+
+
+def test_best_effort_fifo_lets_a_small_job_pass_a_big_one_that_does_not_fit() -> None:
+    model = cluster(sus=1, racks=2)
+    jobs = [Job(0.0, 1000.0, 16), Job(1.0, 1000.0, 32), Job(2.0, 10.0, 4)]
+    res = run(model, jobs, "count-only")
+    assert res.start[0] == 0.0
+    assert res.start[2] == 2.0  # the 4-GPU job goes while the 32-GPU one waits for quota
+    assert res.start[1] == pytest.approx(1000.0)
+
+
+def test_jobs_no_flavor_can_hold_are_rejected_at_arrival() -> None:
+    res = run(cluster(sus=1, racks=1), [Job(0.0, 10.0, 64), Job(1.0, 10.0, 4)], "count-only")
+    assert res.status.tolist() == [STATUS_REJECTED, STATUS_DONE]
+
+
+def test_quota_is_the_flavor_capacity_kueue_can_use() -> None:
+    model = cluster(sus=1, racks=1, used={"u0r0n0": 4})
+    res = run(model, [Job(0.0, 100.0, 8), Job(0.0, 100.0, 8)], "count-only")
+    assert res.total_gpus == 12
+    assert res.start.tolist() == [0.0, 100.0]

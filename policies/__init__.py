@@ -6,7 +6,10 @@ Pure: no Kubernetes I/O, no clock; ``admission`` supplies the snapshot, the time
 from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, decide
 from policies._loading import PROFILES_KEY, ProfilesError, load_profiles, load_profiles_file, profiles_from_configmap
 from policies._profiles import (
+    DEFAULT_FABRIC_LINK,
+    DEFAULT_LINKS,
     FlavorSettings,
+    LinkSettings,
     FragmentationSettings,
     Profile,
     ProfilesDocument,
@@ -16,10 +19,13 @@ from policies._profiles import (
 )
 
 __all__ = [
+    "DEFAULT_FABRIC_LINK",
+    "DEFAULT_LINKS",
     "PROFILES_KEY",
     "Decision",
     "FlavorSettings",
     "FragmentationSettings",
+    "LinkSettings",
     "Outcome",
     "PodSetSpec",
     "Profile",

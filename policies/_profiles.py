@@ -11,7 +11,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
+    "DEFAULT_FABRIC_LINK",
+    "DEFAULT_LINKS",
     "FlavorSettings",
+    "LinkSettings",
     "FragmentationSettings",
     "Profile",
     "ProfilesDocument",
@@ -87,10 +90,27 @@ class WorkloadClass(_Strict):
     spread: SpreadSettings | None = None
 
 
+class LinkSettings(_Strict):
+    """Per-GPU bandwidth and latency between two GPUs whose lowest common domain is at a level."""
+
+    bandwidth_gbps: float = Field(gt=0, alias="bandwidthGBps")
+    latency_us: float = Field(default=5.0, ge=0, alias="latencyUs")
+
+
 class FlavorSettings(_Strict):
     topology: str = Field(min_length=1)
+    """The Kueue Topology object whose levels describe this flavor's fabric."""
     enforcement: Literal["domain", "exact"] = "domain"
+    links: dict[str, LinkSettings] = Field(default_factory=dict)
+    """Link model per level label; levels not listed use Atoll's defaults (see DEFAULT_LINKS)."""
 
+
+DEFAULT_LINKS: dict[str, tuple[float, float]] = {
+    "kubernetes.io/hostname": (900.0, 1.0),   # NVLink 4 inside an HGX/DGX H100 node
+    "nvidia.com/gpu.clique": (1800.0, 1.0),   # NVLink 5 inside a GB200 NVL72 rack
+}
+"""Defaults (GB/s per GPU, µs) by label; any other level is an InfiniBand NDR hop (50 GB/s, 5 µs)."""
+DEFAULT_FABRIC_LINK = (50.0, 5.0)
 
 _DEFAULT_PROFILES = {
     "strict": Profile(requiredLevel="nvidia.com/gpu.clique"),

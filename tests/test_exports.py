@@ -14,7 +14,7 @@ EXPECTED = {
         "find_placement", "fragmentation_index", "island_free_gpus", "load_cluster_model", "never_fits", "node_is_healthy",
     },
     "policies": {
-        "PROFILES_KEY", "Decision", "FlavorSettings", "FragmentationSettings", "Outcome", "PodSetSpec", "Profile",
+        "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "LinkSettings", "PROFILES_KEY", "Decision", "FlavorSettings", "FragmentationSettings", "Outcome", "PodSetSpec", "Profile",
         "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "WaitState",
         "WorkloadClass", "decide", "load_profiles", "load_profiles_file", "profiles_from_configmap",
     },

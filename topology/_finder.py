@@ -83,8 +83,10 @@ def _per_pod(ps: PodSetRequest) -> np.ndarray:
     return np.array([ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib, 1], dtype=np.int64)
 
 
-def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Backend = "numba") -> Placement:
-    """Place every PodSet of ``request`` on ``snapshot``, or explain why not. Deterministic."""
+def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Backend = "numba", explain: bool = True) -> Placement:
+    """Place every PodSet of ``request`` on ``snapshot``, or explain why not. Deterministic.
+
+    ``explain=False`` skips the why-not verdicts (hot loops that only need the placement)."""
     kernel = _KERNELS[backend]
     n = snapshot.num_nodes
     free = snapshot.free.copy() if len(request.podsets) > 1 else snapshot.free
@@ -122,13 +124,15 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
             mode, target, span, spread_level, spread_max, flags | (4 if ps.uniform_perf else 0), take, cap,
         )
         if not ok:
-            why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1))
+            if explain:
+                why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1))
             reason = _no_fit_reason(snapshot, cap, ps, target, span, mode, lo, hi)
             return Placement(False, reason=reason, why_not=tuple(why))
         result = _describe(snapshot, ps, take, island)
         placed[ps.name] = result
         out.append(result)
-        why.extend(_why_not(snapshot, cap, ps, island if mode == _kernels.MODE_SPREAD else target, int(dom) if int(lvl) == target else -1))
+        if explain:
+            why.extend(_why_not(snapshot, cap, ps, island if mode == _kernels.MODE_SPREAD else target, int(dom) if int(lvl) == target else -1))
         if i + 1 < len(request.podsets):
             free -= take[:, None] * req[None, :]
     return Placement(True, podsets=tuple(out), why_not=tuple(why))
@@ -158,9 +162,11 @@ def _describe(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, island: i
 
 
 def _domain_caps(snapshot: Snapshot, cap: np.ndarray, level: int) -> np.ndarray:
-    pc = np.concatenate(([0], np.cumsum(cap)))
-    b = snapshot.bounds[snapshot.bptr[level]: snapshot.bptr[level + 1]]
-    return pc[b[1:]] - pc[b[:-1]]
+    starts = snapshot.bounds[snapshot.bptr[level]: snapshot.bptr[level + 1] - 1]
+    if cap.size == 0:
+        return np.zeros(starts.size, dtype=np.int64)
+    out: np.ndarray = np.add.reduceat(cap, starts)
+    return out
 
 
 def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int, chosen: int, limit: int = 3) -> list[DomainVerdict]:

@@ -1,0 +1,107 @@
+"""Prometheus metrics and the health endpoints.
+
+Each ``Metrics`` owns its registry (no process-global state), so tests and several controllers
+in one process do not collide. Gauges about the fabric are set by the worker after it changes
+them, never computed on the scrape thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["HttpEndpoints", "Metrics"]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter("atoll_decisions", "Placement decisions by outcome (admit, wait, reject).", ["outcome"], registry=r)
+        self.decision_latency = Histogram("atoll_decision_latency_seconds", "From picking a Workload up to its check entry written.",
+                                          buckets=_LATENCY_BUCKETS, registry=r)
+        self.waiting = Gauge("atoll_waiting_workloads", "Workloads whose last decision was to wait, by reason.", ["reason"], registry=r)
+        self.free_gpus = Gauge("atoll_free_gpus", "Free GPUs on healthy nodes after reservations, per flavor.", ["flavor"], registry=r)
+        self.fragmentation = Gauge("atoll_fragmentation_index",
+                                   "Share of free GPUs stranded in islands too small for the reference gang, per flavor.",
+                                   ["flavor"], registry=r)
+        self.config_rejections = Counter("atoll_config_rejections", "Profiles documents (or node annotations) refused as invalid.",
+                                         ["source"], registry=r)
+        self.api_write_failures = Counter("atoll_api_write_failures", "Writes that failed after retries, by error.", ["error"], registry=r)
+        self.leader = Gauge("atoll_leader", "1 while this replica holds the leader Lease.", registry=r)
+        self.config_valid = Gauge("atoll_config_valid", "1 while a valid profiles document is in force.", registry=r)
+
+    def set_waiting(self, counts: Mapping[str, int]) -> None:
+        for reason in ("no-domain", "relax-pending", "config"):
+            self.waiting.labels(reason).set(counts.get(reason, 0))
+        for reason, n in counts.items():
+            self.waiting.labels(reason).set(n)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    routes: Mapping[str, Callable[[], tuple[int, str, bytes]]] = {}
+
+    def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
+        route = self.routes.get(self.path.split("?", 1)[0])
+        code, ctype, body = route() if route else (404, "text/plain", b"not found\n")
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
+        return
+
+
+class HttpEndpoints:
+    """``/metrics`` on one port, ``/healthz`` and ``/readyz`` on another (0 = not served)."""
+
+    def __init__(self, metrics: Metrics, *, alive: Callable[[], tuple[bool, str]], ready: Callable[[], tuple[bool, str]],
+                 bind: str = "0.0.0.0", metrics_port: int = 8080, health_port: int = 8081) -> None:
+        def probe(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[int, str, bytes]]:
+            def answer() -> tuple[int, str, bytes]:
+                ok, why = check()
+                return (200 if ok else 503), "text/plain", (why + "\n").encode()
+            return answer
+
+        health = {"/healthz": probe(alive), "/readyz": probe(ready)}
+        exposition = {"/metrics": lambda: (200, CONTENT_TYPE_LATEST, metrics.exposition())}
+        plans: list[tuple[int, Mapping[str, Callable[[], tuple[int, str, bytes]]]]] = []
+        if metrics_port and metrics_port == health_port:
+            plans.append((metrics_port, {**health, **exposition}))
+        else:
+            if metrics_port:
+                plans.append((metrics_port, exposition))
+            if health_port:
+                plans.append((health_port, health))
+        self.servers: list[ThreadingHTTPServer] = []
+        for port, routes in plans:
+            handler = type("Handler", (_Handler,), {"routes": routes})
+            self.servers.append(ThreadingHTTPServer((bind, port), handler))
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def ports(self) -> list[int]:
+        return [int(s.server_address[1]) for s in self.servers]
+
+    def start(self) -> None:
+        for server in self.servers:
+            t = threading.Thread(target=server.serve_forever, name=f"http-{server.server_address[1]}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()

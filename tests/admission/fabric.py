@@ -1,0 +1,169 @@
+"""A small GPU fabric per test on the real apiserver, and a controller wired to it.
+
+Every test gets its own namespace, nodes, Topology, ResourceFlavor, AdmissionCheck and
+ClusterQueue (names derived from the namespace), so tests share one apiserver without seeing
+each other: the controller serves only its test's AdmissionCheck and the flavor selects only
+its test's nodes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from admission._controller import Controller
+from admission._kube import KubePort
+from admission._metrics import Metrics
+from admission._port import ManualClock
+from admission._records import Recorder
+from admission._settings import ConfigSettings, KueueSettings, Settings
+from tests.kube_objects import GROUP, VERSION, KueueActor, admission_check, cluster_queue, create_node, local_queue, node, resource_flavor, topology, workload
+
+BLOCK = "network.example.com/block"
+CLIQUE = "nvidia.com/gpu.clique"
+POOL = "atoll.dev/test-pool"
+
+
+def profiles_doc(flavor: str, topo: str, **extra: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "defaultProfile": "strict",
+        "flavors": {flavor: {"topology": topo}},
+        "profiles": {
+            "strict": {"requiredLevel": CLIQUE, "retry": {"initialSeconds": 30, "maxSeconds": 600}},
+            "elastic": {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 300,
+                        "retry": {"initialSeconds": 20, "maxSeconds": 300}},
+        },
+        "classes": {"training": {"perfFloor": 0.9, "uniformPerf": True}},
+    }
+    doc.update(extra)
+    return doc
+
+
+@dataclass
+class Fabric:
+    """One test's slice of the cluster, with Kueue played by ``kueue``."""
+
+    api: Any
+    ns: str
+    clock: ManualClock = field(default_factory=ManualClock)
+    records: io.StringIO = field(default_factory=io.StringIO)
+
+    def __post_init__(self) -> None:
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.flavor = f"{self.ns}-gpu"
+        self.topology = f"{self.ns}-topo"
+        self.check = f"{self.ns}-check"
+        self.cq = f"{self.ns}-cq"
+        self.kueue = KueueActor(self.api, self.check)
+        self.port = KubePort(self.api)
+        self.metrics = Metrics()
+
+    # ------------------------------------------------------------------ cluster objects
+
+    def node_name(self, block: int, clique: int, i: int) -> str:
+        return f"{self.ns}-b{block}c{clique}n{i}"
+
+    def add_nodes(self, blocks: int = 2, cliques: int = 2, per_clique: int = 2, gpus: int = 4, **node_kw: Any) -> list[str]:
+        names = []
+        for b in range(blocks):
+            for c in range(cliques):
+                for i in range(per_clique):
+                    names.append(self.add_node(b, c, i, gpus, **node_kw))
+        return names
+
+    def add_node(self, block: int, clique: int, i: int, gpus: int = 4, **node_kw: Any) -> str:
+        name = self.node_name(block, clique, i)
+        labels = {POOL: self.ns, BLOCK: f"{self.ns}-b{block}", CLIQUE: f"{self.ns}-b{block}c{clique}"}
+        body = node(name, labels, gpus, **node_kw)
+        create_node(self.core, body)
+        # the apiserver taints new nodes not-ready; the node lifecycle controller (absent here) lifts it
+        self.core.patch_node(name, {"spec": {"taints": body["spec"]["taints"]}})
+        return name
+
+    def clique(self, block: int, clique: int) -> str:
+        return f"{self.ns}-b{block}c{clique}"
+
+    def install(self, profiles: dict[str, Any] | None = None, *, nodes: bool = True) -> Fabric:
+        if nodes:
+            self.add_nodes()
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "topologies", topology(self.topology, [BLOCK, CLIQUE]))
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", resource_flavor(self.flavor, {POOL: self.ns}))
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "admissionchecks", admission_check(self.check))
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(self.cq, self.flavor, 1000, self.check))
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "localqueues", local_queue(self.ns, "lq", self.cq))
+        self.set_profiles(profiles or profiles_doc(self.flavor, self.topology), create=True)
+        return self
+
+    def set_profiles(self, doc: dict[str, Any] | str, *, create: bool = False) -> None:
+        text = doc if isinstance(doc, str) else yaml.safe_dump(doc)
+        body = {"metadata": {"name": "atoll-policies", "namespace": self.ns}, "data": {"profiles.yaml": text}}
+        if create:
+            self.core.create_namespaced_config_map(self.ns, body)
+        else:
+            self.core.replace_namespaced_config_map("atoll-policies", self.ns, body)
+
+    # ------------------------------------------------------------------ the controller
+
+    def settings(self) -> Settings:
+        return Settings(kueue=KueueSettings(admission_check=self.check), config=ConfigSettings(namespace=self.ns))
+
+    def controller(self, **kw: Any) -> Controller:
+        kw.setdefault("settings", self.settings())
+        kw.setdefault("clock", self.clock)
+        kw.setdefault("recorder", Recorder(self.records))
+        kw.setdefault("metrics", self.metrics)
+        return Controller(self.port, **kw)
+
+    # ------------------------------------------------------------------ Kueue's part
+
+    def submit(self, name: str, podsets: list[tuple[str, int, int]], **kw: Any) -> dict[str, Any]:
+        """Create the Workload, then reserve quota with Atoll's check Pending (what Kueue does)."""
+        self.kueue.create(workload(self.ns, name, podsets, **kw))
+        return self.kueue.reserve_quota(self.ns, name, self.cq, self.flavor)
+
+    def requeue(self, name: str) -> dict[str, Any]:
+        """Kueue after a Retry: evict (clear the admission, quota released, check back to Pending),
+        then, after the delay, reserve quota again."""
+        from tests.kube_objects import PENDING_MESSAGE, now_rfc3339
+
+        t = now_rfc3339()
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, self.ns, "workloads", name, {"status": {
+            "admission": None,
+            "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "evicted by admission check",
+                            "lastTransitionTime": t}],
+            "admissionChecks": [{"name": self.check, "state": "Pending", "message": PENDING_MESSAGE, "lastTransitionTime": t}]}},
+            _content_type="application/merge-patch+json")
+        return self.kueue.reserve_quota(self.ns, name, self.cq, self.flavor)
+
+    def entry(self, name: str) -> dict[str, Any]:
+        entry = self.kueue.check_state(self.ns, name)
+        assert entry is not None, f"workload {name} has no {self.check} entry"
+        return entry
+
+    def workload(self, name: str) -> dict[str, Any]:
+        return self.kueue.get(self.ns, name)
+
+    def decision_records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.records.getvalue().splitlines() if line.strip()]
+
+    def events_for(self, name: str) -> list[Any]:
+        return [e for e in self.core.list_namespaced_event(self.ns).items if e.involved_object.name == name]
+
+
+def run(ctrl: Controller) -> list[Any]:
+    """One synchronous round: relist everything, decide what is queued."""
+    ctrl.sync()
+    return ctrl.process()
+
+
+def planned(entry: dict[str, Any], podset: str = "main") -> dict[str, int]:
+    from admission._ledger import decode_planned
+
+    update = next(u for u in entry["podSetUpdates"] if u["name"] == podset)
+    return decode_planned(update["annotations"]["atoll.dev/planned-nodes"])

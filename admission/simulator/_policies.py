@@ -107,9 +107,11 @@ def island_level_of(snapshot: Snapshot, preferred: str | None = None) -> str:
 
 def _pod_capacity(snapshot: Snapshot, per_pod: ResourceVector) -> IntArray:
     """Pods of ``per_pod`` each healthy node can take now (GPU, CPU, memory and pod slots)."""
-    req = np.array([per_pod.gpu, per_pod.cpu_milli, per_pod.memory_mib, 1], dtype=np.int64)
-    mask = req > 0
-    cap: IntArray = (snapshot.free[:, mask] // req[mask]).min(axis=1)
+    free = snapshot.free
+    cap: IntArray = free[:, 3].copy()
+    for r, q in enumerate(per_pod.as_tuple()[:3]):
+        if q > 0:
+            np.minimum(cap, free[:, r] // q, out=cap)
     cap[snapshot.eligible == 0] = 0
     return cap
 

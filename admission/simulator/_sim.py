@@ -33,8 +33,9 @@ Atoll, as modelled
     allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
     Decisions take no simulated time.
 
-A started job holds its nodes for ``duration × slowdown`` (the cost model) via
-``Snapshot.reserve``/``release``.
+A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
+reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
+placement's nodes in one numpy step.
 """
 
 from __future__ import annotations
@@ -337,8 +338,7 @@ def simulate(
                 del f.queues[sid]
             if att.outcome == "admit":
                 assert att.nodes is not None and att.pods is not None
-                for node, k in zip(att.nodes.tolist(), att.pods.tolist()):
-                    snap.reserve(node, shape.per_pod.scaled(k))
+                _reserve(snap, att.nodes, att.pods, shape.per_pod)
                 f.used += shape.gpus
                 s = float(slowdown(snap, att.nodes, att.pods, shape))
                 placed[j] = (att.nodes, att.pods)
@@ -374,8 +374,7 @@ def simulate(
             if kind == _COMPLETE:
                 nodes, pods = placed.pop(j)
                 shape = shapes[int(shape_of[j])][1]
-                for node, k in zip(nodes.tolist(), pods.tolist()):
-                    f.snapshot.release(node, shape.per_pod.scaled(k))
+                _release(f.snapshot, nodes, pods, shape.per_pod)
                 f.used -= shape.gpus
                 f.version += 1
                 end[j] = now
@@ -423,6 +422,21 @@ def simulate(
         decisions=decisions, decision_seconds=decision_s, wall_seconds=time.perf_counter() - wall0, window=window,
         busiest_time=busiest_time, island_grid=grid,
     )
+
+
+def _amounts(pods: IntArray, per_pod: ResourceVector) -> IntArray:
+    out: IntArray = pods[:, None] * np.asarray(per_pod.as_tuple(), dtype=np.int64)[None, :]
+    return out
+
+
+def _reserve(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: ResourceVector) -> None:
+    """``Snapshot.reserve`` for every node of a placement at once (same arithmetic, one numpy step)."""
+    snapshot.free[nodes] = np.maximum(snapshot.free[nodes] - _amounts(pods, per_pod), 0)
+
+
+def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: ResourceVector) -> None:
+    """``Snapshot.release`` for every node of a placement at once."""
+    snapshot.free[nodes] = np.minimum(snapshot.free[nodes] + _amounts(pods, per_pod), snapshot.alloc[nodes])
 
 
 def _fragmentation(fl: Sequence[_Flavor], reference_gpus: int) -> float:

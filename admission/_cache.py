@@ -14,7 +14,7 @@ Only the worker thread touches a cache, so it holds no locks.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,13 +93,16 @@ def check_entry(obj: Obj, names: Iterable[str]) -> dict[str, Any] | None:
 
 
 def node_info(obj: Obj, gpu_resource: str) -> tuple[NodeInfo | None, str | None]:
-    """A Node as the engine sees it, or None and the reason it is left out.
+    """A Node as the engine sees it, and the problem that keeps it from being a candidate.
 
-    A malformed ``atoll.dev/gpu-perf`` or allocatable leaves out this node only."""
+    A malformed ``atoll.dev/gpu-perf`` makes only this node ineligible (it stays in the fabric,
+    so a gang it could complete waits instead of being rejected); unreadable allocatable leaves
+    it out (None)."""
     meta = obj.get("metadata") or {}
     name = str(meta.get("name"))
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
+    problem = None
     raw_perf = (meta.get("annotations") or {}).get(PERF_ANNOTATION)
     perf = 1.0
     if raw_perf is not None:
@@ -107,9 +110,10 @@ def node_info(obj: Obj, gpu_resource: str) -> tuple[NodeInfo | None, str | None]
             perf = float(raw_perf)
         except ValueError:
             perf = -1.0
-        if not 0.0 < perf <= 10.0 or perf != perf:
-            return None, (f"node {name}: annotation {PERF_ANNOTATION}={raw_perf!r} is not a relative throughput in (0, 10] "
-                          f"(1.0 = fleet median); the node is left out of placement until it is fixed or removed")
+        if not 0.0 < perf <= 10.0:  # also false for NaN
+            problem = (f"node {name}: annotation {PERF_ANNOTATION}={raw_perf!r} is not a relative throughput in (0, 10] "
+                       f"(1.0 = fleet median); the node is not a candidate until it is fixed or removed")
+            perf = 1.0
     try:
         alloc = ResourceVector.from_kube(status.get("allocatable") or {}, gpu_resource, f"node {name}: status.allocatable")
     except ValueError as exc:
@@ -118,7 +122,7 @@ def node_info(obj: Obj, gpu_resource: str) -> tuple[NodeInfo | None, str | None]
     taints = tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
                    for t in spec.get("taints") or [])
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    return NodeInfo(name, labels, alloc, ResourceVector(), ready, bool(spec.get("unschedulable")), taints, perf), None
+    return NodeInfo(name, labels, alloc, ResourceVector(), ready and problem is None, bool(spec.get("unschedulable")), taints, perf), problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +186,9 @@ class ClusterCache:
         self.nodes: dict[str, NodeInfo] = {}
         self.node_problems: dict[str, str] = {}
         self.pods: dict[str, BoundPod] = {}
+        self._pods_by_decision: dict[str, dict[str, BoundPod]] = {}
+        self.pod_listener: Callable[[str], None] | None = None
+        """Told the decision id of every pod carrying one that binds, finishes or goes (the ledger)."""
         self.usage: dict[str, ResourceVector] = {}
         self.profiles: ProfilesDocument | None = None
         self._flavors: dict[str, _FlavorState] = {}
@@ -247,7 +254,7 @@ class ClusterCache:
         info, problem = node_info(obj, self.gpu_resource)
         if problem:
             if self.node_problems.get(name) != problem:
-                _log.error("node left out of placement", node=name, error=problem)
+                _log.error("node is not a placement candidate", node=name, error=problem)
             self.node_problems[name] = problem
         else:
             self.node_problems.pop(name, None)
@@ -277,6 +284,10 @@ class ClusterCache:
             self.pods[uid] = bound
             self.usage[bound.node] = self.usage.get(bound.node, ResourceVector()) + bound.usage
             self._dirty(bound.node)
+            if bound.decision_id:
+                self._pods_by_decision.setdefault(bound.decision_id, {})[uid] = bound
+                if self.pod_listener is not None:
+                    self.pod_listener(bound.decision_id)
 
     def _drop_pod(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
@@ -285,6 +296,13 @@ class ClusterCache:
         left = ResourceVector(*(max(0, a - b) for a, b in zip(self.usage.get(old.node, ResourceVector()).as_tuple(), old.usage.as_tuple())))
         self.usage[old.node] = left
         self._dirty(old.node)
+        if old.decision_id:
+            pods = self._pods_by_decision.get(old.decision_id, {})
+            pods.pop(uid, None)
+            if not pods:
+                self._pods_by_decision.pop(old.decision_id, None)
+            if self.pod_listener is not None:
+                self.pod_listener(old.decision_id)
 
     def _dirty(self, node: str) -> None:
         for state in self._flavors.values():
@@ -296,9 +314,8 @@ class ClusterCache:
     def bound_pods(self, decision_id: str) -> dict[str, Counter[str]]:
         """PodSet → node → pods bound so far, for one decision (pods carry its id)."""
         out: dict[str, Counter[str]] = {}
-        for pod in self.pods.values():
-            if pod.decision_id == decision_id:
-                out.setdefault(pod.podset, Counter())[pod.node] += 1
+        for pod in self._pods_by_decision.get(decision_id, {}).values():
+            out.setdefault(pod.podset, Counter())[pod.node] += 1
         return out
 
     def flavor_topology(self, flavor: str) -> tuple[str, list[str]]:
@@ -379,9 +396,9 @@ class ClusterCache:
         self._generation += 1
         snap = Snapshot(flavor, levels, infos, tolerations=self.tolerations(flavor), node_level=node_level,
                         generation=self._generation * 1_000_000)
-        bad = sum(1 for n in members if n in self.node_problems)
+        bad = sum(1 for n in members if n not in self.nodes)
         if bad:
-            snap.excluded["unreadable node (see node_problems)"] = bad
+            snap.excluded["unreadable allocatable"] = bad
         self._flavors[flavor] = _FlavorState(snap, frozenset(members))
         return snap
 

@@ -56,7 +56,7 @@ from admission._records import DecisionRecord, PodSetRecord, Recorder, WhyNotRec
 from admission._settings import Settings
 from admission._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, ProfilesError, WaitState, WorkloadClass, decide, profiles_from_configmap
-from topology import HOSTNAME_LABEL, PodSetPlacement, Snapshot, fragmentation_index
+from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
 __all__ = [
     "ANN_ATTEMPTS",
@@ -273,7 +273,8 @@ class Controller:
         self._new_id = new_id or (lambda: secrets.token_hex(6))
         gpu = self.settings.kueue.gpu_resource
         self.cache = ClusterCache(gpu)
-        self.ledger = Ledger(gpu)
+        self.ledger = Ledger(gpu, bound=self.cache.bound_pods)
+        self.cache.pod_listener = self.ledger.pods_changed
         self.events = EventPoster(port, clock=self.clock, instance=self.identity, max_chars=self.settings.decisions.event_message_max_chars)
         self.config_error: str | None = None
         """The latest profiles-document problem (None when the latest document is in force)."""
@@ -663,7 +664,7 @@ class Controller:
         except ValueError as exc:
             return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
         snap = shared.fork()
-        reserved = self.ledger.apply(snap, self.cache.bound_pods, exclude_uid=view.uid)
+        reserved = self.ledger.apply(snap, exclude_uid=view.uid)
         self._restrict_to_templates(snap, view, specs)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
@@ -781,16 +782,16 @@ class Controller:
         except FlavorProblem as exc:
             report["problem"] = str(exc)
             return report
-        reserved = self.ledger.apply(snap, self.cache.bound_pods)
+        reserved = self.ledger.apply(snap)
         excluded: dict[str, list[str]] = {}
         tol = snap.tolerations
         for name in self.cache.flavor_nodes(flavor):
             info = self.cache.nodes.get(name)
             reasons = []
-            if info is None:
+            if name in self.cache.node_problems or info is None:
                 reasons.append(self.cache.node_problems.get(name, "unreadable"))
-            else:
-                if not info.ready:
+            if info is not None:
+                if not info.ready and name not in self.cache.node_problems:
                     reasons.append("NotReady")
                 if info.unschedulable:
                     reasons.append("cordoned")
@@ -923,7 +924,23 @@ class Controller:
         else:
             self._apply_event(resource, payload)
 
+    @staticmethod
+    def warm_up() -> None:
+        """Compile (or load from numba's cache) the finder's kernels before the first Workload
+        waits on them."""
+        levels = [Level("warm-up/block"), Level("warm-up/island")]
+        nodes = [NodeInfo(f"n{i}", {"warm-up/block": "b", "warm-up/island": f"i{i // 2}"}, ResourceVector(4, 1000, 1000, 10))
+                 for i in range(4)]
+        snap = Snapshot("warm-up", levels, nodes)
+        spec = [PodSetSpec("main", 2, ResourceVector(gpu=4))]
+        for profile in (Profile(requiredLevel="warm-up/island"), Profile(preferredLevel="warm-up/island", relaxAfterSeconds=0)):
+            decide(snap, spec, profile_name="warm-up", profile=profile, now=0.0)
+
     def _work(self) -> None:
+        try:
+            self.warm_up()
+        except Exception:  # noqa: BLE001 - a failed warm-up only costs the first decision its compile time
+            _log.exception("finder warm-up failed")
         while not self._stop.is_set():
             self.heartbeat = self.clock.monotonic()
             try:

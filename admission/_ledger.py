@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import structlog
 
 from admission._cache import check_entry, condition_true
@@ -86,11 +88,23 @@ def holds_reservation(obj: Obj, check_names: Iterable[str]) -> bool:
     return (obj.get("spec") or {}).get("active", True) is not False
 
 
+Bound = Callable[[str], Mapping[str, Counter[str]]]
+"""decision id → PodSet → node → pods bound so far."""
+
+
 class Ledger:
-    def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:
+    """Reservations by Workload, with per-flavor totals kept up to date as Workloads and pods
+    change, so applying them to a snapshot costs one array operation, not a walk over every
+    admitted Workload."""
+
+    def __init__(self, gpu_resource: str = "nvidia.com/gpu", bound: Bound | None = None) -> None:
         self.gpu_resource = gpu_resource
+        self.bound: Bound = bound or (lambda _decision: {})
         self._by_uid: dict[str, tuple[Reservation, ...]] = {}
+        self._by_decision: dict[str, set[str]] = {}
         self._seen_bound: dict[tuple[str, str], int] = {}
+        self._held: dict[tuple[str, str], list[tuple[str, int]]] = {}
+        self._totals: dict[str, dict[str, npt.NDArray[np.int64]]] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_uid.values())
@@ -123,14 +137,31 @@ class Ledger:
                 _log.warning("planned nodes unreadable; reservation not counted", workload=_key(obj), podset=name, error=str(exc))
                 continue
             out.append(Reservation(uid, view.key, str(ann.get(ANN_DECISION_ID, "")), flavor, name, tuple(planned.items()), per_pod[name]))
+        if tuple(out) == self._by_uid.get(uid):
+            return
+        self.forget(uid)
         if out:
             self._by_uid[uid] = tuple(out)
-        else:
-            self.forget(uid)
+            for r in out:
+                self._by_decision.setdefault(r.decision_id, set()).add(uid)
+                self._hold(r)
 
     def forget(self, uid: str) -> None:
         for r in self._by_uid.pop(uid, ()):
+            self._release(r)
             self._seen_bound.pop((r.decision_id, r.podset), None)
+            users = self._by_decision.get(r.decision_id)
+            if users is not None:
+                users.discard(uid)
+                if not users:
+                    del self._by_decision[r.decision_id]
+
+    def pods_changed(self, decision_id: str) -> None:
+        """Pods carrying this decision id were bound, finished or deleted: re-count what it still holds."""
+        for uid in list(self._by_decision.get(decision_id, ())):
+            for r in self._by_uid.get(uid, ()):
+                self._release(r)
+                self._hold(r)
 
     def reservations(self, flavor: str | None = None) -> list[Reservation]:
         return [r for rs in self._by_uid.values() for r in rs if flavor is None or r.flavor == flavor]
@@ -153,18 +184,44 @@ class Ledger:
                 out.append((n, k - take))
         return list(reversed(out))
 
-    def apply(self, snapshot: Snapshot, bound: Callable[[str], Mapping[str, Counter[str]]], *, exclude_uid: str | None = None) -> int:
+    def _hold(self, r: Reservation) -> None:
+        held = self.outstanding(r, self.bound(r.decision_id) if r.decision_id else {})
+        self._held[(r.uid, r.podset)] = held
+        totals = self._totals.setdefault(r.flavor, {})
+        per = np.asarray(r.per_pod.as_tuple(), dtype=np.int64)
+        for node, pods in held:
+            totals[node] = totals.get(node, _ZERO) + per * pods
+
+    def _release(self, r: Reservation) -> None:
+        held = self._held.pop((r.uid, r.podset), [])
+        totals = self._totals.get(r.flavor, {})
+        per = np.asarray(r.per_pod.as_tuple(), dtype=np.int64)
+        for node, pods in held:
+            left = totals.get(node, _ZERO) - per * pods
+            if left.any():
+                totals[node] = left
+            else:
+                totals.pop(node, None)
+
+    def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> int:
         """Count every outstanding reservation of the snapshot's flavor as used (in place: pass a
         fork). Returns the GPUs reserved."""
-        gpus = 0
-        for r in self.reservations(snapshot.flavor):
-            if r.uid == exclude_uid:
-                continue
-            for node, pods in self.outstanding(r, bound(r.decision_id) if r.decision_id else {}):
-                if node in snapshot.node_index:
-                    snapshot.reserve(node, r.per_pod.scaled(pods))
-                    gpus += r.per_pod.gpu * pods
-        return gpus
+        totals = dict(self._totals.get(snapshot.flavor, {}))
+        if exclude_uid in self._by_uid:
+            for r in self._by_uid[exclude_uid]:
+                per = np.asarray(r.per_pod.as_tuple(), dtype=np.int64)
+                for node, pods in self._held.get((r.uid, r.podset), []):
+                    totals[node] = totals.get(node, _ZERO) - per * pods
+        names = [n for n in totals if n in snapshot.node_index]
+        if not names:
+            return 0
+        idx = np.fromiter((snapshot.node_index[n] for n in names), dtype=np.int64, count=len(names))
+        amount = np.maximum(np.stack([totals[n] for n in names]), 0)
+        snapshot.free[idx] = np.maximum(snapshot.free[idx] - amount, 0)
+        return int(amount[:, 0].sum())
+
+
+_ZERO = np.zeros(4, dtype=np.int64)
 
 
 def _key(obj: Obj) -> str:

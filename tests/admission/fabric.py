@@ -108,6 +108,18 @@ class Fabric:
         else:
             self.core.replace_namespaced_config_map("atoll-policies", self.ns, body)
 
+    def bind_pod(self, name: str, node_name: str, gpus: int, *, decision_id: str | None = None, podset: str = "main") -> None:
+        """A pod already bound to a node (what the scheduler leaves behind), holding ``gpus`` GPUs."""
+        meta: dict[str, Any] = {"name": name, "namespace": self.ns, "labels": {"kueue.x-k8s.io/podset": podset}}
+        if decision_id:
+            meta["annotations"] = {"atoll.dev/decision-id": decision_id}
+        self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": {"nodeName": node_name, "containers": [
+            {"name": "c", "image": "registry.example.com/train:1",
+             "resources": {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}})
+
+    def finish_pod(self, name: str) -> None:
+        self.core.patch_namespaced_pod_status(name, self.ns, {"status": {"phase": "Succeeded"}})
+
     # ------------------------------------------------------------------ the controller
 
     def settings(self) -> Settings:
@@ -140,6 +152,16 @@ class Fabric:
             "admissionChecks": [{"name": self.check, "state": "Pending", "message": PENDING_MESSAGE, "lastTransitionTime": t}]}},
             _content_type="application/merge-patch+json")
         return self.kueue.reserve_quota(self.ns, name, self.cq, self.flavor)
+
+    def finish(self, name: str) -> None:
+        """Kueue when the job is done: Finished=True (the admission stays, as Kueue leaves it)."""
+        from tests.kube_objects import now_rfc3339
+
+        t = now_rfc3339()
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, self.ns, "workloads", name, {"status": {"conditions": [
+            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved", "lastTransitionTime": t},
+            {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "Job finished successfully", "lastTransitionTime": t}]}},
+            _content_type="application/merge-patch+json")
 
     def entry(self, name: str) -> dict[str, Any]:
         entry = self.kueue.check_state(self.ns, name)

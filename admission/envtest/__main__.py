@@ -1,22 +1,25 @@
-"""``python -m admission.envtest ensure``: make sure kube-apiserver and etcd are available."""
+"""``python -m admission.envtest ensure``: make sure kube-apiserver and etcd are here (CI runs it
+before the tests, so a bare machine needs no manual step), and print where they are."""
 
 from __future__ import annotations
 
 import sys
 
-from admission.envtest import EnvtestError, ensure_binaries
+from admission.envtest._binaries import EnvtestError, ensure_binaries
+
+_USAGE = "usage: python -m admission.envtest ensure"
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] != ["ensure"]:
-        print("usage: python -m admission.envtest ensure", file=sys.stderr)
+    if argv != ["ensure"]:
+        print(_USAGE, file=sys.stderr)
         return 2
     try:
         found = ensure_binaries()
     except EnvtestError as exc:
         print(f"envtest: {exc}", file=sys.stderr)
         return 1
-    print(f"kube-apiserver: {found.kube_apiserver} ({found.source})\netcd: {found.etcd}")
+    print(f"kube-apiserver {found.version}: {found.kube_apiserver}\netcd: {found.etcd}")
     return 0
 
 

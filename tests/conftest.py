@@ -1,7 +1,9 @@
-"""Session fixtures: a real kube-apiserver with Kueue's CRDs, shared by the integration tests."""
+"""Session fixtures: one real kube-apiserver with Kueue's CRDs, shared by the integration tests
+(mark them ``pytest.mark.apiserver``); each test gets a namespace of its own."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +23,7 @@ def apiserver() -> Iterator[ApiServer]:
     except EnvtestError as exc:
         pytest.fail(str(exc))
     if binaries is None:
-        pytest.fail("no kube-apiserver: run `python -m admission.envtest ensure` (make test does) or set KUBEBUILDER_ASSETS")
+        pytest.fail("no kube-apiserver: run `python -m admission.envtest ensure` first (make test does) or set KUBEBUILDER_ASSETS")
     with ApiServer(binaries) as api:
         install_kueue_crds(api.api_client(), crds)
         yield api
@@ -29,14 +31,22 @@ def apiserver() -> Iterator[ApiServer]:
 
 @pytest.fixture(scope="session")
 def kube_client(apiserver: ApiServer) -> Any:
+    """A ``kubernetes.client.ApiClient`` for the session's apiserver."""
     return apiserver.api_client()
+
+
+def _namespace_name(request: pytest.FixtureRequest) -> str:
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-") or "test"
+    if len(name) > 50:  # leave room for suffixes the tests derive from it; keep truncated names distinct
+        name = f"{name[:43].rstrip('-')}-{hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:6]}"
+    return name
 
 
 @pytest.fixture
 def namespace(kube_client: Any, request: pytest.FixtureRequest) -> str:
-    """A fresh namespace named after the test."""
+    """A fresh namespace named after the test (never deleted: 1.20 has no namespace controller to empty it)."""
     from kubernetes import client
 
-    name = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") or "t"
+    name = _namespace_name(request)
     client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": name}})
     return name

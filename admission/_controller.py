@@ -609,48 +609,49 @@ class Controller:
         for spec in view.podsets:
             if spec.per_pod.gpu > 0 and spec.name in view.flavors:
                 groups.setdefault(view.flavors[spec.name], []).append(spec)
-        base = {"profile": profile_name, "workload_class": view.workload_class or "", "decision_id": decision_id}
+        base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id)
         if not groups:
-            return Verdict("admit", "Ready: no PodSet requests GPUs from a flavor; nothing for Atoll to place", **base)
+            base.message = "Ready: no PodSet requests GPUs from a flavor; nothing for Atoll to place"
+            return base
         results = [self._evaluate_flavor(obj, view, flavor, specs, profile_name, profile, cls, wait, decision_id)
                    for flavor, specs in sorted(groups.items())]
-        return self._combine(results, profile_name, profile, wait, base)
+        return self._combine(results, profile, wait, base)
 
-    def _combine(self, results: Sequence[_FlavorResult], profile_name: str, profile: Profile, wait: WaitState,
-                 base: Mapping[str, str]) -> Verdict:
-        flavors = ",".join(r.flavor for r in results)
-        fabric = [(r.flavor, r.after.free_gpus(), fragmentation_index(r.after, _island_level(r.after, profile), profile.fragmentation.reference_gang_gpus))
-                  for r in results if r.after is not None and r.after.num_nodes]
-        common = {"flavor": flavors, "fabric": fabric, "generation": max(r.generation for r in results), "reserved_gpus": sum(r.reserved for r in results),
-                  "why_not": [w for r in results for w in r.why_not], "notes": [n for r in results for n in r.notes]}
-        text = "; ".join(r.message for r in results if r.message)
+    def _combine(self, results: Sequence[_FlavorResult], profile: Profile, wait: WaitState, base: Verdict) -> Verdict:
+        """One verdict from the per-flavor ones: any reject rejects, any wait waits, else admit."""
+        v = base
+        v.flavor = ",".join(r.flavor for r in results)
+        v.generation = max(r.generation for r in results)
+        v.reserved_gpus = sum(r.reserved for r in results)
+        v.why_not = [w for r in results for w in r.why_not]
+        v.notes = [n for r in results for n in r.notes]
+        v.relaxed = any(r.relaxed for r in results)
         rejected = [r for r in results if r.outcome == "reject"]
-        if rejected:
-            return Verdict("reject", f"Rejected by Atoll (profile {profile_name}): " + "; ".join(r.message for r in rejected), **base, **common)
         waiting = [r for r in results if r.outcome == "wait"]
-        if waiting:
-            reason = "config" if any(r.reason == "config" for r in waiting) else waiting[0].reason
-            delay = max(r.retry_after for r in waiting)
-            msg = "; ".join(r.message for r in waiting)
-            return Verdict("wait", f"Waiting for placement (profile {profile_name}, attempt {wait.attempts + 1}): {msg}",
-                           reason=reason, retry_after=delay, relaxed=any(r.relaxed for r in waiting), **base, **common)
-        updates = [u for r in results for u in r.updates]
-        notes = common["notes"]
-        if len(updates) > MAX_PODSET_UPDATES:
-            notes.append(f"only the first {MAX_PODSET_UPDATES} of {len(updates)} podSetUpdates are written (Kueue's limit)")
-            updates = updates[:MAX_PODSET_UPDATES]
-        message = f"Placed by Atoll (profile {profile_name}, decision {base['decision_id']}): {text}"
-        if notes:
-            message += " | " + "; ".join(notes)
-        for r in results:  # the new placement counts as used for the fabric gauges
-            if r.after is not None and r.decision and r.decision.placement and r.decision.request:
-                _reserve(r.after, r.decision)
-        common["fabric"] = [(r.flavor, r.after.free_gpus(), fragmentation_index(r.after, _island_level(r.after, profile),
-                                                                                profile.fragmentation.reference_gang_gpus))
-                            for r in results if r.after is not None and r.after.num_nodes]
-        verdict = Verdict("admit", message, podset_updates=updates, placements=[p for r in results for p in r.placements],
-                          relaxed=any(r.relaxed for r in results), **base, **common)
-        return verdict
+        if rejected:
+            v.outcome = "reject"
+            v.message = f"Rejected by Atoll (profile {v.profile}): " + "; ".join(r.message for r in rejected)
+        elif waiting:
+            v.outcome = "wait"
+            v.reason = "config" if any(r.reason == "config" for r in waiting) else waiting[0].reason
+            v.retry_after = max(r.retry_after for r in waiting)
+            v.message = f"Waiting for placement (profile {v.profile}, attempt {wait.attempts + 1}): " + "; ".join(r.message for r in waiting)
+        else:
+            v.outcome = "admit"
+            v.podset_updates = [u for r in results for u in r.updates]
+            v.placements = [p for r in results for p in r.placements]
+            if len(v.podset_updates) > MAX_PODSET_UPDATES:
+                v.notes.append(f"only the first {MAX_PODSET_UPDATES} of {len(v.podset_updates)} podSetUpdates are written (Kueue's limit)")
+                v.podset_updates = v.podset_updates[:MAX_PODSET_UPDATES]
+            v.message = (f"Placed by Atoll (profile {v.profile}, decision {v.decision_id}): "
+                         + "; ".join(r.message for r in results if r.message) + (" | " + "; ".join(v.notes) if v.notes else ""))
+            for r in results:  # the new placement counts as used for the fabric gauges
+                if r.after is not None and r.decision is not None and r.decision.placement is not None and r.decision.request is not None:
+                    _reserve(r.after, r.decision)
+        v.fabric = [(r.flavor, r.after.free_gpus(), fragmentation_index(r.after, _island_level(r.after, profile),
+                                                                        profile.fragmentation.reference_gang_gpus))
+                    for r in results if r.after is not None and r.after.num_nodes]
+        return v
 
     def _evaluate_flavor(self, obj: Obj, view: WorkloadView, flavor: str, specs: list[PodSetSpec], profile_name: str, profile: Profile,
                          cls: WorkloadClass | None, wait: WaitState, decision_id: str) -> _FlavorResult:

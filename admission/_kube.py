@@ -31,8 +31,9 @@ _JSON = "application/json"
 def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
     """A client from a kubeconfig file, else the in-cluster ServiceAccount."""
     if path:
-        return config.new_client_from_config(config_file=path)
-    config.load_incluster_config()
+        api: client.ApiClient = config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        return api
+    config.load_incluster_config()  # type: ignore[no-untyped-call]
     return client.ApiClient()
 
 
@@ -114,8 +115,8 @@ class KubePort:
             m, url, hdrs, payload, _ = self.api.param_serialize(
                 method=method, resource_path=path, query_params=query or [], header_params=headers, body=body,
                 auth_settings=["BearerToken"])
-            resp = self.api.rest_client.request(m, url, headers=hdrs, body=payload,
-                                                _request_timeout=timeout or self.settings.request_timeout)
+            resp = self.api.rest_client.request(  # type: ignore[no-untyped-call]
+                m, url, headers=hdrs, body=payload, _request_timeout=timeout or self.settings.request_timeout)
         except ApiException as exc:  # the client's own failures (TLS, bad config) arrive as status 0
             raise errors.error_for_status(exc.status or 0, exc.body or exc.reason, exc.headers, operation=operation) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -123,7 +124,8 @@ class KubePort:
         if not 200 <= resp.status < 300:
             body_bytes = _read(resp)
             cause = ApiException(status=resp.status, reason=resp.reason)
-            cause.body, cause.headers = body_bytes, dict(resp.headers or {})
+            cause.body = body_bytes.decode("utf-8", "replace")
+            cause.headers = dict(resp.headers or {})
             raise errors.error_for_status(resp.status, body_bytes, dict(resp.headers or {}), operation=operation) from cause
         return resp
 

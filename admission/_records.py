@@ -13,7 +13,7 @@ import datetime as dt
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -88,7 +88,7 @@ class DecisionRecord:
 class Recorder:
     """Writes decision records as JSON lines (stdout by default)."""
 
-    def __init__(self, stream: IO[str] | None = None, logger: Any = None) -> None:
+    def __init__(self, stream: TextIO | None = None, logger: Any = None) -> None:
         self.logger = logger or structlog.wrap_logger(
             structlog.PrintLogger(stream or sys.stdout),
             processors=[structlog.processors.JSONRenderer(sort_keys=False, ensure_ascii=False)],

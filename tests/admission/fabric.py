@@ -80,10 +80,7 @@ class Fabric:
     def add_node(self, block: int, clique: int, i: int, gpus: int = 4, **node_kw: Any) -> str:
         name = self.node_name(block, clique, i)
         labels = {POOL: self.ns, BLOCK: f"{self.ns}-b{block}", CLIQUE: f"{self.ns}-b{block}c{clique}"}
-        body = node(name, labels, gpus, **node_kw)
-        create_node(self.core, body)
-        # the apiserver taints new nodes not-ready; the node lifecycle controller (absent here) lifts it
-        self.core.patch_node(name, {"spec": {"taints": body["spec"]["taints"]}})
+        create_node(self.core, node(name, labels, gpus, **node_kw))  # also lifts the apiserver's not-ready taint
         return name
 
     def clique(self, block: int, clique: int) -> str:

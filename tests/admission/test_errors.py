@@ -117,3 +117,25 @@ def test_watch_error_event_410_is_gone_and_events_parse_across_chunks() -> None:
         for event in KubeWatch(_Resp([added, gone]), "watch configmaps"):
             seen.append((event.type, event.object["metadata"]["name"]))
     assert seen == [("ADDED", "a")] and "too old resource version" in str(raised.value)
+
+
+@pytest.mark.apiserver
+def test_real_gone_from_a_compacted_version(apiserver: Any, kube_client: Any, namespace: str) -> None:
+    """PodTemplates are served from etcd (no watch cache), so compaction makes old versions 410."""
+    from admission._port import Resource
+
+    templates = Resource("", "v1", "podtemplates", "PodTemplate", True)
+    port = KubePort(kube_client)
+
+    def create(name: str) -> str:
+        body = {"metadata": {"name": name, "namespace": namespace},
+                "template": {"spec": {"containers": [{"name": "c", "image": "registry.example.com/x:1"}]}}}
+        return str(port.create(templates, body)["metadata"]["resourceVersion"])
+
+    rv = create("a")
+    create("b")
+    create("c")
+    apiserver.compact_etcd()
+    with pytest.raises(errors.Gone) as gone:
+        list(port.watch(templates, rv, namespace=namespace, timeout_seconds=2))
+    assert gone.value.status == 410 and "watch podtemplates" in str(gone.value)

@@ -180,12 +180,45 @@ class RandomPolicy(_CountPolicy):
         return out
 
 
+class _KueueView:
+    """One flavor as Kueue's TAS cache sees it: leaves built once from the flavor's nodes, their
+    free capacity refreshed from the simulator's snapshot before each evaluation."""
+
+    def __init__(self, snapshot: Snapshot, topology_name: str) -> None:
+        from topology._kueue_tas import KueueNode, build_kueue_leaves
+
+        # The snapshot's levels are the flavor's Topology levels (hostname lowest, added if absent).
+        nodes = []
+        for i, name in enumerate(snapshot.node_names):
+            labels = dict(zip(snapshot.level_labels, snapshot.paths[i]))
+            alloc = dict(zip(_KUEUE_COLUMNS, (int(v) for v in snapshot.alloc[i])))
+            nodes.append(KueueNode(name, labels, alloc, ready=bool(snapshot.eligible[i])))
+        self.leaves = build_kueue_leaves(snapshot.level_labels, nodes)
+        self.topology_name = topology_name
+        self.leaf_node = np.asarray([snapshot.node_index[n] for n in _leaf_names(self.leaves)], dtype=np.int64)
+        self.columns = np.asarray([_KUEUE_COLUMNS.index(r) for r in self.leaves.resources], dtype=np.int64)
+
+    def sync(self, snapshot: Snapshot) -> None:
+        self.leaves.free = snapshot.free[np.ix_(self.leaf_node, self.columns)]
+
+
+_KUEUE_COLUMNS = ("nvidia.com/gpu", "cpu", "memory", "pods")
+"""Snapshot resource columns (GPU, CPU milli-cores, memory MiB, pod slots) under Kueue names."""
+
+
+def _leaf_names(leaves: Any) -> list[str]:
+    by_leaf = sorted(leaves.node_leaf.items(), key=lambda kv: kv[1])
+    return [name for name, _ in by_leaf]
+
+
 class KueueBestFitPolicy:
     """Kueue TAS as Kueue computes it (``topology._kueue_tas``), with the annotation a user sets.
 
     Training jobs: ``podset-preferred-topology: <island level>`` (one island if one fits, else the
-    next level up, else greedy across the flavor: Kueue never waits for a better place). Other
-    classes: no annotation, so Kueue's unconstrained mode. Kueue knows nothing of perf or links.
+    next level up, ..., else greedy across the flavor: Kueue never waits for a better place).
+    Other classes: no annotation, so Kueue's unconstrained mode (LeastFreeCapacity). Kueue knows
+    nothing of perf or link speeds. Leaves are nodes (hostname is every bundled Topology's lowest
+    level), so Kueue's leaf counts are the pods per node the simulator reserves.
     """
 
     admission_check = False
@@ -193,12 +226,14 @@ class KueueBestFitPolicy:
     def __init__(self, island_level: str | None) -> None:
         self.name = "kueue-bestfit"
         self.island_level = island_level
-        self._leaves: dict[tuple[str, int], Any] = {}
+        self._views: dict[int, _KueueView] = {}
 
-    def _mode(self, snapshot: Snapshot, shape: JobShape) -> dict[str, Any]:
-        if shape.kind == "training":
-            return {"preferred_level": island_level_of(snapshot, self.island_level)}
-        return {"unconstrained": True}
+    def _view(self, snapshot: Snapshot) -> _KueueView:
+        key = id(snapshot.node_names)  # structure shared by forks; one view per flavor snapshot
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = _KueueView(snapshot, snapshot.flavor)
+        return view
 
     def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
         total = _total_capacity(snapshot, shape.per_pod)
@@ -207,7 +242,20 @@ class KueueBestFitPolicy:
         return None
 
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
-        raise NotImplementedError("kueue-bestfit needs topology._kueue_tas")
+        from topology._kueue_tas import kueue_place
+
+        view = self._view(snapshot)
+        view.sync(snapshot)
+        per_pod = {name: q for name, q in zip(_KUEUE_COLUMNS[:3], shape.per_pod.as_tuple()[:3]) if q > 0}
+        if shape.kind == "training":
+            result = kueue_place(view.leaves, shape.pods, per_pod, mode="preferred",
+                                 level=island_level_of(snapshot, self.island_level), topology_name=view.topology_name)
+        else:
+            result = kueue_place(view.leaves, shape.pods, per_pod, mode="unconstrained", topology_name=view.topology_name)
+        if not result.fits:
+            return Attempt("nofit", message=result.reason)
+        nodes = view.leaf_node[result.leaf_indices]
+        return Attempt("admit", nodes, np.asarray(result.leaf_counts, dtype=np.int64), message=f"fit at {result.fit_level}")
 
 
 @dataclass

@@ -134,3 +134,31 @@ def test_make_policies_builds_each_kind_once_in_order() -> None:
     assert [p.name for p in got] == ["random", "atoll-elastic", "kueue-bestfit", "count-only"]
     assert isinstance(got[1], AtollPolicy) and got[1].admission_check
     assert isinstance(got[2], KueueBestFitPolicy) and not got[2].admission_check
+
+
+def test_kueue_bestfit_takes_the_fullest_island_that_still_fits() -> None:
+    snap = snapshot()
+    for i in (0, 1, 8):  # island u0c0 keeps 2 free nodes, u1c0 keeps 3, the others 4
+        snap.reserve(i, ResourceVector(gpu=4, pods=1))
+    att = KueueBestFitPolicy(CLIQUE).attempt(snap, shape(2), now=0.0, wait=WaitState())
+    assert att.outcome == "admit"
+    assert att.nodes.tolist() == [2, 3] and att.pods.tolist() == [1, 1]
+
+
+def test_kueue_bestfit_climbs_a_level_instead_of_waiting_when_no_island_fits() -> None:
+    snap = snapshot(used_first_node=4)  # 3 free nodes per island
+    att = KueueBestFitPolicy(CLIQUE).attempt(snap, shape(4), now=0.0, wait=WaitState())
+    assert att.outcome == "admit" and islands_of(snap, att.nodes) == 2
+    assert len({snap.paths[n][0] for n in att.nodes.tolist()}) == 1  # both islands in one SU
+    full = KueueBestFitPolicy(CLIQUE).attempt(snap, shape(13), now=0.0, wait=WaitState())
+    assert full.outcome == "nofit" and "allows to fit only 12 out of 13 pod(s)" in full.message
+
+
+def test_kueue_bestfit_sees_the_simulators_reservations() -> None:
+    snap = snapshot()
+    policy = KueueBestFitPolicy(CLIQUE)
+    first = policy.attempt(snap, shape(4), now=0.0, wait=WaitState())
+    for n, k in zip(first.nodes.tolist(), first.pods.tolist()):
+        snap.reserve(n, ResourceVector(gpu=4 * k, pods=k))
+    second = policy.attempt(snap, shape(4), now=0.0, wait=WaitState())
+    assert not set(first.nodes.tolist()) & set(second.nodes.tolist())

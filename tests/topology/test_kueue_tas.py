@@ -6,11 +6,16 @@ taken from a run: capacities per domain, the sort order, then the greedy/best-fi
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from admission._baseline_cli import ScenarioError, main, run_kueue_bestfit_scenario
+from admission.cli import main as atoll_main
 from topology import HOSTNAME_LABEL, Taint, Toleration
 from topology._kueue_tas import (
     KueueLeaves,
@@ -432,3 +437,121 @@ def test_second_podset_never_overcommits_what_the_first_took(case: tuple[KueueLe
     for _, r in result.podsets:
         np.add.at(taken, r.leaf_indices, r.leaf_counts)
     assert np.all(taken <= lv.capacity_for({GPU: gpus}))
+
+
+# ----------------------------------------------------------------------------- the command
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "config" / "scenarios"
+
+SMALL = """\
+topology_name: small
+levels: [cloud.example.com/rack, kubernetes.io/hostname]
+nodes:
+  - name: n1
+    labels: {cloud.example.com/rack: r1, kubernetes.io/hostname: n1}
+    allocatable: {cpu: "2", memory: 16Gi}
+  - name: n2
+    labels: {cloud.example.com/rack: r1, kubernetes.io/hostname: n2}
+    allocatable: {cpu: "2", memory: 16Gi, pods: 2}
+request:
+  count: 5
+  per_pod: {cpu: 500m, memory: 3Gi}
+  required_level: cloud.example.com/rack
+"""
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_command_prints_kueues_assignment(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # n1: cpu 2000m / 500m = 4, memory 16Gi / 3Gi = 5, pods 110 (default) → 4; n2: its 2 pod slots → 2.
+    # Rack r1 holds 6 ≥ 5: n1 4 whole, then n2 the last 1.
+    assert main(["kueue-bestfit", write(tmp_path, SMALL)]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "fits": True,
+        "assignment": {"levels": [HOST], "domains": [{"values": ["n1"], "count": 4}, {"values": ["n2"], "count": 1}]},
+    }
+
+
+def test_command_reports_kueues_message_and_exit_code_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, SMALL.replace("count: 5", "count: 7"))
+    assert main(["kueue-bestfit", path]) == 1
+    assert json.loads(capsys.readouterr().out) == {"fits": False, "reason": 'topology "small" allows to fit only 6 out of 7 pod(s)'}
+    assert run_kueue_bestfit_scenario(path)["fits"] is False
+
+
+def test_command_through_the_atoll_dispatcher(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    grouped = SMALL.replace(", kubernetes.io/hostname]", "]").replace("count: 5", "count: 6\n  unconstrained: true").replace(
+        "  required_level: cloud.example.com/rack\n", "")
+    assert atoll_main(["baseline", "kueue-bestfit", write(tmp_path, grouped)]) == 0
+    # one leaf r1 = n1 + n2 summed: cpu 4000m / 500m = 8, memory 32Gi / 3Gi = 10, pods 112 → 8
+    assert json.loads(capsys.readouterr().out)["assignment"] == {"levels": [RACK], "domains": [{"values": ["r1"], "count": 6}]}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("  required_level: cloud.example.com/rack\n", "", "request: set exactly one of required_level, preferred_level, unconstrained"),
+        ("  required_level:", "  preferred_level: cloud.example.com/rack\n  required_level:",
+         "request: set exactly one of required_level, preferred_level, unconstrained"),
+        ('cpu: "2", memory: 16Gi, pods: 2', 'cpu: lots, memory: 16Gi, pods: 2',
+         "nodes[1].allocatable.cpu: 'lots' is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)"),
+        ("per_pod: {cpu: 500m", "per_pod: {cpu: -1", "request.per_pod.cpu: -1 must not be negative"),
+        ("    allocatable: {cpu: \"2\", memory: 16Gi}\n", "    alocatable: {cpu: \"2\"}\n",
+         "nodes[0].alocatable: Extra inputs are not permitted"),
+        ("required_level: cloud.example.com/rack", "required_level: zone",
+         "request.required_level: 'zone' is not one of levels ['cloud.example.com/rack', 'kubernetes.io/hostname']"),
+        ("name: n2", "name: n1", "nodes: node name 'n1' is listed twice"),
+        ("count: 5", "count: 0", "request.count: Input should be greater than or equal to 1"),
+        ("levels: [cloud.example.com/rack, kubernetes.io/hostname]", "levels: [kubernetes.io/hostname, cloud.example.com/rack]",
+         "levels: kubernetes.io/hostname may only be the lowest level"),
+        ("count: 5", "count: 5\n  slice_size: 2", "request: slice_level and slice_size go together"),
+        ("topology_name: small\n", "", "topology_name: Field required"),
+    ],
+)
+def test_bad_scenarios_name_the_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, message: str) -> None:
+    assert old in SMALL
+    path = write(tmp_path, SMALL.replace(old, new))
+    assert main(["kueue-bestfit", path]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {message}" in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("request: [unclosed\n", "not valid YAML"), ("- a list\n", "expected a mapping with topology_name")],
+)
+def test_unreadable_scenarios(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+    assert main(["kueue-bestfit", write(tmp_path, text)]) == 2
+    assert message in capsys.readouterr().err
+    assert main(["kueue-bestfit", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml: cannot read" in capsys.readouterr().err
+    with pytest.raises(ScenarioError, match="not valid YAML|expected a mapping"):
+        run_kueue_bestfit_scenario(tmp_path / "scenario.yaml")
+
+
+def test_unknown_baseline_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["kueue-worstfit", write(tmp_path, SMALL)]) == 2
+    assert "invalid choice: 'kueue-worstfit'" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # racks (4-GPU pods) r1 4, r2 1 + 2 = 3, r3 2 (one node NotReady): best fit r2
+        ("required-rack", {"fits": True, "assignment": {"levels": [HOST], "domains": [
+            {"values": ["h100-r2-a"], "count": 1}, {"values": ["h100-r2-b"], "count": 2}]}}),
+        # worked out in the file's header
+        ("preferred-fallback", {"fits": True, "assignment": {"levels": [HOST], "domains": [
+            {"values": [n], "count": 2} for n in ("n1", "n2", "n3", "n4", "n10")]}}),
+        ("no-fit", {"fits": False, "reason": (
+            'topology "default" allows to fit only 2 out of 4 pod(s). Total nodes: 7; excluded: missingTopologyLabel: 1, '
+            'resource "nvidia.com/gpu": 1, taint "gpu.example.com/xid=79:NoSchedule": 1, unschedulable: 1')}),
+    ],
+)
+def test_bundled_scenarios(name: str, expected: dict[str, object]) -> None:
+    assert run_kueue_bestfit_scenario(SCENARIOS / f"kueue-bestfit-{name}.yaml") == expected

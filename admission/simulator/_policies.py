@@ -146,14 +146,14 @@ class _CountPolicy:
             return f"{shape.pods} pods × {shape.per_pod.gpu} GPU needed, flavor {snapshot.flavor} holds {total} when empty"
         return None
 
-    def _order(self, cap: IntArray) -> IntArray:
+    def _order(self, cap: IntArray, pods: int) -> IntArray:
         raise NotImplementedError
 
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
         cap = _pod_capacity(snapshot, shape.per_pod)
         if int(cap.sum()) < shape.pods:
             return Attempt("nofit", message=f"only {int(cap.sum())} of {shape.pods} pods fit")
-        nodes, take = _fill(self._order(cap), cap, shape.pods)
+        nodes, take = _fill(self._order(cap, shape.pods), cap, shape.pods)
         return Attempt("admit", nodes, take)
 
 
@@ -163,7 +163,7 @@ class CountOnlyPolicy(_CountPolicy):
     def __init__(self) -> None:
         super().__init__("count-only")
 
-    def _order(self, cap: IntArray) -> IntArray:
+    def _order(self, cap: IntArray, pods: int) -> IntArray:
         return np.flatnonzero(cap)
 
 
@@ -174,9 +174,10 @@ class RandomPolicy(_CountPolicy):
         super().__init__("random")
         self.rng = np.random.default_rng(seed)
 
-    def _order(self, cap: IntArray) -> IntArray:
+    def _order(self, cap: IntArray, pods: int) -> IntArray:
         cand = np.flatnonzero(cap)
-        out: IntArray = self.rng.permutation(cand)
+        # every candidate holds ≥ 1 pod, so a random ordered sample of ``pods`` nodes suffices
+        out: IntArray = self.rng.choice(cand, size=min(cand.size, pods), replace=False)
         return out
 
 
@@ -198,8 +199,13 @@ class _KueueView:
         self.leaf_node = np.asarray([snapshot.node_index[n] for n in _leaf_names(self.leaves)], dtype=np.int64)
         self.columns = np.asarray([_KUEUE_COLUMNS.index(r) for r in self.leaves.resources], dtype=np.int64)
 
+        self.identity = bool(np.array_equal(self.leaf_node, np.arange(snapshot.num_nodes)))
+
     def sync(self, snapshot: Snapshot) -> None:
-        self.leaves.free = snapshot.free[np.ix_(self.leaf_node, self.columns)]
+        """Copy the snapshot's free capacity in Kueue's column order (column-major: Kueue reads
+        one resource column at a time)."""
+        free = snapshot.free if self.identity else snapshot.free[self.leaf_node]
+        self.leaves.free = np.asfortranarray(free[:, self.columns])
 
 
 _KUEUE_COLUMNS = ("nvidia.com/gpu", "cpu", "memory", "pods")

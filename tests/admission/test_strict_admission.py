@@ -113,3 +113,15 @@ def test_elastic_spans_blocks_never_above_the_span_level(fabric: Fabric) -> None
     assert entry["state"] == "Ready" and verdict.relaxed
     (label, block), = entry["podSetUpdates"][0]["nodeSelector"].items()
     assert label == BLOCK and block in (f"{fabric.ns}-b0", f"{fabric.ns}-b1")
+
+
+def test_long_messages_are_cut_to_the_configured_length(fabric: Fabric) -> None:
+    from admission._settings import DecisionSettings
+
+    fabric.install()
+    fabric.submit("huge", [("main", 3, 4)])
+    settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(message_max_chars=80)})
+    (verdict,) = run(fabric.controller(settings=settings))
+    message = fabric.entry("huge")["message"]
+    assert len(verdict.message) > 80 and len(message) == 80 and message.endswith("…")
+    assert message[:-1] == verdict.message[:79]

@@ -43,7 +43,9 @@ import numpy as np
 import numpy.typing as npt
 
 from topology._model import HOSTNAME_LABEL, Taint
-from topology._snapshot import Toleration
+from topology._resources import PODS as PODS_COLUMN
+from topology._resources import RESOURCE_NAMES, ResourceVector
+from topology._snapshot import Snapshot, Toleration
 
 __all__ = [
     "EXCLUDED_MISSING_LABEL",
@@ -59,8 +61,10 @@ __all__ = [
     "KueueWorkloadResult",
     "Mode",
     "build_kueue_leaves",
+    "kueue_leaves_from_snapshot",
     "kueue_place",
     "kueue_place_workload",
+    "per_pod_of",
     "taint_string",
 ]
 
@@ -163,6 +167,7 @@ class KueueLeaves:
         self.blocked_by: tuple[str, ...] = blocked
         self.blocked: BoolArray = np.fromiter((bool(b) for b in blocked), dtype=np.bool_, count=len(blocked))
         self._any_blocked = bool(self.blocked.any())
+        self._snapshot_starts: IntArray | None = None
         self._build_structure()
 
     def _build_structure(self) -> None:
@@ -277,6 +282,14 @@ class KueueLeaves:
         req, _ = self.request_vector(per_pod)
         np.add.at(self.free, result.leaf_indices, result.leaf_counts[:, None] * req[None, :])
 
+    def sync_from_snapshot(self, snapshot: Snapshot) -> None:
+        """Take free capacity from the Atoll snapshot these leaves were made from (O(nodes));
+        an ineligible node (NotReady, cordoned, untolerated taint) holds nothing."""
+        if self._snapshot_starts is None:
+            raise ValueError("these leaves were not made by kueue_leaves_from_snapshot")
+        free = snapshot.free * snapshot.eligible[:, None].astype(np.int64)
+        self.free[:] = np.add.reduceat(free, self._snapshot_starts, axis=0) if len(free) else free
+
     def copy(self) -> KueueLeaves:
         """A twin with its own ``free``; structure shared (it never changes)."""
         twin = object.__new__(KueueLeaves)
@@ -289,7 +302,7 @@ class KueueLeaves:
 
 _SHARED = (
     "levels", "paths", "resources", "column", "allocatable", "node_leaf", "blocked_by", "blocked", "_any_blocked",
-    "_dom", "_starts", "values", "_child_bounds", "hostname_lowest",
+    "_dom", "_starts", "values", "_child_bounds", "hostname_lowest", "_snapshot_starts",
 )
 
 
@@ -370,6 +383,36 @@ def build_kueue_leaves(
         np.asarray(used_rows, dtype=np.int64).reshape(shape),
         blocked_by=blocked_by, excluded=excluded, node_leaf=node_leaf,
     )
+
+
+def kueue_leaves_from_snapshot(snapshot: Snapshot, levels: Sequence[str]) -> KueueLeaves:
+    """Kueue's leaves over an Atoll snapshot, for the simulator: ``levels`` are the flavor's Kueue
+    Topology levels (the snapshot's, with or without its trailing hostname level). Columns are the
+    snapshot's (``gpu``, ``cpu_milli``, ``memory_mib``, ``pods``); see :func:`per_pod_of`.
+    Call :meth:`KueueLeaves.sync_from_snapshot` after the snapshot's usage changes."""
+    levels = tuple(levels)
+    labels = snapshot.level_labels
+    if levels == labels:
+        starts = np.arange(snapshot.num_nodes, dtype=np.int64)
+        paths: Sequence[tuple[str, ...]] = snapshot.paths
+    elif levels == labels[:-1]:
+        lv = len(levels) - 1
+        starts = snapshot.bounds[snapshot.bptr[lv]: snapshot.bptr[lv + 1] - 1].astype(np.int64)
+        paths = snapshot.domain_values[lv]
+    else:
+        raise ValueError(f"flavor {snapshot.flavor}: Kueue levels {list(levels)} are not the snapshot's {list(labels)}")
+    alloc = np.add.reduceat(snapshot.alloc, starts, axis=0) if len(starts) else snapshot.alloc.copy()
+    leaf_of_node = np.searchsorted(starts, np.arange(snapshot.num_nodes), side="right") - 1
+    leaves = KueueLeaves(levels, paths, RESOURCE_NAMES, alloc, excluded=snapshot.excluded,
+                         node_leaf={name: int(leaf_of_node[i]) for i, name in enumerate(snapshot.node_names)})
+    leaves._snapshot_starts = starts
+    leaves.sync_from_snapshot(snapshot)
+    return leaves
+
+
+def per_pod_of(vector: ResourceVector) -> dict[str, int]:
+    """A pod's requests in snapshot columns, without its pod slot (Kueue adds that itself)."""
+    return {name: amount for j, (name, amount) in enumerate(zip(RESOURCE_NAMES, vector.as_tuple())) if j != PODS_COLUMN}
 
 
 # ----------------------------------------------------------------------------- results

@@ -16,15 +16,17 @@ from hypothesis import strategies as st
 
 from admission._baseline_cli import ScenarioError, main, run_kueue_bestfit_scenario
 from admission.cli import main as atoll_main
-from topology import HOSTNAME_LABEL, Taint, Toleration
+from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration
 from topology._kueue_tas import (
     KueueLeaves,
     KueueNode,
     KueuePodSet,
     KueueResult,
     build_kueue_leaves,
+    kueue_leaves_from_snapshot,
     kueue_place,
     kueue_place_workload,
+    per_pod_of,
     taint_string,
 )
 
@@ -437,6 +439,38 @@ def test_second_podset_never_overcommits_what_the_first_took(case: tuple[KueueLe
     for _, r in result.podsets:
         np.add.at(taken, r.leaf_indices, r.leaf_counts)
     assert np.all(taken <= lv.capacity_for({GPU: gpus}))
+
+
+# ----------------------------------------------------------------------------- from a snapshot
+
+
+def walk_snapshot() -> Snapshot:
+    """``walk_cluster`` as an Atoll snapshot (free GPUs as there, 1 GPU per pod)."""
+    frees = {"n11": 4, "n12": 3, "n21": 2, "n22": 2, "n31": 1, "n32": 1, "n41": 3}
+    racks = {"n11": ("b1", "r1"), "n12": ("b1", "r1"), "n21": ("b1", "r2"), "n22": ("b1", "r2"),
+             "n31": ("b1", "r3"), "n32": ("b1", "r3"), "n41": ("b2", "r4")}
+    nodes = [NodeInfo(n, {BLOCK: b, RACK: r, HOST: n}, ResourceVector(8, 64_000, 512_000, 110), ResourceVector(gpu=8 - frees[n]))
+             for n, (b, r) in racks.items()]
+    return Snapshot("h100", [Level(BLOCK), Level(RACK)], nodes)
+
+
+def test_leaves_over_a_snapshot_place_as_the_same_nodes_would() -> None:
+    snap = walk_snapshot()
+    lv = kueue_leaves_from_snapshot(snap, (BLOCK, RACK, HOST))
+    per_pod = per_pod_of(ResourceVector(gpu=1, cpu_milli=1_000, pods=1))
+    assert per_pod == {"gpu": 1, "cpu_milli": 1_000, "memory_mib": 0}  # the pod slot is Kueue's to add
+    result = kueue_place(lv, 9, per_pod, mode="required", level=BLOCK, topology_name="t")
+    assert got(result) == got(place(walk_cluster(), 9, 1, "required", BLOCK))
+    # the snapshot changes (n11 fully used); after a sync Kueue sees it
+    snap.reserve("n11", ResourceVector(gpu=4, pods=1))
+    lv.sync_from_snapshot(snap)
+    assert list(lv.capacity_for(per_pod)) == [0, 3, 2, 2, 1, 1, 3]
+    # grouped leaves when the Kueue Topology stops at rack: r1 = 3, r2 = 4, r3 = 2, r4 = 3
+    racks = kueue_leaves_from_snapshot(snap, (BLOCK, RACK))
+    assert racks.num_leaves == 4 and racks.leaf_of("n22") == 1
+    assert got(kueue_place(racks, 3, per_pod, mode="required", level=RACK, topology_name="t")) == [("b1/r1", 3)]
+    with pytest.raises(ValueError, match="not the snapshot's"):
+        kueue_leaves_from_snapshot(snap, (RACK, HOST))
 
 
 # ----------------------------------------------------------------------------- the command

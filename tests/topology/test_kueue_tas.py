@@ -441,6 +441,118 @@ def test_second_podset_never_overcommits_what_the_first_took(case: tuple[KueueLe
     assert np.all(taken <= lv.capacity_for({GPU: gpus}))
 
 
+# ----------------------------------------------------------------------------- a slow twin
+
+
+class _Dom:
+    def __init__(self, values: tuple[str, ...]) -> None:
+        self.values = values
+        self.children: list[_Dom] = []
+        self.pods = 0
+        self.slices = 0
+        self.leaf = -1
+
+
+def twin_place(lv: KueueLeaves, count: int, per_pod: dict[str, int], mode: str, level: str | None,
+               slice_level: str | None = None, slice_size: int = 1) -> list[tuple[tuple[str, ...], int]] | None:
+    """The rules written out domain by domain, with Python objects and sorts: slow, plain."""
+    cap = lv.capacity_for(per_pod)
+    last = len(lv.levels) - 1
+    by_level: list[dict[tuple[str, ...], _Dom]] = [{} for _ in lv.levels]
+    for i, path in enumerate(lv.paths):
+        for depth in range(last + 1):
+            key = path[: depth + 1]
+            if key not in by_level[depth]:
+                by_level[depth][key] = _Dom(key)
+                if depth:
+                    by_level[depth - 1][path[:depth]].children.append(by_level[depth][key])
+        by_level[last][path].leaf, by_level[last][path].pods = i, int(cap[i])
+    slice_idx = last if slice_level is None else lv.levels.index(slice_level)
+    for depth in range(last, -1, -1):
+        for d in by_level[depth].values():
+            if d.children:
+                d.pods = sum(c.pods for c in d.children)
+            d.slices = d.pods // slice_size if depth == slice_idx else sum(c.slices for c in d.children) if depth < slice_idx else 0
+    lfc = mode == "unconstrained"
+
+    def ordered(ds: list[_Dom]) -> list[_Dom]:
+        return sorted(ds, key=lambda d: (d.slices if lfc else -d.slices, d.pods, d.values))
+
+    def best_fit(ds: list[_Dom], need: int, amount: str) -> _Dom:
+        best = ds[0]
+        for d in ds:
+            if getattr(d, amount) >= need and getattr(d, amount) < getattr(best, amount):
+                best = d
+        return best
+
+    def update(ds: list[_Dom], need: int, amount: str) -> list[tuple[_Dom, int]]:
+        out = []
+        for i, d in enumerate(ds):
+            if not lfc and getattr(d, amount) >= need:
+                d = best_fit(ds[i:], need, amount)
+            if getattr(d, amount) >= need:
+                return [*out, (d, need)]
+            out.append((d, getattr(d, amount)))
+            need -= getattr(d, amount)
+        raise AssertionError("the chosen domains cannot hold the count")
+
+    need = count // slice_size
+    search = last if lfc else lv.levels.index(level)  # type: ignore[arg-type]
+    while True:
+        ds = ordered(list(by_level[search].values()))
+        if lfc and any(d.slices >= need for d in ds):
+            chosen = [next(d for d in ds if d.slices >= need)]
+            break
+        if not lfc and ds[0].slices >= need:
+            chosen = [best_fit(ds, need, "slices")]
+            break
+        if mode == "required":
+            return None
+        if search > 0 and not lfc:
+            search -= 1
+            continue
+        chosen, left = [], need
+        for i, d in enumerate(ds):
+            if left <= 0:
+                break
+            if not lfc and d.slices >= left:
+                d = best_fit(ds[i:], left, "slices")
+            chosen.append(d)
+            left -= d.slices
+        if left > 0:
+            return None
+        break
+    picked = update(chosen, need, "slices")
+    depth = search
+    while depth < min(last, slice_idx):
+        picked = update(ordered([c for d, _ in picked for c in d.children]), need, "slices")
+        depth += 1
+    picked = [(d, n * slice_size) for d, n in picked]
+    while depth < last:
+        picked = [pair for d, n in picked for pair in update(ordered(d.children), n, "pods")]
+        depth += 1
+    out = sorted((d.values, n) for d, n in picked if n > 0)
+    start = last if lv.hostname_lowest else 0
+    return [(values[start:], n) for values, n in out]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from([None, 1, 2, 3]))
+def test_the_array_implementation_matches_its_slow_twin(case: tuple[KueueLeaves, int, int, str, str | None], size: int | None) -> None:
+    lv, count, gpus, mode, level = case
+    if lv.num_leaves == 0:
+        return
+    kw: dict[str, object] = {}
+    if size is not None:
+        # slices at the level below the requested one (or the same one, at the bottom)
+        top = len(lv.levels) - 1 if level is None else lv.levels.index(level)
+        kw = {"slice_level": lv.levels[min(top + 1, len(lv.levels) - 1)], "slice_size": size}
+        count = max(size, count - count % size)
+    result = place(lv, count, gpus, mode, level, **kw)
+    expected = twin_place(lv, count, {GPU: gpus}, mode, level, **kw)  # type: ignore[arg-type]
+    assert (list(result.domains) if result.fits else None) == expected
+
+
 # ----------------------------------------------------------------------------- from a snapshot
 
 

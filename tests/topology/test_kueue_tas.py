@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 
 from admission._baseline_cli import ScenarioError, main, run_kueue_bestfit_scenario
 from admission.cli import main as atoll_main
-from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration
+from topology import (
+    HOSTNAME_LABEL,
+    Level,
+    NodeInfo,
+    ResourceVector,
+    Snapshot,
+    Taint,
+    Toleration,
+)
 from topology._kueue_tas import (
     KueueLeaves,
     KueueNode,

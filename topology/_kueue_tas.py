@@ -7,9 +7,11 @@ node affinity off). The rules, in short:
 - Leaves: with ``kubernetes.io/hostname`` as the lowest level a leaf is one node; otherwise a leaf
   is every node sharing one full path, capacities summed. Nodes outside the flavor's
   ``nodeLabels``, missing a level label, NotReady or ``spec.unschedulable`` never enter the
-  snapshot; they are counted in :attr:`KueueLeaves.excluded` and, like Kueue's own exclusions,
-  named in failure messages. Untolerated NoSchedule/NoExecute taints exclude a leaf only when the
-  leaf is a node (hostname lowest), as in Kueue.
+  snapshot; they are counted in :attr:`KueueLeaves.excluded` and named in failure messages next
+  to Kueue's own exclusions (untolerated taint, a leaf where not one pod fits: ``resource "r"``,
+  the resource with the fewest pods, ties by name). Kueue's "Total nodes" counts leaves; pass
+  ``excluded={}`` for its message to the letter. Untolerated NoSchedule/NoExecute taints exclude
+  a leaf only when the leaf is a node (hostname lowest), as in Kueue.
 - A leaf holds ``min over requested resources of floor(free / per-pod)`` pods; every pod also takes
   one ``pods`` unit. Domains above sum their children. Slices (optional): at the slice level a
   domain holds ``floor(pods / slice size)`` slices, summed above it, zero below it.
@@ -23,7 +25,9 @@ node affinity off). The rules, in short:
   that holds everything, else every domain from the least free upward until the count is met.
 - Walk down: above the slice level the whole count is redistributed over all children of the
   chosen domains together (sort order, greedy, best fit for the last); at and below it each
-  parent's pods go into its own children the same way.
+  parent's pods go into its own children the same way (there the children count 0 slices, so
+  the smallest go first).
+- Several PodSets: in order, each seeing the pods (requests and pod slots) of the earlier ones.
 - Output: the leaves that received pods, in path order; with hostname lowest only the hostname
   level and value are reported (Kueue's ``topologyAssignment``).
 
@@ -31,6 +35,10 @@ Units are whatever the caller chooses, as long as allocatable, usage and per-pod
 the scenario command uses milli-cores for ``cpu``, bytes for memory-like resources and plain
 counts for everything else (GPUs, ``pods``). Arrays are int64; one evaluation is a handful of
 numpy passes over the leaves plus sorts over the domains it actually looks at.
+
+Not modelled (Kueue features off by default or outside the baseline): leader/worker PodSet
+groups, multi-layer slice constraints, slice-only requests, balanced placement, the PodSet's own
+nodeSelector/affinity and preferred node affinity.
 """
 
 from __future__ import annotations

@@ -295,8 +295,11 @@ class KueueLeaves:
         an ineligible node (NotReady, cordoned, untolerated taint) holds nothing."""
         if self._snapshot_starts is None:
             raise ValueError("these leaves were not made by kueue_leaves_from_snapshot")
-        free = snapshot.free * snapshot.eligible[:, None].astype(np.int64)
-        self.free[:] = np.add.reduceat(free, self._snapshot_starts, axis=0) if len(free) else free
+        eligible = snapshot.eligible[:, None]
+        if len(self._snapshot_starts) == len(snapshot.free):  # one leaf per node
+            np.multiply(snapshot.free, eligible, out=self.free)
+        elif len(snapshot.free):
+            self.free[:] = np.add.reduceat(snapshot.free * eligible, self._snapshot_starts, axis=0)
 
     def copy(self) -> KueueLeaves:
         """A twin with its own ``free``; structure shared (it never changes)."""

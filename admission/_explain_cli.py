@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
-from admission._run_cli import _default_namespace
+from admission._run_cli import configure_logging, default_namespace
 
 __all__ = ["main", "render"]
 
@@ -57,8 +58,8 @@ def render(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any = None) -> int:
     p = argparse.ArgumentParser(prog="atoll explain", description="Why a Workload waits, or why it was placed where it was.")
     p.add_argument("workload", help="NAMESPACE/NAME")
-    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
-    p.add_argument("--namespace", default=_default_namespace({}), help="namespace of the profiles ConfigMap")
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
+    p.add_argument("--namespace", default=default_namespace(os.environ), help="namespace of the profiles ConfigMap (default: $ATOLL_NAMESPACE, else atoll-system)")
     p.add_argument("--configmap", default="atoll-policies")
     p.add_argument("--admission-check", default="atoll-topology", help="'*' for every Atoll check")
     p.add_argument("--gpu-resource", default="nvidia.com/gpu")
@@ -69,19 +70,18 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
         print(f"atoll explain: {args.workload!r}: expected NAMESPACE/NAME", file=sys.stderr)
         return 2
 
-    import os
-
     from admission._controller import Controller
     from admission._kube import KubePort, api_client_from_kubeconfig
     from admission._records import Recorder
     from admission._settings import ConfigSettings, KueueSettings, Settings
     from admission.errors import ApiError
 
+    configure_logging("warning")
     settings = Settings(kueue=KueueSettings(admission_check=None if args.admission_check in ("*", "") else args.admission_check,
                                             gpu_resource=args.gpu_resource),
                         config=ConfigSettings(namespace=args.namespace, configmap=args.configmap))
     try:
-        api = api_client or api_client_from_kubeconfig(args.kubeconfig or os.environ.get("KUBECONFIG"))
+        api = api_client or api_client_from_kubeconfig(args.kubeconfig)
     except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message
         print(f"atoll explain: cannot load cluster credentials: {exc}", file=sys.stderr)
         return 2

@@ -29,11 +29,16 @@ _JSON = "application/json"
 
 
 def api_client_from_kubeconfig(path: str | None) -> client.ApiClient:
-    """A client from a kubeconfig file, else the in-cluster ServiceAccount."""
+    """A client from a kubeconfig file; without one, the in-cluster ServiceAccount, and outside a
+    cluster the default kubeconfig (~/.kube/config), as kubectl would."""
     if path:
         api: client.ApiClient = config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
         return api
-    config.load_incluster_config()  # type: ignore[no-untyped-call]
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        fallback: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+        return fallback
     return client.ApiClient()
 
 

@@ -20,12 +20,13 @@ import structlog
 
 from admission._settings import ConfigSettings, KueueSettings, LeaderSettings, ServeSettings, Settings
 
-__all__ = ["build_settings", "main", "parser"]
+__all__ = ["build_settings", "configure_logging", "default_namespace", "main", "parser"]
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
-def _default_namespace(env: Mapping[str, str]) -> str:
+def default_namespace(env: Mapping[str, str]) -> str:
+    """$ATOLL_NAMESPACE, else the pod's own namespace, else atoll-system."""
     if env.get("ATOLL_NAMESPACE"):
         return env["ATOLL_NAMESPACE"]
     try:
@@ -38,7 +39,7 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     env = os.environ if env is None else env
     p = argparse.ArgumentParser(prog="atoll run", description="Run Atoll's Kueue admission-check controller.")
     p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
-    p.add_argument("--namespace", default=_default_namespace(env), help="namespace of the profiles ConfigMap and the leader Lease "
+    p.add_argument("--namespace", default=default_namespace(env), help="namespace of the profiles ConfigMap and the leader Lease "
                    "(default: $ATOLL_NAMESPACE, else the pod's namespace, else atoll-system)")
     p.add_argument("--configmap", default=env.get("ATOLL_CONFIGMAP", "atoll-policies"), help="profiles ConfigMap (key profiles.yaml)")
     p.add_argument("--admission-check", default=env.get("ATOLL_ADMISSION_CHECK", "atoll-topology"),
@@ -64,7 +65,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def _configure_logging(level: str) -> None:
+def configure_logging(level: str) -> None:
+    """JSON log lines on stderr (stdout carries the decision records)."""
     structlog.configure(
         processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
                     structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
@@ -76,7 +78,7 @@ def _configure_logging(level: str) -> None:
 def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     args = parser().parse_args(list(argv))
     settings = build_settings(args)
-    _configure_logging(args.log_level)
+    configure_logging(args.log_level)
     log = structlog.get_logger("atoll.run")
 
     from admission._controller import Controller

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
 
 import pytest
+import structlog
 
 from admission._explain_cli import main
 from tests.admission.fabric import CLIQUE, Fabric, planned, run
 
 pytestmark = pytest.mark.apiserver
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()  # explain configures process-wide logging, as a command may
 
 
 def explain(fabric: Fabric, name: str, fmt: str = "text") -> tuple[int, str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, run
+from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, profiles_doc, run
 
 pytestmark = pytest.mark.apiserver
 
@@ -83,3 +83,15 @@ def test_bound_pods_count_as_used(fabric: Fabric) -> None:
     ctrl = fabric.controller()
     (verdict,) = run(ctrl)
     assert verdict.outcome == "admit" and planned(fabric.entry("gang")) == {fabric.node_name(1, 1, 1): 1}
+
+
+def test_a_span_over_the_whole_flavor_gets_no_level_selector(fabric: Fabric) -> None:
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["anywhere"] = {"preferredLevel": CLIQUE, "relaxAfterSeconds": 0}
+    fabric.install(profiles=doc)
+    fabric.submit("everything", [("main", 6, 4)], podset_annotations={"main": {"atoll.dev/profile": "anywhere"}})
+    (verdict,) = run(fabric.controller())  # 24 GPUs: more than a block (16), less than the flavor (32)
+    entry = fabric.entry("everything")
+    (update,) = entry["podSetUpdates"]
+    assert verdict.outcome == "admit" and "nodeSelector" not in update and sum(planned(entry).values()) == 6
+    assert {n[: n.index("c", len(fabric.ns))] for n in planned(entry)} == {f"{fabric.ns}-b0", f"{fabric.ns}-b1"}

@@ -21,7 +21,11 @@ test: install envtest lint
 test-unit: install
 	$(PYTHON) -m pytest -q -m "not apiserver"
 
-bench: install
+# Speed and quality, measured (never asserted in tests): finder, controller on a real apiserver,
+# and placement quality on the public traces in ../shared/traces.
+bench: install envtest
 	atoll bench finder --nodes 1000
 	atoll bench finder --nodes 10000
 	atoll bench finder --nodes 50000
+	atoll bench controller --workloads 1000
+	atoll bench quality

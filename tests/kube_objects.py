@@ -184,16 +184,6 @@ class KueueActor:
                 return dict(entry)
         return None
 
-    def requeue_after_retry(self, namespace: str, name: str, cluster_queue: str, flavor: str) -> dict[str, Any]:
-        """Kueue on Retry: evict (admission dropped, quota released, check Pending), then after the delay reserve again."""
-        t = now_rfc3339()
-        apply_workload_status(self.custom, namespace, name, {
-            "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "evicted by admission check",
-                            "lastTransitionTime": t}],
-            "admissionChecks": [{"name": self.check, "state": "Pending", "message": PENDING_MESSAGE, "lastTransitionTime": t}],
-        })
-        return self.reserve_quota(namespace, name, cluster_queue, flavor)
-
     def finish(self, namespace: str, name: str) -> dict[str, Any]:
         """The job finished: ``Finished=True`` added, the admission kept (as Kueue keeps it)."""
         status = self.get(namespace, name).get("status", {})

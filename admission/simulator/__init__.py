@@ -1,0 +1,18 @@
+"""The simulator's inputs and cost model: jobs, trace readers, synthetic workloads, slowdown.
+
+``atoll simulate`` replays these jobs against a cluster model; see ``_cost`` for the cost model.
+"""
+
+from admission.simulator._cost import ring_allreduce_s, step_slowdown
+from admission.simulator._jobs import DEFAULT_COMM_FRACTION, Job, JobKind, default_model_gb, make_job, split_into_pods
+
+__all__ = [
+    "DEFAULT_COMM_FRACTION",
+    "Job",
+    "JobKind",
+    "default_model_gb",
+    "make_job",
+    "ring_allreduce_s",
+    "split_into_pods",
+    "step_slowdown",
+]

@@ -5,14 +5,18 @@
 
 from admission.simulator._cost import ring_allreduce_s, step_slowdown
 from admission.simulator._jobs import DEFAULT_COMM_FRACTION, Job, JobKind, default_model_gb, make_job, split_into_pods
+from admission.simulator._synthetic import DEFAULT_SIZE_MIX, SyntheticParams, synthetic_jobs
 
 __all__ = [
     "DEFAULT_COMM_FRACTION",
+    "DEFAULT_SIZE_MIX",
     "Job",
     "JobKind",
+    "SyntheticParams",
     "default_model_gb",
     "make_job",
     "ring_allreduce_s",
     "split_into_pods",
     "step_slowdown",
+    "synthetic_jobs",
 ]

@@ -75,7 +75,7 @@ class Decision:
 
 
 def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None) -> PodSetRequest:
-    required, preferred, span = level_mode
+    required, preferred, span = (None, None, None) if cls and cls.spread else level_mode  # replicas spread; island levels are for gangs
     if spec.required_topology:
         required, preferred, span = spec.required_topology, None, None
     elif spec.preferred_topology:

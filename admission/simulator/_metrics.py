@@ -7,9 +7,10 @@ Definitions (the README's table uses them):
   last arrival: the span in which the load is offered; the drain after it measures the trace's
   longest job, not the policy). A slowed job holds its GPUs longer, so ``gpu_goodput`` weights
   each allocated GPU by 1/slowdown: the share of the cluster doing work at ideal speed.
-- Single-island share: of the multi-pod jobs (gangs) that fit one island of the empty flavor,
-  those placed in one island. Single-pod jobs are left out: they are in one island by
-  construction. ``None`` when no such gang exists (e.g. every gang is bigger than an island).
+- Single-island share: of the gangs (multi-pod training jobs) that fit one island of the empty
+  flavor, those placed in one island. Single-pod jobs are left out (one island by construction),
+  and so are inference replicas (their class spreads them across islands on purpose). ``None``
+  when no such gang exists (e.g. every gang is bigger than an island).
 - Slowdown: the cost model's stretch of each completed job (1.0 = ideal placement).
 - Fragmentation: time-weighted mean of ``topology.fragmentation_index`` at the island level,
   sampled over the arrival window.

@@ -51,6 +51,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from admission.simulator._cost import step_slowdown
+from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._policies import JobShape, Policy, fits_one_island, island_level_of
 from policies import WaitState
 from topology import ClusterModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
@@ -59,6 +61,7 @@ __all__ = [
     "STATUS_DONE",
     "STATUS_REJECTED",
     "STATUS_UNFINISHED",
+    "CostModel",
     "PreparedWorkload",
     "SimResult",
     "SimSettings",
@@ -69,7 +72,7 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-SlowdownFn = Callable[[Snapshot, IntArray, IntArray, JobShape], float]
+SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job], float]
 ProgressFn = Callable[[int, int], None]
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
@@ -108,7 +111,8 @@ class PreparedWorkload:
     shapes: tuple[tuple[int, JobShape], ...]
     """(flavor index, shape) per shape id."""
     flavors: tuple[FlavorModel, ...]
-    names: tuple[str, ...]
+    jobs: tuple[Job, ...]
+    """The jobs in arrival order (the cost model reads their comm fraction and gradient size)."""
 
     def __len__(self) -> int:
         return int(self.arrival.shape[0])
@@ -128,7 +132,8 @@ class SimResult:
     islands: IntArray
     """Islands a started job spans (0 when it never started)."""
     gang_fits_island: npt.NDArray[np.bool_]
-    """Multi-pod jobs that fit one island of their empty flavor."""
+    """Gangs (multi-pod training jobs; inference replicas are spread on purpose) that fit one
+    island of their empty flavor."""
     relaxed: npt.NDArray[np.bool_]
     attempts: IntArray
     total_gpus: int
@@ -161,53 +166,45 @@ def _gpus_per_node(snapshot: Snapshot) -> int:
     return int(gpus.max()) if gpus.size else 0
 
 
-def _job_attr(job: Any, *names: str, default: Any = None) -> Any:
-    for n in names:
-        if hasattr(job, n):
-            return getattr(job, n)
-    return default
+def job_shape(job: Job, gpus_per_node: int) -> JobShape:
+    """The job's pods on nodes of ``gpus_per_node`` GPUs (``split_into_pods``); CPU and memory
+    are the job's totals shared evenly, rounded up, as ``make_job`` does."""
+    pods, per_pod = split_into_pods(job.gpus, gpus_per_node)
+    cpu = -(-job.cpu_milli_per_pod * job.pods // pods)
+    mem = -(-job.memory_mib_per_pod * job.pods // pods)
+    return JobShape(pods, ResourceVector(per_pod, cpu, mem, 1), job.kind)
 
 
-def prepare_workload(
-    cluster: ClusterModel,
-    jobs: Sequence[Any],
-    split: Callable[[Any, int], tuple[int, ResourceVector]],
-    *,
-    snapshots: Sequence[Snapshot] | None = None,
-) -> PreparedWorkload:
-    """Route each job to a flavor and cut it into pods (``split(job, gpus_per_node)`` →
-    (pods, per-pod resources)). Jobs are ordered by arrival, ties by their trace order."""
+def prepare_workload(cluster: ClusterModel, jobs: Sequence[Job], *, snapshots: Sequence[Snapshot] | None = None) -> PreparedWorkload:
+    """Route each job to a flavor and cut it into that flavor's pods. Jobs are ordered by
+    submit time, ties by their trace order. A job no flavor can hold (even empty) gets flavor -1
+    and is rejected at arrival by every policy alike."""
     snaps = list(snapshots) if snapshots is not None else build_snapshots(cluster)
-    order = sorted(range(len(jobs)), key=lambda i: (float(_job_attr(jobs[i], "arrival", "submit_time")), i))
-    n = len(order)
-    arrival = np.empty(n)
-    duration = np.empty(n)
-    gpus = np.empty(n, dtype=np.int64)
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit_s, i))
+    ordered = tuple(jobs[i] for i in order)
+    n = len(ordered)
+    arrival = np.fromiter((j.submit_s for j in ordered), dtype=np.float64, count=n)
+    duration = np.fromiter((j.duration_s for j in ordered), dtype=np.float64, count=n)
+    gpus = np.fromiter((j.gpus for j in ordered), dtype=np.int64, count=n)
     flavor = np.full(n, -1, dtype=np.int64)
     shape = np.full(n, -1, dtype=np.int64)
     shape_ids: dict[tuple[int, JobShape], int] = {}
     per_node = [_gpus_per_node(s) for s in snaps]
     capacity = np.array([s.total_gpus() for s in snaps], dtype=np.float64)
-    fit_cache: dict[tuple[int, JobShape], bool] = {}
+    cands_cache: dict[tuple[int, int, int, str], list[tuple[int, JobShape]]] = {}
     golden = (math.sqrt(5.0) - 1.0) / 2.0
-    for k, i in enumerate(order):
-        job = jobs[i]
-        arrival[k] = float(_job_attr(job, "arrival", "submit_time"))
-        duration[k] = float(_job_attr(job, "duration"))
-        gpus[k] = int(_job_attr(job, "gpus", "num_gpu"))
-        kind = str(_job_attr(job, "kind", "workload_class", default="training") or "training")
-        wanted = _job_attr(job, "flavor", "gpu_model", default=None)
-        cands: list[tuple[int, JobShape]] = []
-        for f, snap in enumerate(snaps):
-            if wanted and wanted not in (cluster.flavors[f].name, cluster.flavors[f].gpu_model):
-                continue
-            pods, per_pod = split(job, per_node[f])
-            sh = JobShape(pods, per_pod, kind)
-            key = (f, sh)
-            if key not in fit_cache:
-                fit_cache[key] = _fits_empty(snap, sh)
-            if fit_cache[key]:
-                cands.append(key)
+    for k, job in enumerate(ordered):
+        key = (job.gpus, job.cpu_milli_per_pod * job.pods, job.memory_mib_per_pod * job.pods, job.kind)
+        cands = cands_cache.get(key)
+        if cands is None:
+            cands = []
+            for f, snap in enumerate(snaps):
+                if per_node[f] < 1:
+                    continue
+                sh = job_shape(job, per_node[f])
+                if _fits_empty(snap, sh):
+                    cands.append((f, sh))
+            cands_cache[key] = cands
         if not cands:
             continue
         if len(cands) == 1:
@@ -219,8 +216,7 @@ def prepare_workload(
         flavor[k] = chosen[0]
         shape[k] = shape_ids.setdefault(chosen, len(shape_ids))
     shapes = tuple(sorted(shape_ids, key=shape_ids.__getitem__))
-    names = tuple(str(_job_attr(jobs[i], "job_id", "name", "id", default=i)) for i in order)
-    return PreparedWorkload(arrival, duration, gpus, flavor, shape, shapes, tuple(cluster.flavors), names)
+    return PreparedWorkload(arrival, duration, gpus, flavor, shape, shapes, tuple(cluster.flavors), ordered)
 
 
 def _fits_empty(snapshot: Snapshot, shape: JobShape) -> bool:
@@ -235,8 +231,48 @@ def _fits_empty(snapshot: Snapshot, shape: JobShape) -> bool:
 # --------------------------------------------------------------------------------- running
 
 
-def _one_slowdown(snapshot: Snapshot, nodes: IntArray, pods: IntArray, shape: JobShape) -> float:
-    return 1.0
+class CostModel:
+    """``_cost.step_slowdown`` for a placement on a snapshot.
+
+    The bottleneck link is that of the lowest common domain of the placement's nodes (one node:
+    the node's own link). The ideal link is that of the lowest level one of whose domains can hold
+    the job on the empty flavor: the island link for a gang that fits an island, the node link for
+    a one-pod job, a wider level for a job bigger than any island (an unavoidable span is not a
+    slowdown). Min perf is the slowest chosen node's.
+    """
+
+    def __init__(self) -> None:
+        self._ideal: dict[tuple[int, JobShape], int] = {}
+
+    def ideal_level(self, snapshot: Snapshot, shape: JobShape) -> int:
+        key = (id(snapshot.node_names), shape)
+        level = self._ideal.get(key)
+        if level is None:
+            level = self._ideal[key] = _ideal_level(snapshot, shape)
+        return level
+
+    def __call__(self, snapshot: Snapshot, nodes: IntArray, shape: JobShape, job: Job) -> float:
+        lo, hi = int(nodes.min()), int(nodes.max())
+        level = 0
+        for lv in range(snapshot.node_level, -1, -1):
+            if snapshot.node_dom[lv, lo] == snapshot.node_dom[lv, hi]:
+                level = lv
+                break
+        ideal = self.ideal_level(snapshot, shape)
+        return step_slowdown(job, float(snapshot.perf[nodes].min()), float(snapshot.bandwidth_gbps[level]), float(snapshot.latency_us[level]),
+                             float(snapshot.bandwidth_gbps[ideal]), float(snapshot.latency_us[ideal]))
+
+
+def _ideal_level(snapshot: Snapshot, shape: JobShape) -> int:
+    req = np.array(shape.per_pod.as_tuple()[:3] + (1,), dtype=np.int64)
+    mask = req > 0
+    cap = (snapshot.alloc[:, mask] // req[mask]).min(axis=1)
+    cap[snapshot.eligible == 0] = 0
+    for lv in range(snapshot.node_level, -1, -1):
+        starts = snapshot.bounds[snapshot.bptr[lv]: snapshot.bptr[lv + 1] - 1]
+        if int(np.add.reduceat(cap, starts).max()) >= shape.pods:
+            return lv
+    return 0
 
 
 class _Flavor:
@@ -259,11 +295,12 @@ def simulate(
     policy: Policy,
     *,
     settings: SimSettings = SimSettings(),
-    slowdown: SlowdownFn = _one_slowdown,
+    slowdown: SlowdownFn | None = None,
     progress: ProgressFn | None = None,
 ) -> SimResult:
     """Replay ``work`` on a fresh copy of ``cluster`` under ``policy``. Deterministic."""
     wall0 = time.perf_counter()
+    cost = slowdown if slowdown is not None else CostModel()
     snaps = build_snapshots(cluster)
     fl = [_Flavor(s, island_level_of(s, settings.island_level)) for s in snaps]
     total_gpus = sum(f.nominal for f in fl)
@@ -271,7 +308,7 @@ def simulate(
     shape_of = work.shape
     shapes = work.shapes
     shape_gpus = [sh.gpus for _, sh in shapes]
-    shape_fits = [sh.pods > 1 and fits_one_island(fl[f].snapshot, sh, fl[f].island_label) for f, sh in shapes]
+    shape_fits = [sh.pods > 1 and sh.kind == "training" and fits_one_island(fl[f].snapshot, sh, fl[f].island_label) for f, sh in shapes]
 
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
@@ -340,7 +377,7 @@ def simulate(
                 assert att.nodes is not None and att.pods is not None
                 _reserve(snap, att.nodes, att.pods, shape.per_pod)
                 f.used += shape.gpus
-                s = float(slowdown(snap, att.nodes, att.pods, shape))
+                s = float(cost(snap, att.nodes, shape, work.jobs[j]))
                 placed[j] = (att.nodes, att.pods)
                 start[j] = now
                 slow[j] = s

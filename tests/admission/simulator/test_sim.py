@@ -3,16 +3,17 @@
 
 from __future__ import annotations
 
+import itertools
 import random
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
+from admission.simulator._jobs import Job, make_job
 from admission.simulator._policies import make_policies
 from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED, SimSettings, prepare_workload, simulate
 from policies import load_profiles
-from topology import ClusterModel, ResourceVector
+from topology import ClusterModel
 
 CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
 DOC = load_profiles(f"""
@@ -23,17 +24,11 @@ profiles:
 """)
 
 
-@dataclass(frozen=True)
-class Job:
-    arrival: float
-    duration: float
-    gpus: int
+_ids = itertools.count()
 
 
-def split(job: Job, per_node: int) -> tuple[int, ResourceVector]:
-    if job.gpus <= per_node:
-        return 1, ResourceVector(gpu=job.gpus, pods=1)
-    return -(-job.gpus // per_node), ResourceVector(gpu=per_node, pods=1)
+def job(arrival: float, duration: float, gpus: int, kind: str = "training") -> Job:
+    return make_job(f"j{next(_ids)}", arrival, duration, gpus, 4, kind)  # type: ignore[arg-type]
 
 
 def cluster(sus: int = 2, racks: int = 2, nodes: int = 4, used: dict[str, int] | None = None) -> ClusterModel:
@@ -56,7 +51,7 @@ def cluster(sus: int = 2, racks: int = 2, nodes: int = 4, used: dict[str, int] |
 
 
 def run(model: ClusterModel, jobs: list[Job], policy: str, **settings: float):
-    work = prepare_workload(model, jobs, split)
+    work = prepare_workload(model, jobs)
     (pol,) = make_policies([policy], DOC, seed=11)
     return simulate(model, work, pol, settings=SimSettings(**settings))
 
@@ -68,7 +63,7 @@ def busy_workload(n: int = 300, seed: int = 5) -> list[Job]:
     out = []
     for _ in range(n):
         t += rng.expovariate(1 / 40)
-        out.append(Job(t, rng.uniform(200, 2000), rng.choice([1, 2, 4, 8, 8, 12, 16, 16])))
+        out.append(job(t, rng.uniform(200, 2000), rng.choice([1, 2, 4, 8, 8, 12, 16, 16])))
     return out
 
 
@@ -100,7 +95,7 @@ def test_every_job_completes_after_its_duration_and_gpus_never_overflow() -> Non
     for policy in ("count-only", "atoll-elastic"):
         res = run(cluster(), jobs, policy)
         assert (res.status == STATUS_DONE).all()
-        np.testing.assert_allclose(res.end - res.start, np.array([j.duration for j in sorted(jobs, key=lambda j: j.arrival)]) * res.slowdown)
+        np.testing.assert_allclose(res.end - res.start, np.array([j.duration_s for j in sorted(jobs, key=lambda j: j.submit_s)]) * res.slowdown)
         assert (res.start >= res.arrival).all()
         assert res.allocated.max() <= res.total_gpus == 64
 
@@ -108,7 +103,7 @@ def test_every_job_completes_after_its_duration_and_gpus_never_overflow() -> Non
 def test_elastic_spans_exactly_at_the_relax_time_and_not_before() -> None:
     # each island keeps one node busy for good: a 16-GPU gang (4 nodes) fits no island
     model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
-    res = run(model, [Job(0.0, 100.0, 16)], "atoll-elastic")
+    res = run(model, [job(0.0, 100.0, 16)], "atoll-elastic")
     assert res.start[0] == pytest.approx(300.0)  # retries at 15, 45, 105, 225, then capped to land on 300
     assert res.relaxed[0] and res.islands[0] == 2
     assert res.attempts[0] == 5
@@ -116,7 +111,7 @@ def test_elastic_spans_exactly_at_the_relax_time_and_not_before() -> None:
 
 def test_strict_waits_forever_for_an_island_that_never_frees_and_is_reported_unfinished() -> None:
     model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
-    res = run(model, [Job(0.0, 100.0, 16)], "atoll-strict", stall_seconds=3600.0)
+    res = run(model, [job(0.0, 100.0, 16)], "atoll-strict", stall_seconds=3600.0)
     assert res.status[0] == STATUS_UNFINISHED and np.isnan(res.start[0])
 
 
@@ -124,7 +119,7 @@ def test_strict_retries_after_its_backoff_not_when_capacity_frees() -> None:
     # a 16-GPU blocker fills island r0 until t=100; r1 and r2 each have a busy node, so the
     # 16-GPU gang arriving at t=1 has quota (24 GPUs free) but no island
     model = cluster(sus=1, racks=3, used={"u0r1n0": 4, "u0r2n0": 4})
-    jobs = [Job(0.0, 100.0, 16), Job(1.0, 50.0, 16)]
+    jobs = [job(0.0, 100.0, 16), job(1.0, 50.0, 16)]
     strict = run(model, jobs, "atoll-strict")
     assert strict.start[1] == pytest.approx(1.0 + 30 + 60 + 120)  # Retries at 31 and 91 fail; 211 admits
     assert strict.attempts[1] == 3 and strict.islands[1] == 1
@@ -132,7 +127,7 @@ def test_strict_retries_after_its_backoff_not_when_capacity_frees() -> None:
 
 def test_a_job_blocked_by_quota_is_retried_when_capacity_frees() -> None:
     model = cluster(sus=1, racks=2, used={"u0r1n0": 4})  # 28 GPUs of quota
-    jobs = [Job(0.0, 100.0, 16), Job(1.0, 50.0, 16)]
+    jobs = [job(0.0, 100.0, 16), job(1.0, 50.0, 16)]
     for policy in ("atoll-strict", "count-only"):
         res = run(model, jobs, policy)
         assert res.start[1] == pytest.approx(100.0)  # no Retry: Kueue never reserved quota for it
@@ -141,7 +136,7 @@ def test_a_job_blocked_by_quota_is_retried_when_capacity_frees() -> None:
 
 def test_best_effort_fifo_lets_a_small_job_pass_a_big_one_that_does_not_fit() -> None:
     model = cluster(sus=1, racks=2)
-    jobs = [Job(0.0, 1000.0, 16), Job(1.0, 1000.0, 32), Job(2.0, 10.0, 4)]
+    jobs = [job(0.0, 1000.0, 16), job(1.0, 1000.0, 32), job(2.0, 10.0, 4)]
     res = run(model, jobs, "count-only")
     assert res.start[0] == 0.0
     assert res.start[2] == 2.0  # the 4-GPU job goes while the 32-GPU one waits for quota
@@ -149,12 +144,40 @@ def test_best_effort_fifo_lets_a_small_job_pass_a_big_one_that_does_not_fit() ->
 
 
 def test_jobs_no_flavor_can_hold_are_rejected_at_arrival() -> None:
-    res = run(cluster(sus=1, racks=1), [Job(0.0, 10.0, 64), Job(1.0, 10.0, 4)], "count-only")
+    res = run(cluster(sus=1, racks=1), [job(0.0, 10.0, 64), job(1.0, 10.0, 4)], "count-only")
     assert res.status.tolist() == [STATUS_REJECTED, STATUS_DONE]
 
 
 def test_quota_is_the_flavor_capacity_kueue_can_use() -> None:
     model = cluster(sus=1, racks=1, used={"u0r0n0": 4})
-    res = run(model, [Job(0.0, 100.0, 8), Job(0.0, 100.0, 8)], "count-only")
+    res = run(model, [job(0.0, 100.0, 8), job(0.0, 100.0, 8)], "count-only")
     assert res.total_gpus == 12
     assert res.start.tolist() == [0.0, 100.0]
+
+
+def test_inference_replicas_spread_over_islands_under_an_island_profile() -> None:
+    # the sample profiles' inference class spreads replicas one per island; a strict profile's
+    # island level is for gangs, so the replicas are admitted spread, not rejected
+    doc = load_profiles(f"""
+profiles:
+  strict: {{requiredLevel: {CLIQUE}}}
+classes:
+  inference: {{spread: {{level: {CLIQUE}, maxPerDomain: 1}}}}
+defaultProfile: strict
+""")
+    model = cluster()
+    work = prepare_workload(model, [job(0.0, 100.0, 8, "inference"), job(0.0, 100.0, 8)])
+    (pol,) = make_policies(["atoll-strict"], doc, seed=0)
+    res = simulate(model, work, pol)
+    assert res.status.tolist() == [STATUS_DONE, STATUS_DONE]
+    assert res.islands.tolist() == [2, 1]  # replicas in two islands; the training gang in one
+    assert res.gang_fits_island.tolist() == [False, True]  # replicas are not gangs
+
+
+def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not() -> None:
+    model = cluster(sus=2, racks=1, nodes=4, used={"u0r0n0": 4, "u1r0n0": 4})  # no island holds 4 nodes
+    res = run(model, [job(0.0, 1000.0, 16), job(0.0, 1000.0, 8), job(0.0, 1000.0, 1)], "count-only")
+    assert res.islands.tolist() == [2, 1, 1]
+    assert res.slowdown[0] > 1.5  # crossed the 50 GB/s SU link instead of NVLink
+    assert res.slowdown[1] == 1.0 and res.slowdown[2] == 1.0
+    assert res.end[0] - res.start[0] == pytest.approx(1000.0 * res.slowdown[0])

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import TextIO
 
 from admission._bundled import resolve_cluster, resolve_profiles
 from admission.simulator._jobs import Job

@@ -83,13 +83,11 @@ def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title:
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    for fname, label, pick in (
-        ("allocation.png", "allocated GPUs (% of cluster)", lambda r: 100.0 * r.allocated / max(r.total_gpus, 1)),
-        ("queue.png", "jobs waiting", lambda r: r.pending),
-    ):
+    for fname, label in (("allocation.png", "allocated GPUs (% of cluster)"), ("queue.png", "jobs waiting")):
         fig, ax = plt.subplots(figsize=(8, 4.5), layout="constrained")
         for name, r in results.items():
-            t, v = _resample(r.times, pick(r))
+            series = 100.0 * r.allocated / max(r.total_gpus, 1) if fname == "allocation.png" else r.pending
+            t, v = _resample(r.times, series)
             if t.size:
                 ax.step(_hours(t, origin), v, where="post", label=name, linewidth=0.9)
         ax.set_xlabel("simulated time (h)")

@@ -29,8 +29,8 @@ from topology import HOSTNAME_LABEL, PlacementRequest, PodSetRequest, ResourceVe
 __all__ = [
     "BASELINES",
     "DEFAULT_POLICIES",
-    "Attempt",
     "AtollPolicy",
+    "Attempt",
     "CountOnlyPolicy",
     "JobShape",
     "KueueBestFitPolicy",
@@ -92,10 +92,6 @@ class Policy(Protocol):
 
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt: ...
 
-    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
-        """Why ``shape`` can never be placed on this flavor (empty and healthy), or None."""
-        ...
-
 
 def island_level_of(snapshot: Snapshot, preferred: str | None = None) -> str:
     """The island level: ``preferred`` when the flavor has it, else the level just above the node."""
@@ -116,12 +112,6 @@ def _pod_capacity(snapshot: Snapshot, per_pod: ResourceVector) -> IntArray:
     return cap
 
 
-def _total_capacity(snapshot: Snapshot, per_pod: ResourceVector) -> int:
-    req = np.array([per_pod.gpu, per_pod.cpu_milli, per_pod.memory_mib, 1], dtype=np.int64)
-    mask = req > 0
-    return int((snapshot.alloc[:, mask] // req[mask]).min(axis=1).sum())
-
-
 def _fill(order: IntArray, cap: IntArray, pods: int) -> tuple[IntArray, IntArray]:
     """Take nodes in ``order``, each as full as it can be, until ``pods`` are placed."""
     caps = cap[order]
@@ -139,12 +129,6 @@ class _CountPolicy:
 
     def __init__(self, name: str) -> None:
         self.name = name
-
-    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
-        total = _total_capacity(snapshot, shape.per_pod)
-        if total < shape.pods:
-            return f"{shape.pods} pods × {shape.per_pod.gpu} GPU needed, flavor {snapshot.flavor} holds {total} when empty"
-        return None
 
     def _order(self, cap: IntArray, pods: int) -> IntArray:
         raise NotImplementedError
@@ -241,12 +225,6 @@ class KueueBestFitPolicy:
             view = self._views[key] = _KueueView(snapshot, snapshot.flavor)
         return view
 
-    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
-        total = _total_capacity(snapshot, shape.per_pod)
-        if total < shape.pods:
-            return f"{shape.pods} pods × {shape.per_pod.gpu} GPU needed, flavor {snapshot.flavor} holds {total} when empty"
-        return None
-
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
         from topology._kueue_tas import kueue_place
 
@@ -276,9 +254,6 @@ class AtollPolicy:
 
     def _specs(self, shape: JobShape) -> tuple[PodSetSpec, ...]:
         return (PodSetSpec(PODSET, shape.pods, shape.per_pod),)
-
-    def impossible(self, snapshot: Snapshot, shape: JobShape) -> str | None:
-        return None  # decide() itself rejects what can never fit, with the profile's reason
 
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
         d = decide(snapshot, self._specs(shape), profile_name=self.profile_name, profile=self.profile, now=now,

@@ -18,11 +18,11 @@ from admission._bundled import resolve_cluster, resolve_profiles
 from admission.simulator._jobs import Job
 from admission.simulator._metrics import format_table, summarize
 from admission.simulator._plots import write_plots
-from admission.simulator._policies import DEFAULT_POLICIES, PolicyError, make_policies
+from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
 from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
 from admission.simulator._traces import TraceError, TraceFormat, read_trace, scale_load
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
-from topology import ClusterModel, ClusterModelError, load_cluster_model
+from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
 __all__ = ["cluster_gpus", "load_workload", "main", "run_policies"]
 
@@ -117,13 +117,31 @@ def run_policies(
     """Prepare the workload once and run each policy on a fresh copy of the cluster."""
     doc = load_profiles_file(resolve_profiles(profiles_path))
     policies = make_policies(policy_names, doc, seed=seed)
-    work = prepare_workload(cluster, jobs)
+    snapshots = build_snapshots(cluster)
+    _check_profile_levels(policies, snapshots)
+    work = prepare_workload(cluster, jobs, snapshots=snapshots)
     settings = SimSettings(record_islands=record_islands)
     out: dict[str, SimResult] = {}
     for policy in policies:
         report = progress.start(policy.name) if progress else None
         out[policy.name] = simulate(cluster, work, policy, settings=settings, progress=report)
     return out
+
+
+def _check_profile_levels(policies: Sequence[Policy], snapshots: Sequence[Snapshot]) -> None:
+    """Fail before any run when an Atoll profile names a level a flavor lacks (decide() would
+    raise the same error mid-run, after the other policies had been simulated)."""
+    for policy in policies:
+        if not isinstance(policy, AtollPolicy):
+            continue
+        prof = policy.profile
+        for key, label in (("requiredLevel", prof.required_level), ("preferredLevel", prof.preferred_level),
+                           ("maxSpanLevel", prof.max_span_level)):
+            for snap in snapshots:
+                if label and label not in snap.level_labels:
+                    raise ProfileLevelError(f"profiles.{policy.profile_name}.{key}: flavor {snap.flavor} has no level {label!r} "
+                                            f"(levels: {list(snap.level_labels)}); pick --policies without {policy.name} "
+                                            "or a --profiles document for this cluster")
 
 
 def main(argv: Sequence[str]) -> int:

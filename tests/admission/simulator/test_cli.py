@@ -140,3 +140,12 @@ def test_progress_bar_draws_on_a_terminal_stream() -> None:
     text = stream.getvalue()
     assert "\ratoll-strict" in text and "1,000/1,000 jobs" in text and text.endswith("\n")
     assert _Progress(stream, enabled=False).start("x") is None
+
+
+def test_a_profile_level_the_cluster_lacks_fails_before_any_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "flat.yaml"
+    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/leaf"))
+    assert main(["--cluster", str(path), "--jobs", "10", "--policies", "count-only,atoll-elastic"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "profiles.elastic.maxSpanLevel: flavor gb200 has no level 'network.example.com/su'" in captured.err

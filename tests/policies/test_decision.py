@@ -121,3 +121,10 @@ def test_serving_graph_is_one_atomic_decision() -> None:
 def test_same_input_same_decision() -> None:
     snap = cluster(used=2)
     assert run(snap, gang(3), "elastic") == run(snap, gang(3), "elastic")
+
+
+def test_inference_spread_works_under_strict_and_elastic_profiles() -> None:
+    # the profiles' island level is for gangs; spread replicas must not be confined to one island
+    for profile in ("strict", "elastic"):
+        d = run(cluster(), gang(3, gpus=1), profile, cls="inference")
+        assert d.outcome == "admit" and d.placement is not None and d.placement.podsets[0].islands == 3

@@ -129,7 +129,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None) -> tuple[di
     return report, 0
 
 
-def _scale_child(jobs: int, policies: Sequence[str], seed: int) -> dict[str, Any]:
+def _scale_child(jobs: int, policies: Sequence[str], seed: int, load: float) -> dict[str, Any]:
     """Runs inside the child process: build, prepare, simulate; report times and peak memory."""
     from admission._bundled import resolve_profiles
     from admission.simulator._cli import load_workload, run_policies
@@ -138,7 +138,7 @@ def _scale_child(jobs: int, policies: Sequence[str], seed: int) -> dict[str, Any
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     t0 = time.perf_counter()
     cluster = scale_cluster()
-    work = load_workload(cluster, trace=None, trace_format="synthetic", jobs=jobs, load=QUALITY_LOAD, seed=seed)
+    work = load_workload(cluster, trace=None, trace_format="synthetic", jobs=jobs, load=load, seed=seed)
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     results = run_policies(cluster, work, policies, profiles_path=str(resolve_profiles(None)), seed=seed)
@@ -146,7 +146,7 @@ def _scale_child(jobs: int, policies: Sequence[str], seed: int) -> dict[str, Any
     summaries = {k: summarize(r) for k, r in results.items()}
     gpus = next(iter(results.values())).total_gpus
     return {
-        "cluster": cluster.name, "gpus": gpus, "nodes": gpus // 4, "jobs": jobs, "load": QUALITY_LOAD,
+        "cluster": cluster.name, "gpus": gpus, "nodes": gpus // 4, "jobs": jobs, "load": load,
         "build_s": round(build_s, 2), "simulate_s": round(total, 2),
         "per_policy_s": {k: round(r.wall_seconds, 2) for k, r in results.items()},
         "decisions": {k: r.decisions for k, r in results.items()},
@@ -156,10 +156,10 @@ def _scale_child(jobs: int, policies: Sequence[str], seed: int) -> dict[str, Any
     }
 
 
-def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str) -> tuple[dict[str, Any], int]:
+def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str, load: float = QUALITY_LOAD) -> tuple[dict[str, Any], int]:
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "admission._bench_quality", "--scale-child", "--scale-jobs", str(jobs),
-           "--scale-policies", ",".join(policies), "--seed", str(seed)]
+           "--scale-policies", ",".join(policies), "--seed", str(seed), "--scale-load", str(load)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, check=False)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -190,20 +190,21 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--scale-jobs", type=int, default=SCALE_JOBS)
     p.add_argument("--scale-policies", default=",".join(SCALE_POLICIES))
+    p.add_argument("--scale-load", type=float, default=QUALITY_LOAD, help="offered load of the scale run (above 1 builds a queue)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(list(argv))
     scale_policies = [s for s in args.scale_policies.split(",") if s]
     if args.scale_child:
-        print(json.dumps(_scale_child(args.scale_jobs, scale_policies, args.seed)))
+        print(json.dumps(_scale_child(args.scale_jobs, scale_policies, args.seed, args.scale_load)))
         return 0
     out: dict[str, Any] = {}
     code = 0
     if not args.skip_quality:
         out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles)
     if not args.skip_scale and code == 0:
-        out["scale"], code = scale(args.scale_jobs, scale_policies, args.seed, args.format)
+        out["scale"], code = scale(args.scale_jobs, scale_policies, args.seed, args.format, args.scale_load)
     if args.format == "json":
         print(json.dumps(out, indent=2))
     return code

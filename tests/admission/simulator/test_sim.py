@@ -181,3 +181,21 @@ def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not() -> None:
     assert res.slowdown[0] > 1.5  # crossed the 50 GB/s SU link instead of NVLink
     assert res.slowdown[1] == 1.0 and res.slowdown[2] == 1.0
     assert res.end[0] - res.start[0] == pytest.approx(1000.0 * res.slowdown[0])
+
+
+def test_bulk_reservations_match_the_snapshot_api_node_by_node() -> None:
+    from admission.simulator._sim import _release, _reserve, build_snapshots
+    from topology import ResourceVector
+
+    a, b = build_snapshots(cluster())[0], build_snapshots(cluster())[0]
+    nodes, pods = np.array([0, 3, 9]), np.array([1, 2, 4])
+    per_pod = ResourceVector(1, 500, 1024, 1)
+    _reserve(a, nodes, pods, per_pod)
+    for n, k in zip(nodes.tolist(), pods.tolist()):
+        b.reserve(n, per_pod.scaled(k))
+    np.testing.assert_array_equal(a.free, b.free)
+    _release(a, nodes, pods, per_pod)
+    for n, k in zip(nodes.tolist(), pods.tolist()):
+        b.release(n, per_pod.scaled(k))
+    np.testing.assert_array_equal(a.free, b.free)
+    np.testing.assert_array_equal(a.free, a.alloc)

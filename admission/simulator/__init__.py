@@ -1,6 +1,8 @@
 """The simulator's inputs and cost model: jobs, trace readers, synthetic workloads, slowdown.
 
 ``atoll simulate`` replays these jobs against a cluster model; see ``_cost`` for the cost model.
+The run itself: ``prepare_workload`` then ``simulate`` per policy (``make_policies``), numbers
+from ``summarize``; ``_sim`` documents how Kueue and Atoll are modelled.
 """
 
 from admission.simulator._cost import ring_allreduce_s, step_slowdown
@@ -12,6 +14,9 @@ from admission.simulator._jobs import (
     make_job,
     split_into_pods,
 )
+from admission.simulator._metrics import format_table, summarize
+from admission.simulator._policies import JobShape, PolicyError, make_policies
+from admission.simulator._sim import CostModel, PreparedWorkload, SimResult, SimSettings, prepare_workload, simulate
 from admission.simulator._synthetic import (
     DEFAULT_SIZE_MIX,
     SyntheticParams,
@@ -34,24 +39,35 @@ from admission.simulator._traces import (
 __all__ = [
     "DEFAULT_COMM_FRACTION",
     "DEFAULT_SIZE_MIX",
+    "CostModel",
     "Job",
     "JobKind",
+    "JobShape",
     "NodeGroup",
     "NodeMix",
     "OpenbTrace",
+    "PolicyError",
+    "PreparedWorkload",
+    "SimResult",
+    "SimSettings",
     "SyntheticParams",
     "TraceError",
     "TraceFormat",
     "default_model_gb",
+    "format_table",
     "make_job",
+    "make_policies",
     "offered_load",
+    "prepare_workload",
     "read_itp",
     "read_openb",
     "read_openb_nodes",
     "read_trace",
     "ring_allreduce_s",
     "scale_load",
+    "simulate",
     "split_into_pods",
     "step_slowdown",
+    "summarize",
     "synthetic_jobs",
 ]

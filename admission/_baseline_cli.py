@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -31,6 +30,7 @@ from pydantic import (
 )
 
 from topology import HOSTNAME_LABEL, Taint, Toleration
+from topology._documents import describe_validation_error, read_yaml_file
 from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
 from topology._resources import parse_count, parse_cpu_milli
 
@@ -152,33 +152,16 @@ class Scenario(_Strict):
         return self
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario; :class:`ScenarioError` names the file, the field and the fix."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: not valid YAML: {exc}") from exc
+    raw = read_yaml_file(path, ScenarioError)
     if not isinstance(raw, dict):
         raise ScenarioError(f"{path}: expected a mapping with topology_name, levels, nodes and request")
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            where = _where(tuple(err["loc"]))
-            problems.append(f"{path}: {where}: {msg}" if where else f"{path}: {msg}")
-        raise ScenarioError("\n".join(problems)) from exc
+        raise ScenarioError(describe_validation_error(str(path), exc, raw)) from exc
 
 
 def _amounts(values: Mapping[str, float | str]) -> dict[str, int]:

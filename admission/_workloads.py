@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from policies import PodSetSpec
 from topology import GraphLink, ResourceVector
+from topology._documents import read_yaml_file
 
 __all__ = [
     "ANN_CLASS",
@@ -254,12 +253,7 @@ def parse_object(obj: Any, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadV
 
 def load_workload_file(path: str | Path, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
     path = Path(path)
-    try:
-        obj = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise WorkloadError(f"{path}: not valid YAML: {exc}") from exc
+    obj = read_yaml_file(path, WorkloadError)
     try:
         return parse_object(obj, gpu_resource=gpu_resource)
     except WorkloadError as exc:

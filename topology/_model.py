@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from topology._documents import describe_validation_error, read_yaml_file
 from topology._resources import ResourceVector
 
 __all__ = [
@@ -242,43 +242,16 @@ class ClusterModel(_Strict):
         raise ClusterModelError(f"cluster {self.name!r} has no flavor {name!r}; flavors: {[f.name for f in self.flavors]}")
 
 
-def _error_path(loc: tuple[int | str, ...], data: Any) -> str:
-    """Render a pydantic location with the names users wrote (flavors[0] → flavors[gb200])."""
-    parts: list[str] = []
-    cur = data
-    for item in loc:
-        if isinstance(item, int):
-            name = cur[item].get("name") if isinstance(cur, list) and item < len(cur) and isinstance(cur[item], dict) else None
-            parts.append(f"[{name}]" if name else f"[{item}]")
-        else:
-            parts.append(("." if parts else "") + str(item))
-        try:
-            cur = cur[item]
-        except (KeyError, IndexError, TypeError):
-            cur = None
-    return "".join(parts) or "(document)"
-
-
-def format_validation_error(source: str, err: ValidationError, data: Any) -> str:
-    lines = [f"{source}: {_error_path(e['loc'], data)}: {e['msg']}" for e in err.errors()]
-    return "\n".join(lines)
-
-
 def load_cluster_model(path: str | Path) -> ClusterModel:
     """Read a cluster model YAML file; errors name the file and the field."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ClusterModelError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ClusterModelError(f"{path}: not valid YAML: {exc}") from exc
+    data = read_yaml_file(path, ClusterModelError)
     if not isinstance(data, dict):
         raise ClusterModelError(f"{path}: expected a mapping with name and flavors")
     try:
         model = ClusterModel.model_validate(data)
     except ValidationError as exc:
-        raise ClusterModelError(format_validation_error(str(path), exc, data)) from exc
+        raise ClusterModelError(describe_validation_error(str(path), exc, data)) from exc
     for flavor in model.flavors:
         try:
             flavor.build_nodes()

@@ -1,0 +1,71 @@
+"""One reading path for user documents: errors name the file, the key path (list items by name) and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from topology._documents import describe_validation_error, key_path, read_yaml_file, read_yaml_text
+
+
+class DocError(ValueError):
+    pass
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str | None = None
+    gpu_count: int = Field(default=1, ge=1, alias="gpuCount")
+
+
+class Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[Item] = []
+    mode: str = "a"
+
+    @model_validator(mode="after")
+    def _known_mode(self) -> Doc:
+        if self.mode not in ("a", "b"):
+            raise ValueError(f"mode {self.mode!r} is not a or b")
+        return self
+
+
+def problems(data: object) -> list[str]:
+    with pytest.raises(ValidationError) as err:
+        Doc.model_validate(data)
+    return describe_validation_error("doc.yaml", err.value, data).splitlines()
+
+
+def test_list_items_are_named_as_written_else_by_index() -> None:
+    data = {"items": [{"name": "rack-a", "gpuCount": 0}, {"gpuCount": "many"}, {"name": "rack-c", "colour": "red"}]}
+    assert problems(data) == [
+        "doc.yaml: items[rack-a].gpuCount: Input should be greater than or equal to 1 (got 0)",
+        "doc.yaml: items[1].gpuCount: Input should be a valid integer, unable to parse string as an integer (got 'many')",
+        "doc.yaml: items[rack-c].colour: unknown key",
+    ]
+
+
+def test_a_whole_document_problem_has_no_key_path_and_no_value_error_prefix() -> None:
+    assert problems({"mode": "z"}) == ["doc.yaml: mode 'z' is not a or b"]
+
+
+def test_key_path_survives_data_that_does_not_match_the_location() -> None:
+    assert key_path(("items", 3, "name"), {"items": []}) == "items[3].name"
+    assert key_path(("a", 0), None) == "a[0]"
+    assert key_path((), {"x": 1}) == ""
+
+
+def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
+    with pytest.raises(DocError, match=r"missing\.yaml: cannot read"):
+        read_yaml_file(tmp_path / "missing.yaml", DocError)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("key: [unclosed\n")
+    with pytest.raises(DocError, match=r"bad\.yaml: not valid YAML"):
+        read_yaml_file(bad, DocError)
+    with pytest.raises(DocError, match=r"^ConfigMap x: not valid YAML"):
+        read_yaml_text("a: {", "ConfigMap x", DocError)
+    good = tmp_path / "good.yaml"
+    good.write_text("items: [{name: r}]\n")
+    assert read_yaml_file(good, DocError) == {"items": [{"name": "r"}]}

@@ -1,0 +1,71 @@
+"""Reading the YAML documents users write, with errors that name the file and the field.
+
+Cluster models, profiles, Kueue scenarios and workload files share one reading path, so a typo
+reads the same wherever it is made: ``<source>: <key path>: <problem>``, every problem listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+__all__ = ["describe_validation_error", "key_path", "read_yaml_file", "read_yaml_text"]
+
+# Error types whose rejected input says nothing the message does not already say.
+_QUIET_INPUT = frozenset({"extra_forbidden", "value_error", "missing", "assertion_error"})
+
+
+def read_yaml_text(text: str, source: str, error: type[Exception]) -> Any:
+    """Parse YAML; a syntax error becomes ``error`` naming ``source``."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise error(f"{source}: not valid YAML: {exc}") from exc
+
+
+def read_yaml_file(path: str | Path, error: type[Exception]) -> Any:
+    """Read and parse a YAML file; unreadable or malformed files become ``error`` naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    return read_yaml_text(text, str(path), error)
+
+
+def key_path(loc: Sequence[int | str], data: Any = None) -> str:
+    """A pydantic location (which carries the aliases users write) as a key path: ``flavors[gb200].levels[0]``.
+
+    A list item with a ``name`` is shown by that name, since that is what a reader searches for."""
+    parts: list[str] = []
+    cur = data
+    for item in loc:
+        if isinstance(item, int):
+            named = cur[item] if isinstance(cur, list) and 0 <= item < len(cur) else None
+            name = named.get("name") if isinstance(named, dict) else None
+            parts.append(f"[{name}]" if isinstance(name, str) and name else f"[{item}]")
+        else:
+            parts.append(("." if parts else "") + str(item))
+        try:
+            cur = cur[item]
+        except (KeyError, IndexError, TypeError):
+            cur = None
+    return "".join(parts)
+
+
+def describe_validation_error(source: str, err: ValidationError, data: Any = None) -> str:
+    """One line per problem: the source, the key path, what is wrong and, for a wrong type, what was given."""
+    lines = []
+    for problem in err.errors():
+        kind = problem["type"]
+        msg = "unknown key" if kind == "extra_forbidden" else str(problem["msg"]).removeprefix("Value error, ")
+        given = problem.get("input")
+        if kind not in _QUIET_INPUT and not isinstance(given, (dict, list)):
+            msg += f" (got {given!r})"
+        where = key_path(problem["loc"], data)
+        lines.append(f"{source}: {where}: {msg}" if where else f"{source}: {msg}")
+    return "\n".join(lines)

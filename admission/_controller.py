@@ -56,7 +56,7 @@ from admission._records import DecisionRecord, PodSetRecord, Recorder, WhyNotRec
 from admission._settings import Settings
 from admission._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, ProfilesError, WaitState, WorkloadClass, decide, profiles_from_configmap
-from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
+from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index, untolerated_taints
 
 __all__ = [
     "ANN_ATTEMPTS",
@@ -703,7 +703,7 @@ class Controller:
         for i, name in enumerate(snap.node_names):
             info = self.cache.nodes.get(name)
             if info is None or any(info.labels.get(k) != v for k, v in common.items()):
-                snap.eligible[i] = 0
+                snap.exclude(i)
 
     def _podset_update(self, ps: PodSetPlacement, template: PodSetTemplate, snap: Snapshot,
                        decision_id: str) -> tuple[dict[str, Any], list[str], dict[str, str]]:
@@ -796,9 +796,8 @@ class Controller:
                     reasons.append("NotReady")
                 if info.unschedulable:
                     reasons.append("cordoned")
-                for t in info.taints:
-                    if t.effect in ("NoSchedule", "NoExecute") and not any(x.tolerates(t) for x in tol):
-                        reasons.append(f"taint {t.key}={t.value}:{t.effect} not tolerated by the flavor")
+                for t in untolerated_taints(info, tol):
+                    reasons.append(f"taint {t.key}={t.value}:{t.effect} not tolerated by the flavor (only pods that tolerate it)")
                 missing = [lb for lb in levels if lb != HOSTNAME_LABEL and lb not in info.labels]
                 if missing:
                     reasons.append(f"missing level label {', '.join(missing)}")

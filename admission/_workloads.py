@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from policies import PodSetSpec
-from topology import GraphLink, ResourceVector
+from topology import GraphLink, ResourceVector, Toleration
 from topology._documents import read_yaml_file
 
 __all__ = [
@@ -96,6 +96,30 @@ def _get(obj: Any, key: str, where: str, kind: type | tuple[type, ...] = dict, d
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise WorkloadError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
     return value
+
+
+_TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _tolerations(spec: dict[str, Any], where: str) -> tuple[Toleration, ...]:
+    """The pod template's tolerations, checked by Kubernetes' own rules."""
+    out = []
+    for i, raw in enumerate(_get(spec, "tolerations", where, list, [])):
+        at = f"{where}.tolerations[{i}]"
+        key = _get(raw, "key", at, str, "")
+        operator = _get(raw, "operator", at, str, "Equal") or "Equal"
+        value = _get(raw, "value", at, str, "")
+        effect = _get(raw, "effect", at, str, "")
+        if operator not in ("Equal", "Exists"):
+            raise WorkloadError(f"{at}.operator: {operator!r} is not Equal or Exists")
+        if effect not in _TOLERATION_EFFECTS:
+            raise WorkloadError(f"{at}.effect: {effect!r} is not NoSchedule, PreferNoSchedule or NoExecute")
+        if operator == "Exists" and value:
+            raise WorkloadError(f"{at}.value: must be empty when operator is Exists, got {value!r}")
+        if not key and operator != "Exists":
+            raise WorkloadError(f"{at}.operator: must be Exists when key is empty")
+        out.append(Toleration(key, operator, value, effect))
+    return tuple(out)
 
 
 def _pod_resources(spec: dict[str, Any], where: str, gpu_resource: str) -> ResourceVector:
@@ -194,7 +218,8 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         labels = {str(k): str(v) for k, v in _get(tmeta, "labels", f"{where}.template.metadata", dict, {}).items()}
         selector = {str(k): str(v) for k, v in _get(tspec, "nodeSelector", f"{where}.template.spec", dict, {}).items()}
         per_pod = _pod_resources(tspec, f"{where}.template.spec", gpu_resource)
-        podsets.append(PodSetSpec(ps_name, count, per_pod, annotations.get(REQUIRED_TOPOLOGY), annotations.get(PREFERRED_TOPOLOGY)))
+        tolerations = _tolerations(tspec, f"{where}.template.spec")
+        podsets.append(PodSetSpec(ps_name, count, per_pod, annotations.get(REQUIRED_TOPOLOGY), annotations.get(PREFERRED_TOPOLOGY), tolerations))
         templates[ps_name] = PodSetTemplate(labels, annotations, selector)
         anns[ps_name] = annotations
         names.append(ps_name)

@@ -28,6 +28,7 @@ from topology import (
     ResourceVector,
     Snapshot,
     Spread,
+    Toleration,
     find_placement,
     never_fits,
 )
@@ -46,13 +47,15 @@ class ProfileLevelError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class PodSetSpec:
-    """One PodSet as Kueue admitted it: count, per-pod resources, Kueue's own topology hints."""
+    """One PodSet as Kueue admitted it: count, per-pod resources, Kueue's own topology hints,
+    and the pod template's tolerations."""
 
     name: str
     count: int
     per_pod: ResourceVector
     required_topology: str | None = None
     preferred_topology: str | None = None
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,7 @@ def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, 
         perf_floor=cls.perf_floor if cls else 0.0,
         uniform_perf=cls.uniform_perf if cls else False,
         spread=spread,
+        tolerations=spec.tolerations,
     )
 
 

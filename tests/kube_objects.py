@@ -93,7 +93,7 @@ def local_queue(namespace: str, name: str, cq: str) -> dict[str, Any]:
 
 def workload_manifest(namespace: str, name: str, podsets: list[tuple[str, int, int]], *, queue: str = "lq",
                       annotations: dict[str, str] | None = None, podset_annotations: dict[str, dict[str, str]] | None = None,
-                      node_selector: dict[str, str] | None = None) -> dict[str, Any]:
+                      node_selector: dict[str, str] | None = None, tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """A v1beta2 Workload; ``podsets`` are (name, pod count, GPUs per pod)."""
     sets = []
     for ps_name, count, gpus in podsets:
@@ -102,6 +102,8 @@ def workload_manifest(namespace: str, name: str, podsets: list[tuple[str, int, i
             "resources": {"requests": {GPU: str(gpus), "cpu": "1"}, "limits": {GPU: str(gpus)}}}]}
         if node_selector:
             spec["nodeSelector"] = node_selector
+        if tolerations:
+            spec["tolerations"] = tolerations
         sets.append({"name": ps_name, "count": count,
                      "template": {"metadata": {"annotations": (podset_annotations or {}).get(ps_name, {})}, "spec": spec}})
     return {"apiVersion": API_VERSION, "kind": "Workload",

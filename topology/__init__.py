@@ -14,12 +14,13 @@ from topology._model import (
     Level,
     NodeInfo,
     Taint,
+    Toleration,
     load_cluster_model,
 )
 from topology._placement import DomainVerdict, Placement, PodSetPlacement
 from topology._request import GraphLink, PlacementRequest, PodSetRequest, Spread
 from topology._resources import ResourceVector
-from topology._snapshot import Snapshot, Toleration, node_is_healthy
+from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 __all__ = [
     "HOSTNAME_LABEL",
@@ -50,4 +51,5 @@ __all__ = [
     "load_cluster_model",
     "never_fits",
     "node_is_healthy",
+    "untolerated_taints",
 ]

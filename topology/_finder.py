@@ -119,7 +119,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
             lo, hi = max(lo, s), min(hi, e)
         req = _per_pod(ps)
         ok, lvl, dom = kernel(
-            free, snapshot.alloc, req, snapshot.eligible, snapshot.perf, float(ps.perf_floor),
+            free, snapshot.alloc, req, snapshot.eligible_for(ps.tolerations), snapshot.perf, float(ps.perf_floor),
             snapshot.bounds, snapshot.bptr, snapshot.node_dom, lo, hi, ps.pods,
             mode, target, span, spread_level, spread_max, flags | (4 if ps.uniform_perf else 0), take, cap,
         )

@@ -50,10 +50,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from topology._model import HOSTNAME_LABEL, Taint
+from topology._model import HOSTNAME_LABEL, Taint, Toleration
 from topology._resources import PODS as PODS_COLUMN
 from topology._resources import RESOURCE_NAMES, ResourceVector
-from topology._snapshot import Snapshot, Toleration
+from topology._snapshot import Snapshot
 
 __all__ = [
     "EXCLUDED_MISSING_LABEL",

@@ -25,6 +25,7 @@ __all__ = [
     "Level",
     "NodeInfo",
     "Taint",
+    "Toleration",
     "load_cluster_model",
 ]
 
@@ -40,6 +41,23 @@ class Taint:
     key: str
     value: str = ""
     effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """A pod or ResourceFlavor toleration, with Kubernetes matching rules."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
 
 
 @dataclass(frozen=True, slots=True)

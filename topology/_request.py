@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from topology._model import Toleration
 from topology._resources import ResourceVector
 
 __all__ = ["GraphLink", "PlacementRequest", "PodSetRequest", "Spread"]
@@ -36,6 +37,9 @@ class PodSetRequest:
     - ``preferred_level``: one domain of that level if one fits; otherwise span the fewest
       domains of that level under the lowest common parent, never above ``max_span_level``.
     - neither: preferred at the node level (fewest nodes, lowest common parent).
+
+    ``tolerations`` are the pod template's own: nodes tainted beyond what the flavor tolerates
+    become candidates when these tolerate every such taint.
     """
 
     name: str
@@ -47,6 +51,7 @@ class PodSetRequest:
     perf_floor: float = 0.0
     uniform_perf: bool = False
     spread: Spread | None = None
+    tolerations: tuple[Toleration, ...] = ()
 
     def __post_init__(self) -> None:
         if self.pods < 1:

@@ -10,44 +10,26 @@ in-flight reservations without touching the shared state, as Kueue's TAS snapsho
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from topology._model import HOSTNAME_LABEL, Level, NodeInfo, Taint
+from topology._model import HOSTNAME_LABEL, Level, NodeInfo, Taint, Toleration
 from topology._resources import NUM_RESOURCES, ResourceVector
 
-__all__ = ["Snapshot", "Toleration", "node_is_healthy"]
+__all__ = ["Snapshot", "node_is_healthy", "untolerated_taints"]
 
 IntArray = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A pod/flavor toleration (Kubernetes semantics for NoSchedule/NoExecute taints)."""
-
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
-
-    def tolerates(self, taint: Taint) -> bool:
-        if self.effect and self.effect != taint.effect:
-            return False
-        if self.operator == "Exists":
-            return not self.key or self.key == taint.key
-        return self.key == taint.key and self.value == taint.value
-
-
 def node_is_healthy(node: NodeInfo, tolerations: Sequence[Toleration] = ()) -> bool:
     """Ready, not cordoned, and every NoSchedule/NoExecute taint tolerated."""
-    if not node.ready or node.unschedulable:
-        return False
-    for taint in node.taints:
-        if taint.effect in ("NoSchedule", "NoExecute") and not any(t.tolerates(taint) for t in tolerations):
-            return False
-    return True
+    return node.ready and not node.unschedulable and not untolerated_taints(node, tolerations)
+
+
+def untolerated_taints(node: NodeInfo, tolerations: Sequence[Toleration] = ()) -> tuple[Taint, ...]:
+    """The NoSchedule/NoExecute taints of ``node`` that none of ``tolerations`` tolerates."""
+    return tuple(t for t in node.taints if t.effect in ("NoSchedule", "NoExecute") and not any(x.tolerates(t) for x in tolerations))
 
 
 class Snapshot:
@@ -110,6 +92,8 @@ class Snapshot:
         self.free: IntArray = np.zeros((n, NUM_RESOURCES), dtype=np.int64)
         self.perf = np.ones(n, dtype=np.float64)
         self.eligible = np.zeros(n, dtype=np.uint8)
+        self.taint_blocked: dict[int, tuple[Taint, ...]] = {}
+        """Nodes healthy but for taints the flavor does not tolerate; pods that tolerate them may use them."""
         for i, (_, node) in enumerate(kept):
             self._write_row(i, node)
 
@@ -177,7 +161,29 @@ class Snapshot:
         self.alloc[i] = alloc
         self.free[i] = [max(0, a - u) for a, u in zip(alloc, used)]
         self.perf[i] = node.perf
-        self.eligible[i] = 1 if node_is_healthy(node, self.tolerations) else 0
+        blocking = untolerated_taints(node, self.tolerations)
+        healthy = node.ready and not node.unschedulable
+        self.eligible[i] = 1 if healthy and not blocking else 0
+        if healthy and blocking:
+            self.taint_blocked[i] = blocking
+        else:
+            self.taint_blocked.pop(i, None)
+
+    def exclude(self, node: int) -> None:
+        """Rule a node out for every pod of this (forked) snapshot, whatever the pods tolerate."""
+        self.eligible[node] = 0
+        self.taint_blocked.pop(node, None)
+
+    def eligible_for(self, tolerations: Sequence[Toleration]) -> npt.NDArray[np.uint8]:
+        """Eligibility for pods that carry ``tolerations`` on top of the flavor's own."""
+        if not tolerations or not self.taint_blocked:
+            return self.eligible
+        lifted = [i for i, taints in self.taint_blocked.items() if all(any(x.tolerates(t) for x in tolerations) for t in taints)]
+        if not lifted:
+            return self.eligible
+        out = self.eligible.copy()
+        out[lifted] = 1
+        return out
 
     def update_node(self, node: NodeInfo) -> bool:
         """Refresh one node's usage/health/perf in place; False if the structure must be rebuilt.
@@ -198,13 +204,14 @@ class Snapshot:
         return True
 
     def fork(self) -> Snapshot:
-        """A copy whose mutable arrays (free, perf, eligible) are private; structure shared."""
+        """A copy whose mutable state (free, perf, eligibility) is private; structure shared."""
         twin = object.__new__(Snapshot)
         for name in _SHARED:
             setattr(twin, name, getattr(self, name))
         twin.free = self.free.copy()
         twin.perf = self.perf.copy()
         twin.eligible = self.eligible.copy()
+        twin.taint_blocked = dict(self.taint_blocked)
         twin.excluded = dict(self.excluded)
         return twin
 

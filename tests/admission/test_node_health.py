@@ -1,5 +1,5 @@
 """Cordoned, NotReady and tainted nodes are not candidates; a malformed perf annotation leaves out
-only its own node; the flavor's tolerations let tainted nodes back in."""
+only its own node; the flavor's tolerations, or a pod template's own, let tainted nodes back in."""
 
 from __future__ import annotations
 
@@ -52,6 +52,27 @@ def test_flavor_toleration_admits_tainted_nodes(fabric: Fabric) -> None:
     fabric.submit("all-three", [("main", 3, 4)])
     (verdict,) = run(fabric.controller())
     assert verdict.outcome == "admit" and len(planned(fabric.entry("all-three"))) == 3
+
+
+def test_pod_template_toleration_admits_tainted_nodes_for_that_workload_only(fabric: Fabric) -> None:
+    names = one_island(fabric, BAD_NODES["tainted"])
+    fabric.install(nodes=False)
+    ctrl = fabric.controller()
+    fabric.submit("intolerant", [("main", 3, 4)], tolerations=[{"key": TAINT["key"], "operator": "Equal", "value": "false"}])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait"  # a toleration for another value does not lift the taint
+    fabric.submit("tolerant", [("main", 3, 4)], tolerations=[{"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and names[0] in planned(fabric.entry("tolerant"))
+
+
+def test_malformed_pod_toleration_rejects_naming_the_field(fabric: Fabric) -> None:
+    one_island(fabric)
+    fabric.install(nodes=False)
+    fabric.submit("odd", [("main", 1, 4)], tolerations=[{"key": "k", "operator": "Exists", "value": "v"}])
+    (verdict,) = run(fabric.controller())
+    assert verdict.outcome == "reject"
+    assert "spec.podSets[0].template.spec.tolerations[0].value: must be empty when operator is Exists" in fabric.entry("odd")["message"]
 
 
 def test_node_turning_unhealthy_is_seen_without_a_rebuild(fabric: Fabric) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from admission._workloads import WorkloadError, load_workload_file, parse_object, parse_workload
-from topology import ResourceVector
+from topology import ResourceVector, Toleration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "workloads"
 
@@ -95,6 +95,12 @@ _DELETE = object()
         (["spec", "podSets", 0, "template", "metadata", "annotations"], {"atoll.dev/near": "decode"}, "set exactly one of"),
         (["spec", "podSets", 0, "template", "metadata", "annotations"], {"atoll.dev/near": "decode", "atoll.dev/near-min-bandwidth-gbps": "fast"},
          "is not a number"),
+        (["spec", "podSets", 0, "template", "spec", "tolerations"], [{"key": "k", "operator": "In"}], "spec.podSets[0].template.spec.tolerations[0].operator: 'In' is not Equal or Exists"),
+        (["spec", "podSets", 0, "template", "spec", "tolerations"], [{"key": "k", "effect": "NoRun"}], "spec.podSets[0].template.spec.tolerations[0].effect: 'NoRun' is not"),
+        (["spec", "podSets", 0, "template", "spec", "tolerations"], [{"key": "k", "operator": "Exists", "value": "v"}], "tolerations[0].value: must be empty when operator is Exists"),
+        (["spec", "podSets", 0, "template", "spec", "tolerations"], [{"value": "v"}], "tolerations[0].operator: must be Exists when key is empty"),
+        (["spec", "podSets", 0, "template", "spec", "tolerations"], ["k"], "spec.podSets[0].template.spec.tolerations[0]: expected a mapping"),
+        (["spec", "podSets", 0, "template", "spec", "tolerations"], {"key": "k"}, "spec.podSets[0].template.spec.tolerations: expected list"),
         (["metadata", "name"], _DELETE, "metadata.name: required"),
     ],
 )
@@ -102,6 +108,17 @@ def test_malformed_workloads_name_the_field(path: list[Any], value: Any, message
     with pytest.raises(WorkloadError) as err:
         parse_workload(_mutate(path, value))
     assert message in str(err.value)
+
+
+def test_pod_template_tolerations_reach_the_podset() -> None:
+    obj = workload()
+    obj["spec"]["podSets"][0]["template"]["spec"]["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, {"operator": "Exists"},
+        {"key": "dedicated", "value": "ml", "tolerationSeconds": 30}]
+    prefill, decode = parse_workload(obj).podsets
+    assert prefill.tolerations == (Toleration("nvidia.com/gpu", "Exists", "", "NoSchedule"), Toleration("", "Exists"),
+                                   Toleration("dedicated", "Equal", "ml", ""))
+    assert decode.tolerations == ()
 
 
 def test_podsets_must_agree_on_profile() -> None:

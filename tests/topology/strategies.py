@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from topology import GraphLink, Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, Spread, Taint
+from topology import GraphLink, Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, Spread, Taint, Toleration
 
 LEVELS = ("zone", "spine", "clique")
 
@@ -51,17 +51,18 @@ def podset_requests(draw: st.DrawFn, snapshot: Snapshot, name: str = "main") -> 
     kind = draw(st.sampled_from(["required", "preferred", "none", "spread"]))
     floor = draw(st.sampled_from([0.0, 0.0, 0.9, 1.0]))
     uniform = draw(st.booleans())
+    tol = (Toleration("gpu-broken", "Exists"),) if draw(st.integers(0, 3)) == 0 else ()  # lifts the drawn taint
     if kind == "required":
-        return PodSetRequest(name, pods, per_pod, required_level=draw(st.sampled_from(labels)), perf_floor=floor, uniform_perf=uniform)
+        return PodSetRequest(name, pods, per_pod, required_level=draw(st.sampled_from(labels)), perf_floor=floor, uniform_perf=uniform, tolerations=tol)
     if kind == "preferred":
         target = draw(st.integers(0, len(labels) - 1))
         span = draw(st.integers(0, target))
-        return PodSetRequest(name, pods, per_pod, preferred_level=labels[target], max_span_level=labels[span], perf_floor=floor, uniform_perf=uniform)
+        return PodSetRequest(name, pods, per_pod, preferred_level=labels[target], max_span_level=labels[span], perf_floor=floor, uniform_perf=uniform, tolerations=tol)
     if kind == "spread":
         level = draw(st.integers(1, len(labels) - 1)) if len(labels) > 1 else 0
         scope = draw(st.sampled_from([None] + labels[:level]))
-        return PodSetRequest(name, pods, per_pod, required_level=scope, spread=Spread(labels[level], draw(st.integers(1, 3))), perf_floor=floor)
-    return PodSetRequest(name, pods, per_pod, perf_floor=floor, uniform_perf=uniform)
+        return PodSetRequest(name, pods, per_pod, required_level=scope, spread=Spread(labels[level], draw(st.integers(1, 3))), perf_floor=floor, tolerations=tol)
+    return PodSetRequest(name, pods, per_pod, perf_floor=floor, uniform_perf=uniform, tolerations=tol)
 
 
 @st.composite

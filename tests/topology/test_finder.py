@@ -17,6 +17,8 @@ from topology import (
     ResourceVector,
     Snapshot,
     Spread,
+    Taint,
+    Toleration,
     find_placement,
     never_fits,
 )
@@ -64,7 +66,7 @@ def test_numba_and_reference_agree_and_respect_capacity(data: st.DataObject) -> 
         assert ps.pods == ps_req.pods
         for node, pods in zip(ps.nodes, ps.pods_per_node):
             i = snap.node_index[node]
-            assert snap.eligible[i] == 1
+            assert snap.eligible_for(ps_req.tolerations)[i] == 1
             assert snap.perf[i] >= ps_req.perf_floor
             need = np.array([ps_req.per_pod.gpu, ps_req.per_pod.cpu_milli, ps_req.per_pod.memory_mib, 1]) * pods
             assert (free[i] >= need).all(), f"{node} over-committed"
@@ -182,6 +184,25 @@ def test_unhealthy_nodes_hold_nothing() -> None:
     assert not find_placement(snap, gang(2)).fits
     assert never_fits(snap, gang(2)) is None  # fits once nodes heal
     assert never_fits(snap, gang(4)) is not None
+
+
+def test_pod_tolerations_open_tainted_nodes_to_that_podset_only() -> None:
+    maintenance = Taint("example.com/maintenance", "true", "NoSchedule")
+    nodes = [NodeInfo(f"n{i}", {CLIQUE: "x"}, ResourceVector(4, 1, 1, 8), taints=(maintenance,) if i == 0 else ()) for i in range(3)]
+    nodes.append(NodeInfo("down", {CLIQUE: "x"}, ResourceVector(4, 1, 1, 8), ready=False, taints=(maintenance,)))
+    snap = Snapshot("f", [Level(CLIQUE)], nodes)
+    assert not find_placement(snap, gang(3)).fits
+    tolerant = (Toleration("example.com/maintenance", "Equal", "true"),)
+    for backend in ("numba", "reference"):
+        placed = find_placement(snap, gang(3, tolerations=tolerant), backend=backend)
+        assert placed.fits and placed.podsets[0].nodes == ("n0", "n1", "n2")
+        assert not find_placement(snap, gang(4, tolerations=tolerant), backend=backend).fits  # a NotReady node stays out
+    wrong_value = (Toleration("example.com/maintenance", "Equal", "false"),)
+    assert not find_placement(snap, gang(3, tolerations=wrong_value)).fits
+    two = PlacementRequest((PodSetRequest("a", 1, ResourceVector(gpu=4), tolerations=tolerant), PodSetRequest("b", 2, ResourceVector(gpu=4))))
+    placed = find_placement(snap, two)
+    assert placed.fits and placed.podset("b").nodes == ("n1", "n2")  # only "a" may take the tainted node
+    assert placed.podset("a").nodes == ("n0",)
 
 
 def test_every_requested_resource_limits_pod_fit() -> None:

@@ -63,6 +63,22 @@ def test_health_ready_cordon_and_taints() -> None:
     assert tolerant.eligible[tolerant.node_index["tainted"]] == 1
 
 
+def test_pod_tolerations_lift_only_taints_and_excluded_nodes_stay_out() -> None:
+    error = Taint("nvidia.com/gpu-error", "xid79", "NoExecute")
+    nodes = [node("tainted", "r", taints=(error,)), node("down", "r", ready=False, taints=(error,)), node("ok", "r")]
+    snap = Snapshot("f", [Level(RACK)], nodes)
+    idx = snap.node_index
+    tol = [Toleration("nvidia.com/gpu-error", "Exists", effect="NoExecute")]
+    assert snap.eligible_for(tol)[idx["tainted"]] == 1 and snap.eligible_for(tol)[idx["down"]] == 0
+    assert snap.eligible[idx["tainted"]] == 0  # the snapshot's own view is untouched
+    assert snap.eligible_for([Toleration("nvidia.com/gpu-error", "Exists", effect="NoSchedule")])[idx["tainted"]] == 0
+    twin = snap.fork()
+    twin.exclude(idx["tainted"])  # e.g. the pods' nodeSelector rules it out
+    assert twin.eligible_for(tol)[idx["tainted"]] == 0 and snap.eligible_for(tol)[idx["tainted"]] == 1
+    assert snap.update_node(node("tainted", "r"))  # the taint is removed
+    assert snap.eligible[idx["tainted"]] == 1 and not snap.taint_blocked
+
+
 def test_usage_never_goes_negative() -> None:
     snap = Snapshot("f", [Level(RACK)], [node("a", "r", used=12)])
     assert (snap.free >= 0).all()

@@ -125,14 +125,14 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
         )
         if not ok:
             if explain:
-                why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1))
+                why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1, lo, hi))
             reason = _no_fit_reason(snapshot, cap, ps, target, span, mode, lo, hi)
             return Placement(False, reason=reason, why_not=tuple(why))
         result = _describe(snapshot, ps, take, island)
         placed[ps.name] = result
         out.append(result)
         if explain:
-            why.extend(_why_not(snapshot, cap, ps, island if mode == _kernels.MODE_SPREAD else target, int(dom) if int(lvl) == target else -1))
+            why.extend(_why_not(snapshot, cap, ps, island if mode == _kernels.MODE_SPREAD else target, int(dom) if int(lvl) == target else -1, lo, hi))
         if i + 1 < len(request.podsets):
             free -= take[:, None] * req[None, :]
     return Placement(True, podsets=tuple(out), why_not=tuple(why))
@@ -169,11 +169,17 @@ def _domain_caps(snapshot: Snapshot, cap: np.ndarray, level: int) -> np.ndarray:
     return out
 
 
-def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int, chosen: int, limit: int = 3) -> list[DomainVerdict]:
-    """The strongest losing domains at ``level`` with their capacity vs the PodSet's need."""
+def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int, chosen: int, lo: int, hi: int,
+             limit: int = 3) -> list[DomainVerdict]:
+    """The strongest losing domains at ``level`` with their capacity vs the PodSet's need; domains
+    outside ``[lo, hi)`` (the range a link confines the PodSet to) were never candidates."""
     caps = _domain_caps(snapshot, cap, level)
-    if chosen >= 0:
+    if chosen >= 0 or (lo, hi) != (0, snapshot.num_nodes):
         caps = caps.copy()
+    if (lo, hi) != (0, snapshot.num_nodes):
+        starts = snapshot.bounds[snapshot.bptr[level]: snapshot.bptr[level + 1]]
+        caps[(starts[1:] <= lo) | (starts[:-1] >= hi)] = -1
+    if chosen >= 0:
         chosen_cap = int(caps[chosen])
         caps[chosen] = -1
     order = np.argsort(-caps, kind="stable")[:limit]

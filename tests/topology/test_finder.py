@@ -231,6 +231,9 @@ def test_linked_podsets_stay_inside_the_bandwidth_domain() -> None:
     assert not tight.fits  # s0c0 has one node left: decode cannot stay on NVLink
     ok = find_placement(fabric(used), PlacementRequest((prefill, decode), (GraphLink("prefill", "decode", max_level=SPINE),)))
     assert ok.fits and ok.podset("decode").domain_path[0] == "s0"
+    decode_rivals = [v.path for v in ok.why_not if v.podset == "decode"]
+    assert decode_rivals and all(path[0] == "s0" for path in decode_rivals)  # s1 was never a candidate for decode
+    assert not [v for v in tight.why_not if v.podset == "decode" and v.path != ("s0", "s0c0")]
 
 
 def test_unknown_level_is_named() -> None:

@@ -135,8 +135,12 @@ def decide(
     wait: WaitState = WaitState(),
     workload_class: WorkloadClass | None = None,
     links: Sequence[GraphLink] = (),
+    explain: bool = True,
 ) -> Decision:
-    """Admit with a placement, wait with a delay, or reject with the reason. Deterministic."""
+    """Admit with a placement, wait with a delay, or reject with the reason. Deterministic.
+
+    ``explain=False`` leaves out the losing domains' verdicts (``placement.why_not``); outcome,
+    placement and message are the same. The simulator's replay needs no explanations."""
     bad_hint = _check_levels(snapshot, profile_name, profile, podsets)
     if bad_hint:
         return Decision("reject", profile_name, bad_hint)
@@ -159,7 +163,7 @@ def decide(
         if not relaxed and never_fits(snapshot, tight) is not None:
             relaxed = True  # one domain can never hold it: waiting for one is futile
         request = loose if relaxed else tight
-        placement = find_placement(snapshot, request)
+        placement = find_placement(snapshot, request, explain=explain)
     except (PlacementError, ValueError) as exc:
         return Decision("reject", profile_name, f"invalid request: {exc}")
     if placement.fits:

@@ -257,7 +257,7 @@ class AtollPolicy:
 
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
         d = decide(snapshot, self._specs(shape), profile_name=self.profile_name, profile=self.profile, now=now,
-                   wait=wait, workload_class=self.classes.get(shape.kind))
+                   wait=wait, workload_class=self.classes.get(shape.kind), explain=False)
         if d.outcome == "admit":
             assert d.placement is not None
             ps = d.placement.podsets[0]

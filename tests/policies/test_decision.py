@@ -128,3 +128,22 @@ def test_inference_spread_works_under_strict_and_elastic_profiles() -> None:
     for profile in ("strict", "elastic"):
         d = run(cluster(), gang(3, gpus=1), profile, cls="inference")
         assert d.outcome == "admit" and d.placement is not None and d.placement.podsets[0].islands == 3
+
+
+@pytest.mark.parametrize(
+    ("used", "pods", "profile", "cls", "outcome"),
+    [(0, 4, "strict", None, "admit"), (4, 4, "strict", None, "wait"), (0, 5, "strict", None, "reject"),
+     (4, 4, "elastic", None, "wait"), (4, 6, "elastic", None, "admit"), (0, 3, "elastic", "inference", "admit"), (0, 4, "anywhere", "training", "admit")],
+)
+def test_without_explanations_the_decision_is_the_same_minus_the_losing_domains(
+        used: int, pods: int, profile: str, cls: str | None, outcome: str) -> None:
+    kw = dict(profile_name=profile, profile=DOC.profiles[profile], now=1000.0, wait=WaitState(900.0, 1),
+              workload_class=DOC.classes[cls] if cls else None)
+    full = decide(cluster(used, perf=0.8), gang(pods), **kw)  # type: ignore[arg-type]
+    lean = decide(cluster(used, perf=0.8), gang(pods), explain=False, **kw)  # type: ignore[arg-type]
+    assert full.outcome == lean.outcome == outcome
+    assert (full.message, full.retry_after_seconds, full.relaxed) == (lean.message, lean.retry_after_seconds, lean.relaxed)
+    if full.placement is not None and full.outcome != "reject":
+        assert lean.placement is not None and full.placement.podsets == lean.placement.podsets
+        assert full.placement.reason == lean.placement.reason and not lean.placement.why_not
+        assert full.placement.why_not or outcome == "admit"

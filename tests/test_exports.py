@@ -1,4 +1,4 @@
-"""The public surface of each engine package is a short, sorted, importable ``__all__``."""
+"""The public surface of each engine package, and of the simulator, is a sorted, importable ``__all__``."""
 
 from __future__ import annotations
 
@@ -12,11 +12,19 @@ EXPECTED = {
         "Level", "NodeInfo", "Placement", "PlacementError", "PlacementRequest", "PodSetPlacement", "PodSetRequest",
         "ResourceVector", "Snapshot", "Spread", "Taint", "Toleration", "bottleneck_bandwidth", "fabric_graph", "fabric_path",
         "find_placement", "fragmentation_index", "island_free_gpus", "load_cluster_model", "never_fits", "node_is_healthy",
+        "untolerated_taints",
     },
     "policies": {
         "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "LinkSettings", "PROFILES_KEY", "Decision", "FlavorSettings", "FragmentationSettings", "Outcome", "PodSetSpec", "Profile",
         "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "WaitState",
         "WorkloadClass", "decide", "load_profiles", "load_profiles_file", "profiles_from_configmap",
+    },
+    "admission.simulator": {
+        "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "CostModel", "Job", "JobKind", "JobShape", "NodeGroup", "NodeMix",
+        "OpenbTrace", "PolicyError", "PreparedWorkload", "SimResult", "SimSettings", "SyntheticParams", "TraceError",
+        "TraceFormat", "default_model_gb", "format_table", "make_job", "make_policies", "offered_load", "prepare_workload",
+        "read_itp", "read_openb", "read_openb_nodes", "read_trace", "ring_allreduce_s", "scale_load", "simulate",
+        "split_into_pods", "step_slowdown", "summarize", "synthetic_jobs",
     },
 }
 

@@ -142,18 +142,36 @@ def _number(where: str, column: str, text: str) -> float:
     return value
 
 
-def _integer(where: str, column: str, text: str) -> int:
+def _integer(where: str, column: str, text: str, low: int, why: str) -> int:
+    """An integer column of at least ``low`` (``why`` says what the column holds)."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        pass
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if value.is_integer():  # "8.0", as some exports write counts
-        return int(value)
-    raise TraceError(f"{where}: column {column}: {text!r} is not an integer")
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not number.is_integer():  # "8.0" passes: some exports write counts that way
+            raise TraceError(f"{where}: column {column}: {text!r} is not an integer") from None
+        value = int(number)
+    _at_least(where, column, text, value, low, why)
+    return value
+
+
+def _unique_name(where: str, column: str, text: str, seen: dict[str, str], what: str) -> str:
+    """A row's name: not empty and not used by an earlier row (``seen`` maps names to rows)."""
+    name = text.strip()
+    if not name:
+        raise TraceError(f"{where}: column {column}: empty; every {what} needs a name")
+    if name in seen:
+        raise TraceError(f"{where}: column {column}: {name!r} already used at {seen[name]}")
+    seen[name] = where
+    return name
+
+
+def _cpu_memory(where: str, cpu: str, memory: str) -> tuple[int, int]:
+    """The openb ``cpu_milli`` and ``memory_mib`` columns, shared by pod and node rows."""
+    return _integer(where, "cpu_milli", cpu, 0, "milli-cores"), _integer(where, "memory_mib", memory, 0, "MiB")
 
 
 def _at_least(where: str, column: str, text: str, value: float, low: float, why: str) -> None:
@@ -189,8 +207,7 @@ def read_itp(path: StrPath, gpus_per_node: int = DEFAULT_ITP_GPUS_PER_NODE) -> l
         submit_s = _number(where, "submission_time", submitted)
         duration_s = _number(where, "duration", duration)
         _at_least(where, "duration", duration, duration_s, 0, "a duration in seconds")
-        gpus = _integer(where, "num_gpu", num_gpu)
-        _at_least(where, "num_gpu", num_gpu, gpus, 1, "a training job uses at least one GPU")
+        gpus = _integer(where, "num_gpu", num_gpu, 1, "a training job uses at least one GPU")
         jobs.append(make_job(job_id, submit_s, duration_s, gpus, gpus_per_node, "training"))
     return _by_submit(jobs)
 
@@ -253,18 +270,9 @@ def read_openb_nodes(path: StrPath) -> NodeMix:
     cpu_nodes = 0
     seen: dict[str, str] = {}
     for where, (sn, cpu, memory, gpu, model) in _rows(path, OPENB_NODE_COLUMNS):
-        sn = sn.strip()
-        if not sn:
-            raise TraceError(f"{where}: column sn: empty; every node needs a name")
-        if sn in seen:
-            raise TraceError(f"{where}: column sn: {sn!r} already used at {seen[sn]}")
-        seen[sn] = where
-        cpu_milli = _integer(where, "cpu_milli", cpu)
-        _at_least(where, "cpu_milli", cpu, cpu_milli, 0, "milli-cores")
-        memory_mib = _integer(where, "memory_mib", memory)
-        _at_least(where, "memory_mib", memory, memory_mib, 0, "MiB")
-        gpus = _integer(where, "gpu", gpu)
-        _at_least(where, "gpu", gpu, gpus, 0, "a GPU count")
+        sn = _unique_name(where, "sn", sn, seen, "node")
+        cpu_milli, memory_mib = _cpu_memory(where, cpu, memory)
+        gpus = _integer(where, "gpu", gpu, 0, "a GPU count")
         model = model.strip()
         if gpus == 0:
             cpu_nodes += 1
@@ -286,20 +294,10 @@ def read_openb(pods_path: StrPath, nodes_path: StrPath, gpus_per_node: int | Non
     cpu_only = 0
     seen: dict[str, str] = {}
     for where, (name, cpu, memory, num_gpu, gpu_milli, qos, created, deleted, scheduled) in _rows(pods_path, OPENB_POD_COLUMNS):
-        name = name.strip()
-        if not name:
-            raise TraceError(f"{where}: column name: empty; every pod needs a name")
-        if name in seen:
-            raise TraceError(f"{where}: column name: {name!r} already used at {seen[name]}")
-        seen[name] = where
-        cpu_milli = _integer(where, "cpu_milli", cpu)
-        _at_least(where, "cpu_milli", cpu, cpu_milli, 0, "milli-cores")
-        memory_mib = _integer(where, "memory_mib", memory)
-        _at_least(where, "memory_mib", memory, memory_mib, 0, "MiB")
-        gpus = _integer(where, "num_gpu", num_gpu)
-        _at_least(where, "num_gpu", num_gpu, gpus, 0, "a GPU count")
-        milli = _integer(where, "gpu_milli", gpu_milli)
-        _at_least(where, "gpu_milli", gpu_milli, milli, 0, "milli-GPUs")
+        name = _unique_name(where, "name", name, seen, "pod")
+        cpu_milli, memory_mib = _cpu_memory(where, cpu, memory)
+        gpus = _integer(where, "num_gpu", num_gpu, 0, "a GPU count")
+        milli = _integer(where, "gpu_milli", gpu_milli, 0, "milli-GPUs")
         if milli > 1000:
             raise TraceError(f"{where}: column gpu_milli: {gpu_milli!r} must be ≤ 1000 (1000 = one whole GPU)")
         if gpus > 0 and milli == 0:

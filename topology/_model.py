@@ -110,10 +110,10 @@ class PerfModel(_Strict):
     """Per-node relative GPU throughput (1.0 = fleet median), drawn deterministically."""
 
     distribution: Literal["identical", "normal", "uniform"] = "identical"
-    mean: float = Field(default=1.0, gt=0)
-    stddev: float = Field(default=0.0, ge=0)
-    low: float = Field(default=1.0, gt=0)
-    high: float = Field(default=1.0, gt=0)
+    mean: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    stddev: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    low: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    high: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     seed: int = 0
 
 
@@ -131,7 +131,7 @@ class NodeModel(_Strict):
     ready: bool = True
     unschedulable: bool = False
     taints: list[TaintModel] = Field(default_factory=list)
-    perf: float = Field(default=1.0, gt=0)
+    perf: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
 
 class FlavorModel(_Strict):

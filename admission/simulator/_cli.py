@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
+from pydantic import ValidationError
+
 from admission._bundled import resolve_cluster, resolve_profiles
 from admission.simulator._jobs import Job
 from admission.simulator._metrics import format_table, summarize
@@ -23,8 +25,9 @@ from admission.simulator._sim import SimResult, SimSettings, build_snapshots, pr
 from admission.simulator._traces import TraceError, TraceFormat, read_trace, scale_load
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
+from topology._documents import describe_validation_error
 
-__all__ = ["cluster_gpus", "load_workload", "main", "run_policies"]
+__all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_perf"]
 
 DEFAULT_JOBS = 2000
 DEFAULT_LOAD = 0.85
@@ -42,7 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated: count-only, random, kueue-bestfit, atoll-<profile>")
     p.add_argument("--load", type=float, default=None,
                    help=f"offered load as a share of cluster GPU capacity; inter-arrival times are scaled to it (synthetic default {DEFAULT_LOAD}; traces: as recorded unless given)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the synthetic workload and the random policy")
+    p.add_argument("--seed", type=int, default=0, help="seed for the synthetic workload, the random policy and --gpu-perf draws")
+    p.add_argument("--gpu-perf", default=None, metavar="SPEC",
+                   help="per-node relative GPU throughput for every generated flavor: identical, normal:STDDEV, normal:MEAN:STDDEV "
+                        "or uniform:LOW:HIGH (default: as the cluster model says; the bundled models use identical GPUs)")
     p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
@@ -73,6 +79,36 @@ class _Progress:
         if done >= total:
             self.stream.write("\n")
         self.stream.flush()
+
+
+def with_gpu_perf(cluster: ClusterModel, spec: str, seed: int = 0) -> ClusterModel:
+    """The cluster with every flavor's per-node perf drawn from ``spec`` (explicit nodes keep theirs).
+
+    GPUs of one SKU differ in speed; this is how a run asks what that costs each policy."""
+    kind, _, rest = spec.partition(":")
+    try:
+        numbers = [float(x) for x in rest.split(":")] if rest else []
+    except ValueError:
+        raise ClusterModelError(f"--gpu-perf: {spec!r}: the parameters must be numbers (e.g. normal:0.05, uniform:0.9:1.1)") from None
+    params: dict[str, float]
+    if kind == "identical" and not numbers:
+        params = {}
+    elif kind == "normal" and len(numbers) in (1, 2):
+        params = {"mean": numbers[0] if len(numbers) == 2 else 1.0, "stddev": numbers[-1]}
+    elif kind == "uniform" and len(numbers) == 2:
+        params = {"low": numbers[0], "high": numbers[1]}
+    else:
+        raise ClusterModelError(f"--gpu-perf: {spec!r} is not identical, normal:STDDEV, normal:MEAN:STDDEV or uniform:LOW:HIGH")
+    if kind == "uniform" and not 0 < params["low"] <= params["high"]:
+        raise ClusterModelError(f"--gpu-perf: {spec!r}: uniform needs 0 < LOW ≤ HIGH")
+    flavors = []
+    for flavor in cluster.flavors:
+        try:
+            perf = type(flavor.perf).model_validate({"distribution": kind, "seed": seed, **params})
+        except ValidationError as exc:
+            raise ClusterModelError(describe_validation_error(f"--gpu-perf {spec!r}", exc)) from None
+        flavors.append(flavor.model_copy(update={"perf": perf}))
+    return cluster.model_copy(update={"flavors": flavors})
 
 
 def cluster_gpus(cluster: ClusterModel) -> int:
@@ -157,6 +193,8 @@ def main(argv: Sequence[str]) -> int:
         if fmt != "synthetic" and not args.trace:
             raise TraceError(f"--trace-format {fmt} needs --trace FILE")
         cluster = load_cluster_model(resolve_cluster(args.cluster))
+        if args.gpu_perf is not None:
+            cluster = with_gpu_perf(cluster, args.gpu_perf, args.seed)
         jobs = load_workload(
             cluster, trace=args.trace, trace_format=fmt, nodes=args.nodes,
             jobs=args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None),

@@ -100,11 +100,46 @@ def test_bad_trace_row_is_a_clear_error_with_exit_code_2(capsys: pytest.CaptureF
         (["--trace-format", "itp"], "needs --trace FILE"),
         (["--load", "0"], "--load must be > 0"),
         (["--cluster", "/nonexistent/cluster.yaml"], "cannot read"),
+        (["--gpu-perf", "gauss:0.1"], "--gpu-perf: 'gauss:0.1' is not identical, normal:STDDEV"),
+        (["--gpu-perf", "normal:wide"], "the parameters must be numbers"),
+        (["--gpu-perf", "normal:-0.1"], "--gpu-perf 'normal:-0.1': stddev: Input should be greater than or equal to 0"),
+        (["--gpu-perf", "uniform:1.1:0.9"], "uniform needs 0 < LOW ≤ HIGH"),
+        (["--gpu-perf", "normal:inf"], "stddev: Input should be a finite number"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_fix(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_gpu_perf_draws_per_node_speed_and_the_cost_model_charges_the_slowest(
+        capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    args = ("--cluster", cluster, "--jobs", "60", "--policies", "count-only,atoll-strict")
+    same = run_json(capsys, *args)
+    slow = run_json(capsys, *args, "--gpu-perf", "normal:0.8:0")  # every GPU at 0.8
+    spread = run_json(capsys, *args, "--gpu-perf", "uniform:0.7:1.0")
+    strict = [run["policies"]["atoll-strict"]["mean_slowdown"] for run in (same, slow, spread)]
+    # one island each, so only compute stretches: (1 − f)/p + f with f ≤ 0.1 for gangs, 1/p for single GPUs
+    assert strict[0] == pytest.approx(1.0)
+    assert 0.9 / 0.8 + 0.1 - 1e-6 <= strict[1] <= 1 / 0.8 + 1e-6
+    assert 1.0 < strict[2] < 1 / 0.7
+    assert slow["policies"]["count-only"]["mean_slowdown"] > same["policies"]["count-only"]["mean_slowdown"]
+
+
+def test_gpu_perf_keeps_explicit_nodes_and_seeds_the_draw(cluster: str) -> None:
+    from admission.simulator._cli import with_gpu_perf
+    from topology import load_cluster_model
+
+    model = load_cluster_model(cluster)
+    perf = lambda m: [n.perf for n in m.flavors[0].build_nodes()]  # noqa: E731
+    drawn = with_gpu_perf(model, "normal:0.05", seed=4)
+    assert perf(model) == [1.0] * 16 and len(set(perf(drawn))) > 10
+    assert perf(drawn) == perf(with_gpu_perf(model, "normal:0.05", seed=4)) != perf(with_gpu_perf(model, "normal:0.05", seed=5))
+    assert perf(with_gpu_perf(drawn, "identical")) == [1.0] * 16
+    explicit = model.model_copy(update={"flavors": [model.flavors[0].model_copy(update={
+        "generate": [], "nodes": [type(model.flavors[0]).model_validate({"name": "x", "topology": "t", "levels": [{"label": "r"}],
+                                                                          "nodes": [{"name": "n", "perf": 0.7, "labels": {"r": "a"}}]}).nodes[0]]})]})
+    assert perf(with_gpu_perf(explicit, "normal:0.05")) == [0.7]
 
 
 def test_plots_are_written_and_not_empty(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:

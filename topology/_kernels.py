@@ -47,6 +47,8 @@ def node_capacity(free, req, eligible, perf, perf_floor, lo, hi, cap):  # type: 
                     v = free[n, r] // q
                     if v < c:
                         c = v
+                        if c <= 0:
+                            break  # full for this pod (the GPU column comes first): skip the other divisions
             if c < 0:
                 c = np.int64(0)
         cap[n] = c

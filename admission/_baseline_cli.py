@@ -24,13 +24,12 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictInt,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
 from topology import HOSTNAME_LABEL, Taint, Toleration
-from topology._documents import describe_validation_error, read_yaml_file
+from topology._documents import load_yaml_model
 from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
 from topology._resources import parse_count, parse_cpu_milli
 
@@ -154,14 +153,7 @@ class Scenario(_Strict):
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario; :class:`ScenarioError` names the file, the field and the fix."""
-    path = Path(path)
-    raw = read_yaml_file(path, ScenarioError)
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{path}: expected a mapping with topology_name, levels, nodes and request")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        raise ScenarioError(describe_validation_error(str(path), exc, raw)) from exc
+    return load_yaml_model(path, Scenario, ScenarioError, "topology_name, levels, nodes and request")
 
 
 def _amounts(values: Mapping[str, float | str]) -> dict[str, int]:

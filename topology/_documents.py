@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-__all__ = ["describe_validation_error", "key_path", "read_yaml_file", "read_yaml_text"]
+__all__ = ["describe_validation_error", "key_path", "load_yaml_model", "read_yaml_file", "read_yaml_text"]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 # Error types whose rejected input says nothing the message does not already say.
 _QUIET_INPUT = frozenset({"extra_forbidden", "value_error", "missing", "assertion_error"})
@@ -69,3 +71,17 @@ def describe_validation_error(source: str, err: ValidationError, data: Any = Non
         where = key_path(problem["loc"], data)
         lines.append(f"{source}: {where}: {msg}" if where else f"{source}: {msg}")
     return "\n".join(lines)
+
+
+def load_yaml_model(path: str | Path, model: type[ModelT], error: type[Exception], expected: str) -> ModelT:
+    """Read a YAML file holding one mapping and validate it as ``model``; every failure is ``error``.
+
+    ``expected`` completes "expected a mapping with …" for a file that holds something else."""
+    path = Path(path)
+    data = read_yaml_file(path, error)
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a mapping with {expected}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(describe_validation_error(str(path), exc, data)) from exc

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from topology._documents import describe_validation_error, read_yaml_file
+from topology._documents import load_yaml_model
 from topology._resources import ResourceVector
 
 __all__ = [
@@ -263,13 +263,7 @@ class ClusterModel(_Strict):
 def load_cluster_model(path: str | Path) -> ClusterModel:
     """Read a cluster model YAML file; errors name the file and the field."""
     path = Path(path)
-    data = read_yaml_file(path, ClusterModelError)
-    if not isinstance(data, dict):
-        raise ClusterModelError(f"{path}: expected a mapping with name and flavors")
-    try:
-        model = ClusterModel.model_validate(data)
-    except ValidationError as exc:
-        raise ClusterModelError(describe_validation_error(str(path), exc, data)) from exc
+    model = load_yaml_model(path, ClusterModel, ClusterModelError, "name and flavors")
     for flavor in model.flavors:
         try:
             flavor.build_nodes()

@@ -159,10 +159,10 @@ def _integer(where: str, column: str, text: str, low: int, why: str) -> int:
 
 
 def _unique_name(where: str, column: str, text: str, seen: dict[str, str], what: str) -> str:
-    """A row's name: not empty and not used by an earlier row (``seen`` maps names to rows)."""
+    """A row's name or id: not empty and not used by an earlier row (``seen`` maps names to rows)."""
     name = text.strip()
     if not name:
-        raise TraceError(f"{where}: column {column}: empty; every {what} needs a name")
+        raise TraceError(f"{where}: column {column}: empty; every {what}")
     if name in seen:
         raise TraceError(f"{where}: column {column}: {name!r} already used at {seen[name]}")
     seen[name] = where
@@ -198,12 +198,7 @@ def read_itp(path: StrPath, gpus_per_node: int = DEFAULT_ITP_GPUS_PER_NODE) -> l
     jobs: list[Job] = []
     seen: dict[str, str] = {}
     for where, (job_id, submitted, duration, num_gpu) in _rows(path, ITP_COLUMNS):
-        job_id = job_id.strip()
-        if not job_id:
-            raise TraceError(f"{where}: column job_id: empty; every job needs an id")
-        if job_id in seen:
-            raise TraceError(f"{where}: column job_id: {job_id!r} already used at {seen[job_id]}")
-        seen[job_id] = where
+        job_id = _unique_name(where, "job_id", job_id, seen, "job needs an id")
         submit_s = _number(where, "submission_time", submitted)
         duration_s = _number(where, "duration", duration)
         _at_least(where, "duration", duration, duration_s, 0, "a duration in seconds")
@@ -270,7 +265,7 @@ def read_openb_nodes(path: StrPath) -> NodeMix:
     cpu_nodes = 0
     seen: dict[str, str] = {}
     for where, (sn, cpu, memory, gpu, model) in _rows(path, OPENB_NODE_COLUMNS):
-        sn = _unique_name(where, "sn", sn, seen, "node")
+        sn = _unique_name(where, "sn", sn, seen, "node needs a name")
         cpu_milli, memory_mib = _cpu_memory(where, cpu, memory)
         gpus = _integer(where, "gpu", gpu, 0, "a GPU count")
         model = model.strip()
@@ -294,7 +289,7 @@ def read_openb(pods_path: StrPath, nodes_path: StrPath, gpus_per_node: int | Non
     cpu_only = 0
     seen: dict[str, str] = {}
     for where, (name, cpu, memory, num_gpu, gpu_milli, qos, created, deleted, scheduled) in _rows(pods_path, OPENB_POD_COLUMNS):
-        name = _unique_name(where, "name", name, seen, "pod")
+        name = _unique_name(where, "name", name, seen, "pod needs a name")
         cpu_milli, memory_mib = _cpu_memory(where, cpu, memory)
         gpus = _integer(where, "num_gpu", num_gpu, 0, "a GPU count")
         milli = _integer(where, "gpu_milli", gpu_milli, 0, "milli-GPUs")

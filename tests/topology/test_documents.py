@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from topology._documents import describe_validation_error, key_path, read_yaml_file, read_yaml_text
+from topology._documents import describe_validation_error, key_path, load_yaml_model, read_yaml_file, read_yaml_text
 
 
 class DocError(ValueError):
@@ -69,3 +69,16 @@ def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("items: [{name: r}]\n")
     assert read_yaml_file(good, DocError) == {"items": [{"name": "r"}]}
+
+
+def test_a_model_file_is_a_mapping_validated_with_every_problem_named(tmp_path: Path) -> None:
+    path = tmp_path / "doc.yaml"
+    path.write_text("items: [{name: a, gpuCount: 2}]\nmode: b\n")
+    assert load_yaml_model(path, Doc, DocError, "items and mode") == Doc(items=[Item(name="a", gpu_count=2)], mode="b")
+    path.write_text("- a list\n")
+    with pytest.raises(DocError, match=r"doc\.yaml: expected a mapping with items and mode$"):
+        load_yaml_model(path, Doc, DocError, "items and mode")
+    path.write_text("items: [{name: a, gpuCount: 0}]\nmode: z\n")
+    with pytest.raises(DocError) as err:
+        load_yaml_model(path, Doc, DocError, "items and mode")
+    assert str(err.value).splitlines() == [f"{path}: items[a].gpuCount: Input should be greater than or equal to 1 (got 0)"]

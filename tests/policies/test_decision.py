@@ -3,6 +3,8 @@ only for the never-fitting, backoff from the profile."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from policies import PodSetSpec, ProfileLevelError, WaitState, decide, load_profiles
@@ -143,6 +145,8 @@ def test_without_explanations_the_decision_is_the_same_minus_the_losing_domains(
     lean = decide(cluster(used, perf=0.8), gang(pods), explain=False, **kw)  # type: ignore[arg-type]
     assert full.outcome == lean.outcome == outcome
     assert (full.message, full.retry_after_seconds, full.relaxed) == (lean.message, lean.retry_after_seconds, lean.relaxed)
+    if outcome != "admit":  # a wait or reject still says why, with the numbers
+        assert re.search(r"\d+ pods .* the largest fits \d+", lean.message), lean.message
     if full.placement is not None and full.outcome != "reject":
         assert lean.placement is not None and full.placement.podsets == lean.placement.podsets
         assert full.placement.reason == lean.placement.reason and not lean.placement.why_not

@@ -184,12 +184,28 @@ class _KueueView:
         self.columns = np.asarray([_KUEUE_COLUMNS.index(r) for r in self.leaves.resources], dtype=np.int64)
 
         self.identity = bool(np.array_equal(self.leaf_node, np.arange(snapshot.num_nodes)))
+        self.leaf_of = np.full(snapshot.num_nodes, -1, dtype=np.int64)
+        self.leaf_of[self.leaf_node] = np.arange(self.leaf_node.size)
+        self.source: IntArray | None = None
+        """The free array ``leaves.free`` mirrors, but for the rows in ``dirty``."""
+        self.dirty: list[IntArray] = []
 
-    def sync(self, snapshot: Snapshot) -> None:
+    def sync(self, snapshot: Snapshot, tracked: bool) -> None:
         """Copy the snapshot's free capacity in Kueue's column order (column-major: Kueue reads
-        one resource column at a time)."""
+        one resource column at a time). ``tracked``: every change since the last copy is in
+        ``dirty``, so only those rows are copied."""
+        if tracked and self.source is snapshot.free:
+            if self.dirty:
+                nodes = np.concatenate(self.dirty)
+                self.dirty.clear()
+                leaf = self.leaf_of[nodes]
+                keep = leaf >= 0
+                self.leaves.free[leaf[keep]] = snapshot.free[nodes[keep]][:, self.columns]
+            return
         free = snapshot.free if self.identity else snapshot.free[self.leaf_node]
         self.leaves.free = np.asfortranarray(free[:, self.columns])
+        self.source = snapshot.free
+        self.dirty.clear()
 
 
 _KUEUE_COLUMNS = ("nvidia.com/gpu", "cpu", "memory", "pods")
@@ -217,6 +233,7 @@ class KueueBestFitPolicy:
         self.name = "kueue-bestfit"
         self.island_level = island_level
         self._views: dict[int, _KueueView] = {}
+        self._tracked = False
 
     def _view(self, snapshot: Snapshot) -> _KueueView:
         key = id(snapshot.node_names)  # structure shared by forks; one view per flavor snapshot
@@ -225,11 +242,20 @@ class KueueBestFitPolicy:
             view = self._views[key] = _KueueView(snapshot, snapshot.flavor)
         return view
 
+    def capacity_changed(self, snapshot: Snapshot, nodes: IntArray) -> None:
+        """The caller changed ``snapshot.free`` on ``nodes``. After the first such call the caller
+        must report every change: an attempt then copies only the changed rows into Kueue's view
+        instead of the whole flavor (a full copy per attempt was a tenth of a replay)."""
+        self._tracked = True
+        view = self._views.get(id(snapshot.node_names))
+        if view is not None:
+            view.dirty.append(nodes)
+
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
         from topology._kueue_tas import kueue_place
 
         view = self._view(snapshot)
-        view.sync(snapshot)
+        view.sync(snapshot, self._tracked)
         per_pod = {name: q for name, q in zip(_KUEUE_COLUMNS[:3], shape.per_pod.as_tuple()[:3]) if q > 0}
         if shape.kind == "training":
             result = kueue_place(view.leaves, shape.pods, per_pod, mode="preferred",

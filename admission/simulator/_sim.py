@@ -35,7 +35,8 @@ Atoll, as modelled
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
-placement's nodes in one numpy step.
+placement's nodes in one numpy step. A policy with a ``capacity_changed(snapshot, nodes)``
+method is told of every reserve and release (Kueue's view then copies only those rows).
 """
 
 from __future__ import annotations
@@ -309,6 +310,7 @@ def simulate(
     shapes = work.shapes
     shape_gpus = [sh.gpus for _, sh in shapes]
     shape_fits = [sh.pods > 1 and sh.kind == "training" and fits_one_island(fl[f].snapshot, sh, fl[f].island_label) for f, sh in shapes]
+    capacity_changed = getattr(policy, "capacity_changed", None)  # optional: told of every reserve and release
 
     start = np.full(n, np.nan)
     end = np.full(n, np.nan)
@@ -376,6 +378,8 @@ def simulate(
             if att.outcome == "admit":
                 assert att.nodes is not None and att.pods is not None
                 _reserve(snap, att.nodes, att.pods, shape.per_pod)
+                if capacity_changed is not None:
+                    capacity_changed(snap, att.nodes)
                 f.used += shape.gpus
                 s = float(cost(snap, att.nodes, shape, work.jobs[j]))
                 placed[j] = (att.nodes, att.pods)
@@ -412,6 +416,8 @@ def simulate(
                 nodes, pods = placed.pop(j)
                 shape = shapes[int(shape_of[j])][1]
                 _release(f.snapshot, nodes, pods, shape.per_pod)
+                if capacity_changed is not None:
+                    capacity_changed(f.snapshot, nodes)
                 f.used -= shape.gpus
                 f.version += 1
                 end[j] = now

@@ -199,3 +199,22 @@ def test_bulk_reservations_match_the_snapshot_api_node_by_node() -> None:
         b.release(n, per_pod.scaled(k))
     np.testing.assert_array_equal(a.free, b.free)
     np.testing.assert_array_equal(a.free, a.alloc)
+
+
+def test_kueue_view_told_of_each_change_replays_like_a_full_copy_per_attempt() -> None:
+    class FullCopy:  # the same policy without ``capacity_changed``: Kueue's view is copied whole each attempt
+        def __init__(self, inner: object) -> None:
+            self.inner = inner
+            self.name, self.admission_check = inner.name, inner.admission_check  # type: ignore[attr-defined]
+
+        def attempt(self, *args: object, **kw: object) -> object:
+            return self.inner.attempt(*args, **kw)  # type: ignore[attr-defined]
+
+    model = cluster(used={"u0r0n0": 3, "u1r1n2": 4})
+    work = prepare_workload(model, busy_workload())
+    (tracked,), (full,) = make_policies(["kueue-bestfit"], DOC, seed=11), make_policies(["kueue-bestfit"], DOC, seed=11)
+    a = simulate(model, work, tracked)
+    b = simulate(model, work, FullCopy(full))  # type: ignore[arg-type]
+    assert a.decisions == b.decisions and (a.start > a.arrival).any()
+    for field in ("start", "end", "status", "islands", "slowdown"):
+        np.testing.assert_array_equal(getattr(a, field), getattr(b, field))

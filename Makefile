@@ -2,23 +2,28 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install test test-unit lint bench envtest
+.PHONY: install install-test test test-unit lint bench envtest
 
+# What the atoll commands need at run time.
 install:
+	$(PIP) install -q -e .
+
+# Plus what the tests need (pytest, hypothesis, import-linter).
+install-test:
 	$(PIP) install -q -e ".[test]"
 
 # A real kube-apiserver (KUBEBUILDER_ASSETS, or built once from Debian's source package and cached).
 envtest: install
-	$(PYTHON) -m admission.envtest ensure
+	$(PYTHON) -m admission.kube.envtest ensure
 
-lint: install
+lint: install-test
 	lint-imports
 
 # The whole suite. pytest's exit code 5 (no tests collected) is a failure here.
-test: install envtest lint
+test: install-test envtest lint
 	$(PYTHON) -m pytest -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-test-unit: install
+test-unit: install-test
 	$(PYTHON) -m pytest -q -m "not apiserver"
 
 # Speed and quality, measured (never asserted in tests): finder, controller on a real apiserver,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from admission.envtest import ApiServer, EnvtestError, find_binaries, install_kueue_crds, kueue_crd_dir
+from admission.kube.envtest import ApiServer, EnvtestError, find_binaries, install_kueue_crds, kueue_crd_dir
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +23,7 @@ def apiserver() -> Iterator[ApiServer]:
     except EnvtestError as exc:
         pytest.fail(str(exc))
     if binaries is None:
-        pytest.fail("no kube-apiserver: run `python -m admission.envtest ensure` first (make test does) or set KUBEBUILDER_ASSETS")
+        pytest.fail("no kube-apiserver: run `python -m admission.kube.envtest ensure` first (make test does) or set KUBEBUILDER_ASSETS")
     with ApiServer(binaries) as api:
         install_kueue_crds(api.api_client(), crds)
         yield api

@@ -16,12 +16,12 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from admission._controller import Controller
-from admission._kube import KubePort
-from admission._metrics import Metrics
-from admission._port import ManualClock
-from admission._records import Recorder
-from admission._settings import ConfigSettings, KueueSettings, Settings
+from admission.controller import Controller
+from admission.kube import KubePort
+from admission.controller import Metrics
+from admission.kube import ManualClock
+from admission.controller import Recorder
+from admission.controller import ConfigSettings, KueueSettings, Settings
 from tests.kube_objects import GROUP, VERSION, KueueActor, admission_check, cluster_queue, create_node, local_queue, node, resource_flavor, topology, workload
 
 BLOCK = "network.example.com/block"
@@ -182,7 +182,7 @@ def run(ctrl: Controller) -> list[Any]:
 
 
 def planned(entry: dict[str, Any], podset: str = "main") -> dict[str, int]:
-    from admission._ledger import decode_planned
+    from admission.controller import decode_planned
 
     update = next(u for u in entry["podSetUpdates"] if u["name"] == podset)
     return decode_planned(update["annotations"]["atoll.dev/planned-nodes"])

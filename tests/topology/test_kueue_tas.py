@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission._baseline_cli import ScenarioError, main, run_kueue_bestfit_scenario
+from admission.cli._baseline import ScenarioError, main, run_kueue_bestfit_scenario
 from admission.cli import main as atoll_main
 from topology import (
     HOSTNAME_LABEL,

@@ -1,0 +1,139 @@
+"""``atoll bench``: speed of the finder (numba vs the pure-Python reference, in one run),
+plus the controller and placement-quality benchmarks that live in their own modules."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
+
+__all__ = ["main", "synthetic_fabric", "synthetic_requests"]
+
+SPINE, SU, CLIQUE = "network.example.com/spine", "network.example.com/su", "nvidia.com/gpu.clique"
+NODES_PER_RACK, RACKS_PER_SU, SUS_PER_SPINE, GPUS_PER_NODE = 18, 8, 4, 4
+SIZES = np.array([1, 2, 4, 8, 16, 32, 64, 72, 128, 256, 512])
+SIZE_WEIGHTS = np.array([0.18, 0.08, 0.14, 0.16, 0.12, 0.1, 0.08, 0.04, 0.05, 0.03, 0.02])
+
+
+def synthetic_fabric(nodes: int, seed: int) -> Snapshot:
+    """GB200-like fabric (racks of 18 × 4 GPUs, 8 racks per SU, 4 SUs per spine) at 60-90%
+    random GPU occupancy: each rack draws its own target share, each node a binomial."""
+    rng = np.random.default_rng(seed)
+    out = []
+    rack_share = 0.0
+    for i in range(nodes):
+        rack, node = divmod(i, NODES_PER_RACK)
+        su, spine = rack // RACKS_PER_SU, rack // (RACKS_PER_SU * SUS_PER_SPINE)
+        if node == 0:
+            rack_share = float(rng.uniform(0.6, 0.9))
+        used = int(rng.binomial(GPUS_PER_NODE, rack_share))
+        labels = {SPINE: f"s{spine}", SU: f"s{spine}-u{su}", CLIQUE: f"s{spine}-u{su}-r{rack}"}
+        out.append(NodeInfo(f"n{i:06d}", labels, ResourceVector(GPUS_PER_NODE, 144000, 1800 * 1024, 110),
+                            ResourceVector(used, used * 32000, used * 256 * 1024, used), perf=float(np.round(rng.normal(1.0, 0.03), 3))))
+    levels = [Level(SPINE, 25, 8), Level(SU, 50, 4), Level(CLIQUE, 1800, 1)]
+    return Snapshot("bench", levels, out, node_level=Level("kubernetes.io/hostname", 1800, 0.5))
+
+
+def synthetic_requests(count: int, seed: int) -> list[PlacementRequest]:
+    """Mixed requests, 1 to 512 GPUs: up to an island's 72 GPUs half required, half preferred;
+    bigger ones preferred at the island level with spans bounded by the SU or the spine."""
+    rng = np.random.default_rng(seed + 1)
+    out = []
+    for k in range(count):
+        gpus = int(rng.choice(SIZES, p=SIZE_WEIGHTS / SIZE_WEIGHTS.sum()))
+        per = min(gpus, GPUS_PER_NODE)
+        pods = gpus // per
+        floor = 0.95 if rng.random() < 0.2 else 0.0
+        if gpus <= 72 and rng.random() < 0.5:
+            ps = PodSetRequest(f"r{k}", pods, ResourceVector(gpu=per), required_level=CLIQUE, perf_floor=floor)
+        else:
+            span = SU if rng.random() < 0.5 else SPINE
+            ps = PodSetRequest(f"r{k}", pods, ResourceVector(gpu=per), preferred_level=CLIQUE, max_span_level=span, perf_floor=floor)
+        out.append(PlacementRequest((ps,), protect_empty_domains=bool(rng.random() < 0.5)))
+    return out
+
+
+def bench_finder(nodes: int, requests: int, reference_sample: int, seed: int) -> dict[str, Any]:
+    snap = synthetic_fabric(nodes, seed)
+    reqs = synthetic_requests(requests, seed)
+    t0 = time.perf_counter()
+    find_placement(snap, reqs[0])  # jit compile (or load from the on-disk cache)
+    compile_s = time.perf_counter() - t0
+    lat = np.empty(len(reqs))
+    results = []
+    for i, r in enumerate(reqs):
+        t = time.perf_counter()
+        results.append(find_placement(snap, r))
+        lat[i] = time.perf_counter() - t
+    step = max(1, len(reqs) // max(1, reference_sample))
+    sample = list(range(0, len(reqs), step))[:reference_sample]
+    ref_lat = np.empty(len(sample))
+    identical = True
+    for j, i in enumerate(sample):
+        t = time.perf_counter()
+        ref = find_placement(snap, reqs[i], backend="reference")
+        ref_lat[j] = time.perf_counter() - t
+        identical &= ref == results[i]
+    fast_sample = lat[sample]
+    return {
+        "nodes": nodes,
+        "gpus": snap.total_gpus(),
+        "free_gpu_share": round(snap.free_gpus() / snap.total_gpus(), 3),
+        "requests": len(reqs),
+        "fits": int(sum(r.fits for r in results)),
+        "compile_s": round(compile_s, 3),
+        "p50_ms": round(float(np.percentile(lat, 50)) * 1e3, 4),
+        "p99_ms": round(float(np.percentile(lat, 99)) * 1e3, 4),
+        "max_ms": round(float(lat.max()) * 1e3, 4),
+        "reference_requests": len(sample),
+        "reference_p50_ms": round(float(np.percentile(ref_lat, 50)) * 1e3, 3),
+        "reference_p99_ms": round(float(np.percentile(ref_lat, 99)) * 1e3, 3),
+        "speedup_vs_reference": round(float(ref_lat.sum() / fast_sample.sum()), 1),
+        "identical": bool(identical),
+    }
+
+
+def _finder_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="atoll bench finder", description="finder latency: numba vs reference, same requests, one run")
+    p.add_argument("--nodes", type=int, default=10000)
+    p.add_argument("--requests", type=int, default=2000)
+    p.add_argument("--reference-sample", type=int, default=200, help="requests also run on the (slow) reference finder")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    args = p.parse_args(list(argv))
+    if args.nodes < NODES_PER_RACK or args.requests < 1:
+        print("atoll bench finder: --nodes must be ≥ 18 and --requests ≥ 1", file=sys.stderr)
+        return 2
+    row = bench_finder(args.nodes, args.requests, args.reference_sample, args.seed)
+    if args.format == "json":
+        print(json.dumps(row))
+    else:
+        keys = list(row)
+        print(" | ".join(keys))
+        print(" | ".join(str(row[k]) for k in keys))
+    return 0
+
+
+_OTHERS = {"controller": "admission.cli._bench_controller", "quality": "admission.cli._bench_quality"}
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print("usage: atoll bench {finder,controller,quality} [options]")
+        return 0 if args else 2
+    if args[0] == "finder":
+        return _finder_main(args[1:])
+    if args[0] in _OTHERS:
+        code: int = importlib.import_module(_OTHERS[args[0]]).main(args[1:])
+        return code
+    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, controller, quality)", file=sys.stderr)
+    return 2

@@ -1,0 +1,147 @@
+"""``atoll run``: the admission-check controller against a cluster.
+
+Flags win over environment variables (``ATOLL_*``, as the Helm chart sets them), which win over
+defaults. Decision records go to stdout (one JSON object per line), other logs to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import structlog
+
+from admission.controller._settings import ConfigSettings, KueueSettings, LeaderSettings, ServeSettings, Settings
+
+__all__ = ["build_settings", "configure_logging", "default_namespace", "main", "parser"]
+
+_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def default_namespace(env: Mapping[str, str]) -> str:
+    """$ATOLL_NAMESPACE, else the pod's own namespace, else atoll-system."""
+    if env.get("ATOLL_NAMESPACE"):
+        return env["ATOLL_NAMESPACE"]
+    try:
+        return _SA_NAMESPACE.read_text().strip() or "atoll-system"
+    except OSError:
+        return "atoll-system"
+
+
+def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    env = os.environ if env is None else env
+    p = argparse.ArgumentParser(prog="atoll run", description="Run Atoll's Kueue admission-check controller.")
+    p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    p.add_argument("--namespace", default=default_namespace(env), help="namespace of the profiles ConfigMap and the leader Lease "
+                   "(default: $ATOLL_NAMESPACE, else the pod's namespace, else atoll-system)")
+    p.add_argument("--configmap", default=env.get("ATOLL_CONFIGMAP", "atoll-policies"), help="profiles ConfigMap (key profiles.yaml)")
+    p.add_argument("--admission-check", default=env.get("ATOLL_ADMISSION_CHECK", "atoll-topology"),
+                   help="AdmissionCheck to serve; '*' serves every check whose controllerName is atoll.dev/topology")
+    p.add_argument("--gpu-resource", default=env.get("ATOLL_GPU_RESOURCE", "nvidia.com/gpu"))
+    p.add_argument("--metrics-port", type=int, default=int(env.get("ATOLL_METRICS_PORT", "8080")), help="0 = no /metrics")
+    p.add_argument("--health-port", type=int, default=int(env.get("ATOLL_HEALTH_PORT", "8081")), help="0 = no /healthz, /readyz")
+    p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_LEADER_ELECT", "true") != "false",
+                   help="elect a leader on a Lease (default on; the chart runs 2 replicas)")
+    p.add_argument("--lease-name", default=env.get("ATOLL_LEASE_NAME", "atoll-controller"))
+    p.add_argument("--identity", default=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}", help="leader-election identity")
+    p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def build_settings(args: argparse.Namespace) -> Settings:
+    return Settings(
+        kueue=KueueSettings(admission_check=None if args.admission_check in ("*", "") else args.admission_check,
+                            gpu_resource=args.gpu_resource),
+        config=ConfigSettings(namespace=args.namespace, configmap=args.configmap),
+        leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
+        serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port),
+    )
+
+
+def configure_logging(level: str) -> None:
+    """JSON log lines on stderr (stdout carries the decision records)."""
+    structlog.configure(
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    structlog.processors.format_exc_info, structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),  # the stream of the moment, not of start-up
+    )
+
+
+def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
+    args = parser().parse_args(list(argv))
+    settings = build_settings(args)
+    configure_logging(args.log_level)
+    log = structlog.get_logger("atoll.run")
+
+    from admission.controller._loop import Controller
+    from admission.kube._client import KubePort, api_client_from_kubeconfig
+    from admission.kube._leader import LeaderElector
+    from admission.controller._metrics import HttpEndpoints, Metrics
+    from admission.kube.errors import ApiError
+
+    try:
+        api = api_client_from_kubeconfig(args.kubeconfig)
+    except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message
+        print(f"atoll run: cannot load cluster credentials ({args.kubeconfig or 'in-cluster'}): {exc}", file=sys.stderr)
+        return 2
+    port = KubePort(api, settings.api)
+    metrics = Metrics()
+    controller = Controller(port, settings=settings, metrics=metrics, identity=args.identity)
+    stop = stop or threading.Event()
+    running = threading.Event()
+
+    def alive() -> tuple[bool, str]:
+        if not running.is_set():
+            return True, "standby"
+        stalled = controller.clock.monotonic() - controller.heartbeat
+        return (stalled < settings.serve.stall_seconds), f"worker loop last turned {stalled:.1f}s ago"
+
+    def ready() -> tuple[bool, str]:
+        if not running.is_set():
+            return True, "standby (not leader)"
+        return controller.synced, "caches synced" if controller.synced else "listing the cluster"
+
+    endpoints = HttpEndpoints(metrics, alive=alive, ready=ready, bind=settings.serve.bind_address,
+                              metrics_port=settings.serve.metrics_port, health_port=settings.serve.health_port)
+    endpoints.start()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+
+    def started() -> None:
+        running.set()
+        metrics.leader.set(1)
+        controller.start()
+
+    def stopped() -> None:
+        controller.stop()
+        metrics.leader.set(0)
+        running.clear()
+
+    log.info("starting", identity=args.identity, namespace=settings.config.namespace, configmap=settings.config.configmap,
+             admission_check=settings.kueue.admission_check or "*", leader_elect=settings.leader.enabled)
+    try:
+        if settings.leader.enabled:
+            elector = LeaderElector(port, namespace=settings.config.namespace, identity=args.identity, settings=settings.leader)
+            elector.run(stop, started, stopped)
+            if not stop.is_set():
+                log.error("lost leadership; exiting so a fresh process campaigns again")
+                return 1
+        else:
+            started()
+            stop.wait()
+            stopped()
+    except ApiError as exc:
+        log.error("fatal API error", error=str(exc))
+        return 1
+    finally:
+        endpoints.stop()
+    return 0

@@ -1,0 +1,129 @@
+"""The admission-check controller: what Atoll runs in the cluster.
+
+Rooms: ``_loop`` (watches → work queue → reconcile), ``_decide`` (the pure decision: cache
+state + Workload → Verdict and podSetUpdates), ``_status`` (the one server-side apply per
+decision, Events, the AdmissionCheck condition), ``_wait`` (the wait state behind backoff and
+relax), ``_ledger`` (what admitted Workloads still hold), ``_cache`` (cluster objects and
+per-flavor snapshots), ``_workloads`` (reading Kueue Workloads, Jobs and JobSets), ``_explain``,
+``_records`` (decision records), ``_events``, ``_metrics``, ``_settings``.
+
+Exports are loaded on first use, so ``atoll place`` reads a Workload through ``_workloads``
+without importing the loop, metrics and logging it does not need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from admission.controller._cache import ClusterCache, FlavorProblem, node_info, pod_usage
+    from admission.controller._decide import Decider, Verdict
+    from admission.controller._events import EventPoster
+    from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, Reservation, decode_planned, encode_planned, holds_reservation
+    from admission.controller._loop import Controller
+    from admission.controller._metrics import HttpEndpoints, Metrics
+    from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time
+    from admission.controller._settings import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
+    from admission.controller._wait import ANN_ATTEMPTS, ANN_FIRST_WAITED, read_wait_state
+    from admission.controller._workloads import (
+        WorkloadError,
+        WorkloadView,
+        check_entry,
+        condition_true,
+        load_workload_file,
+        parse_object,
+        parse_workload,
+    )
+
+_WHERE = {
+    "ANN_ATTEMPTS": "_wait",
+    "ANN_DECISION_ID": "_ledger",
+    "ANN_FIRST_WAITED": "_wait",
+    "ANN_PLANNED_NODES": "_ledger",
+    "ClusterCache": "_cache",
+    "ConfigSettings": "_settings",
+    "Controller": "_loop",
+    "DECISION_EVENT": "_records",
+    "Decider": "_decide",
+    "DecisionRecord": "_records",
+    "DecisionSettings": "_settings",
+    "EventPoster": "_events",
+    "FlavorProblem": "_cache",
+    "HttpEndpoints": "_metrics",
+    "KueueSettings": "_settings",
+    "Ledger": "_ledger",
+    "Metrics": "_metrics",
+    "PodSetRecord": "_records",
+    "Recorder": "_records",
+    "Reservation": "_ledger",
+    "ServeSettings": "_settings",
+    "Settings": "_settings",
+    "Verdict": "_decide",
+    "WatchSettings": "_settings",
+    "WhyNotRecord": "_records",
+    "WorkloadError": "_workloads",
+    "WorkloadView": "_workloads",
+    "check_entry": "_workloads",
+    "condition_true": "_workloads",
+    "decode_planned": "_ledger",
+    "encode_planned": "_ledger",
+    "holds_reservation": "_ledger",
+    "iso_time": "_records",
+    "load_workload_file": "_workloads",
+    "node_info": "_cache",
+    "parse_object": "_workloads",
+    "parse_workload": "_workloads",
+    "pod_usage": "_cache",
+    "read_wait_state": "_wait",
+}
+
+__all__ = [
+    "ANN_ATTEMPTS",
+    "ANN_DECISION_ID",
+    "ANN_FIRST_WAITED",
+    "ANN_PLANNED_NODES",
+    "DECISION_EVENT",
+    "ClusterCache",
+    "ConfigSettings",
+    "Controller",
+    "Decider",
+    "DecisionRecord",
+    "DecisionSettings",
+    "EventPoster",
+    "FlavorProblem",
+    "HttpEndpoints",
+    "KueueSettings",
+    "Ledger",
+    "Metrics",
+    "PodSetRecord",
+    "Recorder",
+    "Reservation",
+    "ServeSettings",
+    "Settings",
+    "Verdict",
+    "WatchSettings",
+    "WhyNotRecord",
+    "WorkloadError",
+    "WorkloadView",
+    "check_entry",
+    "condition_true",
+    "decode_planned",
+    "encode_planned",
+    "holds_reservation",
+    "iso_time",
+    "load_workload_file",
+    "node_info",
+    "parse_object",
+    "parse_workload",
+    "pod_usage",
+    "read_wait_state",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module defining ``name`` when it is first asked for."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,373 @@
+"""What the controller knows of the cluster, fed by watches, and the per-flavor snapshots built from it.
+
+A flavor's snapshot is made of the Nodes that carry its ResourceFlavor's ``nodeLabels``, the
+GPU/CPU/memory requests of the Pods bound to them, the ResourceFlavor's tolerations, and the
+levels of the Kueue Topology the profiles document maps the flavor to (``flavors.X.topology``;
+``spec.levels[].nodeLabel``, top to bottom), with each level's link from the document's
+``flavors.X.links`` or Atoll's defaults. Snapshots are rebuilt only when structure changes (a
+node added, removed or relabelled; a flavor, topology or document change); usage and health
+changes update one row.
+
+Only the worker thread touches a cache, so it holds no locks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS, Obj, Resource, newer, object_key
+from policies import DEFAULT_FABRIC_LINK, DEFAULT_LINKS, ProfilesDocument
+from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration
+
+__all__ = [
+    "PERF_ANNOTATION",
+    "BoundPod",
+    "ClusterCache",
+    "FlavorProblem",
+    "node_info",
+    "pod_usage",
+]
+
+PERF_ANNOTATION = "atoll.dev/gpu-perf"
+_log = structlog.get_logger("atoll.cache")
+
+
+class FlavorProblem(Exception):
+    """A flavor cannot be placed on because of configuration; the message names what to fix.
+
+    ``kind``: ``unmapped`` (not in the profiles document), ``missing-flavor``,
+    ``missing-topology``, ``kueue-tas`` (Kueue's own TAS assigns this flavor)."""
+
+    def __init__(self, kind: str, message: str, topology: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.topology = topology
+
+
+
+
+
+
+# ----------------------------------------------------------------------------- nodes and pods
+
+
+def node_info(obj: Obj, gpu_resource: str) -> tuple[NodeInfo | None, str | None]:
+    """A Node as the engine sees it, and the problem that keeps it from being a candidate.
+
+    A malformed ``atoll.dev/gpu-perf`` makes only this node ineligible (it stays in the fabric,
+    so a gang it could complete waits instead of being rejected); unreadable allocatable leaves
+    it out (None)."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name"))
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    problem = None
+    raw_perf = (meta.get("annotations") or {}).get(PERF_ANNOTATION)
+    perf = 1.0
+    if raw_perf is not None:
+        try:
+            perf = float(raw_perf)
+        except ValueError:
+            perf = -1.0
+        if not 0.0 < perf <= 10.0:  # also false for NaN
+            problem = (f"node {name}: annotation {PERF_ANNOTATION}={raw_perf!r} is not a relative throughput in (0, 10] "
+                       f"(1.0 = fleet median); the node is not a candidate until it is fixed or removed")
+            perf = 1.0
+    try:
+        alloc = ResourceVector.from_kube(status.get("allocatable") or {}, gpu_resource, f"node {name}: status.allocatable")
+    except ValueError as exc:
+        return None, f"{exc}; the node is left out of placement"
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    taints = tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+                   for t in spec.get("taints") or [])
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    return NodeInfo(name, labels, alloc, ResourceVector(), ready and problem is None, bool(spec.get("unschedulable")), taints, perf), problem
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    node: str
+    usage: ResourceVector
+    decision_id: str
+    podset: str
+
+
+def _container_sum(containers: Iterable[Mapping[str, Any]], gpu_resource: str, what: str) -> ResourceVector:
+    total = ResourceVector()
+    for c in containers:
+        res = c.get("resources") or {}
+        req = dict(res.get("limits") or {})
+        req.update(res.get("requests") or {})
+        total = total + ResourceVector.from_kube(req, gpu_resource, what)
+    return total
+
+
+def pod_usage(obj: Obj, gpu_resource: str) -> BoundPod | None:
+    """What a bound, unfinished pod holds on its node (requests, as the scheduler counts them)."""
+    spec = obj.get("spec") or {}
+    node = spec.get("nodeName")
+    phase = (obj.get("status") or {}).get("phase")
+    if not node or phase in ("Succeeded", "Failed"):
+        return None
+    name = object_key(obj)
+    try:
+        usage = _container_sum(spec.get("containers") or [], gpu_resource, f"pod {name}")
+        for init in spec.get("initContainers") or []:
+            one = _container_sum([init], gpu_resource, f"pod {name}")
+            usage = ResourceVector(*(max(a, b) for a, b in zip(usage.as_tuple(), one.as_tuple())))
+        usage = usage + ResourceVector.from_kube(spec.get("overhead") or {}, gpu_resource, f"pod {name}: overhead")
+    except ValueError as exc:
+        _log.warning("pod requests unreadable; counted as one pod slot", pod=name, error=str(exc))
+        usage = ResourceVector()
+    meta = obj.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    return BoundPod(str(node), ResourceVector(usage.gpu, usage.cpu_milli, usage.memory_mib, 1),
+                    str(ann.get("atoll.dev/decision-id", "")), str(labels.get("kueue.x-k8s.io/podset", "")))
+
+
+# ----------------------------------------------------------------------------- the cache
+
+
+@dataclass
+class _FlavorState:
+    snapshot: Snapshot
+    members: frozenset[str]
+    dirty: set[str] = field(default_factory=set)
+
+
+class ClusterCache:
+    """Objects by kind and key, plus derived node usage and per-flavor snapshots."""
+
+    def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:
+        self.gpu_resource = gpu_resource
+        self.objects: dict[Resource, dict[str, Obj]] = {r: {} for r in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS, WORKLOADS)}
+        self.nodes: dict[str, NodeInfo] = {}
+        self.node_problems: dict[str, str] = {}
+        self.pods: dict[str, BoundPod] = {}
+        self._pods_by_decision: dict[str, dict[str, BoundPod]] = {}
+        self.pod_listener: Callable[[str], None] | None = None
+        """Told the decision id of every pod carrying one that binds, finishes or goes (the ledger)."""
+        self.usage: dict[str, ResourceVector] = {}
+        self.profiles: ProfilesDocument | None = None
+        self._flavors: dict[str, _FlavorState] = {}
+        self._generation = 0
+
+    # ------------------------------------------------------------------ feeding
+
+    def replace_all(self, resource: Resource, items: Iterable[Obj]) -> None:
+        """A fresh list: everything not in it is gone."""
+        items = list(items)
+        if resource == PODS:
+            keep = {str((p.get("metadata") or {}).get("uid")) for p in items}
+            for uid in [u for u in self.pods if u not in keep]:
+                self._drop_pod(uid)
+        elif resource in self.objects:
+            keep_keys = {object_key(o) for o in items}
+            for key in [k for k in self.objects[resource] if k not in keep_keys]:
+                self.delete(resource, self.objects[resource][key])
+        for obj in items:
+            self.upsert(resource, obj)
+
+    def upsert(self, resource: Resource, obj: Obj) -> bool:
+        """Store ``obj``; False if it is older than what is stored (a late event)."""
+        if resource == PODS:
+            self._upsert_pod(obj)
+            return True
+        store = self.objects[resource]
+        key = object_key(obj)
+        old = store.get(key)
+        if not newer(old, obj):
+            return False
+        store[key] = obj
+        if resource == NODES:
+            self._upsert_node(obj, old)
+        elif resource in (RESOURCE_FLAVORS, TOPOLOGIES):
+            if old is None or old.get("spec") != obj.get("spec"):
+                self.invalidate()
+        return True
+
+    def delete(self, resource: Resource, obj: Obj) -> None:
+        if resource == PODS:
+            self._drop_pod(str((obj.get("metadata") or {}).get("uid")))
+            return
+        key = object_key(obj)
+        old = self.objects[resource].pop(key, None)
+        if resource == NODES:
+            self.nodes.pop(key, None)
+            self.node_problems.pop(key, None)
+            self.invalidate()
+        elif resource in (RESOURCE_FLAVORS, TOPOLOGIES) and old is not None:
+            self.invalidate()
+
+    def set_profiles(self, doc: ProfilesDocument | None) -> None:
+        self.profiles = doc
+        self.invalidate()
+
+    def invalidate(self) -> None:
+        """Drop every snapshot; the next ``snapshot()`` rebuilds it."""
+        self._flavors.clear()
+
+    def _upsert_node(self, obj: Obj, old: Obj | None) -> None:
+        name = object_key(obj)
+        info, problem = node_info(obj, self.gpu_resource)
+        if problem:
+            if self.node_problems.get(name) != problem:
+                _log.error("node is not a placement candidate", node=name, error=problem)
+            self.node_problems[name] = problem
+        else:
+            self.node_problems.pop(name, None)
+        before = self.nodes.get(name)
+        if info is None:
+            if before is not None or old is None:
+                self.nodes.pop(name, None)
+                self.invalidate()
+            return
+        if before is not None and before.labels == info.labels:
+            if before != info:
+                self.nodes[name] = info
+                self._dirty(name)
+            return
+        self.nodes[name] = info
+        self.invalidate()
+
+    def _upsert_pod(self, obj: Obj) -> None:
+        uid = str((obj.get("metadata") or {}).get("uid"))
+        bound = pod_usage(obj, self.gpu_resource)
+        old = self.pods.get(uid)
+        if old == bound:
+            return
+        if old is not None:
+            self._drop_pod(uid)
+        if bound is not None:
+            self.pods[uid] = bound
+            self.usage[bound.node] = self.usage.get(bound.node, ResourceVector()) + bound.usage
+            self._dirty(bound.node)
+            if bound.decision_id:
+                self._pods_by_decision.setdefault(bound.decision_id, {})[uid] = bound
+                if self.pod_listener is not None:
+                    self.pod_listener(bound.decision_id)
+
+    def _drop_pod(self, uid: str) -> None:
+        old = self.pods.pop(uid, None)
+        if old is None:
+            return
+        left = ResourceVector(*(max(0, a - b) for a, b in zip(self.usage.get(old.node, ResourceVector()).as_tuple(), old.usage.as_tuple())))
+        self.usage[old.node] = left
+        self._dirty(old.node)
+        if old.decision_id:
+            pods = self._pods_by_decision.get(old.decision_id, {})
+            pods.pop(uid, None)
+            if not pods:
+                self._pods_by_decision.pop(old.decision_id, None)
+            if self.pod_listener is not None:
+                self.pod_listener(old.decision_id)
+
+    def _dirty(self, node: str) -> None:
+        for state in self._flavors.values():
+            if node in state.members:
+                state.dirty.add(node)
+
+    # ------------------------------------------------------------------ reading
+
+    def bound_pods(self, decision_id: str) -> dict[str, Counter[str]]:
+        """PodSet → node → pods bound so far, for one decision (pods carry its id)."""
+        out: dict[str, Counter[str]] = {}
+        for pod in self._pods_by_decision.get(decision_id, {}).values():
+            out.setdefault(pod.podset, Counter())[pod.node] += 1
+        return out
+
+    def flavor_topology(self, flavor: str) -> tuple[str, list[str]]:
+        """(topology name, level labels top → bottom) for a flavor Atoll places; else FlavorProblem."""
+        rf = self.objects[RESOURCE_FLAVORS].get(flavor)
+        if rf is None:
+            raise FlavorProblem("missing-flavor", f"ResourceFlavor {flavor} not found")
+        kueue_topology = (rf.get("spec") or {}).get("topologyName")
+        settings = self.profiles.flavors.get(flavor) if self.profiles else None
+        if settings is None:
+            if kueue_topology:
+                raise FlavorProblem("kueue-tas", f"flavor {flavor} uses Kueue's own TAS (spec.topologyName {kueue_topology})",
+                                    topology=kueue_topology)
+            raise FlavorProblem("unmapped", f"flavor {flavor} is not mapped to a Topology: add flavors.{flavor}.topology "
+                                            "to the profiles document (ConfigMap key profiles.yaml)")
+        if kueue_topology:
+            raise FlavorProblem("kueue-tas", f"flavor {flavor} sets spec.topologyName {kueue_topology}, so Kueue's TAS assigns it "
+                                             f"before any check; remove topologyName for Atoll to place it (profiles.yaml "
+                                             f"flavors.{flavor})", topology=kueue_topology)
+        topo = self.objects[TOPOLOGIES].get(settings.topology)
+        if topo is None:
+            raise FlavorProblem("missing-topology", f"Topology {settings.topology} (profiles.yaml flavors.{flavor}.topology) not found")
+        levels = [str(lv.get("nodeLabel")) for lv in (topo.get("spec") or {}).get("levels") or []]
+        if not levels:
+            raise FlavorProblem("missing-topology", f"Topology {settings.topology} has no spec.levels")
+        return settings.topology, levels
+
+    def _levels(self, flavor: str, labels: list[str]) -> tuple[list[Level], Level | None]:
+        links = self.profiles.flavors[flavor].links if self.profiles and flavor in self.profiles.flavors else {}
+
+        def link(label: str) -> Level:
+            if label in links:
+                return Level(label, links[label].bandwidth_gbps, links[label].latency_us)
+            bw, lat = DEFAULT_LINKS.get(label, DEFAULT_FABRIC_LINK)
+            return Level(label, bw, lat)
+
+        levels = [link(lb) for lb in labels]
+        if levels and levels[-1].label == HOSTNAME_LABEL and HOSTNAME_LABEL not in links and len(levels) > 1:
+            above = levels[-2]  # GPUs in one node are at least as close as GPUs in one island
+            if above.bandwidth_gbps > levels[-1].bandwidth_gbps:
+                levels[-1] = Level(HOSTNAME_LABEL, above.bandwidth_gbps, min(above.latency_us, levels[-1].latency_us))
+        node_level = link(HOSTNAME_LABEL) if HOSTNAME_LABEL in links else None
+        return levels, node_level
+
+    def flavor_nodes(self, flavor: str) -> list[str]:
+        """Names of the nodes whose labels carry the flavor's ``nodeLabels`` (problems included)."""
+        rf = self.objects[RESOURCE_FLAVORS].get(flavor) or {}
+        want = (rf.get("spec") or {}).get("nodeLabels") or {}
+        out = []
+        for name, obj in self.objects[NODES].items():
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if all(labels.get(k) == v for k, v in want.items()):
+                out.append(name)
+        return out
+
+    def tolerations(self, flavor: str) -> list[Toleration]:
+        rf = self.objects[RESOURCE_FLAVORS].get(flavor) or {}
+        return [Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""), str(t.get("effect") or ""))
+                for t in (rf.get("spec") or {}).get("tolerations") or []]
+
+    def snapshot(self, flavor: str) -> Snapshot:
+        """The flavor's current snapshot (shared: fork it before changing it)."""
+        state = self._flavors.get(flavor)
+        if state is not None:
+            for name in sorted(state.dirty):
+                info = self.nodes.get(name)
+                if info is None or not state.snapshot.update_node(self._with_usage(info)):
+                    if info is None or name in state.snapshot.node_index:
+                        state = None
+                        break
+            if state is not None:
+                state.dirty.clear()
+                return state.snapshot
+        _, labels = self.flavor_topology(flavor)
+        levels, node_level = self._levels(flavor, labels)
+        members = self.flavor_nodes(flavor)
+        infos = [self._with_usage(self.nodes[n]) for n in members if n in self.nodes]
+        self._generation += 1
+        snap = Snapshot(flavor, levels, infos, tolerations=self.tolerations(flavor), node_level=node_level,
+                        generation=self._generation * 1_000_000)
+        bad = sum(1 for n in members if n not in self.nodes)
+        if bad:
+            snap.excluded["unreadable allocatable"] = bad
+        self._flavors[flavor] = _FlavorState(snap, frozenset(members))
+        return snap
+
+    def _with_usage(self, info: NodeInfo) -> NodeInfo:
+        used = self.usage.get(info.name)
+        if used is None:
+            return info
+        return NodeInfo(info.name, info.labels, info.allocatable, used, info.ready, info.unschedulable, info.taints, info.perf)

@@ -1,0 +1,333 @@
+"""The decision itself: cluster state + one Workload → a Verdict with its podSetUpdates.
+
+Pure with respect to the API: it reads the cache's snapshots and the ledger and writes nothing,
+so the controller, ``atoll explain`` and the simulator run the same code. Per flavor the
+Workload's GPU PodSets are placed together on the flavor's snapshot forked with what admitted
+Workloads still hold; the per-flavor answers combine into one verdict (any reject rejects, any
+wait waits, else admit). An admitted PodSet gets the nodeSelector of the lowest domain that holds
+its whole placement, plus the decision id and the planned nodes as annotations.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from admission.controller._cache import ClusterCache, FlavorProblem
+from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, encode_planned
+from admission.controller._records import PodSetRecord, WhyNotRecord, truncate
+from admission.controller._settings import Settings
+from admission.controller._wait import read_wait_state
+from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
+from admission.kube import Obj, object_key
+from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
+from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
+
+__all__ = ["MAX_PODSET_UPDATES", "STATE", "Decider", "Verdict"]
+
+STATE = {"admit": "Ready", "wait": "Retry", "reject": "Rejected"}
+"""Decision outcome → Atoll's check state."""
+MAX_PODSET_UPDATES = 18
+"""Kueue's limit on podSetUpdates per check entry."""
+
+
+@dataclass
+class Verdict:
+    """What Atoll decided for one Workload, and everything the write, the Event and the record need."""
+
+    outcome: str
+    message: str
+    profile: str = ""
+    workload_class: str = ""
+    flavor: str = ""
+    reason: str = ""
+    """Why it waits: no-domain, relax-pending or config."""
+    retry_after: int = 0
+    relaxed: bool = False
+    podset_updates: list[dict[str, Any]] = field(default_factory=list)
+    placements: list[PodSetRecord] = field(default_factory=list)
+    why_not: list[WhyNotRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    generation: int = 0
+    reserved_gpus: int = 0
+    decision_id: str = ""
+    written: bool = False
+    fabric: list[tuple[str, int, float]] = field(default_factory=list)
+    """(flavor, free GPUs, fragmentation index) after this decision, for the gauges."""
+
+    @property
+    def state(self) -> str:
+        return STATE[self.outcome]
+
+
+@dataclass
+class _FlavorResult:
+    flavor: str
+    outcome: str
+    message: str
+    reason: str = ""
+    retry_after: int = 0
+    relaxed: bool = False
+    decision: Decision | None = None
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    placements: list[PodSetRecord] = field(default_factory=list)
+    why_not: list[WhyNotRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    generation: int = 0
+    reserved: int = 0
+    after: Snapshot | None = None
+
+
+class Decider:
+    """Decides Workloads on the state the controller (or the simulator) keeps in ``cache`` and ``ledger``."""
+
+    def __init__(self, cache: ClusterCache, ledger: Ledger, settings: Settings) -> None:
+        self.cache = cache
+        self.ledger = ledger
+        self.settings = settings
+
+    @staticmethod
+    def warm_up() -> None:
+        """Compile (or load from numba's cache) the finder's kernels before the first Workload
+        waits on them."""
+        levels = [Level("warm-up/block"), Level("warm-up/island")]
+        nodes = [NodeInfo(f"n{i}", {"warm-up/block": "b", "warm-up/island": f"i{i // 2}"}, ResourceVector(4, 1000, 1000, 10))
+                 for i in range(4)]
+        snap = Snapshot("warm-up", levels, nodes)
+        spec = [PodSetSpec("main", 2, ResourceVector(gpu=4))]
+        for profile in (Profile(requiredLevel="warm-up/island"), Profile(preferredLevel="warm-up/island", relaxAfterSeconds=0)):
+            decide(snap, spec, profile_name="warm-up", profile=profile, now=0.0)
+
+    def evaluate(self, obj: Obj, decision_id: str, now: float) -> Verdict:
+        """The decision for one Workload on the current cache and ledger, at time ``now``."""
+        doc = self.cache.profiles
+        assert doc is not None
+        wait = read_wait_state(obj)
+        try:
+            view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        except WorkloadError as exc:
+            return Verdict("reject", f"Rejected: Workload {object_key(obj)} cannot be read: {exc}", decision_id=decision_id)
+        try:
+            profile_name, profile = doc.profile_for(annotation=view.profile, local_queue=view.local_queue, cluster_queue=view.cluster_queue)
+        except KeyError:
+            return Verdict("reject", f"Rejected: pod template annotation {ANN_PROFILE}={view.profile!r} names no profile "
+                                     f"(profiles: {', '.join(sorted(doc.profiles))})", decision_id=decision_id)
+        cls: WorkloadClass | None = None
+        if view.workload_class:
+            cls = doc.classes.get(view.workload_class)
+            if cls is None:
+                return Verdict("reject", f"Rejected: pod template annotation {ANN_CLASS}={view.workload_class!r} names no workload class "
+                                         f"(classes: {', '.join(sorted(doc.classes)) or 'none defined'})",
+                               profile=profile_name, decision_id=decision_id)
+        groups: dict[str, list[PodSetSpec]] = {}
+        for spec in view.podsets:
+            if spec.per_pod.gpu > 0 and spec.name in view.flavors:
+                groups.setdefault(view.flavors[spec.name], []).append(spec)
+        base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id)
+        if not groups:
+            base.message = "Ready: no PodSet requests GPUs from a flavor; nothing for Atoll to place"
+            return base
+        results = [self._evaluate_flavor(obj, view, flavor, specs, profile_name, profile, cls, wait, decision_id, now)
+                   for flavor, specs in sorted(groups.items())]
+        return self._combine(results, profile, wait, base)
+
+    def _combine(self, results: Sequence[_FlavorResult], profile: Profile, wait: WaitState, base: Verdict) -> Verdict:
+        """One verdict from the per-flavor ones: any reject rejects, any wait waits, else admit."""
+        v = base
+        v.flavor = ",".join(r.flavor for r in results)
+        v.generation = max(r.generation for r in results)
+        v.reserved_gpus = sum(r.reserved for r in results)
+        v.why_not = [w for r in results for w in r.why_not]
+        v.notes = [n for r in results for n in r.notes]
+        v.relaxed = any(r.relaxed for r in results)
+        rejected = [r for r in results if r.outcome == "reject"]
+        waiting = [r for r in results if r.outcome == "wait"]
+        if rejected:
+            v.outcome = "reject"
+            v.message = f"Rejected by Atoll (profile {v.profile}): " + "; ".join(r.message for r in rejected)
+        elif waiting:
+            v.outcome = "wait"
+            v.reason = "config" if any(r.reason == "config" for r in waiting) else waiting[0].reason
+            v.retry_after = max(r.retry_after for r in waiting)
+            v.message = f"Waiting for placement (profile {v.profile}, attempt {wait.attempts + 1}): " + "; ".join(r.message for r in waiting)
+        else:
+            v.outcome = "admit"
+            v.podset_updates = [u for r in results for u in r.updates]
+            v.placements = [p for r in results for p in r.placements]
+            if len(v.podset_updates) > MAX_PODSET_UPDATES:
+                v.notes.append(f"only the first {MAX_PODSET_UPDATES} of {len(v.podset_updates)} podSetUpdates are written (Kueue's limit)")
+                v.podset_updates = v.podset_updates[:MAX_PODSET_UPDATES]
+            v.message = (f"Placed by Atoll (profile {v.profile}, decision {v.decision_id}): "
+                         + "; ".join(r.message for r in results if r.message) + (" | " + "; ".join(v.notes) if v.notes else ""))
+            for r in results:  # the new placement counts as used for the fabric gauges
+                if r.after is not None and r.decision is not None and r.decision.placement is not None and r.decision.request is not None:
+                    _reserve(r.after, r.decision)
+        v.fabric = [(r.flavor, r.after.free_gpus(), fragmentation_index(r.after, _island_level(r.after, profile),
+                                                                        profile.fragmentation.reference_gang_gpus))
+                    for r in results if r.after is not None and r.after.num_nodes]
+        return v
+
+    def _evaluate_flavor(self, obj: Obj, view: WorkloadView, flavor: str, specs: list[PodSetSpec], profile_name: str, profile: Profile,
+                         cls: WorkloadClass | None, wait: WaitState, decision_id: str, now: float) -> _FlavorResult:
+        config_wait = self.settings.decisions.config_error_retry_seconds
+        try:
+            shared = self.cache.snapshot(flavor)
+        except FlavorProblem as problem:
+            if problem.kind == "kueue-tas":
+                return self._validate_kueue_tas(obj, flavor, specs, profile_name, profile, wait, str(problem))
+            return _FlavorResult(flavor, "wait", f"{problem}; retry in {config_wait}s", "config", config_wait)
+        except ValueError as exc:
+            return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
+        snap = shared.fork()
+        reserved = self.ledger.apply(snap, exclude_uid=view.uid)
+        self._restrict_to_templates(snap, view, specs)
+        names = {s.name for s in specs}
+        links = [lk for lk in view.links if lk.a in names and lk.b in names]
+        try:
+            decision = decide(snap, specs, profile_name=profile_name, profile=profile, now=now, wait=wait,
+                              workload_class=cls, links=links)
+        except ProfileLevelError as exc:
+            return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,
+                                 generation=snap.generation, reserved=reserved)
+        result = _FlavorResult(flavor, decision.outcome, decision.message, relaxed=decision.relaxed, decision=decision,
+                               generation=snap.generation, reserved=reserved, after=snap)
+        placement = decision.placement
+        if placement is not None:
+            result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason) for v in placement.why_not[:6]]
+        if decision.outcome == "wait":
+            result.retry_after = decision.retry_after_seconds
+            result.reason = "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain"
+        elif decision.outcome == "admit" and placement is not None:
+            per_pod = {s.name: s.per_pod for s in specs}
+            for ps in placement.podsets:
+                update, notes, selector = self._podset_update(ps, view.templates.get(ps.name, PodSetTemplate()), snap, decision_id)
+                result.updates.append(update)
+                result.notes.extend(notes)
+                result.placements.append(PodSetRecord(
+                    ps.name, ps.pods, per_pod[ps.name].gpu, dict(zip(ps.nodes, ps.pods_per_node)), ps.domain_level, list(ps.domain_path),
+                    ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector))
+        return result
+
+    def _restrict_to_templates(self, snap: Snapshot, view: WorkloadView, specs: Sequence[PodSetSpec]) -> None:
+        """Nodes the pods' own nodeSelector (shared by every PodSet placed here) rules out are not candidates."""
+        selectors = [dict(view.templates[s.name].node_selector) if s.name in view.templates else {} for s in specs]
+        common = {k: v for k, v in selectors[0].items() if all(sel.get(k) == v for sel in selectors[1:])} if selectors else {}
+        if not common:
+            return
+        for i, name in enumerate(snap.node_names):
+            info = self.cache.nodes.get(name)
+            if info is None or any(info.labels.get(k) != v for k, v in common.items()):
+                snap.exclude(i)
+
+    def _podset_update(self, ps: PodSetPlacement, template: PodSetTemplate, snap: Snapshot,
+                       decision_id: str) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+        """nodeSelector of the lowest domain holding the PodSet, plus decision id and planned nodes;
+        keys that would conflict with the pod template are left out (and said so)."""
+        notes: list[str] = []
+        selector: dict[str, str] = {}
+        if ps.domain_level in snap.level_labels:
+            level = snap.level_index(ps.domain_level)
+            if level == snap.node_level:
+                info = self.cache.nodes.get(ps.nodes[0])
+                selector[HOSTNAME_LABEL] = info.labels.get(HOSTNAME_LABEL, ps.nodes[0]) if info else ps.nodes[0]
+            else:
+                value = ps.domain_path[-1]
+                selector[ps.domain_level] = value
+                if value in _ambiguous_values(snap, level):  # the same value under two parents: pin the ancestors too
+                    for i in range(level):
+                        selector[snap.level_labels[i]] = ps.domain_path[i]
+        annotations = {ANN_DECISION_ID: decision_id}
+        budget = self.settings.decisions.planned_nodes_max_chars
+        planned = encode_planned(list(zip(ps.nodes, ps.pods_per_node)), budget)
+        if planned is None:
+            notes.append(f"podSets[{ps.name}]: planned nodes exceed {budget} characters even compressed and are not recorded")
+        else:
+            annotations[ANN_PLANNED_NODES] = planned
+        for where, mine, theirs in (("nodeSelector", selector, template.node_selector), ("annotation", annotations, template.annotations)):
+            for key in list(mine):
+                have = theirs.get(key)
+                if have is None:
+                    continue
+                if have != mine[key]:
+                    notes.append(f"podSets[{ps.name}]: not writing {where} {key}={truncate(mine[key], 80)}: the pod template already "
+                                 f"sets {key}={truncate(have, 80)}")
+                del mine[key]
+        update: dict[str, Any] = {"name": ps.name}
+        if selector:
+            update["nodeSelector"] = selector
+        if annotations:
+            update["annotations"] = annotations
+        return update, notes, selector
+
+    def _validate_kueue_tas(self, obj: Obj, flavor: str, specs: Sequence[PodSetSpec], profile_name: str, profile: Profile,
+                            wait: WaitState, why: str) -> _FlavorResult:
+        """Kueue's TAS assigned this flavor before any check: accept it, or Retry when it breaks a
+        required level of the profile (or of the PodSet's own Kueue annotation)."""
+        assignments = {p.get("name"): p for p in ((obj.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []}
+        notes: list[str] = []
+        for spec in specs:
+            required = spec.required_topology or profile.required_level
+            ta = (assignments.get(spec.name) or {}).get("topologyAssignment")
+            if not required:
+                continue
+            if not ta:
+                notes.append(f"podSets[{spec.name}]: no Kueue topologyAssignment to check")
+                continue
+            levels = list(ta.get("levels") or [])
+            if required not in levels:
+                notes.append(f"podSets[{spec.name}]: Kueue's assignment names levels {levels}, not {required}; not checked")
+                continue
+            cut = levels.index(required) + 1
+            domains = {d[:cut] for d in _tas_domains(ta)}
+            if len(domains) > 1:
+                delay = profile.retry.delay(wait.attempts)
+                return _FlavorResult(flavor, "wait", f"{why}: Kueue's TAS placed podSets[{spec.name}] across {len(domains)} {required} "
+                                                     f"domains; profile {profile_name} requires one; retry in {delay}s", "no-domain", delay)
+        message = f"{why}; Kueue's TAS assignment meets profile {profile_name}"
+        return _FlavorResult(flavor, "admit", message + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def _reserve(snap: Snapshot, decision: Decision) -> None:
+    assert decision.placement is not None and decision.request is not None
+    per_pod = {p.name: p.per_pod for p in decision.request.podsets}
+    for ps in decision.placement.podsets:
+        for node, pods in zip(ps.nodes, ps.pods_per_node):
+            snap.reserve(node, per_pod[ps.name].scaled(pods))
+
+
+def _island_level(snap: Snapshot, profile: Profile) -> int:
+    """The level the fragmentation index is measured at: the profile's island level, else the lowest above nodes."""
+    for label in (profile.required_level, profile.preferred_level):
+        if label and label in snap.level_labels:
+            return snap.level_index(label)
+    return max(snap.node_level - 1, 0)
+
+
+def _ambiguous_values(snap: Snapshot, level: int) -> set[str]:
+    key = ("ambiguous-values", level)
+    cached = snap.static_cache.get(key)
+    if cached is None:
+        counts = Counter(path[-1] for path in snap.domain_values[level])
+        cached = {v for v, c in counts.items() if c > 1}
+        snap.static_cache[key] = cached
+    assert isinstance(cached, set)
+    return cached
+
+
+def _tas_domains(ta: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """Domains (values per level) of a Kueue v1beta2 topologyAssignment."""
+    out: list[tuple[str, ...]] = []
+    for s in ta.get("slices") or []:
+        n = int(s.get("domainCount") or 0)
+        columns = []
+        for lv in s.get("valuesPerLevel") or []:
+            if "universal" in lv and lv["universal"] is not None:
+                columns.append([str(lv["universal"])] * n)
+            else:
+                ind = lv.get("individual") or {}
+                columns.append([f"{ind.get('prefix', '')}{r}{ind.get('suffix', '')}" for r in ind.get("roots") or []])
+        out.extend(zip(*columns))
+    return out
+

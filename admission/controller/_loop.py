@@ -1,0 +1,452 @@
+"""The admission-check controller: watches in, one worker deciding, one write per decision.
+
+Watches feed one inbox; a single worker thread applies their events to the cache and ledger and
+decides queued Workloads one at a time, so two Workloads never see the same free GPUs. A
+Workload is queued while it is actionable (``QuotaReserved=True``, Atoll's entry ``Pending``);
+the decision is ``Decider``'s (``_decide``), the write ``StatusWriter``'s (``_status``), and the
+record and metrics are taken here. Tests drive the same code synchronously: ``sync()`` lists
+everything, ``process()`` decides what is queued.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import queue
+import secrets
+import socket
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from admission.controller._cache import ClusterCache
+from admission.controller._decide import Decider, Verdict
+from admission.controller._events import EventPoster
+from admission.controller._explain import Explainer
+from admission.controller._ledger import Ledger
+from admission.controller._metrics import Metrics
+from admission.controller._records import DecisionRecord, Recorder, iso_time
+from admission.controller._settings import Settings
+from admission.controller._status import StatusWriter
+from admission.controller._wait import read_wait_state
+from admission.controller._workloads import check_entry, condition_true
+from admission.kube import (
+    ADMISSION_CHECKS,
+    CONFIGMAPS,
+    NODES,
+    PODS,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    WORKLOADS,
+    Clock,
+    ClusterPort,
+    Obj,
+    Resource,
+    SystemClock,
+    WatchEvent,
+    WatchStream,
+    errors,
+    object_key,
+)
+from policies import ProfilesError, profiles_from_configmap
+
+__all__ = ["Controller"]
+
+BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""Field selector of the pods that hold node resources (bound, not finished)."""
+
+_log = structlog.get_logger("atoll.controller")
+
+
+# ----------------------------------------------------------------------------- the controller
+
+
+@dataclass(frozen=True, slots=True)
+class _Watch:
+    resource: Resource
+    namespace: str | None = None
+    field_selector: str | None = None
+
+
+class Controller:
+    def __init__(
+        self,
+        port: ClusterPort,
+        *,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        recorder: Recorder | None = None,
+        metrics: Metrics | None = None,
+        identity: str | None = None,
+        read_only: bool = False,
+        on_written: Callable[[str, str, float], None] | None = None,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        self.port = port
+        self.settings = settings or Settings()
+        self.clock = clock or SystemClock()
+        self.recorder = recorder or Recorder()
+        self.metrics = metrics or Metrics()
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.read_only = read_only
+        self._new_id = new_id or (lambda: secrets.token_hex(6))
+        gpu = self.settings.kueue.gpu_resource
+        self.cache = ClusterCache(gpu)
+        self.ledger = Ledger(gpu, bound=self.cache.bound_pods)
+        self.cache.pod_listener = self.ledger.pods_changed
+        self.events = EventPoster(port, clock=self.clock, instance=self.identity, max_chars=self.settings.decisions.event_message_max_chars)
+        self.decider = Decider(self.cache, self.ledger, self.settings)
+        self.status = StatusWriter(port, cache=self.cache, ledger=self.ledger, settings=self.settings, clock=self.clock,
+                                   events=self.events, on_written=on_written)
+        self.explainer = Explainer(self.cache, self.ledger, self.decider, self.settings)
+        self.config_error: str | None = None
+        """The latest profiles-document problem (None when the latest document is in force)."""
+        self._config_rv: str | None = None
+        self._check_names: frozenset[str] = frozenset()
+        self._queue: OrderedDict[str, None] = OrderedDict()
+        self._delayed: list[tuple[float, str]] = []
+        self._failures: Counter[str] = Counter()
+        self._waiting: dict[str, str] = {}
+        self._inbox: queue.Queue[tuple[str, Resource, Any]] = queue.Queue()
+        self._synced: set[Resource] = set()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._streams: dict[Resource, WatchStream] = {}
+        self._streams_lock = threading.Lock()
+        self.heartbeat = self.clock.monotonic()
+        cfg = self.settings.config
+        self.watches = (
+            _Watch(CONFIGMAPS, cfg.namespace, f"metadata.name={cfg.configmap}"),
+            _Watch(ADMISSION_CHECKS),
+            _Watch(RESOURCE_FLAVORS),
+            _Watch(TOPOLOGIES),
+            _Watch(NODES),
+            _Watch(PODS, None, BOUND_PODS),
+            _Watch(WORKLOADS),
+        )
+
+    # ------------------------------------------------------------------ state in
+
+    @property
+    def check_names(self) -> frozenset[str]:
+        return self._check_names
+
+    @property
+    def synced(self) -> bool:
+        return len(self._synced) == len(self.watches)
+
+    def sync(self) -> None:
+        """List every watched resource once and apply it (tests, ``atoll explain``)."""
+        for w in self.watches:
+            result = self.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector)
+            self._apply_list(w.resource, result.items)
+
+    def _apply_list(self, resource: Resource, items: list[Obj]) -> None:
+        self._synced.add(resource)
+        if resource == CONFIGMAPS:
+            self._on_configmap(items[0] if items else None)
+            return
+        self.cache.replace_all(resource, items)
+        if resource == ADMISSION_CHECKS:
+            self._on_admission_checks()
+        elif resource == WORKLOADS:
+            live = {str((o.get("metadata") or {}).get("uid")) for o in items}
+            for uid in [u for u in self._waiting if u not in live]:
+                del self._waiting[uid]
+            for r in self.ledger.reservations():
+                if r.uid not in live:
+                    self.ledger.forget(r.uid)
+            for obj in items:
+                self._on_workload(obj)
+
+    def _apply_event(self, resource: Resource, event: WatchEvent) -> None:
+        obj = event.object
+        if event.type == "BOOKMARK":
+            return
+        if resource == CONFIGMAPS:
+            self._on_configmap(None if event.type == "DELETED" else obj)
+            return
+        if event.type == "DELETED":
+            self.cache.delete(resource, obj)
+            if resource == WORKLOADS:
+                uid = str((obj.get("metadata") or {}).get("uid"))
+                self.ledger.forget(uid)
+                self._waiting.pop(uid, None)
+                self._queue.pop(object_key(obj), None)
+            elif resource == ADMISSION_CHECKS:
+                self._on_admission_checks()
+            return
+        if not self.cache.upsert(resource, obj):
+            return
+        if resource == WORKLOADS:
+            self._on_workload(obj)
+        elif resource == ADMISSION_CHECKS:
+            self._on_admission_checks()
+
+    def _on_workload(self, obj: Obj) -> None:
+        current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
+        self.ledger.observe(current, self._check_names)
+        if self._actionable(current):
+            self._queue[object_key(current)] = None
+
+    def _on_admission_checks(self) -> None:
+        k = self.settings.kueue
+        names = frozenset(name for name, ac in self.cache.objects[ADMISSION_CHECKS].items()
+                          if (ac.get("spec") or {}).get("controllerName") == k.controller_name
+                          and (k.admission_check is None or name == k.admission_check))
+        if k.admission_check and k.admission_check in self.cache.objects[ADMISSION_CHECKS] and k.admission_check not in names:
+            _log.error("admission check is not Atoll's", name=k.admission_check,
+                       fix=f"set spec.controllerName: {k.controller_name} on AdmissionCheck {k.admission_check}")
+        if names != self._check_names:
+            self._check_names = names
+            for obj in self.cache.objects[WORKLOADS].values():
+                self._on_workload(obj)
+        self._refresh_active()
+
+    def _on_configmap(self, obj: Obj | None) -> None:
+        cfg = self.settings.config
+        where = f"ConfigMap {cfg.namespace}/{cfg.configmap}"
+        if obj is None:
+            if self.cache.profiles is None:
+                self.config_error = f"{where} not found: create it with key profiles.yaml (helm/atoll values profiles.document)"
+            else:
+                _log.warning("profiles ConfigMap deleted; the last good document stays in force", configmap=where)
+            self._refresh_active()
+            return
+        rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if rv and rv == self._config_rv:
+            return
+        self._config_rv = rv
+        try:
+            doc = profiles_from_configmap(obj.get("data"), name=f"{cfg.namespace}/{cfg.configmap}")
+        except ProfilesError as exc:
+            self.config_error = str(exc)
+            self.metrics.config_rejections.labels("configmap").inc()
+            _log.error("profiles document rejected; the last good one stays in force" if self.cache.profiles else
+                       "profiles document rejected; no valid document yet, Workloads wait", configmap=where, error=str(exc))
+            if not self.read_only:
+                self.events.post({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj.get("metadata") or {}}, "Warning",
+                                 "InvalidProfiles", f"{exc}\n(the last good document stays in force)" if self.cache.profiles else str(exc))
+        else:
+            self.config_error = None
+            self.cache.set_profiles(doc)
+            _log.info("profiles document loaded", configmap=where, profiles=sorted(doc.profiles), flavors=sorted(doc.flavors))
+            for wl in self.cache.objects[WORKLOADS].values():
+                if self._actionable(wl):
+                    self._queue[object_key(wl)] = None
+        self.metrics.config_valid.set(1 if self.cache.profiles else 0)
+        self._refresh_active()
+
+    def _refresh_active(self) -> None:
+        if self.read_only or not self._synced >= {CONFIGMAPS, ADMISSION_CHECKS}:
+            return
+        self.status.refresh_active(self._check_names, config_error=self.config_error, config_seen=self._config_rv is not None)
+
+    # ------------------------------------------------------------------ decisions
+
+    def _actionable(self, obj: Obj) -> bool:
+        if not self._check_names or not condition_true(obj, "QuotaReserved") or condition_true(obj, "Finished"):
+            return False
+        if (obj.get("spec") or {}).get("active", True) is False:
+            return False
+        entry = check_entry(obj, self._check_names)
+        return entry is not None and entry.get("state") == "Pending"
+
+    def pending(self) -> list[str]:
+        return list(self._queue)
+
+    def process(self, limit: int | None = None) -> list[Verdict]:
+        """Decide every queued Workload now, one at a time (plus delayed ones that are due)."""
+        self._promote_due()
+        out: list[Verdict] = []
+        while self._queue and (limit is None or len(out) < limit):
+            key, _ = self._queue.popitem(last=False)
+            verdict = self.reconcile(key)
+            if verdict is not None:
+                out.append(verdict)
+        return out
+
+    def _promote_due(self) -> None:
+        now = self.clock.monotonic()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, key = heapq.heappop(self._delayed)
+            self._queue[key] = None
+
+    def _requeue_later(self, key: str) -> None:
+        self._failures[key] += 1
+        delays = self.settings.decisions.error_requeue_seconds
+        delay = delays[min(self._failures[key], len(delays)) - 1]
+        heapq.heappush(self._delayed, (self.clock.monotonic() + delay, key))
+
+    def reconcile(self, key: str) -> Verdict | None:
+        """Decide one Workload and write its check entry; None when there is nothing to do."""
+        obj = self.cache.objects[WORKLOADS].get(key)
+        if obj is None or not self._actionable(obj):
+            return None
+        if self.cache.profiles is None:
+            _log.warning("no valid profiles document; Workload waits for one", workload=key, error=self.config_error)
+            return None
+        started = self.clock.monotonic()
+        verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
+        if self.read_only:
+            return verdict
+        try:
+            self.status.write(obj, verdict, self._check_names)
+        except errors.NotFound:
+            _log.info("workload gone before its decision was written", workload=key)
+            return verdict
+        except errors.ApiError as exc:
+            self.metrics.api_write_failures.labels(type(exc).__name__).inc()
+            _log.error("decision not written; will retry", workload=key, error=str(exc))
+            self._requeue_later(key)
+            return verdict
+        self._failures.pop(key, None)
+        latency = self.clock.monotonic() - started
+        self._after_decision(obj, verdict, latency)
+        return verdict
+
+    def _after_decision(self, obj: Obj, verdict: Verdict, latency: float) -> None:
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        if verdict.outcome == "wait":
+            self._waiting[uid] = verdict.reason
+        else:
+            self._waiting.pop(uid, None)
+        self.metrics.decisions.labels(verdict.outcome).inc()
+        self.metrics.decision_latency.observe(latency)
+        self.metrics.set_waiting(Counter(self._waiting.values()))
+        for flavor, free, frag in verdict.fabric:
+            self.metrics.free_gpus.labels(flavor).set(free)
+            self.metrics.fragmentation.labels(flavor).set(frag)
+        status = obj.get("status") or {}
+        wait = read_wait_state(self.cache.objects[WORKLOADS].get(object_key(obj), obj))
+        view_queue = f"{meta.get('namespace')}/{(obj.get('spec') or {}).get('queueName', '')}"
+        self.recorder.record(DecisionRecord(
+            decision_id=verdict.decision_id, time=iso_time(self.clock.now()), workload=str(meta.get("name")),
+            namespace=str(meta.get("namespace")), uid=uid, local_queue=view_queue,
+            cluster_queue=str((status.get("admission") or {}).get("clusterQueue", "")), flavor=verdict.flavor,
+            profile=verdict.profile, workload_class=verdict.workload_class, outcome=verdict.outcome, check_state=verdict.state,
+            message=verdict.message, placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after,
+            attempts=wait.attempts, relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3),
+            snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus,
+        ))
+
+    # ------------------------------------------------------------------ reading
+
+    def evaluate(self, obj: Obj, decision_id: str) -> Verdict:
+        """The decision for one Workload on the current state, without writing anything."""
+        return self.decider.evaluate(obj, decision_id, self.clock.now())
+
+    def flavor_report(self, flavor: str) -> dict[str, Any]:
+        """Nodes of a flavor and why any of them are not candidates."""
+        return self.explainer.flavor_report(flavor)
+
+    def explain(self, key: str) -> dict[str, Any]:
+        """Why this Workload waits, or where and why it was placed (from the current cache)."""
+        return self.explainer.explain(key, check_names=self._check_names, config_error=self.config_error, now=self.clock.now())
+
+    # ------------------------------------------------------------------ the loop
+
+    def start(self) -> None:
+        """Watch every resource and decide in a worker thread until ``stop()``."""
+        self._stop.clear()
+        self.events.start()
+        for w in self.watches:
+            t = threading.Thread(target=self._watch_loop, args=(w,), name=f"watch-{w.resource.plural}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._work, name="atoll-worker", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        with self._streams_lock:
+            for stream in self._streams.values():
+                stream.close()
+        for t in self._threads:
+            t.join(timeout)
+        self._threads.clear()
+        self.events.stop()
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = self.clock.monotonic() + timeout
+        while not self.synced:
+            if self._stop.wait(0.02) or self.clock.monotonic() > deadline:
+                return self.synced
+        return True
+
+    def _watch_loop(self, w: _Watch) -> None:
+        backoffs = self.settings.watch.error_backoffs
+        failures = 0
+        rv: str | None = None
+        while not self._stop.is_set():
+            try:
+                if rv is None:
+                    result = self.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector)
+                    self._inbox.put(("list", w.resource, result.items))
+                    rv = result.resource_version
+                stream = self.port.watch(w.resource, rv, namespace=w.namespace, field_selector=w.field_selector,
+                                         timeout_seconds=self.settings.watch.timeout_seconds)
+                with self._streams_lock:
+                    self._streams[w.resource] = stream
+                if self._stop.is_set():
+                    stream.close()
+                    return
+                for event in stream:
+                    version = (event.object.get("metadata") or {}).get("resourceVersion")
+                    if version:
+                        rv = str(version)
+                    self._inbox.put(("event", w.resource, event))
+                    failures = 0
+            except errors.Gone:
+                _log.info("watch expired; listing again", resource=str(w.resource))
+                rv = None
+            except Exception as exc:  # noqa: BLE001 - a watcher must outlive any failure; it backs off and resumes
+                if self._stop.is_set():
+                    return
+                delay = backoffs[min(failures, len(backoffs) - 1)]
+                failures += 1
+                _log.warning("list/watch failed; backing off", resource=str(w.resource), attempt=failures, delay_s=delay, error=str(exc))
+                self._stop.wait(delay)
+
+    def _handle(self, item: tuple[str, Resource, Any]) -> None:
+        kind, resource, payload = item
+        if kind == "list":
+            self._apply_list(resource, payload)
+        else:
+            self._apply_event(resource, payload)
+
+
+    def _work(self) -> None:
+        try:
+            self.decider.warm_up()
+        except Exception:  # noqa: BLE001 - a failed warm-up only costs the first decision its compile time
+            _log.exception("finder warm-up failed")
+        while not self._stop.is_set():
+            self.heartbeat = self.clock.monotonic()
+            try:
+                busy = bool(self._queue) and self.synced
+                item = self._inbox.get_nowait() if busy else self._inbox.get(timeout=0.2)
+                self._handle(item)
+                while True:
+                    self._handle(self._inbox.get_nowait())
+            except queue.Empty:
+                pass
+            except Exception:  # noqa: BLE001 - one bad event must not stop the controller
+                _log.exception("event handling failed")
+            if not self.synced:
+                continue
+            self._promote_due()
+            if self._queue:
+                key, _ = self._queue.popitem(last=False)
+                try:
+                    self.reconcile(key)
+                except Exception:  # noqa: BLE001 - a bug on one Workload must not stop the others
+                    _log.exception("reconcile failed", workload=key)
+                    self._requeue_later(key)
+

@@ -1,0 +1,116 @@
+"""One JSON decision record per decision, for auditors (``atoll audit`` reads them back).
+
+A record says what was asked (workload, queues, flavor, profile, class), what was decided
+(outcome, message, placement per PodSet with its domain path), why not elsewhere (the top
+rejected domains with their numbers), and how (latency, snapshot generation, decision id).
+Records go through structlog as one JSON object per line with ``"event": "decision"``; the
+logger is injected, so nothing here configures logging globally.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+import structlog
+
+__all__ = ["DECISION_EVENT", "DecisionRecord", "PodSetRecord", "Recorder", "WhyNotRecord", "iso_time", "parse_time", "rfc3339", "truncate"]
+
+DECISION_EVENT = "decision"
+
+
+def rfc3339(epoch: float) -> str:
+    """Whole-second RFC 3339 UTC, as Kubernetes' ``metav1.Time`` fields take it."""
+    return dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str) -> float | None:
+    """Epoch seconds of an RFC 3339 time; None when unreadable."""
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def truncate(text: str, limit: int) -> str:
+    """At most ``limit`` characters, an ellipsis marking a cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def iso_time(epoch: float) -> str:
+    """RFC 3339 UTC with milliseconds."""
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetRecord:
+    podset: str
+    pods: int
+    gpus_per_pod: int
+    nodes: Mapping[str, int]
+    """Planned node → pods."""
+    domain_level: str
+    domain_path: Sequence[str]
+    islands: int
+    island_level: str
+    min_perf: float
+    max_perf: float
+    bottleneck_gbps: float
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WhyNotRecord:
+    podset: str
+    level: str
+    domain_path: Sequence[str]
+    capacity_pods: int
+    need_pods: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    decision_id: str
+    time: str
+    workload: str
+    namespace: str
+    uid: str
+    local_queue: str
+    cluster_queue: str
+    flavor: str
+    profile: str
+    workload_class: str
+    outcome: str
+    """admit | wait | reject"""
+    check_state: str
+    """The check state written: Ready | Retry | Rejected."""
+    message: str
+    placement: Sequence[PodSetRecord] = ()
+    why_not: Sequence[WhyNotRecord] = ()
+    retry_after_seconds: int = 0
+    attempts: int = 0
+    relaxed: bool = False
+    latency_ms: float = 0.0
+    snapshot_generation: int = 0
+    reserved_gpus: int = 0
+    """GPUs of earlier admitted, not yet running placements counted as used (the ledger)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Recorder:
+    """Writes decision records as JSON lines (stdout by default)."""
+
+    def __init__(self, stream: TextIO | None = None, logger: Any = None) -> None:
+        self.logger = logger or structlog.wrap_logger(
+            structlog.PrintLogger(stream or sys.stdout),
+            processors=[structlog.processors.JSONRenderer(sort_keys=False, ensure_ascii=False)],
+        )
+
+    def record(self, rec: DecisionRecord) -> None:
+        self.logger.info(DECISION_EVENT, **rec.as_dict())

@@ -1,0 +1,102 @@
+"""The controller's settings: grouped, documented with units and the reason for each default.
+
+Built once (from flags and environment in ``atoll run``, directly in tests) and passed down as
+``settings=``; nothing reads a global. Fabric policy (profiles, link model per level) is not
+here: it lives in the hot-reloaded profiles ConfigMap.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from admission.kube import ApiRetrySettings, LeaderSettings
+
+__all__ = [
+    "ConfigSettings",
+    "DecisionSettings",
+    "KueueSettings",
+    "ServeSettings",
+    "Settings",
+    "WatchSettings",
+]
+
+CONTROLLER_NAME = "atoll.dev/topology"
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class KueueSettings(_Group):
+    """Which Kueue objects are Atoll's."""
+
+    controller_name: str = CONTROLLER_NAME
+    """``spec.controllerName`` of the AdmissionChecks Atoll serves (fixed by the Kueue contract)."""
+    admission_check: str | None = "atoll-topology"
+    """Serve only the AdmissionCheck of this name (the one the Helm chart creates); None serves
+    every AdmissionCheck whose controllerName is Atoll's."""
+    gpu_resource: str = "nvidia.com/gpu"
+    """The extended resource counted as GPUs (the NVIDIA device plugin's name by default)."""
+
+
+class ConfigSettings(_Group):
+    """Where the profiles document lives."""
+
+    namespace: str = "atoll-system"
+    """Namespace of the profiles ConfigMap and the leader Lease (the release namespace)."""
+    configmap: str = "atoll-policies"
+    """ConfigMap holding ``profiles.yaml``; watched and hot-reloaded."""
+
+
+class DecisionSettings(_Group):
+    """What Atoll writes per decision, and limits that keep it readable and within the API's."""
+
+    field_manager: str = "atoll"
+    """Server-side-apply field manager of every Atoll write (its check entry, its annotations)."""
+    message_max_chars: int = Field(default=4096, ge=64, le=32768)
+    """Check message length (characters). The CRD allows 32768; `kubectl describe` readers do not."""
+    event_message_max_chars: int = Field(default=1024, ge=64, le=4096)
+    """Event message length (characters): Events are for humans scrolling a list."""
+    planned_nodes_max_chars: int = Field(default=16384, ge=256, le=65536)
+    """Budget of the ``atoll.dev/planned-nodes`` annotation (characters); longer lists are
+    compressed, and dropped (with a note in the message) if still over. Pods copy it, and
+    Kubernetes caps all annotations of an object at 256 KiB."""
+    config_error_retry_seconds: int = Field(default=60, gt=0)
+    """Retry delay (s) while a Workload cannot be decided because Atoll's configuration is
+    incomplete (flavor not mapped, Topology missing): fixing config should not wait long."""
+    error_requeue_seconds: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)
+    """Delays (s) before re-deciding after a failed write (the last one repeats)."""
+
+
+
+class WatchSettings(_Group):
+    """List-then-watch of each resource."""
+
+    timeout_seconds: int = Field(default=300, gt=0)
+    """Server-side timeout (s) of one watch request; a fresh watch every few minutes bounds how
+    long a silently broken connection can hide changes."""
+    error_backoffs: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
+    """Waits (s) after a failed list or watch, the last one repeating, so a broken API is not hammered."""
+
+
+
+class ServeSettings(_Group):
+    """HTTP endpoints."""
+
+    bind_address: str = "0.0.0.0"
+    metrics_port: int = Field(default=8080, ge=0, le=65535)
+    """Prometheus ``/metrics`` (0 = not served)."""
+    health_port: int = Field(default=8081, ge=0, le=65535)
+    """``/healthz`` and ``/readyz`` (0 = not served)."""
+    stall_seconds: float = Field(default=120.0, gt=0)
+    """``/healthz`` fails when the worker loop has not turned for this long (s)."""
+
+
+class Settings(_Group):
+    kueue: KueueSettings = KueueSettings()
+    config: ConfigSettings = ConfigSettings()
+    decisions: DecisionSettings = DecisionSettings()
+    api: ApiRetrySettings = ApiRetrySettings()
+    watch: WatchSettings = WatchSettings()
+    leader: LeaderSettings = LeaderSettings()
+    serve: ServeSettings = ServeSettings()

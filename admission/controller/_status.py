@@ -1,0 +1,115 @@
+"""Atoll's writes to Kueue objects: one server-side apply of its own check entry per decision,
+the wait state beside it, the Event on a change of state, and the AdmissionCheck's Active condition.
+
+Every write is a server-side apply under Atoll's field manager, so it touches only what Atoll
+owns (its entry of ``status.admissionChecks``, merged by name); an unchanged entry is not
+written again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import structlog
+
+from admission.controller._cache import ClusterCache
+from admission.controller._decide import Verdict
+from admission.controller._events import EventPoster
+from admission.controller._ledger import Ledger
+from admission.controller._records import rfc3339, truncate
+from admission.controller._settings import Settings
+from admission.controller._wait import wait_annotations
+from admission.controller._workloads import check_entry
+from admission.kube import ADMISSION_CHECKS, WORKLOADS, Clock, ClusterPort, Obj, errors, object_key
+
+__all__ = ["EVENT_REASON", "StatusWriter"]
+
+EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Rejected": ("Warning", "TopologyRejected")}
+_log = structlog.get_logger("atoll.status")
+
+
+class StatusWriter:
+    """Writes decisions and the AdmissionCheck condition; keeps the cache and ledger in step with
+    what the server answered."""
+
+    def __init__(self, port: ClusterPort, *, cache: ClusterCache, ledger: Ledger, settings: Settings, clock: Clock,
+                 events: EventPoster, on_written: Callable[[str, str, float], None] | None = None) -> None:
+        self.port = port
+        self.cache = cache
+        self.ledger = ledger
+        self.settings = settings
+        self.clock = clock
+        self.events = events
+        self.on_written = on_written
+
+    def write(self, obj: Obj, verdict: Verdict, check_names: Iterable[str]) -> None:
+        """Apply the verdict as Atoll's check entry (and the wait state); nothing if unchanged."""
+        meta = obj.get("metadata") or {}
+        ident = {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")}
+        manager = self.settings.decisions.field_manager
+        names = frozenset(check_names)
+        current = check_entry(obj, names) or {}
+        name = str(current.get("name"))
+        now = self.clock.now()
+        entry: dict[str, Any] = {"name": name, "state": verdict.state,
+                                 "message": truncate(verdict.message, self.settings.decisions.message_max_chars) or verdict.state,
+                                 "lastTransitionTime": rfc3339(now) if current.get("state") != verdict.state else current.get("lastTransitionTime")}
+        if verdict.podset_updates:
+            entry["podSetUpdates"] = verdict.podset_updates
+        if verdict.state == "Retry":
+            entry["requeueAfterSeconds"] = verdict.retry_after
+        same = all(current.get(k) == entry.get(k) for k in ("state", "message", "podSetUpdates", "requeueAfterSeconds"))
+        if same:
+            return
+
+        want = wait_annotations(obj, verdict.outcome, now)
+        if want:
+            out = self.port.apply(WORKLOADS, {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": {**ident, "annotations": want}},
+                                  field_manager=manager)
+            self.cache.upsert(WORKLOADS, out)
+
+        body = {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": ident, "status": {"admissionChecks": [entry]}}
+        out = self.port.apply(WORKLOADS, body, field_manager=manager, subresource="status")
+        written = check_entry(out, [name]) or {}
+        if written.get("state") != verdict.state:
+            raise errors.ApiError(f"workload {object_key(obj)}: the apply returned check state {written.get('state')!r}, "
+                                  f"expected {verdict.state} (is admissionChecks merged by name on this apiserver?)")
+        verdict.written = True
+        self.cache.upsert(WORKLOADS, out)
+        self.ledger.observe(self.cache.objects[WORKLOADS][object_key(out)], names)
+        if self.on_written is not None:
+            self.on_written(object_key(obj), verdict.outcome, self.clock.monotonic())
+        if current.get("state") != verdict.state:
+            kind, reason = EVENT_REASON[verdict.state]
+            self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": out.get("metadata") or {}},
+                             kind, reason, verdict.message)
+
+    def refresh_active(self, check_names: Iterable[str], *, config_error: str | None, config_seen: bool) -> None:
+        """Keep ``status.conditions[Active]`` of Atoll's AdmissionChecks true (false, with the
+        reason, while no valid profiles document has ever been read). No write if unchanged."""
+        cfg = self.settings.config
+        if self.cache.profiles is not None:
+            status, reason = "True", "Active"
+            message = f"Atoll places Workloads with the profiles of ConfigMap {cfg.namespace}/{cfg.configmap}"
+            if config_error:
+                message += f"; its latest update was rejected (see its Events): {config_error.splitlines()[0]}"
+        else:
+            status, reason = "False", "ProfilesInvalid" if config_seen else "ProfilesMissing"
+            message = config_error or "no profiles document yet"
+        message = truncate(message, self.settings.decisions.message_max_chars)
+        for name in sorted(check_names):
+            ac = self.cache.objects[ADMISSION_CHECKS].get(name) or {}
+            current = next((c for c in (ac.get("status") or {}).get("conditions") or [] if c.get("type") == "Active"), None)
+            if current and (current.get("status"), current.get("reason"), current.get("message")) == (status, reason, message):
+                continue
+            since = current.get("lastTransitionTime") if current and current.get("status") == status else rfc3339(self.clock.now())
+            body = {"apiVersion": ADMISSION_CHECKS.api_version, "kind": "AdmissionCheck", "metadata": {"name": name},
+                    "status": {"conditions": [{"type": "Active", "status": status, "reason": reason, "message": message,
+                                               "lastTransitionTime": since, "observedGeneration": (ac.get("metadata") or {}).get("generation", 1)}]}}
+            try:
+                out = self.port.apply(ADMISSION_CHECKS, body, field_manager=self.settings.decisions.field_manager, subresource="status")
+                self.cache.upsert(ADMISSION_CHECKS, out)
+                _log.info("admission check condition written", name=name, active=status, reason=reason)
+            except errors.ApiError as exc:
+                _log.error("admission check condition not written", name=name, error=str(exc))

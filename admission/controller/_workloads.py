@@ -1,0 +1,304 @@
+"""Read a Kueue Workload (v1beta2), a batch/v1 Job or a JobSet into what the engine needs.
+
+Annotations Atoll reads from each PodSet's pod template:
+
+- ``atoll.dev/profile``: profile name (else the queue's or the default profile);
+- ``atoll.dev/class``: workload class (training, inference, …);
+- ``kueue.x-k8s.io/podset-required-topology`` / ``podset-preferred-topology``: Kueue's own
+  hints, honoured per PodSet;
+- ``atoll.dev/near``: another PodSet this one must sit close to (a serving graph edge), with
+  ``atoll.dev/near-min-bandwidth-gbps`` or ``atoll.dev/near-level``.
+
+Every error names the field (``spec.podSets[1].template.metadata.annotations[atoll.dev/near]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from admission.kube import Obj
+from policies import PodSetSpec
+from topology import GraphLink, ResourceVector, Toleration
+from topology._documents import read_yaml_file
+
+__all__ = [
+    "ANN_CLASS",
+    "ANN_NEAR",
+    "ANN_NEAR_LEVEL",
+    "ANN_NEAR_MIN_BW",
+    "ANN_PROFILE",
+    "PodSetTemplate",
+    "WorkloadError",
+    "WorkloadView",
+    "check_entry",
+    "condition_true",
+    "load_workload_file",
+    "parse_object",
+    "parse_workload",
+]
+
+ANN_PROFILE = "atoll.dev/profile"
+ANN_CLASS = "atoll.dev/class"
+ANN_NEAR = "atoll.dev/near"
+ANN_NEAR_MIN_BW = "atoll.dev/near-min-bandwidth-gbps"
+ANN_NEAR_LEVEL = "atoll.dev/near-level"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+
+
+def condition_true(obj: Obj, kind: str) -> bool:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def check_entry(obj: Obj, names: Iterable[str]) -> dict[str, Any] | None:
+    """The Workload's admission-check entry for one of ``names`` (Atoll's checks)."""
+    wanted = set(names)
+    for entry in (obj.get("status") or {}).get("admissionChecks") or []:
+        if entry.get("name") in wanted:
+            return dict(entry)
+    return None
+
+
+class WorkloadError(ValueError):
+    """A Workload (or Job) is malformed for Atoll; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodSetTemplate:
+    """Keys already set on a PodSet's pod template: podSetUpdates must not conflict with them."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    namespace: str
+    name: str
+    uid: str
+    queue_name: str
+    cluster_queue: str | None
+    podsets: tuple[PodSetSpec, ...]
+    templates: Mapping[str, PodSetTemplate]
+    profile: str | None
+    workload_class: str | None
+    links: tuple[GraphLink, ...]
+    flavors: Mapping[str, str]
+    """PodSet name → the ResourceFlavor Kueue assigned to its GPUs (empty before admission)."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def local_queue(self) -> str:
+        return f"{self.namespace}/{self.queue_name}"
+
+
+def _get(obj: Any, key: str, where: str, kind: type | tuple[type, ...] = dict, default: Any = ...) -> Any:
+    if not isinstance(obj, dict):
+        raise WorkloadError(f"{where}: expected a mapping")
+    if key not in obj or obj[key] is None:
+        if default is ...:
+            raise WorkloadError(f"{where}.{key}: required")
+        return default
+    value = obj[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise WorkloadError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+    return value
+
+
+_TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _tolerations(spec: dict[str, Any], where: str) -> tuple[Toleration, ...]:
+    """The pod template's tolerations, checked by Kubernetes' own rules."""
+    out = []
+    for i, raw in enumerate(_get(spec, "tolerations", where, list, [])):
+        at = f"{where}.tolerations[{i}]"
+        key = _get(raw, "key", at, str, "")
+        operator = _get(raw, "operator", at, str, "Equal") or "Equal"
+        value = _get(raw, "value", at, str, "")
+        effect = _get(raw, "effect", at, str, "")
+        if operator not in ("Equal", "Exists"):
+            raise WorkloadError(f"{at}.operator: {operator!r} is not Equal or Exists")
+        if effect not in _TOLERATION_EFFECTS:
+            raise WorkloadError(f"{at}.effect: {effect!r} is not NoSchedule, PreferNoSchedule or NoExecute")
+        if operator == "Exists" and value:
+            raise WorkloadError(f"{at}.value: must be empty when operator is Exists, got {value!r}")
+        if not key and operator != "Exists":
+            raise WorkloadError(f"{at}.operator: must be Exists when key is empty")
+        out.append(Toleration(key, operator, value, effect))
+    return tuple(out)
+
+
+def _pod_resources(spec: dict[str, Any], where: str, gpu_resource: str) -> ResourceVector:
+    """Sum of container requests (limits stand in for a missing request), at least each init container."""
+    total = ResourceVector()
+    containers = _get(spec, "containers", where, list)
+    if not containers:
+        raise WorkloadError(f"{where}.containers: at least one container is required")
+
+    def one(c: Any, cwhere: str) -> ResourceVector:
+        res = _get(c, "resources", cwhere, dict, {})
+        requests = dict(_get(res, "limits", f"{cwhere}.resources", dict, {}))
+        requests.update(_get(res, "requests", f"{cwhere}.resources", dict, {}))
+        try:
+            return ResourceVector.from_kube(requests, gpu_resource, f"{cwhere}.resources.requests")
+        except ValueError as exc:
+            raise WorkloadError(str(exc)) from None
+
+    for i, c in enumerate(containers):
+        total = total + one(c, f"{where}.containers[{i}]")
+    for i, c in enumerate(_get(spec, "initContainers", where, list, [])):
+        init = one(c, f"{where}.initContainers[{i}]")
+        total = ResourceVector(*(max(a, b) for a, b in zip(total.as_tuple(), init.as_tuple())))
+    return total
+
+
+def _links(templates: dict[str, dict[str, str]], names: list[str]) -> tuple[GraphLink, ...]:
+    links = []
+    for i, name in enumerate(names):
+        ann = templates[name]
+        near = ann.get(ANN_NEAR)
+        where = f"spec.podSets[{i}].template.metadata.annotations"
+        if near is None:
+            if ANN_NEAR_MIN_BW in ann or ANN_NEAR_LEVEL in ann:
+                raise WorkloadError(f"{where}[{ANN_NEAR}]: required with {ANN_NEAR_MIN_BW} / {ANN_NEAR_LEVEL}")
+            continue
+        if near not in names or near == name:
+            raise WorkloadError(f"{where}[{ANN_NEAR}]: {near!r} is not another PodSet of this Workload (have {names})")
+        bw_text, level = ann.get(ANN_NEAR_MIN_BW), ann.get(ANN_NEAR_LEVEL)
+        if (bw_text is None) == (level is None):
+            raise WorkloadError(f"{where}: set exactly one of {ANN_NEAR_MIN_BW} or {ANN_NEAR_LEVEL} with {ANN_NEAR}")
+        bw = None
+        if bw_text is not None:
+            try:
+                bw = float(bw_text)
+            except ValueError:
+                raise WorkloadError(f"{where}[{ANN_NEAR_MIN_BW}]: {bw_text!r} is not a number (GB/s)") from None
+            if bw <= 0:
+                raise WorkloadError(f"{where}[{ANN_NEAR_MIN_BW}]: must be > 0, got {bw_text}")
+        links.append(GraphLink(near, name, min_bandwidth_gbps=bw, max_level=level))
+    return tuple(links)
+
+
+def _one_of(values: dict[str, str | None], key: str, where: str) -> str | None:
+    found = {v for v in values.values() if v}
+    if len(found) > 1:
+        raise WorkloadError(f"{where}: PodSets disagree on annotation {key}: {sorted(found)}")
+    return found.pop() if found else None
+
+
+def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+    """A v1beta2 Workload. Counts come from the admission (partial admission) when present."""
+    meta = _get(obj, "metadata", "workload")
+    name = _get(meta, "name", "metadata", str)
+    namespace = _get(meta, "namespace", "metadata", str, "default")
+    spec = _get(obj, "spec", "workload")
+    status = _get(obj, "status", "workload", dict, {})
+    admission = _get(status, "admission", "status", dict, {})
+    assigned = {}
+    flavors: dict[str, str] = {}
+    for i, psa in enumerate(_get(admission, "podSetAssignments", "status.admission", list, [])):
+        where = f"status.admission.podSetAssignments[{i}]"
+        ps_name = _get(psa, "name", where, str)
+        if "count" in psa and psa["count"] is not None:
+            assigned[ps_name] = _get(psa, "count", where, int)
+        fl = _get(psa, "flavors", where, dict, {})
+        if gpu_resource in fl:
+            flavors[ps_name] = str(fl[gpu_resource])
+    raw = _get(spec, "podSets", "spec", list)
+    if not raw:
+        raise WorkloadError("spec.podSets: at least one PodSet is required")
+    podsets: list[PodSetSpec] = []
+    templates: dict[str, PodSetTemplate] = {}
+    anns: dict[str, dict[str, str]] = {}
+    names: list[str] = []
+    for i, ps in enumerate(raw):
+        where = f"spec.podSets[{i}]"
+        ps_name = _get(ps, "name", where, str)
+        count = assigned.get(ps_name, _get(ps, "count", where, int, 1))
+        if count < 1:
+            raise WorkloadError(f"{where}.count: must be ≥ 1, got {count}")
+        template = _get(ps, "template", where)
+        tmeta = _get(template, "metadata", f"{where}.template", dict, {})
+        tspec = _get(template, "spec", f"{where}.template")
+        annotations = {str(k): str(v) for k, v in _get(tmeta, "annotations", f"{where}.template.metadata", dict, {}).items()}
+        labels = {str(k): str(v) for k, v in _get(tmeta, "labels", f"{where}.template.metadata", dict, {}).items()}
+        selector = {str(k): str(v) for k, v in _get(tspec, "nodeSelector", f"{where}.template.spec", dict, {}).items()}
+        per_pod = _pod_resources(tspec, f"{where}.template.spec", gpu_resource)
+        tolerations = _tolerations(tspec, f"{where}.template.spec")
+        podsets.append(PodSetSpec(ps_name, count, per_pod, annotations.get(REQUIRED_TOPOLOGY), annotations.get(PREFERRED_TOPOLOGY), tolerations))
+        templates[ps_name] = PodSetTemplate(labels, annotations, selector)
+        anns[ps_name] = annotations
+        names.append(ps_name)
+    if len(set(names)) != len(names):
+        raise WorkloadError(f"spec.podSets: names must be unique, got {names}")
+    profile = _one_of({n: a.get(ANN_PROFILE) for n, a in anns.items()}, ANN_PROFILE, "spec.podSets[*].template.metadata.annotations")
+    wclass = _one_of({n: a.get(ANN_CLASS) for n, a in anns.items()}, ANN_CLASS, "spec.podSets[*].template.metadata.annotations")
+    return WorkloadView(
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid", "")),
+        queue_name=str(spec.get("queueName", "")),
+        cluster_queue=admission.get("clusterQueue"),
+        podsets=tuple(podsets),
+        templates=templates,
+        profile=profile,
+        workload_class=wclass,
+        links=_links(anns, names),
+        flavors=flavors,
+        annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+    )
+
+
+def _as_workload(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Job or JobSet rewritten as the Workload Kueue would create for it."""
+    kind = obj.get("kind")
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    queue = labels.get("kueue.x-k8s.io/queue-name", "")
+    spec = _get(obj, "spec", kind or "object")
+    if kind == "Job":
+        count = _get(spec, "parallelism", "spec", int, 1)
+        podsets = [{"name": "main", "count": count, "template": _get(spec, "template", "spec")}]
+    elif kind == "JobSet":
+        podsets = []
+        for i, rj in enumerate(_get(spec, "replicatedJobs", "spec", list)):
+            where = f"spec.replicatedJobs[{i}]"
+            job = _get(_get(rj, "template", where), "spec", f"{where}.template")
+            count = _get(rj, "replicas", where, int, 1) * _get(job, "parallelism", f"{where}.template.spec", int, 1)
+            podsets.append({"name": _get(rj, "name", where, str), "count": count, "template": _get(job, "template", f"{where}.template.spec")})
+    else:
+        raise WorkloadError(f"kind: {kind!r} is not supported (Workload, Job, JobSet)")
+    return {"metadata": meta, "spec": {"queueName": queue, "podSets": podsets}}
+
+
+def parse_object(obj: Any, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+    """A Workload, Job or JobSet manifest."""
+    if not isinstance(obj, dict):
+        raise WorkloadError("expected a Kubernetes object (a mapping with kind)")
+    if obj.get("kind") in ("Job", "JobSet"):
+        obj = _as_workload(obj)
+    elif obj.get("kind") not in ("Workload", None):
+        raise WorkloadError(f"kind: {obj.get('kind')!r} is not supported (Workload, Job, JobSet)")
+    return parse_workload(obj, gpu_resource=gpu_resource)
+
+
+def load_workload_file(path: str | Path, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+    path = Path(path)
+    obj = read_yaml_file(path, WorkloadError)
+    try:
+        return parse_object(obj, gpu_resource=gpu_resource)
+    except WorkloadError as exc:
+        raise WorkloadError(f"{path}: {exc}") from None

@@ -1,0 +1,50 @@
+"""Settings of the Kubernetes side: retries of one API call and leader election.
+
+Grouped like the controller's (``admission.controller.Settings`` holds them as ``api`` and
+``leader``), documented with units and the reason for each default.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["ApiRetrySettings", "LeaderSettings"]
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+class ApiRetrySettings(_Group):
+    """Retries of one API call that failed transiently (429, 5xx, network)."""
+
+    backoffs: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
+    """Waits (s) between attempts; its length is the number of retries (≈8 s in all, shorter
+    than a lease's renew deadline so a flaky apiserver does not cost leadership)."""
+    max_retry_after: float = Field(default=30.0, gt=0)
+    """Cap (s) on a server's Retry-After, so one answer cannot stall the controller."""
+    request_timeout: float = Field(default=30.0, gt=0)
+    """Read timeout (s) of a non-watch request."""
+
+
+class LeaderSettings(_Group):
+    """Leader election on a coordination.k8s.io/v1 Lease (client-go's defaults)."""
+
+    enabled: bool = True
+    lease_name: str = "atoll-controller"
+    identity: str = ""
+    """Holder identity; empty means hostname + process id."""
+    lease_duration_seconds: float = Field(default=15.0, gt=0)
+    """A standby takes over this long (s) after the last renewal it observed."""
+    renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    """The leader gives up (and stops deciding) if it could not renew for this long (s)."""
+    retry_period_seconds: float = Field(default=2.0, gt=0)
+    """Period (s) of renewal and of a standby's acquisition attempts."""
+
+    @field_validator("renew_deadline_seconds")
+    @classmethod
+    def _below_duration(cls, value: float, info: object) -> float:
+        duration = getattr(info, "data", {}).get("lease_duration_seconds", 15.0)
+        if value >= duration:
+            raise ValueError(f"renew_deadline_seconds ({value}) must be < lease_duration_seconds ({duration})")
+        return value
+

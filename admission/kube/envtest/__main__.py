@@ -1,0 +1,27 @@
+"""``python -m admission.kube.envtest ensure``: make sure kube-apiserver and etcd are here (CI runs it
+before the tests, so a bare machine needs no manual step), and print where they are."""
+
+from __future__ import annotations
+
+import sys
+
+from admission.kube.envtest._binaries import EnvtestError, ensure_binaries
+
+_USAGE = "usage: python -m admission.kube.envtest ensure"
+
+
+def main(argv: list[str]) -> int:
+    if argv != ["ensure"]:
+        print(_USAGE, file=sys.stderr)
+        return 2
+    try:
+        found = ensure_binaries()
+    except EnvtestError as exc:
+        print(f"envtest: {exc}", file=sys.stderr)
+        return 1
+    print(f"kube-apiserver {found.version}: {found.kube_apiserver}\netcd: {found.etcd}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,97 @@
+"""``atoll audit``: decision records filtered by workload, queue, outcome and time, as a table or JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from admission.cli._audit import filter_records, main, parse_since, read_records
+from admission.controller import DecisionRecord, PodSetRecord, Recorder, iso_time
+
+NOW = 1_800_000_000.0
+
+
+def record(name: str, outcome: str, *, ns: str = "team-a", queue: str = "research", cq: str = "gpu-cq", age: float = 0.0,
+           message: str = "") -> DecisionRecord:
+    placement = [PodSetRecord("main", 2, 4, {"n1": 1, "n2": 1}, "nvidia.com/gpu.clique", ["s0", "c3"], 1, "nvidia.com/gpu.clique",
+                              1.0, 1.0, 1800.0)] if outcome == "admit" else []
+    return DecisionRecord(
+        decision_id=f"id-{name}", time=iso_time(NOW - age), workload=name, namespace=ns, uid=f"u-{name}", local_queue=f"{ns}/{queue}",
+        cluster_queue=cq, flavor="gb200", profile="strict", workload_class="", outcome=outcome,
+        check_state={"admit": "Ready", "wait": "Retry", "reject": "Rejected"}[outcome], message=message or f"{outcome} {name}",
+        placement=placement, latency_ms=3.2, snapshot_generation=7)
+
+
+@pytest.fixture
+def log_file(tmp_path: Path) -> Path:
+    out = io.StringIO()
+    rec = Recorder(out)
+    out.write("2026-05-01 12:00:00 [info] profiles document loaded\n")  # other log lines are skipped
+    out.write('{"event": "api call failed, retrying", "attempt": "1/6"}\n')
+    for r in (record("a", "admit", age=7200), record("b", "wait", age=600), record("c", "reject", ns="team-b", queue="infer", cq="other"),
+              record("a", "admit", age=30)):
+        rec.record(r)
+    out.write("not json {\n")
+    path = tmp_path / "atoll.log"
+    path.write_text(out.getvalue())
+    return path
+
+
+def run(argv: list[str], stdin: str | None = None) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(argv, now=NOW, stdin=io.StringIO(stdin) if stdin is not None else None, stdout=out)
+    return code, out.getvalue()
+
+
+def test_records_round_trip_and_other_lines_are_skipped(log_file: Path) -> None:
+    records = list(read_records(log_file.read_text().splitlines()))
+    assert [r["workload"] for r in records] == ["a", "b", "c", "a"]
+    assert records[0]["placement"][0]["nodes"] == {"n1": 1, "n2": 1} and records[0]["snapshot_generation"] == 7
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([], ["a", "b", "c", "a"]),
+    (["--workload", "team-a/a"], ["a", "a"]),
+    (["--queue", "team-b/infer"], ["c"]),
+    (["--queue", "research"], ["a", "b", "a"]),
+    (["--queue", "other"], ["c"]),
+    (["--outcome", "admit"], ["a", "a"]),
+    (["--since", "1h"], ["b", "c", "a"]),
+    (["--since", iso_time(NOW - 60)], ["c", "a"]),
+    (["--outcome", "admit", "--since", "15m"], ["a"]),
+])
+def test_filters(log_file: Path, argv: list[str], expected: list[str]) -> None:
+    code, out = run([str(log_file), "--format", "json", *argv])
+    assert code == 0
+    assert [r["workload"] for r in json.loads(out)] == expected
+
+
+def test_table_reads_like_a_table(log_file: Path) -> None:
+    code, out = run([str(log_file), "--outcome", "admit"])
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:4] == ["TIME", "OUTCOME", "WORKLOAD", "QUEUE"] and len(lines) == 3
+    assert "team-a/a" in lines[1] and "main→s0/c3 (2 nodes)" in lines[1] and "admit" in lines[1]
+
+
+def test_stdin_is_the_default(log_file: Path) -> None:
+    code, out = run(["--format", "json", "--outcome", "reject"], stdin=log_file.read_text())
+    assert code == 0 and [r["workload"] for r in json.loads(out)] == ["c"]
+
+
+def test_bad_arguments_name_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([str(tmp_path / "missing.log")])[0] == 2
+    assert "missing.log: cannot read" in capsys.readouterr().err
+    assert run(["-", "--since", "yesterday"], stdin="")[0] == 2
+    assert "neither a duration (30m, 2h, 7d) nor an ISO 8601 time" in capsys.readouterr().err
+    assert run(["-", "--workload", "just-a-name"], stdin="")[0] == 2
+    assert "expected NAMESPACE/NAME" in capsys.readouterr().err
+
+
+def test_since_forms() -> None:
+    assert parse_since("90s", NOW) == NOW - 90
+    assert parse_since("2d", NOW) == NOW - 172800
+    assert parse_since("2027-01-15T08:00:00", NOW) == parse_since("2027-01-15T08:00:00Z", NOW)
+    assert filter_records([{"time": "garbage"}], since=0.0) == []

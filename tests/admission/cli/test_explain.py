@@ -1,0 +1,68 @@
+"""``atoll explain NS/NAME`` on the live (real) apiserver: where and why a Workload was placed,
+or why it waits; read-only."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from admission.cli._explain import main
+from tests.admission.fabric import CLIQUE, Fabric, planned, run
+
+pytestmark = pytest.mark.apiserver
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()  # explain configures process-wide logging, as a command may
+
+
+def explain(fabric: Fabric, name: str, fmt: str = "text") -> tuple[int, str]:
+    out = io.StringIO()
+    code = main([f"{fabric.ns}/{name}", "--namespace", fabric.ns, "--admission-check", fabric.check, "--format", fmt],
+                stdout=out, api_client=fabric.api)
+    return code, out.getvalue()
+
+
+def test_placed_workload_shows_its_domain_and_nodes(fabric: Fabric) -> None:
+    fabric.install()
+    fabric.submit("train", [("main", 2, 4)])
+    run(fabric.controller())
+    entry = fabric.entry("train")
+    rv = fabric.workload("train")["metadata"]["resourceVersion"]
+    code, out = explain(fabric, "train", "json")
+    report = json.loads(out)
+    assert code == 0 and report["check"]["state"] == "Ready"
+    (placed,) = report["placement"]
+    assert placed["planned_nodes"] == planned(entry) and list(placed["node_selector"]) == [CLIQUE]
+    (flavor,) = report["flavors"]
+    assert flavor["reserved_gpus"] == 8 and flavor["free_gpus"] == 24 and flavor["nodes"] == 8
+    assert fabric.workload("train")["metadata"]["resourceVersion"] == rv  # explain writes nothing
+
+
+def test_waiting_workload_says_why(fabric: Fabric) -> None:
+    fabric.add_nodes(blocks=1, cliques=2)
+    fabric.add_node(0, 1, 2, unschedulable=True)
+    fabric.install(nodes=False)
+    for c in range(2):
+        fabric.bind_pod(f"busy-{c}", fabric.node_name(0, c, 0), 2)
+    fabric.submit("gang", [("main", 2, 4)])
+    run(fabric.controller())
+    code, out = explain(fabric, "gang")
+    assert code == 0
+    assert "Check " in out and ": Retry, requeue after 30s" in out
+    assert "Decision now: wait (profile strict)" in out
+    assert f"left out: cordoned: {fabric.node_name(0, 1, 2)}" in out
+    assert "not " in out and "fits 1 of 2 pods" in out
+    assert "Waited 1 time(s)" in out
+
+
+def test_unknown_workload(fabric: Fabric, capsys: pytest.CaptureFixture[str]) -> None:
+    fabric.install(nodes=False)
+    code, _ = explain(fabric, "nobody")
+    assert code == 1 and f"Workload {fabric.ns}/nobody not found" in capsys.readouterr().err

@@ -1,0 +1,59 @@
+"""``atoll run``: flags and environment become settings; the whole process (leader election,
+watches, decisions, metrics) runs against the real apiserver and stops cleanly."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+import structlog
+
+from admission.cli._run import build_settings, main, parser
+from tests.admission.fabric import Fabric
+
+
+def test_flags_win_over_environment() -> None:
+    env = {"ATOLL_NAMESPACE": "gpu-system", "ATOLL_CONFIGMAP": "from-env", "ATOLL_METRICS_PORT": "9090", "ATOLL_LEADER_ELECT": "false"}
+    s = build_settings(parser(env).parse_args(["--configmap", "from-flag"]))
+    assert (s.config.namespace, s.config.configmap, s.serve.metrics_port, s.leader.enabled) == ("gpu-system", "from-flag", 9090, False)
+    s = build_settings(parser({}).parse_args(["--admission-check", "*"]))
+    assert s.kueue.admission_check is None and s.config.configmap == "atoll-policies" and s.leader.enabled
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.apiserver
+@pytest.mark.parametrize("leader", [True, False])
+def test_run_decides_and_serves_metrics(fabric: Fabric, apiserver: Any, leader: bool) -> None:
+    fabric.install()
+    metrics_port, health_port = free_port(), free_port()
+    stop = threading.Event()
+    result: list[int] = []
+    argv = ["--kubeconfig", str(apiserver.kubeconfig_path), "--namespace", fabric.ns, "--admission-check", fabric.check,
+            "--metrics-port", str(metrics_port), "--health-port", str(health_port), "--identity", "test-replica",
+            "--leader-elect" if leader else "--no-leader-elect"]
+    runner = threading.Thread(target=lambda: result.append(main(argv, stop=stop)), daemon=True)
+    runner.start()
+    try:
+        fabric.submit("train", [("main", 2, 4)])
+        deadline = time.monotonic() + 60
+        while fabric.entry("train")["state"] == "Pending" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fabric.entry("train")["state"] == "Ready"
+        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+        assert 'atoll_decisions_total{outcome="admit"} 1.0' in text
+        assert ("atoll_leader 1.0" in text) or not leader
+        assert httpx.get(f"http://127.0.0.1:{health_port}/readyz", timeout=5).status_code == 200
+    finally:
+        stop.set()
+        runner.join(30)
+        structlog.reset_defaults()
+    assert result == [0]

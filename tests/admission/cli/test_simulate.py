@@ -1,0 +1,186 @@
+"""``atoll simulate``: JSON shape, the table, plots on disk, clear errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from admission.cli import main as atoll
+from admission.cli._simulate import main
+from admission.simulator._policies import DEFAULT_POLICIES
+
+CLUSTER = """
+name: tiny
+flavors:
+  - name: gb200
+    topology: nvl72-fabric
+    levels:
+      - {label: network.example.com/spine, bandwidthGBps: 25}
+      - {label: network.example.com/su, bandwidthGBps: 50}
+      - {label: nvidia.com/gpu.clique, bandwidthGBps: 1800}
+      - {label: kubernetes.io/hostname, bandwidthGBps: 1800}
+    nodeAllocatable: {nvidia.com/gpu: 4, cpu: "144", memory: 1800Gi, pods: 110}
+    generate:
+      - {level: network.example.com/spine, count: 1}
+      - {level: network.example.com/su, count: 2}
+      - {level: nvidia.com/gpu.clique, count: 2}
+      - {level: kubernetes.io/hostname, count: 4}
+"""
+
+ITP = "job_id,submission_time,duration,num_gpu\n" + "".join(
+    f"j{i},{100 * i},{600 + 37 * i},{[1, 4, 8, 16][i % 4]}\n" for i in range(40)
+)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> str:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(CLUSTER)
+    return str(path)
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["--format", "json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_has_every_policy_and_the_documented_keys(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    data = run_json(capsys, "--cluster", cluster, "--jobs", "120", "--seed", "3")
+    assert data["jobs"] == 120
+    assert list(data["policies"]) == list(DEFAULT_POLICIES)
+    for numbers in data["policies"].values():
+        for key in ("mean_jct_s", "p95_jct_s", "mean_wait_s", "gpu_allocation", "single_island_share", "mean_slowdown",
+                    "p95_slowdown", "fragmentation_mean"):
+            assert key in numbers
+        assert numbers["jobs_done"] + numbers["jobs_rejected"] + numbers["jobs_unfinished"] == 120
+        assert 0.0 <= numbers["gpu_allocation"] <= 1.0
+    assert data["policies"]["atoll-strict"]["single_island_share"] in (None, 1.0)
+
+
+def test_same_seed_same_numbers_other_seed_other_workload(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    args = ("--cluster", cluster, "--jobs", "80", "--policies", "random,atoll-elastic")
+    a = run_json(capsys, *args, "--seed", "1")
+    b = run_json(capsys, *args, "--seed", "1")
+    c = run_json(capsys, *args, "--seed", "2")
+
+    def strip(d: dict) -> dict:  # wall-clock numbers differ between runs; everything else must not
+        return {p: {k: v for k, v in n.items() if k not in ("wall_s", "decisions_per_s")} for p, n in d["policies"].items()}
+
+    assert strip(a) == strip(b)
+    assert strip(a) != strip(c)
+
+
+def test_itp_trace_with_load_scaling_and_a_table(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    trace = tmp_path / "itp.csv"
+    trace.write_text(ITP)
+    assert main(["--cluster", cluster, "--trace", str(trace), "--trace-format", "itp", "--load", "0.9",
+                 "--policies", "count-only,kueue-bestfit,atoll-strict"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "tiny: 40 jobs (itp) on 64 GPUs"
+    assert "mean JCT" in out[1]
+    assert [line.split()[0] for line in out[3:]] == ["count-only", "kueue-bestfit", "atoll-strict"]
+
+
+def test_bad_trace_row_is_a_clear_error_with_exit_code_2(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\nj1,0,60,2\nj2,10,60,two\n")
+    assert main(["--cluster", cluster, "--trace", str(trace), "--trace-format", "itp"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("atoll simulate: ")
+    assert f"{trace}:3: column num_gpu: 'two' is not an integer" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--policies", "count-only,best"], "unknown policy 'best'"),
+        (["--trace-format", "openb", "--trace", "pods.csv"], "needs --nodes"),
+        (["--trace-format", "itp"], "needs --trace FILE"),
+        (["--load", "0"], "--load must be > 0"),
+        (["--cluster", "/nonexistent/cluster.yaml"], "cannot read"),
+        (["--gpu-perf", "gauss:0.1"], "--gpu-perf: 'gauss:0.1' is not identical, normal:STDDEV"),
+        (["--gpu-perf", "normal:wide"], "the parameters must be numbers"),
+        (["--gpu-perf", "normal:-0.1"], "--gpu-perf 'normal:-0.1': stddev: Input should be greater than or equal to 0"),
+        (["--gpu-perf", "uniform:1.1:0.9"], "uniform needs 0 < LOW ≤ HIGH"),
+        (["--gpu-perf", "normal:inf"], "stddev: Input should be a finite number"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_fix(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_gpu_perf_draws_per_node_speed_and_the_cost_model_charges_the_slowest(
+        capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    args = ("--cluster", cluster, "--jobs", "60", "--policies", "count-only,atoll-strict")
+    same = run_json(capsys, *args)
+    slow = run_json(capsys, *args, "--gpu-perf", "normal:0.8:0")  # every GPU at 0.8
+    spread = run_json(capsys, *args, "--gpu-perf", "uniform:0.7:1.0")
+    strict = [run["policies"]["atoll-strict"]["mean_slowdown"] for run in (same, slow, spread)]
+    # one island each, so only compute stretches: (1 − f)/p + f with f ≤ 0.1 for gangs, 1/p for single GPUs
+    assert strict[0] == pytest.approx(1.0)
+    assert 0.9 / 0.8 + 0.1 - 1e-6 <= strict[1] <= 1 / 0.8 + 1e-6
+    assert 1.0 < strict[2] < 1 / 0.7
+    assert slow["policies"]["count-only"]["mean_slowdown"] > same["policies"]["count-only"]["mean_slowdown"]
+
+
+def test_gpu_perf_keeps_explicit_nodes_and_seeds_the_draw(cluster: str) -> None:
+    from admission.cli._simulate import with_gpu_perf
+    from topology import load_cluster_model
+
+    model = load_cluster_model(cluster)
+    perf = lambda m: [n.perf for n in m.flavors[0].build_nodes()]  # noqa: E731
+    drawn = with_gpu_perf(model, "normal:0.05", seed=4)
+    assert perf(model) == [1.0] * 16 and len(set(perf(drawn))) > 10
+    assert perf(drawn) == perf(with_gpu_perf(model, "normal:0.05", seed=4)) != perf(with_gpu_perf(model, "normal:0.05", seed=5))
+    assert perf(with_gpu_perf(drawn, "identical")) == [1.0] * 16
+    explicit = model.model_copy(update={"flavors": [model.flavors[0].model_copy(update={
+        "generate": [], "nodes": [type(model.flavors[0]).model_validate({"name": "x", "topology": "t", "levels": [{"label": "r"}],
+                                                                          "nodes": [{"name": "n", "perf": 0.7, "labels": {"r": "a"}}]}).nodes[0]]})]})
+    assert perf(with_gpu_perf(explicit, "normal:0.05")) == [0.7]
+
+
+def test_plots_are_written_and_not_empty(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    out = tmp_path / "plots"
+    assert main(["--cluster", cluster, "--jobs", "60", "--policies", "count-only,atoll-elastic", "--plots", str(out)]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["allocation.png", "islands.png", "jct_cdf.png", "queue.png"]
+    for p in out.iterdir():
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+    assert "plots:" in capsys.readouterr().err
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "30", "--policies", "count-only"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_the_atoll_command_dispatches_simulate(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert atoll(["simulate", "--cluster", cluster, "--jobs", "20", "--policies", "atoll-strict", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"] == 20
+
+
+def test_progress_bar_draws_on_a_terminal_stream() -> None:
+    import io
+
+    from admission.cli._simulate import _Progress
+
+    stream = io.StringIO()
+    report = _Progress(stream, enabled=True).start("atoll-strict")
+    assert report is not None
+    report(500, 1000)
+    report(1000, 1000)
+    text = stream.getvalue()
+    assert "\ratoll-strict" in text and "1,000/1,000 jobs" in text and text.endswith("\n")
+    assert _Progress(stream, enabled=False).start("x") is None
+
+
+def test_a_profile_level_the_cluster_lacks_fails_before_any_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "flat.yaml"
+    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/leaf"))
+    assert main(["--cluster", str(path), "--jobs", "10", "--policies", "count-only,atoll-elastic"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "profiles.elastic.maxSpanLevel: flavor gb200 has no level 'network.example.com/su'" in captured.err

@@ -1,0 +1,110 @@
+"""The cache turns API objects into per-flavor snapshots: membership by the flavor's nodeLabels,
+levels from the mapped Topology with each level's link, usage from bound pods, and row updates
+instead of rebuilds when only usage or health changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.controller import ClusterCache, FlavorProblem, pod_usage
+from admission.kube import newer
+from admission.kube import NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
+from policies import load_profiles
+
+BLOCK, CLIQUE = "network.example.com/block", "nvidia.com/gpu.clique"
+
+
+def node(name: str, clique: str, *, pool: str = "a", rv: str = "1", ready: bool = True, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": rv, "labels": {"pool": pool, BLOCK: "b0", CLIQUE: clique}},
+            "spec": spec, "status": {"allocatable": {"nvidia.com/gpu": "4", "cpu": "64", "memory": "512Gi", "pods": "110"},
+                                     "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def pod(uid: str, node_name: str, gpus: int, *, phase: str = "Running", decision: str = "") -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "name": uid, "namespace": "ns", "annotations": {"atoll.dev/decision-id": decision} if decision else {}},
+            "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": str(gpus), "cpu": "2"}}}]},
+            "status": {"phase": phase}}
+
+
+def cache(doc: str | None = None, *, levels: list[str] | None = None, topology_name: str | None = None) -> ClusterCache:
+    c = ClusterCache()
+    rf: dict[str, Any] = {"metadata": {"name": "gpu"}, "spec": {"nodeLabels": {"pool": "a"}}}
+    if topology_name:
+        rf["spec"]["topologyName"] = topology_name
+    c.upsert(RESOURCE_FLAVORS, rf)
+    c.upsert(TOPOLOGIES, {"metadata": {"name": "fabric"}, "spec": {"levels": [{"nodeLabel": lv} for lv in (levels or [BLOCK, CLIQUE])]}})
+    c.set_profiles(load_profiles(doc or "flavors: {gpu: {topology: fabric}}\n"))
+    for i, clique in enumerate(["c0", "c0", "c1", "c1"]):
+        c.upsert(NODES, node(f"n{i}", clique))
+    c.upsert(NODES, node("other-pool", "c9", pool="b"))
+    return c
+
+
+def test_members_levels_and_default_links() -> None:
+    snap = cache().snapshot("gpu")
+    assert snap.node_names == ("n0", "n1", "n2", "n3")  # the other pool's node is not this flavor's
+    assert snap.level_labels == (BLOCK, CLIQUE, "kubernetes.io/hostname")
+    assert list(snap.bandwidth_gbps) == [50.0, 1800.0, 1800.0]  # NDR between islands, NVLink 5 inside, the node as fast as its island
+
+
+def test_links_are_overridable_per_level() -> None:
+    doc = "flavors: {gpu: {topology: fabric, links: {network.example.com/block: {bandwidthGBps: 25}, kubernetes.io/hostname: {bandwidthGBps: 900}}}}\n"
+    snap = cache(doc).snapshot("gpu")
+    assert list(snap.bandwidth_gbps) == [25.0, 1800.0, 900.0]
+
+
+def test_hostname_listed_in_the_topology_is_no_slower_than_the_island() -> None:
+    snap = cache(levels=[BLOCK, CLIQUE, "kubernetes.io/hostname"]).snapshot("gpu")
+    assert list(snap.bandwidth_gbps) == [50.0, 1800.0, 1800.0]
+
+
+def test_bound_pods_are_usage_and_finished_ones_are_not() -> None:
+    c = cache()
+    c.upsert(PODS, pod("p1", "n0", 3))
+    c.upsert(PODS, pod("p2", "n0", 1, phase="Succeeded"))
+    snap = c.snapshot("gpu")
+    assert snap.free[snap.node_index["n0"], 0] == 1 and snap.free_gpus() == 13
+    c.upsert(PODS, pod("p1", "n0", 3, phase="Succeeded"))
+    assert c.snapshot("gpu").free_gpus() == 16
+
+
+def test_usage_and_health_update_rows_labels_rebuild() -> None:
+    c = cache()
+    first = c.snapshot("gpu")
+    c.upsert(PODS, pod("p1", "n2", 4))
+    c.upsert(NODES, node("n1", "c0", rv="2", unschedulable=True))
+    same = c.snapshot("gpu")
+    assert same is first and same.free_gpus() == 8  # n2 full, n1 cordoned
+    c.upsert(NODES, node("n3", "c2", rv="2"))  # relabelled: the structure changes
+    rebuilt = c.snapshot("gpu")
+    assert rebuilt is not first and rebuilt.generation > first.generation and len(rebuilt.domain_values[1]) == 3
+
+
+def test_late_events_do_not_roll_back_a_newer_object() -> None:
+    c = cache()
+    c.upsert(NODES, node("n0", "c0", rv="10", unschedulable=True))
+    assert not c.upsert(NODES, node("n0", "c0", rv="9"))
+    assert c.nodes["n0"].unschedulable
+    assert newer({"metadata": {"resourceVersion": "x"}}, {"metadata": {"resourceVersion": "y"}})
+
+
+@pytest.mark.parametrize(("doc", "kwargs", "kind", "needle"), [
+    ("profiles: {strict: {requiredLevel: x}}\ndefaultProfile: strict\n", {}, "unmapped", "add flavors.gpu.topology"),
+    ("flavors: {gpu: {topology: missing}}\n", {}, "missing-topology", "Topology missing (profiles.yaml flavors.gpu.topology) not found"),
+    ("profiles: {strict: {requiredLevel: x}}\ndefaultProfile: strict\n", {"topology_name": "fabric"}, "kueue-tas", "uses Kueue's own TAS"),
+])
+def test_flavor_problems_name_the_fix(doc: str, kwargs: dict[str, Any], kind: str, needle: str) -> None:
+    with pytest.raises(FlavorProblem) as problem:
+        cache(doc, **kwargs).snapshot("gpu")
+    assert problem.value.kind == kind and needle in str(problem.value)
+
+
+def test_pod_requests_follow_the_scheduler() -> None:
+    p = pod("p", "n0", 2)
+    p["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "8"}}}]
+    p["spec"]["overhead"] = {"cpu": "250m"}
+    usage = pod_usage(p, "nvidia.com/gpu")
+    assert usage is not None and usage.usage.gpu == 2 and usage.usage.cpu_milli == 8250 and usage.usage.pods == 1
+    assert pod_usage({**p, "spec": {**p["spec"], "nodeName": None}}, "nvidia.com/gpu") is None

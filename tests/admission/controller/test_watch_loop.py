@@ -1,0 +1,93 @@
+"""The controller's own loop on the real apiserver: list, then watch from the list's version;
+list again after 410 Gone; back off after errors; changes reach decisions without a relist.
+Every wait is bounded."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from admission.kube import errors
+from admission.kube import KubePort
+from admission.kube import NODES, WORKLOADS, Resource
+from admission.controller import WatchSettings
+from tests.admission.fabric import Fabric
+
+pytestmark = pytest.mark.apiserver
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+class ScriptedPort:
+    """The real adapter, with failures injected into chosen list/watch calls."""
+
+    def __init__(self, real: KubePort, *, fail_list: dict[Resource, list[errors.ApiError]] | None = None,
+                 fail_watch: dict[Resource, list[errors.ApiError]] | None = None) -> None:
+        self.real = real
+        self.fail_list = fail_list or {}
+        self.fail_watch = fail_watch or {}
+        self.lists: Counter[Resource] = Counter()
+        self.watches: Counter[Resource] = Counter()
+
+    def list(self, resource: Resource, **kw: Any) -> Any:
+        self.lists[resource] += 1
+        if self.fail_list.get(resource):
+            raise self.fail_list[resource].pop(0)
+        return self.real.list(resource, **kw)
+
+    def watch(self, resource: Resource, rv: str, **kw: Any) -> Any:
+        self.watches[resource] += 1
+        if self.fail_watch.get(resource):
+            raise self.fail_watch[resource].pop(0)
+        return self.real.watch(resource, rv, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def fast(fabric: Fabric) -> Any:
+    return fabric.settings().model_copy(update={"watch": WatchSettings(timeout_seconds=30, error_backoffs=(0.05, 0.1))})
+
+
+def test_changes_flow_through_watches_to_decisions(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller()
+    ctrl.start()
+    try:
+        assert ctrl.wait_synced(30)
+        fabric.submit("late-arrival", [("main", 2, 4)])
+        assert wait_until(lambda: fabric.entry("late-arrival")["state"] == "Ready")
+        fabric.set_profiles("profiles: {strict: {requiredLevel: a, preferredLevel: b}}\n")
+        assert wait_until(lambda: ctrl.config_error is not None and "not both" in ctrl.config_error)
+        assert wait_until(lambda: ctrl.heartbeat > 0)
+    finally:
+        ctrl.stop()
+    assert all(not t.is_alive() for t in ctrl._threads)
+
+
+def test_gone_relists_and_errors_back_off(fabric: Fabric) -> None:
+    fabric.install()
+    port = ScriptedPort(fabric.port, fail_list={NODES: [errors.ServerError("etcd leader changed", status=503)]},
+                        fail_watch={WORKLOADS: [errors.Gone("too old resource version", status=410)]})
+    ctrl = fabric.controller(settings=fast(fabric))
+    ctrl.port = port  # type: ignore[assignment]
+    ctrl.start()
+    try:
+        assert ctrl.wait_synced(30)
+        fabric.submit("after-gone", [("main", 1, 4)])
+        assert wait_until(lambda: fabric.entry("after-gone")["state"] == "Ready")
+    finally:
+        ctrl.stop()
+    assert port.lists[WORKLOADS] == 2  # the expired watch made it list again
+    assert port.lists[NODES] == 2  # the failed list was retried after a backoff

@@ -1,0 +1,361 @@
+"""The test control plane is a real kube-apiserver: Kueue's CRDs load and validate, server-side
+apply merges check entries by name, watches honour resourceVersions; and the binaries are found
+the way the envtest convention says."""
+
+from __future__ import annotations
+
+import copy
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from admission.kube.envtest import (
+    KUEUE_CRD_FILES,
+    UNCACHED_RESOURCE,
+    ApiServer,
+    Binaries,
+    EnvtestError,
+    adapt_for_old_apiservers,
+    cache_dir,
+    ensure_binaries,
+    find_binaries,
+    kueue_crd_dir,
+)
+from tests.kube_objects import (
+    API_VERSION,
+    CHECK,
+    GPU,
+    GROUP,
+    VERSION,
+    admission_check,
+    apply_workload_status,
+    cluster_queue,
+    create_node,
+    local_queue,
+    node,
+    reserve_quota,
+    resource_flavor,
+    topology,
+    workload_manifest,
+)
+
+needs_apiserver = pytest.mark.apiserver
+
+
+def _workloads(kube_client: Any) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube_client)
+
+
+def _create_workload(kube_client: Any, body: dict[str, Any]) -> dict[str, Any]:
+    created: dict[str, Any] = _workloads(kube_client).create_namespaced_custom_object(
+        GROUP, VERSION, body["metadata"]["namespace"], "workloads", body)
+    return created
+
+
+# ---------------------------------------------------------------------- Kueue's CRDs
+
+
+@needs_apiserver
+def test_the_six_kueue_crds_are_established_and_serve_v1beta2(kube_client: Any) -> None:
+    ext = client.ApiextensionsV1Api(kube_client)
+    crds = {c.metadata.name: c for c in ext.list_custom_resource_definition().items if c.spec.group == GROUP}
+    assert set(crds) == {f.removeprefix(f"{GROUP}_").removesuffix(".yaml") + f".{GROUP}" for f in KUEUE_CRD_FILES}
+    for name, crd in crds.items():
+        assert {c.type: c.status for c in crd.status.conditions}["Established"] == "True", name
+        assert [(v.name, v.served, v.storage) for v in crd.spec.versions] == [("v1beta1", True, False), ("v1beta2", True, True)], name
+
+
+@needs_apiserver
+def test_cluster_scoped_kueue_objects_create_and_keep_their_fields(kube_client: Any, namespace: str) -> None:
+    custom = client.CustomObjectsApi(kube_client)
+    flavor, check = f"{namespace}-flavor", f"{namespace}-check"
+    for plural, body in (("topologies", topology(f"{namespace}-topo", ["network.example.com/block", "kubernetes.io/hostname"])),
+                         ("resourceflavors", resource_flavor(flavor, {"pool": "a"})),
+                         ("admissionchecks", admission_check(check)),
+                         ("clusterqueues", cluster_queue(f"{namespace}-cq", flavor, 8, check))):
+        created = custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+        assert created["metadata"]["resourceVersion"] and created["metadata"]["uid"]
+        assert created["spec"].items() >= body["spec"].items(), f"{plural}: fields were pruned"
+    lq = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local_queue(namespace, "lq", f"{namespace}-cq"))
+    assert lq["spec"]["clusterQueue"] == f"{namespace}-cq"
+    cq = custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", f"{namespace}-cq")
+    assert cq["spec"]["admissionChecksStrategy"]["admissionChecks"] == [{"name": check, "onFlavors": [flavor]}]
+    assert custom.get_cluster_custom_object(GROUP, VERSION, "admissionchecks", check)["spec"]["controllerName"] == "atoll.dev/topology"
+
+
+@needs_apiserver
+def test_a_topology_without_levels_is_refused(kube_client: Any) -> None:
+    with pytest.raises(ApiException) as err:
+        client.CustomObjectsApi(kube_client).create_cluster_custom_object(GROUP, VERSION, "topologies", topology("no-levels", []))
+    assert err.value.status == 422 and "spec.levels" in err.value.body
+
+
+# ---------------------------------------------------------------------- Workloads
+
+
+@needs_apiserver
+def test_a_v1beta2_workload_validates_and_is_created(kube_client: Any, namespace: str) -> None:
+    body = workload_manifest(namespace, "train", [("leader", 1, 1), ("workers", 8, 4)], annotations={"atoll.dev/profile": "strict"},
+                             podset_annotations={"workers": {"atoll.dev/class": "training"}})
+    created = _create_workload(kube_client, body)
+    assert created["metadata"]["uid"] and created["metadata"]["resourceVersion"]
+    assert created["metadata"]["annotations"] == {"atoll.dev/profile": "strict"}
+    workers = created["spec"]["podSets"][1]
+    assert (workers["name"], workers["count"]) == ("workers", 8)
+    assert workers["template"]["metadata"]["annotations"] == {"atoll.dev/class": "training"}
+    assert workers["template"]["spec"]["containers"][0]["resources"]["requests"][GPU] == "4"
+
+
+def _negative_count(body: dict[str, Any]) -> None:
+    body["spec"]["podSets"][0]["count"] = -1
+
+
+def _no_podsets(body: dict[str, Any]) -> None:
+    body["spec"]["podSets"] = []
+
+
+def _no_template(body: dict[str, Any]) -> None:
+    del body["spec"]["podSets"][0]["template"]
+
+
+@needs_apiserver
+@pytest.mark.parametrize(("spoil", "field"), [(_negative_count, "spec.podSets.count"), (_no_podsets, "spec.podSets"),
+                                              (_no_template, "spec.podSets.template")])
+def test_an_invalid_workload_is_refused_with_422(kube_client: Any, namespace: str, spoil: Any, field: str) -> None:
+    body = workload_manifest(namespace, "bad", [("main", 2, 4)])
+    spoil(body)
+    with pytest.raises(ApiException) as err:
+        _create_workload(kube_client, body)
+    assert err.value.status == 422
+    assert field in err.value.body
+
+
+@needs_apiserver
+def test_reserve_quota_writes_what_kueue_writes(kube_client: Any, namespace: str) -> None:
+    custom = _workloads(kube_client)
+    _create_workload(kube_client, workload_manifest(namespace, "w", [("main", 4, 2), ("aux", 1, 1)]))
+    out = reserve_quota(custom, namespace, "w", "cq", "gb200", {"main": 3})
+    admission = out["status"]["admission"]
+    assert admission["clusterQueue"] == "cq"
+    assert admission["podSetAssignments"][0] == {"name": "main", "count": 3, "flavors": {GPU: "gb200", "cpu": "gb200"},
+                                                  "resourceUsage": {GPU: "6", "cpu": "3"}}
+    assert admission["podSetAssignments"][1]["count"] == 1
+    assert {c["type"]: c["status"] for c in out["status"]["conditions"]} == {"QuotaReserved": "True"}
+    [entry] = out["status"]["admissionChecks"]
+    # an empty message is a valid string (the build fixes 1.20's validator, which took "" for null)
+    assert (entry["name"], entry["state"], entry["message"]) == (CHECK, "Pending", "")
+    assert [(m["manager"], m["operation"], m.get("subresource")) for m in out["metadata"]["managedFields"] if m["manager"] == "kueue"] \
+        in ([("kueue", "Apply", None)], [("kueue", "Apply", "status")])
+
+
+@needs_apiserver
+def test_status_apply_by_atoll_merges_its_check_entry_by_name(kube_client: Any, namespace: str) -> None:
+    custom = _workloads(kube_client)
+    _create_workload(kube_client, workload_manifest(namespace, "w", [("main", 1, 1)]))
+    reserve_quota(custom, namespace, "w", "cq", "gb200", check_name="provisioning")
+    ours = {"admissionChecks": [{"name": CHECK, "state": "Ready", "message": "placed on island b0c1", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    out = apply_workload_status(custom, namespace, "w", ours, manager="atoll")
+    assert {e["name"]: e["state"] for e in out["status"]["admissionChecks"]} == {"provisioning": "Pending", CHECK: "Ready"}
+    assert out["status"]["admission"]["clusterQueue"] == "cq"
+    [atoll] = [m for m in out["metadata"]["managedFields"] if m["manager"] == "atoll"]
+    assert atoll["operation"] == "Apply"
+    assert f'k:{{"name":"{CHECK}"}}' in atoll["fieldsV1"]["f:status"]["f:admissionChecks"]
+    # a second apply by atoll changes only its own entry
+    ours["admissionChecks"][0]["state"] = "Retry"
+    out = apply_workload_status(custom, namespace, "w", ours, manager="atoll")
+    assert {e["name"]: e["state"] for e in out["status"]["admissionChecks"]} == {"provisioning": "Pending", CHECK: "Retry"}
+
+
+@needs_apiserver
+def test_the_status_subresource_ignores_spec(kube_client: Any, namespace: str) -> None:
+    custom = _workloads(kube_client)
+    _create_workload(kube_client, workload_manifest(namespace, "w", [("main", 1, 1)], queue="lq"))
+    body = {"apiVersion": API_VERSION, "kind": "Workload", "metadata": {"name": "w", "namespace": namespace},
+            "spec": {"queueName": "other"}, "status": {"admissionChecks": [
+                {"name": CHECK, "state": "Pending", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}
+    out = custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, "workloads", "w", body, field_manager="atoll",
+                                                      force=True, _content_type="application/apply-patch+yaml")
+    assert out["spec"]["queueName"] == "lq" and out["status"]["admissionChecks"][0]["name"] == CHECK
+
+
+# ---------------------------------------------------------------------- watches
+
+
+@needs_apiserver
+def test_watch_from_a_lists_resource_version_sees_only_new_events(kube_client: Any, namespace: str) -> None:
+    custom = _workloads(kube_client)
+    _create_workload(kube_client, workload_manifest(namespace, "old", [("main", 1, 1)]))
+    rv = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "workloads")["metadata"]["resourceVersion"]
+    _create_workload(kube_client, workload_manifest(namespace, "new", [("main", 1, 1)]))
+    events = [(e["type"], e["object"]["metadata"]["name"]) for e in watch.Watch().stream(
+        custom.list_namespaced_custom_object, GROUP, VERSION, namespace, "workloads", resource_version=rv, timeout_seconds=1)]
+    assert events == [("ADDED", "new")]
+
+
+@needs_apiserver
+def test_a_resource_version_older_than_the_watch_window_gives_410(kube_client: Any, namespace: str) -> None:
+    # the Workload watch cache started when the CRD was installed, far past revision 1
+    custom = _workloads(kube_client)
+    with pytest.raises(ApiException) as err:
+        list(watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, "workloads",
+                                  resource_version="1", timeout_seconds=1))
+    assert err.value.status == 410
+
+
+@needs_apiserver
+def test_a_compacted_resource_version_gives_410_gone(apiserver: ApiServer, kube_client: Any, namespace: str) -> None:
+    assert UNCACHED_RESOURCE == "podtemplates"  # served by etcd, which forgets compacted revisions
+    core = client.CoreV1Api(kube_client)
+
+    def template(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "template": {"spec": {"containers": [{"name": "c", "image": "registry.example.com/x:1"}]}}}
+
+    rv = core.create_namespaced_pod_template(namespace, template("a")).metadata.resource_version
+    for name in ("b", "c"):
+        core.create_namespaced_pod_template(namespace, template(name))
+    events = [e["object"].metadata.name for e in watch.Watch().stream(core.list_namespaced_pod_template, namespace, resource_version=rv, timeout_seconds=1)]
+    assert events == ["b", "c"]
+    # compaction keeps its own revision (c's): what is lost after rv is b's event
+    apiserver.compact_etcd()
+    with pytest.raises(ApiException) as err:
+        list(watch.Watch().stream(core.list_namespaced_pod_template, namespace, resource_version=rv, timeout_seconds=1))
+    assert err.value.status == 410
+
+
+# ---------------------------------------------------------------------- access and helpers
+
+
+@needs_apiserver
+def test_the_kubeconfig_reaches_the_server_with_tls_verified(apiserver: ApiServer, namespace: str) -> None:
+    api = config.new_client_from_config(config_file=str(apiserver.kubeconfig_path))
+    assert api.configuration.verify_ssl
+    assert namespace in {n.metadata.name for n in client.CoreV1Api(api).list_namespace().items}
+
+
+@needs_apiserver
+def test_create_node_writes_status_and_keeps_only_the_given_taints(kube_client: Any, namespace: str) -> None:
+    core = client.CoreV1Api(kube_client)
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    created = create_node(core, node(f"{namespace}-n0", {"nvidia.com/gpu.clique": "c0"}, 8, unschedulable=True, taints=[taint]))
+    assert created.status.allocatable[GPU] == "8"
+    assert {c.type: c.status for c in created.status.conditions}["Ready"] == "True"
+    assert [(t.key, t.effect) for t in created.spec.taints] == [("nvidia.com/gpu", "NoSchedule")]
+    assert created.spec.unschedulable and created.metadata.labels["kubernetes.io/hostname"] == f"{namespace}-n0"
+    plain = create_node(core, node(f"{namespace}-n1", {}, ready=False))
+    assert not plain.spec.taints and {c.type: c.status for c in plain.status.conditions}["Ready"] == "False"
+
+
+# ---------------------------------------------------------------------- no server needed
+
+
+def test_schema_adaptation_is_generic() -> None:
+    crd = {"spec": {"versions": [{"schema": {"openAPIV3Schema": {"properties": {"xs": {
+        "type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name", "kind"],
+        "items": {"properties": {"name": {"type": "string", "default": ""}, "kind": {"type": "string", "default": "x"},
+                                 "q": {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}}}}}}}}]}}
+    items = adapt_for_old_apiservers(copy.deepcopy(crd))["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["xs"]["items"]
+    assert "default" not in items["properties"]["name"] and items["properties"]["kind"]["default"] == "x"
+    assert items["required"] == ["name"]
+    assert items["properties"]["q"] == {"x-kubernetes-preserve-unknown-fields": True}
+
+
+def _nodes(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        yield schema
+        for value in schema.values():
+            yield from _nodes(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _nodes(value)
+
+
+def test_the_workload_crd_adaptation_leaves_no_empty_default_nor_anyof(kueue_crds: Path) -> None:
+    import yaml
+
+    path = kueue_crds / "kueue.x-k8s.io_workloads.yaml"
+    original = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    assert any(n.get("default") == "" for n in _nodes(original)), "the file itself must stay as Kueue ships it"
+    adapted = adapt_for_old_apiservers(copy.deepcopy(original))
+    assert not [n for n in _nodes(adapted) if n.get("default") == "" or "anyOf" in n]
+    for n in _nodes(adapted):
+        if n.get("x-kubernetes-list-type") == "map":
+            props = n["items"]["properties"]
+            assert all(k in n["items"].get("required", []) or "default" in props[k] for k in n["x-kubernetes-list-map-keys"])
+
+
+@pytest.fixture
+def kueue_crds() -> Path:
+    found = kueue_crd_dir()
+    if found is None:
+        pytest.skip("Kueue CRDs not found at ../shared/kueue (set ATOLL_KUEUE_CRDS)")
+    return found
+
+
+def _fake_binary(path: Path, version_line: str) -> None:
+    path.write_text(f"#!/bin/sh\necho '{version_line}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_kubebuilder_assets_come_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_binary(tmp_path / "kube-apiserver", "Kubernetes v1.31.0")
+    _fake_binary(tmp_path / "etcd", "etcd Version: 3.5.15")
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    found = find_binaries()
+    assert found is not None
+    assert (found.kube_apiserver, found.etcd, found.version) == (tmp_path / "kube-apiserver", tmp_path / "etcd", "v1.31.0")
+
+
+def test_kubebuilder_assets_without_etcd_is_an_error_naming_the_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_binary(tmp_path / "kube-apiserver", "Kubernetes v1.31.0")
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    with pytest.raises(EnvtestError, match=f"KUBEBUILDER_ASSETS={tmp_path}: no executable etcd"):
+        find_binaries()
+
+
+def test_the_cache_follows_atoll_cache_dir_then_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ATOLL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "atoll"
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+
+
+def test_a_cached_binary_counts_only_if_built_by_the_current_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from admission.kube.envtest._binaries import _recipe_digest
+
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
+    (tmp_path / "bin").mkdir()
+    _fake_binary(tmp_path / "bin" / "etcd", "etcd Version: 3.4.23")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    folder = tmp_path / "kube-apiserver" / "v1.20.2"
+    folder.mkdir(parents=True)
+    _fake_binary(folder / "kube-apiserver", "Kubernetes v1.20.2")
+    (folder / "recipe.sha256").write_text("0" * 64 + "\n")
+    assert find_binaries() is None
+    (folder / "recipe.sha256").write_text(_recipe_digest() + "\n")
+    assert find_binaries() == Binaries(folder / "kube-apiserver", tmp_path / "bin" / "etcd", "v1.20.2")
+
+
+def test_without_root_a_missing_apiserver_is_an_error_saying_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(EnvtestError, match="needs root.*KUBEBUILDER_ASSETS"):
+        ensure_binaries()
+
+
+def test_ensure_prints_where_the_binaries_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from admission.kube.envtest.__main__ import main
+
+    _fake_binary(tmp_path / "kube-apiserver", "Kubernetes v1.31.0")
+    _fake_binary(tmp_path / "etcd", "etcd Version: 3.5.15")
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    assert main(["ensure"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"kube-apiserver v1.31.0: {tmp_path / 'kube-apiserver'}", f"etcd: {tmp_path / 'etcd'}"]
+    assert main([]) == 2

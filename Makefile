@@ -33,4 +33,5 @@ bench: install envtest
 	atoll bench finder --nodes 10000
 	atoll bench finder --nodes 50000
 	atoll bench controller --workloads 1000
+	atoll bench controller --workloads 1000 --mode backlog
 	atoll bench quality

@@ -10,6 +10,11 @@ Atoll's entry being written.
   controller runs; latencies are what a Workload sees on a cluster that keeps up.
 - ``--mode backlog``: every Workload is Pending before the controller starts; the rate is the
   controller's own (list, then decide the backlog as fast as it can).
+
+The same run first drives a no-op check controller: Atoll's own loop, informers and status
+write, with a decision that admits without placing anything. On 2 cores the apiserver is the
+ceiling, so Atoll's admissions/s as a ratio of the no-op's is the figure that says what
+placement costs; both rows and the ratio are printed, with the process's peak RSS.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import resource
 import sys
 import threading
 import time
@@ -32,6 +38,7 @@ __all__ = ["main", "run_bench"]
 BLOCK, CLIQUE, POOL = "network.example.com/block", "nvidia.com/gpu.clique", "atoll.dev/bench-pool"
 GPU = "nvidia.com/gpu"
 NS = "atoll-bench"
+NOOP_NS = "atoll-bench-noop"
 CHECK, FLAVOR, TOPOLOGY, CQ = "atoll-topology", "gb200", "nvl72-fabric", "bench-cq"
 SHAPES = ((1, 1), (1, 2), (1, 4), (2, 4))
 """(pods, GPUs per pod) of the benchmark's Workloads, drawn uniformly."""
@@ -47,35 +54,52 @@ def _node(name: str, block: int, island: int, gpus: int) -> tuple[dict[str, Any]
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}, status
 
 
-def _workload(name: str, pods: int, gpus: int, profile: str) -> dict[str, Any]:
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name, "namespace": NS},
+def _workload(ns: str, name: str, pods: int, gpus: int, profile: str) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name, "namespace": ns},
             "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": pods, "template": {
                 "metadata": {"annotations": {"atoll.dev/profile": profile}},
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.example.com/train:1",
                          "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}]}}}]}}
 
 
-def _reserve(port: Any, name: str, pods: int, gpus: int) -> None:
-    """Kueue's quota reservation: admission, QuotaReserved, Atoll's check Pending (field manager kueue)."""
-    from admission.kube._port import WORKLOADS
-
+def _kueue_status(ns: str, name: str, pods: int, gpus: int, *, finished: bool = False) -> dict[str, Any]:
+    """Kueue's quota reservation: admission, QuotaReserved, Atoll's check Pending (and Finished
+    when the job is done; the admission is sent again, as the field manager that owns it)."""
     t = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    port.apply(WORKLOADS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name, "namespace": NS},
-                           "status": {
-                               "admission": {"clusterQueue": CQ, "podSetAssignments": [
-                                   {"name": "main", "count": pods, "flavors": {GPU: FLAVOR}, "resourceUsage": {GPU: str(pods * gpus)}}]},
-                               "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
-                                               "message": f"Quota reserved in ClusterQueue {CQ}", "lastTransitionTime": t}],
-                               "admissionChecks": [{"name": CHECK, "state": "Pending", "message": "Waiting for the admission check",
-                                                    "lastTransitionTime": t}]}},
-               field_manager="kueue", subresource="status")
+    conditions = [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                   "message": f"Quota reserved in ClusterQueue {CQ}", "lastTransitionTime": t}]
+    if finished:
+        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded", "message": "Job finished successfully",
+                           "lastTransitionTime": t})
+    status: dict[str, Any] = {
+        "admission": {"clusterQueue": CQ, "podSetAssignments": [
+            {"name": "main", "count": pods, "flavors": {GPU: FLAVOR}, "resourceUsage": {GPU: str(pods * gpus)}}]},
+        "conditions": conditions}
+    if not finished:
+        status["admissionChecks"] = [{"name": CHECK, "state": "Pending", "message": "Waiting for the admission check", "lastTransitionTime": t}]
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name, "namespace": ns}, "status": status}
+
+
+def _reserve(port: Any, ns: str, name: str, pods: int, gpus: int) -> None:
+    from admission.kube import WORKLOADS
+
+    port.apply(WORKLOADS, _kueue_status(ns, name, pods, gpus), field_manager="kueue", subresource="status")
+
+
+def _finish_all(port: Any, ns: str, shapes: list[tuple[int, int]]) -> None:
+    """Kueue's Finished condition on every Workload of ``ns`` (as when their jobs complete)."""
+    from admission.kube import WORKLOADS
+
+    def one(i: int) -> None:
+        pods, gpus = shapes[i]
+        port.apply(WORKLOADS, _kueue_status(ns, f"w{i:05d}", pods, gpus, finished=True), field_manager="kueue", subresource="status")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(len(shapes))))
 
 
 def _install(port: Any, islands: int, per_island: int, gpus: int) -> int:
-    from admission.kube._port import ADMISSION_CHECKS, CLUSTER_QUEUES, CONFIGMAPS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, Resource
-
-    namespaces = Resource("", "v1", "namespaces", "Namespace", False)
-    port.create(namespaces, {"metadata": {"name": NS}})
+    from admission.kube import ADMISSION_CHECKS, CLUSTER_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES
 
     def one(i: int) -> None:
         block, island = divmod(i // per_island, 8)
@@ -98,21 +122,104 @@ def _install(port: Any, islands: int, per_island: int, gpus: int) -> int:
         "namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU], "flavors": [
             {"name": FLAVOR, "resources": [{"name": GPU, "nominalQuota": islands * per_island * gpus}]}]}],
         "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK, "onFlavors": [FLAVOR]}]}}})
-    port.create(LOCAL_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": NS},
+    return islands * per_island * gpus
+
+
+def _install_namespace(port: Any, ns: str) -> None:
+    """The namespace a run submits to: its LocalQueue and the profiles ConfigMap its controller reads."""
+    from admission.kube import CONFIGMAPS, LOCAL_QUEUES, Resource
+
+    port.create(Resource("", "v1", "namespaces", "Namespace", False), {"metadata": {"name": ns}})
+    port.create(LOCAL_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns},
                                "spec": {"clusterQueue": CQ}})
     doc = {"defaultProfile": "strict", "flavors": {FLAVOR: {"topology": TOPOLOGY}},
            "profiles": {"strict": {"requiredLevel": CLIQUE}, "elastic": {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 300}}}
-    port.create(CONFIGMAPS, {"metadata": {"name": "atoll-policies", "namespace": NS}, "data": {"profiles.yaml": yaml.safe_dump(doc)}})
-    return islands * per_island * gpus
+    port.create(CONFIGMAPS, {"metadata": {"name": "atoll-policies", "namespace": ns}, "data": {"profiles.yaml": yaml.safe_dump(doc)}})
+
+
+class _NoopDecider:
+    """Admits every Workload at once with no placement: the write path's cost alone."""
+
+    @staticmethod
+    def warm_up() -> None:
+        return None
+
+    @staticmethod
+    def evaluate(obj: Any, decision_id: str, now: float) -> Any:
+        from admission.controller import Verdict
+
+        return Verdict("admit", "Ready: no-op check (benchmark baseline)", decision_id=decision_id)
+
+
+def _run_one(port: Any, ns: str, *, noop: bool, shapes: list[tuple[int, int]], profiles: list[str], mode: str,
+             timeout: float) -> dict[str, Any]:
+    """Submit the Workloads to ``ns`` and time the controller (Atoll's, or the no-op) deciding them."""
+    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+    from admission.kube import WORKLOADS
+
+    workloads = len(shapes)
+    pending_at: dict[str, float] = {}
+    written_at: dict[str, float] = {}
+    outcomes: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def on_written(key: str, outcome: str, when: float) -> None:
+        namespace, name = key.split("/", 1)
+        if namespace == ns:
+            with lock:
+                written_at[name] = time.monotonic()
+                outcomes[name] = outcome
+
+    _install_namespace(port, ns)
+    settings = Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ns))
+    ctrl = Controller(port, settings=settings, recorder=Recorder(io.StringIO()), on_written=on_written)
+    if noop:
+        ctrl.decider = _NoopDecider()  # type: ignore[assignment]
+
+    def submit(i: int) -> None:
+        name = f"w{i:05d}"
+        pods, per = shapes[i]
+        port.create(WORKLOADS, _workload(ns, name, pods, per, profiles[i]))
+        _reserve(port, ns, name, pods, per)
+        with lock:
+            pending_at[name] = time.monotonic()
+
+    if mode == "backlog":
+        for i in range(workloads):
+            submit(i)
+        started = time.monotonic()
+        ctrl.start()
+    else:
+        ctrl.start()
+        if not ctrl.wait_synced(60):
+            raise TimeoutError("controller did not finish its initial list within 60s")
+        started = time.monotonic()
+        for i in range(workloads):
+            submit(i)
+    deadline = time.monotonic() + timeout
+    while len(written_at) < workloads and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ctrl.stop()
+    with lock:
+        done = [n for n in pending_at if n in written_at]
+        lat = np.array([written_at[n] - pending_at[n] for n in done]) * 1000.0
+        end = max(written_at.values()) if written_at else started
+        counts = {o: sum(1 for n in done if outcomes[n] == o) for o in ("admit", "wait", "reject")}
+    elapsed = max(end - started, 1e-9)
+    return {
+        "controller": "no-op" if noop else "atoll", "mode": mode, "workloads": workloads, "decided": len(done),
+        "admitted": counts["admit"], "waited": counts["wait"], "rejected": counts["reject"],
+        "elapsed_s": round(elapsed, 2), "decisions_per_s": round(len(done) / elapsed, 1), "admissions_per_s": round(counts["admit"] / elapsed, 1),
+        "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
+        "p99_ms": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
+        "max_ms": round(float(lat.max()), 1) if lat.size else None,
+    }
 
 
 def run_bench(workloads: int, *, islands: int = 64, per_island: int = 18, gpus: int = 4, mode: str = "stream", seed: int = 7,
               timeout: float = 600.0) -> dict[str, Any]:
-    from admission.controller._loop import Controller
-    from admission.kube._client import KubePort
-    from admission.kube._port import WORKLOADS
-    from admission.controller._records import Recorder
-    from admission.controller._settings import ConfigSettings, KueueSettings, Settings
+    """The no-op controller, then Atoll's, on the same apiserver, fabric and Workload shapes."""
+    from admission.kube import KubePort
     from admission.kube.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
 
     crds = kueue_crd_dir()
@@ -121,63 +228,17 @@ def run_bench(workloads: int, *, islands: int = 64, per_island: int = 18, gpus: 
     rng = np.random.default_rng(seed)
     shapes = [SHAPES[int(k)] for k in rng.integers(0, len(SHAPES), workloads)]
     profiles = ["elastic" if rng.random() < 0.3 else "strict" for _ in range(workloads)]
-    pending_at: dict[str, float] = {}
-    written_at: dict[str, float] = {}
-    outcomes: dict[str, str] = {}
-    lock = threading.Lock()
-
-    def on_written(key: str, outcome: str, when: float) -> None:
-        with lock:
-            written_at[key.split("/", 1)[1]] = time.monotonic()
-            outcomes[key.split("/", 1)[1]] = outcome
-
     with ApiServer() as api:
         client = api.api_client()
         install_kueue_crds(client, crds)
         port = KubePort(client)
         total_gpus = _install(port, islands, per_island, gpus)
-        settings = Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=NS))
-        ctrl = Controller(port, settings=settings, recorder=Recorder(io.StringIO()), on_written=on_written)
-
-        def submit(i: int) -> None:
-            name = f"w{i:05d}"
-            pods, per = shapes[i]
-            port.create(WORKLOADS, _workload(name, pods, per, profiles[i]))
-            _reserve(port, name, pods, per)
-            with lock:
-                pending_at[name] = time.monotonic()
-
-        started = time.monotonic()
-        if mode == "backlog":
-            for i in range(workloads):
-                submit(i)
-            started = time.monotonic()
-            ctrl.start()
-        else:
-            ctrl.start()
-            if not ctrl.wait_synced(60):
-                raise TimeoutError("controller did not finish its initial list within 60s")
-            started = time.monotonic()
-            for i in range(workloads):
-                submit(i)
-        deadline = time.monotonic() + timeout
-        while len(written_at) < workloads and time.monotonic() < deadline:
-            time.sleep(0.05)
-        ctrl.stop()
-    with lock:
-        done = [n for n in pending_at if n in written_at]
-        lat = np.array([written_at[n] - pending_at[n] for n in done]) * 1000.0
-        end = max(written_at.values()) if written_at else started
-        counts = {o: sum(1 for n in done if outcomes[n] == o) for o in ("admit", "wait", "reject")}
-    elapsed = max(end - started, 1e-9)
-    return {
-        "mode": mode, "workloads": workloads, "decided": len(done), "nodes": islands * per_island, "gpus": total_gpus,
-        "admitted": counts["admit"], "waited": counts["wait"], "rejected": counts["reject"],
-        "elapsed_s": round(elapsed, 2), "decisions_per_s": round(len(done) / elapsed, 1), "admissions_per_s": round(counts["admit"] / elapsed, 1),
-        "p50_ms": round(float(np.percentile(lat, 50)), 1) if lat.size else None,
-        "p99_ms": round(float(np.percentile(lat, 99)), 1) if lat.size else None,
-        "max_ms": round(float(lat.max()), 1) if lat.size else None,
-    }
+        noop = _run_one(port, NOOP_NS, noop=True, shapes=shapes, profiles=profiles, mode=mode, timeout=timeout)
+        _finish_all(port, NOOP_NS, shapes)  # the no-op's Workloads held no placement: they must owe nothing in Atoll's run
+        atoll = _run_one(port, NS, noop=False, shapes=shapes, profiles=profiles, mode=mode, timeout=timeout)
+    ratio = atoll["admissions_per_s"] / noop["admissions_per_s"] if noop["admissions_per_s"] else 0.0
+    return {**atoll, "nodes": islands * per_island, "gpus": total_gpus, "noop": noop,
+            "ratio_vs_noop": round(ratio, 3), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -206,6 +267,11 @@ def main(argv: Sequence[str]) -> int:
     if args.format == "json":
         print(json.dumps(row))
     else:
-        print(" | ".join(row))
-        print(" | ".join(str(v) for v in row.values()))
-    return 0 if row["decided"] == row["workloads"] else 1
+        columns = ("controller", "mode", "workloads", "decided", "admitted", "waited", "rejected", "elapsed_s", "decisions_per_s",
+                   "admissions_per_s", "p50_ms", "p99_ms", "max_ms")
+        print(" | ".join(columns))
+        for r in (row["noop"], row):
+            print(" | ".join(str(r[c]) for c in columns))
+        print(f"atoll / no-op admissions/s: {row['ratio_vs_noop']} on {row['nodes']} nodes ({row['gpus']} GPUs); "
+              f"peak RSS {row['peak_rss_mb']} MB")
+    return 0 if row["decided"] == row["workloads"] and row["noop"]["decided"] == row["workloads"] else 1

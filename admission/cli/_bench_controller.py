@@ -175,6 +175,7 @@ def _run_one(port: Any, ns: str, *, noop: bool, shapes: list[tuple[int, int]], p
     ctrl = Controller(port, settings=settings, recorder=Recorder(io.StringIO()), on_written=on_written)
     if noop:
         ctrl.decider = _NoopDecider()  # type: ignore[assignment]
+    ctrl.decider.warm_up()  # a deployed controller compiles its kernels before it is ready: not part of the rate
 
     def submit(i: int) -> None:
         name = f"w{i:05d}"

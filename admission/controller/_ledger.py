@@ -1,15 +1,22 @@
-"""The reservation ledger: admitted placements whose pods are not bound yet count as used.
+"""The reservation ledger: what admitted Workloads still owe counts as used.
 
 Between Atoll's Ready and the scheduler binding the pods, the chosen GPUs look free in the
 node/pod view; without the ledger a second Workload would be given the same GPUs. The ledger
 is derived from API state only, so a restarted controller rebuilds it from its first list:
 
-- a Workload reserves while its Atoll check entry is ``Ready``, it holds quota, and it is
+- a Workload owes pods while its Atoll check entry is ``Ready``, it holds quota, and it is
   neither finished, evicted nor deactivated;
-- what it reserves is in that entry's ``podSetUpdates[].annotations[atoll.dev/planned-nodes]``
-  (node=pods), times the PodSet's per-pod requests;
-- pods carrying its ``atoll.dev/decision-id`` that are bound count against it (they are now in
-  the node usage), so a running Workload reserves nothing.
+- per PodSet it owes the admitted count (``status.admission.podSetAssignments[].count``, else
+  the PodSet's count) minus the pods carrying its ``atoll.dev/decision-id`` bound so far, each
+  pod with the PodSet's per-pod requests;
+- an owed pod may bind on any node its nodeSelector allows (``podSetUpdates[].nodeSelector``
+  plus the pod template's own): under ``domain`` enforcement the kube-scheduler picks, so the
+  planned nodes (``atoll.dev/planned-nodes``) are only a preference.
+
+``apply`` counts the owed pods as a witness assignment on the snapshot's current free capacity
+(``_invariant.place_owed``): planned nodes first, then the rest of the domain. Pods with no room
+(the scheduler bound another Workload's pods where these were planned, and the domain is short)
+make their whole domain count as full, so nothing new is admitted there until it clears.
 """
 
 from __future__ import annotations
@@ -24,11 +31,13 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from admission.controller._invariant import Demand, OwedPods, place_owed, pod_shape
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
 from admission.kube import Obj
-from topology import ResourceVector, Snapshot
+from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, Toleration
 
-__all__ = ["ANN_DECISION_ID", "ANN_PLANNED_NODES", "Ledger", "Reservation", "decode_planned", "encode_planned", "holds_reservation"]
+__all__ = ["ANN_DECISION_ID", "ANN_PLANNED_NODES", "Ledger", "Reservation", "Shortfall", "Witness", "decode_planned", "encode_planned",
+           "holds_reservation"]
 
 ANN_DECISION_ID = "atoll.dev/decision-id"
 ANN_PLANNED_NODES = "atoll.dev/planned-nodes"
@@ -64,6 +73,8 @@ def decode_planned(text: str) -> dict[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
+    """One admitted PodSet as the ledger reads it from its Workload."""
+
     uid: str
     workload: str
     decision_id: str
@@ -71,10 +82,27 @@ class Reservation:
     podset: str
     planned: tuple[tuple[str, int], ...]
     per_pod: ResourceVector
+    count: int = 0
+    """Pods admitted (``podSetAssignments[].count``); 0 means the planned total."""
+    selector: tuple[tuple[str, str], ...] = ()
+    """The nodeSelector its pods carry (Atoll's podSetUpdate plus the template's), sorted."""
+    tolerations: tuple[Toleration, ...] = ()
 
     @property
     def pods(self) -> int:
-        return sum(k for _, k in self.planned)
+        return self.count or sum(k for _, k in self.planned)
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """Owed pods of one PodSet that found no room in their domain on the last ``apply``."""
+
+    workload: str
+    podset: str
+    flavor: str
+    missing: int
+    owed: int
+    domain_nodes: int
 
 
 def holds_reservation(obj: Obj, check_names: Iterable[str]) -> bool:
@@ -90,20 +118,32 @@ def holds_reservation(obj: Obj, check_names: Iterable[str]) -> bool:
 Bound = Callable[[str], Mapping[str, Counter[str]]]
 """decision id → PodSet → node → pods bound so far."""
 
+NodeLabels = Callable[[str], Mapping[str, str] | None]
+"""node name → its labels (None: unknown node)."""
+
+_Key = tuple[str, str]  # (Workload uid, PodSet)
+
 
 class Ledger:
-    """Reservations by Workload, with per-flavor totals kept up to date as Workloads and pods
-    change, so applying them to a snapshot costs one array operation, not a walk over every
-    admitted Workload."""
+    """Owed pods by Workload and PodSet, kept up to date as Workloads and pods change; ``apply``
+    turns them into a witness assignment on one flavor's snapshot."""
 
-    def __init__(self, gpu_resource: str = "nvidia.com/gpu", bound: Bound | None = None) -> None:
+    def __init__(self, gpu_resource: str = "nvidia.com/gpu", bound: Bound | None = None,
+                 node_labels: NodeLabels | None = None) -> None:
         self.gpu_resource = gpu_resource
         self.bound: Bound = bound or (lambda _decision: {})
+        self.node_labels = node_labels
+        """Reads selector keys that are not topology levels; without it such keys are not checked."""
         self._by_uid: dict[str, tuple[Reservation, ...]] = {}
         self._by_decision: dict[str, set[str]] = {}
+        self._by_flavor: dict[str, dict[_Key, Reservation]] = {}
         self._seen_bound: dict[tuple[str, str], int] = {}
-        self._held: dict[tuple[str, str], list[tuple[str, int]]] = {}
-        self._totals: dict[str, dict[str, npt.NDArray[np.int64]]] = {}
+        self._owed: dict[_Key, tuple[int, tuple[tuple[str, int], ...]]] = {}
+        self.shortfalls: tuple[Shortfall, ...] = ()
+        """Owed pods the last ``apply`` could not place (their domains were counted as full)."""
+        self.shortfall_applies = 0
+        """How many ``apply`` calls found owed pods with no room: double booking the scheduler made."""
+        self._reported: dict[str, frozenset[tuple[str, str, int]]] = {}
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_uid.values())
@@ -122,20 +162,27 @@ class Ledger:
             _log.warning("admitted workload unreadable; its reservation is not counted", workload=_key(obj), error=str(exc))
             self.forget(uid)
             return
-        per_pod = {p.name: p.per_pod for p in view.podsets}
+        specs = {p.name: p for p in view.podsets}
         out = []
         for update in entry.get("podSetUpdates") or []:
             ann = update.get("annotations") or {}
             name = str(update.get("name"))
             flavor = view.flavors.get(name)
-            if ANN_PLANNED_NODES not in ann or flavor is None or name not in per_pod:
+            spec = specs.get(name)
+            if (ANN_PLANNED_NODES not in ann and ANN_DECISION_ID not in ann) or flavor is None or spec is None:
                 continue
-            try:
-                planned = decode_planned(str(ann[ANN_PLANNED_NODES]))
-            except ValueError as exc:
-                _log.warning("planned nodes unreadable; reservation not counted", workload=_key(obj), podset=name, error=str(exc))
-                continue
-            out.append(Reservation(uid, view.key, str(ann.get(ANN_DECISION_ID, "")), flavor, name, tuple(planned.items()), per_pod[name]))
+            planned: dict[str, int] = {}
+            if ANN_PLANNED_NODES in ann:
+                try:
+                    planned = decode_planned(str(ann[ANN_PLANNED_NODES]))
+                except ValueError as exc:  # the pods are still owed; only the preference is lost
+                    _log.warning("planned nodes unreadable; the PodSet's pods are owed anywhere in its domain",
+                                 workload=_key(obj), podset=name, error=str(exc))
+            template = view.templates.get(name)
+            selector = dict(template.node_selector) if template is not None else {}
+            selector.update({str(k): str(v) for k, v in (update.get("nodeSelector") or {}).items()})
+            out.append(Reservation(uid, view.key, str(ann.get(ANN_DECISION_ID, "")), flavor, name, tuple(planned.items()),
+                                   spec.per_pod, spec.count, tuple(sorted(selector.items())), tuple(spec.tolerations)))
         if tuple(out) == self._by_uid.get(uid):
             return
         self.forget(uid)
@@ -143,12 +190,18 @@ class Ledger:
             self._by_uid[uid] = tuple(out)
             for r in out:
                 self._by_decision.setdefault(r.decision_id, set()).add(uid)
+                self._by_flavor.setdefault(r.flavor, {})[(r.uid, r.podset)] = r
                 self._hold(r)
 
     def forget(self, uid: str) -> None:
         for r in self._by_uid.pop(uid, ()):
-            self._release(r)
+            self._owed.pop((r.uid, r.podset), None)
             self._seen_bound.pop((r.decision_id, r.podset), None)
+            flavor = self._by_flavor.get(r.flavor)
+            if flavor is not None:
+                flavor.pop((r.uid, r.podset), None)
+                if not flavor:
+                    del self._by_flavor[r.flavor]
             users = self._by_decision.get(r.decision_id)
             if users is not None:
                 users.discard(uid)
@@ -156,18 +209,21 @@ class Ledger:
                     del self._by_decision[r.decision_id]
 
     def pods_changed(self, decision_id: str) -> None:
-        """Pods carrying this decision id were bound, finished or deleted: re-count what it still holds."""
+        """Pods carrying this decision id were bound, finished or deleted: re-count what it still owes."""
         for uid in list(self._by_decision.get(decision_id, ())):
             for r in self._by_uid.get(uid, ()):
-                self._release(r)
                 self._hold(r)
 
     def reservations(self, flavor: str | None = None) -> list[Reservation]:
         return [r for rs in self._by_uid.values() for r in rs if flavor is None or r.flavor == flavor]
 
+    def owed_pods(self, r: Reservation) -> int:
+        """Pods of this PodSet not bound yet."""
+        return self._owed.get((r.uid, r.podset), (0, ()))[0]
+
     def outstanding(self, r: Reservation, bound: Mapping[str, Counter[str]]) -> list[tuple[str, int]]:
-        """Planned pods not yet bound, per node. Pods bound elsewhere (the scheduler may pick
-        another node of the domain) are taken off the last planned nodes."""
+        """Planned pods not yet bound, per node (the witness's first choice). Pods bound elsewhere
+        (the scheduler may pick another node of the domain) are taken off the last planned nodes."""
         now = bound.get(r.podset, Counter())
         seen = max(self._seen_bound.get((r.decision_id, r.podset), 0), sum(now.values()))
         self._seen_bound[(r.decision_id, r.podset)] = seen  # finished pods leave the bound view; they still ran
@@ -184,43 +240,116 @@ class Ledger:
         return list(reversed(out))
 
     def _hold(self, r: Reservation) -> None:
-        held = self.outstanding(r, self.bound(r.decision_id) if r.decision_id else {})
-        self._held[(r.uid, r.podset)] = held
-        totals = self._totals.setdefault(r.flavor, {})
-        per = np.asarray(r.per_pod.as_tuple(), dtype=np.int64)
-        for node, pods in held:
-            totals[node] = totals.get(node, _ZERO) + per * pods
+        planned = self.outstanding(r, self.bound(r.decision_id) if r.decision_id else {})
+        owed = max(r.pods - self._seen_bound.get((r.decision_id, r.podset), 0), 0)
+        self._owed[(r.uid, r.podset)] = (owed, tuple(planned))
 
-    def _release(self, r: Reservation) -> None:
-        held = self._held.pop((r.uid, r.podset), [])
-        totals = self._totals.get(r.flavor, {})
-        per = np.asarray(r.per_pod.as_tuple(), dtype=np.int64)
-        for node, pods in held:
-            left = totals.get(node, _ZERO) - per * pods
-            if left.any():
-                totals[node] = left
-            else:
-                totals.pop(node, None)
+    # ------------------------------------------------------------------ on a snapshot
+
+    def witness(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> Witness:
+        """Where the owed pods of the snapshot's flavor fit now (whole pods, inside their domains)."""
+        rows: list[tuple[Reservation, int]] = []
+        demands: list[Demand] = []
+        for key, r in sorted(self._by_flavor.get(snapshot.flavor, {}).items(), key=lambda kv: (kv[1].workload, kv[1].podset, kv[0][0])):
+            if r.uid == exclude_uid:
+                continue
+            owed, planned = self._owed.get(key, (0, ()))
+            if owed <= 0:
+                continue
+            domain = self._domain(snapshot, r)
+            allowed = set(domain.tolist())
+            idx = snapshot.node_index
+            prefer = tuple((idx[n], k) for n, k in planned if n in idx and idx[n] in allowed)
+            rows.append((r, owed))
+            demands.append(Demand(owed, pod_shape(r.per_pod), prefer, domain))
+        placed, missing, used = place_owed(snapshot.free, demands)
+        return Witness(rows, demands, placed, missing, used)
 
     def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> int:
-        """Count every outstanding reservation of the snapshot's flavor as used (in place: pass a
-        fork). Returns the GPUs reserved."""
-        totals = dict(self._totals.get(snapshot.flavor, {}))
-        if exclude_uid in self._by_uid:
-            for r in self._by_uid[exclude_uid]:
-                per = np.asarray(r.per_pod.as_tuple(), dtype=np.int64)
-                for node, pods in self._held.get((r.uid, r.podset), []):
-                    totals[node] = totals.get(node, _ZERO) - per * pods
-        names = [n for n in totals if n in snapshot.node_index]
-        if not names:
+        """Count every owed pod of the snapshot's flavor as used (in place: pass a fork): the
+        witness's pods come off their nodes; a domain with pods that found no room counts as
+        full. Returns the GPUs owed."""
+        w = self.witness(snapshot, exclude_uid=exclude_uid)
+        if not w.rows:
+            self._report(snapshot.flavor, ())
             return 0
-        idx = np.fromiter((snapshot.node_index[n] for n in names), dtype=np.int64, count=len(names))
-        amount = np.maximum(np.stack([totals[n] for n in names]), 0)
-        snapshot.free[idx] = np.maximum(snapshot.free[idx] - amount, 0)
-        return int(amount[:, 0].sum())
+        snapshot.free -= w.used
+        short: list[Shortfall] = []
+        for (r, owed), d, m in zip(w.rows, w.demands, w.missing):
+            if m > 0:
+                snapshot.free[d.domain] = 0
+                short.append(Shortfall(r.workload, r.podset, r.flavor, m, owed, int(d.domain.size)))
+        self._report(snapshot.flavor, tuple(short))
+        return sum(owed * r.per_pod.gpu for r, owed in w.rows)
+
+    def owed(self, snapshot: Snapshot) -> list[OwedPods]:
+        """The owed pods of the snapshot's flavor with their domains and witness, by node name
+        (what ``check_invariant`` reads)."""
+        w = self.witness(snapshot)
+        names = snapshot.node_names
+        out = []
+        for (r, owed), d, placed in zip(w.rows, w.demands, w.placed):
+            out.append(OwedPods(r.workload, r.podset, owed, r.per_pod, tuple(names[i] for i in d.domain.tolist()),
+                                tuple((names[i], k) for i, k in d.planned), tuple((names[i], k) for i, k in placed)))
+        return out
+
+    def _domain(self, snapshot: Snapshot, r: Reservation) -> npt.NDArray[np.int64]:
+        """Snapshot nodes the PodSet's nodeSelector allows and its pods may use now, in path order."""
+        key = ("ledger-domain", r.selector)
+        cached = snapshot.static_cache.get(key)
+        if not isinstance(cached, np.ndarray):
+            cached = _selector_nodes(snapshot, r.selector, self.node_labels)
+            snapshot.static_cache[key] = cached
+        usable = snapshot.eligible_for(r.tolerations)
+        return np.asarray(cached[usable[cached] != 0], dtype=np.int64)
+
+    def _report(self, flavor: str, short: tuple[Shortfall, ...]) -> None:
+        self.shortfalls = short
+        if short:
+            self.shortfall_applies += 1
+        seen = frozenset((s.workload, s.podset, s.missing) for s in short)
+        if self._reported.get(flavor, frozenset()) == seen:
+            return
+        self._reported[flavor] = seen
+        for s in short:
+            _log.warning("admitted pods have no room left in their domain (the scheduler bound other pods there); "
+                         "the domain counts as full until they bind", workload=s.workload, podset=s.podset, flavor=s.flavor,
+                         missing_pods=s.missing, owed_pods=s.owed, domain_nodes=s.domain_nodes)
 
 
-_ZERO = np.zeros(4, dtype=np.int64)
+@dataclass(frozen=True, slots=True)
+class Witness:
+    """One flavor's owed pods (``rows``: reservation, pods owed) placed on a snapshot."""
+
+    rows: list[tuple[Reservation, int]]
+    demands: list[Demand]
+    placed: list[list[tuple[int, int]]]
+    missing: list[int]
+    used: npt.NDArray[np.int64]
+
+
+def _selector_nodes(snapshot: Snapshot, selector: tuple[tuple[str, str], ...], node_labels: NodeLabels | None) -> npt.NDArray[np.int64]:
+    """Indices of the snapshot nodes a nodeSelector matches: topology levels are read from the
+    snapshot's paths, the hostname from the node name, other keys from ``node_labels`` (when
+    given; the flavor's own ``nodeLabels`` hold on every node of its snapshot)."""
+    mask = np.ones(snapshot.num_nodes, dtype=bool)
+    levels = snapshot.level_labels
+    other = []
+    for label, value in selector:
+        if label in levels[:-1]:
+            lv = levels.index(label)
+            hits = [d for d, path in enumerate(snapshot.domain_values[lv]) if path[-1] == value]
+            mask &= np.isin(snapshot.node_dom[lv], hits)
+        elif label == HOSTNAME_LABEL and node_labels is None:
+            mask &= np.array([n == value for n in snapshot.node_names], dtype=bool)
+        else:
+            other.append((label, value))
+    if other and node_labels is not None:
+        for i in np.flatnonzero(mask).tolist():
+            labels = node_labels(snapshot.node_names[i])
+            if labels is None or any(labels.get(k) != v for k, v in other):
+                mask[i] = False
+    return np.flatnonzero(mask).astype(np.int64)
 
 
 def _key(obj: Obj) -> str:

@@ -1,0 +1,172 @@
+"""What admitted Workloads still owe, and the check that it can all still be honoured.
+
+Under ``domain`` enforcement a PodSet's pods may bind on any node its written nodeSelector
+allows; the planned nodes are only a preference. So the promise Atoll makes at admission is
+not "these nodes are yours" but "every pod you still owe has room somewhere in your domain".
+That promise holds while a *witness* exists: an assignment of every owed pod (whole pods,
+per-pod shape) to a node of its domain such that, on every node, the bound pods plus the
+witness pods fit the node's allocatable.
+
+``place_owed`` builds that witness (planned nodes first, then the rest of the domain in path
+order); the ledger subtracts it from a snapshot before a decision, and ``check_invariant``
+verifies it from the outside (the simulator and fault-injection runs call it after every event).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from topology import ResourceVector
+
+__all__ = ["Demand", "OwedPods", "Violation", "check_invariant", "place_owed", "pod_shape"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+def pod_shape(per_pod: ResourceVector) -> IntArray:
+    """One pod's footprint as the finder counts it: its requests plus one pod slot."""
+    return np.array([per_pod.gpu, per_pod.cpu_milli, per_pod.memory_mib, 1], dtype=np.int64)
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """Owed pods of one PodSet in node-index terms: ``planned`` (node, pods) is tried first,
+    then ``domain`` (node indices, path order)."""
+
+    pods: int
+    shape: IntArray
+    planned: tuple[tuple[int, int], ...]
+    domain: IntArray
+
+
+def _fit(free_rows: IntArray, shape: IntArray) -> IntArray:
+    """Whole pods of ``shape`` that fit on each row (min over the resources it requests)."""
+    need = shape > 0
+    return np.asarray(np.min(free_rows[:, need] // shape[need], axis=1), dtype=np.int64)
+
+
+def place_owed(free: IntArray, demands: Sequence[Demand]) -> tuple[list[list[tuple[int, int]]], list[int], IntArray]:
+    """A witness for ``demands`` on ``free`` (rows = nodes): per demand its (node, pods), the pods
+    that found no room, and the resources the witness uses per node.
+
+    Deterministic: first every demand takes its planned nodes (where they still fit), then the
+    remaining pods go first-fit in path order over the domain, demands with the smaller domain
+    first (they have fewer alternatives). Greedy, so a shortfall may be reported where a cleverer
+    assignment exists; callers treat a shortfall conservatively (the domain counts as full)."""
+    left = free.copy()
+    placed: list[list[tuple[int, int]]] = [[] for _ in demands]
+    missing = [d.pods for d in demands]
+    for j, d in enumerate(demands):
+        for node, want in d.planned:
+            if missing[j] == 0:
+                break
+            take = min(want, missing[j], int(_fit(left[node:node + 1], d.shape)[0]))
+            if take > 0:
+                left[node] -= d.shape * take
+                placed[j].append((node, take))
+                missing[j] -= take
+    for j in sorted(range(len(demands)), key=lambda k: (demands[k].domain.size, k)):
+        d = demands[j]
+        if missing[j] == 0 or d.domain.size == 0:
+            continue
+        caps = _fit(left[d.domain], d.shape)
+        for pos in np.flatnonzero(caps > 0):
+            node = int(d.domain[pos])
+            take = min(int(caps[pos]), missing[j])
+            left[node] -= d.shape * take
+            placed[j].append((node, take))
+            missing[j] -= take
+            if missing[j] == 0:
+                break
+    return placed, missing, free - left
+
+
+# ----------------------------------------------------------------------------- the invariant
+
+
+@dataclass(frozen=True, slots=True)
+class OwedPods:
+    """Pods one admitted PodSet still owes: how many, their shape, the nodes its nodeSelector
+    allows (``domain``), the planned nodes (a preference), and where the ledger counts them
+    (``witness``, node → pods; empty when the caller has none to check)."""
+
+    workload: str
+    podset: str
+    pods: int
+    per_pod: ResourceVector
+    domain: tuple[str, ...]
+    planned: tuple[tuple[str, int], ...] = ()
+    witness: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """``overbooked``: bound pods plus witness pods exceed a node; ``outside-domain``: the witness
+    puts pods where the PodSet's nodeSelector does not allow them; ``uncounted``: the witness
+    holds fewer pods than are owed; ``unplaceable``: no witness places every owed pod."""
+
+    kind: str
+    workloads: tuple[str, ...]
+    nodes: tuple[str, ...]
+    message: str
+
+
+def check_invariant(allocatable: Mapping[str, ResourceVector], bound: Mapping[str, ResourceVector],
+                    owed: Sequence[OwedPods], *, check_witness: bool = True) -> list[Violation]:
+    """Every node: bound + witness-owed ≤ allocatable; every owed pod has room in its domain.
+
+    ``bound`` is the usage of bound pods per node (pod slots included). With ``check_witness``
+    the ledger's own witness (``OwedPods.witness``) is verified as given; independently of it, a
+    witness is built from scratch and any pod it cannot place is reported."""
+    names = sorted(allocatable)
+    index = {n: i for i, n in enumerate(names)}
+    alloc = np.array([allocatable[n].as_tuple() for n in names], dtype=np.int64).reshape(len(names), 4)
+    used = np.array([bound.get(n, ResourceVector()).as_tuple() for n in names], dtype=np.int64).reshape(len(names), 4)
+    out: list[Violation] = []
+    for n in sorted(set(bound) - set(index)):
+        if any(bound[n].as_tuple()):
+            out.append(Violation("overbooked", (), (n,), f"node {n}: bound pods on a node with no allocatable"))
+
+    if check_witness:
+        load = used.copy()
+        on_node: dict[int, list[str]] = {}
+        for o in owed:
+            shape = pod_shape(o.per_pod)
+            allowed = set(o.domain)
+            outside = sorted(n for n, _ in o.witness if n not in allowed or n not in index)
+            if outside:
+                out.append(Violation("outside-domain", (o.workload,), tuple(outside),
+                                     f"{o.workload} podSets[{o.podset}]: witness on {', '.join(outside)}, outside its nodeSelector domain"))
+            counted = sum(k for _, k in o.witness)
+            if counted < o.pods:
+                out.append(Violation("uncounted", (o.workload,), (),
+                                     f"{o.workload} podSets[{o.podset}]: {o.pods} pods owed, the witness counts {counted}"))
+            for n, k in o.witness:
+                if n in index:
+                    load[index[n]] += shape * k
+                    on_node.setdefault(index[n], []).append(o.workload)
+        for i in np.flatnonzero((load > alloc).any(axis=1)):
+            who = tuple(sorted(set(on_node.get(int(i), []))))
+            out.append(Violation("overbooked", who, (names[int(i)],),
+                                 f"node {names[int(i)]}: bound {tuple(used[i])} + owed by {', '.join(who) or 'nobody'} "
+                                 f"{tuple(load[i] - used[i])} > allocatable {tuple(alloc[i])} (gpu, cpu m, memory MiB, pods)"))
+
+    free = np.maximum(alloc - used, 0)
+    demands = []
+    for o in owed:
+        dom = np.array(sorted(index[n] for n in set(o.domain) if n in index), dtype=np.int64)
+        planned = tuple((index[n], k) for n, k in o.planned if n in index and n in set(o.domain))
+        demands.append(Demand(o.pods, pod_shape(o.per_pod), planned, dom))
+    _, missing, _ = place_owed(free, demands)
+    short = [(o, m) for o, m in zip(owed, missing) if m > 0]
+    if short:
+        nodes = tuple(sorted({n for o, _ in short for n in o.domain}))
+        crowded = set(nodes)  # everyone owing pods there shares the blame: the greedy order picked who came up short
+        who = tuple(sorted({o.workload for o in owed if crowded.intersection(o.domain)}))
+        detail = "; ".join(f"{o.workload} podSets[{o.podset}] {m} of {o.pods} pods" for o, m in short)
+        out.append(Violation("unplaceable", who, nodes, f"owed pods with no room in their domain: {detail}"))
+    return out

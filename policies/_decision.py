@@ -21,6 +21,7 @@ from typing import Literal
 from policies._profiles import Profile, WorkloadClass
 from topology import (
     GraphLink,
+    NodeConstraint,
     Placement,
     PlacementError,
     PlacementRequest,
@@ -48,7 +49,7 @@ class ProfileLevelError(ValueError):
 @dataclass(frozen=True, slots=True)
 class PodSetSpec:
     """One PodSet as Kueue admitted it: count, per-pod resources, Kueue's own topology hints,
-    and the pod template's tolerations."""
+    and the pod template's tolerations, nodeSelector and required node affinity."""
 
     name: str
     count: int
@@ -56,6 +57,7 @@ class PodSetSpec:
     required_topology: str | None = None
     preferred_topology: str | None = None
     tolerations: tuple[Toleration, ...] = ()
+    node_constraint: NodeConstraint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +97,7 @@ def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, 
         uniform_perf=cls.uniform_perf if cls else False,
         spread=spread,
         tolerations=spec.tolerations,
+        node_constraint=spec.node_constraint,
     )
 
 

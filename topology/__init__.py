@@ -3,6 +3,7 @@
 No Kubernetes API I/O happens here; ``admission`` feeds it plain records.
 """
 
+from topology._affinity import NODE_OPERATORS, NodeConstraint, NodeRequirement, parse_label_int
 from topology._fabric import bottleneck_bandwidth, fabric_graph, fabric_path
 from topology._fragmentation import fragmentation_index, island_free_gpus
 from topology._finder import Backend, PlacementError, find_placement, never_fits
@@ -24,6 +25,7 @@ from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 __all__ = [
     "HOSTNAME_LABEL",
+    "NODE_OPERATORS",
     "Backend",
     "ClusterModel",
     "ClusterModelError",
@@ -31,7 +33,9 @@ __all__ = [
     "FlavorModel",
     "GraphLink",
     "Level",
+    "NodeConstraint",
     "NodeInfo",
+    "NodeRequirement",
     "Placement",
     "PlacementError",
     "PlacementRequest",
@@ -51,5 +55,6 @@ __all__ = [
     "load_cluster_model",
     "never_fits",
     "node_is_healthy",
+    "parse_label_int",
     "untolerated_taints",
 ]

@@ -8,6 +8,7 @@ never mutates the snapshot.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -119,7 +120,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
             lo, hi = max(lo, s), min(hi, e)
         req = _per_pod(ps)
         ok, lvl, dom = kernel(
-            free, snapshot.alloc, req, snapshot.eligible_for(ps.tolerations), snapshot.perf, float(ps.perf_floor),
+            free, snapshot.alloc, req, _eligible(snapshot, ps), snapshot.perf, float(ps.perf_floor),
             snapshot.bounds, snapshot.bptr, snapshot.node_dom, lo, hi, ps.pods,
             mode, target, span, spread_level, spread_max, flags | (4 if ps.uniform_perf else 0), take, cap,
         )
@@ -136,6 +137,15 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
         if i + 1 < len(request.podsets):
             free -= take[:, None] * req[None, :]
     return Placement(True, podsets=tuple(out), why_not=tuple(why))
+
+
+def _eligible(snapshot: Snapshot, ps: PodSetRequest) -> np.ndarray:
+    """The nodes this PodSet may use: healthy, its taints tolerated, and allowed by its own template."""
+    eligible = snapshot.eligible_for(ps.tolerations)
+    if ps.node_constraint is None or ps.node_constraint.empty:
+        return eligible
+    out: np.ndarray = eligible & snapshot.allowed_by(ps.node_constraint)
+    return out
 
 
 def _describe(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, island: int) -> PodSetPlacement:
@@ -203,6 +213,9 @@ def _no_fit_reason(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, targe
     shape = f"{ps.pods} pods × {ps.per_pod.gpu} GPU"
     if total < ps.pods:
         where = "" if (lo, hi) == (0, snapshot.num_nodes) else " inside the linked domain"
+        if ps.node_constraint is not None and not ps.node_constraint.empty:
+            allowed = int(snapshot.allowed_by(ps.node_constraint).sum())
+            where += f" on the {allowed} of {snapshot.num_nodes} nodes its pod template allows ({ps.node_constraint.describe()})"
         return f"podSets[{ps.name}]: {shape} needed, only {total} pods fit in flavor {snapshot.flavor}{where}"
     if mode == _kernels.MODE_SPREAD:
         return f"podSets[{ps.name}]: {shape} cannot be spread at most {ps.spread.max_per_domain if ps.spread else 0} per {ps.spread.level if ps.spread else ''} domain"
@@ -221,6 +234,10 @@ def never_fits(snapshot: Snapshot, request: PlacementRequest, *, backend: Backen
 
     The answer depends only on the fabric and allocatable, so it is memoized on the snapshot's
     shared structure (bounded; cleared when allocatable changes)."""
+    # Node labels change (an admin labels a new pool), so a template's nodeSelector or affinity
+    # that matches nothing today is a reason to wait, not to reject: never_fits ignores it.
+    request = dataclasses.replace(request, podsets=tuple(dataclasses.replace(ps, node_constraint=None) if ps.node_constraint else ps
+                                                         for ps in request.podsets))
     key = ("never_fits", backend, request)
     cache = snapshot.static_cache
     if key in cache:

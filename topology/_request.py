@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from topology._affinity import NodeConstraint
 from topology._model import Toleration
 from topology._resources import ResourceVector
 
@@ -39,7 +40,9 @@ class PodSetRequest:
     - neither: preferred at the node level (fewest nodes, lowest common parent).
 
     ``tolerations`` are the pod template's own: nodes tainted beyond what the flavor tolerates
-    become candidates when these tolerate every such taint.
+    become candidates when these tolerate every such taint. ``node_constraint`` is the pod
+    template's nodeSelector and required node affinity: only the nodes it allows are candidates
+    for this PodSet (other PodSets of the request keep their own).
     """
 
     name: str
@@ -52,6 +55,7 @@ class PodSetRequest:
     uniform_perf: bool = False
     spread: Spread | None = None
     tolerations: tuple[Toleration, ...] = ()
+    node_constraint: NodeConstraint | None = None
 
     def __post_init__(self) -> None:
         if self.pods < 1:

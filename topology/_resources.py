@@ -6,6 +6,7 @@ The hot path works on a fixed resource order so every array has the same shape:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ __all__ = [
     "MEMORY",
     "NUM_RESOURCES",
     "PODS",
+    "LIMITS",
+    "MAX_COUNT",
     "RESOURCE_NAMES",
     "ResourceVector",
     "parse_cpu_milli",
@@ -26,7 +29,17 @@ GPU, CPU, MEMORY, PODS = 0, 1, 2, 3
 NUM_RESOURCES = 4
 RESOURCE_NAMES = ("gpu", "cpu_milli", "memory_mib", "pods")
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+MAX_COUNT = 1_000_000
+"""Most pods one PodSet may ask for (and most pods a node may hold)."""
+LIMITS = (4096, 10**9, 2**30, MAX_COUNT)
+"""Sane upper bounds per resource, in hot-path units: 4096 GPUs, a million cores (in milli-cores),
+1 PiB of memory (in MiB), a million pods. Anything above is a typo or an attack; bounding it
+keeps every product in the finder (pods × per-pod amount) far inside int64."""
+
+# ASCII only: ``[0-9]`` (never ``\d``, which takes any Unicode digit); the whole string must match.
+_QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?", re.ASCII)
+_MAX_EXPONENT = 400
+"""Exponents beyond this are not read at all (``1e999999`` would otherwise be parsed as infinity)."""
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 
@@ -36,35 +49,55 @@ def _parse_quantity(value: object, what: str) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{what}: expected a quantity, got {value!r}")
     if isinstance(value, (int, float)):
-        number = float(value)
-    else:
-        match = _QUANTITY.match(str(value).strip())
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ValueError(f"{what}: {value!r} is out of range") from None
+    elif isinstance(value, str):
+        match = _QUANTITY.fullmatch(value.strip())
         if not match:
             raise ValueError(f"{what}: {value!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")
+        exponent = re.search(r"[eE]([+-]?[0-9]+)$", match.group(1))
+        if exponent and abs(int(exponent.group(1))) > _MAX_EXPONENT:
+            raise ValueError(f"{what}: {value!r} is out of range")
         number = float(match.group(1))
         suffix = match.group(2)
         if suffix in _BINARY:
             number *= _BINARY[suffix]
         elif suffix:
             number *= _DECIMAL[suffix]
+    else:
+        raise ValueError(f"{what}: expected a quantity, got {type(value).__name__}")
+    if not math.isfinite(number):
+        raise ValueError(f"{what}: {value!r} is not a finite quantity")
     if number < 0:
         raise ValueError(f"{what}: {value!r} must not be negative")
     return number
 
 
-def parse_cpu_milli(value: object, what: str = "cpu") -> int:
+def _bounded(number: float, value: object, what: str, limit: int | None, unit: str) -> float:
+    """``number`` (already in hot-path units) if within ``limit``; checked on the float, before any
+    conversion, so a huge value never reaches ``int()`` or an int64 array."""
+    if limit is not None and number > limit:
+        raise ValueError(f"{what}: {value!r} exceeds the limit of {limit}{unit}")
+    return number
+
+
+def parse_cpu_milli(value: object, what: str = "cpu", limit: int | None = None) -> int:
     """CPU quantity in milli-cores (rounded up, as the kubelet accounts requests)."""
-    return int(-(-_parse_quantity(value, what) * 1000 // 1))
+    number = _bounded(_parse_quantity(value, what) * 1000, value, what, limit, " milli-cores")
+    return int(-(-number // 1))
 
 
-def parse_memory_mib(value: object, what: str = "memory") -> int:
+def parse_memory_mib(value: object, what: str = "memory", limit: int | None = None) -> int:
     """Memory quantity in MiB (rounded up so a request is never under-counted)."""
-    return int(-(-_parse_quantity(value, what) // 2**20))
+    number = _bounded(_parse_quantity(value, what) / 2**20, value, what, limit, " MiB")
+    return int(-(-number // 1))
 
 
-def parse_count(value: object, what: str) -> int:
+def parse_count(value: object, what: str, limit: int | None = None) -> int:
     """An integer count (GPUs, pods); fractional counts are an error."""
-    number = _parse_quantity(value, what)
+    number = _bounded(_parse_quantity(value, what), value, what, limit, "")
     if number != int(number):
         raise ValueError(f"{what}: {value!r} must be a whole number")
     return int(number)
@@ -90,10 +123,11 @@ class ResourceVector:
 
     @classmethod
     def from_kube(cls, resources: dict[str, object], gpu_resource: str, what: str) -> ResourceVector:
-        """Read a Kubernetes resource map (allocatable, requests); unknown keys are ignored."""
+        """Read a Kubernetes resource map (allocatable, requests); unknown keys are ignored. Every
+        amount is bounded by ``LIMITS`` (the error names the field)."""
         return cls(
-            gpu=parse_count(resources.get(gpu_resource, 0), f"{what}.{gpu_resource}"),
-            cpu_milli=parse_cpu_milli(resources.get("cpu", 0), f"{what}.cpu"),
-            memory_mib=parse_memory_mib(resources.get("memory", 0), f"{what}.memory"),
-            pods=parse_count(resources.get("pods", 0), f"{what}.pods"),
+            gpu=parse_count(resources.get(gpu_resource, 0), f"{what}.{gpu_resource}", LIMITS[GPU]),
+            cpu_milli=parse_cpu_milli(resources.get("cpu", 0), f"{what}.cpu", LIMITS[CPU]),
+            memory_mib=parse_memory_mib(resources.get("memory", 0), f"{what}.memory", LIMITS[MEMORY]),
+            pods=parse_count(resources.get("pods", 0), f"{what}.pods", LIMITS[PODS]),
         )

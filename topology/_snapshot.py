@@ -9,11 +9,12 @@ in-flight reservations without touching the shared state, as Kueue's TAS snapsho
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from topology._affinity import NodeConstraint
 from topology._model import HOSTNAME_LABEL, Level, NodeInfo, Taint, Toleration
 from topology._resources import NUM_RESOURCES, ResourceVector
 
@@ -94,6 +95,8 @@ class Snapshot:
         self.eligible = np.zeros(n, dtype=np.uint8)
         self.taint_blocked: dict[int, tuple[Taint, ...]] = {}
         """Nodes healthy but for taints the flavor does not tolerate; pods that tolerate them may use them."""
+        self.labels: list[Mapping[str, str]] = [{} for _ in range(n)]
+        """Each node's labels, for the pod templates' nodeSelector and node affinity (``allowed_by``)."""
         for i, (_, node) in enumerate(kept):
             self._write_row(i, node)
 
@@ -161,6 +164,7 @@ class Snapshot:
         self.alloc[i] = alloc
         self.free[i] = [max(0, a - u) for a, u in zip(alloc, used)]
         self.perf[i] = node.perf
+        self.labels[i] = node.labels
         blocking = untolerated_taints(node, self.tolerations)
         healthy = node.ready and not node.unschedulable
         self.eligible[i] = 1 if healthy and not blocking else 0
@@ -185,6 +189,18 @@ class Snapshot:
         out[lifted] = 1
         return out
 
+    def allowed_by(self, constraint: NodeConstraint) -> npt.NDArray[np.uint8]:
+        """1 for each node whose name and labels satisfy a pod template's ``constraint``. Depends on
+        labels only, so it is memoized with the structure (cleared when a node's labels change)."""
+        key = ("allowed-by", constraint)
+        mask = self.static_cache.get(key)
+        if mask is None:
+            mask = np.fromiter((constraint.matches(name, labels) for name, labels in zip(self.node_names, self.labels)),
+                               dtype=np.uint8, count=self.num_nodes)
+            self.static_cache[key] = mask
+        assert isinstance(mask, np.ndarray)
+        return mask
+
     def update_node(self, node: NodeInfo) -> bool:
         """Refresh one node's usage/health/perf in place; False if the structure must be rebuilt.
 
@@ -197,7 +213,7 @@ class Snapshot:
         path = tuple(node.labels.get(label, "") for label in self.level_labels[:-1]) + (node.name,)
         if path != self.paths[i]:
             return False
-        if tuple(self.alloc[i]) != node.allocatable.as_tuple():
+        if tuple(self.alloc[i]) != node.allocatable.as_tuple() or self.labels[i] != node.labels:
             self.static_cache.clear()
         self._write_row(i, node)
         self.generation += 1
@@ -233,5 +249,5 @@ class Snapshot:
 
 _SHARED = (
     "flavor", "levels", "level_labels", "tolerations", "generation", "node_names", "node_index",
-    "paths", "alloc", "node_dom", "bounds", "bptr", "domain_values", "bandwidth_gbps", "latency_us", "static_cache",
+    "paths", "alloc", "labels", "node_dom", "bounds", "bptr", "domain_values", "bandwidth_gbps", "latency_us", "static_cache",
 )

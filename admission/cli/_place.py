@@ -93,19 +93,31 @@ def main(argv: Sequence[str]) -> int:
     except (ClusterModelError, ProfilesError, WorkloadError, KeyError) as exc:
         print(f"atoll place: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
+    if not view.podsets:
+        data = {"workload": view.key, "flavor": flavor.name, "profile": profile_name, "outcome": "admit",
+                "message": f"every PodSet has count 0 ({', '.join(view.empty_podsets)}); nothing to place", "relaxed": False}
+        _emit(data, args.format)
+        return 0
     snapshot = Snapshot(flavor.name, flavor.level_specs(), flavor.build_nodes(), node_level=flavor.node_level())
     _occupy(snapshot, args.occupancy, args.seed)
     now = 1_000_000.0
     wait = WaitState(first_waited_at=now - args.waited if args.waited > 0 else None)
+    names = {p.name for p in view.podsets}
+    links = [lk for lk in view.links if lk.a in names and lk.b in names]  # a count-0 PodSet has no place to be near
     try:
+        # Each PodSet's nodeSelector and required node affinity travel inside view.podsets: the
+        # finder restricts that PodSet's candidates exactly as it does for the controller.
         decision = decide(snapshot, view.podsets, profile_name=profile_name, profile=profile, now=now, wait=wait,
-                          workload_class=wclass, links=view.links)
+                          workload_class=wclass, links=links)
     except ProfileLevelError as exc:
         print(f"atoll place: {exc}", file=sys.stderr)
         return 2
-    data = _as_json(decision, view.key, flavor.name)
-    if args.format == "json":
+    _emit(_as_json(decision, view.key, flavor.name), args.format)
+    return 0
+
+
+def _emit(data: dict[str, Any], fmt: str) -> None:
+    if fmt == "json":
         print(json.dumps(data, indent=2))
     else:
         _print_table(data)
-    return 0

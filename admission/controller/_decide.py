@@ -19,9 +19,9 @@ from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, encode_planned
 from admission.controller._records import PodSetRecord, WhyNotRecord, truncate
 from admission.controller._settings import Settings
-from admission.controller._wait import read_wait_state
+from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
-from admission.kube import Obj, object_key
+from admission.kube import ADMISSION_CHECKS, Obj, object_key
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
@@ -104,7 +104,7 @@ class Decider:
         """The decision for one Workload on the current cache and ledger, at time ``now``."""
         doc = self.cache.profiles
         assert doc is not None
-        wait = read_wait_state(obj)
+        wait = read_wait_state(obj, atoll_check_names(self.cache.objects[ADMISSION_CHECKS], self.settings.kueue))
         try:
             view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
         except WorkloadError as exc:
@@ -126,8 +126,12 @@ class Decider:
             if spec.per_pod.gpu > 0 and spec.name in view.flavors:
                 groups.setdefault(view.flavors[spec.name], []).append(spec)
         base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id)
+        base.notes = unplaced_podsets(view, self.settings.kueue.gpu_resource)
         if not groups:
-            base.message = "Ready: no PodSet requests GPUs from a flavor; nothing for Atoll to place"
+            if view.empty_podsets and not view.podsets:
+                base.message = "Ready: every PodSet has count 0; nothing for Atoll to place"
+            else:
+                base.message = "Ready: nothing for Atoll to place: " + "; ".join(base.notes)
             return base
         results = [self._evaluate_flavor(obj, view, flavor, specs, profile_name, profile, cls, wait, decision_id, now)
                    for flavor, specs in sorted(groups.items())]
@@ -140,7 +144,7 @@ class Decider:
         v.generation = max(r.generation for r in results)
         v.reserved_gpus = sum(r.reserved for r in results)
         v.why_not = [w for r in results for w in r.why_not]
-        v.notes = [n for r in results for n in r.notes]
+        v.notes = v.notes + [n for r in results for n in r.notes]
         v.relaxed = any(r.relaxed for r in results)
         rejected = [r for r in results if r.outcome == "reject"]
         waiting = [r for r in results if r.outcome == "wait"]
@@ -182,7 +186,6 @@ class Decider:
             return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
         snap = shared.fork()
         reserved = self.ledger.apply(snap, exclude_uid=view.uid)
-        self._restrict_to_templates(snap, view, specs)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         try:
@@ -209,17 +212,6 @@ class Decider:
                     ps.name, ps.pods, per_pod[ps.name].gpu, dict(zip(ps.nodes, ps.pods_per_node)), ps.domain_level, list(ps.domain_path),
                     ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector))
         return result
-
-    def _restrict_to_templates(self, snap: Snapshot, view: WorkloadView, specs: Sequence[PodSetSpec]) -> None:
-        """Nodes the pods' own nodeSelector (shared by every PodSet placed here) rules out are not candidates."""
-        selectors = [dict(view.templates[s.name].node_selector) if s.name in view.templates else {} for s in specs]
-        common = {k: v for k, v in selectors[0].items() if all(sel.get(k) == v for sel in selectors[1:])} if selectors else {}
-        if not common:
-            return
-        for i, name in enumerate(snap.node_names):
-            info = self.cache.nodes.get(name)
-            if info is None or any(info.labels.get(k) != v for k, v in common.items()):
-                snap.exclude(i)
 
     def _podset_update(self, ps: PodSetPlacement, template: PodSetTemplate, snap: Snapshot,
                        decision_id: str) -> tuple[dict[str, Any], list[str], dict[str, str]]:
@@ -287,6 +279,19 @@ class Decider:
                                                      f"domains; profile {profile_name} requires one; retry in {delay}s", "no-domain", delay)
         message = f"{why}; Kueue's TAS assignment meets profile {profile_name}"
         return _FlavorResult(flavor, "admit", message + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def unplaced_podsets(view: WorkloadView, gpu_resource: str) -> list[str]:
+    """Why each PodSet Atoll does not place is left alone, one note per PodSet: count 0, no GPUs
+    requested, or GPUs requested while Kueue assigned no flavor for the GPU resource."""
+    notes = [f"podSets[{name}]: count 0, nothing to place" for name in view.empty_podsets]
+    for spec in view.podsets:
+        if spec.per_pod.gpu <= 0:
+            notes.append(f"podSets[{spec.name}]: requests no {gpu_resource}; needs no placement")
+        elif spec.name not in view.flavors:
+            notes.append(f"podSets[{spec.name}]: requests {spec.per_pod.gpu} {gpu_resource} per pod but Kueue assigned no flavor "
+                         f"for {gpu_resource} (status.admission.podSetAssignments); not placed by Atoll")
+    return notes
 
 
 def _reserve(snap: Snapshot, decision: Decision) -> None:

@@ -9,11 +9,16 @@ Annotations Atoll reads from each PodSet's pod template:
 - ``atoll.dev/near``: another PodSet this one must sit close to (a serving graph edge), with
   ``atoll.dev/near-min-bandwidth-gbps`` or ``atoll.dev/near-level``.
 
+Each PodSet's nodeSelector and required node affinity become its own ``NodeConstraint``: only
+the nodes they allow are candidates for that PodSet. A PodSet of count 0 (valid in the Workload
+CRD) has nothing to place. Every number is read strictly (ASCII digits, bounded).
+
 Every error names the field (``spec.podSets[1].template.metadata.annotations[atoll.dev/near]``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +26,8 @@ from typing import Any
 
 from admission.kube import Obj
 from policies import PodSetSpec
-from topology import GraphLink, ResourceVector, Toleration
+from topology import NODE_OPERATORS, GraphLink, NodeConstraint, NodeRequirement, ResourceVector, Toleration, parse_label_int
+from topology._resources import MAX_COUNT
 from topology._documents import read_yaml_file
 
 __all__ = [
@@ -93,6 +99,8 @@ class WorkloadView:
     flavors: Mapping[str, str]
     """PodSet name → the ResourceFlavor Kueue assigned to its GPUs (empty before admission)."""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    empty_podsets: tuple[str, ...] = ()
+    """PodSets whose count is 0: nothing to place (they are not in ``podsets``)."""
 
     @property
     def key(self) -> str:
@@ -141,6 +149,88 @@ def _tolerations(spec: dict[str, Any], where: str) -> tuple[Toleration, ...]:
     return tuple(out)
 
 
+_AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _requirement(raw: Any, at: str, is_field: bool) -> NodeRequirement:
+    """One nodeSelectorRequirement, validated as the Kubernetes API validates it."""
+    key = _get(raw, "key", at, str)
+    operator = _get(raw, "operator", at, str)
+    values = _get(raw, "values", at, list, [])
+    for j, v in enumerate(values):
+        if not isinstance(v, str):
+            raise WorkloadError(f"{at}.values[{j}]: expected str, got {type(v).__name__}")
+    if not key:
+        raise WorkloadError(f"{at}.key: must not be empty")
+    if is_field:
+        if key != "metadata.name":
+            raise WorkloadError(f"{at}.key: {key!r} is not a supported field (metadata.name)")
+        if operator not in ("In", "NotIn"):
+            raise WorkloadError(f"{at}.operator: {operator!r} is not In or NotIn (the operators of matchFields)")
+        if len(values) != 1:
+            raise WorkloadError(f"{at}.values: must have exactly one value for matchFields, got {len(values)}")
+    elif operator not in NODE_OPERATORS:
+        raise WorkloadError(f"{at}.operator: {operator!r} is not one of {', '.join(NODE_OPERATORS)}")
+    if operator in ("In", "NotIn") and not values:
+        raise WorkloadError(f"{at}.values: must be non-empty when operator is {operator}")
+    if operator in ("Exists", "DoesNotExist") and values:
+        raise WorkloadError(f"{at}.values: must be empty when operator is {operator}")
+    if operator in ("Gt", "Lt"):
+        if len(values) != 1:
+            raise WorkloadError(f"{at}.values: must have exactly one value when operator is {operator}, got {len(values)}")
+        if parse_label_int(values[0]) is None:
+            raise WorkloadError(f"{at}.values[0]: {values[0]!r} is not an integer (operator {operator})")
+    return NodeRequirement(key, operator, tuple(values), is_field)
+
+
+def _node_constraint(spec: dict[str, Any], where: str) -> NodeConstraint | None:
+    """The pod template's nodeSelector and required node affinity; None when it sets neither."""
+    raw_selector = _get(spec, "nodeSelector", where, dict, {})
+    selector = []
+    for k, v in raw_selector.items():
+        if not isinstance(v, str):
+            raise WorkloadError(f"{where}.nodeSelector[{k}]: expected str, got {type(v).__name__}")
+        selector.append((str(k), v))
+    affinity = _get(spec, "affinity", where, dict, {})
+    node_affinity = _get(affinity, "nodeAffinity", f"{where}.affinity", dict, {})
+    required = _get(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", f"{where}.affinity.nodeAffinity", dict, None)
+    terms: tuple[tuple[NodeRequirement, ...], ...] | None = None
+    if required is not None:
+        at = f"{where}.{_AFFINITY}"
+        raw_terms = _get(required, "nodeSelectorTerms", at, list)
+        if not raw_terms:
+            raise WorkloadError(f"{at}.nodeSelectorTerms: must have at least one term")
+        out = []
+        for i, raw in enumerate(raw_terms):
+            tat = f"{at}.nodeSelectorTerms[{i}]"
+            exprs = _get(raw, "matchExpressions", tat, list, [])
+            fields = _get(raw, "matchFields", tat, list, [])
+            out.append(tuple([_requirement(e, f"{tat}.matchExpressions[{j}]", False) for j, e in enumerate(exprs)]
+                             + [_requirement(f, f"{tat}.matchFields[{j}]", True) for j, f in enumerate(fields)]))
+        terms = tuple(out)
+    if not selector and terms is None:
+        return None
+    return NodeConstraint(tuple(sorted(selector)), terms)
+
+
+def _count(obj: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    """A pod count: an integer in [0, MAX_COUNT]."""
+    value = _get(obj, key, where, int) if default is None else _get(obj, key, where, int, default)
+    if value < 0:
+        raise WorkloadError(f"{where}.{key}: must not be negative, got {value}")
+    if value > MAX_COUNT:
+        raise WorkloadError(f"{where}.{key}: {value} exceeds the limit of {MAX_COUNT} pods")
+    return int(value)
+
+
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?", re.ASCII)
+
+
+def _decimal(text: str) -> float | None:
+    """A plain ASCII decimal number (no sign, no ``inf``/``nan``, no ``_``); None otherwise."""
+    return float(text) if _DECIMAL.fullmatch(text.strip()) else None
+
+
 def _pod_resources(spec: dict[str, Any], where: str, gpu_resource: str) -> ResourceVector:
     """Sum of container requests (limits stand in for a missing request), at least each init container."""
     total = ResourceVector()
@@ -182,12 +272,11 @@ def _links(templates: dict[str, dict[str, str]], names: list[str]) -> tuple[Grap
             raise WorkloadError(f"{where}: set exactly one of {ANN_NEAR_MIN_BW} or {ANN_NEAR_LEVEL} with {ANN_NEAR}")
         bw = None
         if bw_text is not None:
-            try:
-                bw = float(bw_text)
-            except ValueError:
-                raise WorkloadError(f"{where}[{ANN_NEAR_MIN_BW}]: {bw_text!r} is not a number (GB/s)") from None
-            if bw <= 0:
-                raise WorkloadError(f"{where}[{ANN_NEAR_MIN_BW}]: must be > 0, got {bw_text}")
+            bw = _decimal(bw_text)
+            if bw is None:
+                raise WorkloadError(f"{where}[{ANN_NEAR_MIN_BW}]: {bw_text!r} is not a number (GB/s)")
+            if not 0 < bw <= 1e6:
+                raise WorkloadError(f"{where}[{ANN_NEAR_MIN_BW}]: must be > 0 and at most 1e6 GB/s, got {bw_text}")
         links.append(GraphLink(near, name, min_bandwidth_gbps=bw, max_level=level))
     return tuple(links)
 
@@ -213,7 +302,7 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         where = f"status.admission.podSetAssignments[{i}]"
         ps_name = _get(psa, "name", where, str)
         if "count" in psa and psa["count"] is not None:
-            assigned[ps_name] = _get(psa, "count", where, int)
+            assigned[ps_name] = _count(psa, "count", where)
         fl = _get(psa, "flavors", where, dict, {})
         if gpu_resource in fl:
             flavors[ps_name] = str(fl[gpu_resource])
@@ -224,12 +313,12 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
     templates: dict[str, PodSetTemplate] = {}
     anns: dict[str, dict[str, str]] = {}
     names: list[str] = []
+    empty: list[str] = []
     for i, ps in enumerate(raw):
         where = f"spec.podSets[{i}]"
         ps_name = _get(ps, "name", where, str)
-        count = assigned.get(ps_name, _get(ps, "count", where, int, 1))
-        if count < 1:
-            raise WorkloadError(f"{where}.count: must be ≥ 1, got {count}")
+        count = _count(ps, "count", where, 1)
+        count = assigned.get(ps_name, count)
         template = _get(ps, "template", where)
         tmeta = _get(template, "metadata", f"{where}.template", dict, {})
         tspec = _get(template, "spec", f"{where}.template")
@@ -238,7 +327,12 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         selector = {str(k): str(v) for k, v in _get(tspec, "nodeSelector", f"{where}.template.spec", dict, {}).items()}
         per_pod = _pod_resources(tspec, f"{where}.template.spec", gpu_resource)
         tolerations = _tolerations(tspec, f"{where}.template.spec")
-        podsets.append(PodSetSpec(ps_name, count, per_pod, annotations.get(REQUIRED_TOPOLOGY), annotations.get(PREFERRED_TOPOLOGY), tolerations))
+        constraint = _node_constraint(tspec, f"{where}.template.spec")
+        if count == 0:
+            empty.append(ps_name)
+        else:
+            podsets.append(PodSetSpec(ps_name, count, per_pod, annotations.get(REQUIRED_TOPOLOGY), annotations.get(PREFERRED_TOPOLOGY),
+                                      tolerations, constraint))
         templates[ps_name] = PodSetTemplate(labels, annotations, selector)
         anns[ps_name] = annotations
         names.append(ps_name)
@@ -259,6 +353,7 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         links=_links(anns, names),
         flavors=flavors,
         annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
+        empty_podsets=tuple(empty),
     )
 
 
@@ -270,14 +365,16 @@ def _as_workload(obj: dict[str, Any]) -> dict[str, Any]:
     queue = labels.get("kueue.x-k8s.io/queue-name", "")
     spec = _get(obj, "spec", kind or "object")
     if kind == "Job":
-        count = _get(spec, "parallelism", "spec", int, 1)
+        count = _count(spec, "parallelism", "spec", 1)
         podsets = [{"name": "main", "count": count, "template": _get(spec, "template", "spec")}]
     elif kind == "JobSet":
         podsets = []
         for i, rj in enumerate(_get(spec, "replicatedJobs", "spec", list)):
             where = f"spec.replicatedJobs[{i}]"
             job = _get(_get(rj, "template", where), "spec", f"{where}.template")
-            count = _get(rj, "replicas", where, int, 1) * _get(job, "parallelism", f"{where}.template.spec", int, 1)
+            count = _count(rj, "replicas", where, 1) * _count(job, "parallelism", f"{where}.template.spec", 1)
+            if count > MAX_COUNT:
+                raise WorkloadError(f"{where}: replicas × parallelism = {count} exceeds the limit of {MAX_COUNT} pods")
             podsets.append({"name": _get(rj, "name", where, str), "count": count, "template": _get(job, "template", f"{where}.template.spec")})
     else:
         raise WorkloadError(f"kind: {kind!r} is not supported (Workload, Job, JobSet)")

@@ -62,3 +62,65 @@ def test_bench_finder_reports_identical_outputs(capsys: pytest.CaptureFixture[st
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fly"]) == 2
     assert "unknown command" in capsys.readouterr().err
+
+
+def _job(tmp_path: Path, spec_extra: str, parallelism: int = 4, gpus: str = "4") -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"""apiVersion: batch/v1
+kind: Job
+metadata: {{name: pinned, namespace: team-a}}
+spec:
+  parallelism: {parallelism}
+  template:
+    spec:
+{spec_extra}
+      containers:
+        - name: c
+          resources: {{limits: {{nvidia.com/gpu: "{gpus}"}}}}
+""")
+    return str(path)
+
+
+def test_place_honours_the_template_node_selector(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rack = "gb200-s1-u1-r5"  # not the rack best fit would pick first (gb200-s0-u0-r0)
+    job = _job(tmp_path, f"      nodeSelector: {{nvidia.com/gpu.clique: {rack}}}")
+    assert main(["place", "--workload", job, "--profile", "strict", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    nodes = out["podsets"][0]["nodes"]
+    assert out["outcome"] == "admit" and nodes and all(n.startswith(rack + "-n") for n in nodes)
+
+
+def test_place_honours_required_node_affinity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    affinity = """      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - {key: network.example.com/spine, operator: NotIn, values: [gb200-s0]}"""
+    assert main(["place", "--workload", _job(tmp_path, affinity), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "admit" and all(n.startswith("gb200-s1-") for n in out["podsets"][0]["nodes"])
+
+
+def test_place_names_a_bad_affinity_operator(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    affinity = """      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions: [{key: a, operator: In, values: [b]}, {key: a, operator: Near}]"""
+    assert main(["place", "--workload", _job(tmp_path, affinity)]) == 2
+    err = capsys.readouterr().err
+    assert ("spec.podSets[0].template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[1].operator: 'Near' is not one of") in err
+
+
+def test_place_rejects_an_absurd_gpu_count_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--workload", _job(tmp_path, "", gpus="1e30")]) == 2
+    err = capsys.readouterr().err
+    assert "containers[0].resources.requests.nvidia.com/gpu: '1e30' exceeds the limit of 4096" in err and "Traceback" not in err
+
+
+def test_place_with_nothing_to_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--workload", _job(tmp_path, "", parallelism=0), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "admit" and "every PodSet has count 0 (main); nothing to place" in out["message"]

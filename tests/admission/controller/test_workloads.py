@@ -82,7 +82,8 @@ _DELETE = object()
     ("path", "value", "message"),
     [
         (["spec", "podSets"], [], "spec.podSets: at least one PodSet"),
-        (["spec", "podSets", 0, "count"], 0, "spec.podSets[0].count: must be ≥ 1"),
+        (["spec", "podSets", 0, "count"], -1, "spec.podSets[0].count: must not be negative"),
+        (["spec", "podSets", 0, "count"], 10**30, "spec.podSets[0].count: 1000000000000000000000000000000 exceeds the limit of 1000000 pods"),
         (["spec", "podSets", 0, "count"], "two", "spec.podSets[0].count: expected int"),
         (["spec", "podSets", 1, "name"], "prefill", "names must be unique"),
         (["spec", "podSets", 0, "template", "spec", "containers"], [], "spec.podSets[0].template.spec.containers"),
@@ -102,12 +103,52 @@ _DELETE = object()
         (["spec", "podSets", 0, "template", "spec", "tolerations"], ["k"], "spec.podSets[0].template.spec.tolerations[0]: expected a mapping"),
         (["spec", "podSets", 0, "template", "spec", "tolerations"], {"key": "k"}, "spec.podSets[0].template.spec.tolerations: expected list"),
         (["metadata", "name"], _DELETE, "metadata.name: required"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"], "1e30",
+         "spec.podSets[0].template.spec.containers[0].resources.requests.nvidia.com/gpu: '1e30' exceeds the limit of 4096"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"], "²",
+         "spec.podSets[0].template.spec.containers[0].resources.requests.nvidia.com/gpu: '²' is not a Kubernetes quantity"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"], "٤",
+         "requests.nvidia.com/gpu: '٤' is not a Kubernetes quantity"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"], "1.2.3",
+         "requests.nvidia.com/gpu: '1.2.3' is not a Kubernetes quantity"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"], float("inf"),
+         "requests.nvidia.com/gpu: inf is not a finite quantity"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "cpu"], "1e30",
+         "spec.podSets[0].template.spec.containers[0].resources.requests.cpu: '1e30' exceeds the limit"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "memory"], "9e99",
+         "spec.podSets[0].template.spec.containers[0].resources.requests.memory: '9e99' exceeds the limit"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "cpu"], "1e999999",
+         "requests.cpu: '1e999999' is out of range"),
+        (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "pods"], "1e30",
+         "requests.pods: '1e30' exceeds the limit of 1000000"),
+        (["status"], {"admission": {"podSetAssignments": [{"name": "prefill", "count": 10**9}]}},
+         "status.admission.podSetAssignments[0].count: 1000000000 exceeds the limit of 1000000 pods"),
+        (["spec", "podSets", 0, "template", "metadata", "annotations"], {"atoll.dev/near": "decode", "atoll.dev/near-min-bandwidth-gbps": "²"},
+         "atoll.dev/near-min-bandwidth-gbps]: '²' is not a number"),
+        (["spec", "podSets", 0, "template", "metadata", "annotations"], {"atoll.dev/near": "decode", "atoll.dev/near-min-bandwidth-gbps": "nan"},
+         "atoll.dev/near-min-bandwidth-gbps]: 'nan' is not a number"),
+        (["spec", "podSets", 0, "template", "metadata", "annotations"], {"atoll.dev/near": "decode", "atoll.dev/near-min-bandwidth-gbps": "1e30"},
+         "must be > 0 and at most 1e6 GB/s"),
     ],
 )
 def test_malformed_workloads_name_the_field(path: list[Any], value: Any, message: str) -> None:
     with pytest.raises(WorkloadError) as err:
         parse_workload(_mutate(path, value))
     assert message in str(err.value)
+
+
+def test_count_zero_podset_has_nothing_to_place() -> None:
+    obj = _mutate(["spec", "podSets", 0, "count"], 0)
+    view = parse_workload(obj)
+    assert [p.name for p in view.podsets] == ["decode"] and view.empty_podsets == ("prefill",)
+    assert "prefill" in view.templates  # still known, for messages and conflicts
+
+
+def test_job_with_parallelism_zero_has_nothing_to_place() -> None:
+    job = {"kind": "Job", "metadata": {"name": "j", "namespace": "ns"}, "spec": {"parallelism": 0, "template": {"spec": {
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+    view = parse_object(job)
+    assert view.podsets == () and view.empty_podsets == ("main",)
 
 
 def test_pod_template_tolerations_reach_the_podset() -> None:

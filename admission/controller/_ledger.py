@@ -65,7 +65,7 @@ def decode_planned(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for part in filter(None, text.split(",")):
         node, sep, count = part.partition("=")
-        if not sep or not node or not count.isdigit():
+        if not sep or not node or not (count.isascii() and count.isdigit()) or len(count) > 7:  # ASCII digits, < 10^7 pods
             raise ValueError(f"{ANN_PLANNED_NODES}: {part!r} is not node=pods")
         out[node] = out.get(node, 0) + int(count)
     return out

@@ -27,7 +27,7 @@ from typing import Any
 from admission.kube import Obj
 from policies import PodSetSpec
 from topology import NODE_OPERATORS, GraphLink, NodeConstraint, NodeRequirement, ResourceVector, Toleration, parse_label_int
-from topology._resources import MAX_COUNT
+from topology._resources import LIMITS, MAX_COUNT, RESOURCE_NAMES
 from topology._documents import read_yaml_file
 
 __all__ = [
@@ -252,6 +252,9 @@ def _pod_resources(spec: dict[str, Any], where: str, gpu_resource: str) -> Resou
     for i, c in enumerate(_get(spec, "initContainers", where, list, [])):
         init = one(c, f"{where}.initContainers[{i}]")
         total = ResourceVector(*(max(a, b) for a, b in zip(total.as_tuple(), init.as_tuple())))
+    for name, amount, limit in zip(RESOURCE_NAMES, total.as_tuple(), LIMITS):  # each container is bounded; so is their sum
+        if amount > limit:
+            raise WorkloadError(f"{where}.containers: the pod's {name} sum to {amount}, above the limit of {limit}")
     return total
 
 

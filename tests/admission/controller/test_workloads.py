@@ -119,6 +119,8 @@ _DELETE = object()
          "spec.podSets[0].template.spec.containers[0].resources.requests.memory: '9e99' exceeds the limit"),
         (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "cpu"], "1e999999",
          "requests.cpu: '1e999999' is out of range"),
+        (["spec", "podSets", 0, "template", "spec", "containers"], [{"name": f"c{i}", "resources": {"requests": {"nvidia.com/gpu": 4096}}} for i in range(2)],
+         "spec.podSets[0].template.spec.containers: the pod's gpu sum to 8192, above the limit of 4096"),
         (["spec", "podSets", 0, "template", "spec", "containers", 0, "resources", "requests", "pods"], "1e30",
          "requests.pods: '1e30' exceeds the limit of 1000000"),
         (["status"], {"admission": {"podSetAssignments": [{"name": "prefill", "count": 10**9}]}},

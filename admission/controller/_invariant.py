@@ -57,18 +57,29 @@ def place_owed(free: IntArray, demands: Sequence[Demand]) -> tuple[list[list[tup
     remaining pods go first-fit in path order over the domain, demands with the smaller domain
     first (they have fewer alternatives). Greedy, so a shortfall may be reported where a cleverer
     assignment exists; callers treat a shortfall conservatively (the domain counts as full)."""
-    left = free.copy()
     placed: list[list[tuple[int, int]]] = [[] for _ in demands]
     missing = [d.pods for d in demands]
+    rows: dict[int, list[int]] = {}  # planned nodes in plain ints: a few per demand, cheaper than array rows
     for j, d in enumerate(demands):
+        if not d.planned:
+            continue
+        need = [(r, int(q)) for r, q in enumerate(d.shape.tolist()) if q > 0]
         for node, want in d.planned:
             if missing[j] == 0:
                 break
-            take = min(want, missing[j], int(_fit(left[node:node + 1], d.shape)[0]))
+            row = rows.get(node)
+            if row is None:
+                row = rows[node] = [int(v) for v in free[node].tolist()]
+            take = min(want, missing[j], min(row[r] // q for r, q in need))
             if take > 0:
-                left[node] -= d.shape * take
+                for r, q in need:
+                    row[r] -= q * take
                 placed[j].append((node, take))
                 missing[j] -= take
+    left = free.copy()
+    if rows:
+        touched = np.fromiter(rows, dtype=np.int64, count=len(rows))
+        left[touched] = np.array(list(rows.values()), dtype=np.int64)
     for j in sorted(range(len(demands)), key=lambda k: (demands[k].domain.size, k)):
         d = demands[j]
         if missing[j] == 0 or d.domain.size == 0:

@@ -107,3 +107,43 @@ def test_only_a_live_ready_entry_reserves() -> None:
     assert not holds_reservation(wl("Ready", Finished="True"), {"c"})
     assert not holds_reservation(wl("Ready", Evicted="True"), {"c"})
     assert not holds_reservation({**wl("Ready"), "spec": {"active": False}}, {"c"})
+
+
+def test_owed_pods_come_from_the_admitted_count_and_survive_a_lost_plan() -> None:
+    from tests.admission.controller.test_double_booking import CHECK, Fabric as Island, admitted
+
+    island = Island()
+    ledger = Ledger(bound=island.bound_pods)
+    obj = admitted("w", {"n1": 1, "n2": 1}, pods=3)  # partial admission: 3 pods, only two planned
+    ledger.observe(obj, [CHECK])
+    (r,) = ledger.reservations()
+    assert (r.pods, ledger.owed_pods(r), r.selector) == (3, 3, (("nvidia.com/gpu.clique", "i0"),))
+    (owed,) = ledger.owed(island.snapshot())
+    assert owed.witness == (("n1", 1), ("n2", 1), ("n3", 1))  # planned first, then the island in path order
+
+    obj["status"]["admissionChecks"][0]["podSetUpdates"][0]["annotations"]["atoll.dev/planned-nodes"] = "n1"
+    ledger.observe(obj, [CHECK])  # the plan is unreadable: the pods are still owed, anywhere in the island
+    assert ledger.apply(island.snapshot()) == 12
+    assert ledger.apply(island.snapshot(), exclude_uid="uid-w") == 0
+
+    island.bind("d-w", "n5")
+    island.bind("d-w", "n6")
+    ledger.pods_changed("d-w")
+    (owed,) = ledger.owed(island.snapshot())
+    assert (owed.pods, owed.witness) == (1, (("n1", 1),))
+
+
+def test_the_pod_templates_own_selector_narrows_the_domain() -> None:
+    from tests.admission.controller.test_double_booking import CHECK, Fabric as Island, admitted
+
+    island = Island()
+    ledger = Ledger(bound=island.bound_pods)
+    obj = admitted("w", {"n1": 1, "n2": 1})
+    obj["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    ledger.observe(obj, [CHECK])
+    (owed,) = ledger.owed(island.snapshot())
+    assert owed.domain == ("n1",) and owed.witness == (("n1", 1),)
+    snap = island.snapshot()
+    ledger.apply(snap)
+    assert [(s.workload, s.missing) for s in ledger.shortfalls] == [("team/w", 1)]
+    assert snap.free[:, 0].tolist() == [0, 4, 4, 4, 4, 4]  # only n1 counts as full

@@ -1,6 +1,29 @@
 """Builders for the Kubernetes and Kueue (v1beta2) objects the integration tests create, and
-Kueue's part of the admission-check protocol as DESIGN.md states it (``reserve_quota``,
-``KueueActor``), written under Kueue's own field manager with server-side apply."""
+Kueue's part of the admission-check protocol (``reserve_quota``, ``KueueActor``), write by write
+in Kueue's own order (DESIGN.md, "Eviction, as Kueue writes it"):
+
+- reservation: one forced server-side apply under field manager ``kueue`` (Kueue's scheduler):
+  ``status.admission``, ``QuotaReserved=True`` and, in the same write, ``Evicted``/``Preempted``
+  back to False (``SetQuotaReservation`` in Kueue's pkg/workload/workload.go), every check entry
+  as it is plus a ``Pending`` one for a check that has none;
+- reaction to a ``Retry``: ``status.requeueState.requeueAt = lastTransitionTime +
+  requeueAfterSeconds`` (``NeedsRequeueAtUpdate``, pkg/workload/admissionchecks.go), then the
+  eviction write (``prepareForEviction``, pkg/workload/evict/evict.go: ``Evicted=True``, every
+  non-Pending entry reset to Pending without its podSetUpdates, ``retryCount``+1 for a Retry),
+  then, once the job has stopped, the release write (``QuotaReserved=False``, admission cleared,
+  ``Requeued``; pkg/controller/jobframework/reconciler.go), then the backoff's end
+  (``Requeued=True``, ``BackoffFinished``) and a new reservation;
+- reaction to ``Rejected``: ``DeactivationTarget``, ``spec.active=false``, eviction, release; no
+  requeue (pkg/controller/core/workload_controller.go, ``reconcileCheckBasedEviction``);
+- finish: ``Finished=True``, the admission kept.
+
+Every write after the reservation is a JSON merge patch carrying the ``resourceVersion`` it was
+computed from (Kueue's merge-patch mode, ``WorkloadRequestUseMergePatch``), re-read and redone on
+a 409 as Kueue's reconcilers do. On the 1.20 test apiserver an apply that omits
+``status.admission`` cannot release it; a merge patch setting ``admission: null`` together with
+the condition changes does, in one write. Condition types Kueue does not manage (Atoll's
+``atoll.dev/TopologyWaiting``) are carried through unchanged, as Kueue's writes leave them.
+"""
 
 from __future__ import annotations
 
@@ -138,12 +161,55 @@ def apply_workload_status(custom: client.CustomObjectsApi, namespace: str, name:
     return obj
 
 
+KUEUE_CONDITIONS = ("QuotaReserved", "BlockedOnPreemptionGates", "Evicted", "Admitted", "Preempted", "Requeued",
+                    "DeactivationTarget", "Finished", "PodsReady")
+"""The condition types Kueue writes (``admissionManagedConditions``, pkg/workload/patching/patching.go)."""
+EVICTED_BY_CHECK = "AdmissionCheck"
+DEACTIVATED = "Deactivated"
+PREEMPTED = "Preempted"
+
+
+def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str,
+                  now: str, generation: int | None = None) -> None:
+    """``apimeta.SetStatusCondition``: lastTransitionTime moves only when the status changes."""
+    new = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+    if generation is not None:
+        new["observedGeneration"] = generation
+    for i, c in enumerate(conditions):
+        if c.get("type") == type_:
+            if c.get("status") == status:
+                new["lastTransitionTime"] = c.get("lastTransitionTime", now)
+            conditions[i] = new
+            return
+    conditions.append(new)
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+
+
+def is_true(obj: dict[str, Any], type_: str) -> bool:
+    c = condition(obj, type_)
+    return bool(c and c.get("status") == "True")
+
+
+def _get(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workloads", name)
+    return obj
+
+
+def _kueue_conditions(wl: dict[str, Any]) -> list[dict[str, Any]]:
+    return [dict(c) for c in (wl.get("status") or {}).get("conditions") or [] if c.get("type") in KUEUE_CONDITIONS]
+
+
 def reserve_quota(custom: client.CustomObjectsApi, namespace: str, name: str, cluster_queue: str, flavor: str,
                   podset_counts: dict[str, int] | None = None, check_name: str = CHECK) -> dict[str, Any]:
-    """What Kueue does at quota reservation: ``status.admission`` (every requested resource on
-    ``flavor``, usage = per-pod requests x count), ``QuotaReserved=True``, and the check's
-    ``Pending`` entry with an empty message. ``podset_counts`` overrides counts (partial admission)."""
-    wl: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workloads", name)
+    """What Kueue's scheduler writes at quota reservation, in one forced apply: ``status.admission``
+    (every requested resource on ``flavor``, usage = per-pod requests x count), ``QuotaReserved=True``,
+    ``Evicted`` and ``Preempted`` back to False if they were True, and the check entries as they
+    are, with a ``Pending`` one (empty message) for a check that has none. ``podset_counts``
+    overrides counts (partial admission)."""
+    wl = _get(custom, namespace, name)
     assignments = []
     for ps in wl["spec"]["podSets"]:
         count = (podset_counts or {}).get(ps["name"], ps["count"])
@@ -151,26 +217,34 @@ def reserve_quota(custom: client.CustomObjectsApi, namespace: str, name: str, cl
         assignments.append({"name": ps["name"], "flavors": {resource: flavor for resource in per_pod}, "count": count,
                             "resourceUsage": {resource: _quantity(qty * count) for resource, qty in per_pod.items()}})
     t = now_rfc3339()
+    gen = wl["metadata"].get("generation", 1)
+    conditions = _kueue_conditions(wl)
+    set_condition(conditions, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cluster_queue}", t, gen)
+    for type_ in ("Evicted", "Preempted"):  # resetActiveCondition: only a True one is turned False
+        prev = condition(wl, type_)
+        if prev and prev.get("status") == "True":
+            set_condition(conditions, type_, "False", "QuotaReserved", "Previously: " + str(prev.get("message", "")), t, gen)
+    checks = [dict(e) for e in (wl.get("status") or {}).get("admissionChecks") or []]
+    if not any(e.get("name") == check_name for e in checks):
+        checks.append({"name": check_name, "state": "Pending", "message": PENDING_MESSAGE, "lastTransitionTime": t})
     return apply_workload_status(custom, namespace, name, {
         "admission": {"clusterQueue": cluster_queue, "podSetAssignments": assignments},
-        "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
-                        "message": f"Quota reserved in ClusterQueue {cluster_queue}", "lastTransitionTime": t,
-                        "observedGeneration": wl["metadata"].get("generation", 1)}],
-        "admissionChecks": [{"name": check_name, "state": "Pending", "message": PENDING_MESSAGE, "lastTransitionTime": t}],
+        "conditions": conditions,
+        "admissionChecks": checks,
     })
 
 
 class KueueActor:
-    """Plays Kueue for one admission check: reserves quota with the check Pending, and reacts to
-    Retry (evict, release quota, Pending again) and completion, all under field manager ``kueue``."""
+    """Plays Kueue for one admission check, write by write in Kueue's order (module docstring)."""
 
     def __init__(self, api: client.ApiClient, check: str = CHECK) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.check = check
+        self.writes: list[str] = []
+        """Which Kueue write happened, in order (for tests that check the protocol itself)."""
 
     def get(self, namespace: str, name: str) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workloads", name)
-        return obj
+        return _get(self.custom, namespace, name)
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         obj: dict[str, Any] = self.custom.create_namespaced_custom_object(GROUP, VERSION, body["metadata"]["namespace"], "workloads", body)
@@ -178,6 +252,7 @@ class KueueActor:
 
     def reserve_quota(self, namespace: str, name: str, cluster_queue: str, flavor: str,
                       podset_counts: dict[str, int] | None = None) -> dict[str, Any]:
+        self.writes.append("reserve")
         return reserve_quota(self.custom, namespace, name, cluster_queue, flavor, podset_counts, self.check)
 
     def check_state(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -186,13 +261,168 @@ class KueueActor:
                 return dict(entry)
         return None
 
+    # ------------------------------------------------------------------ one Kueue write each
+
+    def _write(self, namespace: str, name: str, what: str, change: Any, *, spec: bool = False) -> dict[str, Any]:
+        """Read, let ``change(wl)`` return the status (or spec) fields to merge, write them with the
+        resourceVersion read; on a 409 read again and redo, as Kueue's reconcilers do."""
+        for _ in range(10):
+            wl = self.get(namespace, name)
+            fields = change(wl)
+            if fields is None:
+                return wl
+            body = {"metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]}, ("spec" if spec else "status"): fields}
+            try:
+                if spec:
+                    out: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+                        GROUP, VERSION, namespace, "workloads", name, body, _content_type=MERGE)
+                else:
+                    out = self.custom.patch_namespaced_custom_object_status(
+                        GROUP, VERSION, namespace, "workloads", name, body, _content_type=MERGE)
+            except client.ApiException as exc:
+                if exc.status == 409:
+                    continue
+                raise
+            self.writes.append(what)
+            return out
+        raise AssertionError(f"Kueue's {what} write of {namespace}/{name} kept conflicting")
+
+    def set_requeue_at(self, namespace: str, name: str) -> dict[str, Any]:
+        """``NeedsRequeueAtUpdate``: requeueAt = the latest Retry entry's lastTransitionTime +
+        requeueAfterSeconds (the count is not Kueue's to raise for a check's Retry)."""
+        def change(wl: dict[str, Any]) -> dict[str, Any] | None:
+            times = [_epoch(e["lastTransitionTime"]) + int(e["requeueAfterSeconds"])
+                     for e in wl.get("status", {}).get("admissionChecks", [])
+                     if e.get("state") == "Retry" and e.get("requeueAfterSeconds") is not None and e.get("lastTransitionTime")]
+            if not times:
+                return None
+            state = dict(wl.get("status", {}).get("requeueState") or {})
+            state["requeueAt"] = _rfc3339(max(times))
+            return {"requeueState": state}
+        return self._write(namespace, name, "requeue-at", change)
+
+    def evict(self, namespace: str, name: str, reason: str, message: str, *, preempted: bool = False,
+              clear: tuple[str, ...] = ()) -> dict[str, Any]:
+        """``prepareForEviction``: one write sets ``Evicted=True`` and resets every non-Pending check
+        entry to Pending (podSetUpdates dropped, requeueAfterSeconds kept, retryCount+1 only for a
+        Retry); QuotaReserved and the admission stay. ``preempted`` adds ``Preempted=True`` in the
+        same write (the preemptor's custom prepare); ``clear`` removes conditions (deactivation
+        removes DeactivationTarget and the requeueState)."""
+        def change(wl: dict[str, Any]) -> dict[str, Any]:
+            t = now_rfc3339()
+            gen = wl["metadata"].get("generation", 1)
+            status = wl.get("status") or {}
+            conditions = [dict(c) for c in status.get("conditions") or [] if c.get("type") not in clear]
+            set_condition(conditions, "Evicted", "True", reason, message, t, gen)
+            if preempted:
+                set_condition(conditions, "Preempted", "True", "InClusterQueue", message, t, gen)
+            checks = []
+            for e in status.get("admissionChecks") or []:
+                if e.get("state") == "Pending":
+                    checks.append(dict(e))
+                    continue
+                reset: dict[str, Any] = {"name": e["name"], "state": "Pending", "lastTransitionTime": t,
+                                         "message": "Reset to Pending after eviction. Previously: " + str(e.get("state"))}
+                if e.get("requeueAfterSeconds") is not None:
+                    reset["requeueAfterSeconds"] = e["requeueAfterSeconds"]
+                if e.get("state") == "Retry":
+                    reset["retryCount"] = int(e.get("retryCount") or 0) + 1
+                checks.append(reset)
+            out: dict[str, Any] = {"conditions": conditions, "admissionChecks": checks}
+            if "requeueState" in clear:
+                out["requeueState"] = None
+            return out
+        return self._write(namespace, name, "evict", change)
+
+    def release(self, namespace: str, name: str) -> dict[str, Any]:
+        """The job has stopped: one write sets ``QuotaReserved=False``, clears the admission
+        (``admission: null``; see the module docstring) and sets ``Requeued`` (True only after a
+        preemption or node failures; False, with the eviction's reason, otherwise)."""
+        def change(wl: dict[str, Any]) -> dict[str, Any] | None:
+            evicted = condition(wl, "Evicted")
+            if not (evicted and evicted.get("status") == "True") or not is_true(wl, "QuotaReserved"):
+                return None
+            t = now_rfc3339()
+            gen = wl["metadata"].get("generation", 1)
+            conditions = [dict(c) for c in wl["status"].get("conditions") or []]
+            requeued = "True" if evicted.get("reason") in (PREEMPTED, "NodeFailures") else "False"
+            set_condition(conditions, "Requeued", requeued, str(evicted.get("reason")), str(evicted.get("message", "")), t, gen)
+            set_condition(conditions, "QuotaReserved", "False", "PendingEvaluation", str(evicted.get("message", "")), t, gen)
+            if is_true(wl, "Admitted"):
+                set_condition(conditions, "Admitted", "False", "NoReservation", "The workload has no reservation", t, gen)
+            return {"admission": None, "conditions": conditions}
+        return self._write(namespace, name, "release", change)
+
+    def end_backoff(self, namespace: str, name: str) -> dict[str, Any]:
+        """The backoff has run out: ``Requeued=True`` (``BackoffFinished``), requeueAt cleared."""
+        def change(wl: dict[str, Any]) -> dict[str, Any] | None:
+            requeued = condition(wl, "Requeued")
+            if not requeued or requeued.get("status") != "False" or requeued.get("reason") != EVICTED_BY_CHECK:
+                return None
+            conditions = [dict(c) for c in wl["status"].get("conditions") or []]
+            set_condition(conditions, "Requeued", "True", "BackoffFinished", "The workload backoff was finished", now_rfc3339(),
+                          wl["metadata"].get("generation", 1))
+            out: dict[str, Any] = {"conditions": conditions}
+            if (wl["status"].get("requeueState") or {}).get("requeueAt"):
+                out["requeueState"] = {"requeueAt": None}
+            return out
+        return self._write(namespace, name, "backoff-finished", change)
+
+    def deactivate(self, namespace: str, name: str, message: str) -> dict[str, Any]:
+        """A Rejected check: ``DeactivationTarget=True``, then ``spec.active=false``."""
+        def target(wl: dict[str, Any]) -> dict[str, Any]:
+            conditions = [dict(c) for c in wl["status"].get("conditions") or []]
+            set_condition(conditions, "DeactivationTarget", "True", EVICTED_BY_CHECK, message, now_rfc3339(),
+                          wl["metadata"].get("generation", 1))
+            return {"conditions": conditions}
+        self._write(namespace, name, "deactivation-target", target)
+        return self._write(namespace, name, "deactivate", lambda wl: {"active": False}, spec=True)
+
+    # ------------------------------------------------------------------ Kueue's reactions
+
+    def react(self, namespace: str, name: str) -> str:
+        """Kueue's reaction to the check states now on the Workload, through the release:
+        ``"retry"`` (evicted, to be requeued), ``"rejected"`` (deactivated, never requeued) or
+        ``"none"``. ``reconcileCheckBasedEviction`` skips a Workload already evicted."""
+        wl = self.get(namespace, name)
+        if is_true(wl, "Evicted"):
+            return "none"
+        states = [e.get("state") for e in wl.get("status", {}).get("admissionChecks", [])]
+        if "Rejected" in states:
+            message = f"Deactivated due to the admission check {self.check} in Rejected state"
+            self.deactivate(namespace, name, message)
+            self.evict(namespace, name, f"{DEACTIVATED}DueTo{EVICTED_BY_CHECK}", "The workload is deactivated due to " + message,
+                       clear=("DeactivationTarget", "requeueState"))
+            self.release(namespace, name)
+            return "rejected"
+        if "Retry" in states:
+            self.set_requeue_at(namespace, name)
+            self.evict(namespace, name, EVICTED_BY_CHECK, f"Evicted due to the admission check {self.check} in Retry state")
+            self.release(namespace, name)
+            return "retry"
+        return "none"
+
+    def preempt(self, namespace: str, name: str) -> dict[str, Any]:
+        """Kueue's preemption of a Workload holding quota: eviction (with ``Preempted=True``), release."""
+        self.evict(namespace, name, PREEMPTED, "Preempted to accommodate a workload in the ClusterQueue", preempted=True)
+        return self.release(namespace, name)
+
     def finish(self, namespace: str, name: str) -> dict[str, Any]:
         """The job finished: ``Finished=True`` added, the admission kept (as Kueue keeps it)."""
-        status = self.get(namespace, name).get("status", {})
-        t = now_rfc3339()
-        conditions = [c for c in status.get("conditions", []) if c["type"] != "Finished"]
-        conditions.append({"type": "Finished", "status": "True", "reason": "Succeeded", "message": "Job finished successfully", "lastTransitionTime": t})
-        applied: dict[str, Any] = {"conditions": conditions}
-        if status.get("admission"):
-            applied["admission"] = status["admission"]
-        return apply_workload_status(self.custom, namespace, name, applied)
+        def change(wl: dict[str, Any]) -> dict[str, Any]:
+            conditions = [dict(c) for c in (wl.get("status") or {}).get("conditions") or []]
+            set_condition(conditions, "Finished", "True", "Succeeded", "Job finished successfully", now_rfc3339(),
+                          wl["metadata"].get("generation", 1))
+            return {"conditions": conditions}
+        return self._write(namespace, name, "finish", change)
+
+
+MERGE = "application/merge-patch+json"
+
+
+def _epoch(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _rfc3339(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(int(epoch), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

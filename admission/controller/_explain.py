@@ -78,10 +78,13 @@ class Explainer:
         status = obj.get("status") or {}
         out["cluster_queue"] = (status.get("admission") or {}).get("clusterQueue")
         out["quota_reserved"] = condition_true(obj, "QuotaReserved")
+        out["evicted"] = condition_true(obj, "Evicted")
         entry = check_entry(obj, check_names)
         out["check"] = {k: entry.get(k) for k in ("name", "state", "message", "requeueAfterSeconds", "lastTransitionTime")} if entry else None
-        wait = read_wait_state(obj)
-        out["wait_state"] = {"attempts": wait.attempts, "first_waited_at": iso_time(wait.first_waited_at) if wait.first_waited_at else None}
+        wait = read_wait_state(obj, check_names)
+        # Retries so far: Kueue's retryCount, plus the Retry on the entry that Kueue has not evicted for yet
+        retrying = 1 if entry is not None and entry.get("state") == "Retry" and not out["evicted"] else 0
+        out["wait_state"] = {"attempts": wait.attempts + retrying, "first_waited_at": iso_time(wait.first_waited_at) if wait.first_waited_at is not None else None}
         if entry and entry.get("state") == "Ready":
             placed = []
             for update in entry.get("podSetUpdates") or []:
@@ -103,6 +106,8 @@ class Explainer:
         out["flavors"] = [self.flavor_report(f) for f in flavors]
         if self.cache.profiles is None:
             out["now"] = {"outcome": "none", "message": config_error or "no valid profiles document"}
+        elif out["evicted"]:
+            out["now"] = {"outcome": "none", "message": "Kueue is evicting this Workload; Atoll decides again after its next quota reservation"}
         elif status and condition_true(obj, "QuotaReserved"):
             v = self.decider.evaluate(obj, "dry-run", now)
             out["now"] = {"outcome": v.outcome, "message": v.message, "profile": v.profile, "class": v.workload_class,

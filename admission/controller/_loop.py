@@ -2,9 +2,10 @@
 
 Watches feed one inbox; a single worker thread applies their events to the cache and ledger and
 decides queued Workloads one at a time, so two Workloads never see the same free GPUs. A
-Workload is queued while it is actionable (``QuotaReserved=True``, Atoll's entry ``Pending``);
-the decision is ``Decider``'s (``_decide``), the write ``StatusWriter``'s (``_status``), and the
-record and metrics are taken here. Tests drive the same code synchronously: ``sync()`` lists
+Workload is queued while it is actionable (``QuotaReserved=True``, not ``Evicted``, not finished
+or deactivated, Atoll's entry ``Pending``); the decision is ``Decider``'s (``_decide``), the write
+``StatusWriter``'s (``_status``), and the record and metrics are taken here. A write refused
+because the Workload changed since it was read (409) reads it again and decides again at once. Tests drive the same code synchronously: ``sync()`` lists
 everything, ``process()`` decides what is queued.
 """
 
@@ -32,7 +33,7 @@ from admission.controller._metrics import Metrics
 from admission.controller._records import DecisionRecord, Recorder, iso_time
 from admission.controller._settings import Settings
 from admission.controller._status import StatusWriter
-from admission.controller._wait import read_wait_state
+from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import check_entry, condition_true
 from admission.kube import (
     ADMISSION_CHECKS,
@@ -110,6 +111,7 @@ class Controller:
         self._queue: OrderedDict[str, None] = OrderedDict()
         self._delayed: list[tuple[float, str]] = []
         self._failures: Counter[str] = Counter()
+        self._conflicts: Counter[str] = Counter()
         self._waiting: dict[str, str] = {}
         self._inbox: queue.Queue[tuple[str, Resource, Any]] = queue.Queue()
         self._synced: set[Resource] = set()
@@ -195,9 +197,7 @@ class Controller:
 
     def _on_admission_checks(self) -> None:
         k = self.settings.kueue
-        names = frozenset(name for name, ac in self.cache.objects[ADMISSION_CHECKS].items()
-                          if (ac.get("spec") or {}).get("controllerName") == k.controller_name
-                          and (k.admission_check is None or name == k.admission_check))
+        names = atoll_check_names(self.cache.objects[ADMISSION_CHECKS], k)
         if k.admission_check and k.admission_check in self.cache.objects[ADMISSION_CHECKS] and k.admission_check not in names:
             _log.error("admission check is not Atoll's", name=k.admission_check,
                        fix=f"set spec.controllerName: {k.controller_name} on AdmissionCheck {k.admission_check}")
@@ -249,7 +249,20 @@ class Controller:
     # ------------------------------------------------------------------ decisions
 
     def _actionable(self, obj: Obj) -> bool:
+        """Atoll decides only while Kueue holds quota for the Workload and waits on Atoll's check.
+
+        Not while ``Evicted=True``: Kueue's eviction (``prepareForEviction`` in Kueue's
+        pkg/workload/evict/evict.go) resets every non-Pending check entry to Pending in the same
+        write that sets Evicted, while ``QuotaReserved`` and ``status.admission`` stay until the
+        job has stopped; ``Evicted`` turns False only with the next reservation
+        (``SetQuotaReservation`` in pkg/workload/workload.go). A Ready written in that window
+        would survive the requeue and admit the next reservation unchecked; a Retry would leave the
+        Workload stuck (Kueue's ``reconcileCheckBasedEviction`` in
+        pkg/controller/core/workload_controller.go skips Workloads already evicted). Kueue's own
+        ProvisioningRequest check uses the same guard."""
         if not self._check_names or not condition_true(obj, "QuotaReserved") or condition_true(obj, "Finished"):
+            return False
+        if condition_true(obj, "Evicted"):
             return False
         if (obj.get("spec") or {}).get("active", True) is False:
             return False
@@ -299,15 +312,52 @@ class Controller:
         except errors.NotFound:
             _log.info("workload gone before its decision was written", workload=key)
             return verdict
+        except errors.Conflict as exc:
+            self._decide_again(key, obj, exc)
+            return verdict
         except errors.ApiError as exc:
             self.metrics.api_write_failures.labels(type(exc).__name__).inc()
             _log.error("decision not written; will retry", workload=key, error=str(exc))
             self._requeue_later(key)
             return verdict
         self._failures.pop(key, None)
+        self._conflicts.pop(key, None)
         latency = self.clock.monotonic() - started
         self._after_decision(obj, verdict, latency)
         return verdict
+
+    MAX_CONFLICTS = 5
+    """Refused writes in a row after which a Workload waits on the error backoff instead."""
+
+    def _decide_again(self, key: str, obj: Obj, exc: errors.Conflict) -> None:
+        """The write was refused because the Workload changed after it was read (or another
+        manager holds a field): read it again, keep the cache in step, and decide again at once
+        on what is there now (which may be nothing to do: evicted, re-reserved, finished)."""
+        self._conflicts[key] += 1
+        self.metrics.api_write_failures.labels(type(exc).__name__).inc()
+        meta = obj.get("metadata") or {}
+        try:
+            fresh = self.port.get(WORKLOADS, str(meta.get("name")), namespace=meta.get("namespace"))
+        except errors.NotFound:
+            _log.info("workload gone before its decision was written", workload=key)
+            self._conflicts.pop(key, None)
+            return
+        except errors.ApiError as err:
+            _log.error("workload changed before its decision was written and cannot be read again; will retry",
+                       workload=key, error=str(err))
+            self._requeue_later(key)
+            return
+        if self._conflicts[key] > self.MAX_CONFLICTS:
+            _log.error("decision refused repeatedly because the workload keeps changing; will retry",
+                       workload=key, conflicts=self._conflicts[key], error=str(exc))
+            self._conflicts.pop(key, None)
+            self.cache.upsert(WORKLOADS, fresh)
+            self._requeue_later(key)
+            return
+        _log.info("workload changed before its decision was written; deciding again on its current state", workload=key,
+                  read=meta.get("resourceVersion"), current=(fresh.get("metadata") or {}).get("resourceVersion"))
+        self.cache.upsert(WORKLOADS, fresh)
+        self._on_workload(fresh)
 
     def _after_decision(self, obj: Obj, verdict: Verdict, latency: float) -> None:
         meta = obj.get("metadata") or {}
@@ -323,7 +373,8 @@ class Controller:
             self.metrics.free_gpus.labels(flavor).set(free)
             self.metrics.fragmentation.labels(flavor).set(frag)
         status = obj.get("status") or {}
-        wait = read_wait_state(self.cache.objects[WORKLOADS].get(object_key(obj), obj))
+        # Retries so far, this one included (Kueue counts a Retry in retryCount only when it evicts)
+        wait = read_wait_state(self.cache.objects[WORKLOADS].get(object_key(obj), obj), self._check_names)
         view_queue = f"{meta.get('namespace')}/{(obj.get('spec') or {}).get('queueName', '')}"
         self.recorder.record(DecisionRecord(
             decision_id=verdict.decision_id, time=iso_time(self.clock.now()), workload=str(meta.get("name")),
@@ -331,7 +382,7 @@ class Controller:
             cluster_queue=str((status.get("admission") or {}).get("clusterQueue", "")), flavor=verdict.flavor,
             profile=verdict.profile, workload_class=verdict.workload_class, outcome=verdict.outcome, check_state=verdict.state,
             message=verdict.message, placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after,
-            attempts=wait.attempts, relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3),
+            attempts=wait.attempts + (1 if verdict.outcome == "wait" else 0), relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3),
             snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus,
         ))
 

@@ -2,8 +2,12 @@
 the wait state beside it, the Event on a change of state, and the AdmissionCheck's Active condition.
 
 Every write is a server-side apply under Atoll's field manager, so it touches only what Atoll
-owns (its entry of ``status.admissionChecks``, merged by name); an unchanged entry is not
-written again.
+owns (its entry of ``status.admissionChecks``, merged by name, and its ``atoll.dev/TopologyWaiting``
+condition, merged by type); an unchanged entry is not written again. A decision's write carries
+the ``metadata.resourceVersion`` of the Workload it was decided from, so the apiserver refuses it
+(409, ``errors.Conflict``) if anything changed the Workload in between, e.g. Kueue's eviction write
+(``prepareForEviction`` in Kueue's pkg/workload/evict/evict.go) or a new quota reservation. Kueue's
+own check controllers write the same strict way; the caller reads again and decides again.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from admission.controller._events import EventPoster
 from admission.controller._ledger import Ledger
 from admission.controller._records import rfc3339, truncate
 from admission.controller._settings import Settings
-from admission.controller._wait import wait_annotations
+from admission.controller._wait import waiting_condition
 from admission.controller._workloads import check_entry
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Clock, ClusterPort, Obj, errors, object_key
 
@@ -44,7 +48,10 @@ class StatusWriter:
         self.on_written = on_written
 
     def write(self, obj: Obj, verdict: Verdict, check_names: Iterable[str]) -> None:
-        """Apply the verdict as Atoll's check entry (and the wait state); nothing if unchanged."""
+        """Apply the verdict as Atoll's check entry, with the wait condition, in one write that
+        holds only if ``obj`` is still the current Workload; nothing if unchanged.
+
+        Raises ``errors.Conflict`` when the Workload changed since ``obj`` was read."""
         meta = obj.get("metadata") or {}
         ident = {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")}
         manager = self.settings.decisions.field_manager
@@ -59,17 +66,19 @@ class StatusWriter:
             entry["podSetUpdates"] = verdict.podset_updates
         if verdict.state == "Retry":
             entry["requeueAfterSeconds"] = verdict.retry_after
+        condition = waiting_condition(obj, verdict.outcome, now, meta.get("generation"))
+        have = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == (condition or {}).get("type")), None)
         same = all(current.get(k) == entry.get(k) for k in ("state", "message", "podSetUpdates", "requeueAfterSeconds"))
-        if same:
+        if same and (condition is None or (have is not None and all(have.get(k) == condition.get(k)
+                                                                   for k in ("status", "reason", "lastTransitionTime")))):
             return
 
-        want = wait_annotations(obj, verdict.outcome, now)
-        if want:
-            out = self.port.apply(WORKLOADS, {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": {**ident, "annotations": want}},
-                                  field_manager=manager)
-            self.cache.upsert(WORKLOADS, out)
-
-        body = {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": ident, "status": {"admissionChecks": [entry]}}
+        status: dict[str, Any] = {"admissionChecks": [entry]}
+        if condition is not None:
+            status["conditions"] = [condition]
+        version = meta.get("resourceVersion")
+        body = {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
+                "metadata": {**ident, **({"resourceVersion": version} if version else {})}, "status": status}
         out = self.port.apply(WORKLOADS, body, field_manager=manager, subresource="status")
         written = check_entry(out, [name]) or {}
         if written.get("state") != verdict.state:

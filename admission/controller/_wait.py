@@ -1,40 +1,85 @@
 """How long a Workload has waited for a placement, and how often: the input to backoff and relax.
 
-The state lives on the Workload (annotations written under Atoll's field manager), so it
-survives a controller restart; unreadable values count as no state.
+Both numbers come from ``status``, which a Workload's owner cannot write (only controllers
+granted ``workloads/status`` can), so nobody can forge a relax now or block it forever:
+
+- attempts: Kueue's own ``retryCount`` on Atoll's check entry. Kueue increments it when its
+  eviction resets a ``Retry`` entry to ``Pending`` and drops it when it resets any other state
+  (``resetChecksOnEviction`` in Kueue's pkg/workload/evict/evict.go). So it counts the Retries
+  since the Workload was last placed, once per reservation, whatever Atoll's controller saw.
+- first wait: the ``lastTransitionTime`` of Atoll's own condition ``atoll.dev/TopologyWaiting``
+  while it is ``True``. Atoll sets it ``True`` with a Retry, keeps its time on later Retries, and
+  sets it ``False`` with Ready or Rejected (the next wait starts afresh). It travels in the same
+  server-side apply as the check entry, so it costs no extra write. Kueue leaves it alone: its
+  status writes carry only the condition types it manages (``admissionManagedConditions`` in
+  Kueue's pkg/workload/patching/patching.go) and ``status.conditions`` is a map keyed by type.
+
+The annotations older releases wrote on the Workload (``atoll.dev/first-waited-at``,
+``atoll.dev/attempts``) are ignored: the owner can write them. Unreadable values count as no state.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 from admission.controller._records import parse_time, rfc3339
+from admission.controller._settings import KueueSettings
+from admission.controller._workloads import check_entry
 from admission.kube import Obj
 from policies import WaitState
 
-__all__ = ["ANN_ATTEMPTS", "ANN_FIRST_WAITED", "read_wait_state", "wait_annotations"]
+__all__ = ["ANN_ATTEMPTS", "ANN_FIRST_WAITED", "WAITING_CONDITION", "atoll_check_names", "read_wait_state", "waiting_condition"]
 
+WAITING_CONDITION = "atoll.dev/TopologyWaiting"
+"""Atoll's condition on ``Workload.status.conditions``: True since the first Retry of the current wait."""
 ANN_FIRST_WAITED = "atoll.dev/first-waited-at"
+"""Written by older releases; ignored (the Workload's owner can write annotations)."""
 ANN_ATTEMPTS = "atoll.dev/attempts"
+"""Written by older releases; ignored (the Workload's owner can write annotations)."""
 
 
-def read_wait_state(obj: Obj) -> WaitState:
-    """The backoff state Atoll keeps on the Workload (so it survives restarts); unreadable = none."""
-    ann = (obj.get("metadata") or {}).get("annotations") or {}
-    first = parse_time(str(ann.get(ANN_FIRST_WAITED) or "")) if ann.get(ANN_FIRST_WAITED) else None
-    raw = str(ann.get(ANN_ATTEMPTS) or "0")
-    attempts = int(raw) if raw.isdigit() else 0
+def atoll_check_names(admission_checks: Mapping[str, Obj], kueue: KueueSettings) -> frozenset[str]:
+    """The AdmissionChecks Atoll serves: its controllerName and, if one is configured, that name."""
+    return frozenset(name for name, ac in admission_checks.items()
+                     if (ac.get("spec") or {}).get("controllerName") == kueue.controller_name
+                     and (kueue.admission_check is None or name == kueue.admission_check))
+
+
+def _condition(obj: Obj) -> Mapping[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == WAITING_CONDITION:
+            return dict(c)
+    return None
+
+
+def read_wait_state(obj: Obj, check_names: Iterable[str]) -> WaitState:
+    """Attempts and first-wait time from the Workload's status (see the module docstring)."""
+    entry = check_entry(obj, frozenset(check_names)) or {}
+    raw = entry.get("retryCount")
+    attempts = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
+    cond = _condition(obj)
+    first = None
+    if cond is not None and cond.get("status") == "True" and cond.get("lastTransitionTime"):
+        first = parse_time(str(cond["lastTransitionTime"]))
     return WaitState(first, attempts)
 
 
-def wait_annotations(obj: Obj, outcome: str, now: float) -> dict[str, str]:
-    """The annotations to apply with a decision of ``outcome`` (empty when nothing changes):
-    a wait counts one more attempt and keeps the first wait's time; anything else resets."""
-    wait = read_wait_state(obj)
-    have = (obj.get("metadata") or {}).get("annotations") or {}
-    if outcome == "wait":
-        want = {ANN_FIRST_WAITED: have.get(ANN_FIRST_WAITED) if wait.first_waited_at is not None else rfc3339(now),
-                ANN_ATTEMPTS: str(wait.attempts + 1)}
-    elif wait.first_waited_at is not None or wait.attempts:
-        want = {ANN_FIRST_WAITED: "", ANN_ATTEMPTS: "0"}  # done waiting: the next wait starts afresh
-    else:
-        return {}
-    return want if any(have.get(k) != v for k, v in want.items()) else {}
+def waiting_condition(obj: Obj, outcome: str, now: float, generation: int | None = None) -> dict[str, Any] | None:
+    """Atoll's condition to apply with a decision of ``outcome``; None when there is none to keep
+    (no wait yet and not waiting now). A wait keeps the time of the wait already under way."""
+    cond = _condition(obj)
+    waiting = outcome == "wait"
+    if cond is None and not waiting:
+        return None
+    status = "True" if waiting else "False"
+    reason = {"wait": "NoPlacementYet", "admit": "Placed", "reject": "Rejected"}.get(outcome, "Decided")
+    message = {"wait": "Atoll has found no placement for this Workload yet; waiting since lastTransitionTime",
+               "admit": "Atoll placed this Workload; the next wait starts afresh",
+               "reject": "Atoll rejected this Workload; the next wait starts afresh"}.get(outcome, outcome)
+    since = cond.get("lastTransitionTime") if cond is not None and cond.get("status") == status else None
+    out: dict[str, Any] = {"type": WAITING_CONDITION, "status": status, "reason": reason, "message": message,
+                           "lastTransitionTime": since or rfc3339(now)}
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out

@@ -137,28 +137,26 @@ class Fabric:
         return self.kueue.reserve_quota(self.ns, name, self.cq, self.flavor)
 
     def requeue(self, name: str) -> dict[str, Any]:
-        """Kueue after a Retry: evict (clear the admission, quota released, check back to Pending),
-        then, after the delay, reserve quota again."""
-        from tests.kube_objects import PENDING_MESSAGE, now_rfc3339
-
-        t = now_rfc3339()
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, self.ns, "workloads", name, {"status": {
-            "admission": None,
-            "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "evicted by admission check",
-                            "lastTransitionTime": t}],
-            "admissionChecks": [{"name": self.check, "state": "Pending", "message": PENDING_MESSAGE, "lastTransitionTime": t}]}},
-            _content_type="application/merge-patch+json")
+        """Kueue after Atoll's Retry, write by write: requeueAt, eviction (check back to Pending,
+        retryCount+1), release (quota and admission gone), backoff over, reservation again.
+        A Workload whose check is not Retry (e.g. Ready) is preempted instead, then reserved again."""
+        entry = self.kueue.check_state(self.ns, name) or {}
+        if entry.get("state") == "Retry":
+            assert self.kueue.react(self.ns, name) == "retry"
+            self.kueue.end_backoff(self.ns, name)
+        else:
+            self.kueue.preempt(self.ns, name)
         return self.kueue.reserve_quota(self.ns, name, self.cq, self.flavor)
+
+    def evict_only(self, name: str) -> dict[str, Any]:
+        """Kueue's reaction to Atoll's Retry up to the eviction write: Evicted=True, the check reset to
+        Pending, QuotaReserved and the admission still there (the job has not stopped yet)."""
+        self.kueue.set_requeue_at(self.ns, name)
+        return self.kueue.evict(self.ns, name, "AdmissionCheck", f"Evicted due to the admission check {self.check} in Retry state")
 
     def finish(self, name: str) -> None:
         """Kueue when the job is done: Finished=True (the admission stays, as Kueue leaves it)."""
-        from tests.kube_objects import now_rfc3339
-
-        t = now_rfc3339()
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, self.ns, "workloads", name, {"status": {"conditions": [
-            {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved", "lastTransitionTime": t},
-            {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "Job finished successfully", "lastTransitionTime": t}]}},
-            _content_type="application/merge-patch+json")
+        self.kueue.finish(self.ns, name)
 
     def entry(self, name: str) -> dict[str, Any]:
         entry = self.kueue.check_state(self.ns, name)

@@ -13,6 +13,11 @@ pytestmark = pytest.mark.apiserver
 ELASTIC = {"main": {"atoll.dev/profile": "elastic"}}
 
 
+def waiting(wl: dict) -> dict:
+    (cond,) = [c for c in wl["status"]["conditions"] if c["type"] == "atoll.dev/TopologyWaiting"]
+    return cond
+
+
 def half_full(fabric: Fabric) -> None:
     """Every island keeps 4 of its 8 GPUs busy: no island fits an 8-GPU gang, every block does."""
     for b in range(2):
@@ -31,13 +36,14 @@ def test_elastic_waits_for_an_island_then_spans_after_its_relax_time(fabric: Fab
     assert first.outcome == "wait" and first.reason == "relax-pending" and not first.relaxed
     assert entry["state"] == "Retry" and entry["requeueAfterSeconds"] == 20  # elastic's backoff starts at 20s
     assert "spans allowed after 300s" in entry["message"]
-    first_waited = fabric.workload("gang")["metadata"]["annotations"]["atoll.dev/first-waited-at"]
+    first_waited = waiting(fabric.workload("gang"))
+    assert first_waited["status"] == "True"
 
     fabric.clock.advance(200)
     fabric.requeue("gang")
     (second,) = run(ctrl)
     assert second.outcome == "wait" and fabric.entry("gang")["requeueAfterSeconds"] == 40
-    assert fabric.workload("gang")["metadata"]["annotations"]["atoll.dev/first-waited-at"] == first_waited
+    assert waiting(fabric.workload("gang"))["lastTransitionTime"] == first_waited["lastTransitionTime"]
 
     fabric.clock.advance(90)  # 290 s waited: the delay is capped at the relax time left
     fabric.requeue("gang")
@@ -55,8 +61,7 @@ def test_elastic_waits_for_an_island_then_spans_after_its_relax_time(fabric: Fab
     assert sum(nodes.values()) == 2 and all(n.startswith(block + "c") for n in nodes)
     assert len({n[: n.rindex("n")] for n in nodes}) == 2  # two islands of one block: the span is the block
     # done waiting: the wait state is reset for any later eviction
-    ann = fabric.workload("gang")["metadata"]["annotations"]
-    assert ann["atoll.dev/attempts"] == "0" and ann["atoll.dev/first-waited-at"] == ""
+    assert waiting(fabric.workload("gang"))["status"] == "False"
 
 
 def test_elastic_takes_one_island_when_one_is_free(fabric: Fabric) -> None:

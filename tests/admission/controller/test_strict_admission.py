@@ -67,8 +67,9 @@ def test_no_free_island_retries_with_growing_delay(fabric: Fabric) -> None:
         delays.append(entry["requeueAfterSeconds"])
         fabric.requeue("late")
     assert delays == [30, 60, 120]
-    ann = fabric.workload("late")["metadata"]["annotations"]
-    assert ann["atoll.dev/attempts"] == "3" and ann["atoll.dev/first-waited-at"].endswith("Z")
+    wl = fabric.workload("late")
+    assert fabric.entry("late")["retryCount"] == 3  # Kueue counted each Retry once, at its eviction
+    assert [c["status"] for c in wl["status"]["conditions"] if c["type"] == "atoll.dev/TopologyWaiting"] == ["True"]
     assert "only 0 pods fit" in entry["message"] or "largest fits 0" in entry["message"]
 
 

@@ -108,7 +108,8 @@ class Decider:
         try:
             view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
         except WorkloadError as exc:
-            return Verdict("reject", f"Rejected: Workload {object_key(obj)} cannot be read: {exc}", decision_id=decision_id)
+            name = object_key(obj) if isinstance(obj.get("metadata"), dict) else "(no metadata)"
+            return Verdict("reject", f"Rejected: Workload {name} cannot be read: {exc}", decision_id=decision_id)
         try:
             profile_name, profile = doc.profile_for(annotation=view.profile, local_queue=view.local_queue, cluster_queue=view.cluster_queue)
         except KeyError:

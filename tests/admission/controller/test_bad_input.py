@@ -92,3 +92,14 @@ def test_only_unplaced_podsets_is_ready_with_each_reason(fabric: Fabric) -> None
     assert verdict.outcome == "admit" and entry["state"] == "Ready" and not entry.get("podSetUpdates")
     assert entry["message"].startswith("Ready: nothing for Atoll to place: podSets[main]: requests 4 nvidia.com/gpu per pod "
                                        "but Kueue assigned no flavor for nvidia.com/gpu")
+
+
+def test_a_workload_without_readable_metadata_is_rejected_not_raised() -> None:
+    from admission.controller import ClusterCache, Decider, Ledger, Settings
+    from policies import load_profiles
+
+    cache = ClusterCache("nvidia.com/gpu")
+    cache.set_profiles(load_profiles("profiles: {strict: {}}\ndefaultProfile: strict\n"))
+    verdict = Decider(cache, Ledger("nvidia.com/gpu"), Settings()).evaluate(
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": True, "spec": None}, "d1", 0.0)
+    assert verdict.outcome == "reject" and "workload.metadata: expected dict, got bool" in verdict.message

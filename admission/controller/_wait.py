@@ -25,7 +25,6 @@ from typing import Any
 
 from admission.controller._records import parse_time, rfc3339
 from admission.controller._settings import KueueSettings
-from admission.controller._workloads import check_entry
 from admission.kube import Obj
 from policies import WaitState
 
@@ -46,16 +45,21 @@ def atoll_check_names(admission_checks: Mapping[str, Obj], kueue: KueueSettings)
                      and (kueue.admission_check is None or name == kueue.admission_check))
 
 
+def _items(obj: Obj, key: str) -> list[Mapping[str, Any]]:
+    """``status.<key>`` as a list of mappings; anything unreadable is left out."""
+    status = obj.get("status") if isinstance(obj, Mapping) else None
+    items = status.get(key) if isinstance(status, Mapping) else None
+    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+
+
 def _condition(obj: Obj) -> Mapping[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or []:
-        if c.get("type") == WAITING_CONDITION:
-            return dict(c)
-    return None
+    return next((dict(c) for c in _items(obj, "conditions") if c.get("type") == WAITING_CONDITION), None)
 
 
 def read_wait_state(obj: Obj, check_names: Iterable[str]) -> WaitState:
     """Attempts and first-wait time from the Workload's status (see the module docstring)."""
-    entry = check_entry(obj, frozenset(check_names)) or {}
+    names = frozenset(check_names)
+    entry = next((e for e in _items(obj, "admissionChecks") if e.get("name") in names), {})
     raw = entry.get("retryCount")
     attempts = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
     cond = _condition(obj)

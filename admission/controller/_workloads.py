@@ -55,8 +55,15 @@ REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 
 
+def _status_list(obj: Obj, key: str) -> list[dict[str, Any]]:
+    """``status.<key>`` entries that are mappings; anything malformed reads as absent (parse_workload names it)."""
+    status = obj.get("status")
+    items = status.get(key) if isinstance(status, dict) else None
+    return [x for x in items if isinstance(x, dict)] if isinstance(items, list) else []
+
+
 def condition_true(obj: Obj, kind: str) -> bool:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
+    for cond in _status_list(obj, "conditions"):
         if cond.get("type") == kind:
             return bool(cond.get("status") == "True")
     return False
@@ -65,7 +72,7 @@ def condition_true(obj: Obj, kind: str) -> bool:
 def check_entry(obj: Obj, names: Iterable[str]) -> dict[str, Any] | None:
     """The Workload's admission-check entry for one of ``names`` (Atoll's checks)."""
     wanted = set(names)
-    for entry in (obj.get("status") or {}).get("admissionChecks") or []:
+    for entry in _status_list(obj, "admissionChecks"):
         if entry.get("name") in wanted:
             return dict(entry)
     return None

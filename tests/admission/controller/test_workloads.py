@@ -188,3 +188,11 @@ def test_unsupported_kind_and_unreadable_file(tmp_path: Path) -> None:
         load_workload_file(bad)
     with pytest.raises(WorkloadError, match="cannot read"):
         load_workload_file(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("status", [True, {"conditions": "x", "admissionChecks": [1, None]}, {"conditions": None}])
+def test_status_lookups_read_malformed_status_as_absent(status: Any) -> None:
+    from admission.controller import check_entry, condition_true
+
+    obj = {"metadata": {"name": "w"}, "status": status}
+    assert check_entry(obj, ["atoll"]) is None and condition_true(obj, "QuotaReserved") is False

@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test test test-unit lint bench envtest
+.PHONY: install install-test test test-unit lint bench envtest fuzz
 
 # What the atoll commands need at run time.
 install:
@@ -25,6 +25,10 @@ test: install-test envtest lint
 
 test-unit: install-test
 	$(PYTHON) -m pytest -q -m "not apiserver"
+
+# Hostile input at volume: 10,000 cases per fuzz test (the default run draws a few hundred).
+fuzz: install-test
+	ATOLL_FUZZ_EXAMPLES=10000 $(PYTHON) -m pytest -q -p no:cacheprovider tests/fuzz
 
 # Speed and quality, measured (never asserted in tests): finder, controller on a real apiserver,
 # and placement quality on the public traces in ../shared/traces.

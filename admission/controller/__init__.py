@@ -3,7 +3,7 @@
 Rooms: ``_loop`` (watches → work queue → reconcile), ``_decide`` (the pure decision: cache
 state + Workload → Verdict and podSetUpdates), ``_status`` (the one server-side apply per
 decision, Events, the AdmissionCheck condition), ``_wait`` (the wait state behind backoff and
-relax), ``_ledger`` (what admitted Workloads still hold), ``_cache`` (cluster objects and
+relax), ``_ledger`` (what admitted Workloads still owe), ``_invariant`` (the no-double-booking check), ``_cache`` (cluster objects and
 per-flavor snapshots), ``_workloads`` (reading Kueue Workloads, Jobs and JobSets), ``_explain``,
 ``_records`` (decision records), ``_events``, ``_metrics``, ``_settings``.
 
@@ -20,12 +20,13 @@ if TYPE_CHECKING:
     from admission.controller._cache import ClusterCache, FlavorProblem, node_info, pod_usage
     from admission.controller._decide import Decider, Verdict
     from admission.controller._events import EventPoster
-    from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, Reservation, decode_planned, encode_planned, holds_reservation
+    from admission.controller._invariant import Violation, check_invariant
+    from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, Reservation, Shortfall, decode_planned, encode_planned, holds_reservation
     from admission.controller._loop import Controller
     from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time
     from admission.controller._settings import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
-    from admission.controller._wait import ANN_ATTEMPTS, ANN_FIRST_WAITED, read_wait_state
+    from admission.controller._wait import WAITING_CONDITION, read_wait_state
     from admission.controller._workloads import (
         WorkloadError,
         WorkloadView,
@@ -37,9 +38,7 @@ if TYPE_CHECKING:
     )
 
 _WHERE = {
-    "ANN_ATTEMPTS": "_wait",
     "ANN_DECISION_ID": "_ledger",
-    "ANN_FIRST_WAITED": "_wait",
     "ANN_PLANNED_NODES": "_ledger",
     "ClusterCache": "_cache",
     "ConfigSettings": "_settings",
@@ -59,12 +58,16 @@ _WHERE = {
     "Reservation": "_ledger",
     "ServeSettings": "_settings",
     "Settings": "_settings",
+    "Shortfall": "_ledger",
     "Verdict": "_decide",
+    "Violation": "_invariant",
+    "WAITING_CONDITION": "_wait",
     "WatchSettings": "_settings",
     "WhyNotRecord": "_records",
     "WorkloadError": "_workloads",
     "WorkloadView": "_workloads",
     "check_entry": "_workloads",
+    "check_invariant": "_invariant",
     "condition_true": "_workloads",
     "decode_planned": "_ledger",
     "encode_planned": "_ledger",
@@ -79,11 +82,10 @@ _WHERE = {
 }
 
 __all__ = [
-    "ANN_ATTEMPTS",
     "ANN_DECISION_ID",
-    "ANN_FIRST_WAITED",
     "ANN_PLANNED_NODES",
     "DECISION_EVENT",
+    "WAITING_CONDITION",
     "ClusterCache",
     "ConfigSettings",
     "Controller",
@@ -101,12 +103,15 @@ __all__ = [
     "Reservation",
     "ServeSettings",
     "Settings",
+    "Shortfall",
     "Verdict",
+    "Violation",
     "WatchSettings",
     "WhyNotRecord",
     "WorkloadError",
     "WorkloadView",
     "check_entry",
+    "check_invariant",
     "condition_true",
     "decode_planned",
     "encode_planned",

@@ -275,6 +275,11 @@ class ClusterCache:
 
     # ------------------------------------------------------------------ reading
 
+    def node_labels(self, name: str) -> Mapping[str, str] | None:
+        """A node's labels (None for a node the cache does not know), for selectors the ledger checks."""
+        info = self.nodes.get(name)
+        return info.labels if info is not None else None
+
     def bound_pods(self, decision_id: str) -> dict[str, Counter[str]]:
         """PodSet → node → pods bound so far, for one decision (pods carry its id)."""
         out: dict[str, Counter[str]] = {}

@@ -79,3 +79,17 @@ def test_a_domain_short_of_room_admits_nothing_new(fabric: Fabric) -> None:
     assert verdict.outcome == "wait", verdict.message
     assert [(s.workload, s.missing, s.owed) for s in ctrl.ledger.shortfalls] == [(f"{fabric.ns}/b", 1, 2)]
     assert ctrl.ledger.shortfall_applies >= 1
+
+
+def test_the_controllers_ledger_reads_node_labels_for_template_selectors() -> None:
+    """A template nodeSelector key that is no topology level (``pool``) narrows what a Workload owes
+    only if the ledger can read node labels: the controller wires its cache in."""
+    from admission.controller import Controller
+    from admission.kube import NODES
+
+    ctrl = Controller(port=None)  # type: ignore[arg-type]  # nothing here talks to a cluster
+    ctrl.cache.upsert(NODES, {"metadata": {"name": "n1", "labels": {"pool": "a"}}, "spec": {},
+                              "status": {"allocatable": {"nvidia.com/gpu": "4"}, "conditions": [{"type": "Ready", "status": "True"}]}})
+    assert ctrl.ledger.node_labels is not None
+    assert ctrl.ledger.node_labels("n1") == {"pool": "a"}
+    assert ctrl.ledger.node_labels("missing") is None

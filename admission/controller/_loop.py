@@ -19,7 +19,6 @@ import socket
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -34,6 +33,7 @@ from admission.controller._records import DecisionRecord, Recorder, iso_time
 from admission.controller._settings import Settings
 from admission.controller._status import StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
+from admission.controller._watching import Informers, Watch
 from admission.controller._workloads import check_entry, condition_true
 from admission.kube import (
     ADMISSION_CHECKS,
@@ -49,7 +49,6 @@ from admission.kube import (
     Resource,
     SystemClock,
     WatchEvent,
-    WatchStream,
     errors,
     object_key,
 )
@@ -64,13 +63,6 @@ _log = structlog.get_logger("atoll.controller")
 
 
 # ----------------------------------------------------------------------------- the controller
-
-
-@dataclass(frozen=True, slots=True)
-class _Watch:
-    resource: Resource
-    namespace: str | None = None
-    field_selector: str | None = None
 
 
 class Controller:
@@ -117,19 +109,18 @@ class Controller:
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._streams: dict[Resource, WatchStream] = {}
-        self._streams_lock = threading.Lock()
         self.heartbeat = self.clock.monotonic()
         cfg = self.settings.config
         self.watches = (
-            _Watch(CONFIGMAPS, cfg.namespace, f"metadata.name={cfg.configmap}"),
-            _Watch(ADMISSION_CHECKS),
-            _Watch(RESOURCE_FLAVORS),
-            _Watch(TOPOLOGIES),
-            _Watch(NODES),
-            _Watch(PODS, None, BOUND_PODS),
-            _Watch(WORKLOADS),
+            Watch(CONFIGMAPS, cfg.namespace, f"metadata.name={cfg.configmap}"),
+            Watch(ADMISSION_CHECKS),
+            Watch(RESOURCE_FLAVORS),
+            Watch(TOPOLOGIES),
+            Watch(NODES),
+            Watch(PODS, None, BOUND_PODS),
+            Watch(WORKLOADS),
         )
+        self.informers = Informers(port, self.watches, self.settings.watch, self._inbox, self._stop)
 
     # ------------------------------------------------------------------ state in
 
@@ -406,19 +397,14 @@ class Controller:
         """Watch every resource and decide in a worker thread until ``stop()``."""
         self._stop.clear()
         self.events.start()
-        for w in self.watches:
-            t = threading.Thread(target=self._watch_loop, args=(w,), name=f"watch-{w.resource.plural}", daemon=True)
-            t.start()
-            self._threads.append(t)
+        self._threads.extend(self.informers.start())
         t = threading.Thread(target=self._work, name="atoll-worker", daemon=True)
         t.start()
         self._threads.append(t)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        with self._streams_lock:
-            for stream in self._streams.values():
-                stream.close()
+        self.informers.close()
         for t in self._threads:
             t.join(timeout)
         self._threads.clear()
@@ -430,40 +416,6 @@ class Controller:
             if self._stop.wait(0.02) or self.clock.monotonic() > deadline:
                 return self.synced
         return True
-
-    def _watch_loop(self, w: _Watch) -> None:
-        backoffs = self.settings.watch.error_backoffs
-        failures = 0
-        rv: str | None = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    result = self.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector)
-                    self._inbox.put(("list", w.resource, result.items))
-                    rv = result.resource_version
-                stream = self.port.watch(w.resource, rv, namespace=w.namespace, field_selector=w.field_selector,
-                                         timeout_seconds=self.settings.watch.timeout_seconds)
-                with self._streams_lock:
-                    self._streams[w.resource] = stream
-                if self._stop.is_set():
-                    stream.close()
-                    return
-                for event in stream:
-                    version = (event.object.get("metadata") or {}).get("resourceVersion")
-                    if version:
-                        rv = str(version)
-                    self._inbox.put(("event", w.resource, event))
-                    failures = 0
-            except errors.Gone:
-                _log.info("watch expired; listing again", resource=str(w.resource))
-                rv = None
-            except Exception as exc:  # noqa: BLE001 - a watcher must outlive any failure; it backs off and resumes
-                if self._stop.is_set():
-                    return
-                delay = backoffs[min(failures, len(backoffs) - 1)]
-                failures += 1
-                _log.warning("list/watch failed; backing off", resource=str(w.resource), attempt=failures, delay_s=delay, error=str(exc))
-                self._stop.wait(delay)
 
     def _handle(self, item: tuple[str, Resource, Any]) -> None:
         kind, resource, payload = item

@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 
-from admission.kube import errors
-from admission.kube import KubePort
-from admission.kube import NODES, WORKLOADS, Resource
-from admission.controller import WatchSettings
+from admission.controller import Controller, WatchSettings
+from admission.kube import NODES, WORKLOADS, KubePort, Resource, errors
 from tests.admission.fabric import Fabric
 
 pytestmark = pytest.mark.apiserver
@@ -80,8 +78,7 @@ def test_gone_relists_and_errors_back_off(fabric: Fabric) -> None:
     fabric.install()
     port = ScriptedPort(fabric.port, fail_list={NODES: [errors.ServerError("etcd leader changed", status=503)]},
                         fail_watch={WORKLOADS: [errors.Gone("too old resource version", status=410)]})
-    ctrl = fabric.controller(settings=fast(fabric))
-    ctrl.port = port  # type: ignore[assignment]
+    ctrl = Controller(port, settings=fast(fabric), clock=fabric.clock)  # type: ignore[arg-type]
     ctrl.start()
     try:
         assert ctrl.wait_synced(30)

@@ -71,9 +71,9 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
         return 2
 
     from admission.controller._loop import Controller
-    from admission.kube._client import KubePort, api_client_from_kubeconfig
     from admission.controller._records import Recorder
     from admission.controller._settings import ConfigSettings, KueueSettings, Settings
+    from admission.kube._client import KubePort, api_client_from_kubeconfig
     from admission.kube.errors import ApiError
 
     configure_logging("warning")

@@ -82,9 +82,9 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     log = structlog.get_logger("atoll.run")
 
     from admission.controller._loop import Controller
+    from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.kube._client import KubePort, api_client_from_kubeconfig
     from admission.kube._leader import LeaderElector
-    from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.kube.errors import ApiError
 
     try:

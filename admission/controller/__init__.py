@@ -21,7 +21,16 @@ if TYPE_CHECKING:
     from admission.controller._decide import Decider, Verdict
     from admission.controller._events import EventPoster
     from admission.controller._invariant import Violation, check_invariant
-    from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, Reservation, Shortfall, decode_planned, encode_planned, holds_reservation
+    from admission.controller._ledger import (
+        ANN_DECISION_ID,
+        ANN_PLANNED_NODES,
+        Ledger,
+        Reservation,
+        Shortfall,
+        decode_planned,
+        encode_planned,
+        holds_reservation,
+    )
     from admission.controller._loop import Controller
     from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time

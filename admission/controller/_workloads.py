@@ -27,8 +27,8 @@ from typing import Any
 from admission.kube import Obj
 from policies import PodSetSpec
 from topology import NODE_OPERATORS, GraphLink, NodeConstraint, NodeRequirement, ResourceVector, Toleration, parse_label_int
-from topology._resources import LIMITS, MAX_COUNT, RESOURCE_NAMES
 from topology._documents import read_yaml_file
+from topology._resources import LIMITS, MAX_COUNT, RESOURCE_NAMES
 
 __all__ = [
     "ANN_CLASS",

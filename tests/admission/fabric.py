@@ -16,13 +16,21 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from admission.controller import Controller
-from admission.kube import KubePort
-from admission.controller import Metrics
-from admission.kube import ManualClock
-from admission.controller import Recorder
-from admission.controller import ConfigSettings, KueueSettings, Settings
-from tests.kube_objects import GROUP, VERSION, KueueActor, admission_check, cluster_queue, create_node, local_queue, node, resource_flavor, topology, workload
+from admission.controller import ConfigSettings, Controller, KueueSettings, Metrics, Recorder, Settings
+from admission.kube import KubePort, ManualClock
+from tests.kube_objects import (
+    GROUP,
+    VERSION,
+    KueueActor,
+    admission_check,
+    cluster_queue,
+    create_node,
+    local_queue,
+    node,
+    resource_flavor,
+    topology,
+    workload,
+)
 
 BLOCK = "network.example.com/block"
 CLIQUE = "nvidia.com/gpu.clique"

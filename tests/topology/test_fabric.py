@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.topology.strategies import placement_requests, snapshots
-from topology import bottleneck_bandwidth, fabric_graph, fabric_path, find_placement
 from tests.topology.test_finder import CLIQUE, SPINE, fabric
+from topology import bottleneck_bandwidth, fabric_graph, fabric_path, find_placement
 
 
 def test_path_climbs_to_the_lowest_common_domain() -> None:

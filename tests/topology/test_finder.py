@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.topology.strategies import placement_requests, snapshots
 from topology import (
     GraphLink,
     Level,
@@ -22,7 +23,6 @@ from topology import (
     find_placement,
     never_fits,
 )
-from tests.topology.strategies import placement_requests, snapshots
 
 CLIQUE = "nvidia.com/gpu.clique"
 SPINE = "network.example.com/spine"

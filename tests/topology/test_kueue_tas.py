@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.cli._baseline import ScenarioError, main, run_kueue_bestfit_scenario
 from admission.cli import main as atoll_main
+from admission.cli._baseline import ScenarioError, main, run_kueue_bestfit_scenario
 from topology import (
     HOSTNAME_LABEL,
     Level,

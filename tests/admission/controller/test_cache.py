@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from admission.controller import ClusterCache, FlavorProblem, pod_usage
-from admission.kube import newer
-from admission.kube import NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
+from admission.kube import NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES, newer
 from policies import load_profiles
 
 BLOCK, CLIQUE = "network.example.com/block", "nvidia.com/gpu.clique"

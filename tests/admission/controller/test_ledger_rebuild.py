@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from admission.controller import Ledger, Reservation, decode_planned, encode_planned, holds_reservation
-from tests.admission.fabric import Fabric, planned, run
 from tests.admission.controller.test_racing_workloads import one_island_free
+from tests.admission.fabric import Fabric, planned, run
 from topology import ResourceVector
 
 
@@ -110,7 +110,8 @@ def test_only_a_live_ready_entry_reserves() -> None:
 
 
 def test_owed_pods_come_from_the_admitted_count_and_survive_a_lost_plan() -> None:
-    from tests.admission.controller.test_double_booking import CHECK, Fabric as Island, admitted
+    from tests.admission.controller.test_double_booking import CHECK, admitted
+    from tests.admission.controller.test_double_booking import Fabric as Island
 
     island = Island()
     ledger = Ledger(bound=island.bound_pods)
@@ -134,7 +135,8 @@ def test_owed_pods_come_from_the_admitted_count_and_survive_a_lost_plan() -> Non
 
 
 def test_the_pod_templates_own_selector_narrows_the_domain() -> None:
-    from tests.admission.controller.test_double_booking import CHECK, Fabric as Island, admitted
+    from tests.admission.controller.test_double_booking import CHECK, admitted
+    from tests.admission.controller.test_double_booking import Fabric as Island
 
     island = Island()
     ledger = Ledger(bound=island.bound_pods)

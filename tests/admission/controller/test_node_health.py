@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from admission.controller import node_info
-from tests.admission.fabric import Fabric, planned, run, profiles_doc
+from tests.admission.fabric import Fabric, planned, profiles_doc, run
 from tests.kube_objects import GPU, node
 
 pytestmark = pytest.mark.apiserver

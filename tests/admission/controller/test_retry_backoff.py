@@ -9,12 +9,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from admission.kube import errors
-from admission.controller import Controller, Verdict
-from admission.kube import KubePort
-from admission.kube import NODES, WORKLOADS, ManualClock
-from admission.controller import DecisionSettings, KueueSettings, Settings
-from admission.kube import ApiRetrySettings
+from admission.controller import Controller, DecisionSettings, KueueSettings, Settings, Verdict
+from admission.kube import NODES, WORKLOADS, ApiRetrySettings, KubePort, ManualClock, errors
 from policies import ProfilesDocument
 
 

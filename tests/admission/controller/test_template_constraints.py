@@ -11,7 +11,17 @@ import pytest
 
 from admission.controller import WorkloadError, parse_workload
 from policies import PodSetSpec, Profile, decide
-from topology import Level, NodeConstraint, NodeInfo, NodeRequirement, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
+from topology import (
+    Level,
+    NodeConstraint,
+    NodeInfo,
+    NodeRequirement,
+    PlacementRequest,
+    PodSetRequest,
+    ResourceVector,
+    Snapshot,
+    find_placement,
+)
 
 AFF = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 

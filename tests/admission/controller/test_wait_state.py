@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from admission.controller import read_wait_state
-from admission.controller._wait import WAITING_CONDITION, waiting_condition
 from admission.controller._records import parse_time
-from tests.admission.fabric import CLIQUE, BLOCK, Fabric, run
+from admission.controller._wait import WAITING_CONDITION, waiting_condition
+from tests.admission.fabric import BLOCK, CLIQUE, Fabric, run
 from tests.kube_objects import GROUP, VERSION
 
 ELASTIC = {"main": {"atoll.dev/profile": "elastic"}}

@@ -8,9 +8,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube import errors
-from admission.kube import KubePort, KubeWatch
-from admission.kube import CONFIGMAPS, NODES, WORKLOADS
+from admission.kube import CONFIGMAPS, NODES, WORKLOADS, KubePort, KubeWatch, errors
 
 STATUS_BODY = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "it went wrong", "reason": "Whatever", "code": 0}
 

@@ -7,10 +7,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube import KubePort
-from admission.kube import LeaderElector
-from admission.kube import LEASES, ManualClock
-from admission.kube import LeaderSettings
+from admission.kube import LEASES, KubePort, LeaderElector, LeaderSettings, ManualClock
 
 pytestmark = pytest.mark.apiserver
 

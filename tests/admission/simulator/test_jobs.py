@@ -11,7 +11,6 @@ import pytest
 from admission.simulator import Job, make_job, split_into_pods
 
 
-
 @pytest.mark.parametrize(
     ("gpus", "per_node", "shape"),
     [

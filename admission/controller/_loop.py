@@ -5,8 +5,14 @@ decides queued Workloads one at a time, so two Workloads never see the same free
 Workload is queued while it is actionable (``QuotaReserved=True``, not ``Evicted``, not finished
 or deactivated, Atoll's entry ``Pending``); the decision is ``Decider``'s (``_decide``), the write
 ``StatusWriter``'s (``_status``), and the record and metrics are taken here. A write refused
-because the Workload changed since it was read (409) reads it again and decides again at once. Tests drive the same code synchronously: ``sync()`` lists
-everything, ``process()`` decides what is queued.
+because the Workload changed since it was read (409) reads it again and decides again at once.
+Tests drive the same code synchronously: ``sync()`` lists everything, ``process()`` decides what
+is queued.
+
+Why this module is longer than the others: the state fed by watches, the work queue with its
+delays and failure counts, and the reconcile all belong to the one worker thread; kept in one
+class they need no locks and no hand-offs. The decision, the writes, the watch threads and the
+explanations already live in rooms of their own.
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ the nodes they allow are candidates for that PodSet. A PodSet of count 0 (valid 
 CRD) has nothing to place. Every number is read strictly (ASCII digits, bounded).
 
 Every error names the field (``spec.podSets[1].template.metadata.annotations[atoll.dev/near]``).
+
+Why this module is long: Workload, Job and JobSet manifests, pod templates, resources,
+tolerations and node affinity are read by one set of field-naming helpers, so every error names
+its path the same way; splitting them would split those helpers.
 """
 
 from __future__ import annotations

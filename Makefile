@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install install-test test test-unit lint bench envtest fuzz
+.PHONY: install install-test test test-unit lint bench envtest fuzz chaos
 
 # What the atoll commands need at run time.
 install:
@@ -39,3 +39,8 @@ bench: install envtest
 	atoll bench controller --workloads 1000
 	atoll bench controller --workloads 1000 --mode backlog
 	atoll bench quality
+
+# Placements that hold under faults: 200 seeded runs, 20 % of API requests faulted, the controller
+# killed at random points, an adversarial scheduler; prints one line and fails on any violation.
+chaos: install-test envtest
+	$(PYTHON) -m tests.chaos --runs 200 --fault-rate 0.2 --seed 1

@@ -1,0 +1,421 @@
+"""One chaos run and many: a small fabric on the real apiserver, the controller behind the fault
+proxy (killed and restarted at random points), Kueue and an adversarial scheduler around it,
+then an audit of the final API state.
+
+Killing in-process: the controller's port is wrapped in ``CrashingPort``. Once killed, every call
+any of the controller's threads makes raises ``Crash`` (a ``BaseException``, so no handler in
+the controller swallows it): from that instant the dead controller has no further effect on
+the cluster, wherever it was, as after SIGKILL. Besides kills at random times, the port kills
+the controller on its own between computing a decision and writing it, and right after the
+write (before the decision record), at ``crash_rate`` per decision write. A fresh ``Controller``
+then starts from nothing but the API.
+
+The audit (``audit``), on the final state, after faults stop and a clean controller has had
+the chance to decide what is left:
+
+- ``double_booked``: a node where bound pods plus the owed pods the ledger (rebuilt by a fresh
+  controller from a list of the API) counts there exceed allocatable;
+- ``unplaceable_owed``: owed pods, counted independently from the API (admitted count minus the
+  pods of that decision created so far), that no assignment fits in their nodeSelector domain;
+- ``lost``: Workloads Atoll must decide (quota held, not evicted, entry Pending) left undecided;
+- ``duplicate_decisions``: decision records beyond one per quota reservation Kueue made.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from admission.controller import (
+    ConfigSettings,
+    Controller,
+    DecisionSettings,
+    KueueSettings,
+    Recorder,
+    Settings,
+    WatchSettings,
+    check_invariant,
+    decode_planned,
+)
+from admission.controller._invariant import OwedPods
+from admission.kube import WORKLOADS, ApiRetrySettings, KubePort, Obj, Resource
+from tests.admission.fabric import BLOCK, CLIQUE, POOL, profiles_doc
+from tests.chaos.actors import NodeSpec, Kueue, Scheduler, actionable, admitted, entry_of, gpus_of
+from tests.chaos.proxy import FaultProxy
+from tests.kube_objects import (
+    GROUP,
+    VERSION,
+    KueueActor,
+    admission_check,
+    cluster_queue,
+    create_node,
+    is_true,
+    local_queue,
+    node,
+    resource_flavor,
+    topology,
+    workload,
+)
+from topology import ResourceVector
+
+__all__ = ["Crash", "CrashingPort", "RunConfig", "RunResult", "run_once"]
+
+
+class Crash(BaseException):
+    """The controller process died here."""
+
+
+class CrashingPort:
+    """A ``ClusterPort`` that can die: ``kill()`` at any time, or on its own around decision writes."""
+
+    def __init__(self, port: KubePort, rng: random.Random, crash_rate: float) -> None:
+        self.port = port
+        self.rng = rng
+        self.crash_rate = crash_rate
+        self.dead = threading.Event()
+        self.crashes: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def kill(self, where: str = "random-time") -> None:
+        if not self.dead.is_set():
+            self.crashes[where] += 1
+        self.dead.set()
+
+    def _alive(self) -> None:
+        if self.dead.is_set():
+            raise Crash("controller killed")
+
+    def list(self, resource: Resource, **kw: Any) -> Any:
+        self._alive()
+        return self.port.list(resource, **kw)
+
+    def watch(self, resource: Resource, resource_version: str, **kw: Any) -> Any:
+        self._alive()
+        return self.port.watch(resource, resource_version, **kw)
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj:
+        self._alive()
+        return self.port.get(resource, name, namespace)
+
+    def create(self, resource: Resource, obj: Obj) -> Obj:
+        self._alive()
+        return self.port.create(resource, obj)
+
+    def replace(self, resource: Resource, obj: Obj) -> Obj:
+        self._alive()
+        return self.port.replace(resource, obj)
+
+    def patch(self, resource: Resource, name: str, patch: Obj, namespace: str | None = None) -> Obj:
+        self._alive()
+        return self.port.patch(resource, name, patch, namespace)
+
+    def apply(self, resource: Resource, obj: Obj, **kw: Any) -> Obj:
+        self._alive()
+        if resource != WORKLOADS or kw.get("subresource") != "status":
+            return self.port.apply(resource, obj, **kw)
+        with self._lock:
+            roll = self.rng.random()
+        if roll < self.crash_rate / 2:
+            self.kill("decided-not-written")
+            raise Crash("killed between deciding and writing")
+        out = self.port.apply(resource, obj, **kw)
+        if roll < self.crash_rate:
+            self.kill("written-not-recorded")
+            raise Crash("killed after writing, before recording")
+        return out
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 1
+    fault_rate: float = 0.2
+    seconds: float = 3.0
+    """Chaos phase length; the settle phase and the audit come after."""
+    blocks: int = 1
+    cliques: int = 2
+    per_clique: int = 2
+    node_gpus: int = 4
+    workloads: int = 8
+    quota_factor: float = 1.5
+    """ClusterQueue quota as a multiple of the fabric's GPUs: Kueue reserves more than fits."""
+    kill_rate: float = 0.03
+    """Chance per harness tick (~50 ms) that the controller is killed at whatever it is doing."""
+    crash_rate: float = 0.1
+    """Chance per decision write of a kill just before or just after it."""
+    bind_rate: float = 0.4
+    finish_rate: float = 0.05
+    preempt_rate: float = 0.01
+    settle_seconds: float = 1.0
+    """How long a clean controller must have had nothing to decide before the audit."""
+
+
+@dataclass
+class RunResult:
+    double_booked: int = 0
+    unplaceable_owed: int = 0
+    lost: int = 0
+    duplicate_decisions: int = 0
+    ledger_mismatch: int = 0
+    admissions: int = 0
+    decisions: int = 0
+    chaos_seconds: float = 0.0
+    faults: Counter[str] = field(default_factory=Counter)
+    kills: Counter[str] = field(default_factory=Counter)
+    bound: int = 0
+    bound_on_others_plan: int = 0
+    preemptions: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions)
+
+
+def _client(host: str, token: str) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = host
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(cfg)
+
+
+class ChaosRun:
+    """One run in its own namespace; ``api`` is a direct client, ``proxy`` the faulty way in."""
+
+    def __init__(self, api: client.ApiClient, token: str, proxy: FaultProxy, ns: str, config: RunConfig,
+                 controller_factory: Callable[..., Controller] = Controller) -> None:
+        self.api, self.token, self.proxy, self.ns, self.cfg = api, token, proxy, ns, config
+        self.rng = random.Random(config.seed)
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.flavor, self.topology, self.check, self.cq = f"{ns}-gpu", f"{ns}-topo", f"{ns}-check", f"{ns}-cq"
+        self.records = io.StringIO()
+        self.recorder = Recorder(self.records)
+        self.controller_factory = controller_factory
+        self.nodes: list[NodeSpec] = []
+        self.result = RunResult()
+        self._ctrl: Controller | None = None
+        self._port: CrashingPort | None = None
+        self._restarts = 0
+
+    # ------------------------------------------------------------------ setup
+
+    def install(self) -> None:
+        c = self.cfg
+        self.core.create_namespace({"metadata": {"name": self.ns}})
+        for b in range(c.blocks):
+            for q in range(c.cliques):
+                for i in range(c.per_clique):
+                    name = f"{self.ns}-b{b}c{q}n{i}"
+                    labels = {POOL: self.ns, BLOCK: f"{self.ns}-b{b}", CLIQUE: f"{self.ns}-b{b}c{q}"}
+                    create_node(self.core, node(name, labels, c.node_gpus))
+                    self.nodes.append(NodeSpec(name, {"kubernetes.io/hostname": name, **labels}, c.node_gpus))
+        quota = int(len(self.nodes) * c.node_gpus * c.quota_factor)
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "topologies", topology(self.topology, [BLOCK, CLIQUE]))
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", resource_flavor(self.flavor, {POOL: self.ns}))
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "admissionchecks", admission_check(self.check))
+        self.custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(self.cq, self.flavor, quota, self.check))
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "localqueues", local_queue(self.ns, "lq", self.cq))
+        retry = {"initialSeconds": 1, "maxSeconds": 2}
+        doc = profiles_doc(self.flavor, self.topology, profiles={
+            "strict": {"requiredLevel": CLIQUE, "retry": retry},
+            "elastic": {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 1, "retry": retry}})
+        import yaml
+
+        self.core.create_namespaced_config_map(self.ns, {"metadata": {"name": "atoll-policies", "namespace": self.ns},
+                                                         "data": {"profiles.yaml": yaml.safe_dump(doc)}})
+        actor = KueueActor(self.api, self.check)
+        for i in range(c.workloads):
+            pods, per_pod = self.rng.choice([(1, 4), (2, 4), (1, 2), (2, 2), (4, 1), (3, 4)])
+            profile = self.rng.choice(["strict", "strict", "elastic"])
+            actor.create(workload(self.ns, f"w{i}", [("main", pods, per_pod)],
+                                  podset_annotations={"main": {"atoll.dev/profile": profile}}))
+        self.kueue = Kueue(actor, self.ns, self.cq, self.flavor, self.check, quota, random.Random(self.rng.random()),
+                           preempt_rate=c.preempt_rate)
+        self.scheduler = Scheduler(self.core, self.ns, self.check, self.nodes, random.Random(self.rng.random()),
+                                   bind_rate=c.bind_rate, finish_rate=c.finish_rate)
+
+    def settings(self) -> Settings:
+        return Settings(kueue=KueueSettings(admission_check=self.check), config=ConfigSettings(namespace=self.ns),
+                        api=ApiRetrySettings(backoffs=(0.05, 0.1, 0.2, 0.4), request_timeout=5.0),
+                        watch=WatchSettings(timeout_seconds=20, error_backoffs=(0.05, 0.1, 0.2)),
+                        decisions=DecisionSettings(error_requeue_seconds=(0.1, 0.2, 0.5)))
+
+    # ------------------------------------------------------------------ the controller's life
+
+    def _start(self, crash_rate: float) -> None:
+        self._restarts += 1
+        port = KubePort(_client(self.proxy.url, self.token), settings=self.settings().api)
+        self._port = CrashingPort(port, random.Random(self.rng.random()), crash_rate)
+        self._ctrl = self.controller_factory(self._port, settings=self.settings(), recorder=self.recorder,
+                                             identity=f"chaos-{self.ns}-{self._restarts}")
+        self._ctrl.start()
+
+    def _kill(self) -> None:
+        if self._port is not None:
+            self._port.kill()
+            self.result.kills.update(self._port.crashes)
+        if self._ctrl is not None:
+            self._ctrl.stop(timeout=2.0)
+        self._ctrl, self._port = None, None
+
+    # ------------------------------------------------------------------ the run
+
+    def workloads(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, "workloads")["items"]
+        return out
+
+    def _finish(self, wl: dict[str, Any]) -> None:
+        self.scheduler.stop_pods(wl, "Succeeded")
+        self.kueue.actor.finish(self.ns, wl["metadata"]["name"])
+
+    def _tick(self, *, bind: bool) -> list[dict[str, Any]]:
+        wls = self.workloads()
+        self.kueue.tick(wls, self.scheduler.stop_pods)
+        if bind:
+            self.scheduler.tick(self.workloads(), self._finish)
+        return wls
+
+    def run(self) -> RunResult:
+        c = self.cfg
+        self.install()
+        started = time.monotonic()
+        self.proxy.enabled = True
+        while time.monotonic() - started < c.seconds:
+            if self._ctrl is None:
+                self._start(c.crash_rate)
+            elif self._port is not None and (self._port.dead.is_set() or self.rng.random() < c.kill_rate):
+                self._kill()
+            self._tick(bind=True)
+            time.sleep(0.05)
+        self.result.chaos_seconds = time.monotonic() - started
+        self._settle()
+        self._audit()
+        return self.result
+
+    def _settle(self) -> None:
+        """Faults off, no new reservations, no more binding: a clean controller decides what is left."""
+        self._kill()
+        self.proxy.enabled = False
+        self.kueue.reserving = False
+        self._start(0.0)
+        deadline = time.monotonic() + 20.0
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            wls = self._tick(bind=False)
+            busy = any(actionable(wl, self.check) or (entry_of(wl, self.check) or {}).get("state") in ("Retry", "Rejected")
+                       and not _evicted(wl) for wl in wls)
+            if busy:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= self.cfg.settle_seconds:
+                break
+            time.sleep(0.05)
+        self._kill()
+
+    # ------------------------------------------------------------------ the audit
+
+    def _audit(self) -> None:
+        r = self.result
+        wls = self.workloads()
+        r.lost = sum(actionable(wl, self.check) for wl in wls)
+        r.admissions = self.kueue.admissions
+        r.preemptions = self.kueue.preemptions
+        r.bound, r.bound_on_others_plan = self.scheduler.bound, self.scheduler.on_planned_of_others
+        records = [json.loads(line) for line in self.records.getvalue().splitlines() if line.strip()]
+        r.decisions = len(records)
+        per_uid = Counter(str(rec["uid"]) for rec in records if rec.get("namespace") == self.ns)
+        r.duplicate_decisions = sum(max(0, n - self.kueue.reservations[uid]) for uid, n in per_uid.items())
+
+        ctrl = Controller(KubePort(self.api), settings=self.settings(), recorder=Recorder(io.StringIO()))
+        ctrl.sync()
+        snap = ctrl.cache.snapshot(self.flavor)
+        names = list(snap.node_names)
+        alloc = {n: ctrl.cache.nodes[n].allocatable for n in names}
+        used = {n: ctrl.cache.usage.get(n, ResourceVector()) for n in names}
+        ledger_owed = ctrl.ledger.owed(snap)
+        own = self.owed_from_api(wls)
+        for v in check_invariant(alloc, used, ledger_owed):
+            r.violations.append(f"ledger {v.kind}: {v.message}")
+            r.double_booked += v.kind == "overbooked"
+            r.unplaceable_owed += v.kind in ("unplaceable", "uncounted")
+        for v in check_invariant(alloc, used, own, check_witness=False):
+            r.violations.append(f"api {v.kind}: {v.message}")
+            r.unplaceable_owed += v.kind == "unplaceable"
+            r.double_booked += v.kind == "overbooked"
+        if sum(o.pods for o in ledger_owed) != sum(o.pods for o in own):
+            r.ledger_mismatch += 1
+            r.violations.append(f"ledger owes {sum(o.pods for o in ledger_owed)} pods, the API says {sum(o.pods for o in own)}")
+
+    def owed_from_api(self, wls: list[dict[str, Any]]) -> list[OwedPods]:
+        """Owed pods read straight from the API, without the controller's code: per admitted
+        PodSet, its admitted count minus the pods of its decision created so far (finished ones
+        included: they ran), in the domain its nodeSelector allows."""
+        pods = self.scheduler.pods()
+        out = []
+        for wl in wls:
+            if not admitted(wl, self.check):
+                continue
+            counts = {a["name"]: int(a.get("count", 0)) for a in (wl["status"].get("admission") or {}).get("podSetAssignments") or []}
+            for ps in wl["spec"]["podSets"]:
+                update = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or [] if u["name"] == ps["name"]), None)
+                if update is None:
+                    continue
+                ann = update.get("annotations") or {}
+                decision = ann.get("atoll.dev/decision-id", "")
+                made = sum(1 for p in pods if (p["metadata"].get("annotations") or {}).get("atoll.dev/decision-id") == decision
+                           and (p["metadata"].get("labels") or {}).get("kueue.x-k8s.io/podset") == ps["name"])
+                owed = counts.get(ps["name"], int(ps["count"])) - made
+                if owed <= 0:
+                    continue
+                selector = {**(ps["template"]["spec"].get("nodeSelector") or {}), **(update.get("nodeSelector") or {})}
+                domain = tuple(n.name for n in self.nodes if all(n.labels.get(k) == v for k, v in selector.items()))
+                per_pod_gpu = gpus_of({"spec": {"podSets": [{**ps, "count": 1}]}})
+                planned = tuple(decode_planned(ann["atoll.dev/planned-nodes"]).items()) if ann.get("atoll.dev/planned-nodes") else ()
+                out.append(OwedPods(f"{self.ns}/{wl['metadata']['name']}", ps["name"], owed,
+                                    ResourceVector(per_pod_gpu, 1000, 0, 1), domain, planned))
+        return out
+
+    def cleanup(self) -> None:
+        """Pods, Workloads and nodes of the run go (forced), so later runs list only their own."""
+        for p in self.core.list_namespaced_pod(self.ns).items:
+            self.core.delete_namespaced_pod(p.metadata.name, self.ns, grace_period_seconds=0)
+        for wl in self.workloads():
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "workloads", wl["metadata"]["name"])
+        for n in self.nodes:
+            self.core.delete_node(n.name)
+
+
+def _evicted(wl: dict[str, Any]) -> bool:
+    return is_true(wl, "Evicted")
+
+
+def run_once(api: client.ApiClient, token: str, proxy: FaultProxy, ns: str, config: RunConfig,
+             controller_factory: Callable[..., Controller] = Controller) -> RunResult:
+    """One run, its audit, and its cleanup; the controller's threads that die by ``Crash`` die quietly."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not None and issubclass(args.exc_type, Crash):
+            return
+        previous(args)
+
+    threading.excepthook = hook
+    run = ChaosRun(api, token, proxy, ns, config, controller_factory)
+    before = Counter(proxy.injected)
+    try:
+        result = run.run()
+    finally:
+        threading.excepthook = previous
+        run._kill()
+    run.cleanup()
+    result.faults = Counter(proxy.injected) - before
+    return result
+

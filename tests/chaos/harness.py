@@ -70,6 +70,11 @@ from topology import ResourceVector
 __all__ = ["Crash", "CrashingPort", "RunConfig", "RunResult", "run_once"]
 
 
+SHAPES = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
+"""(pods, GPUs per pod) of the Workloads: single-node ones get a hostname selector, multi-node
+ones a clique selector, so domains nest and the scheduler has room to be adversarial."""
+
+
 class Crash(BaseException):
     """The controller process died here."""
 
@@ -142,7 +147,7 @@ class RunConfig:
     """Chaos phase length; the settle phase and the audit come after."""
     blocks: int = 1
     cliques: int = 2
-    per_clique: int = 2
+    per_clique: int = 3
     node_gpus: int = 4
     workloads: int = 8
     quota_factor: float = 1.5
@@ -234,7 +239,7 @@ class ChaosRun:
                                                          "data": {"profiles.yaml": yaml.safe_dump(doc)}})
         actor = KueueActor(self.api, self.check)
         for i in range(c.workloads):
-            pods, per_pod = self.rng.choice([(1, 4), (2, 4), (1, 2), (2, 2), (4, 1), (3, 4)])
+            pods, per_pod = self.rng.choice(SHAPES)
             profile = self.rng.choice(["strict", "strict", "elastic"])
             actor.create(workload(self.ns, f"w{i}", [("main", pods, per_pod)],
                                   podset_annotations={"main": {"atoll.dev/profile": profile}}))

@@ -4,12 +4,16 @@ apiserver, run the chaos runs, print one summary line; exit 1 when any invariant
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import structlog
 
-from admission.kube.envtest import ApiServer, find_binaries, install_kueue_crds, kueue_crd_dir
+from admission.kube.envtest import (
+    ApiServer,
+    find_binaries,
+    install_kueue_crds,
+    kueue_crd_dir,
+)
 from tests.chaos.harness import RunConfig
 from tests.chaos.runner import run_many
 
@@ -21,18 +25,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=RunConfig.seconds, help="chaos phase per run (s)")
     ap.add_argument("--workloads", type=int, default=RunConfig.workloads)
+    ap.add_argument("--shapes", choices=("nested", "flat"), default="nested",
+                    help="nested: node-level domains inside other Workloads' cliques; flat: every domain a whole clique")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     ap.add_argument("--verbose", action="store_true", help="a line per run on stderr")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs: at least 1")
     # the controllers' own logs go nowhere (decision records have their own stream, read back by the audit)
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(open(os.devnull, "w")))
+    structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
     crds, binaries = kueue_crd_dir(), find_binaries()
     if crds is None or binaries is None:
         print("no kube-apiserver or Kueue CRDs: run `python -m admission.kube.envtest ensure` (make envtest)", file=sys.stderr)
         return 2
-    config = RunConfig(seed=args.seed, fault_rate=args.fault_rate, seconds=args.seconds, workloads=args.workloads)
+    config = RunConfig(seed=args.seed, fault_rate=args.fault_rate, seconds=args.seconds, workloads=args.workloads,
+                       shapes=args.shapes)
 
     def progress(i: int, r: object) -> None:
         if args.verbose:

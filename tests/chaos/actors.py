@@ -20,7 +20,14 @@ from typing import Any
 from kubernetes import client
 
 from admission.controller import ANN_DECISION_ID, ANN_PLANNED_NODES, decode_planned
-from tests.kube_objects import GPU, KueueActor, condition, is_true, now_rfc3339, set_condition
+from tests.kube_objects import (
+    GPU,
+    KueueActor,
+    condition,
+    is_true,
+    now_rfc3339,
+    set_condition,
+)
 
 WORKLOAD_LABEL = "atoll.dev/chaos-workload"
 PODSET_LABEL = "kueue.x-k8s.io/podset"

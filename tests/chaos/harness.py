@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import yaml
 from kubernetes import client
 
 from admission.controller import (
@@ -46,10 +48,18 @@ from admission.controller import (
     check_invariant,
     decode_planned,
 )
-from admission.controller._invariant import OwedPods
+from admission.controller._invariant import Demand, OwedPods, place_owed, pod_shape
 from admission.kube import WORKLOADS, ApiRetrySettings, KubePort, Obj, Resource
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, profiles_doc
-from tests.chaos.actors import NodeSpec, Kueue, Scheduler, actionable, admitted, entry_of, gpus_of
+from tests.chaos.actors import (
+    Kueue,
+    NodeSpec,
+    Scheduler,
+    actionable,
+    admitted,
+    entry_of,
+    gpus_of,
+)
 from tests.chaos.proxy import FaultProxy
 from tests.kube_objects import (
     GROUP,
@@ -70,9 +80,13 @@ from topology import ResourceVector
 __all__ = ["Crash", "CrashingPort", "RunConfig", "RunResult", "run_once"]
 
 
-SHAPES = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
-"""(pods, GPUs per pod) of the Workloads: single-node ones get a hostname selector, multi-node
-ones a clique selector, so domains nest and the scheduler has room to be adversarial."""
+NESTED = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
+"""(pods, GPUs per pod) of the Workloads, on 4-GPU nodes: single-node ones get a hostname
+selector, multi-node ones a clique selector, so domains nest (a node inside another Workload's
+clique) and the scheduler may bind the wide Workload's pods on the narrow one's only node."""
+FLAT = ((2, 4), (3, 4), (5, 2), (6, 1))
+"""Shapes that never fit on one 4-GPU node: every selector is a whole clique, domains never nest."""
+SHAPES = {"nested": NESTED, "flat": FLAT}
 
 
 class Crash(BaseException):
@@ -150,6 +164,8 @@ class RunConfig:
     per_clique: int = 3
     node_gpus: int = 4
     workloads: int = 8
+    shapes: str = "nested"
+    """``nested`` or ``flat`` (``SHAPES``)."""
     quota_factor: float = 1.5
     """ClusterQueue quota as a multiple of the fabric's GPUs: Kueue reserves more than fits."""
     kill_rate: float = 0.03
@@ -233,13 +249,11 @@ class ChaosRun:
         doc = profiles_doc(self.flavor, self.topology, profiles={
             "strict": {"requiredLevel": CLIQUE, "retry": retry},
             "elastic": {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 1, "retry": retry}})
-        import yaml
-
         self.core.create_namespaced_config_map(self.ns, {"metadata": {"name": "atoll-policies", "namespace": self.ns},
                                                          "data": {"profiles.yaml": yaml.safe_dump(doc)}})
         actor = KueueActor(self.api, self.check)
         for i in range(c.workloads):
-            pods, per_pod = self.rng.choice(SHAPES)
+            pods, per_pod = self.rng.choice(SHAPES[c.shapes])
             profile = self.rng.choice(["strict", "strict", "elastic"])
             actor.create(workload(self.ns, f"w{i}", [("main", pods, per_pod)],
                                   podset_annotations={"main": {"atoll.dev/profile": profile}}))
@@ -350,14 +364,30 @@ class ChaosRun:
         for v in check_invariant(alloc, used, ledger_owed):
             r.violations.append(f"ledger {v.kind}: {v.message}")
             r.double_booked += v.kind == "overbooked"
-            r.unplaceable_owed += v.kind in ("unplaceable", "uncounted")
         for v in check_invariant(alloc, used, own, check_witness=False):
             r.violations.append(f"api {v.kind}: {v.message}")
-            r.unplaceable_owed += v.kind == "unplaceable"
             r.double_booked += v.kind == "overbooked"
+        r.unplaceable_owed = unplaceable_pods(alloc, used, own)
+        if r.violations:
+            r.violations.append(self.describe(wls, used))
         if sum(o.pods for o in ledger_owed) != sum(o.pods for o in own):
             r.ledger_mismatch += 1
             r.violations.append(f"ledger owes {sum(o.pods for o in ledger_owed)} pods, the API says {sum(o.pods for o in own)}")
+
+    def describe(self, wls: list[dict[str, Any]], used: dict[str, ResourceVector]) -> str:
+        """The state behind a violation: each admitted Workload's selector, plan and bound pods."""
+        pods = self.scheduler.pods()
+        parts = [f"gpus used {{{', '.join(f'{n}: {u.gpu}' for n, u in sorted(used.items()))}}}"]
+        for wl in wls:
+            if not admitted(wl, self.check):
+                continue
+            for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or []:
+                ann = u.get("annotations") or {}
+                on = sorted(p["spec"].get("nodeName", "") for p in pods
+                            if (p["metadata"].get("annotations") or {}).get("atoll.dev/decision-id") == ann.get("atoll.dev/decision-id"))
+                parts.append(f"{wl['metadata']['name']} {gpus_of(wl)} GPUs selector={u.get('nodeSelector')} "
+                             f"planned={ann.get('atoll.dev/planned-nodes')} pods on {on}")
+        return "; ".join(parts).replace(f"{self.ns}-", "")
 
     def owed_from_api(self, wls: list[dict[str, Any]]) -> list[OwedPods]:
         """Owed pods read straight from the API, without the controller's code: per admitted
@@ -396,6 +426,17 @@ class ChaosRun:
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "workloads", wl["metadata"]["name"])
         for n in self.nodes:
             self.core.delete_node(n.name)
+
+
+def unplaceable_pods(alloc: dict[str, ResourceVector], used: dict[str, ResourceVector], owed: list[OwedPods]) -> int:
+    """Owed pods that no assignment (``place_owed``, as ``check_invariant`` builds it) fits in their domain."""
+    names = sorted(alloc)
+    index = {n: i for i, n in enumerate(names)}
+    free = np.maximum(np.array([alloc[n].as_tuple() for n in names], dtype=np.int64).reshape(len(names), 4)
+                      - np.array([used.get(n, ResourceVector()).as_tuple() for n in names], dtype=np.int64).reshape(len(names), 4), 0)
+    demands = [Demand(o.pods, pod_shape(o.per_pod), tuple((index[n], k) for n, k in o.planned if n in index and n in o.domain),
+                      np.array(sorted(index[n] for n in o.domain if n in index), dtype=np.int64)) for o in owed]
+    return sum(place_owed(free, demands)[1])
 
 
 def _evicted(wl: dict[str, Any]) -> bool:

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 __all__ = ["FAULTS", "FaultProxy"]
@@ -76,7 +76,7 @@ class FaultProxy:
         assert self._server is not None, "proxy not started"
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         proxy = self
 
         class Handler(_Handler):
@@ -107,10 +107,10 @@ class FaultProxy:
         for conn in conns:
             _close(conn)
 
-    def __enter__(self) -> FaultProxy:
+    def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ------------------------------------------------------------------ the dice
@@ -167,7 +167,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: FaultProxy
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
     def do_GET(self) -> None:

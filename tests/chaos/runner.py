@@ -20,6 +20,7 @@ __all__ = ["Summary", "run_many"]
 class Summary:
     runs: int = 0
     fault_rate: float = 0.0
+    shapes: str = ""
     double_booked: int = 0
     unplaceable_owed: int = 0
     lost: int = 0
@@ -53,7 +54,7 @@ class Summary:
         return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"runs": self.runs, "fault_rate": self.fault_rate, "double_booked": self.double_booked,
+        return {"runs": self.runs, "fault_rate": self.fault_rate, "shapes": self.shapes, "double_booked": self.double_booked,
                 "unplaceable_owed": self.unplaceable_owed, "lost": self.lost, "duplicate_decisions": self.duplicate_decisions,
                 "ledger_mismatch": self.ledger_mismatch, "admissions": self.admissions, "decisions": self.decisions,
                 "admissions_per_s": round(self.admissions / self.chaos_seconds, 2) if self.chaos_seconds else 0.0,
@@ -64,7 +65,7 @@ class Summary:
 
     def line(self) -> str:
         d = self.as_dict()
-        return (f"runs={self.runs} faults={round(self.fault_rate * 100)}% double_booked={self.double_booked} "
+        return (f"runs={self.runs} shapes={self.shapes} faults={round(self.fault_rate * 100)}% double_booked={self.double_booked} "
                 f"unplaceable_owed={self.unplaceable_owed} lost={self.lost} duplicate_decisions={self.duplicate_decisions} "
                 f"admissions={self.admissions} admissions/s={d['admissions_per_s']} injected={d['faults_injected']}/{self.requests} "
                 f"kills={sum(self.kills.values())} peak_rss={d['peak_rss_mib']}MiB")
@@ -82,7 +83,7 @@ def run_many(server: ApiServer, runs: int, config: RunConfig, *, prefix: str = "
              controller_factory: Any = None) -> Summary:
     """``runs`` runs, seeds ``config.seed`` … ``config.seed + runs - 1``, each in a namespace of its own."""
     api = server.api_client()
-    summary = Summary(fault_rate=config.fault_rate)
+    summary = Summary(fault_rate=config.fault_rate, shapes=config.shapes)
     started = time.monotonic()
     with FaultProxy("127.0.0.1", server.port, server.ca_file, seed=config.seed, rate=config.fault_rate,
                     max_seconds=runs * (config.seconds + 60.0) + 60.0) as proxy:

@@ -1,23 +1,28 @@
 """Chaos on the real apiserver: faults between the controller and the API, the controller killed
 at random points, Kueue and an adversarial scheduler around it; the audit of every run's final
 state finds no double booking, no unplaceable owed pod, nothing lost and nothing decided twice.
-And the audit is not blind: a controller whose ledger forgets owed pods is caught."""
+The audit is not blind: a controller whose ledger forgets owed pods is caught, and so is the
+scheduler taking a node-level domain's only node for a Workload admitted on the whole clique."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from admission.controller import Controller
-from tests.chaos.harness import RunConfig
+from tests.admission.fabric import Fabric, planned, run
+from tests.chaos.actors import admitted
+from tests.chaos.harness import RunConfig, unplaceable_pods
 from tests.chaos.runner import run_many
+from topology import ResourceVector
 
 pytestmark = pytest.mark.apiserver
 
 
 def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver: Any) -> None:
-    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=2.5), prefix="chaos-small")
+    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=2.5, shapes="flat"), prefix="chaos-small")
     assert summary.clean, summary.json()
     assert summary.ledger_mismatch == 0, summary.failed_runs
     # the runs did what they claim: faults answered, controllers killed, decisions written, pods bound
@@ -34,7 +39,40 @@ def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:
 
 def test_the_audit_catches_a_ledger_that_forgets_owed_pods(apiserver: Any) -> None:
     config = RunConfig(seed=5, fault_rate=0.0, seconds=2.0, quota_factor=2.0, kill_rate=0.0, crash_rate=0.0,
-                       bind_rate=0.05, finish_rate=0.0, preempt_rate=0.0)
+                       bind_rate=0.05, finish_rate=0.0, preempt_rate=0.0, shapes="flat")
     summary = run_many(apiserver, 2, config, prefix="chaos-forgetful", controller_factory=forgetful_controller)
     assert summary.unplaceable_owed + summary.double_booked > 0, summary.json()
     assert not summary.clean
+
+
+@pytest.mark.xfail(strict=True, reason="domain enforcement: a Workload admitted on one node of a clique whose other "
+                                       "admitted Workload still owes pods loses that node when the scheduler binds the "
+                                       "wider Workload's pods there (found by make chaos, shapes=nested)")
+def test_a_node_level_domain_inside_another_workloads_clique_keeps_its_room(kube_client: Any) -> None:
+    ns = "chaos-nested-domain"
+    client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": ns}})
+    fabric = Fabric(kube_client, ns)
+    fabric.install(nodes=False)
+    nodes = [fabric.add_node(0, 0, i) for i in range(3)]
+    fabric.submit("wide", [("main", 2, 4)])
+    (verdict,) = run(fabric.controller())
+    assert verdict.outcome == "admit", verdict.message
+    wide = fabric.entry("wide")
+    fabric.submit("narrow", [("main", 1, 4)])
+    (verdict,) = run(fabric.controller())
+    assert verdict.outcome == "admit", verdict.message
+    (narrow_node,) = planned(fabric.entry("narrow"))
+    assert narrow_node not in planned(wide) and wide["podSetUpdates"][0]["nodeSelector"] != {"kubernetes.io/hostname": narrow_node}
+
+    # the scheduler, inside wide's clique as its nodeSelector allows, takes the narrow Workload's only node first
+    decision = wide["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"]
+    fabric.bind_pod("wide-0", narrow_node, 4, decision_id=decision)
+    assert admitted(fabric.workload("narrow"), fabric.check)
+
+    ctrl = fabric.controller()
+    ctrl.sync()
+    snap = ctrl.cache.snapshot(fabric.flavor)
+    alloc = {n: ctrl.cache.nodes[n].allocatable for n in snap.node_names}
+    used = {n: ctrl.cache.usage.get(n, ResourceVector()) for n in snap.node_names}
+    assert sorted(alloc) == sorted(nodes)
+    assert unplaceable_pods(alloc, used, ctrl.ledger.owed(snap)) == 0

@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -176,6 +183,9 @@ class RunConfig:
     finish_rate: float = 0.05
     preempt_rate: float = 0.01
     settle_seconds: float = 1.0
+    process: bool = False
+    """Run the controller as an ``atoll run`` process killed with SIGKILL (instead of in-process,
+    where ``crash_rate`` also kills it around decision writes)."""
     """How long a clean controller must have had nothing to decide before the audit."""
 
 
@@ -226,6 +236,8 @@ class ChaosRun:
         self._ctrl: Controller | None = None
         self._port: CrashingPort | None = None
         self._restarts = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir = Path(tempfile.mkdtemp(prefix="atoll-chaos-"))
 
     # ------------------------------------------------------------------ setup
 
@@ -272,16 +284,56 @@ class ChaosRun:
 
     def _start(self, crash_rate: float) -> None:
         self._restarts += 1
+        if self.cfg.process:
+            self._spawn()
+            return
         port = KubePort(_client(self.proxy.url, self.token), settings=self.settings().api)
         self._port = CrashingPort(port, random.Random(self.rng.random()), crash_rate)
         self._ctrl = self.controller_factory(self._port, settings=self.settings(), recorder=self.recorder,
                                              identity=f"chaos-{self.ns}-{self._restarts}")
         self._ctrl.start()
 
-    def _kill(self) -> None:
+    def _spawn(self) -> None:
+        """``atoll run`` through the proxy; its decision records (stdout) go to a file per process."""
+        kubeconfig = self._dir / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "chaos",
+            "clusters": [{"name": "chaos", "cluster": {"server": self.proxy.url}}],
+            "users": [{"name": "chaos", "user": {"token": self.token}}],
+            "contexts": [{"name": "chaos", "context": {"cluster": "chaos", "user": "chaos"}}]}))
+        with open(self._dir / f"records-{self._restarts}.jsonl", "wb") as out:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", "import sys; from admission.cli import main; sys.exit(main())", "run", "--kubeconfig", str(kubeconfig), "--namespace", self.ns,
+                 "--admission-check", self.check, "--metrics-port", "0", "--health-port", "0", "--no-leader-elect",
+                 "--identity", f"chaos-{self.ns}-{self._restarts}"],
+                stdout=out, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+    def _records(self) -> list[dict[str, Any]]:
+        lines = self.records.getvalue().splitlines()
+        for path in sorted(self._dir.glob("records-*.jsonl")):
+            lines += path.read_text(errors="replace").splitlines()
+        out = []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:  # a line cut by SIGKILL
+                continue
+            if isinstance(rec, dict) and rec.get("event") == "decision":
+                out.append(rec)
+        return out
+
+    def _kill(self, *, count: bool = True) -> None:
+        """Kill the controller where it stands; ``count=False`` for the shutdowns around the settle phase."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                os.kill(self._proc.pid, signal.SIGKILL)
+                self.result.kills["sigkill"] += count
+            self._proc.wait()
+            self._proc = None
         if self._port is not None:
             self._port.kill()
-            self.result.kills.update(self._port.crashes)
+            self.result.kills.update(self._port.crashes if count else Counter({k: v for k, v in self._port.crashes.items()
+                                                                                if k != "random-time"}))
         if self._ctrl is not None:
             self._ctrl.stop(timeout=2.0)
         self._ctrl, self._port = None, None
@@ -309,7 +361,9 @@ class ChaosRun:
         started = time.monotonic()
         self.proxy.enabled = True
         while time.monotonic() - started < c.seconds:
-            if self._ctrl is None:
+            if self._proc is not None and (self._proc.poll() is not None or self.rng.random() < c.kill_rate):
+                self._kill()
+            elif self._ctrl is None and self._proc is None:
                 self._start(c.crash_rate)
             elif self._port is not None and (self._port.dead.is_set() or self.rng.random() < c.kill_rate):
                 self._kill()
@@ -322,7 +376,7 @@ class ChaosRun:
 
     def _settle(self) -> None:
         """Faults off, no new reservations, no more binding: a clean controller decides what is left."""
-        self._kill()
+        self._kill(count=False)
         self.proxy.enabled = False
         self.kueue.reserving = False
         self._start(0.0)
@@ -337,7 +391,7 @@ class ChaosRun:
             elif time.monotonic() - quiet_since >= self.cfg.settle_seconds:
                 break
             time.sleep(0.05)
-        self._kill()
+        self._kill(count=False)
 
     # ------------------------------------------------------------------ the audit
 
@@ -348,7 +402,7 @@ class ChaosRun:
         r.admissions = self.kueue.admissions
         r.preemptions = self.kueue.preemptions
         r.bound, r.bound_on_others_plan = self.scheduler.bound, self.scheduler.on_planned_of_others
-        records = [json.loads(line) for line in self.records.getvalue().splitlines() if line.strip()]
+        records = self._records()
         r.decisions = len(records)
         per_uid = Counter(str(rec["uid"]) for rec in records if rec.get("namespace") == self.ns)
         r.duplicate_decisions = sum(max(0, n - self.kueue.reservations[uid]) for uid, n in per_uid.items())
@@ -460,8 +514,9 @@ def run_once(api: client.ApiClient, token: str, proxy: FaultProxy, ns: str, conf
         result = run.run()
     finally:
         threading.excepthook = previous
-        run._kill()
+        run._kill(count=False)
     run.cleanup()
+    shutil.rmtree(run._dir, ignore_errors=True)
     result.faults = Counter(proxy.injected) - before
     return result
 

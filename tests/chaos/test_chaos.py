@@ -30,6 +30,13 @@ def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver:
     assert summary.decisions > 0 and summary.admissions > 0 and summary.bound > 0
 
 
+def test_an_atoll_run_process_killed_with_sigkill_keeps_every_invariant(apiserver: Any) -> None:
+    config = RunConfig(seed=21, fault_rate=0.2, seconds=8.0, kill_rate=0.05, shapes="flat", process=True)
+    summary = run_many(apiserver, 1, config, prefix="chaos-process")
+    assert summary.clean, summary.json()
+    assert summary.kills["sigkill"] >= 1 and summary.decisions > 0, summary.json()
+
+
 def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:
     """A controller whose ledger counts nothing as owed: admitted pods not yet bound look free."""
     ctrl = Controller(*args, **kwargs)

@@ -60,7 +60,7 @@ def newer(old: Obj | None, new: Obj) -> bool:
         return True
     a = (old.get("metadata") or {}).get("resourceVersion", "")
     b = (new.get("metadata") or {}).get("resourceVersion", "")
-    if a.isdigit() and b.isdigit():
+    if a.isascii() and a.isdigit() and b.isascii() and b.isdigit():  # "²".isdigit() is True; int() refuses it
         return int(b) >= int(a)
     return True
 

@@ -107,3 +107,9 @@ def test_pod_requests_follow_the_scheduler() -> None:
     usage = pod_usage(p, "nvidia.com/gpu")
     assert usage is not None and usage.usage.gpu == 2 and usage.usage.cpu_milli == 8250 and usage.usage.pods == 1
     assert pod_usage({**p, "spec": {**p["spec"], "nodeName": None}}, "nvidia.com/gpu") is None
+
+
+def test_a_non_ascii_resource_version_orders_by_arrival_instead_of_raising() -> None:
+    old = {"metadata": {"resourceVersion": "²"}}
+    assert newer(old, {"metadata": {"resourceVersion": "5"}})
+    assert newer({"metadata": {"resourceVersion": "7"}}, {"metadata": {"resourceVersion": "٣"}})

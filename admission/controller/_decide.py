@@ -15,7 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from admission.controller._cache import ClusterCache, FlavorProblem
+from admission.controller._invariant import Claim, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, encode_planned
 from admission.controller._records import PodSetRecord, WhyNotRecord, truncate
 from admission.controller._settings import Settings
@@ -25,10 +29,16 @@ from admission.kube import ADMISSION_CHECKS, Obj, object_key
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
-__all__ = ["MAX_PODSET_UPDATES", "STATE", "Decider", "Verdict"]
+__all__ = ["ANN_ENFORCEMENT", "LABEL_DECISION_ID", "MAX_PODSET_UPDATES", "STATE", "Decider", "Verdict"]
 
 STATE = {"admit": "Ready", "wait": "Retry", "reject": "Rejected"}
 """Decision outcome → Atoll's check state."""
+ANN_ENFORCEMENT = "atoll.dev/enforcement"
+"""Pod annotation ``exact`` when the flavor's enforcement pins each pod to a planned node (the
+webhook does it at pod creation); absent under ``domain`` enforcement."""
+LABEL_DECISION_ID = "atoll.dev/decision-id"
+"""Pod label Atoll's podSetUpdates add: selects the pods of a placed Workload (the exact-placement
+webhook's objectSelector) without reading annotations."""
 MAX_PODSET_UPDATES = 18
 """Kueue's limit on podSetUpdates per check entry."""
 
@@ -189,24 +199,51 @@ class Decider:
         reserved = self.ledger.apply(snap, exclude_uid=view.uid)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
-        try:
-            decision = decide(snap, specs, profile_name=profile_name, profile=profile, now=now, wait=wait,
-                              workload_class=cls, links=links)
-        except ProfileLevelError as exc:
-            return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,
+        held = _Holding(self.ledger.claims(shared, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
+        levels: dict[str, int] = {}
+        set_aside = 0
+        for _ in range(_MAX_SET_ASIDE + 1):
+            try:
+                decision = decide(snap, specs, profile_name=profile_name, profile=profile, now=now, wait=wait,
+                                  workload_class=cls, links=links)
+            except ProfileLevelError as exc:
+                return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,
+                                     generation=snap.generation, reserved=reserved)
+            if decision.outcome != "admit" or decision.placement is None or (not held.claims and len(decision.placement.podsets) < 2):
+                break
+            found, exposed = self._robust_levels(shared, decision, view, specs, profile, held)
+            if found is not None:
+                levels = found
+                break
+            snap = snap.fork()  # these domains would let owed pods and the new ones take each other's room: plan elsewhere
+            fresh = np.flatnonzero(exposed & (snap.eligible != 0)).tolist()
+            for i in fresh:
+                snap.exclude(i)
+            set_aside += len(fresh)
+        else:
+            delay = profile.retry.delay(wait.attempts)
+            return _FlavorResult(flavor, "wait", f"every placement found shares a nodeSelector domain with pods other admitted "
+                                                 f"Workloads still owe, and the scheduler could give one's room to the other; "
+                                                 f"waiting until they bind; retry in {delay}s", "owed-pods", delay,
                                  generation=snap.generation, reserved=reserved)
-        result = _FlavorResult(flavor, decision.outcome, decision.message, relaxed=decision.relaxed, decision=decision,
+        message = decision.message
+        if set_aside and decision.outcome != "admit":
+            message += (f" ({set_aside} nodes set aside: pods other admitted Workloads still owe may bind there; "
+                        "they free up as those pods bind)")
+        result = _FlavorResult(flavor, decision.outcome, message, relaxed=decision.relaxed, decision=decision,
                                generation=snap.generation, reserved=reserved, after=snap)
         placement = decision.placement
         if placement is not None:
             result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason) for v in placement.why_not[:6]]
         if decision.outcome == "wait":
             result.retry_after = decision.retry_after_seconds
-            result.reason = "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain"
+            result.reason = ("owed-pods" if set_aside else
+                             "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain")
         elif decision.outcome == "admit" and placement is not None:
             per_pod = {s.name: s.per_pod for s in specs}
             for ps in placement.podsets:
-                update, notes, selector = self._podset_update(ps, view.templates.get(ps.name, PodSetTemplate()), snap, decision_id)
+                update, notes, selector = self._podset_update(ps, view.templates.get(ps.name, PodSetTemplate()), snap, decision_id,
+                                                              exact=self._enforcement(flavor) == "exact", level=levels.get(ps.name))
                 result.updates.append(update)
                 result.notes.extend(notes)
                 result.placements.append(PodSetRecord(
@@ -214,24 +251,26 @@ class Decider:
                     ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector))
         return result
 
+    def _enforcement(self, flavor: str) -> str:
+        settings = self.cache.profiles.flavors.get(flavor) if self.cache.profiles else None
+        return settings.enforcement if settings is not None else "domain"
+
     def _podset_update(self, ps: PodSetPlacement, template: PodSetTemplate, snap: Snapshot,
-                       decision_id: str) -> tuple[dict[str, Any], list[str], dict[str, str]]:
-        """nodeSelector of the lowest domain holding the PodSet, plus decision id and planned nodes;
-        keys that would conflict with the pod template are left out (and said so)."""
+                       decision_id: str, *, exact: bool = False, level: int | None = None) -> tuple[dict[str, Any], list[str], dict[str, str]]:
+        """nodeSelector of the lowest domain holding the PodSet (or of ``level``, a wider one the
+        robustness check chose), plus decision id and planned nodes; keys that would conflict with
+        the pod template are left out (and said so)."""
         notes: list[str] = []
         selector: dict[str, str] = {}
         if ps.domain_level in snap.level_labels:
-            level = snap.level_index(ps.domain_level)
-            if level == snap.node_level:
-                info = self.cache.nodes.get(ps.nodes[0])
-                selector[HOSTNAME_LABEL] = info.labels.get(HOSTNAME_LABEL, ps.nodes[0]) if info else ps.nodes[0]
-            else:
-                value = ps.domain_path[-1]
-                selector[ps.domain_level] = value
-                if value in _ambiguous_values(snap, level):  # the same value under two parents: pin the ancestors too
-                    for i in range(level):
-                        selector[snap.level_labels[i]] = ps.domain_path[i]
+            own = snap.level_index(ps.domain_level)
+            selector = self._selector_at(snap, ps, own if level is None else level)
+            if level is not None and level != own:
+                notes.append(f"podSets[{ps.name}]: nodeSelector at {snap.level_labels[level]}, not {ps.domain_level}: pods other "
+                             "admitted Workloads still owe may bind on its planned nodes")
         annotations = {ANN_DECISION_ID: decision_id}
+        if exact:
+            annotations[ANN_ENFORCEMENT] = "exact"
         budget = self.settings.decisions.planned_nodes_max_chars
         planned = encode_planned(list(zip(ps.nodes, ps.pods_per_node)), budget)
         if planned is None:
@@ -247,12 +286,66 @@ class Decider:
                     notes.append(f"podSets[{ps.name}]: not writing {where} {key}={truncate(mine[key], 80)}: the pod template already "
                                  f"sets {key}={truncate(have, 80)}")
                 del mine[key]
-        update: dict[str, Any] = {"name": ps.name}
+        update: dict[str, Any] = {"name": ps.name, "labels": {LABEL_DECISION_ID: decision_id}}
         if selector:
             update["nodeSelector"] = selector
         if annotations:
             update["annotations"] = annotations
         return update, notes, selector
+
+    def _selector_at(self, snap: Snapshot, ps: PodSetPlacement, level: int) -> dict[str, str]:
+        """The nodeSelector naming the PodSet's domain at ``level`` (at or above its own)."""
+        if level == snap.node_level:
+            info = self.cache.nodes.get(ps.nodes[0])
+            return {HOSTNAME_LABEL: info.labels.get(HOSTNAME_LABEL, ps.nodes[0]) if info else ps.nodes[0]}
+        path = snap.paths[snap.node_index[ps.nodes[0]]]
+        value = path[level]
+        selector = {snap.level_labels[level]: value}
+        if value in _ambiguous_values(snap, level):  # the same value under two parents: pin the ancestors too
+            for i in range(level):
+                selector[snap.level_labels[i]] = path[i]
+        return selector
+
+    def _robust_levels(self, snap: Snapshot, decision: Decision, view: WorkloadView, specs: Sequence[PodSetSpec], profile: Profile,
+                       held: _Holding) -> tuple[dict[str, int] | None, npt.NDArray[np.bool_]]:
+        """The selector level per PodSet at which no owed pod (theirs or the new ones) can be
+        starved by the scheduler's choices (``exposed_claims``): the PodSet's own domain first,
+        then wider ones up to the level the profile promises (required, else preferred, else the
+        relaxed span limit). None and the nodes involved when no such levels exist."""
+        assert decision.placement is not None
+        by_name = {s.name: s for s in specs}
+        podsets = [ps for ps in decision.placement.podsets if ps.domain_level in snap.level_labels and by_name[ps.name].per_pod.gpu > 0]
+        options: list[list[int]] = []
+        for ps in podsets:
+            own = snap.level_index(ps.domain_level)
+            top = own
+            for label in (by_name[ps.name].required_topology, profile.required_level,
+                          profile.max_span_level if decision.relaxed else profile.preferred_level):
+                if label and label in snap.level_labels:
+                    top = min(own, snap.level_index(label))
+                    break
+            options.append(list(range(own, top - 1, -1)))
+        pick = [0] * len(podsets)
+        while True:
+            new = []
+            for ps, opts, k in zip(podsets, options, pick):
+                selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
+                selector.update(self._selector_at(snap, ps, opts[k]))
+                spec = by_name[ps.name]
+                new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu,
+                                 self.ledger.domain_mask(snap, selector.items(), spec.tolerations)))
+            near = np.logical_or.reduce([c.mask for c in new]) if new else np.zeros(snap.num_nodes, dtype=bool)
+            exposed = exposed_claims(held.free_gpu, held.claims + new, near)
+            if not exposed:
+                return {ps.name: opts[k] for ps, opts, k in zip(podsets, options, pick)}, near
+            widened = False
+            first = len(held.claims)
+            for i in sorted({e - first for e in exposed if e >= first}):
+                if pick[i] + 1 < len(options[i]):
+                    pick[i] += 1
+                    widened = True
+            if not widened:
+                return None, near
 
     def _validate_kueue_tas(self, obj: Obj, flavor: str, specs: Sequence[PodSetSpec], profile_name: str, profile: Profile,
                             wait: WaitState, why: str) -> _FlavorResult:
@@ -280,6 +373,18 @@ class Decider:
                                                      f"domains; profile {profile_name} requires one; retry in {delay}s", "no-domain", delay)
         message = f"{why}; Kueue's TAS assignment meets profile {profile_name}"
         return _FlavorResult(flavor, "admit", message + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+@dataclass(frozen=True, slots=True)
+class _Holding:
+    """What admitted Workloads still owe on a flavor, for the robustness check."""
+
+    claims: list[Claim]
+    free_gpu: npt.NDArray[np.int64]
+
+
+_MAX_SET_ASIDE = 2
+"""Times a placement is searched again with the domains it shared with owed pods set aside."""
 
 
 def unplaced_podsets(view: WorkloadView, gpu_resource: str) -> list[str]:

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from topology import ResourceVector
 
-__all__ = ["Demand", "OwedPods", "Violation", "check_invariant", "place_owed", "pod_shape"]
+__all__ = ["Claim", "Demand", "OwedPods", "Violation", "check_invariant", "exposed_claims", "place_owed", "pod_shape"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -94,6 +94,63 @@ def place_owed(free: IntArray, demands: Sequence[Demand]) -> tuple[list[list[tup
             if missing[j] == 0:
                 break
     return placed, missing, free - left
+
+
+# ----------------------------------------------------------------------------- robustness
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Pods owed (or about to be) on a nodeSelector domain: how many, GPUs each, the domain as
+    a boolean mask over the snapshot's nodes, and who owes them."""
+
+    workload: str
+    podset: str
+    pods: int
+    gpu: int
+    mask: npt.NDArray[np.bool_]
+
+
+def exposed_claims(free_gpu: IntArray, claims: Sequence[Claim], near: npt.NDArray[np.bool_] | None = None) -> list[int]:
+    """Claims the kube-scheduler could starve by binding *other* claims' pods inside their domain.
+
+    A witness shows the owed pods fit *now*; it does not survive the scheduler's freedom: a pod
+    whose nodeSelector domain reaches into a narrower domain may bind there and take the room the
+    narrower claim needs (a one-node Workload inside a clique where a clique-wide Workload still
+    owes pods). Counted in whole pods of claim ``d``'s size (``g``):
+
+        slots(D) = Σ_{n ∈ D} ⌊free_n / g⌋
+        need(D)  = Σ_{e ⊆ D} pods_e·⌈g_e / g⌉ + Σ_{e ⊄ D, e ∩ D ≠ ∅} min(pods_e·⌈g_e / g⌉, slots(D ∩ e))
+
+    and ``d`` is exposed when ``need(D) > slots(D)``. When no claim is exposed, every order of
+    bindings the nodeSelectors allow keeps this true (a bound pod lowers both sides by the same
+    amount, or only the right side), so every claim keeps room for its pods whatever the scheduler
+    does. The GPU-only, whole-pod bound is conservative for mixed pod sizes (a pod of ``g_e`` GPUs
+    can cost a narrower claim at most ⌈g_e/g⌉ of its slots). ``near``: test only the claims whose
+    domain meets these nodes (all when None; claims elsewhere are unchanged by a new one);
+    every claim still counts as a possible thief."""
+    if not claims:
+        return []
+    masks = np.stack([c.mask for c in claims])
+    pods = np.array([c.pods for c in claims], dtype=np.int64)
+    gpu = np.array([c.gpu for c in claims], dtype=np.int64)
+    live = (pods > 0) & (gpu > 0)
+    sizes = masks.sum(axis=1)
+    out: list[int] = []
+    focus = range(len(claims)) if near is None else np.flatnonzero(masks[:, near].any(axis=1)).tolist()
+    for d in focus:
+        g = int(gpu[d])
+        if not live[d] or not masks[d].any():
+            continue
+        slots = free_gpu[masks[d]] // g
+        cols = masks[:, masks[d]]                     # every claim restricted to D
+        inside = cols.sum(axis=1)
+        cost = pods * -(-gpu // g)                    # ⌈g_e / g⌉ slots per pod of e
+        reach = np.where(sizes > inside, np.minimum(cost, cols.astype(np.int64) @ slots), cost)
+        need = int(reach[live & (inside > 0)].sum())
+        if need > int(slots.sum()):
+            out.append(int(d))
+    return out
 
 
 # ----------------------------------------------------------------------------- the invariant

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from admission.controller._invariant import Demand, OwedPods, place_owed, pod_shape
+from admission.controller._invariant import Claim, Demand, OwedPods, place_owed, pod_shape
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
 from admission.kube import Obj
 from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, Toleration
@@ -282,6 +282,22 @@ class Ledger:
         self._report(snapshot.flavor, tuple(short))
         return sum(owed * r.per_pod.gpu for r, owed in w.rows)
 
+    def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> list[Claim]:
+        """The snapshot flavor's owed pods as domain masks, for ``exposed_claims``."""
+        out = []
+        for key, r in sorted(self._by_flavor.get(snapshot.flavor, {}).items(), key=lambda kv: (kv[1].workload, kv[1].podset, kv[0][0])):
+            owed = self._owed.get(key, (0, ()))[0]
+            if r.uid == exclude_uid or owed <= 0 or r.per_pod.gpu <= 0:
+                continue
+            out.append(Claim(r.workload, r.podset, owed, r.per_pod.gpu, self.domain_mask(snapshot, r.selector, r.tolerations)))
+        return out
+
+    def domain_mask(self, snapshot: Snapshot, selector: Iterable[tuple[str, str]], tolerations: Sequence[Toleration] = ()) -> npt.NDArray[np.bool_]:
+        """Nodes of the snapshot a pod with this nodeSelector and these tolerations may bind on now."""
+        mask = np.zeros(snapshot.num_nodes, dtype=bool)
+        mask[self._nodes(snapshot, tuple(sorted(selector)), tuple(tolerations))] = True
+        return mask
+
     def owed(self, snapshot: Snapshot) -> list[OwedPods]:
         """The owed pods of the snapshot's flavor with their domains and witness, by node name
         (what ``check_invariant`` reads)."""
@@ -295,12 +311,15 @@ class Ledger:
 
     def _domain(self, snapshot: Snapshot, r: Reservation) -> npt.NDArray[np.int64]:
         """Snapshot nodes the PodSet's nodeSelector allows and its pods may use now, in path order."""
-        key = ("ledger-domain", r.selector)
+        return self._nodes(snapshot, r.selector, r.tolerations)
+
+    def _nodes(self, snapshot: Snapshot, selector: tuple[tuple[str, str], ...], tolerations: Sequence[Toleration]) -> npt.NDArray[np.int64]:
+        key = ("ledger-domain", selector)
         cached = snapshot.static_cache.get(key)
         if not isinstance(cached, np.ndarray):
-            cached = _selector_nodes(snapshot, r.selector, self.node_labels)
+            cached = _selector_nodes(snapshot, selector, self.node_labels)
             snapshot.static_cache[key] = cached
-        usable = snapshot.eligible_for(r.tolerations)
+        usable = snapshot.eligible_for(tolerations)
         return np.asarray(cached[usable[cached] != 0], dtype=np.int64)
 
     def _report(self, flavor: str, short: tuple[Shortfall, ...]) -> None:

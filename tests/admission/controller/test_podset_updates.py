@@ -24,6 +24,7 @@ def test_each_podset_gets_its_own_domain_within_the_link_bound(fabric: Fabric) -
     assert set(planned(entry, "prefill")).isdisjoint(planned(entry, "decode"))
     ids = {u["annotations"]["atoll.dev/decision-id"] for u in entry["podSetUpdates"]}
     assert ids == {verdict.decision_id}
+    assert [u["labels"] for u in entry["podSetUpdates"]] == [{"atoll.dev/decision-id": verdict.decision_id}] * 2  # what selects the pods
 
 
 def test_template_selector_narrows_the_candidates_and_is_not_repeated(fabric: Fabric) -> None:

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._invariant import Claim, exposed_claims
-from admission.controller._ledger import ANN_DECISION_ID, ANN_PLANNED_NODES, Ledger, encode_planned
+from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
 from admission.controller._records import PodSetRecord, WhyNotRecord, truncate
 from admission.controller._settings import Settings
 from admission.controller._wait import atoll_check_names, read_wait_state
@@ -29,13 +29,10 @@ from admission.kube import ADMISSION_CHECKS, Obj, object_key
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
-__all__ = ["ANN_ENFORCEMENT", "LABEL_DECISION_ID", "MAX_PODSET_UPDATES", "STATE", "Decider", "Verdict"]
+__all__ = ["LABEL_DECISION_ID", "MAX_PODSET_UPDATES", "STATE", "Decider", "Verdict"]
 
 STATE = {"admit": "Ready", "wait": "Retry", "reject": "Rejected"}
 """Decision outcome → Atoll's check state."""
-ANN_ENFORCEMENT = "atoll.dev/enforcement"
-"""Pod annotation ``exact`` when the flavor's enforcement pins each pod to a planned node (the
-webhook does it at pod creation); absent under ``domain`` enforcement."""
 LABEL_DECISION_ID = "atoll.dev/decision-id"
 """Pod label Atoll's podSetUpdates add: selects the pods of a placed Workload (the exact-placement
 webhook's objectSelector) without reading annotations."""
@@ -325,15 +322,22 @@ class Decider:
                     top = min(own, snap.level_index(label))
                     break
             options.append(list(range(own, top - 1, -1)))
+        exact = self._enforcement(snap.flavor) == "exact"
+        if exact:  # the webhook pins each pod to its planned node: nothing to widen, the claim is those nodes
+            options = [[o[0]] for o in options]
         pick = [0] * len(podsets)
         while True:
             new = []
             for ps, opts, k in zip(podsets, options, pick):
-                selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
-                selector.update(self._selector_at(snap, ps, opts[k]))
                 spec = by_name[ps.name]
-                new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu,
-                                 self.ledger.domain_mask(snap, selector.items(), spec.tolerations)))
+                if exact:
+                    mask = np.zeros(snap.num_nodes, dtype=bool)
+                    mask[[snap.node_index[n] for n in ps.nodes]] = True
+                else:
+                    selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
+                    selector.update(self._selector_at(snap, ps, opts[k]))
+                    mask = self.ledger.domain_mask(snap, selector.items(), spec.tolerations)
+                new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
             near = np.logical_or.reduce([c.mask for c in new]) if new else np.zeros(snap.num_nodes, dtype=bool)
             exposed = exposed_claims(held.free_gpu, held.claims + new, near)
             if not exposed:

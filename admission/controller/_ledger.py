@@ -36,11 +36,14 @@ from admission.controller._workloads import WorkloadError, check_entry, conditio
 from admission.kube import Obj
 from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, Toleration
 
-__all__ = ["ANN_DECISION_ID", "ANN_PLANNED_NODES", "Ledger", "Reservation", "Shortfall", "Witness", "decode_planned", "encode_planned",
+__all__ = ["ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "Ledger", "Reservation", "Shortfall", "Witness", "decode_planned", "encode_planned",
            "holds_reservation"]
 
 ANN_DECISION_ID = "atoll.dev/decision-id"
 ANN_PLANNED_NODES = "atoll.dev/planned-nodes"
+ANN_ENFORCEMENT = "atoll.dev/enforcement"
+"""Pod annotation ``exact`` when the flavor's enforcement pins each pod to a planned node (the
+webhook does it at pod creation); absent under ``domain`` enforcement."""
 _ZIP = "zlib+b64:"
 _log = structlog.get_logger("atoll.ledger")
 
@@ -87,6 +90,9 @@ class Reservation:
     selector: tuple[tuple[str, str], ...] = ()
     """The nodeSelector its pods carry (Atoll's podSetUpdate plus the template's), sorted."""
     tolerations: tuple[Toleration, ...] = ()
+    exact: bool = False
+    """Pinned to the planned nodes at pod creation (``exact`` enforcement): the scheduler has no
+    choice, so the owed pods claim those nodes only."""
 
     @property
     def pods(self) -> int:
@@ -182,7 +188,8 @@ class Ledger:
             selector = dict(template.node_selector) if template is not None else {}
             selector.update({str(k): str(v) for k, v in (update.get("nodeSelector") or {}).items()})
             out.append(Reservation(uid, view.key, str(ann.get(ANN_DECISION_ID, "")), flavor, name, tuple(planned.items()),
-                                   spec.per_pod, spec.count, tuple(sorted(selector.items())), tuple(spec.tolerations)))
+                                   spec.per_pod, spec.count, tuple(sorted(selector.items())), tuple(spec.tolerations),
+                                   ann.get(ANN_ENFORCEMENT) == "exact" and bool(planned)))
         if tuple(out) == self._by_uid.get(uid):
             return
         self.forget(uid)
@@ -289,7 +296,13 @@ class Ledger:
             owed = self._owed.get(key, (0, ()))[0]
             if r.uid == exclude_uid or owed <= 0 or r.per_pod.gpu <= 0:
                 continue
-            out.append(Claim(r.workload, r.podset, owed, r.per_pod.gpu, self.domain_mask(snapshot, r.selector, r.tolerations)))
+            mask = self.domain_mask(snapshot, r.selector, r.tolerations)
+            if r.exact:  # pinned pods can only land where they were planned (or, replaced, where the pods now are)
+                pinned = np.zeros_like(mask)
+                pinned[[snapshot.node_index[n] for n, _ in self._owed[key][1] if n in snapshot.node_index]] = True
+                if pinned[mask].any():
+                    mask &= pinned
+            out.append(Claim(r.workload, r.podset, owed, r.per_pod.gpu, mask))
         return out
 
     def domain_mask(self, snapshot: Snapshot, selector: Iterable[tuple[str, str]], tolerations: Sequence[Toleration] = ()) -> npt.NDArray[np.bool_]:

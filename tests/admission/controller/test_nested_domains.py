@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.admission.fabric import CLIQUE, Fabric, planned, run
+from tests.admission.fabric import CLIQUE, Fabric, planned, profiles_doc, run
 
 pytestmark = pytest.mark.apiserver
 
@@ -66,3 +66,19 @@ def test_a_gang_waits_until_the_one_node_workload_inside_its_only_clique_is_boun
     (verdict,) = run(fabric.controller())
     assert verdict.outcome == "admit", verdict.message
     assert narrow_node not in planned(fabric.entry("wide"))
+
+
+def test_under_exact_enforcement_pinned_pods_claim_their_planned_nodes_only(fabric: Fabric) -> None:
+    doc = profiles_doc(fabric.flavor, fabric.topology, flavors={fabric.flavor: {"topology": fabric.topology, "enforcement": "exact"}})
+    fabric.install(doc, nodes=False)
+    [fabric.add_node(0, 0, i) for i in range(3)]
+    fabric.submit("wide", [("main", 2, 4)])
+    (verdict,) = run(fabric.controller())
+    wide = fabric.entry("wide")["podSetUpdates"][0]
+    assert verdict.outcome == "admit" and wide["annotations"]["atoll.dev/enforcement"] == "exact"
+    fabric.submit("narrow", [("main", 1, 4)])
+    (verdict,) = run(fabric.controller())
+    narrow = fabric.entry("narrow")["podSetUpdates"][0]
+    assert verdict.outcome == "admit", verdict.message
+    assert list(narrow["nodeSelector"]) == ["kubernetes.io/hostname"]  # wide's pods are pinned: they cannot take this node
+    assert narrow["nodeSelector"]["kubernetes.io/hostname"] not in planned(fabric.entry("wide"))

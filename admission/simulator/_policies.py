@@ -7,6 +7,10 @@
 - ``kueue-bestfit``: Kueue's own Topology-Aware Scheduling (``topology._kueue_tas``). Training
   jobs carry ``podset-preferred-topology: <island level>`` on their pod template, as Kueue TAS
   users annotate training Jobs; other classes carry no annotation and run unconstrained.
+- ``kueue-required``: the same, for a user who writes ``podset-required-topology: <island
+  level>`` on training jobs: Kueue admits only inside one island and otherwise keeps the job
+  queued. A job bigger than any island gets the lowest level one of whose domains can hold it on
+  the empty flavor (a user does not write a constraint that can never be met).
 - ``atoll-<profile>``: any profile of the profiles document, decided by ``policies.decide``
   (the controller's decision code), with its wait state, backoff and relaxation.
 
@@ -37,12 +41,13 @@ __all__ = [
     "Policy",
     "PolicyError",
     "RandomPolicy",
+    "fits_one_domain",
     "fits_one_island",
     "island_level_of",
     "make_policies",
 ]
 
-BASELINES = ("count-only", "random", "kueue-bestfit")
+BASELINES = ("count-only", "random", "kueue-bestfit", "kueue-required")
 DEFAULT_POLICIES = ("count-only", "random", "kueue-bestfit", "atoll-strict", "atoll-elastic")
 ATOLL_PREFIX = "atoll-"
 PODSET = "main"
@@ -229,10 +234,12 @@ class KueueBestFitPolicy:
 
     admission_check = False
 
-    def __init__(self, island_level: str | None) -> None:
-        self.name = "kueue-bestfit"
+    def __init__(self, island_level: str | None, *, required: bool = False) -> None:
+        self.name = "kueue-required" if required else "kueue-bestfit"
         self.island_level = island_level
+        self.required = required
         self._views: dict[int, _KueueView] = {}
+        self._levels: dict[tuple[int, JobShape], str] = {}
         self._tracked = False
 
     def _view(self, snapshot: Snapshot) -> _KueueView:
@@ -241,6 +248,24 @@ class KueueBestFitPolicy:
         if view is None:
             view = self._views[key] = _KueueView(snapshot, snapshot.flavor)
         return view
+
+    def _level(self, snapshot: Snapshot, shape: JobShape) -> str:
+        """The annotated level: the island level; under ``required``, the lowest level at or above
+        it one of whose domains holds the job on the empty flavor."""
+        island = island_level_of(snapshot, self.island_level)
+        if not self.required:
+            return island
+        key = (id(snapshot.node_names), shape)
+        level = self._levels.get(key)
+        if level is None:
+            labels = snapshot.level_labels
+            level = island
+            for lb in reversed(labels[: labels.index(island) + 1]):
+                level = lb
+                if fits_one_domain(snapshot, shape, lb):
+                    break
+            self._levels[key] = level
+        return level
 
     def capacity_changed(self, snapshot: Snapshot, nodes: IntArray) -> None:
         """The caller changed ``snapshot.free`` on ``nodes``. After the first such call the caller
@@ -258,8 +283,8 @@ class KueueBestFitPolicy:
         view.sync(snapshot, self._tracked)
         per_pod = {name: q for name, q in zip(_KUEUE_COLUMNS[:3], shape.per_pod.as_tuple()[:3]) if q > 0}
         if shape.kind == "training":
-            result = kueue_place(view.leaves, shape.pods, per_pod, mode="preferred",
-                                 level=island_level_of(snapshot, self.island_level), topology_name=view.topology_name)
+            result = kueue_place(view.leaves, shape.pods, per_pod, mode="required" if self.required else "preferred",
+                                 level=self._level(snapshot, shape), topology_name=view.topology_name)
         else:
             result = kueue_place(view.leaves, shape.pods, per_pod, mode="unconstrained", topology_name=view.topology_name)
         if not result.fits:
@@ -295,10 +320,15 @@ class AtollPolicy:
         return Attempt("reject", message=d.message)
 
 
-def fits_one_island(snapshot: Snapshot, shape: JobShape, island_level: str) -> bool:
-    """Whether the job fits one island of the empty, healthy flavor (memoized by the finder)."""
-    req = PlacementRequest((PodSetRequest(PODSET, shape.pods, shape.per_pod, required_level=island_level),))
+def fits_one_domain(snapshot: Snapshot, shape: JobShape, level: str) -> bool:
+    """Whether the job fits one domain of ``level`` of the empty, healthy flavor (memoized by the finder)."""
+    req = PlacementRequest((PodSetRequest(PODSET, shape.pods, shape.per_pod, required_level=level),))
     return never_fits(snapshot, req) is None
+
+
+def fits_one_island(snapshot: Snapshot, shape: JobShape, island_level: str) -> bool:
+    """Whether the job fits one island of the empty, healthy flavor."""
+    return fits_one_domain(snapshot, shape, island_level)
 
 
 def make_policies(names: Sequence[str], doc: ProfilesDocument, *, seed: int, island_level: str | None = None) -> list[Policy]:
@@ -314,8 +344,8 @@ def make_policies(names: Sequence[str], doc: ProfilesDocument, *, seed: int, isl
             out.append(CountOnlyPolicy())
         elif name == "random":
             out.append(RandomPolicy(seed))
-        elif name == "kueue-bestfit":
-            out.append(KueueBestFitPolicy(island_level))
+        elif name in ("kueue-bestfit", "kueue-required"):
+            out.append(KueueBestFitPolicy(island_level, required=name == "kueue-required"))
         elif name.startswith(ATOLL_PREFIX) and name[len(ATOLL_PREFIX):] in doc.profiles:
             pname = name[len(ATOLL_PREFIX):]
             out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes)))

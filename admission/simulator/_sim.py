@@ -59,6 +59,8 @@ from policies import WaitState
 from topology import ClusterModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
 
 __all__ = [
+    "ENFORCEMENTS",
+    "SCHEDULERS",
     "STATUS_DONE",
     "STATUS_REJECTED",
     "STATUS_UNFINISHED",
@@ -77,6 +79,9 @@ SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job], float]
 ProgressFn = Callable[[int, int], None]
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
+SCHEDULERS = ("least-allocated", "most-allocated", "random", "adversarial")
+"""Binding models of the kube-scheduler (``SimSettings.scheduler``)."""
+ENFORCEMENTS = ("domain", "exact")
 _COMPLETE, _RETRY = 0, 1
 
 
@@ -96,6 +101,22 @@ class SimSettings:
     stall_seconds: float = 7 * 86400.0
     """Stop when nothing runs, nothing is left to arrive, and nothing was admitted for this long
     (a job whose profile lets it wait forever); such jobs are reported as unfinished."""
+    scheduler: str = "least-allocated"
+    """How pods of an admitted Workload are bound once Atoll says Ready (see ``SCHEDULERS``):
+    ``least-allocated`` (the default kube-scheduler: NodeResourcesFit LeastAllocated on cpu and
+    memory, GPUs not scored), ``most-allocated`` (bin packing with ``nvidia.com/gpu`` weighted),
+    ``random`` (any feasible node), ``adversarial`` (the feasible node another Workload planned
+    first). Under ``exact`` enforcement every model binds pods to their planned nodes."""
+    enforcement: str | None = None
+    """``domain`` or ``exact``; None: what the profiles document says for each flavor."""
+    seed: int = 0
+    """Seed of the scheduler model's ties (same seed, same run)."""
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+        if self.enforcement not in (None, *ENFORCEMENTS):
+            raise ValueError(f"enforcement: {self.enforcement!r} is not one of {', '.join(ENFORCEMENTS)}")
 
 
 @dataclass(frozen=True)

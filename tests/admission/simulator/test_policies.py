@@ -162,3 +162,20 @@ def test_kueue_bestfit_sees_the_simulators_reservations() -> None:
         snap.reserve(n, ResourceVector(gpu=4 * k, pods=k))
     second = policy.attempt(snap, shape(4), now=0.0, wait=WaitState())
     assert not set(first.nodes.tolist()) & set(second.nodes.tolist())
+
+
+def test_kueue_required_keeps_the_job_queued_instead_of_crossing_islands() -> None:
+    snap = snapshot(used_first_node=4)  # 3 free nodes per island
+    (policy,) = make_policies(["kueue-required"], DOC, seed=0)
+    att = policy.attempt(snap, shape(4), now=0.0, wait=WaitState())
+    assert policy.name == "kueue-required" and not policy.admission_check
+    assert att.outcome == "nofit"
+    fits = policy.attempt(snap, shape(3), now=0.0, wait=WaitState())
+    assert fits.outcome == "admit" and islands_of(snap, fits.nodes) == 1
+
+
+def test_kueue_required_asks_a_job_bigger_than_any_island_for_the_lowest_level_that_holds_it() -> None:
+    snap = snapshot()
+    att = KueueBestFitPolicy(CLIQUE, required=True).attempt(snap, shape(6), now=0.0, wait=WaitState())
+    assert att.outcome == "admit" and islands_of(snap, att.nodes) == 2
+    assert len({snap.paths[n][0] for n in att.nodes.tolist()}) == 1  # required at the SU level

@@ -218,3 +218,10 @@ def test_kueue_view_told_of_each_change_replays_like_a_full_copy_per_attempt() -
     assert a.decisions == b.decisions and (a.start > a.arrival).any()
     for field in ("start", "end", "status", "islands", "slowdown"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+
+
+def test_settings_name_the_field_of_an_unknown_scheduler_or_enforcement() -> None:
+    with pytest.raises(ValueError, match="scheduler: 'fastest'.*least-allocated"):
+        SimSettings(scheduler="fastest")
+    with pytest.raises(ValueError, match="enforcement: 'pinned'.*exact"):
+        SimSettings(enforcement="pinned")

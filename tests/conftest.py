@@ -1,29 +1,86 @@
 """Session fixtures: one real kube-apiserver with Kueue's CRDs, shared by the integration tests
-(mark them ``pytest.mark.apiserver``); each test gets a namespace of its own."""
+(mark them ``pytest.mark.apiserver``); each test gets a namespace of its own.
+
+No silent skips: when apiserver tests are selected but the apiserver binaries or Kueue's CRDs
+cannot be found, the run stops at once with one line saying what is missing and how to provide
+it. ``ATOLL_SKIP_APISERVER=1`` opts out explicitly: those tests are skipped and the run ends
+with a loud summary of how many were not run.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from admission.kube.envtest import ApiServer, EnvtestError, find_binaries, install_kueue_crds, kueue_crd_dir
+from admission.kube.envtest import ApiServer, Binaries, EnvtestError, ensure_kueue_crds, find_binaries, install_kueue_crds
+
+SKIP_ENV = "ATOLL_SKIP_APISERVER"
+_MISSING_KEY = pytest.StashKey[str]()
+_SKIPPED_KEY = pytest.StashKey[int]()
+
+
+def control_plane() -> tuple[Binaries, Path]:
+    """The apiserver binaries and Kueue's CRD folder, or ``EnvtestError`` saying what is missing."""
+    try:
+        binaries = find_binaries()
+    except EnvtestError as exc:
+        raise EnvtestError(f"no kube-apiserver: {exc}") from exc
+    if binaries is None:
+        raise EnvtestError("no kube-apiserver: run `python -m admission.kube.envtest ensure` (make test does) "
+                           "or set KUBEBUILDER_ASSETS to a folder holding kube-apiserver and etcd")
+    return binaries, ensure_kueue_crds()
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection: only the tests that will run count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = [item for item in items if item.get_closest_marker("apiserver")]
+    if not wanted:
+        return
+    try:
+        control_plane()
+        return
+    except EnvtestError as exc:
+        missing = str(exc)
+    if os.environ.get(SKIP_ENV) != "1":
+        pytest.exit(f"{len(wanted)} apiserver tests cannot run: {missing} (or set {SKIP_ENV}=1 to skip them knowingly)", returncode=1)
+    config.stash[_MISSING_KEY] = missing
+    config.stash[_SKIPPED_KEY] = len(wanted)
+    marker = pytest.mark.skip(reason=f"{SKIP_ENV}=1: {missing}")
+    for item in wanted:
+        item.add_marker(marker)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    skipped = config.stash.get(_SKIPPED_KEY, 0)
+    if not skipped:
+        return
+    terminalreporter.section("APISERVER TESTS NOT RUN", sep="!", red=True, bold=True)
+    terminalreporter.write_line(f"{skipped} tests against a real kube-apiserver were SKIPPED because {SKIP_ENV}=1.", red=True, bold=True)
+    terminalreporter.write_line(f"Missing: {config.stash[_MISSING_KEY]}", red=True)
+    terminalreporter.write_line("The controller, chart and RBAC are untested in this run.", red=True, bold=True)
+
+
+@pytest.fixture
+def kueue_crds() -> Path:
+    """The folder of Kueue's six CRD files (the run fails, never skips, without it)."""
+    try:
+        return ensure_kueue_crds()
+    except EnvtestError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="session")
 def apiserver() -> Iterator[ApiServer]:
-    crds = kueue_crd_dir()
-    if crds is None:
-        pytest.skip("Kueue CRDs not found at ../shared/kueue (set ATOLL_KUEUE_CRDS)")
     try:
-        binaries = find_binaries()
+        binaries, crds = control_plane()
     except EnvtestError as exc:
         pytest.fail(str(exc))
-    if binaries is None:
-        pytest.fail("no kube-apiserver: run `python -m admission.kube.envtest ensure` first (make test does) or set KUBEBUILDER_ASSETS")
     with ApiServer(binaries) as api:
         install_kueue_crds(api.api_client(), crds)
         yield api

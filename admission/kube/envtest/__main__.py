@@ -1,11 +1,12 @@
-"""``python -m admission.kube.envtest ensure``: make sure kube-apiserver and etcd are here (CI runs it
-before the tests, so a bare machine needs no manual step), and print where they are."""
+"""``python -m admission.kube.envtest ensure``: make sure kube-apiserver, etcd and Kueue's CRDs are
+here (CI runs it before the tests, so a bare machine needs no manual step), and print where they are."""
 
 from __future__ import annotations
 
 import sys
 
 from admission.kube.envtest._binaries import EnvtestError, ensure_binaries
+from admission.kube.envtest._crds import ensure_kueue_crds
 
 _USAGE = "usage: python -m admission.kube.envtest ensure"
 
@@ -16,10 +17,11 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         found = ensure_binaries()
+        crds = ensure_kueue_crds()
     except EnvtestError as exc:
         print(f"envtest: {exc}", file=sys.stderr)
         return 1
-    print(f"kube-apiserver {found.version}: {found.kube_apiserver}\netcd: {found.etcd}")
+    print(f"kube-apiserver {found.version}: {found.kube_apiserver}\netcd: {found.etcd}\nKueue CRDs: {crds}")
     return 0
 
 

@@ -1,22 +1,46 @@
-"""Install Kueue's own CRDs (the reference copies beside the project) into a test apiserver.
+"""Find Kueue's CRDs and install them into a test apiserver.
+
+Where they come from, first found wins (``ensure_kueue_crds``):
+
+1. ``$ATOLL_KUEUE_CRDS``: a folder holding the six files (an error if it does not);
+2. Atoll's cache, ``<cache>/kueue/<KUEUE_VERSION>/`` (see ``cache_dir``);
+3. Kueue's published release manifest for ``KUEUE_VERSION``, downloaded once, checked against
+   its pinned sha256 (``KUEUE_MANIFEST_SHA256``, or ``$ATOLL_KUEUE_SHA256``), split into the six
+   files and cached; without a pinned digest nothing is downloaded;
+4. ``shared/kueue`` beside the repository, an offline copy.
 
 Kubernetes 1.20 refuses the Workload CRD as generated: ``default: ""`` is invalid there, and a
 list-map key must then be required. Its server-side-apply type builder also cannot read the
 ``anyOf`` generated for int-or-string fields; it then treats every list of the CRD as atomic, so
 ``status.admissionChecks`` would not merge by name. All three are fixed at load time by walking
-the schema; the files are never edited or copied. Newer apiservers accept the result too.
+the schema, and a release manifest's conversion webhook (Kueue's own, which no test runs) is
+dropped; the files are never edited. Newer apiservers accept the result too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["KUEUE_CRD_FILES", "adapt_for_old_apiservers", "install_kueue_crds", "kueue_crd_dir"]
+from admission.kube.envtest._binaries import EnvtestError, cache_dir
+
+__all__ = [
+    "KUEUE_CRD_FILES",
+    "KUEUE_MANIFEST_SHA256",
+    "KUEUE_VERSION",
+    "adapt_for_old_apiservers",
+    "download_kueue_crds",
+    "ensure_kueue_crds",
+    "install_kueue_crds",
+    "kueue_crd_dir",
+    "kueue_manifest_url",
+]
 
 KUEUE_CRD_FILES = (
     "kueue.x-k8s.io_admissionchecks.yaml",
@@ -27,13 +51,120 @@ KUEUE_CRD_FILES = (
     "kueue.x-k8s.io_workloads.yaml",
 )
 
+KUEUE_VERSION = "v0.19.2"
+"""The Kueue release whose manifest is downloaded when no local copy is found."""
+
+KUEUE_MANIFEST_SHA256: str | None = None
+"""sha256 of ``manifests.yaml`` of ``KUEUE_VERSION`` as published. Unset until someone with access
+to the release records it (``curl -sL <kueue_manifest_url()> | sha256sum``); until then a download
+needs ``$ATOLL_KUEUE_SHA256``, so no unchecked file is ever used."""
+
+_RELEASE_URL = "https://github.com/kubernetes-sigs/kueue/releases/download/{version}/manifests.yaml"
+_HOW = ("set ATOLL_KUEUE_CRDS to a folder holding Kueue's six CRD files (config/components/crd/bases of a Kueue "
+        "checkout), or set ATOLL_KUEUE_SHA256 to the sha256 of {url} to download it once")
+
+
+def kueue_manifest_url(version: str = KUEUE_VERSION) -> str:
+    """The release manifest's address; ``$ATOLL_KUEUE_MANIFEST_URL`` points at a mirror instead."""
+    return os.environ.get("ATOLL_KUEUE_MANIFEST_URL") or _RELEASE_URL.format(version=version)
+
+
+def _complete(folder: Path) -> bool:
+    return all((folder / f).is_file() for f in KUEUE_CRD_FILES)
+
+
+def _shared_copy() -> Path:
+    # admission/kube/envtest/_crds.py -> parents[3] is the repository root, parents[4] the folder holding it
+    return Path(__file__).resolve().parents[4] / "shared" / "kueue"
+
+
+def _cached() -> Path:
+    return cache_dir() / "kueue" / KUEUE_VERSION
+
+
+def _pinned_sha256() -> str | None:
+    return (os.environ.get("ATOLL_KUEUE_SHA256") or KUEUE_MANIFEST_SHA256 or "").strip().lower() or None
+
+
+def _split_manifest(text: str, source: str) -> dict[str, str]:
+    """The six CRDs of a release manifest, by file name, each as its own YAML document."""
+    wanted = {f.removeprefix("kueue.x-k8s.io_").removesuffix(".yaml") + ".kueue.x-k8s.io": f for f in KUEUE_CRD_FILES}
+    found: dict[str, str] = {}
+    for doc in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # noqa: S506 - a safe loader
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+            name = (doc.get("metadata") or {}).get("name")
+            if name in wanted:
+                found[wanted[name]] = yaml.safe_dump(doc, sort_keys=False)
+    missing = sorted(set(KUEUE_CRD_FILES) - set(found))
+    if missing:
+        raise EnvtestError(f"{source}: the manifest lacks {', '.join(missing)}")
+    return found
+
+
+def download_kueue_crds(target: Path, url: str, sha256: str, timeout: float = 30.0) -> Path:
+    """Fetch the release manifest, refuse it unless its sha256 matches, write the six CRDs to
+    ``target`` (all or nothing: a folder is renamed into place)."""
+    import httpx
+
+    try:
+        response = httpx.get(url, follow_redirects=True, timeout=timeout)
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise EnvtestError(f"cannot download {url}: {exc}") from exc
+    digest = hashlib.sha256(response.content).hexdigest()
+    if digest != sha256:
+        raise EnvtestError(f"{url}: sha256 {digest} is not the pinned {sha256}; refusing the file")
+    files = _split_manifest(response.text, url)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    for name, text in files.items():
+        (staging / name).write_text(text)
+    (staging / "SOURCE").write_text(f"{url}\nsha256 {digest}\n")
+    try:
+        staging.rename(target)
+    except OSError:  # another process cached it first: keep theirs
+        for child in staging.iterdir():
+            child.unlink()
+        staging.rmdir()
+        if not _complete(target):
+            raise
+    return target
+
+
+def ensure_kueue_crds(*, download: bool = True) -> Path:
+    """The folder holding Kueue's six CRD files, by the order in the module docstring; raise
+    ``EnvtestError`` with one line saying what is missing and how to provide it."""
+    env = os.environ.get("ATOLL_KUEUE_CRDS")
+    if env:
+        folder = Path(env).expanduser()
+        if not _complete(folder):
+            missing = [f for f in KUEUE_CRD_FILES if not (folder / f).is_file()]
+            raise EnvtestError(f"ATOLL_KUEUE_CRDS={folder}: missing {', '.join(missing)}; point it at Kueue's "
+                               "config/components/crd/bases or unset it")
+        return folder
+    cached = _cached()
+    if _complete(cached):
+        return cached
+    url, sha = kueue_manifest_url(), _pinned_sha256()
+    problem = f"no Kueue CRDs (not in ATOLL_KUEUE_CRDS, {cached}, nor {_shared_copy()})"
+    if download and sha:
+        try:
+            return download_kueue_crds(cached, url, sha)
+        except EnvtestError as exc:
+            problem = f"{problem}; {exc}"
+    if _complete(_shared_copy()):
+        return _shared_copy()
+    if not sha:
+        problem += f"; Kueue {KUEUE_VERSION}'s manifest has no pinned sha256, so it is not downloaded"
+    raise EnvtestError(f"{problem}; {_HOW.format(url=url)}")
+
 
 def kueue_crd_dir() -> Path | None:
-    """``$ATOLL_KUEUE_CRDS``, else ``shared/kueue`` beside the repository; None unless all six files are there."""
-    env = os.environ.get("ATOLL_KUEUE_CRDS")
-    # admission/kube/envtest/_crds.py -> parents[3] is the repository root, parents[4] the folder holding it
-    folder = Path(env).expanduser() if env else Path(__file__).resolve().parents[4] / "shared" / "kueue"
-    return folder if all((folder / f).is_file() for f in KUEUE_CRD_FILES) else None
+    """``ensure_kueue_crds()``, or None when they cannot be found."""
+    try:
+        return ensure_kueue_crds()
+    except EnvtestError:
+        return None
 
 
 def _adapt(schema: Any) -> None:
@@ -65,8 +196,12 @@ def _adapt(schema: Any) -> None:
 
 
 def adapt_for_old_apiservers(crd: dict[str, Any]) -> dict[str, Any]:
-    """Drop empty-string defaults, mark default-less list-map keys required, and turn
-    int-or-string leaves into preserved untyped values, in every version's schema (in place)."""
+    """Drop empty-string defaults, mark default-less list-map keys required, turn int-or-string
+    leaves into preserved untyped values, in every version's schema, and drop a conversion
+    webhook (in place)."""
+    spec = crd.get("spec", {})
+    if (spec.get("conversion") or {}).get("strategy") == "Webhook":
+        spec["conversion"] = {"strategy": "None"}
     for version in crd.get("spec", {}).get("versions", []):
         _adapt(version.get("schema", {}).get("openAPIV3Schema", {}))
     return crd

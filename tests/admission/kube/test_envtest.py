@@ -24,7 +24,6 @@ from admission.kube.envtest import (
     cache_dir,
     ensure_binaries,
     find_binaries,
-    kueue_crd_dir,
 )
 from tests.kube_objects import (
     API_VERSION,
@@ -288,14 +287,6 @@ def test_the_workload_crd_adaptation_leaves_no_empty_default_nor_anyof(kueue_crd
             assert all(k in n["items"].get("required", []) or "default" in props[k] for k in n["x-kubernetes-list-map-keys"])
 
 
-@pytest.fixture
-def kueue_crds() -> Path:
-    found = kueue_crd_dir()
-    if found is None:
-        pytest.skip("Kueue CRDs not found at ../shared/kueue (set ATOLL_KUEUE_CRDS)")
-    return found
-
-
 def _fake_binary(path: Path, version_line: str) -> None:
     path.write_text(f"#!/bin/sh\necho '{version_line}'\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -350,12 +341,18 @@ def test_without_root_a_missing_apiserver_is_an_error_saying_what_to_do(tmp_path
         ensure_binaries()
 
 
-def test_ensure_prints_where_the_binaries_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ensure_prints_where_the_binaries_and_crds_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str], kueue_crds: Path) -> None:
     from admission.kube.envtest.__main__ import main
 
     _fake_binary(tmp_path / "kube-apiserver", "Kubernetes v1.31.0")
     _fake_binary(tmp_path / "etcd", "etcd Version: 3.5.15")
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
+    monkeypatch.setenv("ATOLL_KUEUE_CRDS", str(kueue_crds))
     assert main(["ensure"]) == 0
-    assert capsys.readouterr().out.splitlines() == [f"kube-apiserver v1.31.0: {tmp_path / 'kube-apiserver'}", f"etcd: {tmp_path / 'etcd'}"]
+    assert capsys.readouterr().out.splitlines() == [f"kube-apiserver v1.31.0: {tmp_path / 'kube-apiserver'}", f"etcd: {tmp_path / 'etcd'}",
+                                                    f"Kueue CRDs: {kueue_crds}"]
+    monkeypatch.setenv("ATOLL_KUEUE_CRDS", str(tmp_path))
+    assert main(["ensure"]) == 1
+    assert f"ATOLL_KUEUE_CRDS={tmp_path}: missing" in capsys.readouterr().err
     assert main([]) == 2

@@ -6,9 +6,10 @@ key path as users wrote it (``profiles.strict.retry.maxSeconds``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 __all__ = [
     "DEFAULT_FABRIC_LINK",
@@ -16,6 +17,7 @@ __all__ = [
     "FlavorSettings",
     "LinkSettings",
     "FragmentationSettings",
+    "LevelOverrides",
     "Profile",
     "ProfilesDocument",
     "RetrySettings",
@@ -54,10 +56,25 @@ class FragmentationSettings(_Strict):
     """Gang size (GPUs) the fragmentation index is measured against."""
 
 
+_LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))
+
+
+class LevelOverrides(_Strict):
+    """A profile's levels for one flavor (``profiles.<name>.flavors.<flavor>``). Heterogeneous
+    clusters give each flavor its own Topology, so a level one flavor has another may lack: a
+    field set here replaces the profile's for that flavor only; ``null`` removes it (e.g. no
+    ``maxSpanLevel`` cap on a flavor without that level). Unset fields keep the profile's."""
+
+    required_level: str | None = Field(default=None, alias="requiredLevel")
+    preferred_level: str | None = Field(default=None, alias="preferredLevel")
+    max_span_level: str | None = Field(default=None, alias="maxSpanLevel")
+
+
 class Profile(_Strict):
     """A placement profile. Strict: ``requiredLevel`` (one domain or wait). Elastic:
     ``preferredLevel`` for up to ``relaxAfterSeconds`` of waiting, then a span of the fewest
-    such domains, never above ``maxSpanLevel``."""
+    such domains, never above ``maxSpanLevel``. ``flavors`` overrides the levels per flavor;
+    ``for_flavor`` gives the profile one flavor sees."""
 
     required_level: str | None = Field(default=None, alias="requiredLevel")
     preferred_level: str | None = Field(default=None, alias="preferredLevel")
@@ -65,6 +82,8 @@ class Profile(_Strict):
     relax_after_seconds: int | None = Field(default=None, ge=0, alias="relaxAfterSeconds")
     retry: RetrySettings = RetrySettings()
     fragmentation: FragmentationSettings = FragmentationSettings()
+    flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
+    _name: str = PrivateAttr(default="profile")
 
     @model_validator(mode="after")
     def _one_mode(self) -> Profile:
@@ -72,11 +91,44 @@ class Profile(_Strict):
             raise ValueError("set requiredLevel (strict) or preferredLevel (elastic), not both")
         if self.required_level and (self.max_span_level or self.relax_after_seconds is not None):
             raise ValueError("maxSpanLevel and relaxAfterSeconds apply to elastic profiles (preferredLevel), not to requiredLevel")
+        mode = ("requiredLevel",) if self.required_level else ("preferredLevel", "maxSpanLevel") if self.preferred_level else ("maxSpanLevel",)
+        for flavor, overrides in self.flavors.items():
+            for key, attr in _LEVEL_KEYS:
+                if attr in overrides.model_fields_set and key not in mode:
+                    raise ValueError(f"flavors.{flavor}.{key}: this profile sets {' and '.join(mode)} only; a flavor overrides "
+                                     "those, it cannot switch the profile between strict and elastic")
+            if "required_level" in overrides.model_fields_set and not overrides.required_level:
+                raise ValueError(f"flavors.{flavor}.requiredLevel: a strict profile needs a level on every flavor")
+            if "preferred_level" in overrides.model_fields_set and not overrides.preferred_level:
+                raise ValueError(f"flavors.{flavor}.preferredLevel: an elastic profile needs a level on every flavor")
         return self
 
     @property
     def strict(self) -> bool:
         return self.required_level is not None
+
+    def for_flavor(self, flavor: str, level_labels: Sequence[str], *, name: str | None = None) -> Profile:
+        """This profile as ``flavor`` sees it: its ``flavors.<flavor>`` overrides applied, every
+        level checked against the flavor's Topology (``level_labels``). Raises ``ProfileLevelError``
+        naming the field (``profiles.elastic.flavors.a100.maxSpanLevel``) for a level still missing."""
+        from policies._decision import ProfileLevelError  # defined beside decide(), which imports this module
+
+        label = name or self._name
+        overrides = self.flavors.get(flavor)
+        given = overrides.model_fields_set if overrides else set()
+        update: dict[str, object] = {"flavors": {}}
+        for key, attr in _LEVEL_KEYS:
+            value = getattr(overrides, attr) if attr in given else getattr(self, attr)
+            update[attr] = value
+            if value and value not in level_labels:
+                levels = f"flavor {flavor} has no level {value!r} (levels: {list(level_labels)})"
+                if attr in given:
+                    raise ProfileLevelError(f"profiles.{label}.flavors.{flavor}.{key}: {levels}")
+                fix = " (or null: no cap)" if key == "maxSpanLevel" else ""
+                raise ProfileLevelError(f"profiles.{label}.{key}: {levels}; set profiles.{label}.flavors.{flavor}.{key} to one of them{fix}")
+        resolved = self.model_copy(update=update)
+        resolved._name = label
+        return resolved
 
 
 class SpreadSettings(_Strict):
@@ -128,6 +180,8 @@ class ProfilesDocument(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> ProfilesDocument:
+        for name, profile in self.profiles.items():
+            profile._name = name  # so a level error names profiles.<name>.…
         if not self.profiles:
             raise ValueError("profiles: at least one profile is needed")
         if self.default_profile not in self.profiles:

@@ -1,0 +1,103 @@
+"""A profile is usable across flavors with different Topologies: ``profiles.<p>.flavors.<f>``
+overrides its levels per flavor, and ``Profile.for_flavor`` names the field of a level a flavor
+still lacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies import ProfileLevelError, ProfilesError, load_profiles
+
+A100 = ["network.example.com/leaf", "nvidia.com/gpu.clique", "kubernetes.io/hostname"]
+H100 = ["network.example.com/spine", "network.example.com/su", "nvidia.com/gpu.clique", "kubernetes.io/hostname"]
+
+DOC = """
+defaultProfile: elastic
+profiles:
+  strict:
+    requiredLevel: nvidia.com/gpu.clique
+    flavors:
+      a100: {requiredLevel: kubernetes.io/hostname}
+  elastic:
+    preferredLevel: nvidia.com/gpu.clique
+    maxSpanLevel: network.example.com/su
+    relaxAfterSeconds: 300
+    retry: {initialSeconds: 15, maxSeconds: 300}
+    flavors:
+      a100: {maxSpanLevel: network.example.com/leaf}
+      l40s: {maxSpanLevel: null}
+"""
+
+
+def test_a_flavor_without_overrides_sees_the_profile_as_written() -> None:
+    elastic = load_profiles(DOC).profiles["elastic"]
+    resolved = elastic.for_flavor("h100", H100)
+    assert (resolved.preferred_level, resolved.max_span_level, resolved.relax_after_seconds) == \
+        ("nvidia.com/gpu.clique", "network.example.com/su", 300)
+    assert resolved.retry == elastic.retry and resolved.flavors == {}
+
+
+def test_an_override_replaces_only_the_fields_it_sets() -> None:
+    doc = load_profiles(DOC)
+    elastic = doc.profiles["elastic"].for_flavor("a100", A100)
+    assert (elastic.preferred_level, elastic.max_span_level, elastic.relax_after_seconds) == \
+        ("nvidia.com/gpu.clique", "network.example.com/leaf", 300)
+    assert elastic.retry.initial_seconds == 15
+    strict = doc.profiles["strict"].for_flavor("a100", A100)
+    assert strict.required_level == "kubernetes.io/hostname" and strict.strict
+
+
+def test_null_removes_the_span_cap_for_one_flavor() -> None:
+    resolved = load_profiles(DOC).profiles["elastic"].for_flavor("l40s", ["nvidia.com/gpu.clique", "kubernetes.io/hostname"])
+    assert resolved.max_span_level is None and resolved.preferred_level == "nvidia.com/gpu.clique"
+
+
+def test_a_missing_level_names_the_profile_field_and_the_fix() -> None:
+    elastic = load_profiles(DOC).profiles["elastic"]
+    with pytest.raises(ProfileLevelError) as err:
+        elastic.for_flavor("b200", A100)
+    assert str(err.value) == (
+        "profiles.elastic.maxSpanLevel: flavor b200 has no level 'network.example.com/su' "
+        f"(levels: {A100}); set profiles.elastic.flavors.b200.maxSpanLevel to one of them (or null: no cap)")
+
+
+def test_a_missing_level_in_an_override_names_the_override() -> None:
+    doc = load_profiles(DOC)
+    with pytest.raises(ProfileLevelError, match=r"^profiles\.elastic\.flavors\.a100\.maxSpanLevel: flavor a100 has no level 'network.example.com/leaf'"):
+        doc.profiles["elastic"].for_flavor("a100", H100)
+    with pytest.raises(ProfileLevelError, match=r"^profiles\.strict\.flavors\.a100\.requiredLevel: flavor a100 has no level"):
+        doc.profiles["strict"].for_flavor("a100", ["nvidia.com/gpu.clique"])
+
+
+def test_the_caller_may_name_the_profile() -> None:
+    elastic = load_profiles(DOC).profiles["elastic"]
+    with pytest.raises(ProfileLevelError, match=r"^profiles\.p\.maxSpanLevel: flavor b200"):
+        elastic.for_flavor("b200", A100, name="p")
+
+
+def test_the_default_profiles_resolve_on_any_flavor_with_cliques() -> None:
+    doc = load_profiles("")
+    for name, profile in doc.profiles.items():
+        assert profile.for_flavor("any", ["nvidia.com/gpu.clique", "kubernetes.io/hostname"]).flavors == {}, name
+    with pytest.raises(ProfileLevelError, match=r"^profiles\.strict\.requiredLevel: flavor any has no level 'nvidia.com/gpu.clique'"):
+        doc.profiles["strict"].for_flavor("any", ["kubernetes.io/hostname"])
+
+
+def test_resolving_is_deterministic_and_leaves_the_document_alone() -> None:
+    doc = load_profiles(DOC)
+    first = doc.profiles["elastic"].for_flavor("a100", A100)
+    assert first == doc.profiles["elastic"].for_flavor("a100", A100)
+    assert doc.profiles["elastic"].max_span_level == "network.example.com/su" and "a100" in doc.profiles["elastic"].flavors
+
+
+@pytest.mark.parametrize(("profile", "field"), [
+    ("requiredLevel: nvidia.com/gpu.clique\n    flavors: {a100: {maxSpanLevel: network.example.com/leaf}}", "flavors.a100.maxSpanLevel"),
+    ("requiredLevel: nvidia.com/gpu.clique\n    flavors: {a100: {preferredLevel: kubernetes.io/hostname}}", "flavors.a100.preferredLevel"),
+    ("preferredLevel: nvidia.com/gpu.clique\n    flavors: {a100: {requiredLevel: kubernetes.io/hostname}}", "flavors.a100.requiredLevel"),
+    ("requiredLevel: nvidia.com/gpu.clique\n    flavors: {a100: {requiredLevel: null}}", "flavors.a100.requiredLevel"),
+    ("preferredLevel: nvidia.com/gpu.clique\n    flavors: {a100: {preferredLevel: null}}", "flavors.a100.preferredLevel"),
+    ("preferredLevel: nvidia.com/gpu.clique\n    flavors: {a100: {relaxAfterSeconds: 10}}", "flavors.a100.relaxAfterSeconds"),
+])
+def test_an_override_cannot_switch_the_profiles_mode(profile: str, field: str) -> None:
+    with pytest.raises(ProfilesError, match=rf"profiles\.p.*{field}"):
+        load_profiles(f"defaultProfile: p\nprofiles:\n  p:\n    {profile}\n")

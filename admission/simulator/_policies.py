@@ -295,13 +295,23 @@ class KueueBestFitPolicy:
 
 @dataclass
 class AtollPolicy:
-    """One Atoll profile, decided by ``policies.decide`` exactly as the controller does."""
+    """One Atoll profile. ``simulate`` runs it as deployed (``_deployed.DeployedAtoll``: the
+    controller's decision and ledger on the simulated cluster); ``attempt`` is the engine's bare
+    answer on a snapshot, for what-if questions that have no cluster behind them."""
 
     name: str
     profile_name: str
     profile: Profile
     classes: dict[str, WorkloadClass] = field(default_factory=dict)
     admission_check: bool = True
+    doc: ProfilesDocument | None = None
+    """The whole profiles document (flavors, classes, queues) the controller would be given."""
+
+    def document(self) -> ProfilesDocument:
+        if self.doc is not None:
+            return self.doc
+        return ProfilesDocument.model_validate({"defaultProfile": self.profile_name, "profiles": {self.profile_name: self.profile},
+                                                "classes": self.classes})
 
     def _specs(self, shape: JobShape) -> tuple[PodSetSpec, ...]:
         return (PodSetSpec(PODSET, shape.pods, shape.per_pod),)
@@ -348,7 +358,7 @@ def make_policies(names: Sequence[str], doc: ProfilesDocument, *, seed: int, isl
             out.append(KueueBestFitPolicy(island_level, required=name == "kueue-required"))
         elif name.startswith(ATOLL_PREFIX) and name[len(ATOLL_PREFIX):] in doc.profiles:
             pname = name[len(ATOLL_PREFIX):]
-            out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes)))
+            out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes), doc=doc))
         else:
             known = list(BASELINES) + [ATOLL_PREFIX + p for p in sorted(doc.profiles)]
             raise PolicyError(f"--policies: unknown policy {name!r}; choose from {', '.join(known)}")

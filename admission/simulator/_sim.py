@@ -54,7 +54,10 @@ import numpy.typing as npt
 
 from admission.simulator._cost import step_slowdown
 from admission.simulator._jobs import Job, split_into_pods
-from admission.simulator._policies import JobShape, Policy, fits_one_island, island_level_of
+from admission.controller import Violation, check_invariant
+from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows
+from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
+from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState
 from topology import ClusterModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
 
@@ -65,6 +68,7 @@ __all__ = [
     "STATUS_REJECTED",
     "STATUS_UNFINISHED",
     "CostModel",
+    "InvariantViolation",
     "PreparedWorkload",
     "SimResult",
     "SimSettings",
@@ -79,10 +83,8 @@ SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job], float]
 ProgressFn = Callable[[int, int], None]
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
-SCHEDULERS = ("least-allocated", "most-allocated", "random", "adversarial")
-"""Binding models of the kube-scheduler (``SimSettings.scheduler``)."""
 ENFORCEMENTS = ("domain", "exact")
-_COMPLETE, _RETRY = 0, 1
+_COMPLETE, _RETRY, _BIND = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,9 @@ class SimSettings:
     """``domain`` or ``exact``; None: what the profiles document says for each flavor."""
     seed: int = 0
     """Seed of the scheduler model's ties (same seed, same run)."""
+    bind_delay_seconds: float = 0.0
+    """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
+    pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -297,6 +302,19 @@ def _ideal_level(snapshot: Snapshot, shape: JobShape) -> int:
     return 0
 
 
+class InvariantViolation(RuntimeError):
+    """Admitted pods were promised room that is not there: the simulation stops here."""
+
+    def __init__(self, policy: str, now: float, violations: Sequence[Violation]) -> None:
+        who = sorted({w for v in violations for w in v.workloads})
+        lines = "; ".join(f"[{v.kind}] {v.message}" for v in violations[:5])
+        super().__init__(f"{policy}: invariant violated at t={now:.0f} s, Workloads {', '.join(who) or '(none named)'}: {lines}")
+        self.policy = policy
+        self.now = now
+        self.violations = tuple(violations)
+        self.workloads = tuple(who)
+
+
 class _Flavor:
     """Per-flavor state of a run: snapshot, quota, the FIFO per shape, inadmissible marks."""
 
@@ -319,9 +337,19 @@ def simulate(
     settings: SimSettings = SimSettings(),
     slowdown: SlowdownFn | None = None,
     progress: ProgressFn | None = None,
+    ledger: LedgerFactory | None = None,
 ) -> SimResult:
-    """Replay ``work`` on a fresh copy of ``cluster`` under ``policy``. Deterministic."""
+    """Replay ``work`` on a fresh copy of ``cluster`` under ``policy``. Deterministic.
+
+    An Atoll policy runs as deployed (``_deployed.DeployedAtoll``): the controller's decision and
+    ledger, pods bound by ``settings.scheduler``, and the invariant checked after every event;
+    a violation raises ``InvariantViolation`` naming the Workloads. ``ledger`` replaces the
+    controller's ledger (tests show the check catching a faulty one)."""
     wall0 = time.perf_counter()
+    deployed: DeployedAtoll | None = None
+    if isinstance(policy, AtollPolicy):
+        deployed = DeployedAtoll(policy.name, policy.profile_name, policy.document(), cluster, scheduler=settings.scheduler,
+                                 enforcement=settings.enforcement, seed=settings.seed, ledger=ledger)
     cost = slowdown if slowdown is not None else CostModel()
     snaps = build_snapshots(cluster)
     fl = [_Flavor(s, island_level_of(s, settings.island_level)) for s in snaps]
@@ -362,6 +390,45 @@ def simulate(
     grid: list[dict[str, Any]] = []
     last_admit = window[0]
 
+    blocked: dict[int, list[int]] = {}
+    """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
+
+    def check(fi: int, now: float) -> None:
+        """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
+        if deployed is None or not deployed.owing(fi):
+            return
+        snap = fl[fi].snapshot
+        owed = deployed.owed(fi, snap)
+        names = {n for o in owed for n in o.domain} | {n for o in owed for n, _ in o.witness if n in snap.node_index}
+        alloc, used = node_rows(snap, sorted(names))
+        found = check_invariant(alloc, used, owed)
+        if found:
+            raise InvariantViolation(policy.name, now, found)
+
+    def start_job(j: int, fi: int, shape: JobShape, nodes: IntArray, pods: IntArray, now: float) -> None:
+        nonlocal seq, running_gpus, useful_gpus
+        f = fl[fi]
+        s = float(cost(f.snapshot, nodes, shape, work.jobs[j]))
+        placed[j] = (nodes, pods)
+        start[j] = now
+        slow[j] = s
+        islands[j] = int(np.unique(f.snapshot.node_dom[f.island, nodes]).size)
+        heapq.heappush(events, (now + float(work.duration[j]) * s, seq, _COMPLETE, j))
+        seq += 1
+        running_gpus += shape.gpus
+        useful_gpus += shape.gpus / s
+
+    def bind(j: int, fi: int, now: float) -> bool:
+        """The scheduler binds what it can of job ``j``'s pods; the job starts once all are bound."""
+        assert deployed is not None
+        deployed.bind(j, fl[fi].snapshot)
+        check(fi, now)
+        if deployed.admitted[j].unbound:
+            return False
+        nodes, pods = deployed.bound_nodes(j, fl[fi].snapshot)
+        start_job(j, fi, shapes[int(shape_of[j])][1], nodes, pods, now)
+        return True
+
     def enqueue(j: int) -> int:
         f = fl[work.flavor[j]]
         sid = int(shape_of[j])
@@ -384,7 +451,10 @@ def simulate(
             fw = first_wait[j]
             wait = WaitState(None if math.isnan(fw) else float(fw), int(attempts[j]))
             t0 = time.perf_counter()
-            att = policy.attempt(snap, shape, now=now, wait=wait)
+            if deployed is not None:
+                att = _deployed_attempt(deployed, j, fi, shape, now)
+            else:
+                att = policy.attempt(snap, shape, now=now, wait=wait)
             decision_s += time.perf_counter() - t0
             decisions += 1
             if att.outcome == "nofit":
@@ -398,23 +468,19 @@ def simulate(
                 del f.queues[sid]
             if att.outcome == "admit":
                 assert att.nodes is not None and att.pods is not None
+                f.used += shape.gpus
+                relaxed[j] = att.relaxed
+                pending -= 1
+                admitted = True
+                if deployed is not None:  # Ready: the pods are created and wait for the scheduler
+                    check(fi, now)
+                    heapq.heappush(events, (now + settings.bind_delay_seconds, seq, _BIND, j))
+                    seq += 1
+                    continue
                 _reserve(snap, att.nodes, att.pods, shape.per_pod)
                 if capacity_changed is not None:
                     capacity_changed(snap, att.nodes)
-                f.used += shape.gpus
-                s = float(cost(snap, att.nodes, shape, work.jobs[j]))
-                placed[j] = (att.nodes, att.pods)
-                start[j] = now
-                slow[j] = s
-                islands[j] = int(np.unique(snap.node_dom[f.island, att.nodes]).size)
-                relaxed[j] = att.relaxed
-                done_at = now + float(work.duration[j]) * s
-                heapq.heappush(events, (done_at, seq, _COMPLETE, j))
-                seq += 1
-                running_gpus += shape.gpus
-                useful_gpus += shape.gpus / s
-                pending -= 1
-                admitted = True
+                start_job(j, fi, shape, att.nodes, att.pods, now)
             elif att.outcome == "wait":
                 if math.isnan(first_wait[j]):
                     first_wait[j] = now
@@ -424,6 +490,8 @@ def simulate(
             else:  # reject
                 status[j] = STATUS_REJECTED
                 pending -= 1
+                if deployed is not None:
+                    deployed.forget(j)
         return admitted
 
     while nxt < n or events:
@@ -433,12 +501,22 @@ def simulate(
             _, _, kind, j = heapq.heappop(events)
             fi = int(work.flavor[j])
             f = fl[fi]
+            if kind == _BIND:
+                if not bind(j, fi, now):
+                    blocked.setdefault(fi, []).append(j)
+                continue
             if kind == _COMPLETE:
                 nodes, pods = placed.pop(j)
                 shape = shapes[int(shape_of[j])][1]
                 _release(f.snapshot, nodes, pods, shape.per_pod)
                 if capacity_changed is not None:
                     capacity_changed(f.snapshot, nodes)
+                if deployed is not None:
+                    deployed.finish(j)
+                    waiting = blocked.pop(fi, [])
+                    still = [b for b in waiting if not bind(b, fi, now)]
+                    if still:
+                        blocked[fi] = still
                 f.used -= shape.gpus
                 f.version += 1
                 end[j] = now
@@ -486,6 +564,18 @@ def simulate(
         decisions=decisions, decision_seconds=decision_s, wall_seconds=time.perf_counter() - wall0, window=window,
         busiest_time=busiest_time, island_grid=grid,
     )
+
+
+def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float) -> Attempt:
+    """The controller's decision on job ``j``'s Workload, as an attempt of the simulator's loop."""
+    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind)
+    v = deployed.decide(j, obj, now)
+    if v.outcome == "admit":
+        planned = np.array([0], dtype=np.int64)
+        return Attempt("admit", planned, planned, relaxed=v.relaxed, message=v.message)
+    if v.outcome == "wait":
+        return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message)
+    return Attempt("reject", message=v.message)
 
 
 def _amounts(pods: IntArray, per_pod: ResourceVector) -> IntArray:

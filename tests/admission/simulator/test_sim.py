@@ -155,7 +155,7 @@ def test_quota_is_the_flavor_capacity_kueue_can_use() -> None:
     assert res.start.tolist() == [0.0, 100.0]
 
 
-def test_inference_replicas_spread_over_islands_under_an_island_profile() -> None:
+def test_inference_replicas_spread_over_islands_only_under_exact_enforcement() -> None:
     # the sample profiles' inference class spreads replicas one per island; a strict profile's
     # island level is for gangs, so the replicas are admitted spread, not rejected
     doc = load_profiles(f"""
@@ -168,9 +168,13 @@ defaultProfile: strict
     model = cluster()
     work = prepare_workload(model, [job(0.0, 100.0, 8, "inference"), job(0.0, 100.0, 8)])
     (pol,) = make_policies(["atoll-strict"], doc, seed=0)
-    res = simulate(model, work, pol)
+    res = simulate(model, work, pol, settings=SimSettings(enforcement="exact"))
     assert res.status.tolist() == [STATUS_DONE, STATUS_DONE]
     assert res.islands.tolist() == [2, 1]  # replicas in two islands; the training gang in one
+    # under domain enforcement the replicas' selector is their common SU, so the scheduler may
+    # bind both in one island: the spread is a plan, not a promise (exact enforcement keeps it)
+    packed = simulate(model, work, pol, settings=SimSettings(enforcement="domain", scheduler="least-allocated"))
+    assert packed.status.tolist() == [STATUS_DONE, STATUS_DONE] and packed.islands.tolist() == [1, 1]
     assert res.gang_fits_island.tolist() == [False, True]  # replicas are not gangs
 
 

@@ -1,0 +1,359 @@
+"""Atoll in the simulator as it is deployed: the controller's ``Decider`` and ``Ledger`` on a
+``ClusterCache`` fed from the simulated cluster, and pods bound by a kube-scheduler model.
+
+Per simulated job there is a Kueue Workload (``_port.workload_object``: quota reserved on the
+job's flavor, Atoll's check Pending); the decision is ``Decider.evaluate`` on it, exactly as the
+controller calls it. What the controller's status write leaves on the Workload is written back
+(the check entry with its podSetUpdates, Atoll's ``atoll.dev/TopologyWaiting`` condition, and
+Kueue's ``retryCount`` after a Retry), and the ledger observes it. After Ready the job's pods
+are bound by the scheduler model (``_scheduler``) over the nodes their written nodeSelector,
+affinity and tolerations allow, or pinned to the planned nodes under ``exact`` enforcement; each
+bound pod enters the cache as the watch would deliver it (``spec.nodeName``, the decision id
+annotation, the ``kueue.x-k8s.io/podset`` label), and the ledger re-counts what is owed.
+
+``owed()`` is the ground truth the invariant is checked against: every admitted PodSet's unbound
+pods, their shape and the nodes the scheduler may put them on, with the ledger's own witness
+beside it (so a ledger that forgets owed pods is caught, not trusted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, decode_planned, parse_workload
+from admission.controller._invariant import OwedPods
+from admission.controller._wait import WAITING_CONDITION, waiting_condition
+from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
+from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
+from admission.simulator._scheduler import BindingModel
+from policies import ProfilesDocument, WaitState
+from topology import HOSTNAME_LABEL, ClusterModel, NodeConstraint, ResourceVector, Snapshot, Toleration
+
+__all__ = ["NAMESPACE", "DeployedAtoll", "LedgerFactory", "PODSET"]
+
+NAMESPACE = "sim"
+PODSET = "main"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+ANN_DECISION = "atoll.dev/decision-id"
+IntArray = npt.NDArray[np.int64]
+LedgerFactory = Callable[[ClusterCache], Ledger]
+"""Builds the ledger on the cache (tests inject a faulty one to show the invariant catches it)."""
+
+
+def real_ledger(cache: ClusterCache) -> Ledger:
+    """The controller's ledger, wired to the cache as the controller wires it."""
+    return Ledger(cache.gpu_resource, bound=cache.bound_pods, node_labels=cache.node_labels)
+
+
+@dataclass
+class _PodSet:
+    name: str
+    count: int
+    per_pod: ResourceVector
+    selector: tuple[tuple[str, str], ...]
+    terms: Any
+    tolerations: tuple[Toleration, ...]
+    planned: dict[str, int]
+    decision_id: str
+    exact: bool
+    bound: int = 0
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Admitted:
+    key: str
+    flavor: int
+    obj: dict[str, Any]
+    podsets: list[_PodSet]
+
+    @property
+    def unbound(self) -> int:
+        return sum(ps.count - ps.bound for ps in self.podsets)
+
+
+class DeployedAtoll:
+    """One profile of the profiles document, decided by the controller's own code."""
+
+    admission_check = True
+    deployed = True
+
+    def __init__(self, name: str, profile_name: str, doc: ProfilesDocument, cluster: ClusterModel, *, scheduler: str = "least-allocated",
+                 enforcement: str | None = None, seed: int = 0, ledger: LedgerFactory | None = None) -> None:
+        self.name = name
+        self.profile_name = profile_name
+        self.doc = profiles_for_cluster(doc, cluster, enforcement=enforcement)
+        self.cluster = cluster
+        self.settings = Settings()
+        gpu = self.settings.kueue.gpu_resource
+        self.cache = ClusterCache(gpu)
+        for resource, obj in cluster_objects(cluster, self.doc):
+            if resource in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS):
+                self.cache.upsert(resource, obj)
+        self.cache.set_profiles(self.doc)
+        for f in cluster.flavors:  # what the model says is already in use: other tenants' pods
+            for node in f.build_nodes():
+                if any(node.used.as_tuple()[:3]):
+                    self.cache.upsert(PODS, {"metadata": {"name": f"resident-{node.name}", "namespace": "default", "uid": f"resident-{node.name}"},
+                                             "spec": {"nodeName": node.name, "containers": [{"name": "main", "resources": {
+                                                 "requests": quantities(node.used, gpu)}}]}, "status": {"phase": "Running"}})
+        self.ledger = (ledger or real_ledger)(self.cache)
+        self.cache.pod_listener = self.ledger.pods_changed
+        self.decider = Decider(self.cache, self.ledger, self.settings)
+        self.check_names = frozenset({CHECK_NAME})
+        self.model = BindingModel(scheduler, seed)
+        self.flavor_names = [f.name for f in cluster.flavors]
+        self.exact = {f.name: self.doc.flavors[f.name].enforcement == "exact" for f in cluster.flavors}
+        self.workloads: dict[int, dict[str, Any]] = {}
+        self.admitted: dict[int, _Admitted] = {}
+        self._owing: dict[int, set[int]] = {}
+        """Flavor → jobs admitted with pods not yet bound."""
+        self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._domains: dict[tuple[int, tuple[tuple[str, str], ...]], IntArray] = {}
+        self._pod_seq = 0
+        self.verdicts = 0
+
+    # ------------------------------------------------------------------ Kueue's Workload
+
+    def _template(self, per_pod: ResourceVector, kind: str) -> dict[str, Any]:
+        key = (per_pod, kind)
+        t = self._templates.get(key)
+        if t is None:
+            q = quantities(per_pod, self.settings.kueue.gpu_resource)
+            ann = {"atoll.dev/profile": self.profile_name}
+            if kind in self.doc.classes:
+                ann["atoll.dev/class"] = kind
+            t = self._templates[key] = {"metadata": {"annotations": ann},
+                                        "spec": {"containers": [{"name": "main", "resources": {"requests": q, "limits": dict(q)}}]}}
+        return t
+
+    def workload(self, job: int, flavor: int, pods: int, per_pod: ResourceVector, kind: str) -> dict[str, Any]:
+        """The Workload of simulated job ``job`` (built on its first decision, kept across Retries)."""
+        obj = self.workloads.get(job)
+        if obj is None:
+            obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind)}],
+                                                        flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}")
+        return obj
+
+    # ------------------------------------------------------------------ deciding
+
+    def decide(self, job: int, obj: dict[str, Any], now: float) -> Verdict:
+        """``Decider.evaluate`` on the Workload; its outcome is written back as the controller and Kueue would."""
+        wait_before = self.wait_state(obj)
+        verdict = self.decider.evaluate(obj, f"d{job}-{wait_before.attempts}", now)
+        self.verdicts += 1
+        status = obj["status"]
+        entry = status["admissionChecks"][0]
+        condition = waiting_condition(obj, verdict.outcome, now, 1)
+        if condition is not None:
+            status["conditions"] = [c for c in status["conditions"] if c.get("type") != WAITING_CONDITION] + [condition]
+        if verdict.outcome == "wait":  # Kueue evicts, requeues and counts the Retry; the next decision sees Pending
+            entry["retryCount"] = int(entry.get("retryCount") or 0) + 1
+        elif verdict.outcome == "admit":
+            entry.update(state="Ready", podSetUpdates=verdict.podset_updates)
+            self.ledger.observe(obj, self.check_names)
+            self._admit(job, obj, verdict)
+        else:
+            entry["state"] = "Rejected"
+        return verdict
+
+    def wait_state(self, obj: dict[str, Any]) -> WaitState:
+        from admission.controller import read_wait_state
+
+        return read_wait_state(obj, self.check_names)
+
+    def _admit(self, job: int, obj: dict[str, Any], verdict: Verdict) -> None:
+        view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        flavor = self.flavor_names.index(view.flavors[PODSET]) if PODSET in view.flavors else 0
+        updates = {u["name"]: u for u in verdict.podset_updates}
+        podsets = []
+        for spec in view.podsets:
+            update = updates.get(spec.name)
+            if update is None:
+                continue
+            selector = dict(view.templates[spec.name].node_selector)
+            selector.update(update.get("nodeSelector") or {})
+            ann = update.get("annotations") or {}
+            planned = decode_planned(ann["atoll.dev/planned-nodes"]) if "atoll.dev/planned-nodes" in ann else {}
+            terms = spec.node_constraint.terms if spec.node_constraint is not None else None
+            podsets.append(_PodSet(spec.name, spec.count, spec.per_pod, tuple(sorted(selector.items())), terms, spec.tolerations,
+                                   planned, str(ann.get(ANN_DECISION, "")), ann.get("atoll.dev/enforcement") == "exact"))
+        self.admitted[job] = _Admitted(f"{NAMESPACE}/job-{job}", flavor, obj, podsets)
+        self._owing.setdefault(flavor, set()).add(job)
+
+    # ------------------------------------------------------------------ binding
+
+    def bind(self, job: int, snap: Snapshot) -> list[tuple[int, int]]:
+        """Bind what the scheduler can of the job's unbound pods on ``snap`` (the simulator's
+        ground truth; its free capacity is taken). Returns (node, pods) bound now."""
+        adm = self.admitted[job]
+        out: list[tuple[int, int]] = []
+        for ps in adm.podsets:
+            left = ps.count - ps.bound
+            if left <= 0:
+                continue
+            req = (ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib)
+            if ps.exact:
+                got = self._bind_planned(snap, ps, left)
+            else:
+                own = np.fromiter((snap.node_index[n] for n in ps.planned if n in snap.node_index), dtype=np.int64)
+                others = self._planned_by_others(job, adm.flavor, snap) if self.model.name == "adversarial" else None
+                got = self.model.bind(snap.free, snap.alloc, self.domain(snap, ps), req, left, own=own, others=others)
+            for node, k in got:
+                for _ in range(k):
+                    self._create_pod(ps, snap.node_names[node])
+                ps.bound += k
+            out.extend(got)
+        if adm.unbound == 0:
+            self._owing.get(adm.flavor, set()).discard(job)
+        return out
+
+    def _bind_planned(self, snap: Snapshot, ps: _PodSet, left: int) -> list[tuple[int, int]]:
+        """The webhook pins each pod to a planned node; a pod whose node is full stays Pending."""
+        got = []
+        req = np.array([ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib, 1], dtype=np.int64)
+        need = req > 0
+        on = {}
+        for pod in ps.pods:
+            on[pod["spec"]["nodeName"]] = on.get(pod["spec"]["nodeName"], 0) + 1
+        for name, want in ps.planned.items():
+            i = snap.node_index.get(name)
+            if i is None or left <= 0:
+                continue
+            room = int((snap.free[i, need] // req[need]).min())
+            k = min(want - on.get(name, 0), room, left)
+            if k > 0:
+                snap.free[i] -= req * k
+                got.append((i, k))
+                left -= k
+        return got
+
+    def _planned_by_others(self, job: int, flavor: int, snap: Snapshot) -> IntArray:
+        """Per node, pods other admitted Workloads still owe there by plan (the adversary's bait)."""
+        out = np.zeros(snap.num_nodes, dtype=np.int64)
+        for other in self._owing.get(flavor, ()):
+            if other == job:
+                continue
+            for ps in self.admitted[other].podsets:
+                if ps.bound < ps.count:
+                    for name, k in ps.planned.items():
+                        i = snap.node_index.get(name)
+                        if i is not None:
+                            out[i] += k
+        return out
+
+    def domain(self, snap: Snapshot, ps: _PodSet) -> IntArray:
+        """Nodes a pod of ``ps`` may bind on but for resources: the scheduler's filters."""
+        key = (id(snap.node_names), ps.selector)
+        base = self._domains.get(key)
+        if base is None:
+            if len(self._domains) > 4096:
+                self._domains.clear()
+            base = self._domains[key] = _selector_nodes(snap, ps.selector)
+        ok = snap.eligible_for(ps.tolerations)[base] != 0
+        if ps.terms is not None:
+            ok &= snap.allowed_by(NodeConstraint((), ps.terms))[base] != 0
+        return base[ok]
+
+    def _create_pod(self, ps: _PodSet, node: str) -> None:
+        self._pod_seq += 1
+        pod = {"metadata": {"name": f"pod-{self._pod_seq}", "namespace": NAMESPACE, "uid": f"pod-{self._pod_seq}",
+                            "labels": {PODSET_LABEL: ps.name}, "annotations": {ANN_DECISION: ps.decision_id}},
+               "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {
+                   "requests": quantities(ps.per_pod, self.settings.kueue.gpu_resource)}}]},
+               "status": {"phase": "Running"}}
+        ps.pods.append(pod)
+        self.cache.upsert(PODS, pod)
+
+    def bound_nodes(self, job: int, snap: Snapshot) -> tuple[IntArray, IntArray]:
+        """(nodes, pods per node) where the job's pods are bound, in node order."""
+        count: dict[int, int] = {}
+        for ps in self.admitted[job].podsets:
+            for pod in ps.pods:
+                i = snap.node_index[pod["spec"]["nodeName"]]
+                count[i] = count.get(i, 0) + 1
+        nodes = np.array(sorted(count), dtype=np.int64)
+        return nodes, np.array([count[int(i)] for i in nodes], dtype=np.int64)
+
+    def finish(self, job: int) -> None:
+        """The job is done: its pods end and Kueue marks the Workload Finished (the ledger lets go)."""
+        adm = self.admitted.pop(job)
+        self._owing.get(adm.flavor, set()).discard(job)
+        for ps in adm.podsets:
+            for pod in ps.pods:
+                self.cache.delete(PODS, pod)
+        adm.obj["status"]["conditions"].append({"type": "Finished", "status": "True", "reason": "Succeeded"})
+        self.ledger.observe(adm.obj, self.check_names)
+        self.workloads.pop(job, None)
+
+    def forget(self, job: int) -> None:
+        """A Workload that will never be decided again (rejected)."""
+        self.workloads.pop(job, None)
+
+    # ------------------------------------------------------------------ the invariant's inputs
+
+    def owing(self, flavor: int) -> bool:
+        return bool(self._owing.get(flavor))
+
+    def owed(self, flavor: int, snap: Snapshot) -> list[OwedPods]:
+        """Every admitted PodSet's unbound pods on ``flavor``: count and domain from the simulated
+        cluster (ground truth), planned nodes, and where the ledger counts them (its witness)."""
+        jobs = sorted(self._owing.get(flavor, ()))
+        if not jobs:
+            return []
+        witness = {(o.workload, o.podset): o.witness for o in self.ledger.owed(self.cache.snapshot(self.flavor_names[flavor]))}
+        names = snap.node_names
+        out = []
+        for job in jobs:
+            adm = self.admitted[job]
+            for ps in adm.podsets:
+                if ps.bound >= ps.count:
+                    continue
+                on = {}
+                for pod in ps.pods:
+                    on[pod["spec"]["nodeName"]] = on.get(pod["spec"]["nodeName"], 0) + 1
+                planned = tuple((n, k - min(k, on.get(n, 0))) for n, k in ps.planned.items() if k > on.get(n, 0))
+                domain = self.domain(snap, ps)
+                if ps.exact:
+                    pinned = {snap.node_index[n] for n, _ in planned if n in snap.node_index}
+                    domain = np.array([i for i in domain.tolist() if i in pinned], dtype=np.int64)
+                out.append(OwedPods(adm.key, ps.name, ps.count - ps.bound, ps.per_pod, tuple(names[i] for i in domain.tolist()),
+                                    planned, witness.get((adm.key, ps.name), ())))
+        return out
+
+
+def _selector_nodes(snap: Snapshot, selector: Sequence[tuple[str, str]]) -> IntArray:
+    """Snapshot nodes carrying every label of ``selector`` (topology levels read from the paths,
+    the hostname from the node name, other keys from the node's labels)."""
+    mask = np.ones(snap.num_nodes, dtype=bool)
+    for key, value in selector:
+        if key == HOSTNAME_LABEL and value in snap.node_index:
+            only = np.zeros_like(mask)
+            i = snap.node_index[value]
+            only[i] = snap.labels[i].get(key, value) == value
+            mask &= only
+        elif key in snap.level_labels[:-1]:
+            lv = snap.level_index(key)
+            hits = [d for d, path in enumerate(snap.domain_values[lv]) if path[-1] == value]
+            mask &= np.isin(snap.node_dom[lv], hits)
+        else:
+            mask &= np.fromiter((labels.get(key) == value for labels in snap.labels), dtype=bool, count=snap.num_nodes)
+    return np.flatnonzero(mask).astype(np.int64)
+
+
+def node_rows(snap: Snapshot, names: Mapping[str, Any]) -> tuple[dict[str, ResourceVector], dict[str, ResourceVector]]:
+    """Allocatable and bound usage of the named nodes, as ``check_invariant`` reads them."""
+    alloc: dict[str, ResourceVector] = {}
+    used: dict[str, ResourceVector] = {}
+    for name in names:
+        i = snap.node_index[name]
+        a = snap.alloc[i]
+        u = a - snap.free[i]
+        alloc[name] = ResourceVector(*(int(x) for x in a))
+        used[name] = ResourceVector(*(int(x) for x in u))
+    return alloc, used

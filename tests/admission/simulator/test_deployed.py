@@ -1,0 +1,98 @@
+"""The simulator runs Atoll as deployed: the controller's decision and ledger, pods bound by a
+scheduler model, and the invariant checked after every event, so a faulty ledger is caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from admission.controller import ClusterCache, Ledger
+from admission.controller._invariant import Demand, place_owed
+from admission.controller._ledger import Witness
+from admission.simulator._deployed import DeployedAtoll
+from admission.simulator._jobs import make_job
+from admission.simulator._policies import make_policies
+from admission.simulator._sim import STATUS_DONE, InvariantViolation, SimSettings, prepare_workload, simulate
+from policies import load_profiles
+from topology import ClusterModel, ResourceVector, Snapshot
+
+CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
+DOC = load_profiles(f"""
+defaultProfile: strict
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}}}
+""")
+
+
+def one_island(nodes: int = 4) -> ClusterModel:
+    return ClusterModel.model_validate({"name": "one-island", "flavors": [{
+        "name": "f", "topology": "t", "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "generate": [{"level": SU, "count": 1, "prefix": "u"}, {"level": CLIQUE, "count": 1, "prefix": "r"},
+                     {"level": "kubernetes.io/hostname", "count": nodes, "prefix": "n"}]}]})
+
+
+class ForgetfulLedger(Ledger):
+    """The ledger before the owed-pods fix: a PodSet's pods are counted on their planned nodes
+    only, so once another Workload's pods bind there they are forgotten (not re-homed)."""
+
+    def witness(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> Witness:
+        w = super().witness(snapshot, exclude_uid=exclude_uid)
+        demands = [Demand(d.pods, d.shape, d.planned, np.empty(0, dtype=np.int64)) for d in w.demands]
+        placed, missing, used = place_owed(snapshot.free, demands)
+        return Witness(w.rows, demands, placed, missing, used)
+
+    def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> list:  # type: ignore[override]
+        return []
+
+
+def forgetful(cache: ClusterCache) -> Ledger:
+    return ForgetfulLedger(cache.gpu_resource, bound=cache.bound_pods, node_labels=cache.node_labels)
+
+
+def two_gangs(**settings: object):
+    model = one_island()
+    jobs = [make_job("a", 0.0, 100.0, 8, 4), make_job("b", 0.0, 100.0, 8, 4)]  # two 2-node gangs, one 4-node island
+    work = prepare_workload(model, jobs)
+    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
+    return model, work, policy, SimSettings(**settings)  # type: ignore[arg-type]
+
+
+def test_the_invariant_catches_a_ledger_that_forgets_pods_bound_elsewhere_under_an_adversarial_scheduler() -> None:
+    model, work, policy, settings = two_gangs(scheduler="adversarial")
+    with pytest.raises(InvariantViolation) as err:
+        simulate(model, work, policy, settings=settings, ledger=forgetful)
+    # the first gang's pods took the second's planned nodes; the second still owes 2 pods
+    assert err.value.workloads == ("sim/job-1",)
+    assert {v.kind for v in err.value.violations} == {"uncounted"}
+    assert "sim/job-1 podSets[main]: 2 pods owed, the witness counts 0" in str(err.value)
+
+
+def test_the_real_ledger_runs_the_same_jobs_clean_under_the_adversarial_scheduler() -> None:
+    model, work, policy, settings = two_gangs(scheduler="adversarial")
+    res = simulate(model, work, policy, settings=settings)
+    assert res.status.tolist() == [STATUS_DONE, STATUS_DONE]
+    assert res.start.tolist() == [0.0, 0.0]
+
+
+def test_under_exact_enforcement_pods_go_to_their_planned_nodes_so_even_the_forgetful_ledger_holds() -> None:
+    model, work, policy, settings = two_gangs(scheduler="adversarial", enforcement="exact")
+    res = simulate(model, work, policy, settings=settings, ledger=forgetful)
+    assert res.status.tolist() == [STATUS_DONE, STATUS_DONE]
+
+
+def test_a_deployed_policy_decides_through_the_controller_and_writes_back_what_it_wrote() -> None:
+    model = one_island()
+    atoll = DeployedAtoll("atoll-strict", "strict", DOC, model)
+    snap = Snapshot("f", model.flavors[0].level_specs(), model.flavors[0].build_nodes())
+    obj = atoll.workload(0, 0, 2, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024, pods=1), "training")
+    verdict = atoll.decide(0, obj, 0.0)
+    assert verdict.outcome == "admit"
+    entry = obj["status"]["admissionChecks"][0]
+    assert entry["state"] == "Ready" and entry["podSetUpdates"] == verdict.podset_updates
+    assert entry["podSetUpdates"][0]["nodeSelector"] == {CLIQUE: "f-u0-r0"}
+    assert [o.pods for o in atoll.owed(0, snap)] == [2]  # Ready, not bound yet: owed
+    assert atoll.ledger.owed(atoll.cache.snapshot("f"))[0].pods == 2
+    bound = atoll.bind(0, snap)
+    assert sum(k for _, k in bound) == 2 and atoll.owed(0, snap) == []
+    assert atoll.ledger.owed(atoll.cache.snapshot("f")) == []  # the cache saw the pods, the ledger let go

@@ -1,0 +1,61 @@
+"""The kube-scheduler models: the filter never overcommits a node, LeastAllocated spreads by
+cpu/memory and ignores GPUs, MostAllocated packs GPUs, ties are seeded, the adversary takes
+other Workloads' planned nodes first."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from admission.simulator._scheduler import BindingModel
+
+GPU4 = (4, 64_000, 512 * 1024, 110)
+
+
+def nodes(used_gpu: list[int], used_cpu: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    alloc = np.array([GPU4] * len(used_gpu), dtype=np.int64)
+    free = alloc.copy()
+    free[:, 0] -= used_gpu
+    free[:, 1] -= used_cpu or [0] * len(used_gpu)
+    return free, alloc
+
+
+def test_no_model_binds_a_pod_where_it_does_not_fit() -> None:
+    for name in ("least-allocated", "most-allocated", "random", "adversarial"):
+        free, alloc = nodes([3, 0, 4])
+        got = BindingModel(name, 1).bind(free, alloc, np.array([0, 1, 2]), (2, 0, 0), 3)
+        assert got == [(1, 2)], name  # only node 1 holds a 2-GPU pod, twice; the third pod stays Pending
+        assert (free >= 0).all()
+
+
+def test_least_allocated_scores_cpu_and_memory_not_gpus() -> None:
+    free, alloc = nodes([3, 0], used_cpu=[0, 32_000])  # node 0: GPUs busy, CPU idle
+    got = BindingModel("least-allocated", 0).bind(free, alloc, np.array([0, 1]), (1, 1000, 1024), 1)
+    assert got == [(0, 1)]
+
+
+def test_most_allocated_packs_the_node_with_the_most_gpus_in_use() -> None:
+    free, alloc = nodes([0, 2, 1])
+    got = BindingModel("most-allocated", 0).bind(free, alloc, np.array([0, 1, 2]), (1, 1000, 1024), 2)
+    assert got == [(1, 2)]
+
+
+def test_ties_are_drawn_from_the_seed() -> None:
+    def draw(seed: int) -> list[tuple[int, int]]:
+        free, alloc = nodes([0] * 8)
+        return BindingModel("least-allocated", seed).bind(free, alloc, np.arange(8), (4, 0, 0), 3)
+
+    assert draw(3) == draw(3)
+    assert len({tuple(draw(s)) for s in range(8)}) > 1
+
+
+def test_the_adversary_takes_nodes_other_workloads_planned_and_avoids_its_own() -> None:
+    free, alloc = nodes([0] * 4)
+    others = np.array([0, 0, 1, 1])
+    got = BindingModel("adversarial", 0).bind(free, alloc, np.arange(4), (4, 0, 0), 3, own=np.array([0, 1]), others=others)
+    assert sorted(n for n, _ in got[:2]) == [2, 3] and got[2][0] in (0, 1)
+
+
+def test_an_unknown_model_is_named() -> None:
+    with pytest.raises(ValueError, match="scheduler: 'kind'"):
+        BindingModel("kind", 0)

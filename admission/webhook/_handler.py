@@ -1,0 +1,221 @@
+"""AdmissionReview v1 in, AdmissionReview v1 out: pin each exact-enforcement pod at CREATE.
+
+For a pod carrying ``atoll.dev/decision-id`` and ``atoll.dev/enforcement: exact``:
+
+1. its slot: its rank if free, else the first free planned slot (``_pin``), free meaning held by no
+   live pod of the same decision and PodSet (read from the apiserver) and, for pods without a
+   rank, handed to no request of the last ``claim_seconds`` whose pod is not visible yet;
+2. its node: the node the slot's last pod ran on (a recreated pod goes back) or, for a slot's
+   first pod, the slot's planned node; if that node is unhealthy for the pod (not Ready,
+   cordoned, untolerated NoSchedule/NoExecute taint) or, for a recreated pod, full, a
+   replacement inside the pod's domain (its nodeSelector): healthy, with room, nearest first
+   (most labels shared with the lost node), then the tightest fit, then by name. This is
+   Kueue's "hot swap" (KEP 2724, "Node failures": replace only the lost pods' node, inside the
+   assigned domain) done at pod creation instead of in the Workload's topologyAssignment;
+3. none: the pod is pinned to its lost node anyway (it waits there, holding nothing, and runs if
+   the node recovers) and its Workload gets ``atoll.dev/RequeueRequested`` so the controller
+   asks Kueue for a requeue (check state Retry: evict and requeue, Kueue's own answer to a
+   node failure it cannot replace, ``NodeFailures``), with a warning to the pod's creator.
+
+Pods without exact enforcement, and requests that are not a pod CREATE, are allowed unchanged.
+One lock per decision and PodSet serializes the choice inside this process.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from admission.kube import Clock, ClusterPort, Obj, SystemClock, errors
+from admission.webhook._cluster import ClusterReader, Room
+from admission.webhook._pin import (
+    ANN_NODE,
+    ANN_REPLACED,
+    ANN_SLOT,
+    ExactPod,
+    PinError,
+    choose_slot,
+    is_live,
+    pin_patch,
+    read_exact_pod,
+    slot_of,
+    taken_slots,
+)
+from admission.webhook._settings import WebhookSettings
+
+__all__ = ["PinResult", "PodPinner", "ReviewError"]
+
+_log = structlog.get_logger("atoll.webhook")
+_REVIEW_VERSION = "admission.k8s.io/v1"
+_STRIPES = 64
+
+
+class ReviewError(ValueError):
+    """The request is not an AdmissionReview v1 with a request: answered with HTTP 400."""
+
+
+@dataclass
+class PinResult:
+    """What the webhook answers for one pod."""
+
+    allowed: bool = True
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    message: str = ""
+    code: int = 200
+    node: str = ""
+    slot: int | None = None
+    replaced: str = ""
+
+
+def _get(obj: Any, key: str, kind: type, where: str) -> Any:
+    value = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(value, kind):
+        raise ReviewError(f"{where}.{key}: expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _created(pod: Obj) -> str:
+    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+class PodPinner:
+    """Answers AdmissionReviews for pods; safe to call from many threads."""
+
+    def __init__(self, port: ClusterPort, settings: WebhookSettings | None = None, clock: Clock | None = None) -> None:
+        self.settings = settings or WebhookSettings()
+        self.clock = clock or SystemClock()
+        self.reader = ClusterReader(port, self.settings.gpu_resource, self.settings.field_manager)
+        self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
+        self._claims_guard = threading.Lock()
+        self._claims: dict[tuple[str, str, str], dict[int, float]] = {}
+
+    # ------------------------------------------------------------------ the review
+
+    def review(self, body: bytes | Mapping[str, Any]) -> dict[str, Any]:
+        """The AdmissionReview response for a request body; ``ReviewError`` when it is not one."""
+        try:
+            doc = json.loads(body) if isinstance(body, (bytes, bytearray)) else dict(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ReviewError(f"body: not JSON ({exc})") from None
+        if not isinstance(doc, dict):
+            raise ReviewError("body: expected a JSON object (an AdmissionReview)")
+        if doc.get("apiVersion") != _REVIEW_VERSION or doc.get("kind") != "AdmissionReview":
+            raise ReviewError(f"apiVersion/kind: expected {_REVIEW_VERSION} AdmissionReview, got {doc.get('apiVersion')!r} {doc.get('kind')!r} "
+                              "(set admissionReviewVersions: [v1] in the MutatingWebhookConfiguration)")
+        request = _get(doc, "request", dict, "AdmissionReview")
+        uid = _get(request, "uid", str, "request")
+        result = self.admit(request)
+        response: dict[str, Any] = {"uid": uid, "allowed": result.allowed}
+        if result.patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(result.patch).encode()).decode()
+        if result.warnings:
+            response["warnings"] = [w[:256] for w in result.warnings]  # the apiserver truncates longer ones
+        if not result.allowed:
+            response["status"] = {"code": result.code, "message": result.message}
+        return {"apiVersion": _REVIEW_VERSION, "kind": "AdmissionReview", "response": response}
+
+    def admit(self, request: Mapping[str, Any]) -> PinResult:
+        """The answer for one admission request (already known to be well formed at the top level)."""
+        resource = request.get("resource") or {}
+        if (request.get("operation") != "CREATE" or resource.get("resource") != "pods" or resource.get("group", "") != ""
+                or request.get("subResource")):
+            return PinResult()
+        pod = request.get("object")
+        if not isinstance(pod, dict):
+            raise ReviewError("request.object: expected the pod being created")
+        try:
+            exact = read_exact_pod(pod, str(request.get("namespace") or ""))
+        except PinError as exc:
+            return PinResult(warnings=[f"atoll: not pinned to a node, only to its domain: {exc}"])
+        if exact is None:
+            return PinResult()
+        if ANN_NODE in ((pod.get("metadata") or {}).get("annotations") or {}):
+            return PinResult()  # pinned already (a reinvocation): nothing to add
+        try:
+            return self.pin(exact, pod, str(request.get("uid")))
+        except errors.ApiError as exc:
+            _log.warning("cannot read cluster state; pod refused", pod=exact.display, decision=exact.decision_id, error=str(exc))
+            return PinResult(allowed=False, code=503, message=f"atoll: cannot pin the pod to a planned node: {exc}; "
+                                                              "its controller will create it again")
+
+    # ------------------------------------------------------------------ pinning
+
+    def _lock(self, key: tuple[str, str, str]) -> threading.Lock:
+        """One of a fixed set of locks (bounded memory): pods of one decision and PodSet always share one."""
+        return self._locks[hash(key) % _STRIPES]
+
+    def pin(self, exact: ExactPod, pod: Obj, request_uid: str = "") -> PinResult:
+        key = (exact.namespace, exact.decision_id, exact.podset)
+        with self._lock(key):
+            pods = self.reader.podset_pods(exact)
+            taken = taken_slots(exact.slots, [p for p in pods if is_live(p)])
+            now = self.clock.monotonic()
+            with self._claims_guard:
+                claims = {k: t for k, t in self._claims.get(key, {}).items() if t > now and k not in taken}
+            slot, why = choose_slot(exact, taken if exact.rank is not None else taken | set(claims))
+            if slot is None:
+                self._keep_claims(key, claims, now)
+                _log.warning("no free planned slot; pod left in its domain", pod=exact.display, decision=exact.decision_id, why=why)
+                return PinResult(warnings=[f"atoll: not pinned to a node: {why}; the pod may run on any node of its domain"])
+            result = self._place(exact, pod, slot, [p for p in pods if not is_live(p) and slot_of(p, len(exact.slots)) == slot])
+            claims[slot] = now + self.settings.claim_seconds
+            self._keep_claims(key, claims, now)
+        _log.info("pod pinned", pod=exact.display, decision=exact.decision_id, podset=exact.podset, slot=slot, how=why,
+                  node=result.node, replaced=result.replaced or None, request=request_uid)
+        return result
+
+    def _place(self, exact: ExactPod, pod: Obj, slot: int, before: list[Obj]) -> PinResult:
+        planned = exact.slots[slot]
+        last = max(before, key=_created, default=None)
+        old = planned
+        if last is not None:
+            old = str(((last.get("metadata") or {}).get("annotations") or {}).get(ANN_NODE) or (last.get("spec") or {}).get("nodeName") or planned)
+        skip = [str((p.get("metadata") or {}).get("name")) for p in before]
+        need = self.reader.pod_requests(pod)
+        problem = self.reader.health_problem(old, exact)
+        if not problem and last is not None:  # a recreated pod: its node may have been given away meanwhile
+            rooms = self.reader.rooms(exact, [old], replaced=old, skip=skip, own_slot_node=planned)
+            if not rooms or not self.reader.fits(rooms[0], need):
+                problem = f"node {old} has no room for the pod"
+        annotations = {ANN_SLOT: str(slot), ANN_NODE: old}
+        if not problem:
+            return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot)
+        pick = self._replacement(exact, old, need, skip, planned)
+        if pick is not None:
+            annotations.update({ANN_NODE: pick.node, ANN_REPLACED: old})
+            return PinResult(patch=pin_patch(pod, pick.node, annotations), node=pick.node, slot=slot, replaced=old,
+                             warnings=[f"atoll: {problem}; pinned to replacement node {pick.node} in the same domain"])
+        selector = ",".join(f"{k}={v}" for k, v in exact.node_selector) or "(none)"
+        message = (f"pod {exact.display} (podset {exact.podset or '-'}, slot {slot}): {problem}, and no other node of its domain "
+                   f"{selector} is healthy with room for it")
+        workload = self.reader.request_requeue(exact, message, self.clock.now())
+        asked = f"Workload {exact.namespace}/{workload} marked for a requeue" if workload else "its Workload was not found to mark for a requeue"
+        _log.warning("no replacement node", pod=exact.display, decision=exact.decision_id, node=old, problem=problem, workload=workload)
+        return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot,
+                         warnings=[f"atoll: {problem}; no replacement in domain {selector}; the pod waits for it; {asked}"])
+
+    def _replacement(self, exact: ExactPod, old: str, need: Any, skip: list[str], planned: str) -> Room | None:
+        if not exact.node_selector:  # no domain recorded: any node would leave the flavor's fabric
+            return None
+        candidates = [n for n in self.reader.domain_nodes(exact) if n != old and not self.reader.health_problem(n, exact)]
+        if not candidates:
+            return None
+        fitting = [r for r in self.reader.rooms(exact, candidates, replaced=old, skip=skip, own_slot_node=planned)
+                   if self.reader.fits(r, need)]
+        return min(fitting, key=lambda r: (-r.shared_labels, r.free.gpu - need.gpu, r.node), default=None)
+
+    def _keep_claims(self, key: tuple[str, str, str], claims: dict[int, float], now: float) -> None:
+        """Store one PodSet's pending claims; tables with nothing pending are dropped, so finished
+        decisions do not accumulate."""
+        with self._claims_guard:
+            self._claims[key] = claims
+            for k in [k for k, c in self._claims.items() if not any(t > now for t in c.values())]:
+                del self._claims[k]

@@ -1,0 +1,43 @@
+"""The webhook's settings: one group, documented with units and the reason for each default."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["WebhookSettings"]
+
+
+class WebhookSettings(BaseModel):
+    """Serving the exact-placement webhook (``atoll run --webhook-*``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    port: int = Field(default=0, ge=0, le=65535)
+    """HTTPS port of ``/mutate-pods`` (0 = not served). The chart uses 9443."""
+    bind_address: str = "0.0.0.0"
+    cert_dir: str = "/tmp/k8s-webhook-server/serving-certs"
+    """Directory with ``tls.crt`` and ``tls.key`` (and ``ca.crt`` when Atoll made them)."""
+    generate_certs: bool = False
+    """Make a self-signed CA and serving certificate at start when ``cert_dir`` has none, and put
+    the CA into the caBundle of ``config``."""
+    service: str = "atoll-webhook"
+    """Service name the apiserver calls; the serving certificate is made for its DNS names."""
+    namespace: str = "atoll-system"
+    """Namespace of that Service."""
+    config: str = "atoll-webhook"
+    """MutatingWebhookConfiguration whose caBundle gets the generated CA."""
+    cert_days: int = Field(default=365, gt=0, le=3650)
+    """Validity (days) of a generated serving certificate; one within 30 days of expiry is made anew at start."""
+    ca_bundle_recheck_seconds: float = Field(default=60.0, gt=0)
+    """How often (s) the caBundle is checked and our CA put back (an upgrade may have reset it)."""
+    gpu_resource: str = "nvidia.com/gpu"
+    """Extended resource counted as GPUs when checking a replacement node's room."""
+    claim_seconds: float = Field(default=30.0, gt=0)
+    """How long (s) a slot handed to a pod that is not visible yet stays taken: the apiserver
+    stores the pod right after admission (webhook timeouts are at most 30 s); a pod refused later
+    by another admission step never appears and its slot frees after this."""
+    field_manager: str = "atoll-webhook"
+    """Server-side-apply manager of the condition the webhook sets on a Workload; distinct from the
+    controller's (``atoll``) so neither's apply removes the other's fields."""
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    """Largest AdmissionReview accepted (bytes); the apiserver caps objects at about 3 MiB."""

@@ -20,13 +20,14 @@ if TYPE_CHECKING:
     from admission.webhook._certs import CertError, ServingCert, ensure_serving_cert, merge_ca_bundle, service_hosts
     from admission.webhook._cluster import REQUEUE_CONDITION
     from admission.webhook._handler import PinResult, PodPinner, ReviewError
-    from admission.webhook._pin import ANN_NODE, ANN_REPLACED, ANN_SLOT, pod_rank
+    from admission.webhook._pin import ANN_NODE, ANN_PREVIOUS, ANN_REPLACED, ANN_SLOT, pod_rank
     from admission.webhook._serve import MUTATING_WEBHOOK_CONFIGURATIONS, CaBundlePublisher, Webhook
     from admission.webhook._server import MUTATE_PATH, WebhookServer
     from admission.webhook._settings import WebhookSettings
 
 _WHERE = {
     "ANN_NODE": "_pin",
+    "ANN_PREVIOUS": "_pin",
     "ANN_REPLACED": "_pin",
     "ANN_SLOT": "_pin",
     "MUTATE_PATH": "_server",
@@ -49,6 +50,7 @@ _WHERE = {
 
 __all__ = [
     "ANN_NODE",
+    "ANN_PREVIOUS",
     "ANN_REPLACED",
     "ANN_SLOT",
     "MUTATE_PATH",

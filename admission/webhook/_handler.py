@@ -36,6 +36,7 @@ from admission.kube import Clock, ClusterPort, Obj, SystemClock, errors
 from admission.webhook._cluster import ClusterReader, Room
 from admission.webhook._pin import (
     ANN_NODE,
+    ANN_PREVIOUS,
     ANN_REPLACED,
     ANN_SLOT,
     ExactPod,
@@ -81,8 +82,17 @@ def _get(obj: Any, key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _created(pod: Obj) -> str:
-    return str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+def _name(pod: Obj) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
+
+
+def latest(before: list[Obj]) -> Obj | None:
+    """The slot's most recent dead pod: the one no later pod of the slot names as its predecessor
+    (``atoll.dev/previous-pod``; creation timestamps have one-second resolution, and a Job
+    controller recreates faster), then by creation time and name."""
+    named = {str(((p.get("metadata") or {}).get("annotations") or {}).get(ANN_PREVIOUS) or "") for p in before}
+    heads = [p for p in before if _name(p) not in named] or before
+    return max(heads, key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp") or ""), _name(p)), default=None)
 
 
 class PodPinner:
@@ -140,7 +150,7 @@ class PodPinner:
         if ANN_NODE in ((pod.get("metadata") or {}).get("annotations") or {}):
             return PinResult()  # pinned already (a reinvocation): nothing to add
         try:
-            return self.pin(exact, pod, str(request.get("uid")))
+            return self.pin(exact, pod, str(request.get("uid")), dry_run=request.get("dryRun") is True)
         except errors.ApiError as exc:
             _log.warning("cannot read cluster state; pod refused", pod=exact.display, decision=exact.decision_id, error=str(exc))
             return PinResult(allowed=False, code=503, message=f"atoll: cannot pin the pod to a planned node: {exc}; "
@@ -152,7 +162,9 @@ class PodPinner:
         """One of a fixed set of locks (bounded memory): pods of one decision and PodSet always share one."""
         return self._locks[hash(key) % _STRIPES]
 
-    def pin(self, exact: ExactPod, pod: Obj, request_uid: str = "") -> PinResult:
+    def pin(self, exact: ExactPod, pod: Obj, request_uid: str = "", *, dry_run: bool = False) -> PinResult:
+        """Choose the pod's slot and node. A dry run (``sideEffects: NoneOnDryRun``) claims no slot
+        and marks no Workload."""
         key = (exact.namespace, exact.decision_id, exact.podset)
         with self._lock(key):
             pods = self.reader.podset_pods(exact)
@@ -165,16 +177,18 @@ class PodPinner:
                 self._keep_claims(key, claims, now)
                 _log.warning("no free planned slot; pod left in its domain", pod=exact.display, decision=exact.decision_id, why=why)
                 return PinResult(warnings=[f"atoll: not pinned to a node: {why}; the pod may run on any node of its domain"])
-            result = self._place(exact, pod, slot, [p for p in pods if not is_live(p) and slot_of(p, len(exact.slots)) == slot])
-            claims[slot] = now + self.settings.claim_seconds
+            before = [p for p in pods if not is_live(p) and slot_of(p, len(exact.slots)) == slot]
+            result = self._place(exact, pod, slot, before, dry_run=dry_run)
+            if not dry_run:
+                claims[slot] = now + self.settings.claim_seconds
             self._keep_claims(key, claims, now)
         _log.info("pod pinned", pod=exact.display, decision=exact.decision_id, podset=exact.podset, slot=slot, how=why,
                   node=result.node, replaced=result.replaced or None, request=request_uid)
         return result
 
-    def _place(self, exact: ExactPod, pod: Obj, slot: int, before: list[Obj]) -> PinResult:
+    def _place(self, exact: ExactPod, pod: Obj, slot: int, before: list[Obj], *, dry_run: bool) -> PinResult:
         planned = exact.slots[slot]
-        last = max(before, key=_created, default=None)
+        last = latest(before)
         old = planned
         if last is not None:
             old = str(((last.get("metadata") or {}).get("annotations") or {}).get(ANN_NODE) or (last.get("spec") or {}).get("nodeName") or planned)
@@ -186,6 +200,8 @@ class PodPinner:
             if not rooms or not self.reader.fits(rooms[0], need):
                 problem = f"node {old} has no room for the pod"
         annotations = {ANN_SLOT: str(slot), ANN_NODE: old}
+        if last is not None:
+            annotations[ANN_PREVIOUS] = _name(last)
         if not problem:
             return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot)
         pick = self._replacement(exact, old, need, skip, planned)
@@ -196,9 +212,12 @@ class PodPinner:
         selector = ",".join(f"{k}={v}" for k, v in exact.node_selector) or "(none)"
         message = (f"pod {exact.display} (podset {exact.podset or '-'}, slot {slot}): {problem}, and no other node of its domain "
                    f"{selector} is healthy with room for it")
-        workload = self.reader.request_requeue(exact, message, self.clock.now())
-        asked = f"Workload {exact.namespace}/{workload} marked for a requeue" if workload else "its Workload was not found to mark for a requeue"
-        _log.warning("no replacement node", pod=exact.display, decision=exact.decision_id, node=old, problem=problem, workload=workload)
+        if dry_run:
+            asked = "a real request would mark its Workload for a requeue"
+        else:
+            workload = self.reader.request_requeue(exact, message, self.clock.now())
+            asked = f"Workload {exact.namespace}/{workload} marked for a requeue" if workload else "no Workload found to mark for a requeue"
+        _log.warning("no replacement node", pod=exact.display, decision=exact.decision_id, node=old, problem=problem, outcome=asked)
         return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot,
                          warnings=[f"atoll: {problem}; no replacement in domain {selector}; the pod waits for it; {asked}"])
 

@@ -21,6 +21,7 @@ from topology import HOSTNAME_LABEL, Toleration
 
 __all__ = [
     "ANN_NODE",
+    "ANN_PREVIOUS",
     "ANN_REPLACED",
     "ANN_SLOT",
     "ANN_WORKLOAD",
@@ -44,6 +45,8 @@ ANN_SLOT = "atoll.dev/slot"
 """Annotation the webhook adds: the planned slot (0-based, in planned order) the pod holds."""
 ANN_NODE = "atoll.dev/node"
 """Annotation the webhook adds: the node the pod is pinned to (its planned node or a replacement)."""
+ANN_PREVIOUS = "atoll.dev/previous-pod"
+"""Annotation the webhook adds to a pod taking a slot whose last pod died: that pod's name."""
 ANN_REPLACED = "atoll.dev/replaced-node"
 """Annotation the webhook adds when the pod goes to a replacement: the node it replaces."""
 ANN_WORKLOAD = "kueue.x-k8s.io/workload"

@@ -19,8 +19,9 @@ from pathlib import Path
 import structlog
 
 from admission.controller._settings import ConfigSettings, KueueSettings, LeaderSettings, ServeSettings, Settings
+from admission.webhook._settings import WebhookSettings
 
-__all__ = ["build_settings", "configure_logging", "default_namespace", "main", "parser"]
+__all__ = ["build_settings", "build_webhook_settings", "configure_logging", "default_namespace", "main", "parser"]
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -52,6 +53,21 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--lease-name", default=env.get("ATOLL_LEASE_NAME", "atoll-controller"))
     p.add_argument("--identity", default=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}", help="leader-election identity")
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
+    w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
+    w.add_argument("--webhook-port", type=int, default=int(env.get("ATOLL_WEBHOOK_PORT", "0")),
+                   help="HTTPS port of POST /mutate-pods; 0 = no webhook (the chart uses 9443)")
+    w.add_argument("--webhook-cert-dir", default=env.get("ATOLL_WEBHOOK_CERT_DIR", WebhookSettings().cert_dir),
+                   help="directory with tls.crt and tls.key (written there with --webhook-generate-certs)")
+    w.add_argument("--webhook-generate-certs", action=argparse.BooleanOptionalAction,
+                   default=env.get("ATOLL_WEBHOOK_GENERATE_CERTS", "false") == "true",
+                   help="make a self-signed CA and serving certificate at start when the directory has none, "
+                        "and put the CA into the caBundle of --webhook-config")
+    w.add_argument("--webhook-service", default=env.get("ATOLL_WEBHOOK_SERVICE", "atoll-webhook"),
+                   help="Service the apiserver calls (the generated certificate names it)")
+    w.add_argument("--webhook-namespace", default=env.get("ATOLL_WEBHOOK_NAMESPACE") or None,
+                   help="namespace of that Service (default: --namespace)")
+    w.add_argument("--webhook-config", default=env.get("ATOLL_WEBHOOK_CONFIG", "atoll-webhook"),
+                   help="MutatingWebhookConfiguration whose caBundle gets the generated CA")
     return p
 
 
@@ -63,6 +79,13 @@ def build_settings(args: argparse.Namespace) -> Settings:
         leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port),
     )
+
+
+def build_webhook_settings(args: argparse.Namespace) -> WebhookSettings:
+    """The webhook's settings; pydantic's ValidationError names the bad field."""
+    return WebhookSettings(port=args.webhook_port, cert_dir=args.webhook_cert_dir, generate_certs=args.webhook_generate_certs,
+                           service=args.webhook_service, namespace=args.webhook_namespace or args.namespace,
+                           config=args.webhook_config, gpu_resource=args.gpu_resource)
 
 
 def configure_logging(level: str) -> None:
@@ -78,6 +101,11 @@ def configure_logging(level: str) -> None:
 def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     args = parser().parse_args(list(argv))
     settings = build_settings(args)
+    try:
+        webhook_settings = build_webhook_settings(args)
+    except ValueError as exc:
+        print(f"atoll run: webhook flags: {exc}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level)
     log = structlog.get_logger("atoll.run")
 
@@ -109,6 +137,15 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
             return True, "standby (not leader)"
         return controller.synced, "caches synced" if controller.synced else "listing the cluster"
 
+    webhook = None
+    if webhook_settings.port:
+        from admission.webhook import CertError, Webhook
+
+        try:
+            webhook = Webhook(port, webhook_settings).start()
+        except (CertError, OSError) as exc:
+            print(f"atoll run: webhook on port {webhook_settings.port}: {exc}", file=sys.stderr)
+            return 2
     endpoints = HttpEndpoints(metrics, alive=alive, ready=ready, bind=settings.serve.bind_address,
                               metrics_port=settings.serve.metrics_port, health_port=settings.serve.health_port)
     endpoints.start()
@@ -144,4 +181,6 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         return 1
     finally:
         endpoints.stop()
+        if webhook is not None:
+            webhook.stop()
     return 0

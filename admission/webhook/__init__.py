@@ -4,7 +4,8 @@ the pod's domain.
 
 Rooms: ``_pin`` (slots, ranks and the JSON patch; pure), ``_cluster`` (what it reads through the
 cluster port, and the one Workload condition it writes), ``_handler`` (AdmissionReview in and
-out, the choice of slot and node), ``_server`` (HTTPS), ``_certs`` (serving certificate and
+out, the choice of slot and node), ``_claims`` (slots handed to pods not stored yet, shared by
+every replica through a Lease), ``_server`` (HTTPS), ``_certs`` (serving certificate and
 caBundle), ``_serve`` (the whole webhook for ``atoll run``), ``_settings``. It imports the
 controller's readers and the cluster port; only ``admission.cli`` imports it.
 

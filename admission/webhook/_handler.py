@@ -4,7 +4,8 @@ For a pod carrying ``atoll.dev/decision-id`` and ``atoll.dev/enforcement: exact`
 
 1. its slot: its rank if free, else the first free planned slot (``_pin``), free meaning held by no
    live pod of the same decision and PodSet (read from the apiserver) and, for pods without a
-   rank, handed to no request of the last ``claim_seconds`` whose pod is not visible yet;
+   rank, claimed by no other request whose pod is not stored yet (``_claims``: shared by all
+   replicas through the apiserver);
 2. its node: the node the slot's last pod ran on (a recreated pod goes back) or, for a slot's
    first pod, the slot's planned node; if that node is unhealthy for the pod (not Ready,
    cordoned, untolerated NoSchedule/NoExecute taint) or, for a recreated pod, full, a
@@ -18,7 +19,8 @@ For a pod carrying ``atoll.dev/decision-id`` and ``atoll.dev/enforcement: exact`
    node failure it cannot replace, ``NodeFailures``), with a warning to the pod's creator.
 
 Pods without exact enforcement, and requests that are not a pod CREATE, are allowed unchanged.
-One lock per decision and PodSet serializes the choice inside this process.
+A lock per decision and PodSet serializes the choice inside a process (fewer conflicting writes);
+the claims serialize it across replicas.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import structlog
 
 from admission.kube import Clock, ClusterPort, Obj, SystemClock, errors
+from admission.webhook._claims import SlotClaims
 from admission.webhook._cluster import ClusterReader, Room
 from admission.webhook._pin import (
     ANN_NODE,
@@ -103,8 +106,7 @@ class PodPinner:
         self.clock = clock or SystemClock()
         self.reader = ClusterReader(port, self.settings.gpu_resource, self.settings.field_manager)
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
-        self._claims_guard = threading.Lock()
-        self._claims: dict[tuple[str, str, str], dict[int, float]] = {}
+        self.claims = SlotClaims(port, self.settings.namespace, self.settings.claims_lease, self.clock, self.settings.claim_seconds)
 
     # ------------------------------------------------------------------ the review
 
@@ -165,24 +167,26 @@ class PodPinner:
     def pin(self, exact: ExactPod, pod: Obj, request_uid: str = "", *, dry_run: bool = False) -> PinResult:
         """Choose the pod's slot and node. A dry run (``sideEffects: NoneOnDryRun``) claims no slot
         and marks no Workload."""
-        key = (exact.namespace, exact.decision_id, exact.podset)
-        with self._lock(key):
+        with self._lock((exact.namespace, exact.decision_id, exact.podset)):
             pods = self.reader.podset_pods(exact)
             taken = taken_slots(exact.slots, [p for p in pods if is_live(p)])
-            now = self.clock.monotonic()
-            with self._claims_guard:
-                claims = {k: t for k, t in self._claims.get(key, {}).items() if t > now and k not in taken}
-            slot, why = choose_slot(exact, taken if exact.rank is not None else taken | set(claims))
+            how: list[str] = []
+
+            def choose(unavailable: set[int]) -> int | None:
+                slot, why = choose_slot(exact, unavailable)
+                how[:] = [why]
+                return slot
+
+            if dry_run or (exact.rank is not None and exact.rank not in taken):
+                slot = choose(taken)  # a rank names one pod: no other pod asks for its slot
+            else:
+                slot = self.claims.claim(f"{exact.namespace}/{exact.decision_id}/{exact.podset}/", taken, choose)
             if slot is None:
-                self._keep_claims(key, claims, now)
-                _log.warning("no free planned slot; pod left in its domain", pod=exact.display, decision=exact.decision_id, why=why)
-                return PinResult(warnings=[f"atoll: not pinned to a node: {why}; the pod may run on any node of its domain"])
+                _log.warning("no free planned slot; pod left in its domain", pod=exact.display, decision=exact.decision_id, why=how[0])
+                return PinResult(warnings=[f"atoll: not pinned to a node: {how[0]}; the pod may run on any node of its domain"])
             before = [p for p in pods if not is_live(p) and slot_of(p, len(exact.slots)) == slot]
             result = self._place(exact, pod, slot, before, dry_run=dry_run)
-            if not dry_run:
-                claims[slot] = now + self.settings.claim_seconds
-            self._keep_claims(key, claims, now)
-        _log.info("pod pinned", pod=exact.display, decision=exact.decision_id, podset=exact.podset, slot=slot, how=why,
+        _log.info("pod pinned", pod=exact.display, decision=exact.decision_id, podset=exact.podset, slot=slot, how=how[0],
                   node=result.node, replaced=result.replaced or None, request=request_uid)
         return result
 
@@ -230,11 +234,3 @@ class PodPinner:
         fitting = [r for r in self.reader.rooms(exact, candidates, replaced=old, skip=skip, own_slot_node=planned)
                    if self.reader.fits(r, need)]
         return min(fitting, key=lambda r: (-r.shared_labels, r.free.gpu - need.gpu, r.node), default=None)
-
-    def _keep_claims(self, key: tuple[str, str, str], claims: dict[int, float], now: float) -> None:
-        """Store one PodSet's pending claims; tables with nothing pending are dropped, so finished
-        decisions do not accumulate."""
-        with self._claims_guard:
-            self._claims[key] = claims
-            for k in [k for k, c in self._claims.items() if not any(t > now for t in c.values())]:
-                del self._claims[k]

@@ -23,7 +23,9 @@ class WebhookSettings(BaseModel):
     service: str = "atoll-webhook"
     """Service name the apiserver calls; the serving certificate is made for its DNS names."""
     namespace: str = "atoll-system"
-    """Namespace of that Service."""
+    """Namespace of that Service, and of the claims Lease."""
+    claims_lease: str = "atoll-webhook-claims"
+    """Lease (in ``namespace``) holding slots handed to pods not stored yet, shared by all replicas."""
     config: str = "atoll-webhook"
     """MutatingWebhookConfiguration whose caBundle gets the generated CA."""
     cert_days: int = Field(default=365, gt=0, le=3650)
@@ -33,7 +35,7 @@ class WebhookSettings(BaseModel):
     gpu_resource: str = "nvidia.com/gpu"
     """Extended resource counted as GPUs when checking a replacement node's room."""
     claim_seconds: float = Field(default=30.0, gt=0)
-    """How long (s) a slot handed to a pod that is not visible yet stays taken: the apiserver
+    """How long (s) a slot handed to a pod that is not stored yet stays claimed: the apiserver
     stores the pod right after admission (webhook timeouts are at most 30 s); a pod refused later
     by another admission step never appears and its slot frees after this."""
     field_manager: str = "atoll-webhook"

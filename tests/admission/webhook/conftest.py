@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from admission.kube import PODS
-from admission.webhook import MUTATE_PATH, PodPinner, ServingCert, WebhookServer, ensure_serving_cert
+from admission.webhook import MUTATE_PATH, PodPinner, ServingCert, WebhookServer, WebhookSettings, ensure_serving_cert
 from tests.admission.fabric import Fabric, profiles_doc, run
 
 NS_LABEL = "atoll.dev/webhook-test"
@@ -30,6 +30,11 @@ NS_LABEL = "atoll.dev/webhook-test"
 @pytest.fixture
 def cert(tmp_path: Path) -> ServingCert:
     return ensure_serving_cert(tmp_path / "certs", ["127.0.0.1", "localhost"], generate=True)
+
+
+def pinner(fabric: Fabric) -> PodPinner:
+    """A replica's handler; its slot claims live in the test's namespace."""
+    return PodPinner(fabric.port, WebhookSettings(namespace=fabric.ns))
 
 
 @dataclass
@@ -42,7 +47,7 @@ class Served:
     port: int = 0
 
     def start(self) -> None:
-        self.server = WebhookServer(PodPinner(self.fabric.port), self.cert.cert_file, self.cert.key_file, bind="127.0.0.1",
+        self.server = WebhookServer(pinner(self.fabric), self.cert.cert_file, self.cert.key_file, bind="127.0.0.1",
                                     port=self.port).start()
         self.port = self.server.port
 

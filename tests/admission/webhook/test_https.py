@@ -22,7 +22,7 @@ from cryptography import x509
 from admission.kube import ClusterPort
 from admission.webhook import MUTATE_PATH, PodPinner, ServingCert, WebhookServer, ensure_serving_cert, merge_ca_bundle
 from tests.admission.fabric import Fabric
-from tests.admission.webhook.conftest import Served, admit, exact_fabric, kueue_pod
+from tests.admission.webhook.conftest import Served, admit, exact_fabric, kueue_pod, pinner
 from tests.admission.webhook.test_pin import apply_adds, exact_pod
 
 
@@ -106,10 +106,12 @@ def test_tls_is_verified_against_the_generated_ca_only(offline: str, cert: Servi
 
 
 @pytest.mark.apiserver
-def test_concurrent_reviews_of_one_gang_get_distinct_slots_before_any_pod_is_stored(fabric: Fabric, served: Served) -> None:
-    """The apiserver stores a pod only after the webhook answered: slots handed out meanwhile are claimed."""
+def test_two_replicas_answering_one_gang_at_once_give_distinct_slots_before_any_pod_is_stored(fabric: Fabric, served: Served) -> None:
+    """The apiserver stores a pod only after the webhook answered: slots handed out meanwhile are
+    claimed through the apiserver, so a second replica (its own process state) never repeats one."""
     exact_fabric(fabric)
     admit(fabric, "gang", [("main", 4, 2)])
+    second = WebhookServer(pinner(fabric), served.cert.cert_file, served.cert.key_file, bind="127.0.0.1", port=0).start()
     pods = [kueue_pod(fabric, "gang", "") for _ in range(5)]
     for p in pods:
         del p["metadata"]["name"]
@@ -117,16 +119,19 @@ def test_concurrent_reviews_of_one_gang_get_distinct_slots_before_any_pod_is_sto
     answers: list[dict[str, Any]] = []
     lock = threading.Lock()
 
-    def one(pod: dict[str, Any]) -> None:
-        answer = post(f"https://127.0.0.1:{served.port}", served.cert.ca_pem, review(pod, namespace=fabric.ns)).json()["response"]
+    def one(pod: dict[str, Any], port: int) -> None:
+        answer = post(f"https://127.0.0.1:{port}", served.cert.ca_pem, review(pod, namespace=fabric.ns)).json()["response"]
         with lock:
             answers.append(answer)
 
-    threads = [threading.Thread(target=one, args=(p,)) for p in pods]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    threads = [threading.Thread(target=one, args=(p, (served.port, second.port)[i % 2])) for i, p in enumerate(pods)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        second.stop()
     patched = [apply_adds(pods[0], json.loads(base64.b64decode(a["patch"]))) for a in answers if "patch" in a]
     assert sorted(p["metadata"]["annotations"]["atoll.dev/slot"] for p in patched) == ["0", "1", "2", "3"]
     unpinned = [a for a in answers if "patch" not in a]

@@ -141,15 +141,19 @@ def ensure_serving_cert(cert_dir: str | Path, hosts: Sequence[str], *, generate:
 
 
 def merge_ca_bundle(existing: bytes, ours: bytes, *, now: dt.datetime | None = None, keep: int = MAX_BUNDLE_CAS) -> bytes:
-    """A PEM bundle with ``ours`` and the still valid CAs of ``existing``, newest first, at most ``keep``.
-    Unreadable content in ``existing`` is dropped (it could not verify anything)."""
+    """``existing`` with expired and unreadable content dropped and ``ours`` appended if missing;
+    over ``keep`` CAs, the oldest others go. The order is kept, so replicas merging each other's
+    CAs reach one fixed bundle instead of rewriting it in turn."""
     now = now or dt.datetime.now(dt.timezone.utc)
     mine = x509.load_pem_x509_certificate(ours)
     try:
         others = x509.load_pem_x509_certificates(existing) if existing.strip() else []
     except ValueError:
         others = []
-    kept = [c for c in others if c.not_valid_after_utc > now and c != mine]
-    kept.sort(key=lambda c: c.not_valid_before_utc, reverse=True)
-    chosen = [mine, *kept][:keep]
+    chosen: list[x509.Certificate] = []
+    for c in [*others, mine]:
+        if c.not_valid_after_utc > now and c not in chosen:
+            chosen.append(c)
+    while len(chosen) > max(keep, 1):
+        chosen.remove(min((c for c in chosen if c != mine), key=lambda c: c.not_valid_before_utc))
     return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in chosen)

@@ -27,7 +27,8 @@ _CONFLICT_RETRIES = 5
 
 class CaBundlePublisher:
     """Puts this replica's CA into every webhook of one MutatingWebhookConfiguration (a read, then a
-    write carrying the resourceVersion read; redone on a conflict), and again whenever it is missing."""
+    patch carrying the resourceVersion read; redone on a conflict), and again whenever it is missing.
+    Needs only ``get`` and ``patch`` on that one configuration."""
 
     def __init__(self, port: ClusterPort, name: str, ca_pem: bytes) -> None:
         self.port = port
@@ -54,13 +55,15 @@ class CaBundlePublisher:
                     changed = True
             if not changed:
                 return True
+            # a merge patch replaces the whole list; the resourceVersion makes it conditional (409 if changed)
+            patch = {"metadata": {"resourceVersion": (config.get("metadata") or {}).get("resourceVersion")}, "webhooks": config["webhooks"]}
             try:
-                self.port.replace(MUTATING_WEBHOOK_CONFIGURATIONS, config)
+                self.port.patch(MUTATING_WEBHOOK_CONFIGURATIONS, self.name, patch)
                 _log.info("caBundle updated", config=self.name)
                 return True
             except errors.Conflict:
                 continue
-        raise errors.Conflict(f"update mutatingwebhookconfigurations {self.name}: still conflicting after {_CONFLICT_RETRIES} tries")
+        raise errors.Conflict(f"patch mutatingwebhookconfigurations {self.name}: still conflicting after {_CONFLICT_RETRIES} tries")
 
     def run(self, stop: threading.Event, every: float) -> None:
         missing_logged = False

@@ -82,3 +82,27 @@ def test_atoll_run_generates_its_certificate_publishes_the_ca_and_pins_pods(fabr
         structlog.reset_defaults()
         admission.delete_mutating_webhook_configuration(name)
     assert result == [0]
+
+
+@pytest.mark.apiserver
+def test_each_replica_adds_its_own_ca_so_both_stay_trusted(fabric: Fabric, tmp_path: Path) -> None:
+    from admission.webhook import CaBundlePublisher, ensure_serving_cert
+
+    admission = client.AdmissionregistrationV1Api(fabric.api)
+    name = f"atoll-ca-{fabric.ns}"[:253]
+    config = webhook_configuration(name, "https://localhost:1/mutate-pods", b"", fabric.ns)
+    del config["webhooks"][0]["clientConfig"]["caBundle"]
+    admission.create_mutating_webhook_configuration(config)
+    try:
+        a, b = (ensure_serving_cert(tmp_path / r, ["x"], generate=True).ca_pem for r in "ab")
+        assert a and b
+        assert CaBundlePublisher(fabric.port, name, a).publish_once() and CaBundlePublisher(fabric.port, name, b).publish_once()
+        version = admission.read_mutating_webhook_configuration(name).metadata.resource_version
+        assert CaBundlePublisher(fabric.port, name, a).publish_once()  # already trusted: no write
+        stored = admission.read_mutating_webhook_configuration(name)
+        assert stored.metadata.resource_version == version
+        bundle = base64.b64decode(stored.webhooks[0].client_config.ca_bundle)
+        assert a in bundle and b in bundle
+    finally:
+        admission.delete_mutating_webhook_configuration(name)
+    assert not CaBundlePublisher(fabric.port, name, a).publish_once()  # gone: reported, not raised

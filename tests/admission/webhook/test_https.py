@@ -175,6 +175,7 @@ def test_the_ca_bundle_keeps_every_replica_trusted_and_drops_expired_cas(tmp_pat
     assert a and b and c and old
     bundle = merge_ca_bundle(merge_ca_bundle(old + b"garbage", a), b)
     subjects = [cert.subject for cert in x509.load_pem_x509_certificates(bundle)]
-    assert subjects == [x509.load_pem_x509_certificate(b).subject, x509.load_pem_x509_certificate(a).subject]
-    assert merge_ca_bundle(bundle, b) == bundle  # idempotent: no write when already trusted
-    assert len(x509.load_pem_x509_certificates(merge_ca_bundle(bundle + c, a, keep=2))) == 2
+    assert subjects == [x509.load_pem_x509_certificate(a).subject, x509.load_pem_x509_certificate(b).subject]
+    assert merge_ca_bundle(bundle, a) == bundle and merge_ca_bundle(bundle, b) == bundle  # replicas agree: no rewrites
+    trimmed = x509.load_pem_x509_certificates(merge_ca_bundle(bundle + c, a, keep=2))
+    assert len(trimmed) == 2 and x509.load_pem_x509_certificate(a) in trimmed

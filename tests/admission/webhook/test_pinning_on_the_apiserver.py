@@ -120,3 +120,24 @@ def test_with_the_webhook_down_unlabelled_pods_are_created_and_exact_pods_wait(f
     assert refused.value.status == 500 and "pods.exact.atoll.dev" in str(refused.value.body)
     served.start()  # back on the same port: the Job controller's retry goes through, pinned
     assert pinned_node(create(fabric, kueue_pod(fabric, "train", "train-0", labels={INDEX: "0"}))) == slots_of(fabric, "train")[0]
+
+
+def test_a_taint_the_pod_tolerates_keeps_it_on_its_node_and_one_it_does_not_moves_it(fabric: Fabric, served: Served,
+                                                                                       register) -> None:
+    exact_fabric(fabric, per_clique=4)
+    admit(fabric, "train", [("main", 2, 4)])
+    register(served.url)
+    slots = slots_of(fabric, "train")
+    toleration = {"key": "maintenance", "operator": "Equal", "value": "soon", "effect": "NoSchedule"}
+    for i in range(2):
+        pod = create(fabric, kueue_pod(fabric, "train", f"train-{i}-a", labels={INDEX: str(i)}))
+        bind(fabric, f"train-{i}-a", pinned_node(pod) or "")
+        fail(fabric, f"train-{i}-a")
+    for node in slots:
+        fabric.core.patch_node(node, {"spec": {"taints": [{"key": "maintenance", "value": "soon", "effect": "NoSchedule"}]}})
+    tolerant = kueue_pod(fabric, "train", "train-0-b", labels={INDEX: "0"})
+    tolerant["spec"]["tolerations"] = [toleration]
+    assert pinned_node(create(fabric, tolerant)) == slots[0]
+    moved = create(fabric, kueue_pod(fabric, "train", "train-1-b", labels={INDEX: "1"}))
+    assert pinned_node(moved) not in (None, *slots)
+    assert moved["metadata"]["annotations"][ANN_REPLACED] == slots[1]

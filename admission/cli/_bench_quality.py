@@ -2,10 +2,15 @@
 
 Quality: the Microsoft ITP cluster-04 trace (first 14 days, 4,567 training jobs) from
 ``../shared/traces`` (beside the repository; ``ATOLL_TRACES_DIR`` overrides) on the bundled
-GB200 NVL72 and DGX H100 SuperPOD models, inter-arrival times scaled to an offered load of 0.85,
-every policy; one table per cluster and the verdicts Atoll is held to (its better profile beats
-``kueue-bestfit`` on mean JCT and mean modeled slowdown, with GPU allocation at most one point
-lower; ``atoll-strict`` keeps every gang that fits one island in one island).
+GB200 NVL72 and DGX H100 SuperPOD models. For each model:
+
+- a load sweep (offered load 0.7 … 1.3, inter-arrival times scaled) over every policy and
+  several seeds (tie-breaks drawn anew per seed; GPU speed varying as measured on real
+  clusters, one draw for the whole run), one table on the jobs every policy completed, with 95 %
+  intervals, the paired difference against ``kueue-bestfit``, how concentrated it is, and a
+  verdict per load (win / tie / loss);
+- a sensitivity table: ``atoll-elastic``'s mean JCT as a ratio of ``kueue-bestfit``'s for comm
+  fraction f ∈ {0.02, 0.05, 0.1, 0.2} × overlap ∈ {0, 0.5}, at load 1.0.
 
 Scale: 100,000 synthetic jobs on a generated ~100,000-GPU GB200 model (22 spines × 8 scalable
 units × 8 NVL72 racks × 18 nodes × 4 GPUs), run in a child process so its wall time and peak
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import subprocess
@@ -30,6 +36,13 @@ __all__ = ["main", "scale_cluster", "traces_dir"]
 ITP_FILE = "msft_itp_cluster04_day00-14.csv"
 QUALITY_CLUSTERS = ("gb200-nvl72-superpod", "dgx-h100-superpod")
 QUALITY_LOAD = 0.85
+QUALITY_LOADS = "0.7,0.85,1.0,1.15,1.3"
+QUALITY_SEEDS = 3
+QUALITY_GPU_PERF = "normal:0.02"
+SENSITIVITY_F = (0.02, 0.05, 0.1, 0.2)
+SENSITIVITY_OVERLAP = (0.0, 0.5)
+SENSITIVITY_LOAD = 1.0
+SENSITIVITY_POLICIES = ("kueue-bestfit", "atoll-elastic")
 SCALE_JOBS = 100_000
 SCALE_POLICIES = ("atoll-elastic",)
 SPINE, SU, CLIQUE, HOST = "network.example.com/spine", "network.example.com/su", "nvidia.com/gpu.clique", "kubernetes.io/hostname"
@@ -69,63 +82,92 @@ def scale_cluster(spines: int = 22, sus: int = 8, racks: int = 8, nodes: int = 1
     })
 
 
-def _verdicts(cluster: str, s: dict[str, dict[str, Any]]) -> list[str]:
-    """The issue's acceptance checks for one cluster, each a PASS/FAIL line with its numbers."""
-    out: list[str] = []
-    kueue = s.get("kueue-bestfit")
-    # A profile that rejects or strands jobs Kueue runs would win on JCT by dropping them: only
-    # profiles that complete as many jobs as Kueue are candidates for "the better profile".
-    atoll = {k: v for k, v in s.items() if k.startswith("atoll-") and v["mean_jct_s"] is not None
-             and (kueue is None or v["jobs_done"] >= kueue["jobs_done"])}
-    for k, v in s.items():
-        if k.startswith("atoll-") and k not in atoll:
-            out.append(f"NOTE {cluster}: {k} is not compared on JCT: it completed {v['jobs_done']} jobs "
-                       f"({v['jobs_rejected']} rejected, {v['jobs_unfinished']} unfinished)")
-    if kueue and atoll:
-        best_name = min(atoll, key=lambda k: (atoll[k]["mean_jct_s"], atoll[k]["mean_slowdown"]))
-        b = atoll[best_name]
-        jct = b["mean_jct_s"] < kueue["mean_jct_s"]
-        slow = b["mean_slowdown"] < kueue["mean_slowdown"]
-        alloc = (kueue["gpu_allocation"] - b["gpu_allocation"]) * 100 <= 1.0
-        out.append(f"{'PASS' if jct else 'FAIL'} {cluster}: {best_name} mean JCT {b['mean_jct_s']:.0f} s vs kueue-bestfit {kueue['mean_jct_s']:.0f} s")
-        out.append(f"{'PASS' if slow else 'FAIL'} {cluster}: {best_name} mean slowdown {b['mean_slowdown']:.4f} vs kueue-bestfit {kueue['mean_slowdown']:.4f}")
-        out.append(f"{'PASS' if alloc else 'FAIL'} {cluster}: {best_name} GPU allocation {100 * b['gpu_allocation']:.2f}% vs kueue-bestfit "
-                   f"{100 * kueue['gpu_allocation']:.2f}% (at most 1 point lower)")
-    strict = s.get("atoll-strict")
-    if strict:
-        share = strict["single_island_share"]
-        if share is None:
-            out.append(f"n/a  {cluster}: atoll-strict single-island share: no gang here fits one island")
-        else:
-            out.append(f"{'PASS' if share == 1.0 else 'FAIL'} {cluster}: atoll-strict puts {100 * share:.1f}% of one-island gangs in one island")
-    return out
+def _spec(cluster: Any, trace: Path, policies: Sequence[str], doc: Any, loads: Sequence[float], seeds: Sequence[int],
+          cost: Any) -> Any:
+    from admission.simulator._sweep import SweepSpec, WorkloadSpec
+
+    return SweepSpec(cluster, WorkloadSpec(str(trace), "itp"), tuple(policies), doc, tuple(loads), tuple(seeds), cost, QUALITY_GPU_PERF)
 
 
-def quality(policies: Sequence[str], fmt: str, profiles: str | None) -> tuple[dict[str, Any], int]:
-    from admission.cli._bundled import resolve_cluster
-    from admission.cli._simulate import load_workload, run_policies
-    from admission.simulator._metrics import format_table, summarize
+def sensitivity(cluster: Any, trace: Path, doc: Any, seeds: Sequence[int], workers: int | None) -> dict[str, Any]:
+    """``atoll-elastic`` mean JCT ÷ ``kueue-bestfit``'s (common jobs, paired per seed) per f × overlap."""
+    from admission.simulator._compare import compare, verdict
+    from admission.simulator._cost import CostParams
+    from admission.simulator._sweep import run_sweep
+
+    table: dict[str, Any] = {}
+    for f in SENSITIVITY_F:
+        for o in SENSITIVITY_OVERLAP:
+            cost = CostParams(comm_fraction=((math.inf, f),), overlap={"training": o})
+            records, _ = run_sweep(_spec(cluster, trace, SENSITIVITY_POLICIES, doc, (SENSITIVITY_LOAD,), seeds, cost), workers=workers)
+            cmp = compare(records, load=SENSITIVITY_LOAD, seeds=seeds, policies=SENSITIVITY_POLICIES, baseline="kueue-bestfit")
+            d = cmp.diffs["atoll-elastic"]["mean_jct_s"]
+            table[f"f={f:g},overlap={o:g}"] = {"f": f, "overlap": o, "ratio": 1.0 + d.mean / 100.0,
+                                                "ci95": None if math.isnan(d.half) else d.half / 100.0, "verdict": verdict(d)}
+    return table
+
+
+def format_sensitivity(table: dict[str, Any], title: str) -> str:
+    head = ["comm fraction f"] + [f"overlap {o:g}" for o in SENSITIVITY_OVERLAP]
+    rows = []
+    for f in SENSITIVITY_F:
+        row = [f"{f:g}"]
+        for o in SENSITIVITY_OVERLAP:
+            c = table[f"f={f:g},overlap={o:g}"]
+            ci = "" if c["ci95"] is None else f" ± {c['ci95']:.3f}"
+            row.append(f"{c['ratio']:.3f}{ci} {c['verdict']}")
+        rows.append(row)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = [title, "  ".join(h.rjust(w) for h, w in zip(head, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: str = QUALITY_LOADS, seeds: int = QUALITY_SEEDS,
+            workers: int | None = None, with_sensitivity: bool = True) -> tuple[dict[str, Any], int]:
+    from admission.cli._bundled import resolve_cluster, resolve_profiles
+    from admission.simulator._compare import compare, comparison_json, format_sweep, summary_lines, verdict_lines
+    from admission.simulator._cost import SOURCES, CostParams
+    from admission.simulator._sweep import cluster_gpus, parse_loads, run_sweep, seeds_of
+    from policies import load_profiles_file
     from topology import load_cluster_model
 
     trace = traces_dir() / ITP_FILE
     if not trace.exists():
         print(f"atoll bench quality: {trace}: not found (set ATOLL_TRACES_DIR to the folder holding {ITP_FILE})", file=sys.stderr)
         return {}, 2
-    report: dict[str, Any] = {}
+    doc = load_profiles_file(resolve_profiles(profiles))
+    load_list = [x for x in parse_loads(loads) if x is not None]
+    seed_list = seeds_of(0, seeds)
+    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF}
     for name in QUALITY_CLUSTERS:
         t0 = time.perf_counter()
         cluster = load_cluster_model(resolve_cluster(name))
-        jobs = load_workload(cluster, trace=str(trace), trace_format="itp", load=QUALITY_LOAD)
-        results = run_policies(cluster, jobs, policies, profiles_path=profiles)
-        summaries = {k: summarize(r) for k, r in results.items()}
+        records, _ = run_sweep(_spec(cluster, trace, policies, doc, load_list, seed_list, CostParams()), workers=workers)
+        cmps = [compare(records, load=load, seeds=seed_list, policies=policies, baseline="kueue-bestfit") for load in load_list]
+        sweep_s = time.perf_counter() - t0
+        wanted = with_sensitivity and "elastic" in doc.profiles and {"kueue-bestfit", "atoll-elastic"} <= set(policies)
+        sens = sensitivity(cluster, trace, doc, seed_list, workers) if wanted else {}
         wall = time.perf_counter() - t0
-        verdicts = _verdicts(name, summaries)
-        report[name] = {"jobs": len(jobs), "load": QUALITY_LOAD, "wall_s": round(wall, 1), "policies": summaries, "verdicts": verdicts}
+        jobs = next(iter(records.values())).status.size
+        verdicts = verdict_lines(cmps, prefix=f"{name} ")
+        report[name] = {"jobs": jobs, "loads": load_list, "seeds": list(seed_list), "wall_s": round(wall, 1), "sweep_s": round(sweep_s, 1),
+                        "comparisons": [comparison_json(c) for c in cmps], "verdicts": verdicts, "sensitivity": sens}
         if fmt == "table":
-            gpus = next(iter(results.values())).total_gpus
-            print(format_table(summaries, title=f"{name}: ITP cluster04 days 0-14, {len(jobs):,} jobs on {gpus:,} GPUs, load {QUALITY_LOAD}"))
+            gpus = cluster_gpus(cluster)
+            print(format_sweep(cmps, title=f"{name}: ITP cluster04 days 0-14, {jobs:,} jobs on {gpus:,} GPUs, GPU perf "
+                                           f"{QUALITY_GPU_PERF}, {len(seed_list)} seeds per load"))
+            print()
             print("\n".join(verdicts))
-            print(f"({wall:.1f} s)\n")
+            for c in cmps:
+                for line in summary_lines(c):
+                    if line.startswith("atoll-"):
+                        print(f"  load {c.load:g}: {line}")
+            if sens:
+                print()
+                print(format_sensitivity(sens, f"{name}: atoll-elastic mean JCT ÷ kueue-bestfit's (jobs both completed), load "
+                                               f"{SENSITIVITY_LOAD:g}, {len(seed_list)} seeds; < 1 = Atoll faster"))
+            print(f"({sweep_s:.1f} s sweep, {wall:.1f} s in all)\n")
     return report, 0
 
 
@@ -181,10 +223,12 @@ def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str, load: float =
 
 
 def main(argv: Sequence[str]) -> int:
-    from admission.simulator._policies import DEFAULT_POLICIES
-
     p = argparse.ArgumentParser(prog="atoll bench quality", description="placement quality on the ITP trace, and the simulator at scale")
-    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    p.add_argument("--policies", default="count-only,random,kueue-bestfit,kueue-required,atoll-strict,atoll-elastic")
+    p.add_argument("--loads", default=QUALITY_LOADS, help=f"offered loads of the sweep (default {QUALITY_LOADS})")
+    p.add_argument("--seeds", type=int, default=QUALITY_SEEDS, help=f"seeds per load (default {QUALITY_SEEDS})")
+    p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
+    p.add_argument("--skip-sensitivity", action="store_true")
     p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
     p.add_argument("--skip-quality", action="store_true")
     p.add_argument("--skip-scale", action="store_true")
@@ -202,7 +246,8 @@ def main(argv: Sequence[str]) -> int:
     out: dict[str, Any] = {}
     code = 0
     if not args.skip_quality:
-        out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles)
+        out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles, loads=args.loads,
+                                       seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity)
     if not args.skip_scale and code == 0:
         out["scale"], code = scale(args.scale_jobs, scale_policies, args.seed, args.format, args.scale_load)
     if args.format == "json":

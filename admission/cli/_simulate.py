@@ -1,8 +1,11 @@
 """``atoll simulate``: replay a workload on a cluster model, every policy side by side.
 
-With no arguments it runs the bundled GB200 NVL72 SuperPOD model and a seeded synthetic
-workload of 2,000 jobs through every policy and prints the comparison table (well under a
-minute). Exit codes: 0 done, 2 bad input (the message names the file, line and column).
+With no arguments it runs the bundled GB200 NVL72 SuperPOD model under contention (offered
+load 1.3, GPU speed varying as measured on real clusters) with fresh synthetic workloads over a
+few seeds, and prints the comparison on the jobs every policy completed, with 95 % intervals
+and a plain-words summary (seconds on two cores). ``--load`` takes a list (a load sweep, one
+table), ``--seeds`` the number of seeds, ``--cost-*`` the cost model's assumptions. Runs go to
+every core. Exit codes: 0 done, 2 bad input (the message names the flag, file, line or column).
 """
 
 from __future__ import annotations
@@ -14,23 +17,36 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from pydantic import ValidationError
-
 from admission.cli._bundled import resolve_cluster, resolve_profiles
+from admission.simulator._compare import Comparison, compare, comparison_json, format_comparison, format_sweep, summary_lines, verdict_lines
+from admission.simulator._cost import CostError, CostParams, parse_bandwidths, parse_comm_fraction, parse_overlap
 from admission.simulator._jobs import Job
-from admission.simulator._metrics import format_table, summarize
-from admission.simulator._plots import write_plots
 from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
 from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
-from admission.simulator._traces import TraceError, TraceFormat, read_trace, scale_load
+from admission.simulator._sweep import (
+    SweepSpec,
+    WorkloadSpec,
+    available_cores,
+    cluster_gpus,
+    parse_loads,
+    run_sweep,
+    seeds_of,
+    with_gpu_perf,
+    workload_jobs,
+)
+from admission.simulator._traces import TraceError, TraceFormat
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
-from topology._documents import describe_validation_error
 
 __all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_perf"]
 
-DEFAULT_JOBS = 2000
-DEFAULT_LOAD = 0.85
+DEFAULT_JOBS = 1000
+DEFAULT_LOAD = 1.3
+DEFAULT_SEEDS = 4
+DEFAULT_GPU_PERF = "normal:0.02"
+"""Same-SKU GPU speed spread of the first command: σ 2 % puts the middle 99 % of GPUs within
+≈ ±5 % of the median, the 8 % average variation reported by Sinha et al. (SC22)."""
+DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required", "atoll-strict", "atoll-elastic")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,13 +58,28 @@ def _parser() -> argparse.ArgumentParser:
                    help="format of --trace (default: synthetic without --trace, itp with it)")
     p.add_argument("--nodes", default=None, help="openb: the trace's node list CSV (sets the pod split; the fabric is --cluster)")
     p.add_argument("--jobs", type=int, default=None, help=f"synthetic: how many jobs (default {DEFAULT_JOBS}); traces: keep the first N")
-    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="comma-separated: count-only, random, kueue-bestfit, atoll-<profile>")
-    p.add_argument("--load", type=float, default=None,
-                   help=f"offered load as a share of cluster GPU capacity; inter-arrival times are scaled to it (synthetic default {DEFAULT_LOAD}; traces: as recorded unless given)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the synthetic workload, the random policy and --gpu-perf draws")
+    p.add_argument("--policies", default=None,
+                   help=f"comma-separated: count-only, random, kueue-bestfit, kueue-required, atoll-<profile> (default {','.join(DEFAULT_SIM_POLICIES)})")
+    p.add_argument("--baseline", default=None,
+                   help="the policy every other one is compared with (default kueue-bestfit when run, else the first policy)")
+    p.add_argument("--load", default=None, metavar="F[,F...]",
+                   help=f"offered load(s) as a share of cluster GPU capacity; a list runs a sweep (synthetic default {DEFAULT_LOAD}; "
+                        "traces: as recorded unless given)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (workloads, tie-breaks, the random policy, --gpu-perf draws)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help=f"how many seeds per configuration (default {DEFAULT_SEEDS} for synthetic workloads, 3 for traces)")
     p.add_argument("--gpu-perf", default=None, metavar="SPEC",
                    help="per-node relative GPU throughput for every generated flavor: identical, normal:STDDEV, normal:MEAN:STDDEV "
-                        "or uniform:LOW:HIGH (default: as the cluster model says; the bundled models use identical GPUs)")
+                        f"or uniform:LOW:HIGH (default {DEFAULT_GPU_PERF} without --cluster and --trace, else as the model says)")
+    p.add_argument("--cost-comm-fraction", default=None, metavar="SPEC",
+                   help="share of an ideal step in all-reduce for multi-GPU training: 0.1, or by size 8:0.05,64:0.1,*:0.15 (default 0.1)")
+    p.add_argument("--cost-overlap", default=None, metavar="SPEC",
+                   help="share of the all-reduce hidden behind compute: 0.5 (training) or training=0.5,inference=0 (default 0)")
+    p.add_argument("--cost-bandwidth", default=None, metavar="LEVEL=GBPS[,...]",
+                   help="per-GPU link bandwidth per topology level, e.g. su=400 (default: the cluster model's vendor figures)")
+    p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
+    p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
+    p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
@@ -62,10 +93,12 @@ class _Progress:
         self.stream = stream
         self.enabled = enabled
         self.label = ""
+        self.unit = "jobs"
         self._last = 0.0
 
-    def start(self, label: str) -> Callable[[int, int], None] | None:
+    def start(self, label: str, unit: str = "jobs") -> Callable[[int, int], None] | None:
         self.label = label
+        self.unit = unit
         return self.update if self.enabled else None
 
     def update(self, done: int, total: int) -> None:
@@ -75,45 +108,10 @@ class _Progress:
         self._last = now
         width = 30
         filled = int(width * done / max(total, 1))
-        self.stream.write(f"\r{self.label:<16} [{'#' * filled}{'.' * (width - filled)}] {done:>7,}/{total:,} jobs")
+        self.stream.write(f"\r{self.label:<16} [{'#' * filled}{'.' * (width - filled)}] {done:>7,}/{total:,} {self.unit}")
         if done >= total:
             self.stream.write("\n")
         self.stream.flush()
-
-
-def with_gpu_perf(cluster: ClusterModel, spec: str, seed: int = 0) -> ClusterModel:
-    """The cluster with every flavor's per-node perf drawn from ``spec`` (explicit nodes keep theirs).
-
-    GPUs of one SKU differ in speed; this is how a run asks what that costs each policy."""
-    kind, _, rest = spec.partition(":")
-    try:
-        numbers = [float(x) for x in rest.split(":")] if rest else []
-    except ValueError:
-        raise ClusterModelError(f"--gpu-perf: {spec!r}: the parameters must be numbers (e.g. normal:0.05, uniform:0.9:1.1)") from None
-    params: dict[str, float]
-    if kind == "identical" and not numbers:
-        params = {}
-    elif kind == "normal" and len(numbers) in (1, 2):
-        params = {"mean": numbers[0] if len(numbers) == 2 else 1.0, "stddev": numbers[-1]}
-    elif kind == "uniform" and len(numbers) == 2:
-        params = {"low": numbers[0], "high": numbers[1]}
-    else:
-        raise ClusterModelError(f"--gpu-perf: {spec!r} is not identical, normal:STDDEV, normal:MEAN:STDDEV or uniform:LOW:HIGH")
-    if kind == "uniform" and not 0 < params["low"] <= params["high"]:
-        raise ClusterModelError(f"--gpu-perf: {spec!r}: uniform needs 0 < LOW ≤ HIGH")
-    flavors = []
-    for flavor in cluster.flavors:
-        try:
-            perf = type(flavor.perf).model_validate({"distribution": kind, "seed": seed, **params})
-        except ValidationError as exc:
-            raise ClusterModelError(describe_validation_error(f"--gpu-perf {spec!r}", exc)) from None
-        flavors.append(flavor.model_copy(update={"perf": perf}))
-    return cluster.model_copy(update={"flavors": flavors})
-
-
-def cluster_gpus(cluster: ClusterModel) -> int:
-    """GPUs on the healthy nodes of every flavor: the capacity ``--load`` is a share of."""
-    return sum(snap.free_gpus() for snap in build_snapshots(cluster))
 
 
 def load_workload(
@@ -131,13 +129,7 @@ def load_workload(
     Pods are cut for the first flavor's node size here; the simulator re-cuts each job for the
     flavor it is routed to. For ``synthetic``, ``trace`` is an optional parameters file.
     """
-    per_node = max((int(s.alloc[:, 0].max()) for s in build_snapshots(cluster) if s.num_nodes), default=8)
-    out = read_trace(trace, trace_format, gpus_per_node=per_node, nodes_path=nodes, n=jobs, seed=seed)
-    if not out:
-        raise TraceError(f"{trace or 'synthetic workload'}: no jobs to simulate")
-    if load is not None:
-        out = scale_load(out, cluster_gpus(cluster), load)
-    return out
+    return workload_jobs(cluster, WorkloadSpec(trace, trace_format, nodes, jobs), load, seed)
 
 
 def run_policies(
@@ -180,39 +172,99 @@ def _check_profile_levels(policies: Sequence[Policy], snapshots: Sequence[Snapsh
                                             "or a --profiles document for this cluster")
 
 
+def _cost_params(args: argparse.Namespace) -> CostParams:
+    return CostParams(
+        comm_fraction=parse_comm_fraction(args.cost_comm_fraction) if args.cost_comm_fraction is not None else None,
+        overlap=parse_overlap(args.cost_overlap) if args.cost_overlap is not None else None,
+        bandwidth_gbps=parse_bandwidths(args.cost_bandwidth) if args.cost_bandwidth is not None else {},
+    )
+
+
+def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
+    try:
+        SimSettings(**({"scheduler": scheduler} if scheduler else {}), **({"enforcement": enforcement} if enforcement else {}))
+    except (TypeError, ValueError) as exc:
+        raise PolicyError(f"--scheduler/--enforcement: {exc}") from None
+
+
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     fmt: TraceFormat = args.trace_format or ("synthetic" if args.trace is None else "itp")
+    first_command = args.cluster is None and args.trace is None
+    t0 = time.perf_counter()
     try:
-        if args.load is not None and not args.load > 0:
-            raise TraceError(f"--load must be > 0 (a share of cluster GPU capacity, e.g. 0.85), got {args.load}")
         if args.jobs is not None and args.jobs < 1:
             raise TraceError(f"--jobs must be ≥ 1, got {args.jobs}")
         if fmt == "openb" and not args.nodes:
             raise TraceError("--trace-format openb needs --nodes NODE_LIST.csv (the trace's node list) besides --trace PODS.csv")
         if fmt != "synthetic" and not args.trace:
             raise TraceError(f"--trace-format {fmt} needs --trace FILE")
+        if args.workers is not None and args.workers < 1:
+            raise TraceError(f"--workers must be ≥ 1, got {args.workers}")
+        loads = parse_loads(args.load) if args.load is not None else ((DEFAULT_LOAD,) if fmt == "synthetic" else (None,))
+        seeds = seeds_of(args.seed, args.seeds if args.seeds is not None else (DEFAULT_SEEDS if fmt == "synthetic" else 3))
+        cost = _cost_params(args)
+        _settings_check(args.scheduler, args.enforcement)
         cluster = load_cluster_model(resolve_cluster(args.cluster))
-        if args.gpu_perf is not None:
-            cluster = with_gpu_perf(cluster, args.gpu_perf, args.seed)
-        jobs = load_workload(
-            cluster, trace=args.trace, trace_format=fmt, nodes=args.nodes,
-            jobs=args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None),
-            load=args.load if args.load is not None else (DEFAULT_LOAD if fmt == "synthetic" else None), seed=args.seed,
-        )
+        gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if first_command else None)
+        if gpu_perf is not None:
+            with_gpu_perf(cluster, gpu_perf, args.seed)  # checks the spec before any run
+        names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
+        doc = load_profiles_file(resolve_profiles(args.profiles))
+        policies = make_policies(names, doc, seed=args.seed)
+        _check_profile_levels(policies, build_snapshots(cluster))
+        names = [p.name for p in policies]
+        if args.baseline is not None and args.baseline not in names:
+            raise PolicyError(f"--baseline: {args.baseline!r} is not among --policies ({', '.join(names)})")
+        baseline = args.baseline or ("kueue-bestfit" if "kueue-bestfit" in names else names[0])
+        workload = WorkloadSpec(args.trace, fmt, args.nodes, args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None))
+        workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
+        spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
+                         frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset())
         progress = _Progress(sys.stderr, sys.stderr.isatty())
-        results = run_policies(cluster, jobs, args.policies.split(","), profiles_path=args.profiles, seed=args.seed,
-                               record_islands=args.plots is not None, progress=progress)
-    except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError) as exc:
+        records, results = run_sweep(spec, workers=args.workers, progress=progress.start("simulating", "runs"))
+    except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
         print(f"atoll simulate: {exc}", file=sys.stderr)
         return 2
-    summaries = {name: summarize(r) for name, r in results.items()}
+    wall = time.perf_counter() - t0
+    cmps = [compare(records, load=load, seeds=seeds, policies=names, baseline=baseline) for load in loads]
+    first = {n: records[(loads[0], seeds[0], n)] for n in names}
+    n_jobs = next(iter(first.values())).status.size
+    total = cluster_gpus(cluster)
+    what = f"{n_jobs:,} jobs ({fmt})" if fmt != "synthetic" else f"{n_jobs:,} synthetic jobs per seed"
+    perf = f", GPU perf {gpu_perf}" if gpu_perf else ""
+    title = (f"{cluster.name}: {what} on {total:,} GPUs{perf}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, "
+             f"{len(records)} runs on {min(args.workers or available_cores(), len(records))} cores in {wall:.1f} s")
     if args.format == "json":
-        print(json.dumps({"cluster": cluster.name, "jobs": len(jobs), "policies": summaries}, indent=2))
+        print(json.dumps({
+            "cluster": cluster.name, "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
+            "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
+            "policies": {n: dict(r.summary) for n, r in first.items()},
+            "comparisons": [comparison_json(c) for c in cmps],
+        }, indent=2))
     else:
-        total = next(iter(results.values())).total_gpus if results else 0
-        print(format_table(summaries, title=f"{cluster.name}: {len(jobs):,} jobs ({fmt}) on {total:,} GPUs"))
+        print(_text(cmps, title, cost))
     if args.plots:
-        paths = write_plots(results, args.plots, title=cluster.name)
+        from admission.simulator._plots import write_plots, write_sweep_plots
+
+        paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name)
+        if len(loads) > 1:
+            paths += write_sweep_plots(cmps, args.plots, title=cluster.name)
         print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
     return 0
+
+
+def _text(cmps: Sequence[Comparison], title: str, cost: CostParams) -> str:
+    lines: list[str] = []
+    if len(cmps) == 1:
+        load = cmps[0].load
+        lines.append(format_comparison(cmps[0], title=title + (f", load {load:g}" if load is not None else "")))
+        lines.append("")
+        lines.extend(summary_lines(cmps[0]))
+    else:
+        lines.append(format_sweep(cmps, title=title))
+        lines.append("")
+        lines.extend(verdict_lines(cmps))
+    lines.append(f"cost model: {cost.describe()}")
+    return "\n".join(lines)
+

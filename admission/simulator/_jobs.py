@@ -101,6 +101,8 @@ class Job:
     """Share of an ideal step spent in all-reduce on an ideal island, in [0, 1]."""
     model_gb: float = _NOT_GIVEN
     """Bytes all-reduced per step, in GB."""
+    overlap: float = _NOT_GIVEN
+    """Share of the all-reduce that runs behind compute, in [0, 1] (see ``_cost``); unset: 0."""
 
     def __post_init__(self) -> None:
         where = f"job {self.id!r}"
@@ -129,6 +131,10 @@ class Job:
             object.__setattr__(self, "model_gb", default_model_gb(self.gpus))
         elif not (math.isfinite(self.model_gb) and self.model_gb >= 0):
             raise ValueError(f"{where}: model_gb must be ≥ 0, got {self.model_gb}")
+        if math.isnan(self.overlap):
+            object.__setattr__(self, "overlap", 0.0)
+        elif not 0.0 <= self.overlap <= 1.0:
+            raise ValueError(f"{where}: overlap must be in [0, 1], got {self.overlap}")
 
 
 def make_job(
@@ -144,13 +150,14 @@ def make_job(
     memory_mib: int = 0,
     comm_fraction: float = _NOT_GIVEN,
     model_gb: float = _NOT_GIVEN,
+    overlap: float = _NOT_GIVEN,
 ) -> Job:
     """A ``Job`` cut into pods by ``split_into_pods``; ``cpu_milli``/``memory_mib`` are the whole
     job's and are shared evenly by its pods (rounded up, so no pod asks for less than its share)."""
     pods, per_pod = split_into_pods(gpus, gpus_per_node)
     return Job(
         id, submit_s, duration_s, gpus, pods, per_pod, kind, queue,
-        -(-cpu_milli // pods), -(-memory_mib // pods), comm_fraction, model_gb,
+        -(-cpu_milli // pods), -(-memory_mib // pods), comm_fraction, model_gb, overlap,
     )
 
 
@@ -165,7 +172,7 @@ if _JobBuilder.__slots__ != Job.__slots__:  # pragma: no cover - guards the rety
 
 
 def _unchecked_jobs(*columns: Iterable[Any]) -> list[Job]:
-    """``Job``s from twelve columns (one iterable per field, in field order) without
+    """``Job``s from thirteen columns (one iterable per field, in field order) without
     ``__post_init__``: only for values that already satisfy its checks, defaults filled in."""
     jobs: list[Any] = list(map(_JobBuilder, *columns))
     for job in jobs:

@@ -5,11 +5,12 @@
 - ``queue.png``: jobs waiting (queued or in backoff) over time per policy.
 - ``islands.png``: per policy, each island's GPU occupancy at that run's busiest moment; rows are
   the islands' parent domains (e.g. scalable units), columns the islands inside them.
+- ``jct_vs_load.png`` / ``wait_vs_load.png`` (a load sweep): common-set means with 95 % intervals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy.typing as npt
 
 from admission.simulator._sim import STATUS_DONE, SimResult
 
-__all__ = ["write_plots"]
+__all__ = ["write_plots", "write_sweep_plots"]
 
 _MAX_POINTS = 4000
 
@@ -125,4 +126,37 @@ def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title:
     paths.append(out / "islands.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
+    return paths
+
+
+def write_sweep_plots(comparisons: Sequence[Any], out_dir: str | Path, *, title: str = "") -> list[Path]:
+    """``jct_vs_load.png`` and ``wait_vs_load.png``: per policy, the common-set mean over seeds
+    against offered load, with the 95 % interval as error bars (``_compare.Comparison`` list)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cmps = [c for c in comparisons if c.load is not None]
+    paths: list[Path] = []
+    suffix = f" — {title}" if title else ""
+    policies = list(cmps[0].policies) if cmps else []
+    for fname, key, label in (("jct_vs_load.png", "mean_jct_s", "mean JCT (h)"), ("wait_vs_load.png", "mean_wait_s", "mean wait (h)")):
+        fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+        for p in policies:
+            xs = [c.load for c in cmps]
+            ys = [c.figures[p][key].mean / 3600.0 for c in cmps]
+            err = [0.0 if np.isnan(c.figures[p][key].half) else c.figures[p][key].half / 3600.0 for c in cmps]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=p)
+        seeds = len(cmps[0].seeds) if cmps else 0
+        ax.set_xlabel("offered load (share of cluster GPUs)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} vs load, jobs every policy completed, 95 % interval over {seeds} seeds{suffix}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        paths.append(out / fname)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
     return paths

@@ -135,4 +135,5 @@ def synthetic_jobs(n: int, seed: int, gpus_per_node: int, params: SyntheticParam
     return _unchecked_jobs(
         [f"syn-{i:06d}" for i in range(n)], submit.tolist(), duration.tolist(), gpus.tolist(), pods.tolist(),
         per_pod.tolist(), kind.tolist(), repeat(params.queue, n), repeat(0, n), repeat(0, n), comm.tolist(), model_gb.tolist(),
+        repeat(0.0, n),
     )

@@ -9,7 +9,7 @@ import pytest
 
 from admission.cli import main as atoll
 from admission.cli._simulate import main
-from admission.simulator._policies import DEFAULT_POLICIES
+from admission.cli._simulate import DEFAULT_SIM_POLICIES
 
 CLUSTER = """
 name: tiny
@@ -49,7 +49,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 def test_json_has_every_policy_and_the_documented_keys(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
     data = run_json(capsys, "--cluster", cluster, "--jobs", "120", "--seed", "3")
     assert data["jobs"] == 120
-    assert list(data["policies"]) == list(DEFAULT_POLICIES)
+    assert list(data["policies"]) == list(DEFAULT_SIM_POLICIES)
     for numbers in data["policies"].values():
         for key in ("mean_jct_s", "p95_jct_s", "mean_wait_s", "gpu_allocation", "single_island_share", "mean_slowdown",
                     "p95_slowdown", "fragmentation_mean"):
@@ -78,9 +78,10 @@ def test_itp_trace_with_load_scaling_and_a_table(capsys: pytest.CaptureFixture[s
     assert main(["--cluster", cluster, "--trace", str(trace), "--trace-format", "itp", "--load", "0.9",
                  "--policies", "count-only,kueue-bestfit,atoll-strict"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "tiny: 40 jobs (itp) on 64 GPUs"
+    assert out[0].startswith("tiny: 40 jobs (itp) on 64 GPUs, 3 seeds, 9 runs")
     assert "mean JCT" in out[1]
-    assert [line.split()[0] for line in out[3:]] == ["count-only", "kueue-bestfit", "atoll-strict"]
+    assert [line.split()[0] for line in out[3:6]] == ["count-only", "kueue-bestfit", "atoll-strict"]
+    assert any(line.startswith("atoll-strict: mean JCT") and "vs kueue-bestfit" in line for line in out)
 
 
 def test_bad_trace_row_is_a_clear_error_with_exit_code_2(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
@@ -184,3 +185,46 @@ def test_a_profile_level_the_cluster_lacks_fails_before_any_run(capsys: pytest.C
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "profiles.elastic.maxSpanLevel: flavor gb200 has no level 'network.example.com/su'" in captured.err
+
+
+def test_a_load_list_is_one_sweep_table_with_plots_against_load(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    out = tmp_path / "plots"
+    assert main(["--cluster", cluster, "--jobs", "60", "--load", "0.8,1.2", "--seeds", "2", "--policies", "kueue-bestfit,atoll-elastic",
+                 "--plots", str(out), "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "load 0.8: atoll-elastic" in text and "load 1.2: atoll-elastic" in text
+    assert {"jct_vs_load.png", "wait_vs_load.png"} <= {p.name for p in out.iterdir()}
+
+
+def test_json_carries_common_set_and_all_jobs_figures_per_load(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    data = run_json(capsys, "--cluster", cluster, "--jobs", "60", "--seeds", "2", "--policies", "kueue-bestfit,atoll-strict", "--workers", "1")
+    (cmp,) = data["comparisons"]
+    strict = cmp["policies"]["atoll-strict"]
+    assert {"common_set", "all_jobs", "dropped", "per_seed", "vs_baseline", "concentration"} <= strict.keys()
+    assert strict["common_set"]["mean_jct_s"]["n"] == 2 and len(strict["per_seed"]) == 2
+    assert strict["vs_baseline"]["mean_jct_s"]["verdict"] in ("win", "tie", "loss")
+    assert cmp["summary"][0].startswith("atoll-strict: mean JCT")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cost-comm-fraction", "1.5"], "--cost-comm-fraction: '1.5' must be in [0, 1]"),
+        (["--cost-comm-fraction", "64:0.1,8:0.05"], "the GPU counts must ascend"),
+        (["--cost-overlap", "serving=0.5"], "--cost-overlap: unknown workload class 'serving'"),
+        (["--cost-bandwidth", "rack"], "--cost-bandwidth: 'rack' is not LEVEL=GBps"),
+        (["--seeds", "0"], "--seeds must be ≥ 1"),
+        (["--load", "0.8,x"], "--load: 'x' is not a number"),
+        (["--baseline", "kueue-bestfit", "--policies", "atoll-strict"], "--baseline: 'kueue-bestfit' is not among --policies"),
+        (["--scheduler", "fastest"], "--scheduler/--enforcement: scheduler: 'fastest' is not one of"),
+    ],
+)
+def test_bad_sweep_and_cost_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_an_unknown_bandwidth_level_names_the_levels(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "10", "--cost-bandwidth", "rack=400"]) == 2
+    err = capsys.readouterr().err
+    assert "--cost-bandwidth: no level 'rack'" in err and "network.example.com/su" in err

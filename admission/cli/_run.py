@@ -139,10 +139,13 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
 
     webhook = None
     if webhook_settings.port:
+        from admission.kube._settings import ApiRetrySettings
         from admission.webhook import CertError, Webhook
 
         try:
-            webhook = Webhook(port, webhook_settings).start()
+            # its own retries: an answer must come within the webhook's timeout (10 s), not after the controller's patience
+            quick = ApiRetrySettings(backoffs=(0.2, 0.5), request_timeout=3.0, max_retry_after=1.0)
+            webhook = Webhook(KubePort(api, quick), webhook_settings).start()
         except (CertError, OSError) as exc:
             print(f"atoll run: webhook on port {webhook_settings.port}: {exc}", file=sys.stderr)
             return 2

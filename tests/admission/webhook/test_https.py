@@ -179,3 +179,24 @@ def test_the_ca_bundle_keeps_every_replica_trusted_and_drops_expired_cas(tmp_pat
     assert merge_ca_bundle(bundle, a) == bundle and merge_ca_bundle(bundle, b) == bundle  # replicas agree: no rewrites
     trimmed = x509.load_pem_x509_certificates(merge_ca_bundle(bundle + c, a, keep=2))
     assert len(trimmed) == 2 and x509.load_pem_x509_certificate(a) in trimmed
+
+
+def test_when_the_cluster_cannot_be_read_the_pod_is_refused_with_the_reason(cert: ServingCert) -> None:
+    """Never pinned on a guess: the pod's controller creates it again once the apiserver answers."""
+    from kubernetes import client
+
+    from admission.kube import ApiRetrySettings, KubePort
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed when the block ends: nothing listens there
+    cfg = client.Configuration()
+    cfg.host = f"https://127.0.0.1:{dead}"
+    port = KubePort(client.ApiClient(cfg), ApiRetrySettings(backoffs=(), request_timeout=2.0))
+    server = WebhookServer(PodPinner(port), cert.cert_file, cert.key_file, bind="127.0.0.1", port=0).start()
+    try:
+        response = post(f"https://127.0.0.1:{server.port}", cert.ca_pem, review(exact_pod())).json()["response"]
+    finally:
+        server.stop()
+    assert response["allowed"] is False and response["status"]["code"] == 503
+    assert "cannot pin the pod to a planned node" in response["status"]["message"]

@@ -87,3 +87,38 @@ def test_gradient_size_matters_only_through_latency() -> None:
 def test_bad_numbers_are_refused(args: tuple[float, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         step_slowdown(make_job("j", 0.0, 1.0, 16, 8), *args)
+
+
+def test_overlap_hides_the_all_reduce_only_up_to_compute() -> None:
+    import dataclasses
+
+    # f = 0.1, a span 36× slower (1800 → 50 GB/s, no latency): A = 3.6, C = 0.9.
+    job = make_job("j", 0.0, 3600.0, 16, 8, comm_fraction=0.1, model_gb=8.0)
+    assert step_slowdown(job, 1.0, 50.0, 0.0, 1800.0, 0.0) == pytest.approx(0.9 + 3.6)
+    half = dataclasses.replace(job, overlap=0.5)
+    # step = C + A − min(o·A, C) = 0.9 + 3.6 − 0.9; ideal = 0.9 + 0.1 − 0.05
+    assert step_slowdown(half, 1.0, 50.0, 0.0, 1800.0, 0.0) == pytest.approx(3.6 / 0.95)
+    assert step_slowdown(half, 1.0, 1800.0, 0.0, 1800.0, 0.0) == 1.0
+    # a small penalty is hidden entirely: 2× slower link, A = 0.2 ≤ C, half of it hidden
+    assert step_slowdown(half, 1.0, 900.0, 0.0, 1800.0, 0.0) == pytest.approx((0.9 + 0.2 - 0.1) / 0.95)
+    with pytest.raises(ValueError, match="overlap must be in"):
+        make_job("j", 0.0, 1.0, 16, 8, overlap=1.5)
+
+
+def test_cost_params_apply_by_size_and_class_and_to_named_levels() -> None:
+    from admission.simulator._cost import CostError, CostParams, apply_bandwidths, apply_cost, parse_comm_fraction, parse_overlap
+    from topology import ClusterModel
+
+    params = CostParams(comm_fraction=parse_comm_fraction("8:0.05,64:0.1,*:0.15"), overlap=parse_overlap("training=0.5"),
+                        bandwidth_gbps={"su": 400.0})
+    jobs = [make_job(f"j{g}", 0.0, 1.0, g, 8) for g in (1, 8, 32, 128)] + [make_job("i", 0.0, 1.0, 4, 8, "inference")]
+    out = apply_cost(jobs, params)
+    assert [j.comm_fraction for j in out] == [0.0, 0.05, 0.1, 0.15, 0.0]
+    assert [j.overlap for j in out] == [0.5, 0.5, 0.5, 0.5, 0.0]
+    assert apply_cost(jobs, CostParams()) == jobs
+    model = ClusterModel.model_validate({"name": "c", "flavors": [{"name": "f", "topology": "t", "levels": [
+        {"label": "network.example.com/su", "bandwidthGBps": 50}, {"label": "kubernetes.io/hostname", "bandwidthGBps": 900}],
+        "nodes": [{"name": "n", "labels": {"network.example.com/su": "a"}, "allocatable": {"nvidia.com/gpu": 8}}]}]})
+    assert [lv.bandwidth_gbps for lv in apply_bandwidths(model, params).flavors[0].levels] == [400.0, 900.0]
+    with pytest.raises(CostError, match="no level 'spine'"):
+        apply_bandwidths(model, CostParams(bandwidth_gbps={"spine": 1.0}))

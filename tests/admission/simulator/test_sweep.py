@@ -1,0 +1,80 @@
+"""The sweep: runs are functions of their key (order and process count do not matter), ties re-drawn
+per seed without changing the fabric."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from admission.simulator._cost import CostParams
+from admission.simulator._sim import build_snapshots
+from admission.simulator._sweep import SweepSpec, WorkloadSpec, run_sweep, shuffle_ties, with_gpu_perf
+from policies import ProfilesDocument
+from topology import ClusterModel
+
+CLUSTER = {
+    "name": "tiny",
+    "flavors": [{
+        "name": "gb200", "topology": "nvl72-fabric",
+        "levels": [{"label": "network.example.com/su", "bandwidthGBps": 50}, {"label": "nvidia.com/gpu.clique", "bandwidthGBps": 1800},
+                   {"label": "kubernetes.io/hostname", "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "144", "memory": "1800Gi", "pods": 110},
+        "generate": [{"level": "network.example.com/su", "count": 2}, {"level": "nvidia.com/gpu.clique", "count": 3},
+                     {"level": "kubernetes.io/hostname", "count": 4}],
+    }],
+}
+PROFILES = {"defaultProfile": "elastic", "profiles": {
+    "strict": {"requiredLevel": "nvidia.com/gpu.clique", "retry": {"initialSeconds": 30, "maxSeconds": 600}},
+    "elastic": {"preferredLevel": "nvidia.com/gpu.clique", "maxSpanLevel": "network.example.com/su", "relaxAfterSeconds": 300},
+}}
+
+
+@pytest.fixture
+def spec() -> SweepSpec:
+    cluster = ClusterModel.model_validate(CLUSTER)
+    return SweepSpec(cluster, WorkloadSpec(jobs=40), ("count-only", "kueue-bestfit", "atoll-elastic"),
+                     ProfilesDocument.model_validate(PROFILES), loads=(0.8, 1.3), seeds=(0, 1), cost=CostParams(overlap={"training": 0.5}),
+                     gpu_perf="normal:0.05")
+
+
+def _same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        for field in ("status", "start", "end", "arrival"):
+            np.testing.assert_array_equal(getattr(a[key], field), getattr(b[key], field), err_msg=f"{key} {field}")
+        assert {k: v for k, v in a[key].summary.items() if k not in ("wall_s", "decisions_per_s")} == \
+            {k: v for k, v in b[key].summary.items() if k not in ("wall_s", "decisions_per_s")}
+
+
+def test_runs_do_not_depend_on_their_order_nor_on_the_process_count(spec: SweepSpec) -> None:
+    keys = spec.keys()
+    forward, _ = run_sweep(spec, workers=1, order=keys)
+    backward, _ = run_sweep(spec, workers=1, order=list(reversed(keys)))
+    shuffled, _ = run_sweep(spec, workers=2, order=[keys[i] for i in np.random.default_rng(7).permutation(len(keys))])
+    _same(forward, backward)
+    _same(forward, shuffled)
+    assert len(forward) == 2 * 2 * 3
+    # seeds differ (a new synthetic workload each), loads differ
+    assert not np.array_equal(forward[(0.8, 0, "count-only")].arrival, forward[(0.8, 1, "count-only")].arrival)
+    assert not np.array_equal(forward[(0.8, 0, "count-only")].arrival, forward[(1.3, 0, "count-only")].arrival)
+
+
+def test_shuffled_ties_keep_the_fabric_and_change_the_order() -> None:
+    model = with_gpu_perf(ClusterModel.model_validate(CLUSTER), "normal:0.05", seed=3)
+    assert shuffle_ties(model, 0) is model
+    a, b = build_snapshots(model)[0], build_snapshots(shuffle_ties(model, 5))[0]
+    assert a.total_gpus() == b.total_gpus() and a.num_nodes == b.num_nodes
+    assert sorted(a.node_names) == sorted(b.node_names)
+    # the same racks (as multisets of node speeds) under the same scalable units, in another order
+    def racks(s):  # noqa: ANN001, ANN202
+        lv = s.level_index("nvidia.com/gpu.clique")
+        su = s.level_index("network.example.com/su")
+        out = Counter()
+        for d in np.unique(s.node_dom[lv]):
+            nodes = np.flatnonzero(s.node_dom[lv] == d)
+            out[(int(s.node_dom[su, nodes[0]]) >= 0, tuple(sorted(s.perf[nodes].round(4))))] += 1
+        return out
+    assert racks(a) == racks(b)
+    assert a.perf.tolist() != b.perf.tolist()

@@ -151,6 +151,8 @@ class PodPinner:
             return PinResult()
         if ANN_NODE in ((pod.get("metadata") or {}).get("annotations") or {}):
             return PinResult()  # pinned already (a reinvocation): nothing to add
+        if (pod.get("spec") or {}).get("nodeName"):
+            return PinResult(warnings=["atoll: not pinned: the pod names its node itself (spec.nodeName)"])
         try:
             return self.pin(exact, pod, str(request.get("uid")), dry_run=request.get("dryRun") is True)
         except errors.ApiError as exc:
@@ -219,8 +221,11 @@ class PodPinner:
         if dry_run:
             asked = "a real request would mark its Workload for a requeue"
         else:
-            workload = self.reader.request_requeue(exact, message, self.clock.now())
-            asked = f"Workload {exact.namespace}/{workload} marked for a requeue" if workload else "no Workload found to mark for a requeue"
+            try:
+                workload = self.reader.request_requeue(exact, message, self.clock.now())
+                asked = f"Workload {exact.namespace}/{workload} marked for a requeue" if workload else "no Workload found to mark for a requeue"
+            except errors.ApiError as exc:  # the pod is still pinned; the mark is tried again by its next recreation
+                asked = f"marking its Workload for a requeue failed: {exc}"
         _log.warning("no replacement node", pod=exact.display, decision=exact.decision_id, node=old, problem=problem, outcome=asked)
         return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot,
                          warnings=[f"atoll: {problem}; no replacement in domain {selector}; the pod waits for it; {asked}"])

@@ -200,3 +200,11 @@ def test_when_the_cluster_cannot_be_read_the_pod_is_refused_with_the_reason(cert
         server.stop()
     assert response["allowed"] is False and response["status"]["code"] == 503
     assert "cannot pin the pod to a planned node" in response["status"]["message"]
+
+
+def test_a_pod_that_names_its_node_or_is_pinned_already_is_left_alone(offline: str, cert: ServingCert) -> None:
+    bound = exact_pod(spec={"nodeName": "n7"})
+    response = post(offline, cert.ca_pem, review(bound)).json()["response"]
+    assert response["allowed"] is True and "patch" not in response and "spec.nodeName" in response["warnings"][0]
+    again = exact_pod(annotations={"atoll.dev/node": "n0", "atoll.dev/slot": "0"})  # a reinvocation sees its own pin
+    assert set(post(offline, cert.ca_pem, review(again)).json()["response"]) == {"uid", "allowed"}

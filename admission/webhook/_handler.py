@@ -52,6 +52,7 @@ from admission.webhook._pin import (
     taken_slots,
 )
 from admission.webhook._settings import WebhookSettings
+from topology import ResourceVector
 
 __all__ = ["PinResult", "PodPinner", "ReviewError"]
 
@@ -230,7 +231,7 @@ class PodPinner:
         return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot,
                          warnings=[f"atoll: {problem}; no replacement in domain {selector}; the pod waits for it; {asked}"])
 
-    def _replacement(self, exact: ExactPod, old: str, need: Any, skip: list[str], planned: str) -> Room | None:
+    def _replacement(self, exact: ExactPod, old: str, need: ResourceVector, skip: list[str], planned: str) -> Room | None:
         if not exact.node_selector:  # no domain recorded: any node would leave the flavor's fabric
             return None
         candidates = [n for n in self.reader.domain_nodes(exact) if n != old and not self.reader.health_problem(n, exact)]

@@ -141,3 +141,15 @@ def test_a_taint_the_pod_tolerates_keeps_it_on_its_node_and_one_it_does_not_move
     moved = create(fabric, kueue_pod(fabric, "train", "train-1-b", labels={INDEX: "1"}))
     assert pinned_node(moved) not in (None, *slots)
     assert moved["metadata"]["annotations"][ANN_REPLACED] == slots[1]
+
+
+def test_a_jobset_pod_takes_the_slot_of_its_job_and_completion_index(fabric: Fabric, served: Served, register) -> None:
+    exact_fabric(fabric)
+    admit(fabric, "js", [("workers", 4, 2)])  # a replicatedJob of 2 Jobs × 2 pods
+    register(served.url)
+    slots = [node for node, count in planned(fabric.entry("js"), "workers").items() for _ in range(count)]
+    for job, completion in ((1, 1), (0, 0), (1, 0), (0, 1)):
+        labels = {"jobset.sigs.k8s.io/job-index": str(job), INDEX: str(completion), "jobset.sigs.k8s.io/replicatedjob-replicas": "2"}
+        pod = create(fabric, kueue_pod(fabric, "js", f"js-workers-{job}-{completion}", podset="workers", labels=labels))
+        assert pod["metadata"]["annotations"][ANN_SLOT] == str(job * 2 + completion)
+        assert pinned_node(pod) == slots[job * 2 + completion]

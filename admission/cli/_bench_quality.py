@@ -151,6 +151,9 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         wall = time.perf_counter() - t0
         jobs = next(iter(records.values())).status.size
         verdicts = verdict_lines(cmps, prefix=f"{name} ")
+        if "kueue-required" in policies:  # the same runs, against a user who writes Kueue's required topology
+            verdicts += verdict_lines([compare(records, load=load, seeds=seed_list, policies=policies, baseline="kueue-required")
+                                       for load in load_list], prefix=f"{name} ")
         report[name] = {"jobs": jobs, "loads": load_list, "seeds": list(seed_list), "wall_s": round(wall, 1), "sweep_s": round(sweep_s, 1),
                         "comparisons": [comparison_json(c) for c in cmps], "verdicts": verdicts, "sensitivity": sens}
         if fmt == "table":

@@ -16,7 +16,8 @@ from typing import Any
 
 from admission.simulator._stats import Concentration, Estimate, RunRecord, common_mask, concentration, estimate, paired, per_seed_figures
 
-__all__ = ["Comparison", "compare", "comparison_json", "format_comparison", "format_sweep", "summary_lines", "verdict", "verdict_lines"]
+__all__ = ["Comparison", "compare", "comparison_json", "dropped_more", "format_comparison", "format_sweep", "policy_verdict", "summary_lines",
+           "verdict", "verdict_lines"]
 
 DEFAULT_BASELINE = "kueue-bestfit"
 _FIGURES = ("mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "gpu_allocation", "gpu_goodput", "mean_slowdown",
@@ -25,6 +26,8 @@ _FIGURES = ("mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s",
 _RELATIVE = ("mean_jct_s", "p95_jct_s", "mean_wait_s")
 """Differences in % of the baseline; the others (allocation, goodput, slowdown) as plain differences."""
 _ABSOLUTE = ("gpu_allocation", "gpu_goodput", "mean_slowdown")
+_SAME_ALLOCATION = 0.01
+"""Allocations within one point, with an interval of at most two, read as "the same allocation"."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,21 @@ def _dropped_any(cmp: Comparison, p: str) -> bool:
     return (f["jobs_rejected"].known and f["jobs_rejected"].mean > 0) or (f["jobs_unfinished"].known and f["jobs_unfinished"].mean > 0)
 
 
+def dropped_more(cmp: Comparison, p: str) -> bool:
+    """``p`` rejected or stranded more jobs than the baseline: its JCT is over less work, no verdict."""
+    f, b = cmp.figures[p], cmp.figures[cmp.baseline]
+
+    def lost(x: dict[str, Estimate]) -> float:
+        return sum(x[k].mean for k in ("jobs_rejected", "jobs_unfinished") if x[k].known)
+
+    return lost(f) > lost(b)
+
+
+def policy_verdict(cmp: Comparison, p: str) -> str:
+    """``verdict`` on mean JCT, or ``dropped work`` when ``p`` ran fewer jobs than the baseline."""
+    return "dropped work" if dropped_more(cmp, p) else verdict(cmp.diffs[p]["mean_jct_s"])
+
+
 def _share(conc: Sequence[Concentration], attr: str) -> Estimate:
     return estimate([getattr(c, attr) for c in conc])
 
@@ -122,10 +140,10 @@ def _rows(cmp: Comparison, scale: float, with_load: bool) -> list[list[str]]:
         else:
             d = cmp.diffs[p]["mean_jct_s"]
             delta = _pm(d, 1.0, ".1f", sign=True) + " %"
-            verdict_text = verdict(d)
+            verdict_text = policy_verdict(cmp, p)
             conc = cmp.concentration[p]
             t1, t10 = _share(conc, "top1_share"), _share(conc, "top10_share")
-            top = "–" if not t1.known else f"{100 * t1.mean:.0f} / {100 * t10.mean:.0f} %"
+            top = "–" if not t1.known or verdict(d) == "tie" else f"{100 * t1.mean:.0f} / {100 * t10.mean:.0f} %"
             bwe = "/".join(f"{sum(getattr(c, k) for c in conc) / max(len(conc), 1):.0f}" for k in ("better", "worse", "equal"))
         row = [name, _pm(f["mean_jct_s"], scale), _pm(f["p95_jct_s"], scale), _pm(f["mean_wait_s"], scale),
                _pm(f["gpu_allocation"], 0.01, ".1f"), _dropped(f["jobs_rejected"], f["gpu_hours_rejected"]),
@@ -194,13 +212,17 @@ def summary_lines(cmp: Comparison) -> list[str]:
         d = cmp.diffs[p]["mean_jct_s"]
         v = verdict(d)
         alloc = cmp.diffs[p]["gpu_allocation"]
+        points = "" if not alloc.known else f"{100 * alloc.mean:+.1f}" + ("" if math.isnan(alloc.half) else f" ± {100 * alloc.half:.1f}")
         if not alloc.known:
             at = ""
-        elif alloc.holds_zero():
-            at = " at the same GPU allocation"
+        elif alloc.holds_zero() and abs(alloc.mean) < _SAME_ALLOCATION and (math.isnan(alloc.half) or alloc.half < 2 * _SAME_ALLOCATION):
+            at = f" at the same GPU allocation ({points} points)"
         else:
-            at = f" with GPU allocation {100 * alloc.mean:+.1f}" + ("" if math.isnan(alloc.half) else f" ± {100 * alloc.half:.1f}") + " points"
+            at = f" with GPU allocation {points} points" + (" (inside its interval)" if alloc.holds_zero() else "")
         words = {"win": "lower (a win)", "loss": "higher (a loss)", "tie": "a tie"}.get(v.split(" ")[0], v)
+        if dropped_more(cmp, p):
+            words = "no verdict: it ran less work than the baseline, so the jobs it did run queued behind less"
+            v = "dropped work"
         line = f"{p}: mean JCT {_pct_text(d)} vs {base}{at}, over {n} seed{'s' if n != 1 else ''}: {words}"
         if v.startswith(("win", "loss")):
             conc = cmp.concentration[p]
@@ -231,7 +253,7 @@ def verdict_lines(cmps: Sequence[Comparison], *, prefix: str = "") -> list[str]:
                 continue
             d = c.diffs[p]["mean_jct_s"]
             tag = " †" if _dropped_any(c, p) else ""
-            parts.append(f"{p}{tag} {verdict(d)} ({_pct_text(d)})")
+            parts.append(f"{p}{tag} {policy_verdict(c, p)} ({_pct_text(d)})")
         load = f"{c.load:g}" if c.load is not None else "as recorded"
         out.append(f"{prefix}load {load}: " + ("; ".join(parts) if parts else "no Atoll policy compared") + f" vs {c.baseline}")
     return out
@@ -252,6 +274,7 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
         if p != cmp.baseline:
             entry["vs_baseline"] = {k: {**e.to_json(), "unit": "%" if k in _RELATIVE else "abs", "verdict": verdict(e)}
                                     for k, e in cmp.diffs[p].items()}
+            entry["verdict"] = policy_verdict(cmp, p)
             entry["concentration"] = [
                 {"jobs": c.jobs, "net_job_hours": round(c.net_s / 3600.0, 3),
                  "top1_share": None if math.isnan(c.top1_share) else round(c.top1_share, 4),

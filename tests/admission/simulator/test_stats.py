@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from admission.simulator._compare import compare, summary_lines, verdict
+from admission.simulator._compare import compare, policy_verdict, summary_lines, verdict
 from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED
 from admission.simulator._stats import Estimate, RunRecord, common_mask, concentration, estimate, paired, per_seed_figures
 
@@ -41,7 +41,19 @@ def test_rejecting_the_long_jobs_does_not_lower_the_common_set_mean() -> None:
                   load=None, seeds=range(3), policies=["kueue-bestfit", "atoll-strict"])
     assert verdict(cmp.diffs["atoll-strict"]["mean_jct_s"]) == "tie"
     (line,) = summary_lines(cmp)
-    assert "a tie" in line and "rejected 2 jobs" in line
+    assert "no verdict" in line and "rejected 2 jobs" in line
+
+
+def test_a_policy_that_ran_less_work_gets_no_verdict_even_when_the_rest_queued_less() -> None:
+    jct = [100.0, 200.0, 300.0, 10_000.0, 20_000.0]
+    faster = [50.0, 100.0, 150.0, 10_000.0, 20_000.0]  # the jobs it ran waited less: the dropped ones left the cluster
+    runs = {(None, s, p): record(p, jct if p == "kueue-bestfit" else faster, seed=s, rejected=(3, 4) if p == "atoll-strict" else ())
+            for s in range(3) for p in ("kueue-bestfit", "atoll-strict")}
+    cmp = compare(runs, load=None, seeds=range(3), policies=["kueue-bestfit", "atoll-strict"])
+    assert verdict(cmp.diffs["atoll-strict"]["mean_jct_s"]) == "win"  # the raw paired difference
+    assert policy_verdict(cmp, "atoll-strict") == "dropped work"  # what the table and the summary say
+    (line,) = summary_lines(cmp)
+    assert "(a win)" not in line and "no verdict" in line
 
 
 def test_a_difference_inside_its_interval_is_a_tie_and_outside_is_not() -> None:

@@ -18,13 +18,14 @@ from topology._model import (
     Toleration,
     load_cluster_model,
 )
-from topology._placement import DomainVerdict, Placement, PodSetPlacement
-from topology._request import GraphLink, PlacementRequest, PodSetRequest, Spread
+from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
+from topology._request import MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
 from topology._resources import ResourceVector
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 __all__ = [
     "HOSTNAME_LABEL",
+    "MAX_SLICE_LAYERS",
     "NODE_OPERATORS",
     "Backend",
     "ClusterModel",
@@ -42,6 +43,8 @@ __all__ = [
     "PodSetPlacement",
     "PodSetRequest",
     "ResourceVector",
+    "SliceLayer",
+    "SlicePlacement",
     "Snapshot",
     "Spread",
     "Taint",

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from topology import _kernels, _reference
-from topology._placement import DomainVerdict, Placement, PodSetPlacement
+from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
 from topology._request import GraphLink, PlacementRequest, PodSetRequest
 from topology._snapshot import Snapshot
 
@@ -36,14 +36,42 @@ class PlacementError(ValueError):
     """The request cannot be evaluated on this snapshot (unknown level, bad link); names the field."""
 
 
-def _levels_for(snapshot: Snapshot, ps: PodSetRequest) -> tuple[int, int, int, int, int, int]:
-    """(mode, target, span, spread_level, spread_max, island_level) for one PodSet."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Shape:
+    """One PodSet's request as the kernel takes it (level indices, -1 = the whole flavor)."""
+
+    mode: int
+    target: int
+    span: int
+    spread_level: int
+    spread_max: int
+    island: int
+    slice_levels: np.ndarray
+    slice_sizes: np.ndarray
+
+
+_NO_SLICES = np.zeros(0, dtype=np.int64)
+
+
+def _levels_for(snapshot: Snapshot, ps: PodSetRequest) -> _Shape:
+    """The kernel's view of one PodSet; a level the flavor lacks or a slice level above the
+    PodSet's own level is a PlacementError naming the field."""
 
     def idx(label: str, field: str) -> int:
         try:
             return snapshot.level_index(label)
         except KeyError as exc:
             raise PlacementError(f"podSets[{ps.name}].{field}: {exc.args[0]}") from None
+
+    slice_levels, slice_sizes = _NO_SLICES, _NO_SLICES
+    if ps.slices:
+        found = [idx(layer.level, f"slices[{i}].level") for i, layer in enumerate(ps.slices)]
+        for i in range(1, len(found)):
+            if found[i] <= found[i - 1]:
+                raise PlacementError(f"podSets[{ps.name}].slices[{i}].level: {ps.slices[i].level} must be below "
+                                     f"{ps.slices[i - 1].level} (layers go from the widest level down)")
+        slice_levels = np.asarray(found, dtype=np.int64)
+        slice_sizes = np.asarray([layer.size for layer in ps.slices], dtype=np.int64)
 
     span = idx(ps.max_span_level, "maxSpanLevel") if ps.max_span_level else -1
     if ps.spread is not None:
@@ -54,14 +82,26 @@ def _levels_for(snapshot: Snapshot, ps: PodSetRequest) -> tuple[int, int, int, i
             scope = span
         if scope >= level:
             raise PlacementError(f"podSets[{ps.name}].spread.level: {ps.spread.level} must be below the scope level")
-        return _kernels.MODE_SPREAD, scope, 0, level, ps.spread.max_per_domain, level
+        return _Shape(_kernels.MODE_SPREAD, scope, 0, level, ps.spread.max_per_domain, level, slice_levels, slice_sizes)
+    if ps.unconstrained:
+        island = int(slice_levels[0]) if ps.slices else snapshot.node_level
+        return _Shape(_kernels.MODE_UNCONSTRAINED, snapshot.node_level, -1, 0, 0, island, slice_levels, slice_sizes)
     if ps.required_level:
         target = idx(ps.required_level, "requiredLevel")
-        return _kernels.MODE_REQUIRED, target, target, 0, 0, target
-    target = idx(ps.preferred_level, "preferredLevel") if ps.preferred_level else snapshot.node_level
-    if span > target:
-        raise PlacementError(f"podSets[{ps.name}].maxSpanLevel: {ps.max_span_level} is below the preferred level")
-    return _kernels.MODE_PREFERRED, target, span, 0, 0, target
+        mode = _kernels.MODE_REQUIRED
+        span = target
+    else:
+        if ps.preferred_level:
+            target = idx(ps.preferred_level, "preferredLevel")
+        else:
+            target = int(slice_levels[0]) if ps.slices else snapshot.node_level
+        if span > target:
+            raise PlacementError(f"podSets[{ps.name}].maxSpanLevel: {ps.max_span_level} is below the preferred level")
+        mode = _kernels.MODE_PREFERRED
+    if ps.slices and target > slice_levels[0]:
+        raise PlacementError(f"podSets[{ps.name}].slices[0].level: slice level {ps.slices[0].level} is above the PodSet's level "
+                             f"{snapshot.level_labels[target]}")
+    return _Shape(mode, target, span, 0, 0, target, slice_levels, slice_sizes)
 
 
 def _link_level(snapshot: Snapshot, link: GraphLink) -> int:
@@ -87,56 +127,148 @@ def _per_pod(ps: PodSetRequest) -> np.ndarray:
 def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Backend = "numba", explain: bool = True) -> Placement:
     """Place every PodSet of ``request`` on ``snapshot``, or explain why not. Deterministic.
 
-    ``explain=False`` skips the why-not verdicts (hot loops that only need the placement)."""
+    PodSets are placed in order; the PodSets of a group are placed together, at the first
+    member's turn. ``explain=False`` skips the why-not verdicts (hot loops that only need the
+    placement)."""
     kernel = _KERNELS[backend]
     n = snapshot.num_nodes
     free = snapshot.free.copy() if len(request.podsets) > 1 else snapshot.free
     take = np.zeros(n, dtype=np.int64)
     cap = np.zeros(n, dtype=np.int64)
     placed: dict[str, PodSetPlacement] = {}
-    order = {p.name: i for i, p in enumerate(request.podsets)}
     flags = (1 if request.protect_empty_domains else 0) | (0 if request.best_fit else 2)
-    out: list[PodSetPlacement] = []
     why: list[DomainVerdict] = []
+    groups = request.groups()
     for i, ps in enumerate(request.podsets):
-        mode, target, span, spread_level, spread_max, island = _levels_for(snapshot, ps)
-        lo, hi = 0, n
-        for link in request.links:
-            if ps.name not in (link.a, link.b):
-                continue
-            other = link.b if link.a == ps.name else link.a
-            if order[other] > i:
-                continue
-            lvl = _link_level(snapshot, link)
-            first = placed[other]
-            if lvl > snapshot.node_level:
-                return Placement(False, reason=f"links[{link.a}->{link.b}]: no link in flavor {snapshot.flavor} gives {link.min_bandwidth_gbps} GB/s", why_not=tuple(why))
-            a_first = snapshot.node_index[first.nodes[0]]
-            a_last = snapshot.node_index[first.nodes[-1]]
-            dom = snapshot.domain_of(lvl, a_first)
-            if snapshot.domain_of(lvl, a_last) != dom:
-                return Placement(False, reason=f"links[{link.a}->{link.b}]: {other} spans more than one {snapshot.level_labels[lvl]} domain", why_not=tuple(why))
-            s, e = snapshot.domain_range(lvl, dom)
-            lo, hi = max(lo, s), min(hi, e)
-        req = _per_pod(ps)
-        ok, lvl, dom = kernel(
-            free, snapshot.alloc, req, _eligible(snapshot, ps), snapshot.perf, float(ps.perf_floor),
-            snapshot.bounds, snapshot.bptr, snapshot.node_dom, lo, hi, ps.pods,
-            mode, target, span, spread_level, spread_max, flags | (4 if ps.uniform_perf else 0), take, cap,
-        )
+        if ps.name in placed:
+            continue
+        if ps.group is not None:
+            members = groups[ps.group]
+            ranges = []
+            for m in members:
+                rng = _link_range(snapshot, request, m, placed)
+                if isinstance(rng, str):
+                    return Placement(False, reason=rng, why_not=tuple(why))
+                ranges.append(rng)
+            got = _place_group(kernel, snapshot, free, members, ranges, flags)
+            if isinstance(got, str):
+                return Placement(False, reason=got, why_not=tuple(why))
+            for m, (m_take, island) in zip(members, got):
+                placed[m.name] = _describe(snapshot, m, m_take, island)
+                free -= m_take[:, None] * _per_pod(m)[None, :]
+            continue
+        shape = _levels_for(snapshot, ps)
+        rng = _link_range(snapshot, request, ps, placed)
+        if isinstance(rng, str):
+            return Placement(False, reason=rng, why_not=tuple(why))
+        lo, hi = rng
+        ok, lvl, dom = _run(kernel, snapshot, free, ps, shape, lo, hi, flags, take, cap)
+        target = shape.target
         if not ok:
-            if explain:
+            if explain and shape.mode != _kernels.MODE_UNCONSTRAINED:
                 why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1, lo, hi))
-            reason = _no_fit_reason(snapshot, cap, ps, target, span, mode, lo, hi)
+            reason = _no_fit_reason(snapshot, cap, ps, shape, lo, hi)
             return Placement(False, reason=reason, why_not=tuple(why))
-        result = _describe(snapshot, ps, take, island)
-        placed[ps.name] = result
-        out.append(result)
-        if explain:
-            why.extend(_why_not(snapshot, cap, ps, island if mode == _kernels.MODE_SPREAD else target, int(dom) if int(lvl) == target else -1, lo, hi))
+        placed[ps.name] = _describe(snapshot, ps, take, shape.island)
+        if explain and shape.mode != _kernels.MODE_UNCONSTRAINED:
+            why.extend(_why_not(snapshot, cap, ps, shape.island if shape.mode == _kernels.MODE_SPREAD else target,
+                                int(dom) if int(lvl) == target else -1, lo, hi))
         if i + 1 < len(request.podsets):
-            free -= take[:, None] * req[None, :]
-    return Placement(True, podsets=tuple(out), why_not=tuple(why))
+            free -= take[:, None] * _per_pod(ps)[None, :]
+    return Placement(True, podsets=tuple(placed[p.name] for p in request.podsets), why_not=tuple(why))
+
+
+def _run(kernel: Callable[..., Any], snapshot: Snapshot, free: np.ndarray, ps: PodSetRequest, shape: _Shape, lo: int, hi: int,
+         flags: int, take: np.ndarray, cap: np.ndarray, *, mode: int | None = None, span: int | None = None) -> tuple[int, int, int]:
+    """One kernel call for one PodSet on ``free``, confined to nodes ``[lo, hi)``."""
+    flags |= (4 if ps.uniform_perf else 0) | (8 if ps.balanced else 0) | (16 if shape.mode == _kernels.MODE_UNCONSTRAINED else 0)
+    ok, lvl, dom = kernel(
+        free, snapshot.alloc, _per_pod(ps), _eligible(snapshot, ps), snapshot.perf, float(ps.perf_floor),
+        snapshot.bounds, snapshot.bptr, snapshot.node_dom, lo, hi, ps.pods,
+        shape.mode if mode is None else mode, shape.target, shape.span if span is None else span,
+        shape.spread_level, shape.spread_max, flags, take, cap, shape.slice_levels, shape.slice_sizes,
+    )
+    return int(ok), int(lvl), int(dom)
+
+
+def _link_range(snapshot: Snapshot, request: PlacementRequest, ps: PodSetRequest, placed: dict[str, PodSetPlacement]) -> tuple[int, int] | str:
+    """The node range ``[lo, hi)`` the links to already placed PodSets confine ``ps`` to, or why none."""
+    lo, hi = 0, snapshot.num_nodes
+    for link in request.links:
+        if ps.name not in (link.a, link.b):
+            continue
+        other = link.b if link.a == ps.name else link.a
+        if other not in placed:
+            continue
+        lvl = _link_level(snapshot, link)
+        first = placed[other]
+        if lvl > snapshot.node_level:
+            return f"links[{link.a}->{link.b}]: no link in flavor {snapshot.flavor} gives {link.min_bandwidth_gbps} GB/s"
+        a_first = snapshot.node_index[first.nodes[0]]
+        a_last = snapshot.node_index[first.nodes[-1]]
+        dom = snapshot.domain_of(lvl, a_first)
+        if snapshot.domain_of(lvl, a_last) != dom:
+            return f"links[{link.a}->{link.b}]: {other} spans more than one {snapshot.level_labels[lvl]} domain"
+        s, e = snapshot.domain_range(lvl, dom)
+        lo, hi = max(lo, s), min(hi, e)
+    return lo, hi
+
+
+def _node_caps(snapshot: Snapshot, free: np.ndarray, ps: PodSetRequest) -> np.ndarray:
+    """Pods of ``ps`` each node fits now (0 where it may not go)."""
+    req = _per_pod(ps)
+    cols = np.flatnonzero(req)
+    out: np.ndarray = np.min(free[:, cols] // req[cols], axis=1)
+    out = np.maximum(out, 0)
+    out[(_eligible(snapshot, ps) == 0) | (snapshot.perf < ps.perf_floor)] = 0
+    return out
+
+
+def _place_group(kernel: Callable[..., Any], snapshot: Snapshot, free: np.ndarray, members: list[PodSetRequest],
+                 ranges: list[tuple[int, int]], flags: int) -> list[tuple[np.ndarray, int]] | str:
+    """Place a PodSet group together: the domains of the group's level that can hold every
+    member are tried best fit first (the largest member's capacity, then path order), each
+    member placed inside in order; a preferred group climbs one level at a time up to its
+    span bound. Returns each member's pods per node and island level, or why not."""
+    shapes = [_levels_for(snapshot, m) for m in members]
+    first = shapes[0]
+    target = first.target
+    required = first.mode == _kernels.MODE_REQUIRED
+    lowest_parent = target if required else min(s.span for s in shapes)
+    main = max(range(len(members)), key=lambda j: (members[j].pods, -j))
+    caps = [_node_caps(snapshot, free, m) for m in members]
+    untouched = (free[:, 0] == snapshot.alloc[:, 0]) & (free[:, 3] == snapshot.alloc[:, 3])
+    n = snapshot.num_nodes
+    for k in range(target, lowest_parent - 1, -1):
+        domains = [(0, n)] if k < 0 else [snapshot.domain_range(k, d) for d in range(snapshot.num_domains(k))]
+        candidates = []
+        for d, (s, e) in enumerate(domains):
+            spans = [(max(s, lo), min(e, hi)) for lo, hi in ranges]
+            if any(a >= b or int(c[a:b].sum()) < m.pods for (a, b), c, m in zip(spans, caps, members)):
+                continue
+            empty = 1 if (flags & 1) and bool(untouched[s:e].all()) else 0
+            size = int(caps[main][s:e].sum()) if not flags & 2 else 0
+            candidates.append((empty, size, d, spans))
+        for _, _, _, spans in sorted(candidates, key=lambda c: c[:3]):
+            work = free.copy()
+            out: list[tuple[np.ndarray, int]] = []
+            for m, shape, (a, b) in zip(members, shapes, spans):
+                take = np.zeros(n, dtype=np.int64)
+                cap = np.zeros(n, dtype=np.int64)
+                mode = shape.mode if k == target else _kernels.MODE_PREFERRED
+                ok, _, _ = _run(kernel, snapshot, work, m, shape, a, b, flags, take, cap, mode=mode, span=k)
+                if not ok:
+                    break
+                work -= take[:, None] * _per_pod(m)[None, :]
+                out.append((take, shape.island))
+            if len(out) == len(members):
+                return out
+    names = ", ".join(f"{m.name} ({m.pods} pods)" for m in members)
+    label = snapshot.level_labels[target]
+    if required:
+        return f"group {members[0].group}: no {label} domain holds {names} together"
+    top = f"one {snapshot.level_labels[lowest_parent]} domain" if lowest_parent >= 0 else f"flavor {snapshot.flavor}"
+    return f"group {members[0].group}: {names} fit neither one {label} domain together nor a span inside {top}"
 
 
 def _eligible(snapshot: Snapshot, ps: PodSetRequest) -> np.ndarray:
@@ -168,13 +300,52 @@ def _describe(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, island: i
         min_perf=float(perf.min()),
         max_perf=float(perf.max()),
         bottleneck_gbps=float(snapshot.bandwidth_gbps[max(level, 0)]),
+        slices=_slices(snapshot, ps, take, idx),
     )
 
 
-def _domain_caps(snapshot: Snapshot, cap: np.ndarray, level: int) -> np.ndarray:
+def _slices(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, idx: np.ndarray) -> tuple[SlicePlacement, ...]:
+    """The outermost layer's slices: each domain of the slice level holds whole slices; its
+    pods are cut into slices of ``size`` in path order."""
+    if not ps.slices:
+        return ()
+    level = snapshot.level_index(ps.slices[0].level)
+    size = ps.slices[0].size
+    label = snapshot.level_labels[level]
+    out: list[SlicePlacement] = []
+    nodes: list[str] = []
+    counts: list[int] = []
+    fill = 0
+    for k in idx:
+        i = int(k)
+        left = int(take[i])
+        while left > 0:
+            put = min(size - fill, left)
+            nodes.append(snapshot.node_names[i])
+            counts.append(put)
+            fill += put
+            left -= put
+            if fill == size:
+                dom = snapshot.domain_of(level, i)
+                out.append(SlicePlacement(len(out), label, snapshot.domain_path(level, dom), tuple(nodes), tuple(counts)))
+                nodes, counts, fill = [], [], 0
+    return tuple(out)
+
+
+def _domain_caps(snapshot: Snapshot, cap: np.ndarray, level: int, ps: PodSetRequest | None = None) -> np.ndarray:
+    """Pods each domain of ``level`` can take; for a sliced PodSet (``level`` at or above its
+    slice level) only pods that make whole slices count."""
     starts = snapshot.bounds[snapshot.bptr[level]: snapshot.bptr[level + 1] - 1]
     if cap.size == 0:
         return np.zeros(starts.size, dtype=np.int64)
+    if ps is not None and ps.slices:
+        shape = _levels_for(snapshot, ps)
+        pc = np.zeros(cap.size + 1, dtype=np.int64)
+        np.cumsum(cap, out=pc[1:])
+        upc = _kernels._layer_prefix(pc, snapshot.bounds, snapshot.bptr, shape.slice_levels, shape.slice_sizes)
+        ends = snapshot.bounds[snapshot.bptr[level]: snapshot.bptr[level + 1]]
+        units: np.ndarray = np.diff(upc[0][ends]) * int(shape.slice_sizes[0])
+        return units
     out: np.ndarray = np.add.reduceat(cap, starts)
     return out
 
@@ -183,7 +354,7 @@ def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int,
              limit: int = 3) -> list[DomainVerdict]:
     """The strongest losing domains at ``level`` with their capacity vs the PodSet's need; domains
     outside ``[lo, hi)`` (the range a link confines the PodSet to) were never candidates."""
-    caps = _domain_caps(snapshot, cap, level)
+    caps = _domain_caps(snapshot, cap, level, ps)
     if chosen >= 0 or (lo, hi) != (0, snapshot.num_nodes):
         caps = caps.copy()
     if (lo, hi) != (0, snapshot.num_nodes):
@@ -199,7 +370,7 @@ def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int,
         if c < 0:
             continue
         if c < ps.pods:
-            reason = f"fits {c} of {ps.pods} pods"
+            reason = f"fits {c} of {ps.pods} pods" + (f" in whole slices of {ps.slices[0].size}" if ps.slices else "")
         elif chosen >= 0 and c > chosen_cap:
             reason = f"fits {c} ≥ {ps.pods} pods but leaves more free than the best fit ({chosen_cap})"
         else:
@@ -208,24 +379,34 @@ def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int,
     return out
 
 
-def _no_fit_reason(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, target: int, span: int, mode: int, lo: int, hi: int) -> str:
+def _no_fit_reason(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, shape: _Shape, lo: int, hi: int) -> str:
     total = int(cap.sum())
-    shape = f"{ps.pods} pods × {ps.per_pod.gpu} GPU"
+    shape_text = f"{ps.pods} pods × {ps.per_pod.gpu} GPU"
+    mode, target, span = shape.mode, shape.target, shape.span
     if total < ps.pods:
         where = "" if (lo, hi) == (0, snapshot.num_nodes) else " inside the linked domain"
         if ps.node_constraint is not None and not ps.node_constraint.empty:
             allowed = int(snapshot.allowed_by(ps.node_constraint).sum())
             where += f" on the {allowed} of {snapshot.num_nodes} nodes its pod template allows ({ps.node_constraint.describe()})"
-        return f"podSets[{ps.name}]: {shape} needed, only {total} pods fit in flavor {snapshot.flavor}{where}"
+        return f"podSets[{ps.name}]: {shape_text} needed, only {total} pods fit in flavor {snapshot.flavor}{where}"
     if mode == _kernels.MODE_SPREAD:
-        return f"podSets[{ps.name}]: {shape} cannot be spread at most {ps.spread.max_per_domain if ps.spread else 0} per {ps.spread.level if ps.spread else ''} domain"
-    caps = _domain_caps(snapshot, cap, target)
+        return f"podSets[{ps.name}]: {shape_text} cannot be spread at most {ps.spread.max_per_domain if ps.spread else 0} per {ps.spread.level if ps.spread else ''} domain"
+    if ps.slices:
+        layer = ps.slices[0]
+        shape_text += f" in slices of {layer.size} (each inside one {layer.level} domain)"
+        whole = int(_domain_caps(snapshot, cap, int(shape.slice_levels[0]), ps).sum())
+        if whole < ps.pods:
+            return (f"podSets[{ps.name}]: {shape_text}: only {whole // layer.size} of {ps.pods // layer.size} slices fit "
+                    f"in flavor {snapshot.flavor}")
+    if mode == _kernels.MODE_UNCONSTRAINED:
+        return f"podSets[{ps.name}]: {shape_text} do not fit in flavor {snapshot.flavor}"
+    caps = _domain_caps(snapshot, cap, target, ps)
     best = int(caps.max()) if caps.size else 0
     label = snapshot.level_labels[target]
     if mode == _kernels.MODE_REQUIRED:
-        return f"podSets[{ps.name}]: {shape} needed in one {label} domain; the largest fits {best} ({caps.size} domains)"
+        return f"podSets[{ps.name}]: {shape_text} needed in one {label} domain; the largest fits {best} ({caps.size} domains)"
     top = f"one {snapshot.level_labels[span]} domain" if span >= 0 else f"flavor {snapshot.flavor}"
-    return f"podSets[{ps.name}]: {shape} fit neither one {label} domain (largest {best}) nor a span inside {top}"
+    return f"podSets[{ps.name}]: {shape_text} fit neither one {label} domain (largest {best}) nor a span inside {top}"
 
 
 def never_fits(snapshot: Snapshot, request: PlacementRequest, *, backend: Backend = "numba") -> Placement | None:

@@ -15,7 +15,15 @@ empty, then less left over, then perf, then index. Same inputs → same outputs.
 ``protect`` is a bit set: 1 = protect empty domains, 2 = first fit (one-domain choices take
 the first fitting domain in path order instead of the best fit), 4 = perf first (uniform-perf
 gangs: one-domain choices rank higher min perf and smaller spread before capacity, and a
-split takes the fastest children whole, so the slowest nodes are the ones left out).
+split takes the fastest children whole, so the slowest nodes are the ones left out), 8 =
+balanced (a span gives every island the same share, ±1 unit), 16 = least free first (every
+level is filled from its least free child up, the last one partly: unconstrained placement).
+
+Slices: ``slice_levels``/``slice_sizes`` (outermost layer first, up to 3 layers) cut the PodSet
+into units of ``slice_sizes[0]`` pods, each unit inside one domain of ``slice_levels[0]``; an
+inner layer splits each unit into sub-units of its size inside one domain of its (lower) level.
+Above a slice level, domains are counted and chosen in slice units: a domain of the slice level
+holds ``floor(pods it fits, after the inner layers' rounding / size)`` slices, summed above it.
 """
 
 from __future__ import annotations
@@ -23,11 +31,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "node_capacity", "place_podset"]
+__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "MODE_UNCONSTRAINED", "node_capacity", "place_podset"]
 
 MODE_REQUIRED = 0
 MODE_PREFERRED = 1
 MODE_SPREAD = 2
+MODE_UNCONSTRAINED = 3
 
 _BIG = np.int64(1) << np.int64(50)
 
@@ -141,51 +150,196 @@ def _take_all(bounds, base, d, cap, take):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def _domain_span(level, d, bounds, bptr, n_nodes):  # type: ignore[no-untyped-def]
+    """Node range [s, e) of domain ``d`` at ``level``; level -1 is the whole flavor."""
+    if level < 0:
+        return 0, n_nodes
+    base = bptr[level]
+    return bounds[base + d], bounds[base + d + 1]
+
+
+@njit(cache=True)
+def _children(level, d, bounds, bptr, node_dom, n_nodes):  # type: ignore[no-untyped-def]
+    """Index range [c0, c1) of domain ``d``'s children one level down."""
+    s, e = _domain_span(level, d, bounds, bptr, n_nodes)
+    return node_dom[level + 1, s], node_dom[level + 1, e - 1] + 1
+
+
+@njit(cache=True)
+def _pick_child(level, c0, c1, rem, bounds, bptr, upc, pu, perf, cap, protect, used):  # type: ignore[no-untyped-def]
+    """Next child of [c0, c1) at ``level`` for ``rem`` units: ``(j, False)`` when child ``j``
+    takes the rest (best fit), ``(j, True)`` when ``j`` is to be taken whole (the largest; the
+    fastest for perf first), ``(-1, True)`` when none is left. Least free first takes the
+    smallest child, whole unless it covers the rest."""
+    cbase = bptr[level]
+    if (protect & 16) != 0:  # least free first: the smallest child, whole unless it covers the rest
+        small = -1
+        smallc = np.int64(0)
+        for k in range(c0, c1):
+            ck = upc[bounds[cbase + k + 1]] - upc[bounds[cbase + k]]
+            if used[k - c0] == 0 and ck > 0 and (small < 0 or ck < smallc):
+                small = k
+                smallc = ck
+        return small, small < 0 or smallc < rem
+    j = _best_fit(level, c0, c1, rem, bounds, bptr, upc, pu, perf, cap, protect, used)
+    if j >= 0:
+        return j, False
+    big = -1
+    bigc = np.int64(0)
+    bigm = 0.0
+    for k in range(c0, c1):
+        if used[k - c0] != 0:
+            continue
+        ck = upc[bounds[cbase + k + 1]] - upc[bounds[cbase + k]]
+        if (protect & 4) != 0:
+            if ck <= 0:
+                continue
+            mk, _sk = _perf_stats(perf, cap, bounds[cbase + k], bounds[cbase + k + 1])
+            if big < 0 or mk > bigm or (mk == bigm and ck > bigc):
+                big = k
+                bigc = ck
+                bigm = mk
+        elif ck > bigc:
+            big = k
+            bigc = ck
+    return big, True
+
+
+@njit(cache=True)
 def _descend(level, d, need, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take):  # type: ignore[no-untyped-def]
-    """Place ``need`` pods inside domain ``d``: best-fit child if one covers the rest, else the
-    largest child whole, repeated; only the last child is split, level by level, to one node."""
+    """Place ``need`` pods inside domain ``d`` (level -1: the whole flavor): best-fit child if one
+    covers the rest, else a child whole (see ``_pick_child``), repeated; only the last child is
+    split, level by level, to one node."""
     last = node_dom.shape[0] - 1
+    n_nodes = cap.shape[0]
     while level < last:
-        base = bptr[level]
-        s = bounds[base + d]
-        e = bounds[base + d + 1]
-        c0 = node_dom[level + 1, s]
-        c1 = node_dom[level + 1, e - 1] + 1
+        c0, c1 = _children(level, d, bounds, bptr, node_dom, n_nodes)
         cbase = bptr[level + 1]
         used = np.zeros(c1 - c0, dtype=np.uint8)
         rem = need
         while True:
-            j = _best_fit(level + 1, c0, c1, rem, bounds, bptr, pc, pu, perf, cap, protect, used)
-            if j >= 0:
+            j, whole = _pick_child(level + 1, c0, c1, rem, bounds, bptr, pc, pu, perf, cap, protect, used)
+            if j < 0:
+                return False
+            if not whole:
                 d = j
                 need = rem
                 level += 1
                 break
-            big = -1
-            bigc = np.int64(0)
-            bigm = 0.0
-            for k in range(c0, c1):
-                if used[k - c0] != 0:
-                    continue
-                ck = pc[bounds[cbase + k + 1]] - pc[bounds[cbase + k]]
-                if (protect & 4) != 0:
-                    if ck <= 0:
-                        continue
-                    mk, _sk = _perf_stats(perf, cap, bounds[cbase + k], bounds[cbase + k + 1])
-                    if big < 0 or mk > bigm or (mk == bigm and ck > bigc):
-                        big = k
-                        bigc = ck
-                        bigm = mk
-                elif ck > bigc:
-                    big = k
-                    bigc = ck
-            if big < 0:
-                return False
-            used[big - c0] = 1
-            _take_all(bounds, cbase, big, cap, take)
-            rem -= bigc
+            used[j - c0] = 1
+            _take_all(bounds, cbase, j, cap, take)
+            rem -= pc[bounds[cbase + j + 1]] - pc[bounds[cbase + j]]
     take[d] += need
     return True
+
+
+@njit(cache=True)
+def _layer_prefix(pc, bounds, bptr, slice_levels, slice_sizes):  # type: ignore[no-untyped-def]
+    """Per slice layer, prefix sums over nodes of the units each domain of the layer's level
+    holds (counted on the domain's first node), innermost layer first: a domain's units are
+    floor(its pods / size), its pods rounded down to the next inner layer's units first."""
+    n_layers = slice_levels.shape[0]
+    n_nodes = pc.shape[0] - 1
+    upc = np.zeros((n_layers, n_nodes + 1), dtype=np.int64)
+    unit = np.zeros(n_nodes, dtype=np.int64)
+    for layer in range(n_layers - 1, -1, -1):
+        lv = slice_levels[layer]
+        k = slice_sizes[layer]
+        base = bptr[lv]
+        for n in range(n_nodes):
+            unit[n] = 0
+        for j in range(bptr[lv + 1] - base - 1):
+            s = bounds[base + j]
+            e = bounds[base + j + 1]
+            if layer == n_layers - 1:
+                pods = pc[e] - pc[s]
+            else:
+                pods = (upc[layer + 1, e] - upc[layer + 1, s]) * slice_sizes[layer + 1]
+            unit[s] = pods // k
+        for n in range(n_nodes):
+            upc[layer, n + 1] = upc[layer, n] + unit[n]
+    return upc
+
+
+@njit(cache=True)
+def _descend_layers(level, d, need, layer, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap,
+                    protect, take):  # type: ignore[no-untyped-def]
+    """Place ``need`` units of slice layer ``layer`` inside domain ``d`` at ``level`` (at or
+    above the layer's level): children are chosen in units as ``_descend`` does in pods; at the
+    layer's level the units become the next layer's (or pods, past the innermost layer)."""
+    n_layers = slice_levels.shape[0]
+    n_nodes = cap.shape[0]
+    size = 4 * (bounds.shape[0] + n_layers + 2)
+    st_level = np.empty(size, dtype=np.int64)
+    st_dom = np.empty(size, dtype=np.int64)
+    st_need = np.empty(size, dtype=np.int64)
+    st_layer = np.empty(size, dtype=np.int64)
+    st_level[0] = level
+    st_dom[0] = d
+    st_need[0] = need
+    st_layer[0] = layer
+    sp = 1
+    while sp > 0:
+        sp -= 1
+        level = st_level[sp]
+        d = st_dom[sp]
+        need = st_need[sp]
+        layer = st_layer[sp]
+        if need <= 0:
+            continue
+        if layer == n_layers:
+            if not _descend(level, d, need, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take):
+                return False
+            continue
+        if level == slice_levels[layer]:
+            inner = slice_sizes[layer + 1] if layer + 1 < n_layers else 1
+            st_level[sp] = level
+            st_dom[sp] = d
+            st_need[sp] = need * slice_sizes[layer] // inner
+            st_layer[sp] = layer + 1
+            sp += 1
+            continue
+        u = upc[layer]
+        c0, c1 = _children(level, d, bounds, bptr, node_dom, n_nodes)
+        cbase = bptr[level + 1]
+        used = np.zeros(c1 - c0, dtype=np.uint8)
+        rem = need
+        while rem > 0:
+            j, whole = _pick_child(level + 1, c0, c1, rem, bounds, bptr, u, pu, perf, cap, protect, used)
+            if j < 0:
+                return False
+            got = rem
+            if whole:
+                used[j - c0] = 1
+                got = u[bounds[cbase + j + 1]] - u[bounds[cbase + j]]
+            st_level[sp] = level + 1
+            st_dom[sp] = j
+            st_need[sp] = got
+            st_layer[sp] = layer
+            sp += 1
+            rem -= got
+    return True
+
+
+@njit(cache=True)
+def _fill(level, d, need, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take):  # type: ignore[no-untyped-def]
+    """``need`` units into domain ``d``: pods without slices, else outermost-layer slices."""
+    if slice_levels.shape[0] == 0:
+        return _descend(level, d, need, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
+    return _descend_layers(level, d, need, 0, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap,
+                           protect, take)
+
+
+@njit(cache=True)
+def _fill_whole(level, d, slice_levels, slice_sizes, upc, u, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take):  # type: ignore[no-untyped-def]
+    """Every unit domain ``d`` holds: its whole pod capacity without slices."""
+    if slice_levels.shape[0] == 0:
+        _take_all(bounds, bptr[level], d, cap, take)
+        return True
+    s = bounds[bptr[level] + d]
+    e = bounds[bptr[level] + d + 1]
+    return _descend_layers(level, d, u[e] - u[s], 0, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf,
+                           cap, protect, take)
 
 
 @njit(cache=True)
@@ -221,18 +375,72 @@ def _span_plan(caps, pods):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
+def _balanced_plan(caps, units, t0):  # type: ignore[no-untyped-def]
+    """Fewest islands ``t ≥ t0`` that share ``units`` evenly: ``units % t`` of them take one
+    unit more than the others; islands are picked smallest capacity first (best fit), ties by
+    index. Returns ``(t, leftover, picks, amounts)``, or ``t = -1`` when no even share fits."""
+    n = caps.shape[0]
+    order = np.argsort(caps, kind="mergesort")
+    picks = np.empty(n, dtype=np.int64)
+    amounts = np.empty(n, dtype=np.int64)
+    taken = np.zeros(n, dtype=np.uint8)
+    t = t0 if t0 > 1 else 1
+    while t <= n and t <= units:
+        low = units // t
+        extra = units - low * t
+        for i in range(n):
+            taken[i] = 0
+        m = 0
+        left = np.int64(0)
+        for q in range(n):  # the islands that take one unit more: the smallest that can
+            if m == extra:
+                break
+            i = order[q]
+            if caps[i] >= low + 1:
+                taken[i] = 1
+                picks[m] = i
+                amounts[m] = low + 1
+                left += caps[i] - low - 1
+                m += 1
+        if m == extra:
+            for q in range(n):
+                if m == t:
+                    break
+                i = order[q]
+                if taken[i] == 0 and caps[i] >= low:
+                    taken[i] = 1
+                    picks[m] = i
+                    amounts[m] = low
+                    left += caps[i] - low
+                    m += 1
+            if m == t:
+                return t, left, picks[:t].copy(), amounts[:t].copy()
+        t += 1
+    return -1, np.int64(0), picks[:0].copy(), amounts[:0].copy()
+
+
+@njit(cache=True)
+def _island_caps(u, bounds, tbase, i0, i1):  # type: ignore[no-untyped-def]
+    caps = np.empty(i1 - i0, dtype=np.int64)
+    for i in range(i0, i1):
+        caps[i - i0] = u[bounds[tbase + i + 1]] - u[bounds[tbase + i]]
+    return caps
+
+
+@njit(cache=True)
 def place_podset(  # type: ignore[no-untyped-def]
     free, alloc, req, eligible, perf, perf_floor, bounds, bptr, node_dom, lo, hi, pods,
-    mode, target, span, spread_level, spread_max, protect, take, cap,
+    mode, target, span, spread_level, spread_max, protect, take, cap, slice_levels, slice_sizes,
 ):
     """Place one PodSet. Fills ``take`` (pods per node) and ``cap`` (pod-fit per node).
 
     Returns ``(placed, level, domain)``: the domain that holds the placement (for a span, the
     lowest common parent). Level -1 is the whole flavor: a span with ``span == -1`` may cross
-    the top level, and a spread with ``target == -1`` covers every domain.
+    the top level, a spread with ``target == -1`` covers every domain, and unconstrained
+    placement starts there. With slices (``slice_levels`` not empty) ``pods`` is a multiple of
+    ``slice_sizes[0]`` and ``target`` is at or above ``slice_levels[0]``.
     """
     n_nodes = free.shape[0]
-    n_levels = node_dom.shape[0]
     for n in range(n_nodes):
         take[n] = 0
     node_capacity(free, req, eligible, perf, perf_floor, lo, hi, cap)
@@ -246,20 +454,37 @@ def place_podset(  # type: ignore[no-untyped-def]
         return _place_spread(pods, target, spread_level, spread_max, bounds, bptr, node_dom, pc, pu,
                              perf, cap, protect, take, n_nodes)
 
+    units = pods
+    u = pc
+    upc = np.zeros((0, 1), dtype=np.int64)
+    if slice_levels.shape[0] > 0:
+        upc = _layer_prefix(pc, bounds, bptr, slice_levels, slice_sizes)
+        u = upc[0]
+        units = pods // slice_sizes[0]
+        if u[n_nodes] < units:
+            return 0, target, -1
+
+    if mode == MODE_UNCONSTRAINED:
+        if _fill(-1, 0, units, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take):
+            return 1, -1, 0
+        return 0, target, -1
+
     nd = bptr[target + 1] - bptr[target] - 1
     skip = np.zeros(nd, dtype=np.uint8)
-    d = _best_fit(target, 0, nd, pods, bounds, bptr, pc, pu, perf, cap, protect, skip)
+    d = _best_fit(target, 0, nd, units, bounds, bptr, u, pu, perf, cap, protect, skip)
     if d >= 0:
-        _descend(target, d, pods, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
+        _fill(target, d, units, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
         return 1, target, d
     if mode == MODE_REQUIRED:
         return 0, target, -1
 
     tbase = bptr[target]
+    balanced = (protect & 8) != 0
     for k in range(target - 1, span - 1, -1):
         kbase = bptr[k] if k >= 0 else 0
         nk = bptr[k + 1] - kbase - 1 if k >= 0 else 1
         best = -1
+        bbal = 0
         bcnt = 0
         bem = 0
         bleft = np.int64(0)
@@ -268,24 +493,30 @@ def place_podset(  # type: ignore[no-untyped-def]
         for dd in range(nk):
             s = bounds[kbase + dd] if k >= 0 else 0
             e = bounds[kbase + dd + 1] if k >= 0 else n_nodes
-            if pc[e] - pc[s] < pods:
+            if u[e] - u[s] < units:
                 continue
             i0 = node_dom[target, s]
             i1 = node_dom[target, e - 1] + 1
-            caps = np.empty(i1 - i0, dtype=np.int64)
-            for i in range(i0, i1):
-                caps[i - i0] = pc[bounds[tbase + i + 1]] - pc[bounds[tbase + i]]
-            cnt, left, _order, _nw, _last = _span_plan(caps, pods)
+            caps = _island_caps(u, bounds, tbase, i0, i1)
+            cnt, left, _order, _nw, _last = _span_plan(caps, units)
             if cnt < 0:
                 continue
+            bal = 0
+            if balanced:
+                t, tleft, _p, _a = _balanced_plan(caps, units, cnt)
+                if t > 0:
+                    bal = 1
+                    cnt = t
+                    left = tleft
             em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
-            if best >= 0 and (cnt > bcnt or (cnt == bcnt and (em > bem or (em == bem and left > bleft)))):
+            if best >= 0 and (bal < bbal or (bal == bbal and (cnt > bcnt or (cnt == bcnt and (em > bem or (em == bem and left > bleft)))))):
                 continue
             m, sp = _perf_stats(perf, cap, s, e)
-            if best >= 0 and cnt == bcnt and em == bem and left == bleft:
+            if best >= 0 and bal == bbal and cnt == bcnt and em == bem and left == bleft:
                 if m < bm or (m == bm and sp >= bs):
                     continue
             best = dd
+            bbal = bal
             bem = em
             bcnt = cnt
             bleft = left
@@ -296,16 +527,20 @@ def place_podset(  # type: ignore[no-untyped-def]
             e = bounds[kbase + best + 1] if k >= 0 else n_nodes
             i0 = node_dom[target, s]
             i1 = node_dom[target, e - 1] + 1
-            caps = np.empty(i1 - i0, dtype=np.int64)
-            for i in range(i0, i1):
-                caps[i - i0] = pc[bounds[tbase + i + 1]] - pc[bounds[tbase + i]]
-            cnt, left, order, n_whole, last = _span_plan(caps, pods)
-            rem = pods
+            caps = _island_caps(u, bounds, tbase, i0, i1)
+            cnt, left, order, n_whole, last = _span_plan(caps, units)
+            if bbal == 1:
+                t, tleft, picks, amounts = _balanced_plan(caps, units, cnt)
+                for j in range(t):
+                    _fill(target, picks[j] + i0, amounts[j], slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu,
+                          perf, cap, protect, take)
+                return 1, k, best
+            rem = units
             for j in range(n_whole):
                 isl = order[j] + i0
-                _take_all(bounds, tbase, isl, cap, take)
+                _fill_whole(target, isl, slice_levels, slice_sizes, upc, u, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
                 rem -= caps[order[j]]
-            _descend(target, last + i0, rem, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
+            _fill(target, last + i0, rem, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
             return 1, k, best
     return 0, target, -1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["DomainVerdict", "Placement", "PodSetPlacement"]
+__all__ = ["DomainVerdict", "Placement", "PodSetPlacement", "SlicePlacement"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +20,25 @@ class DomainVerdict:
 
     def describe(self) -> str:
         return f"{'/'.join(self.path)}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class SlicePlacement:
+    """One slice of a sliced PodSet: its pods, all inside the domain ``path`` of ``level``.
+
+    Slices are numbered in topology path order (slice ``i`` holds the PodSet's pods
+    ``i·size … (i+1)·size − 1`` when ranks are handed out in that order); a node may hold pods
+    of two neighbouring slices of one domain."""
+
+    index: int
+    level: str
+    path: tuple[str, ...]
+    nodes: tuple[str, ...]
+    pods_per_node: tuple[int, ...]
+
+    @property
+    def pods(self) -> int:
+        return sum(self.pods_per_node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +59,8 @@ class PodSetPlacement:
     max_perf: float
     bottleneck_gbps: float
     """Per-GPU bandwidth of the highest link the PodSet crosses (its lowest common domain)."""
+    slices: tuple[SlicePlacement, ...] = ()
+    """The outermost slice layer's slices, in path order; empty when no slices were asked for."""
 
     @property
     def pods(self) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 __all__ = ["place_podset"]
 
-MODE_REQUIRED, MODE_PREFERRED, MODE_SPREAD = 0, 1, 2
+MODE_REQUIRED, MODE_PREFERRED, MODE_SPREAD, MODE_UNCONSTRAINED = 0, 1, 2, 3
 
 
 class _View:
@@ -28,6 +28,8 @@ class _View:
         self.protect = bool(protect & 1)
         self.first_fit = bool(protect & 2)
         self.perf_first = bool(protect & 4)
+        self.balanced = bool(protect & 8)
+        self.least_free = bool(protect & 16)
         n = len(free_l)
         self.cap = [0] * n
         for i in range(n):
@@ -66,16 +68,21 @@ class _View:
     def empty_flag(self, s: int, e: int) -> int:
         return 1 if self.protect and self.pu[e] - self.pu[s] == e - s else 0
 
-    def best_fit(self, level: int, domains: range, need: int, skip: set[int]) -> int:
+    def rng_or_all(self, level: int, d: int) -> tuple[int, int]:
+        return (0, len(self.cap)) if level < 0 else self.rng(level, d)
+
+    def best_fit(self, level: int, domains: range, need: int, skip: set[int], u: list[int] | None = None) -> int:
         """Smallest sort key wins: (empty, capacity, -min perf, spread, index) for best fit;
-        (empty, -min perf, spread, capacity, index) for perf first; (empty, index) for first fit."""
+        (empty, -min perf, spread, capacity, index) for perf first; (empty, index) for first fit.
+        Capacity is in pods, or in the units of the prefix sums ``u``."""
+        pc = self.pc if u is None else u
         best_key: tuple[float, ...] | None = None
         best = -1
         for d in domains:
             if d in skip:
                 continue
             s, e = self.rng(level, d)
-            c = self.pc[e] - self.pc[s]
+            c = pc[e] - pc[s]
             if c < need:
                 continue
             m, sp = self.stats(s, e)
@@ -95,29 +102,139 @@ class _View:
         for i in range(s, e):
             self.take[i] += self.cap[i]
 
-    def descend(self, level: int, d: int, need: int) -> None:
+    def pick_child(self, level: int, kids: range, rem: int, used: set[int], u: list[int]) -> tuple[int, bool]:
+        """(child, False) when it takes the rest (best fit); (child, True) to take it whole: the
+        largest, the fastest for perf first; (-1, True) if none. Least free first: the smallest
+        child, whole unless it covers the rest."""
+        def units(k: int) -> int:
+            s, e = self.rng(level, k)
+            return u[e] - u[s]
+
+        if self.least_free:
+            small = [(units(k), k) for k in kids if k not in used and units(k) > 0]
+            if not small:
+                return -1, True
+            c, k = min(small)
+            return k, c < rem
+        j = self.best_fit(level, kids, rem, used, u)
+        if j >= 0:
+            return j, False
+
+        if self.perf_first:
+            ranked = [(self.stats(*self.rng(level, k))[0], units(k), -k) for k in kids if k not in used and units(k) > 0]
+            return (-max(ranked)[2], True) if ranked else (-1, True)
+        big = max(((units(k), -k) for k in kids if k not in used), default=(0, 0))
+        return (-big[1], True) if big[0] > 0 else (-1, True)
+
+    def descend(self, level: int, d: int, need: int) -> bool:
+        """``need`` pods into domain ``d`` (level -1: the whole flavor), level by level to one node."""
         last = len(self.node_dom) - 1
         while level < last:
-            kids = self.children(level, d)
+            s, e = self.rng_or_all(level, d)
+            kids = range(self.node_dom[level + 1][s], self.node_dom[level + 1][e - 1] + 1)
             used: set[int] = set()
             rem = need
             while True:
-                j = self.best_fit(level + 1, kids, rem, used)
-                if j >= 0:
+                j, whole = self.pick_child(level + 1, kids, rem, used, self.pc)
+                if j < 0:
+                    return False
+                if not whole:
                     d, need, level = j, rem, level + 1
                     break
-                if self.perf_first:
-                    ranked = [(self.stats(*self.rng(level + 1, k))[0], self.capacity(level + 1, k), -k)
-                              for k in kids if k not in used and self.capacity(level + 1, k) > 0]
-                    _, c, neg_k = max(ranked)
-                else:
-                    c, neg_k = max((self.capacity(level + 1, k), -k) for k in kids if k not in used)
-                if c <= 0:
-                    raise AssertionError("descend ran out of capacity")
-                used.add(-neg_k)
-                self.take_all(level + 1, -neg_k)
-                rem -= c
+                used.add(j)
+                self.take_all(level + 1, j)
+                rem -= self.capacity(level + 1, j)
         self.take[d] += need
+        return True
+
+    def layer_prefix(self, slice_levels: list[int], slice_sizes: list[int]) -> list[list[int]]:
+        """Per layer, prefix sums of the units each domain of its level holds (see ``_kernels``)."""
+        n = len(self.cap)
+        upc: list[list[int]] = [[] for _ in slice_levels]
+        for layer in range(len(slice_levels) - 1, -1, -1):
+            lv, k = slice_levels[layer], slice_sizes[layer]
+            unit = [0] * n
+            for j in range(self.count(lv)):
+                s, e = self.rng(lv, j)
+                if layer == len(slice_levels) - 1:
+                    pods = self.pc[e] - self.pc[s]
+                else:
+                    pods = (upc[layer + 1][e] - upc[layer + 1][s]) * slice_sizes[layer + 1]
+                unit[s] = pods // k
+            acc = [0] * (n + 1)
+            for i in range(n):
+                acc[i + 1] = acc[i] + unit[i]
+            upc[layer] = acc
+        return upc
+
+    def descend_layers(self, level: int, d: int, need: int, layers: tuple[list[int], list[int], list[list[int]]]) -> bool:
+        """``need`` outermost-layer slices into domain ``d``; each slice layer hands its units to
+        the next at its own level, the innermost to ``descend`` in pods."""
+        slice_levels, slice_sizes, upc = layers
+        work = [(level, d, need, 0)]
+        while work:
+            level, d, need, layer = work.pop()
+            if need <= 0:
+                continue
+            if layer == len(slice_levels):
+                if not self.descend(level, d, need):
+                    return False
+                continue
+            if level == slice_levels[layer]:
+                inner = slice_sizes[layer + 1] if layer + 1 < len(slice_levels) else 1
+                work.append((level, d, need * slice_sizes[layer] // inner, layer + 1))
+                continue
+            u = upc[layer]
+            s, e = self.rng_or_all(level, d)
+            kids = range(self.node_dom[level + 1][s], self.node_dom[level + 1][e - 1] + 1)
+            used: set[int] = set()
+            rem = need
+            while rem > 0:
+                j, whole = self.pick_child(level + 1, kids, rem, used, u)
+                if j < 0:
+                    return False
+                got = rem
+                if whole:
+                    used.add(j)
+                    cs, ce = self.rng(level + 1, j)
+                    got = u[ce] - u[cs]
+                work.append((level + 1, j, got, layer))
+                rem -= got
+        return True
+
+
+_Layers = tuple[list[int], list[int], list[list[int]]]
+
+
+def _fill(v: _View, level: int, d: int, need: int, layers: _Layers) -> bool:
+    if not layers[0]:
+        return v.descend(level, d, need)
+    return v.descend_layers(level, d, need, layers)
+
+
+def _fill_whole(v: _View, level: int, d: int, layers: _Layers) -> None:
+    if not layers[0]:
+        v.take_all(level, d)
+        return
+    s, e = v.rng(level, d)
+    v.descend_layers(level, d, layers[2][0][e] - layers[2][0][s], layers)
+
+
+def _balanced_plan(caps: list[int], units: int, t0: int) -> tuple[int, int, list[tuple[int, int]]]:
+    """(t, leftover, [(island, amount)]) for the fewest islands t ≥ t0 sharing ``units`` evenly
+    (``units % t`` of them one more), smallest islands first; t = -1 if none."""
+    order = sorted(range(len(caps)), key=lambda i: (caps[i], i))
+    for t in range(max(t0, 1), min(len(caps), units) + 1):
+        low, extra = divmod(units, t)
+        ups = [i for i in order if caps[i] >= low + 1][:extra]
+        if len(ups) < extra:
+            continue
+        downs = [i for i in order if i not in ups and caps[i] >= low][: t - extra]
+        if len(downs) < t - extra:
+            continue
+        picks = [(i, low + 1) for i in ups] + [(i, low) for i in downs]
+        return t, sum(caps[i] - a for i, a in picks), picks
+    return -1, 0, []
 
 
 def _span_plan(caps: list[int], pods: int) -> tuple[int, int, list[int], int]:
@@ -138,52 +255,79 @@ def _span_plan(caps: list[int], pods: int) -> tuple[int, int, list[int], int]:
 
 def place_podset(free: Any, alloc: Any, req: Any, eligible: Any, perf: Any, perf_floor: float, bounds: Any,
                  bptr: Any, node_dom: Any, lo: int, hi: int, pods: int, mode: int, target: int, span: int,
-                 spread_level: int, spread_max: int, protect: int, take: Any, cap: Any) -> tuple[int, int, int]:
+                 spread_level: int, spread_max: int, protect: int, take: Any, cap: Any, slice_levels: Any = (),
+                 slice_sizes: Any = ()) -> tuple[int, int, int]:
     v = _View(free, alloc, req, eligible, perf, perf_floor, bounds, bptr, node_dom, lo, hi, protect)
-    result = _place(v, pods, mode, target, span, spread_level, spread_max)
+    result = _place(v, pods, mode, target, span, spread_level, spread_max, [int(x) for x in slice_levels],
+                    [int(x) for x in slice_sizes])
     take[:] = v.take
     cap[:] = v.cap
     return result
 
 
-def _place(v: _View, pods: int, mode: int, target: int, span: int, spread_level: int, spread_max: int) -> tuple[int, int, int]:
+def _place(v: _View, pods: int, mode: int, target: int, span: int, spread_level: int, spread_max: int,
+           slice_levels: list[int], slice_sizes: list[int]) -> tuple[int, int, int]:
     if v.pc[-1] < pods:
         return 0, target, -1
     if mode == MODE_SPREAD:
         return _spread(v, pods, target, spread_level, spread_max)
-    d = v.best_fit(target, range(v.count(target)), pods, set())
+    layers: _Layers = (slice_levels, slice_sizes, v.layer_prefix(slice_levels, slice_sizes) if slice_levels else [])
+    u, units = v.pc, pods
+    if slice_levels:
+        u, units = layers[2][0], pods // slice_sizes[0]
+        if u[-1] < units:
+            return 0, target, -1
+    if mode == MODE_UNCONSTRAINED:
+        return (1, -1, 0) if _fill(v, -1, 0, units, layers) else (0, target, -1)
+    d = v.best_fit(target, range(v.count(target)), units, set(), u)
     if d >= 0:
-        v.descend(target, d, pods)
+        _fill(v, target, d, units, layers)
         return 1, target, d
     if mode == MODE_REQUIRED:
         return 0, target, -1
     n = len(v.cap)
+
+    def island_caps(s: int, e: int) -> tuple[int, list[int]]:
+        i0 = v.node_dom[target][s]
+        caps = []
+        for i in range(i0, v.node_dom[target][e - 1] + 1):
+            cs, ce = v.rng(target, i)
+            caps.append(u[ce] - u[cs])
+        return i0, caps
+
     for k in range(target - 1, span - 1, -1):
-        best_key: tuple[int, int, int, float, float, int] | None = None
+        best_key: tuple[int, int, int, int, float, float, int] | None = None
         for dd in range(v.count(k) if k >= 0 else 1):
             s, e = v.rng(k, dd) if k >= 0 else (0, n)
-            if v.pc[e] - v.pc[s] < pods:
+            if u[e] - u[s] < units:
                 continue
-            islands = range(v.node_dom[target][s], v.node_dom[target][e - 1] + 1)
-            cnt, left, _, _ = _span_plan([v.capacity(target, i) for i in islands], pods)
+            _, caps = island_caps(s, e)
+            cnt, left, _, _ = _span_plan(caps, units)
             if cnt < 0:
                 continue
+            bal = 0
+            if v.balanced:
+                t, tleft, _ = _balanced_plan(caps, units, cnt)
+                if t > 0:
+                    bal, cnt, left = 1, t, tleft
             m, sp = v.stats(s, e)
-            key = (cnt, v.empty_flag(s, e), left, -m, sp, dd)
+            key = (-bal, cnt, v.empty_flag(s, e), left, -m, sp, dd)
             if best_key is None or key < best_key:
                 best_key = key
         if best_key is not None:
-            dd = best_key[5]
+            dd = best_key[6]
             s, e = v.rng(k, dd) if k >= 0 else (0, n)
-            i0 = v.node_dom[target][s]
-            islands = range(i0, v.node_dom[target][e - 1] + 1)
-            caps = [v.capacity(target, i) for i in islands]
-            _, _, whole, last = _span_plan(caps, pods)
-            rem = pods
+            i0, caps = island_caps(s, e)
+            cnt, _, whole, last = _span_plan(caps, units)
+            if best_key[0] == -1:
+                for i, amount in _balanced_plan(caps, units, cnt)[2]:
+                    _fill(v, target, i + i0, amount, layers)
+                return 1, k, dd
+            rem = units
             for i in whole:
-                v.take_all(target, i + i0)
+                _fill_whole(v, target, i + i0, layers)
                 rem -= caps[i]
-            v.descend(target, last + i0, rem)
+            _fill(v, target, last + i0, rem, layers)
             return 1, k, dd
     return 0, target, -1
 

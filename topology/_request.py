@@ -13,7 +13,10 @@ from topology._affinity import NodeConstraint
 from topology._model import Toleration
 from topology._resources import ResourceVector
 
-__all__ = ["GraphLink", "PlacementRequest", "PodSetRequest", "Spread"]
+__all__ = ["MAX_SLICE_LAYERS", "GraphLink", "PlacementRequest", "PodSetRequest", "SliceLayer", "Spread"]
+
+MAX_SLICE_LAYERS = 3
+"""Slice layers one PodSet may ask for (Kueue's multi-layer slices allow 1 to 3)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +29,20 @@ class Spread:
     def __post_init__(self) -> None:
         if self.max_per_domain < 1:
             raise ValueError(f"spread.maxPerDomain must be ≥ 1, got {self.max_per_domain}")
+
+
+@dataclass(frozen=True, slots=True)
+class SliceLayer:
+    """Cut the PodSet into groups of ``size`` pods, each group inside one domain of ``level``
+    (Kueue's ``podset-slice-required-topology`` + ``podset-slice-size``, or one entry of
+    ``podset-slice-required-topology-constraints``)."""
+
+    level: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"slice size must be ≥ 1, got {self.size}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +60,13 @@ class PodSetRequest:
     become candidates when these tolerate every such taint. ``node_constraint`` is the pod
     template's nodeSelector and required node affinity: only the nodes it allows are candidates
     for this PodSet (other PodSets of the request keep their own).
+
+    ``slices`` (outermost first, up to 3 layers, each level below the one before and each size
+    dividing the one before): the PodSet is ``pods / slices[0].size`` slices, each wholly inside
+    one domain of ``slices[0].level``; the slices together obey the required/preferred level,
+    which must be at or above the slice level. ``unconstrained``: any nodes, least free first
+    (no level). ``balanced``: a span gives each island the same share (±1 pod or slice).
+    ``group``: PodSets with the same group name share one domain of their (common) level.
     """
 
     name: str
@@ -56,16 +80,41 @@ class PodSetRequest:
     spread: Spread | None = None
     tolerations: tuple[Toleration, ...] = ()
     node_constraint: NodeConstraint | None = None
+    slices: tuple[SliceLayer, ...] = ()
+    unconstrained: bool = False
+    balanced: bool = False
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.pods < 1:
             raise ValueError(f"podSets[{self.name}].count must be ≥ 1, got {self.pods}")
+        self._check_shape()
         if self.per_pod.gpu < 0 or self.per_pod.cpu_milli < 0 or self.per_pod.memory_mib < 0:
             raise ValueError(f"podSets[{self.name}]: per-pod resources must not be negative")
         if self.required_level and self.preferred_level:
             raise ValueError(f"podSets[{self.name}]: set required_level or preferred_level, not both")
         if not 0.0 <= self.perf_floor <= 10.0:
             raise ValueError(f"podSets[{self.name}].perfFloor must be within [0, 10], got {self.perf_floor}")
+
+    def _check_shape(self) -> None:
+        where = f"podSets[{self.name}]"
+        if self.unconstrained and (self.required_level or self.preferred_level or self.spread):
+            raise ValueError(f"{where}: unconstrained placement takes no required/preferred level and no spread")
+        if self.slices:
+            if len(self.slices) > MAX_SLICE_LAYERS:
+                raise ValueError(f"{where}.slices: at most {MAX_SLICE_LAYERS} layers, got {len(self.slices)}")
+            if self.spread is not None:
+                raise ValueError(f"{where}: slices and spread cannot be combined")
+            if self.group is not None:
+                raise ValueError(f"{where}: slices and a PodSet group cannot be combined")
+            for outer, inner in zip(self.slices, self.slices[1:]):
+                if outer.size % inner.size:
+                    raise ValueError(f"{where}.slices: size {inner.size} ({inner.level}) must evenly divide the parent layer size "
+                                     f"{outer.size} ({outer.level})")
+            if self.pods % self.slices[0].size:
+                raise ValueError(f"{where}: count {self.pods} is not a multiple of the slice size {self.slices[0].size}")
+        if self.group is not None and not (self.required_level or self.preferred_level):
+            raise ValueError(f"{where}: a PodSet group needs a required or preferred level")
 
     @property
     def gpus(self) -> int:
@@ -112,6 +161,21 @@ class PlacementRequest:
             for end in (link.a, link.b):
                 if end not in names:
                     raise ValueError(f"link {link.a}->{link.b}: no PodSet named {end!r}")
+        for group, members in self.groups().items():
+            if len(members) < 2:
+                raise ValueError(f"group {group!r}: needs at least 2 PodSets, got {[m.name for m in members]}")
+            shapes = {(m.required_level, m.preferred_level) for m in members}
+            if len(shapes) != 1:
+                raise ValueError(f"group {group!r}: its PodSets must ask for the same required or preferred level, got "
+                                 + ", ".join(f"{m.name}: {m.required_level or m.preferred_level}" for m in members))
+
+    def groups(self) -> dict[str, list[PodSetRequest]]:
+        """PodSet groups by name, members in request order."""
+        out: dict[str, list[PodSetRequest]] = {}
+        for p in self.podsets:
+            if p.group is not None:
+                out.setdefault(p.group, []).append(p)
+        return out
 
     @property
     def gpus(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from topology import GraphLink, Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, Spread, Taint, Toleration
+from topology import GraphLink, Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, SliceLayer, Snapshot, Spread, Taint, Toleration
 
 LEVELS = ("zone", "spine", "clique")
 
@@ -75,3 +75,59 @@ def placement_requests(draw: st.DrawFn, snapshot: Snapshot) -> PlacementRequest:
             links = (GraphLink("prefill", "decode", max_level=draw(st.sampled_from(list(snapshot.level_labels)))),)
         return PlacementRequest((first, second), links, protect_empty_domains=draw(st.booleans()), best_fit=draw(st.booleans()))
     return PlacementRequest((first,), protect_empty_domains=draw(st.booleans()), best_fit=draw(st.booleans()))
+
+
+@st.composite
+def slice_layers(draw: st.DrawFn, snapshot: Snapshot, top: int) -> tuple[SliceLayer, ...]:
+    """1-3 layers at strictly lower levels from ``top`` down, each size dividing the one above."""
+    labels = list(snapshot.level_labels)
+    candidates = list(range(top, len(labels)))
+    count = draw(st.integers(1, min(3, len(candidates))))
+    levels = sorted(draw(st.lists(st.sampled_from(candidates), min_size=count, max_size=count, unique=True)))
+    sizes = [draw(st.integers(1, 6))]
+    for _ in levels[1:]:
+        sizes.append(draw(st.sampled_from([d for d in range(1, sizes[-1] + 1) if sizes[-1] % d == 0])))
+    return tuple(SliceLayer(labels[lv], size) for lv, size in zip(levels, sizes))
+
+
+@st.composite
+def vocabulary_podsets(draw: st.DrawFn, snapshot: Snapshot, name: str = "main") -> PodSetRequest:
+    """Sliced (multi-layer), unconstrained and balanced PodSets, the shapes Kueue's annotations ask for."""
+    labels = list(snapshot.level_labels)
+    per_pod = ResourceVector(draw(st.integers(0, 4)), draw(st.sampled_from([0, 1000, 30000])), 0, 0)
+    kind = draw(st.sampled_from(["required", "preferred", "slice-only", "unconstrained"]))
+    balanced = draw(st.booleans())
+    floor = draw(st.sampled_from([0.0, 0.0, 0.9]))
+    uniform = draw(st.booleans())
+    target = draw(st.integers(0, len(labels) - 1))
+    sliced = kind == "slice-only" or (kind != "unconstrained" and draw(st.booleans())) or (kind == "unconstrained" and draw(st.booleans()))
+    slices = draw(slice_layers(snapshot, target if kind in ("required", "preferred") else 0)) if sliced else ()
+    pods = (slices[0].size if slices else 1) * draw(st.integers(1, 8))
+    common = dict(perf_floor=floor, uniform_perf=uniform, slices=slices, balanced=balanced)
+    if kind == "required":
+        return PodSetRequest(name, pods, per_pod, required_level=labels[target], **common)  # type: ignore[arg-type]
+    if kind == "preferred":
+        span = draw(st.integers(-1, target))
+        return PodSetRequest(name, pods, per_pod, preferred_level=labels[target], max_span_level=labels[span] if span >= 0 else None,
+                             **common)  # type: ignore[arg-type]
+    if kind == "unconstrained":
+        return PodSetRequest(name, pods, per_pod, unconstrained=True, **common)  # type: ignore[arg-type]
+    return PodSetRequest(name, pods, per_pod, **common)  # type: ignore[arg-type]
+
+
+@st.composite
+def vocabulary_requests(draw: st.DrawFn, snapshot: Snapshot) -> PlacementRequest:
+    """One or two vocabulary PodSets, or a leader + workers group sharing one domain."""
+    protect, best_fit = draw(st.booleans()), draw(st.booleans())
+    if draw(st.integers(0, 3)) == 0:
+        labels = list(snapshot.level_labels)
+        level = labels[draw(st.integers(0, len(labels) - 1))]
+        key = "required_level" if draw(st.booleans()) else "preferred_level"
+        leader = PodSetRequest("leader", 1, ResourceVector(draw(st.integers(0, 2)), 1000, 0, 0), group="g", **{key: level})  # type: ignore[arg-type]
+        workers = PodSetRequest("workers", draw(st.integers(1, 12)), ResourceVector(draw(st.integers(1, 4)), 0, 0, 0), group="g",
+                                **{key: level})  # type: ignore[arg-type]
+        return PlacementRequest((leader, workers), protect_empty_domains=protect, best_fit=best_fit)
+    first = draw(vocabulary_podsets(snapshot, "a"))
+    if draw(st.booleans()):
+        return PlacementRequest((first, draw(vocabulary_podsets(snapshot, "b"))), protect_empty_domains=protect, best_fit=best_fit)
+    return PlacementRequest((first,), protect_empty_domains=protect, best_fit=best_fit)

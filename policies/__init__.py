@@ -3,7 +3,8 @@
 Pure: no Kubernetes I/O, no clock; ``admission`` supplies the snapshot, the time and the wait state.
 """
 
-from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, decide
+from policies._annotations import TopologyHints, group_problems, read_topology_annotations
+from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, decide, podset_spec
 from policies._loading import PROFILES_KEY, ProfilesError, load_profiles, load_profiles_file, profiles_from_configmap
 from policies._profiles import (
     DEFAULT_FABRIC_LINK,
@@ -11,6 +12,7 @@ from policies._profiles import (
     FlavorSettings,
     LinkSettings,
     FragmentationSettings,
+    LevelOverrides,
     Profile,
     ProfilesDocument,
     RetrySettings,
@@ -25,6 +27,7 @@ __all__ = [
     "Decision",
     "FlavorSettings",
     "FragmentationSettings",
+    "LevelOverrides",
     "LinkSettings",
     "Outcome",
     "PodSetSpec",
@@ -34,10 +37,14 @@ __all__ = [
     "ProfilesError",
     "RetrySettings",
     "SpreadSettings",
+    "TopologyHints",
     "WaitState",
     "WorkloadClass",
     "decide",
+    "group_problems",
     "load_profiles",
     "load_profiles_file",
+    "podset_spec",
     "profiles_from_configmap",
+    "read_topology_annotations",
 ]

@@ -13,11 +13,23 @@ both on the Workload so they survive restarts); no clock is read here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from policies._annotations import (
+    GROUP_NAME,
+    PREFERRED_TOPOLOGY,
+    REQUIRED_TOPOLOGY,
+    SLICE_CONSTRAINTS,
+    SLICE_REQUIRED_TOPOLOGY,
+    SLICE_SIZE,
+    TopologyHints,
+    group_problems,
+    read_topology_annotations,
+)
 from policies._profiles import Profile, WorkloadClass
 from topology import (
     GraphLink,
@@ -27,6 +39,7 @@ from topology import (
     PlacementRequest,
     PodSetRequest,
     ResourceVector,
+    SliceLayer,
     Snapshot,
     Spread,
     Toleration,
@@ -34,12 +47,9 @@ from topology import (
     never_fits,
 )
 
-__all__ = ["Decision", "Outcome", "PodSetSpec", "ProfileLevelError", "WaitState", "decide"]
+__all__ = ["Decision", "Outcome", "PodSetSpec", "ProfileLevelError", "WaitState", "decide", "podset_spec"]
 
 Outcome = Literal["admit", "wait", "reject"]
-
-REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
-PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 
 
 class ProfileLevelError(ValueError):
@@ -49,7 +59,12 @@ class ProfileLevelError(ValueError):
 @dataclass(frozen=True, slots=True)
 class PodSetSpec:
     """One PodSet as Kueue admitted it: count, per-pod resources, Kueue's own topology hints,
-    and the pod template's tolerations, nodeSelector and required node affinity."""
+    and the pod template's tolerations, nodeSelector and required node affinity.
+
+    The rest of Kueue's TAS vocabulary (``podset_spec`` reads it from the annotations):
+    ``slices`` (outermost first), ``unconstrained``, ``group`` (PodSets sharing one domain),
+    ``balanced`` (Atoll's even spans); ``annotation_errors`` make the Workload invalid (Rejected
+    with them), ``annotation_notes`` are annotations read but not honoured (in ``Decision.notes``)."""
 
     name: str
     count: int
@@ -58,6 +73,26 @@ class PodSetSpec:
     preferred_topology: str | None = None
     tolerations: tuple[Toleration, ...] = ()
     node_constraint: NodeConstraint | None = None
+    slices: tuple[SliceLayer, ...] = ()
+    unconstrained: bool = False
+    group: str | None = None
+    balanced: bool = False
+    annotation_errors: tuple[str, ...] = ()
+    annotation_notes: tuple[str, ...] = ()
+
+
+def podset_spec(name: str, count: int, per_pod: ResourceVector, annotations: Mapping[str, str], *,
+                tolerations: tuple[Toleration, ...] = (), node_constraint: NodeConstraint | None = None) -> PodSetSpec:
+    """A PodSet from its pod template: every ``kueue.x-k8s.io/podset-*`` annotation is read
+    (``read_topology_annotations``), honoured or named in the errors/notes."""
+    hints = read_topology_annotations(annotations, podset=name, count=count)
+    return _with_hints(PodSetSpec(name, count, per_pod, tolerations=tolerations, node_constraint=node_constraint), hints)
+
+
+def _with_hints(spec: PodSetSpec, hints: TopologyHints) -> PodSetSpec:
+    return dataclasses.replace(spec, required_topology=hints.required_topology, preferred_topology=hints.preferred_topology,
+                               slices=hints.slices, unconstrained=hints.unconstrained, group=hints.group, balanced=hints.balanced,
+                               annotation_errors=hints.errors, annotation_notes=hints.notes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +112,32 @@ class Decision:
     retry_after_seconds: int = 0
     relaxed: bool = False
     request: PlacementRequest | None = None
+    notes: tuple[str, ...] = ()
+    """Annotations read but not honoured, each naming the annotation (for the record and an Event)."""
 
 
-def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None) -> PodSetRequest:
+def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
+                    snapshot: Snapshot, *, tight: bool, balanced: bool) -> PodSetRequest:
     required, preferred, span = (None, None, None) if cls and cls.spread else level_mode  # replicas spread; island levels are for gangs
+    spread = Spread(cls.spread.level, cls.spread.max_per_domain) if cls and cls.spread else None
     if spec.required_topology:
         required, preferred, span = spec.required_topology, None, None
     elif spec.preferred_topology:
         required, preferred = None, spec.preferred_topology
-    spread = Spread(cls.spread.level, cls.spread.max_per_domain) if cls and cls.spread else None
+    elif spec.unconstrained:
+        required, preferred, span, spread = None, None, None, None
+    elif spec.slices and (required or preferred):
+        # Slices and the profile's island level: before an elastic profile relaxes (``tight``) the
+        # whole PodSet waits for one domain, at least one of the slice level. Otherwise a profile
+        # level at or below the slice level makes each slice the unit that must sit in one island,
+        # and the PodSet takes the fewest slice-level domains (one if it can).
+        below = snapshot.level_index(required or preferred or "") - snapshot.level_index(spec.slices[0].level)
+        if tight and below > 0:
+            required = spec.slices[0].level
+        elif not tight and below >= 0:
+            required, preferred = None, spec.slices[0].level
+    if spec.slices:
+        spread = None
     return PodSetRequest(
         name=spec.name,
         pods=spec.count,
@@ -98,6 +150,10 @@ def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, 
         spread=spread,
         tolerations=spec.tolerations,
         node_constraint=spec.node_constraint,
+        slices=spec.slices,
+        unconstrained=spec.unconstrained and not (spec.required_topology or spec.preferred_topology),
+        balanced=spec.balanced or balanced,
+        group=spec.group,
     )
 
 
@@ -107,24 +163,55 @@ def _check_levels(snapshot: Snapshot, profile_name: str, profile: Profile, podse
         if label and label not in snapshot.level_labels:
             raise ProfileLevelError(f"profiles.{profile_name}.{key}: flavor {snapshot.flavor} has no level {label!r} (levels: {list(snapshot.level_labels)})")
     for spec in podsets:
-        for ann, label in ((REQUIRED_TOPOLOGY, spec.required_topology), (PREFERRED_TOPOLOGY, spec.preferred_topology)):
+        slice_key = SLICE_CONSTRAINTS if len(spec.slices) > 1 else SLICE_REQUIRED_TOPOLOGY
+        hints = [(REQUIRED_TOPOLOGY, spec.required_topology), (PREFERRED_TOPOLOGY, spec.preferred_topology)]
+        hints += [(slice_key, layer.level) for layer in spec.slices]
+        for ann, label in hints:
             if label and label not in snapshot.level_labels:
                 return f"podSets[{spec.name}] annotation {ann}: flavor {snapshot.flavor} has no level {label!r} (levels: {list(snapshot.level_labels)})"
     return None
 
 
+def _annotation_problems(snapshot: Snapshot, podsets: Sequence[PodSetSpec]) -> str | None:
+    """Why the PodSets' annotations make the Workload invalid, or None: Kueue's rules, a slice
+    size that does not divide the admitted count, and slice layers out of level order."""
+    problems = [e for spec in podsets for e in spec.annotation_errors]
+    problems += group_problems([(s.name, s.count, TopologyHints(s.required_topology, s.preferred_topology, group=s.group)) for s in podsets])
+    for spec in podsets:
+        if not spec.slices:
+            continue
+        key = SLICE_CONSTRAINTS if len(spec.slices) > 1 else SLICE_SIZE
+        size = spec.slices[0].size
+        if spec.count % size:
+            problems.append(f"podSets[{spec.name}] annotation {key}: count {spec.count} is not a multiple of the slice size {size}")
+        own = spec.required_topology or spec.preferred_topology
+        levels = snapshot.level_labels
+        if own in levels and spec.slices[0].level in levels and levels.index(own) > levels.index(spec.slices[0].level):
+            problems.append(f"podSets[{spec.name}] annotation {SLICE_REQUIRED_TOPOLOGY if key == SLICE_SIZE else key}: slice level "
+                            f"{spec.slices[0].level} is above the PodSet's level {own}")
+    if any(s.group for s in podsets) and any(s.slices for s in podsets if s.group):
+        problems.append(f"annotation {GROUP_NAME}: a PodSet group cannot be combined with slices")
+    return "; ".join(problems) if problems else None
+
+
 def _build(podsets: Sequence[PodSetSpec], mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
-           links: Sequence[GraphLink], profile: Profile) -> PlacementRequest:
+           links: Sequence[GraphLink], profile: Profile, snapshot: Snapshot, *, tight: bool = False, balanced: bool = False) -> PlacementRequest:
     frag = profile.fragmentation
-    return PlacementRequest(tuple(_podset_request(p, mode, cls) for p in podsets), tuple(links), frag.protect_empty_domains, frag.best_fit)
+    return PlacementRequest(tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets), tuple(links),
+                            frag.protect_empty_domains, frag.best_fit)
 
 
 def _describe_admit(placement: Placement) -> str:
     parts = []
     for ps in placement.podsets:
         where = "/".join(ps.domain_path) or "the whole flavor"
-        parts.append(f"{ps.name}: {ps.pods} pods on {len(ps.nodes)} nodes in {ps.domain_level} {where} "
-                     f"({ps.islands} {ps.island_level} domain{'s' if ps.islands != 1 else ''}, min perf {ps.min_perf:.2f})")
+        text = (f"{ps.name}: {ps.pods} pods on {len(ps.nodes)} nodes in {ps.domain_level} {where} "
+                f"({ps.islands} {ps.island_level} domain{'s' if ps.islands != 1 else ''}, min perf {ps.min_perf:.2f})")
+        if ps.slices:
+            doms = sorted({"/".join(sl.path) for sl in ps.slices})
+            text += (f", {len(ps.slices)} slices of {ps.slices[0].pods} pods, each in one {ps.slices[0].level} domain "
+                     f"({', '.join(doms)})")
+        parts.append(text)
     return "; ".join(parts)
 
 
@@ -139,27 +226,47 @@ def decide(
     workload_class: WorkloadClass | None = None,
     links: Sequence[GraphLink] = (),
     explain: bool = True,
+    balanced: bool = False,
 ) -> Decision:
     """Admit with a placement, wait with a delay, or reject with the reason. Deterministic.
 
+    The profile is first resolved for the snapshot's flavor (``Profile.for_flavor``: its
+    per-flavor level overrides; a level the flavor lacks raises ``ProfileLevelError``).
     ``explain=False`` leaves out the losing domains' verdicts (``placement.why_not``); outcome,
-    placement and message are the same. The simulator's replay needs no explanations."""
+    placement and message are the same. The simulator's replay needs no explanations.
+    ``balanced``: spans share each gang evenly over its islands (as ``atoll.dev/balanced-placement``
+    does for one PodSet). Annotations read but not honoured come back in ``Decision.notes``."""
+    profile = profile.for_flavor(snapshot.flavor, snapshot.level_labels, name=profile_name)
+    decision = _decide(snapshot, podsets, profile_name, profile, now, wait, workload_class, links, explain, balanced)
+    notes = tuple(n for spec in podsets for n in spec.annotation_notes)
+    return dataclasses.replace(decision, notes=notes) if notes else decision
+
+
+def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile, now: float, wait: WaitState,
+            workload_class: WorkloadClass | None, links: Sequence[GraphLink], explain: bool, balanced: bool) -> Decision:
     bad_hint = _check_levels(snapshot, profile_name, profile, podsets)
     if bad_hint:
         return Decision("reject", profile_name, bad_hint)
-    if profile.required_level:
-        tight = loose = _build(podsets, (profile.required_level, None, None), workload_class, links, profile)
-        relaxed = False
-    elif profile.preferred_level:
-        tight = _build(podsets, (profile.preferred_level, None, None), workload_class, links, profile)
-        loose = _build(podsets, (None, profile.preferred_level, profile.max_span_level), workload_class, links, profile)
-        waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
-        relax_after = profile.relax_after_seconds
-        relaxed = relax_after is None or waited >= relax_after
-    else:
-        tight = loose = _build(podsets, (None, None, profile.max_span_level), workload_class, links, profile)
-        relaxed = True
+    problem = _annotation_problems(snapshot, podsets)
+    if problem:
+        return Decision("reject", profile_name, f"invalid topology annotations: {problem}")
+
+    def build(mode: tuple[str | None, str | None, str | None], tight: bool = False) -> PlacementRequest:
+        return _build(podsets, mode, workload_class, links, profile, snapshot, tight=tight, balanced=balanced)
+
     try:
+        if profile.required_level:
+            tight = loose = build((profile.required_level, None, None))
+            relaxed = False
+        elif profile.preferred_level:
+            tight = build((profile.preferred_level, None, None), tight=True)
+            loose = build((None, profile.preferred_level, profile.max_span_level))
+            waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
+            relax_after = profile.relax_after_seconds
+            relaxed = relax_after is None or waited >= relax_after
+        else:
+            tight = loose = build((None, None, profile.max_span_level))
+            relaxed = True
         impossible = never_fits(snapshot, loose)
         if impossible is not None:
             return Decision("reject", profile_name, f"never fits under profile {profile_name}: {impossible.reason}", impossible, request=loose)
@@ -179,5 +286,3 @@ def decide(
     else:
         note = ""
     return Decision("wait", profile_name, f"{placement.reason}{note}; retry in {delay}s", placement, delay, relaxed, request)
-
-

@@ -1,0 +1,179 @@
+"""RBAC for real: an apiserver authorizing with RBAC, the chart's ServiceAccount, ClusterRole, Role
+and bindings applied as rendered, and ``atoll run`` with a token bound to that ServiceAccount
+(TokenRequest, as the kubelet mounts it in the pod). Kueue's part is played with an admin token.
+The admission scenario passes; what Atoll must never do is answered 403."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from admission.cli._run import main as run_main
+from admission.kube.envtest import ApiServer, install_kueue_crds
+from tests.admission.fabric import BLOCK, CLIQUE, POOL, Fabric, profiles_doc
+from tests.conftest import control_plane
+from tests.helm.chart import apply, by_kind, render
+from tests.kube_objects import GROUP, VERSION, cluster_queue, local_queue, resource_flavor, topology
+
+pytestmark = pytest.mark.apiserver
+
+RELEASE, RELEASE_NS, TEAM_NS = "prod", "atoll-system", "team-rbac"
+SA = "prod-atoll"
+
+
+class Installed:
+    def __init__(self, server: ApiServer, admin: Any, fabric: Fabric, objects: list[dict[str, Any]], atoll: Any, kubeconfig: Path) -> None:
+        self.server, self.admin, self.fabric, self.objects, self.atoll, self.kubeconfig = server, admin, fabric, objects, atoll, kubeconfig
+
+
+def _kubeconfig(server: ApiServer, token: str, path: Path) -> Path:
+    config = yaml.safe_load(server.kubeconfig_path.read_text())
+    config["users"][0]["user"]["token"] = token
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _client(server: ApiServer, token: str) -> Any:
+    cfg = client.Configuration()
+    cfg.host, cfg.ssl_ca_cert, cfg.verify_ssl = server.host, str(server.ca_file), True
+    cfg.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(cfg)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    binaries, crds = control_plane()
+    with ApiServer(binaries, rbac=True) as server:
+        admin = server.api_client()
+        install_kueue_crds(admin, crds)
+        core = client.CoreV1Api(admin)
+        for ns in (RELEASE_NS, TEAM_NS):
+            core.create_namespace({"metadata": {"name": ns}})
+        fabric = Fabric(admin, TEAM_NS)
+        fabric.add_nodes()
+        custom = fabric.custom
+        custom.create_cluster_custom_object(GROUP, VERSION, "topologies", topology(fabric.topology, [BLOCK, CLIQUE]))
+        custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", resource_flavor(fabric.flavor, {POOL: TEAM_NS}))
+        custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(fabric.cq, fabric.flavor, 1000, fabric.check))
+        custom.create_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "localqueues", local_queue(TEAM_NS, "lq", fabric.cq))
+        # the chart as a user installs it; only the AdmissionCheck's name and the profiles match this fabric
+        values = {"admissionCheck": {"name": fabric.check}, "podDisruptionBudget": {"apiVersion": "policy/v1beta1"},
+                  "profiles": {"document": yaml.safe_dump(profiles_doc(fabric.flavor, fabric.topology))}}
+        objects = render(values, release=RELEASE, namespace=RELEASE_NS)
+        for obj in objects:
+            apply(admin, obj)
+        token = core.create_namespaced_service_account_token(SA, RELEASE_NS, {"spec": {"expirationSeconds": 3600}}).status.token
+        tmp = tmp_path_factory.mktemp("rbac")
+        yield Installed(server, admin, fabric, objects, _client(server, token), _kubeconfig(server, token, tmp / "kubeconfig"))
+
+
+def test_the_token_is_the_charts_service_account(installed: Installed) -> None:
+    review = client.AuthenticationV1Api(installed.admin).create_token_review(
+        {"spec": {"token": installed.atoll.configuration.api_key["authorization"].removeprefix("Bearer ")}})
+    assert review.status.authenticated and review.status.user.username == f"system:serviceaccount:{RELEASE_NS}:{SA}"
+    [binding] = by_kind(installed.objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": SA, "namespace": RELEASE_NS}]
+
+
+def test_atoll_run_admits_a_workload_with_only_the_charts_permissions(installed: Installed) -> None:
+    fabric = installed.fabric
+    [deployment] = by_kind(installed.objects, "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    # the chart's own flags; the webhook's serving is another test's subject (its RBAC is checked below)
+    argv = [a for a in container["args"][1:] if not a.startswith("--webhook")]
+    argv += ["--kubeconfig", str(installed.kubeconfig), "--metrics-port", "0", "--health-port", "0", "--identity", "rbac-replica"]
+    stop = threading.Event()
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(run_main(argv, stop=stop)), daemon=True)
+    runner.start()
+    try:
+        fabric.submit("train", [("main", 2, 4)])
+        deadline = time.monotonic() + 60
+        while fabric.entry("train")["state"] == "Pending" and time.monotonic() < deadline and runner.is_alive():
+            time.sleep(0.1)
+        entry = fabric.entry("train")
+        assert entry["state"] == "Ready", entry
+        assert entry["podSetUpdates"][0]["nodeSelector"][CLIQUE].startswith(TEAM_NS)
+        lease = client.CoordinationV1Api(installed.admin).read_namespaced_lease("atoll-controller", RELEASE_NS)
+        assert lease.spec.holder_identity == "rbac-replica"
+        deadline = time.monotonic() + 10
+        while not fabric.events_for("train") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fabric.events_for("train"), "the decision's Event was not posted"
+    finally:
+        stop.set()
+        runner.join(30)
+        structlog.reset_defaults()
+    assert result == [0]
+
+
+def _denied(call: Callable[[], Any]) -> int:
+    try:
+        call()
+    except ApiException as exc:
+        return int(exc.status)
+    return 200
+
+
+def _forbidden(installed: Installed) -> dict[str, Callable[[], Any]]:
+    core, custom = client.CoreV1Api(installed.atoll), client.CustomObjectsApi(installed.atoll)
+    pod = {"metadata": {"name": "victim", "namespace": TEAM_NS}, "spec": {"containers": [{"name": "c", "image": "registry.example.com/x:1"}]}}
+    return {
+        "list Secrets in its own namespace": lambda: core.list_namespaced_secret(RELEASE_NS),
+        "read a Secret": lambda: core.read_namespaced_secret("any", TEAM_NS),
+        "list Secrets cluster-wide": lambda: core.list_secret_for_all_namespaces(),
+        "delete a Pod": lambda: core.delete_namespaced_pod("victim", TEAM_NS),
+        "create a Pod": lambda: core.create_namespaced_pod(TEAM_NS, pod),
+        "evict a Pod": lambda: core.create_namespaced_pod_eviction("victim", TEAM_NS, {"metadata": {"name": "victim", "namespace": TEAM_NS}}),
+        "patch a Workload's spec": lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "workloads", "train",
+                                                                                 {"spec": {"active": False}}),
+        "delete a Workload": lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "workloads", "train"),
+        "create a Workload": lambda: custom.create_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "workloads", {}),
+        "patch a ClusterQueue": lambda: custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", installed.fabric.cq, {"spec": {}}),
+        "label a Node": lambda: core.patch_node(installed.fabric.node_name(0, 0, 0), {"metadata": {"labels": {"x": "y"}}}),
+        "edit the profiles ConfigMap": lambda: core.patch_namespaced_config_map("atoll-policies", RELEASE_NS, {"data": {"x": "y"}}),
+        "list ConfigMaps outside its namespace": lambda: core.list_namespaced_config_map(TEAM_NS),
+        "read another Lease": lambda: client.CoordinationV1Api(installed.atoll).read_namespaced_lease("kube-scheduler", RELEASE_NS),
+        "patch another webhook configuration": lambda: client.AdmissionregistrationV1Api(installed.atoll).patch_mutating_webhook_configuration(
+            "someone-else", {"metadata": {"labels": {"x": "y"}}}),
+    }
+
+
+FORBIDDEN = ["list Secrets in its own namespace", "read a Secret", "list Secrets cluster-wide", "delete a Pod", "create a Pod", "evict a Pod",
+             "patch a Workload's spec", "delete a Workload", "create a Workload", "patch a ClusterQueue", "label a Node",
+             "edit the profiles ConfigMap", "list ConfigMaps outside its namespace", "read another Lease",
+             "patch another webhook configuration"]
+
+
+@pytest.mark.parametrize("action", FORBIDDEN)
+def test_what_atoll_must_never_do_is_forbidden(installed: Installed, action: str) -> None:
+    assert _denied(_forbidden(installed)[action]) == 403
+
+
+def test_the_forbidden_actions_are_allowed_for_an_admin(installed: Installed) -> None:
+    """The 403s come from the role, not from a broken request: the same Workload patch works as admin."""
+    custom = client.CustomObjectsApi(installed.admin)
+    out = custom.patch_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "workloads", "train", {"metadata": {"labels": {"checked": "yes"}}})
+    assert out["metadata"]["labels"]["checked"] == "yes"
+    assert client.CoreV1Api(installed.admin).list_namespaced_secret(RELEASE_NS) is not None
+
+
+def test_the_webhook_may_read_and_patch_its_own_configuration_only(installed: Installed) -> None:
+    api = client.AdmissionregistrationV1Api(installed.atoll)
+    [config] = by_kind(installed.objects, "MutatingWebhookConfiguration")
+    name = config["metadata"]["name"]
+    assert api.read_mutating_webhook_configuration(name).webhooks[0].name == "pods.atoll.dev"
+    patched = api.patch_mutating_webhook_configuration(name, {"metadata": {"annotations": {"atoll.dev/ca-checked": "now"}}})
+    assert patched.metadata.annotations["atoll.dev/ca-checked"] == "now"
+    assert _denied(lambda: api.list_mutating_webhook_configuration()) == 403
+    pods, nodes = client.CoreV1Api(installed.atoll).list_pod_for_all_namespaces(), client.CoreV1Api(installed.atoll).list_node()
+    assert pods is not None and len(nodes.items) == 8

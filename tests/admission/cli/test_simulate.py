@@ -228,3 +228,11 @@ def test_an_unknown_bandwidth_level_names_the_levels(capsys: pytest.CaptureFixtu
     assert main(["--cluster", cluster, "--jobs", "10", "--cost-bandwidth", "rack=400"]) == 2
     err = capsys.readouterr().err
     assert "--cost-bandwidth: no level 'rack'" in err and "network.example.com/su" in err
+
+
+def test_atoll_is_also_judged_against_kueues_required_topology(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "60", "--seeds", "2", "--workers", "1",
+                 "--policies", "kueue-bestfit,kueue-required,atoll-elastic"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("atoll-elastic: mean JCT") and "vs kueue-bestfit" in line for line in lines)
+    assert any(line.startswith("atoll-elastic: mean JCT") and "vs kueue-required" in line for line in lines)

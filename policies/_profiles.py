@@ -7,9 +7,9 @@ key path as users wrote it (``profiles.strict.retry.maxSeconds``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
 __all__ = [
     "DEFAULT_FABRIC_LINK",
@@ -73,8 +73,13 @@ class LevelOverrides(_Strict):
 class Profile(_Strict):
     """A placement profile. Strict: ``requiredLevel`` (one domain or wait). Elastic:
     ``preferredLevel`` for up to ``relaxAfterSeconds`` of waiting, then a span of the fewest
-    such domains, never above ``maxSpanLevel``. ``flavors`` overrides the levels per flavor;
-    ``for_flavor`` gives the profile one flavor sees."""
+    such domains, never above ``maxSpanLevel``.
+
+    Heterogeneous clusters give each flavor its own Topology. A level field may therefore be a
+    list of candidates, the first one the flavor's Topology has wins (``maxSpanLevel:
+    [network.example.com/su, network.example.com/leaf]``), and ``flavors.<flavor>`` overrides
+    the fields for one flavor by name. ``for_flavor`` gives the profile one flavor sees; until
+    then each field holds its first candidate."""
 
     required_level: str | None = Field(default=None, alias="requiredLevel")
     preferred_level: str | None = Field(default=None, alias="preferredLevel")
@@ -84,6 +89,27 @@ class Profile(_Strict):
     fragmentation: FragmentationSettings = FragmentationSettings()
     flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
     _name: str = PrivateAttr(default="profile")
+    _candidates: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _level_lists(cls, data: Any, handler: ModelWrapValidatorHandler[Profile]) -> Profile:
+        """Keep a list of candidate levels aside; the field itself holds the first."""
+        lists: dict[str, tuple[str, ...]] = {}
+        if isinstance(data, dict):
+            data = dict(data)
+            for key, attr in _LEVEL_KEYS:
+                for given in (key, attr):
+                    value = data.get(given)
+                    if isinstance(value, list):
+                        if not value or not all(isinstance(v, str) and v for v in value):
+                            raise ValueError(f"{key}: give a level, or a non-empty list of levels (the first the flavor has wins)")
+                        lists[attr] = tuple(value)
+                        data[given] = value[0]
+        model = handler(data)
+        if lists:
+            model._candidates = {**model._candidates, **lists}
+        return model
 
     @model_validator(mode="after")
     def _one_mode(self) -> Profile:
@@ -118,16 +144,24 @@ class Profile(_Strict):
         given = overrides.model_fields_set if overrides else set()
         update: dict[str, object] = {"flavors": {}}
         for key, attr in _LEVEL_KEYS:
-            value = getattr(overrides, attr) if attr in given else getattr(self, attr)
-            update[attr] = value
-            if value and value not in level_labels:
-                levels = f"flavor {flavor} has no level {value!r} (levels: {list(level_labels)})"
-                if attr in given:
-                    raise ProfileLevelError(f"profiles.{label}.flavors.{flavor}.{key}: {levels}")
+            if attr in given:
+                value = getattr(overrides, attr)
+                if value and value not in level_labels:
+                    raise ProfileLevelError(f"profiles.{label}.flavors.{flavor}.{key}: flavor {flavor} has no level {value!r} "
+                                            f"(levels: {list(level_labels)})")
+                update[attr] = value
+                continue
+            candidates = self._candidates.get(attr) or ((getattr(self, attr),) if getattr(self, attr) else ())
+            found = next((c for c in candidates if c in level_labels), None)
+            if candidates and found is None:
+                what = f"level {candidates[0]!r}" if len(candidates) == 1 else f"level of {list(candidates)}"
                 fix = " (or null: no cap)" if key == "maxSpanLevel" else ""
-                raise ProfileLevelError(f"profiles.{label}.{key}: {levels}; set profiles.{label}.flavors.{flavor}.{key} to one of them{fix}")
+                raise ProfileLevelError(f"profiles.{label}.{key}: flavor {flavor} has no {what} (levels: {list(level_labels)}); "
+                                        f"set profiles.{label}.flavors.{flavor}.{key} to one of them{fix}")
+            update[attr] = found
         resolved = self.model_copy(update=update)
         resolved._name = label
+        resolved._candidates = {}
         return resolved
 
 

@@ -101,3 +101,34 @@ def test_resolving_is_deterministic_and_leaves_the_document_alone() -> None:
 def test_an_override_cannot_switch_the_profiles_mode(profile: str, field: str) -> None:
     with pytest.raises(ProfilesError, match=rf"profiles\.p.*{field}"):
         load_profiles(f"defaultProfile: p\nprofiles:\n  p:\n    {profile}\n")
+
+
+SPAN_CANDIDATES = """
+defaultProfile: elastic
+profiles:
+  elastic:
+    preferredLevel: nvidia.com/gpu.clique
+    maxSpanLevel: [network.example.com/su, network.example.com/leaf]
+"""
+
+
+def test_a_list_of_levels_resolves_to_the_first_the_flavor_has() -> None:
+    elastic = load_profiles(SPAN_CANDIDATES).profiles["elastic"]
+    assert elastic.max_span_level == "network.example.com/su"  # unresolved: the first candidate
+    assert elastic.for_flavor("h100", H100).max_span_level == "network.example.com/su"
+    assert elastic.for_flavor("a100", A100).max_span_level == "network.example.com/leaf"
+    with pytest.raises(ProfileLevelError) as err:
+        elastic.for_flavor("l40s", ["kubernetes.io/hostname", "nvidia.com/gpu.clique"])
+    assert str(err.value).startswith("profiles.elastic.maxSpanLevel: flavor l40s has no level of "
+                                     "['network.example.com/su', 'network.example.com/leaf']")
+
+
+def test_an_override_wins_over_the_candidates() -> None:
+    doc = load_profiles(SPAN_CANDIDATES.replace("leaf]", "leaf]\n    flavors: {a100: {maxSpanLevel: nvidia.com/gpu.clique}}"))
+    assert doc.profiles["elastic"].for_flavor("a100", A100).max_span_level == "nvidia.com/gpu.clique"
+
+
+@pytest.mark.parametrize("value", ["[]", "['']", "[1]"])
+def test_a_bad_list_of_levels_is_refused_naming_the_field(value: str) -> None:
+    with pytest.raises(ProfilesError, match=r"profiles\.p.*maxSpanLevel: give a level, or a non-empty list"):
+        load_profiles(f"defaultProfile: p\nprofiles:\n  p: {{preferredLevel: a, maxSpanLevel: {value}}}\n")

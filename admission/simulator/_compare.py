@@ -27,7 +27,7 @@ _RELATIVE = ("mean_jct_s", "p95_jct_s", "mean_wait_s")
 """Differences in % of the baseline; the others (allocation, goodput, slowdown) as plain differences."""
 _ABSOLUTE = ("gpu_allocation", "gpu_goodput", "mean_slowdown")
 _SAME_ALLOCATION = 0.01
-"""Allocations within one point, with an interval of at most two, read as "the same allocation"."""
+"""Allocations within one point (interval under two) read as "the same allocation"; the numbers stay in the line."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def summary_lines(cmp: Comparison) -> list[str]:
         points = "" if not alloc.known else f"{100 * alloc.mean:+.1f}" + ("" if math.isnan(alloc.half) else f" ± {100 * alloc.half:.1f}")
         if not alloc.known:
             at = ""
-        elif alloc.holds_zero() and abs(alloc.mean) < _SAME_ALLOCATION and (math.isnan(alloc.half) or alloc.half < 2 * _SAME_ALLOCATION):
+        elif abs(alloc.mean) < _SAME_ALLOCATION and (math.isnan(alloc.half) or alloc.half < 2 * _SAME_ALLOCATION):
             at = f" at the same GPU allocation ({points} points)"
         else:
             at = f" with GPU allocation {points} points" + (" (inside its interval)" if alloc.holds_zero() else "")

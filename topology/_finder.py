@@ -236,20 +236,27 @@ def _place_group(kernel: Callable[..., Any], snapshot: Snapshot, free: np.ndarra
     required = first.mode == _kernels.MODE_REQUIRED
     lowest_parent = target if required else min(s.span for s in shapes)
     main = max(range(len(members)), key=lambda j: (members[j].pods, -j))
-    caps = [_node_caps(snapshot, free, m) for m in members]
-    untouched = (free[:, 0] == snapshot.alloc[:, 0]) & (free[:, 3] == snapshot.alloc[:, 3])
+    caps = []
+    for m, (lo, hi) in zip(members, ranges):
+        c = _node_caps(snapshot, free, m)
+        c[:lo] = 0
+        c[hi:] = 0
+        caps.append(c)
+    untouched = ((free[:, 0] == snapshot.alloc[:, 0]) & (free[:, 3] == snapshot.alloc[:, 3])).astype(np.int64)
     n = snapshot.num_nodes
     for k in range(target, lowest_parent - 1, -1):
-        domains = [(0, n)] if k < 0 else [snapshot.domain_range(k, d) for d in range(snapshot.num_domains(k))]
-        candidates = []
-        for d, (s, e) in enumerate(domains):
-            spans = [(max(s, lo), min(e, hi)) for lo, hi in ranges]
-            if any(a >= b or int(c[a:b].sum()) < m.pods for (a, b), c, m in zip(spans, caps, members)):
-                continue
-            empty = 1 if (flags & 1) and bool(untouched[s:e].all()) else 0
-            size = int(caps[main][s:e].sum()) if not flags & 2 else 0
-            candidates.append((empty, size, d, spans))
-        for _, _, _, spans in sorted(candidates, key=lambda c: c[:3]):
+        ends = snapshot.bounds[snapshot.bptr[k]: snapshot.bptr[k + 1]] if k >= 0 else np.asarray([0, n])
+        if n == 0:
+            continue
+        fits = np.ones(ends.size - 1, dtype=bool)
+        for c, m in zip(caps, members):
+            fits &= np.add.reduceat(c, ends[:-1]) >= m.pods
+        size = np.add.reduceat(caps[main], ends[:-1]) if not flags & 2 else np.zeros(ends.size - 1, dtype=np.int64)
+        empty = (np.add.reduceat(untouched, ends[:-1]) == np.diff(ends)) if flags & 1 else np.zeros(ends.size - 1, dtype=bool)
+        doms = np.flatnonzero(fits)
+        doms = doms[np.lexsort((doms, size[doms], empty[doms]))]
+        for d in doms.tolist():
+            spans = [(max(int(ends[d]), lo), min(int(ends[d + 1]), hi)) for lo, hi in ranges]
             work = free.copy()
             out: list[tuple[np.ndarray, int]] = []
             for m, shape, (a, b) in zip(members, shapes, spans):

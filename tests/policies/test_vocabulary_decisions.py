@@ -143,3 +143,17 @@ def test_the_profile_is_resolved_for_the_flavor_first() -> None:
     with pytest.raises(ProfileLevelError, match="profiles.p.preferredLevel: flavor gb200 has no level 'rack'"):
         decide(gb200(), [PodSetSpec("w", 4, ResourceVector(gpu=4))], profile_name="p",
                profile=Profile.model_validate({"preferredLevel": "rack"}), now=0.0)
+
+
+@pytest.mark.parametrize("how", ["annotation", "keyword"])
+def test_balanced_placement_shares_a_spanning_gang_evenly(how: str) -> None:
+    ann = {"atoll.dev/balanced-placement": "true"} if how == "annotation" else {}
+    spec = podset_spec("workers", 64, ResourceVector(gpu=4), ann)
+    snap = gb200()
+    d = decide(snap, [spec], profile_name="elastic", profile=PROFILES.profiles["elastic"], now=0.0, balanced=how == "keyword")
+    assert d.outcome == "admit" and d.relaxed
+    ps = d.placement.podsets[0]  # type: ignore[union-attr]
+    assert sorted(pods_per_clique(snap, ps.nodes, ps.pods_per_node).values()) == [16, 16, 16, 16]
+    plain = decide(snap, [PodSetSpec("workers", 64, ResourceVector(gpu=4))], profile_name="elastic", profile=PROFILES.profiles["elastic"], now=0.0)
+    ps = plain.placement.podsets[0]  # type: ignore[union-attr]
+    assert sorted(pods_per_clique(snap, ps.nodes, ps.pods_per_node).values()) == [10, 18, 18, 18]

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from tests.topology.strategies import snapshots, vocabulary_requests
 from tests.topology.test_finder import CLIQUE, SPINE, fabric
 from topology import (
+    NodeConstraint,
+    NodeRequirement,
     Placement,
     PlacementError,
     PlacementRequest,
@@ -197,3 +199,17 @@ def test_group_members_must_agree_on_their_level() -> None:
     with pytest.raises(ValueError, match="group 'g': its PodSets must ask for the same"):
         PlacementRequest((PodSetRequest("a", 1, ResourceVector(gpu=1), required_level=CLIQUE, group="g"),
                           PodSetRequest("b", 2, ResourceVector(gpu=1), required_level=SPINE, group="g")))
+
+
+def test_node_affinity_limits_slices_and_group_members_like_a_node_selector() -> None:
+    snap = fabric(cliques=2, nodes_per=4, spines=1)
+    not_c0 = NodeConstraint(terms=((NodeRequirement(CLIQUE, "NotIn", ("s0c0",)),),))
+    sliced_req = PlacementRequest((PodSetRequest("w", 4, ResourceVector(gpu=4), slices=(SliceLayer(CLIQUE, 2),), node_constraint=not_c0),))
+    p = find_placement(snap, sliced_req)
+    assert {sl.path for sl in p.podsets[0].slices} == {("s0", "s0c1")}
+    assert not find_placement(snap, sliced(6, 2, node_constraint=not_c0)).fits
+    only_c0 = NodeConstraint(selector=((CLIQUE, "s0c0"),))
+    leader = PodSetRequest("leader", 1, ResourceVector(gpu=1), required_level=CLIQUE, group="g", node_constraint=only_c0)
+    workers = PodSetRequest("workers", 2, ResourceVector(gpu=4), required_level=CLIQUE, group="g")
+    g = find_placement(snap, PlacementRequest((leader, workers)))
+    assert g.fits and {n[:4] for ps in g.podsets for n in ps.nodes} == {"s0c0"}

@@ -40,6 +40,11 @@ class SlicePlacement:
     def pods(self) -> int:
         return sum(self.pods_per_node)
 
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form for ``atoll place``, decision records and planned-node annotations."""
+        return {"index": self.index, "level": self.level, "domain": list(self.path), "pods": self.pods,
+                "nodes": dict(zip(self.nodes, self.pods_per_node))}
+
 
 @dataclass(frozen=True, slots=True)
 class PodSetPlacement:

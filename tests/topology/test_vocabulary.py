@@ -213,3 +213,9 @@ def test_node_affinity_limits_slices_and_group_members_like_a_node_selector() ->
     workers = PodSetRequest("workers", 2, ResourceVector(gpu=4), required_level=CLIQUE, group="g")
     g = find_placement(snap, PlacementRequest((leader, workers)))
     assert g.fits and {n[:4] for ps in g.podsets for n in ps.nodes} == {"s0c0"}
+
+
+def test_slices_render_as_json_ready_records() -> None:
+    p = find_placement(fabric(cliques=2, nodes_per=4, spines=1), sliced(4, 2, required_level=CLIQUE))
+    first = p.podsets[0].slices[0].as_dict()
+    assert first == {"index": 0, "level": CLIQUE, "domain": ["s0", "s0c0"], "pods": 2, "nodes": {"s0c0n0": 1, "s0c0n1": 1}}

@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover - a broken install, not a reason to skip
 CHART = Path(__file__).resolve().parents[2] / "helm" / "atoll"
 CERT_MANAGER_GROUP = "cert-manager.io"
 
-__all__ = ["CERT_MANAGER_GROUP", "CHART", "apply", "by_kind", "helm", "render"]
+__all__ = ["CERT_MANAGER_GROUP", "CHART", "apply", "by_kind", "for_server", "helm", "render"]
 
 
 def render(values: dict[str, Any] | None = None, *, release: str = "atoll", namespace: str = "atoll-system") -> list[dict[str, Any]]:
@@ -47,3 +47,14 @@ def apply(api_client: Any, obj: dict[str, Any], *, dry_run: bool = False) -> dic
     created: dict[str, Any] = resource.create(body=obj, namespace=obj["metadata"].get("namespace"),
                                               dry_run="All" if dry_run else None).to_dict()
     return created
+
+
+def for_server(api_client: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` adjusted as helm's discovery would on this server: a PodDisruptionBudget of
+    policy/v1beta1 where policy/v1 is not served (Kubernetes < 1.21). Offline rendering cannot ask."""
+    from kubernetes import client
+
+    groups = client.ApisApi(api_client).get_api_versions().groups
+    if any(v.version == "v1" for g in groups if g.name == "policy" for v in g.versions):
+        return values
+    return {**values, "podDisruptionBudget": {**values.get("podDisruptionBudget", {}), "apiVersion": "policy/v1beta1"}}

@@ -11,7 +11,7 @@ import yaml
 
 from admission.cli._run import parser as run_parser
 from policies import load_profiles
-from tests.helm.chart import CERT_MANAGER_GROUP, CHART, apply, by_kind, helm, render
+from tests.helm.chart import CERT_MANAGER_GROUP, CHART, apply, by_kind, for_server, helm, render
 
 EXACT_DOC = """
 defaultProfile: strict
@@ -226,21 +226,10 @@ def test_the_container_args_are_flags_atoll_run_accepts(case: str) -> None:
 # ---------------------------------------------------------------------- the real apiserver
 
 
-def _serves(kube_client: Any, group_version: str) -> bool:
-    from kubernetes import client
-
-    group, version = group_version.split("/")
-    return any(v.version == version for g in client.ApisApi(kube_client).get_api_versions().groups if g.name == group for v in g.versions)
-
-
 @pytest.mark.apiserver
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_every_rendered_object_passes_a_server_side_dry_run(case: str, kube_client: Any, namespace: str) -> None:
-    values = dict(MATRIX[case])
-    if not _serves(kube_client, "policy/v1"):
-        # helm picks the PDB version from the cluster's discovery; offline rendering cannot, so say it
-        values["podDisruptionBudget"] = {**values.get("podDisruptionBudget", {}), "apiVersion": "policy/v1beta1"}
-    objects = render(values, release=f"r{abs(hash(case)) % 10_000}", namespace=namespace)
+    objects = render(for_server(kube_client, MATRIX[case]), release=f"r{abs(hash(case)) % 10_000}", namespace=namespace)
     checked, skipped = [], []
     for obj in objects:
         if obj["apiVersion"].split("/")[0] == CERT_MANAGER_GROUP:

@@ -21,7 +21,7 @@ from admission.cli._run import main as run_main
 from admission.kube.envtest import ApiServer, install_kueue_crds
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, Fabric, profiles_doc
 from tests.conftest import control_plane
-from tests.helm.chart import apply, by_kind, render
+from tests.helm.chart import apply, by_kind, for_server, render
 from tests.kube_objects import GROUP, VERSION, cluster_queue, local_queue, resource_flavor, topology
 
 pytestmark = pytest.mark.apiserver
@@ -66,9 +66,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(fabric.cq, fabric.flavor, 1000, fabric.check))
         custom.create_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "localqueues", local_queue(TEAM_NS, "lq", fabric.cq))
         # the chart as a user installs it; only the AdmissionCheck's name and the profiles match this fabric
-        values = {"admissionCheck": {"name": fabric.check}, "podDisruptionBudget": {"apiVersion": "policy/v1beta1"},
-                  "profiles": {"document": yaml.safe_dump(profiles_doc(fabric.flavor, fabric.topology))}}
-        objects = render(values, release=RELEASE, namespace=RELEASE_NS)
+        values = {"admissionCheck": {"name": fabric.check}, "profiles": {"document": yaml.safe_dump(profiles_doc(fabric.flavor, fabric.topology))}}
+        objects = render(for_server(admin, values), release=RELEASE, namespace=RELEASE_NS)
         for obj in objects:
             apply(admin, obj)
         token = core.create_namespaced_service_account_token(SA, RELEASE_NS, {"spec": {"expirationSeconds": 3600}}).status.token

@@ -355,4 +355,7 @@ def test_ensure_prints_where_the_binaries_and_crds_are(tmp_path: Path, monkeypat
     monkeypatch.setenv("ATOLL_KUEUE_CRDS", str(tmp_path))
     assert main(["ensure"]) == 1
     assert f"ATOLL_KUEUE_CRDS={tmp_path}: missing" in capsys.readouterr().err
+    monkeypatch.setenv("ATOLL_SKIP_APISERVER", "1")
+    assert main(["ensure"]) == 0
+    assert "NOT READY, and ATOLL_SKIP_APISERVER=1 skips the apiserver tests" in capsys.readouterr().err
     assert main([]) == 2

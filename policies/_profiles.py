@@ -9,7 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = [
     "DEFAULT_FABRIC_LINK",
@@ -110,6 +120,17 @@ class Profile(_Strict):
         if lists:
             model._candidates = {**model._candidates, **lists}
         return model
+
+    @model_serializer(mode="wrap")
+    def _dump_level_lists(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Dump candidate lists as written, so a dumped document loads back the same."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for key, attr in _LEVEL_KEYS:
+                name = key if info.by_alias else attr
+                if attr in self._candidates and name in data:
+                    data[name] = list(self._candidates[attr])
+        return data
 
     @model_validator(mode="after")
     def _one_mode(self) -> Profile:

@@ -5,6 +5,7 @@ still lacks."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from policies import ProfileLevelError, ProfilesError, load_profiles
 
@@ -132,3 +133,11 @@ def test_an_override_wins_over_the_candidates() -> None:
 def test_a_bad_list_of_levels_is_refused_naming_the_field(value: str) -> None:
     with pytest.raises(ProfilesError, match=r"profiles\.p.*maxSpanLevel: give a level, or a non-empty list"):
         load_profiles(f"defaultProfile: p\nprofiles:\n  p: {{preferredLevel: a, maxSpanLevel: {value}}}\n")
+
+
+def test_a_dumped_document_loads_back_with_its_lists_of_levels() -> None:
+    doc = load_profiles(SPAN_CANDIDATES)
+    dumped = yaml.safe_dump(doc.model_dump(mode="json", by_alias=True, exclude_defaults=True))
+    again = load_profiles(dumped)
+    assert again.profiles["elastic"].for_flavor("a100", A100).max_span_level == "network.example.com/leaf"
+    assert doc.model_dump()["profiles"]["elastic"]["max_span_level"] == ["network.example.com/su", "network.example.com/leaf"]

@@ -1,4 +1,12 @@
-"""``atoll place``: what-if placement of one Workload, Job or JobSet on a cluster model."""
+"""``atoll place``: what-if placement of one Workload, Job or JobSet on a cluster model.
+
+The answer comes from the controller itself: the cluster model becomes the objects an admin
+installs (Nodes, ResourceFlavors, Topologies, Atoll's AdmissionCheck, the profiles ConfigMap) in
+an in-memory cluster (``simulator._port.MemoryCluster``), the manifest becomes the Workload Kueue
+creates, with quota reserved on the chosen flavor and Atoll's check Pending, and a read-only
+``Controller`` lists that cluster and evaluates the Workload, exactly as it does in a cluster.
+So the verdict and the podSetUpdates shown are the ones the controller would write.
+"""
 
 from __future__ import annotations
 
@@ -11,11 +19,15 @@ from typing import Any
 import numpy as np
 
 from admission.cli._bundled import resolve_cluster, resolve_profiles
-from admission.controller._workloads import WorkloadError, load_workload_file
-from policies import Decision, ProfileLevelError, ProfilesError, WaitState, decide, load_profiles_file
+from admission.controller._workloads import WorkloadError, parse_object
+from policies import ProfilesError, load_profiles_file
 from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model
+from topology._documents import read_yaml_file
 
-__all__ = ["main"]
+__all__ = ["main", "place_workload"]
+
+NOW = 1_800_000_000.0
+"""The what-if's clock (epoch seconds); ``--waited`` counts back from it."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,33 +44,100 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _occupy(snapshot: Snapshot, share: float, seed: int) -> None:
+def _occupancy_pods(flavor: Any, share: float, seed: int) -> list[dict[str, Any]]:
+    """Other tenants' pods filling each node to ``share`` of its GPUs on average (binomial draws in
+    topology path order, so a seed gives the same cluster every time)."""
+    from admission.simulator._port import quantities
+
     if share <= 0:
-        return
+        return []
+    snapshot = Snapshot(flavor.name, flavor.level_specs(), flavor.build_nodes(), node_level=flavor.node_level())
     rng = np.random.default_rng(seed)
-    for i in range(snapshot.num_nodes):
-        gpus = int(snapshot.alloc[i, 0])
-        used = int(rng.binomial(gpus, min(share, 1.0)))
+    pods = []
+    for i, name in enumerate(snapshot.node_names):
+        used = int(rng.binomial(int(snapshot.alloc[i, 0]), min(share, 1.0)))
         if used:
-            snapshot.reserve(i, ResourceVector(gpu=used, pods=1))
+            pods.append({"metadata": {"name": f"occupied-{name}", "namespace": "default", "uid": f"occupied-{name}"},
+                         "spec": {"nodeName": name, "containers": [{"name": "main", "resources": {
+                             "requests": quantities(ResourceVector(gpu=used), flavor.gpu_resource)}}]},
+                         "status": {"phase": "Running"}})
+    return pods
 
 
-def _as_json(decision: Decision, workload: str, flavor: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"workload": workload, "flavor": flavor, "profile": decision.profile,
-                           "outcome": decision.outcome, "message": decision.message, "relaxed": decision.relaxed}
-    if decision.outcome == "wait":
-        out["retry_after_seconds"] = decision.retry_after_seconds
-    placement = decision.placement
-    if placement is not None and placement.fits:
+def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, profile: str | None, waited: float) -> dict[str, Any]:
+    """The Workload Kueue creates for ``manifest``, with quota reserved on ``flavor`` and Atoll's check Pending."""
+    from admission.controller._records import rfc3339
+    from admission.controller._wait import WAITING_CONDITION
+    from admission.controller._workloads import _as_workload
+    from admission.simulator._port import workload_object
+
+    wl = manifest if manifest.get("kind") not in ("Job", "JobSet") else _as_workload(manifest)
+    meta = wl.get("metadata") or {}
+    podsets = [dict(ps) for ps in wl["spec"]["podSets"]]
+    for ps in podsets:
+        ps.setdefault("count", 1)
+        if profile:
+            template = dict(ps["template"])
+            tmeta = dict(template.get("metadata") or {})
+            tmeta["annotations"] = {**(tmeta.get("annotations") or {}), "atoll.dev/profile": profile}
+            template["metadata"] = tmeta
+            ps["template"] = template
+    obj = workload_object(str(meta.get("name", "workload")), podsets, flavor=flavor, namespace=str(meta.get("namespace") or "default"),
+                          queue=str(wl["spec"].get("queueName", "")), gpu_resource=gpu_resource)
+    obj["metadata"]["annotations"] = dict(meta.get("annotations") or {})
+    obj["metadata"]["labels"] = dict(meta.get("labels") or {})
+    if waited > 0:
+        obj["status"]["conditions"].append({"type": WAITING_CONDITION, "status": "True", "reason": "NoPlacementYet",
+                                            "lastTransitionTime": rfc3339(NOW - waited)})
+    return obj
+
+
+def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied: Sequence[dict[str, Any]] = ()) -> Any:
+    """The controller's verdict on ``workload`` in an in-memory cluster built from ``cluster`` and
+    ``doc`` (plus ``occupied`` pods): what ``atoll place`` prints, and what the tests compare with
+    the controller on a real apiserver and the simulator's port."""
+    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+    from admission.kube import PODS, WORKLOADS, ManualClock
+    from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
+
+    port = MemoryCluster(ManualClock(NOW)).load(cluster_objects(cluster, profiles_for_cluster(doc, cluster)))
+    for pod in occupied:
+        port.put(PODS, pod)
+    port.put(WORKLOADS, workload)
+    settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
+    controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(_Discard()),
+                            new_id=lambda: "what-if")
+    controller.sync()
+    return controller.evaluate(controller.cache.objects[WORKLOADS][f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"],
+                               "what-if")
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"workload": workload, "flavor": flavor, "profile": verdict.profile,
+                           "outcome": verdict.outcome, "message": verdict.message, "relaxed": verdict.relaxed}
+    if verdict.outcome == "wait":
+        out["retry_after_seconds"] = verdict.retry_after
+    if verdict.outcome == "admit" and verdict.placements:
         out["podsets"] = [
-            {"name": ps.name, "domain_level": ps.domain_level, "domain_path": list(ps.domain_path), "islands": ps.islands,
-             "island_level": ps.island_level, "min_perf": ps.min_perf, "bottleneck_gbps": ps.bottleneck_gbps,
-             "nodes": dict(zip(ps.nodes, ps.pods_per_node))}
-            for ps in placement.podsets
+            {"name": p.podset, "domain_level": p.domain_level, "domain_path": list(p.domain_path), "islands": p.islands,
+             "island_level": p.island_level, "min_perf": p.min_perf, "bottleneck_gbps": p.bottleneck_gbps,
+             "nodes": dict(p.nodes), "node_selector": dict(p.node_selector)}
+            for p in verdict.placements
         ]
-    if placement is not None:
-        out["why_not"] = [{"podset": v.podset, "level": v.level, "path": list(v.path), "capacity_pods": v.capacity_pods,
-                           "need_pods": v.need_pods, "reason": v.reason} for v in placement.why_not]
+        out["podSetUpdates"] = verdict.podset_updates
+    if verdict.why_not:
+        out["why_not"] = [{"podset": v.podset, "level": v.level, "path": list(v.domain_path), "capacity_pods": v.capacity_pods,
+                           "need_pods": v.need_pods, "reason": v.reason} for v in verdict.why_not]
+    if verdict.notes:
+        out["notes"] = list(verdict.notes)
     return out
 
 
@@ -71,6 +150,8 @@ def _print_table(data: dict[str, Any]) -> None:
         print(f"  podset {ps['name']}: {ps['domain_level']} = {'/'.join(ps['domain_path']) or '(whole flavor)'}; "
               f"{ps['islands']} {ps['island_level']} domain(s); min perf {ps['min_perf']:.2f}; link {ps['bottleneck_gbps']:g} GB/s")
         print(f"    nodes: {shown}")
+        sel = ", ".join(f"{k}={v}" for k, v in ps.get("node_selector", {}).items()) or "(none)"
+        print(f"    nodeSelector written: {sel}")
     if data.get("why_not"):
         print("  other domains:")
         for v in data["why_not"]:
@@ -83,13 +164,14 @@ def main(argv: Sequence[str]) -> int:
         model = load_cluster_model(resolve_cluster(args.cluster))
         flavor = model.flavor(args.flavor)
         doc = load_profiles_file(resolve_profiles(args.profiles))
-        view = load_workload_file(args.workload, gpu_resource=flavor.gpu_resource)
-        profile_name, profile = doc.profile_for(annotation=args.profile or view.profile, local_queue=view.local_queue, cluster_queue=None)
-        wclass = None
-        if view.workload_class:
-            if view.workload_class not in doc.classes:
-                raise WorkloadError(f"{args.workload}: annotation atoll.dev/class: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
-            wclass = doc.classes[view.workload_class]
+        manifest = read_yaml_file(args.workload, WorkloadError)
+        try:
+            view = parse_object(manifest, gpu_resource=flavor.gpu_resource)
+        except WorkloadError as exc:
+            raise WorkloadError(f"{args.workload}: {exc}") from None
+        profile_name, _ = doc.profile_for(annotation=args.profile or view.profile, local_queue=view.local_queue, cluster_queue=None)
+        if view.workload_class and view.workload_class not in doc.classes:
+            raise WorkloadError(f"{args.workload}: annotation atoll.dev/class: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
     except (ClusterModelError, ProfilesError, WorkloadError, KeyError) as exc:
         print(f"atoll place: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
@@ -98,21 +180,15 @@ def main(argv: Sequence[str]) -> int:
                 "message": f"every PodSet has count 0 ({', '.join(view.empty_podsets)}); nothing to place", "relaxed": False}
         _emit(data, args.format)
         return 0
-    snapshot = Snapshot(flavor.name, flavor.level_specs(), flavor.build_nodes(), node_level=flavor.node_level())
-    _occupy(snapshot, args.occupancy, args.seed)
-    now = 1_000_000.0
-    wait = WaitState(first_waited_at=now - args.waited if args.waited > 0 else None)
-    names = {p.name for p in view.podsets}
-    links = [lk for lk in view.links if lk.a in names and lk.b in names]  # a count-0 PodSet has no place to be near
-    try:
-        # Each PodSet's nodeSelector and required node affinity travel inside view.podsets: the
-        # finder restricts that PodSet's candidates exactly as it does for the controller.
-        decision = decide(snapshot, view.podsets, profile_name=profile_name, profile=profile, now=now, wait=wait,
-                          workload_class=wclass, links=links)
-    except ProfileLevelError as exc:
-        print(f"atoll place: {exc}", file=sys.stderr)
+    from admission.cli._run import configure_logging
+
+    configure_logging("warning")  # the controller's info lines would mix with the answer on stdout
+    workload = _kueue_workload(manifest, flavor.name, flavor.gpu_resource, args.profile, args.waited)
+    verdict = place_workload(model, doc, workload, occupied=_occupancy_pods(flavor, args.occupancy, args.seed))
+    if verdict.reason == "config":
+        print(f"atoll place: {verdict.message}", file=sys.stderr)
         return 2
-    _emit(_as_json(decision, view.key, flavor.name), args.format)
+    _emit(_as_json(verdict, view.key, flavor.name), args.format)
     return 0
 
 

@@ -95,16 +95,10 @@ class DeployedAtoll:
         self.settings = Settings()
         gpu = self.settings.kueue.gpu_resource
         self.cache = ClusterCache(gpu)
-        for resource, obj in cluster_objects(cluster, self.doc):
-            if resource in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS):
+        for resource, obj in cluster_objects(cluster, self.doc):  # as the controller's first list delivers them
+            if resource in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS, PODS):
                 self.cache.upsert(resource, obj)
         self.cache.set_profiles(self.doc)
-        for f in cluster.flavors:  # what the model says is already in use: other tenants' pods
-            for node in f.build_nodes():
-                if any(node.used.as_tuple()[:3]):
-                    self.cache.upsert(PODS, {"metadata": {"name": f"resident-{node.name}", "namespace": "default", "uid": f"resident-{node.name}"},
-                                             "spec": {"nodeName": node.name, "containers": [{"name": "main", "resources": {
-                                                 "requests": quantities(node.used, gpu)}}]}, "status": {"phase": "Running"}})
         self.ledger = (ledger or real_ledger)(self.cache)
         self.cache.pod_listener = self.ledger.pods_changed
         self.decider = Decider(self.cache, self.ledger, self.settings)

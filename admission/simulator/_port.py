@@ -25,6 +25,7 @@ from admission.kube import (
     ADMISSION_CHECKS,
     CONFIGMAPS,
     NODES,
+    PODS,
     RESOURCE_FLAVORS,
     TOPOLOGIES,
     WORKLOADS,
@@ -273,13 +274,18 @@ def profiles_for_cluster(doc: ProfilesDocument, cluster: ClusterModel, *, enforc
 def cluster_objects(cluster: ClusterModel, doc: ProfilesDocument, *, namespace: str = PROFILES_NAMESPACE,
                     configmap: str = "atoll-policies", check: str = CHECK_NAME) -> list[tuple[Resource, Obj]]:
     """What an admin installs for ``cluster``: Nodes, ResourceFlavors, Topologies, Atoll's
-    AdmissionCheck and the profiles ConfigMap holding ``doc``."""
+    AdmissionCheck and the profiles ConfigMap holding ``doc``; plus one running pod per node
+    whose model says part of it is already used."""
     out: list[tuple[Resource, Obj]] = []
     topologies: dict[str, list[str]] = {}
     for f in cluster.flavors:
         labels = _flavor_labels(cluster, f)
         for node in f.build_nodes():
             out.append((NODES, node_object(node, f.gpu_resource, labels)))
+            if any(node.used.as_tuple()[:3]):  # what the model says is in use: another tenant's pod
+                out.append((PODS, {"metadata": {"name": f"resident-{node.name}", "namespace": "default", "uid": f"resident-{node.name}"},
+                                   "spec": {"nodeName": node.name, "containers": [{"name": "main", "resources": {
+                                       "requests": quantities(node.used, f.gpu_resource)}}]}, "status": {"phase": "Running"}}))
         out.append((RESOURCE_FLAVORS, {"metadata": {"name": f.name}, "spec": {"nodeLabels": labels}}))
         topologies.setdefault(f.topology, [lv.label for lv in f.levels])
     for name, levels in topologies.items():

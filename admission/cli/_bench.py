@@ -1,5 +1,6 @@
-"""``atoll bench``: speed of the finder (numba vs the pure-Python reference, in one run),
-plus the controller and placement-quality benchmarks that live in their own modules."""
+"""``atoll bench``: speed of the finder (numba vs the pure-Python reference, in one run) and of
+the simulator at scale (``simulate``), plus the controller and placement-quality benchmarks that
+live in their own modules."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
 
-__all__ = ["main", "synthetic_fabric", "synthetic_requests"]
+__all__ = ["bench_simulate", "main", "synthetic_fabric", "synthetic_requests"]
 
 SPINE, SU, CLIQUE = "network.example.com/spine", "network.example.com/su", "nvidia.com/gpu.clique"
 NODES_PER_RACK, RACKS_PER_SU, SUS_PER_SPINE, GPUS_PER_NODE = 18, 8, 4, 4
@@ -122,18 +123,72 @@ def _finder_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcement: str | None, seed: int) -> dict[str, Any]:
+    """The simulator at scale: ``jobs`` ITP-shaped synthetic jobs on the generated ~100,000-GPU
+    GB200 NVL72 fabric, one policy, Atoll run as deployed (decision, ledger, binding, invariant)."""
+    from admission.cli._bench_quality import scale_cluster
+    from admission.cli._bundled import resolve_profiles
+    from admission.cli._simulate import load_workload
+    from admission.simulator._policies import make_policies
+    from admission.simulator._sim import SimSettings, prepare_workload, simulate
+    from policies import load_profiles_file
+
+    t0 = time.perf_counter()
+    cluster = scale_cluster()
+    work = prepare_workload(cluster, load_workload(cluster, trace=None, trace_format="synthetic", jobs=jobs, load=load, seed=seed))
+    (pol,) = make_policies([policy], load_profiles_file(resolve_profiles(None)), seed=seed)
+    build_s = time.perf_counter() - t0
+    result = simulate(cluster, work, pol, settings=SimSettings(scheduler=scheduler, enforcement=enforcement, seed=seed))
+    return {"policy": policy, "scheduler": scheduler, "enforcement": enforcement or "profile", "jobs": jobs, "load": load,
+            "gpus": result.total_gpus, "build_s": round(build_s, 2), "simulate_s": round(result.wall_seconds, 2),
+            "decisions": result.decisions, "decision_s": round(result.decision_seconds, 2),
+            "jobs_per_s": round(jobs / result.wall_seconds, 1)}
+
+
+def _simulate_main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="atoll bench simulate", description="simulator speed at scale (the deployed decision path)")
+    p.add_argument("--jobs", type=int, default=100_000)
+    p.add_argument("--load", type=float, default=1.3)
+    p.add_argument("--policy", default="atoll-elastic")
+    p.add_argument("--scheduler", default="least-allocated", help="least-allocated, most-allocated, random or adversarial")
+    p.add_argument("--enforcement", choices=("domain", "exact"), default=None, help="default: what the profiles document says")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--goal-seconds", type=float, default=60.0, help="PASS when the simulation takes at most this long")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    args = p.parse_args(list(argv))
+    if args.jobs < 1 or args.load <= 0:
+        print("atoll bench simulate: --jobs must be ≥ 1 and --load > 0", file=sys.stderr)
+        return 2
+    try:
+        row = bench_simulate(args.jobs, args.load, args.policy, args.scheduler, args.enforcement, args.seed)
+    except ValueError as exc:
+        print(f"atoll bench simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(row))
+    else:
+        keys = list(row)
+        print(" | ".join(keys))
+        print(" | ".join(str(row[k]) for k in keys))
+        verdict = "PASS" if row["simulate_s"] <= args.goal_seconds else "FAIL"
+        print(f"{verdict} simulate: {row['jobs']:,} jobs in {row['simulate_s']:.1f} s (goal ≤ {args.goal_seconds:g} s)")
+    return 0
+
+
 _OTHERS = {"controller": "admission.cli._bench_controller", "quality": "admission.cli._bench_quality"}
 
 
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: atoll bench {finder,controller,quality} [options]")
+        print("usage: atoll bench {finder,simulate,controller,quality} [options]")
         return 0 if args else 2
     if args[0] == "finder":
         return _finder_main(args[1:])
+    if args[0] == "simulate":
+        return _simulate_main(args[1:])
     if args[0] in _OTHERS:
         code: int = importlib.import_module(_OTHERS[args[0]]).main(args[1:])
         return code
-    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, controller, quality)", file=sys.stderr)
+    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, controller, quality)", file=sys.stderr)
     return 2

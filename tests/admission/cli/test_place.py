@@ -124,3 +124,14 @@ def test_place_with_nothing_to_place(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["place", "--workload", _job(tmp_path, "", parallelism=0), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["outcome"] == "admit" and "every PodSet has count 0 (main); nothing to place" in out["message"]
+
+
+def test_bench_simulate_runs_the_deployed_path_at_scale(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "simulate", "--jobs", "300", "--load", "1.3", "--scheduler", "adversarial", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["jobs"] == 300 and row["gpus"] == 101_376 and row["decisions"] >= 300 and row["scheduler"] == "adversarial"
+
+
+def test_bench_simulate_names_a_bad_scheduler(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "simulate", "--jobs", "10", "--scheduler", "fastest"]) == 2
+    assert "scheduler: 'fastest'" in capsys.readouterr().err

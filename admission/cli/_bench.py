@@ -113,14 +113,17 @@ def _finder_main(argv: Sequence[str]) -> int:
     if args.nodes < NODES_PER_RACK or args.requests < 1:
         print("atoll bench finder: --nodes must be ≥ 18 and --requests ≥ 1", file=sys.stderr)
         return 2
-    row = bench_finder(args.nodes, args.requests, args.reference_sample, args.seed)
-    if args.format == "json":
+    _print_row(bench_finder(args.nodes, args.requests, args.reference_sample, args.seed), args.format)
+    return 0
+
+
+def _print_row(row: dict[str, Any], fmt: str) -> None:
+    """One benchmark row: JSON, or a header line and a value line."""
+    if fmt == "json":
         print(json.dumps(row))
     else:
-        keys = list(row)
-        print(" | ".join(keys))
-        print(" | ".join(str(row[k]) for k in keys))
-    return 0
+        print(" | ".join(row))
+        print(" | ".join(str(v) for v in row.values()))
 
 
 def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcement: str | None, seed: int) -> dict[str, Any]:
@@ -164,12 +167,8 @@ def _simulate_main(argv: Sequence[str]) -> int:
     except ValueError as exc:
         print(f"atoll bench simulate: {exc}", file=sys.stderr)
         return 2
-    if args.format == "json":
-        print(json.dumps(row))
-    else:
-        keys = list(row)
-        print(" | ".join(keys))
-        print(" | ".join(str(row[k]) for k in keys))
+    _print_row(row, args.format)
+    if args.format == "table":
         verdict = "PASS" if row["simulate_s"] <= args.goal_seconds else "FAIL"
         print(f"{verdict} simulate: {row['jobs']:,} jobs in {row['simulate_s']:.1f} s (goal ≤ {args.goal_seconds:g} s)")
     return 0

@@ -249,8 +249,14 @@ def main(argv: Sequence[str]) -> int:
     out: dict[str, Any] = {}
     code = 0
     if not args.skip_quality:
-        out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles, loads=args.loads,
-                                       seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity)
+        from admission.simulator._sweep import RunFailed
+
+        try:
+            out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles, loads=args.loads,
+                                           seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity)
+        except RunFailed as exc:
+            print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
+            return 1
     if not args.skip_scale and code == 0:
         out["scale"], code = scale(args.scale_jobs, scale_policies, args.seed, args.format, args.scale_load)
     if args.format == "json":

@@ -5,7 +5,8 @@ load 1.3, GPU speed varying as measured on real clusters) with fresh synthetic w
 few seeds, and prints the comparison on the jobs every policy completed, with 95 % intervals
 and a plain-words summary (seconds on two cores). ``--load`` takes a list (a load sweep, one
 table), ``--seeds`` the number of seeds, ``--cost-*`` the cost model's assumptions. Runs go to
-every core. Exit codes: 0 done, 2 bad input (the message names the flag, file, line or column).
+every core. Exit codes: 0 done, 1 a run stopped on a violated invariant (the message names the
+Workloads), 2 bad input (the message names the flag, file, line or column).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from admission.simulator._jobs import Job
 from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
 from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
 from admission.simulator._sweep import (
+    RunFailed,
     SweepSpec,
     WorkloadSpec,
     available_cores,
@@ -226,6 +228,9 @@ def main(argv: Sequence[str]) -> int:
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
         print(f"atoll simulate: {exc}", file=sys.stderr)
         return 2
+    except RunFailed as exc:  # a run found admitted pods without room: report it, do not print numbers
+        print(f"atoll simulate: simulation stopped: {exc}", file=sys.stderr)
+        return 1
     wall = time.perf_counter() - t0
     cmps = [compare(records, load=load, seeds=seeds, policies=names, baseline=baseline) for load in loads]
     second = _second_baseline(names, baseline)

@@ -34,12 +34,12 @@ from admission.simulator._cost import CostParams, apply_bandwidths, apply_cost
 from admission.simulator._jobs import Job
 from admission.simulator._metrics import summarize
 from admission.simulator._policies import make_policies
-from admission.simulator._sim import PreparedWorkload, SimResult, SimSettings, build_snapshots, prepare_workload, simulate
+from admission.simulator._sim import InvariantViolation, PreparedWorkload, SimResult, SimSettings, build_snapshots, prepare_workload, simulate
 from admission.simulator._stats import RunRecord
 from admission.simulator._traces import TraceError, TraceFormat, read_trace, scale_load
 from topology import HOSTNAME_LABEL, ClusterModel, ClusterModelError
 
-__all__ = ["RunKey", "SweepSpec", "WorkloadSpec", "available_cores", "cluster_gpus", "parse_loads", "run_one", "run_sweep",
+__all__ = ["RunFailed", "RunKey", "SweepSpec", "WorkloadSpec", "available_cores", "cluster_gpus", "parse_loads", "run_one", "run_sweep",
            "seeds_of", "shuffle_ties", "with_gpu_perf", "workload_jobs"]
 
 RunKey = tuple[float | None, int, str]
@@ -153,6 +153,11 @@ class SweepSpec:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
 
 
+class RunFailed(RuntimeError):
+    """A run stopped (a violated invariant); the message names the run. Plain enough to cross
+    process boundaries, unlike the simulator's own exception."""
+
+
 # One prepared workload per (load, seed) per process: the policies of one seed share it.
 _PREPARED: dict[tuple[int, float | None, int], tuple[ClusterModel, PreparedWorkload]] = {}
 _SPEC: SweepSpec | None = None
@@ -182,7 +187,10 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed,
                            **({"scheduler": spec.scheduler} if spec.scheduler else {}),
                            **({"enforcement": spec.enforcement} if spec.enforcement else {}))
-    result = simulate(cluster, work, policy, settings=settings)
+    try:
+        result = simulate(cluster, work, policy, settings=settings)
+    except InvariantViolation as exc:
+        raise RunFailed(f"{name}, seed {seed}{'' if load is None else f', load {load:g}'}: {exc}") from None
     record = RunRecord(name, seed, load, result.status.copy(), result.arrival, result.start, result.end, result.gpus,
                        work.duration, summarize(result))
     return key, record, (result if key in spec.keep_results else None)
@@ -213,6 +221,7 @@ def run_sweep(
 ) -> tuple[dict[RunKey, RunRecord], dict[RunKey, SimResult]]:
     """Every run of ``spec`` (``order``: the runs to do and their order; default all, slow first),
     on ``workers`` processes (default: the cores available; 1 runs here). Results keyed by run."""
+    _PREPARED.clear()
     keys = list(order) if order is not None else sorted(spec.keys(), key=_cost_rank)
     n_workers = min(workers if workers is not None else available_cores(), max(len(keys), 1))
     records: dict[RunKey, RunRecord] = {}

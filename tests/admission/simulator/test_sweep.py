@@ -78,3 +78,21 @@ def test_shuffled_ties_keep_the_fabric_and_change_the_order() -> None:
         return out
     assert racks(a) == racks(b)
     assert a.perf.tolist() != b.perf.tolist()
+
+
+def test_a_run_stopped_by_the_invariant_is_reported_across_processes(spec: SweepSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    from admission.simulator import _sweep
+    from admission.simulator._sim import InvariantViolation
+    from admission.simulator._sweep import RunFailed
+
+    def stop(*_a: object, **_k: object) -> None:
+        raise InvariantViolation("atoll-elastic", 42.0, ())
+
+    monkeypatch.setattr(_sweep, "simulate", stop)
+    with pytest.raises(RunFailed, match=r"atoll-elastic, seed 1, load 0.8: atoll-elastic: invariant violated at t=42 s"):
+        run_sweep(spec, workers=1, order=[(0.8, 1, "atoll-elastic")])
+    with pytest.raises(RunFailed, match="invariant violated"):  # the same from a worker process
+        run_sweep(spec, workers=2, order=[(0.8, 1, "atoll-elastic"), (1.3, 1, "atoll-elastic")])
+    assert pickle.loads(pickle.dumps(RunFailed("x"))).args == ("x",)

@@ -11,8 +11,8 @@
   level>`` on training jobs: Kueue admits only inside one island and otherwise keeps the job
   queued. A job bigger than any island gets the lowest level one of whose domains can hold it on
   the empty flavor (a user does not write a constraint that can never be met).
-- ``atoll-<profile>``: any profile of the profiles document, decided by ``policies.decide``
-  (the controller's decision code), with its wait state, backoff and relaxation.
+- ``atoll-<profile>``: any profile of the profiles document, run as deployed: the controller's
+  ``Decider`` and ``Ledger`` (``_deployed``), with its wait state, backoff and relaxation.
 
 Baselines answer ``admit`` or ``nofit`` (Kueue keeps the workload queued as inadmissible);
 Atoll answers ``admit``, ``wait`` (an admission-check Retry with its delay) or ``reject``.
@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from policies import PodSetSpec, Profile, ProfilesDocument, WaitState, WorkloadClass, decide
+from policies import Profile, ProfilesDocument, WaitState, WorkloadClass
 from topology import HOSTNAME_LABEL, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, never_fits
 
 __all__ = [
@@ -295,9 +295,9 @@ class KueueBestFitPolicy:
 
 @dataclass
 class AtollPolicy:
-    """One Atoll profile. ``simulate`` runs it as deployed (``_deployed.DeployedAtoll``: the
-    controller's decision and ledger on the simulated cluster); ``attempt`` is the engine's bare
-    answer on a snapshot, for what-if questions that have no cluster behind them."""
+    """One Atoll profile of the profiles document. ``simulate`` runs it as deployed
+    (``_deployed.DeployedAtoll``: the controller's decision and ledger on the simulated cluster),
+    so there is no second implementation of Atoll's admission here."""
 
     name: str
     profile_name: str
@@ -312,22 +312,6 @@ class AtollPolicy:
             return self.doc
         return ProfilesDocument.model_validate({"defaultProfile": self.profile_name, "profiles": {self.profile_name: self.profile},
                                                 "classes": self.classes})
-
-    def _specs(self, shape: JobShape) -> tuple[PodSetSpec, ...]:
-        return (PodSetSpec(PODSET, shape.pods, shape.per_pod),)
-
-    def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
-        d = decide(snapshot, self._specs(shape), profile_name=self.profile_name, profile=self.profile, now=now,
-                   wait=wait, workload_class=self.classes.get(shape.kind), explain=False)
-        if d.outcome == "admit":
-            assert d.placement is not None
-            ps = d.placement.podsets[0]
-            index = snapshot.node_index
-            nodes = np.fromiter((index[n] for n in ps.nodes), dtype=np.int64, count=len(ps.nodes))
-            return Attempt("admit", nodes, np.asarray(ps.pods_per_node, dtype=np.int64), relaxed=d.relaxed, message=d.message)
-        if d.outcome == "wait":
-            return Attempt("wait", retry_after=float(d.retry_after_seconds), relaxed=d.relaxed, message=d.message)
-        return Attempt("reject", message=d.message)
 
 
 def fits_one_domain(snapshot: Snapshot, shape: JobShape, level: str) -> bool:

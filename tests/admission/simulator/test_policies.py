@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from admission.simulator._deployed import DeployedAtoll
 from admission.simulator._policies import (
     AtollPolicy,
     CountOnlyPolicy,
@@ -18,7 +19,7 @@ from admission.simulator._policies import (
     make_policies,
 )
 from policies import WaitState, load_profiles
-from topology import Level, NodeInfo, ResourceVector, Snapshot
+from topology import ClusterModel, Level, NodeInfo, ResourceVector, Snapshot
 
 CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
 DOC = load_profiles(f"""
@@ -79,35 +80,52 @@ def test_random_is_seeded_and_respects_free_capacity() -> None:
         assert not {0, 4, 8, 12} & set(nodes)  # the full nodes are never chosen
 
 
+def model(used: dict[str, int] | None = None) -> ClusterModel:
+    """The ``snapshot()`` fabric as a cluster model: ``used`` GPUs per node name."""
+    used = used or {}
+    return ClusterModel.model_validate({"name": "m", "flavors": [{
+        "name": "f", "topology": "t", "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "1", "memory": "1000Mi", "pods": 10},
+        "nodes": [{"name": f"u{u}c{c}n{n}", "labels": {SU: f"u{u}", CLIQUE: f"u{u}c{c}"}, "used": {"nvidia.com/gpu": used.get(f"u{u}c{c}n{n}", 0)}}
+                  for u in range(2) for c in range(2) for n in range(4)]}]})
+
+
+def deployed(name: str, used: dict[str, int] | None = None) -> DeployedAtoll:
+    (policy,) = make_policies([name], DOC, seed=0)
+    assert isinstance(policy, AtollPolicy)
+    return DeployedAtoll(policy.name, policy.profile_name, policy.document(), model(used))
+
+
+FIRST_NODES = {f"u{u}c{c}n0": 4 for u in range(2) for c in range(2)}
+
+
 def test_atoll_strict_admits_inside_one_island() -> None:
-    snap = snapshot()
-    for i in (0, 5):
-        snap.reserve(i, ResourceVector(gpu=4, pods=1))
-    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
-    att = policy.attempt(snap, shape(4), now=0.0, wait=WaitState())
-    assert att.outcome == "admit" and islands_of(snap, att.nodes) == 1
+    atoll = deployed("atoll-strict", {"u0c0n0": 4, "u0c1n1": 4})
+    v = atoll.decide(0, atoll.workload(0, 0, 4, ResourceVector(gpu=4, pods=1), "training"), 0.0)
+    assert v.outcome == "admit" and v.placements[0].islands == 1
 
 
 def test_atoll_strict_waits_with_the_profile_backoff() -> None:
-    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
-    snap = snapshot(used_first_node=4)
-    delays = [policy.attempt(snap, shape(4), now=100.0, wait=WaitState(0.0, a)).retry_after for a in range(4)]
+    atoll = deployed("atoll-strict", FIRST_NODES)
+    obj = atoll.workload(0, 0, 4, ResourceVector(gpu=4, pods=1), "training")
+    delays = [atoll.decide(0, obj, 100.0 + k).retry_after for k in range(4)]  # Kueue counts each Retry on the Workload
     assert delays == [30, 60, 120, 120]
 
 
 def test_atoll_elastic_spans_only_after_the_relax_time() -> None:
-    (policy,) = make_policies(["atoll-elastic"], DOC, seed=0)
-    snap = snapshot(used_first_node=4)  # every island has 3 free nodes: a 4-node gang must span
-    before = policy.attempt(snap, shape(4), now=299.0, wait=WaitState(0.0, 5))
-    after = policy.attempt(snap, shape(4), now=300.0, wait=WaitState(0.0, 6))
-    assert before.outcome == "wait" and before.retry_after == 1  # capped at the remaining relax time
-    assert after.outcome == "admit" and after.relaxed and islands_of(snap, after.nodes) == 2
+    atoll = deployed("atoll-elastic", FIRST_NODES)  # every island has 3 free nodes: a 4-node gang must span
+    obj = atoll.workload(0, 0, 4, ResourceVector(gpu=4, pods=1), "training")
+    first = atoll.decide(0, obj, 0.0)
+    before = atoll.decide(0, obj, 299.0)
+    after = atoll.decide(0, obj, 300.0)
+    assert first.outcome == "wait" and before.outcome == "wait" and before.retry_after == 1  # capped at the remaining relax time
+    assert after.outcome == "admit" and after.relaxed and after.placements[0].islands == 2
 
 
 def test_atoll_rejects_what_can_never_fit_its_profile() -> None:
-    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
-    att = policy.attempt(snapshot(), shape(5), now=0.0, wait=WaitState())
-    assert att.outcome == "reject" and "never fits" in att.message
+    atoll = deployed("atoll-strict")
+    v = atoll.decide(0, atoll.workload(0, 0, 5, ResourceVector(gpu=4, pods=1), "training"), 0.0)
+    assert v.outcome == "reject" and "never fits" in v.message
 
 
 def test_fits_one_island_uses_the_empty_flavor() -> None:

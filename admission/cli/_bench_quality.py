@@ -171,6 +171,10 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
                 print(format_sensitivity(sens, f"{name}: atoll-elastic mean JCT ÷ kueue-bestfit's (jobs both completed), load "
                                                f"{SENSITIVITY_LOAD:g}, {len(seed_list)} seeds; < 1 = Atoll faster"))
             print(f"({sweep_s:.1f} s sweep, {wall:.1f} s in all)\n")
+    if fmt == "table":
+        print(f"cost model: {CostParams().describe()}; sources:")
+        print("\n".join(f"  {key}: {text}" for key, text in SOURCES.items()))
+        print()
     return report, 0
 
 

@@ -38,8 +38,10 @@ DEFAULT_COMM_FRACTION: Final = 0.1
 
 Data-parallel all-reduce of a 7B-parameter model in bf16 (14 GB) over 8 H100s on NVLink takes
 about 2·7/8·14 GB / 450 GB/s ≈ 55 ms of a ~1 s step (≈ 5%); communication-heavy jobs (bigger
-models, small batches, little overlap) reach 15–20%. 0.1 sits between. Spanning from NVLink
-(900 GB/s) to NDR (50 GB/s) then costs 0.9 + 0.1 × 18 ≈ 2.7× on the ring term's bandwidth part.
+models, small batches, little overlap) reach 15–20%. 0.1 sits between, and matches the ≈ 10 % a
+measurement of GPT/LLaMA training attributes to communication (``_cost.SOURCES``). Spanning from
+NVLink (900 GB/s) to NDR (50 GB/s) then costs 0.9 + 0.1 × 18 ≈ 2.7× on the ring term's bandwidth
+part. ``--cost-comm-fraction`` changes it per run, by job size if wanted.
 """
 
 _GRAD_GB_PER_SQRT_GPU: Final = 2.0

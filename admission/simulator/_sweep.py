@@ -104,9 +104,11 @@ def shuffle_ties(cluster: ClusterModel, seed: int) -> ClusterModel:
                     group.append(p[depth])
             mapping: dict[tuple[str, ...], str] = {}
             for parent, values in sorted(groups.items()):
-                values.sort()
-                for old, new in zip(values, (values[i] for i in rng.permutation(len(values)))):
+                named = sorted(v for v in values if v)  # a node without the label keeps lacking it
+                for old, new in zip(named, (named[i] for i in rng.permutation(len(named)))):
                     mapping[parent + (old,)] = new
+                if "" in values:
+                    mapping[parent + ("",)] = ""
             rename.append(mapping)
         models = []
         for node, path in zip(nodes, paths):

@@ -96,3 +96,14 @@ def test_a_run_stopped_by_the_invariant_is_reported_across_processes(spec: Sweep
     with pytest.raises(RunFailed, match="invariant violated"):  # the same from a worker process
         run_sweep(spec, workers=2, order=[(0.8, 1, "atoll-elastic"), (1.3, 1, "atoll-elastic")])
     assert pickle.loads(pickle.dumps(RunFailed("x"))).args == ("x",)
+
+
+def test_shuffled_ties_keep_a_missing_level_label_missing() -> None:
+    levels = [{"label": "rack"}, {"label": "kubernetes.io/hostname"}]
+    nodes = [{"name": f"n{i}", "labels": {"rack": f"r{i % 2}"} if i else {}, "allocatable": {"nvidia.com/gpu": 8}} for i in range(6)]
+    model = ClusterModel.model_validate({"name": "c", "flavors": [{"name": "f", "topology": "t", "levels": levels, "nodes": nodes}]})
+    for seed in (1, 2, 3):
+        shuffled = shuffle_ties(model, seed).flavors[0].build_nodes()
+        assert sum("rack" not in n.labels for n in shuffled) == 1
+        sizes = Counter(n.labels["rack"] for n in shuffled if "rack" in n.labels)
+        assert set(sizes) == {"r0", "r1"} and sorted(sizes.values()) == [2, 3]  # the same racks, maybe under each other's name

@@ -113,6 +113,8 @@ class DeployedAtoll:
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._domains: dict[tuple[int, tuple[tuple[str, str], ...]], IntArray] = {}
         self._pod_seq = 0
+        self._spec_of: dict[int, tuple[Any, ...]] = {}
+        self._views: dict[tuple[Any, ...], Any] = {}
         self.verdicts = 0
 
     # ------------------------------------------------------------------ Kueue's Workload
@@ -133,6 +135,7 @@ class DeployedAtoll:
         """The Workload of simulated job ``job`` (built on its first decision, kept across Retries)."""
         obj = self.workloads.get(job)
         if obj is None:
+            self._spec_of[job] = (flavor, pods, per_pod, kind)
             obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind)}],
                                                         flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}")
         return obj
@@ -165,7 +168,12 @@ class DeployedAtoll:
         return read_wait_state(obj, self.check_names)
 
     def _admit(self, job: int, obj: dict[str, Any], verdict: Verdict) -> None:
-        view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        key = self._spec_of.pop(job, None)  # Workloads of one shape have one spec: read it once
+        view = self._views.get(key) if key is not None else None
+        if view is None:
+            view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+            if key is not None:
+                self._views[key] = view
         flavor = self.flavor_names.index(view.flavors[PODSET]) if PODSET in view.flavors else 0
         updates = {u["name"]: u for u in verdict.podset_updates}
         podsets = []
@@ -295,6 +303,7 @@ class DeployedAtoll:
     def forget(self, job: int) -> None:
         """A Workload that will never be decided again (rejected)."""
         self.workloads.pop(job, None)
+        self._spec_of.pop(job, None)
 
     # ------------------------------------------------------------------ the invariant's inputs
 

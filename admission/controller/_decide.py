@@ -11,7 +11,7 @@ its whole placement, plus the decision id and the planned nodes as annotations.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,32 +197,22 @@ class Decider:
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         held = _Holding(self.ledger.claims(shared, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
-        levels: dict[str, int] = {}
-        set_aside = 0
-        for _ in range(_MAX_SET_ASIDE + 1):
-            try:
-                decision = decide(snap, specs, profile_name=profile_name, profile=profile, now=now, wait=wait,
-                                  workload_class=cls, links=links)
-            except ProfileLevelError as exc:
-                return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,
-                                     generation=snap.generation, reserved=reserved)
-            if decision.outcome != "admit" or decision.placement is None or (not held.claims and len(decision.placement.podsets) < 2):
-                break
-            found, exposed = self._robust_levels(shared, decision, view, specs, profile, held)
-            if found is not None:
-                levels = found
-                break
-            snap = snap.fork()  # these domains would let owed pods and the new ones take each other's room: plan elsewhere
-            fresh = np.flatnonzero(exposed & (snap.eligible != 0)).tolist()
-            for i in fresh:
-                snap.exclude(i)
-            set_aside += len(fresh)
-        else:
+
+        def search(on: Snapshot) -> Decision:
+            return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links)
+
+        try:
+            found = self._search_robust(shared, snap, search, view, specs, profile, held)
+        except ProfileLevelError as exc:
+            return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,
+                                 generation=snap.generation, reserved=reserved)
+        if found is None:
             delay = profile.retry.delay(wait.attempts)
             return _FlavorResult(flavor, "wait", f"every placement found shares a nodeSelector domain with pods other admitted "
                                                  f"Workloads still owe, and the scheduler could give one's room to the other; "
                                                  f"waiting until they bind; retry in {delay}s", "owed-pods", delay,
                                  generation=snap.generation, reserved=reserved)
+        decision, levels, set_aside, snap = found
         message = decision.message
         if set_aside and decision.outcome != "admit":
             message += (f" ({set_aside} nodes set aside: pods other admitted Workloads still owe may bind there; "
@@ -290,6 +280,47 @@ class Decider:
             update["annotations"] = annotations
         return update, notes, selector
 
+    def _search_robust(self, shared: Snapshot, snap: Snapshot, search: Callable[[Snapshot], Decision], view: WorkloadView,
+                       specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> tuple[Decision, dict[str, int], int, Snapshot] | None:
+        """The placement search, kept away from owed pods the scheduler could trade with the new ones.
+
+        Without owed pods around, one search. Otherwise the first search runs with the domains
+        set aside where a new PodSet would share a nodeSelector domain with a narrower or wider
+        owed claim, or find too little room once owed pods are counted in whole pods of its size
+        (one-node PodSets keep to nodes no multi-node claim reaches; gangs keep to islands with no
+        one-node claim): owed work and new work keep to separate domains, which also keeps islands
+        whole. A placement that still conflicts sets its domains aside and searches again; the
+        last resort is the plain search with selectors widened up to the profile's level. None:
+        every placement found conflicts (wait until the owed pods bind)."""
+        decision = search(snap)
+        if decision.outcome != "admit" or decision.placement is None or (not held.claims and len(decision.placement.podsets) < 2):
+            return decision, {}, 0, snap
+        levels = self._robust_levels(shared, decision, view, specs, profile, held, widen=False)[0]
+        if levels is not None:
+            return decision, levels, 0, snap
+        plain, first = snap, decision
+        wants = []
+        for spec in specs:
+            label = spec.required_topology or profile.required_level or profile.preferred_level
+            level = shared.node_level if spec.count == 1 else shared.level_index(label) if label in shared.level_labels else None
+            if level is not None and spec.per_pod.gpu > 0:
+                wants.append((level, spec.count, spec.per_pod.gpu))
+        aside = self._set_aside(shared, held, (), np.zeros(shared.num_nodes, dtype=bool), wants)
+        for _ in range(_MAX_SET_ASIDE):
+            snap = plain.fork()
+            fresh = np.flatnonzero(aside & (snap.eligible != 0)).tolist()
+            for i in fresh:
+                snap.exclude(i)
+            decision = search(snap)
+            if decision.outcome != "admit" or decision.placement is None:
+                break
+            levels, more = self._robust_levels(shared, decision, view, specs, profile, held, widen=False)
+            if levels is not None:
+                return decision, levels, len(fresh), snap
+            aside = aside | more
+        levels = self._robust_levels(shared, first, view, specs, profile, held, widen=True)[0]  # last resort: widen
+        return None if levels is None else (first, levels, 0, plain)
+
     def _selector_at(self, snap: Snapshot, ps: PodSetPlacement, level: int) -> dict[str, str]:
         """The nodeSelector naming the PodSet's domain at ``level`` (at or above its own)."""
         if level == snap.node_level:
@@ -304,7 +335,7 @@ class Decider:
         return selector
 
     def _robust_levels(self, snap: Snapshot, decision: Decision, view: WorkloadView, specs: Sequence[PodSetSpec], profile: Profile,
-                       held: _Holding) -> tuple[dict[str, int] | None, npt.NDArray[np.bool_]]:
+                       held: _Holding, *, widen: bool) -> tuple[dict[str, int] | None, npt.NDArray[np.bool_]]:
         """The selector level per PodSet at which no owed pod (theirs or the new ones) can be
         starved by the scheduler's choices (``exposed_claims``): the PodSet's own domain first,
         then wider ones up to the level the profile promises (required, else preferred, else the
@@ -321,7 +352,7 @@ class Decider:
                 if label and label in snap.level_labels:
                     top = min(own, snap.level_index(label))
                     break
-            options.append(list(range(own, top - 1, -1)))
+            options.append(list(range(own, top - 1, -1)) if widen else [own])
         exact = self._enforcement(snap.flavor) == "exact"
         if exact:  # the webhook pins each pod to its planned node: nothing to widen, the claim is those nodes
             options = [[o[0]] for o in options]
@@ -349,7 +380,44 @@ class Decider:
                     pick[i] += 1
                     widened = True
             if not widened:
-                return None, near
+                return None, self._set_aside(snap, held, [e for e in exposed if e < first], near,
+                                             [(opts[-1], ps.pods, by_name[ps.name].per_pod.gpu) for ps, opts in zip(podsets, options)])
+
+    @staticmethod
+    def _set_aside(snap: Snapshot, held: _Holding, exposed: Sequence[int], near: npt.NDArray[np.bool_],
+                   podsets: Sequence[tuple[int, int, int]]) -> npt.NDArray[np.bool_]:
+        """Nodes the next search leaves out after a conflict: the new PodSets' domains, the owed
+        domains they endangered, and, per new PodSet (selector level, pods, GPUs a pod), every
+        domain of that level that holds a narrower owed claim or has too little room left for it
+        once what is owed there is counted in whole pods of its size (``exposed_claims``'s
+        measure, per domain at once), so the next search does not walk into them one by one."""
+        out = near.copy()
+        for e in exposed:
+            out |= held.claims[e].mask
+        if not held.claims:
+            return out
+        masks = np.stack([c.mask for c in held.claims])
+        if any(level >= snap.node_level for level, _, _ in podsets):  # a one-node selector: away from wider claims' reach
+            out |= masks[masks.sum(axis=1) > 1].any(axis=0)
+        pods = np.array([c.pods for c in held.claims], dtype=np.int64)
+        gpu = np.array([c.gpu for c in held.claims], dtype=np.int64)
+        for level, want, g in sorted(set(podsets)):
+            if level >= snap.node_level or g <= 0:
+                continue
+            starts = np.asarray([snap.domain_range(level, d)[0] for d in range(snap.num_domains(level))], dtype=np.int64)
+            sizes = np.diff(np.append(starts, snap.num_nodes))
+            slots = held.free_gpu // g
+            room = np.add.reduceat(slots, starts)
+            touch = np.add.reduceat(masks.astype(np.int64), starts, axis=1)                # claims × domains: nodes inside
+            share = np.add.reduceat(masks * slots, starts, axis=1)                          # their slots there
+            cost = (pods * -(-gpu // g))[:, None]
+            spans = (touch > 0).sum(axis=1, keepdims=True) > 1
+            need = np.where(touch > 0, np.where(spans, np.minimum(cost, share), cost), 0).sum(axis=0)
+            narrower = ((touch > 0) & (touch < sizes[None, :]) & ~spans).any(axis=0)
+            bad = narrower | (room - need < want)
+            if bad.any():
+                out |= bad[snap.node_dom[level]]
+        return out
 
     def _validate_kueue_tas(self, obj: Obj, flavor: str, specs: Sequence[PodSetSpec], profile_name: str, profile: Profile,
                             wait: WaitState, why: str) -> _FlavorResult:
@@ -387,7 +455,7 @@ class _Holding:
     free_gpu: npt.NDArray[np.int64]
 
 
-_MAX_SET_ASIDE = 2
+_MAX_SET_ASIDE = 3
 """Times a placement is searched again with the domains it shared with owed pods set aside."""
 
 

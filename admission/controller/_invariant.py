@@ -117,18 +117,21 @@ def exposed_claims(free_gpu: IntArray, claims: Sequence[Claim], near: npt.NDArra
     A witness shows the owed pods fit *now*; it does not survive the scheduler's freedom: a pod
     whose nodeSelector domain reaches into a narrower domain may bind there and take the room the
     narrower claim needs (a one-node Workload inside a clique where a clique-wide Workload still
-    owes pods). Counted in whole pods of claim ``d``'s size (``g``):
+    owes pods). For claim ``d`` (domain D, ``g`` GPUs a pod), counted in whole pods of size ``g``
+    on ``free`` (free GPUs after bound pods):
 
         slots(D) = Σ_{n ∈ D} ⌊free_n / g⌋
-        need(D)  = Σ_{e ⊆ D} pods_e·⌈g_e / g⌉ + Σ_{e ⊄ D, e ∩ D ≠ ∅} min(pods_e·⌈g_e / g⌉, slots(D ∩ e))
+        need(D)  = pods_d
+                 + the slots one-node claims on D's nodes take (exactly: they cannot move)
+                 + Σ_{wider-than-one-node e ⊆ D} pods_e·⌈g_e / g⌉
+                 + Σ_{e ⊄ D, e ∩ D ≠ ∅} min(pods_e, pods of e that fit in D ∩ e)·⌈g_e / g⌉, at most slots(D ∩ e)
 
-    and ``d`` is exposed when ``need(D) > slots(D)``. When no claim is exposed, every order of
-    bindings the nodeSelectors allow keeps this true (a bound pod lowers both sides by the same
-    amount, or only the right side), so every claim keeps room for its pods whatever the scheduler
-    does. The GPU-only, whole-pod bound is conservative for mixed pod sizes (a pod of ``g_e`` GPUs
-    can cost a narrower claim at most ⌈g_e/g⌉ of its slots). ``near``: test only the claims whose
-    domain meets these nodes (all when None; claims elsewhere are unchanged by a new one);
-    every claim still counts as a possible thief."""
+    and ``d`` is exposed when ``need(D) > slots(D)``. When no claim is exposed, no order of
+    bindings the nodeSelectors allow starves a claim: a bound pod lowers both sides alike, or
+    only the right side (a property test plays an adversarial scheduler against it). GPUs only:
+    CPU and memory are not part of Atoll's promise. ``near``: test only the claims whose domain
+    meets these nodes (all when None; claims elsewhere are unchanged by a new one); every claim
+    still counts as a possible thief."""
     if not claims:
         return []
     masks = np.stack([c.mask for c in claims])
@@ -136,18 +139,39 @@ def exposed_claims(free_gpu: IntArray, claims: Sequence[Claim], near: npt.NDArra
     gpu = np.array([c.gpu for c in claims], dtype=np.int64)
     live = (pods > 0) & (gpu > 0)
     sizes = masks.sum(axis=1)
+    single = live & (sizes == 1)
+    pinned = np.bincount(np.argmax(masks[single], axis=1), weights=(pods * gpu)[single],
+                         minlength=free_gpu.size).astype(np.int64) if single.any() else np.zeros(free_gpu.size, dtype=np.int64)
+    sizes_g = sorted({int(x) for x in gpu[live & ~single]})
     out: list[int] = []
     focus = range(len(claims)) if near is None else np.flatnonzero(masks[:, near].any(axis=1)).tolist()
     for d in focus:
         g = int(gpu[d])
         if not live[d] or not masks[d].any():
             continue
-        slots = free_gpu[masks[d]] // g
-        cols = masks[:, masks[d]]                     # every claim restricted to D
+        here = masks[d]
+        free = free_gpu[here]
+        slots = free // g
+        others = pinned[here] - (np.where(np.flatnonzero(here) == np.argmax(here), pods[d] * g, 0) if single[d] else 0)
+        need = int(pods[d]) + int((slots - np.maximum(free - others, 0) // g).sum())
+        cols = masks[:, here]                                    # every claim restricted to D
         inside = cols.sum(axis=1)
-        cost = pods * -(-gpu // g)                    # ⌈g_e / g⌉ slots per pod of e
-        reach = np.where(sizes > inside, np.minimum(cost, cols.astype(np.int64) @ slots), cost)
-        need = int(reach[live & (inside > 0)].sum())
+        wide = live & ~single & (inside > 0)
+        wide[d] = False
+        if wide.any():
+            per_pod = -(-gpu // g)                               # ⌈g_e / g⌉ slots of d a pod of e can cost
+            reach = pods * per_pod
+            thief = wide & (sizes > inside)
+            if thief.any():
+                cols_i = cols.astype(np.int64)
+                fit = np.zeros(len(claims), dtype=np.int64)
+                for size in sizes_g:
+                    rows = thief & (gpu == size)
+                    if rows.any():
+                        fit[rows] = cols_i[rows] @ (free // size)
+                room = cols_i[thief] @ slots
+                reach[thief] = np.minimum(np.minimum(pods[thief], fit[thief]) * per_pod[thief], room)
+            need += int(reach[wide].sum())
         if need > int(slots.sum()):
             out.append(int(d))
     return out

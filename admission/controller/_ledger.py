@@ -301,14 +301,25 @@ class Ledger:
                 pinned = np.zeros_like(mask)
                 pinned[[snapshot.node_index[n] for n, _ in self._owed[key][1] if n in snapshot.node_index]] = True
                 if pinned[mask].any():
-                    mask &= pinned
+                    mask = mask & pinned
             out.append(Claim(r.workload, r.podset, owed, r.per_pod.gpu, mask))
         return out
 
     def domain_mask(self, snapshot: Snapshot, selector: Iterable[tuple[str, str]], tolerations: Sequence[Toleration] = ()) -> npt.NDArray[np.bool_]:
-        """Nodes of the snapshot a pod with this nodeSelector and these tolerations may bind on now."""
+        """Nodes of the snapshot a pod with this nodeSelector and these tolerations may bind on now
+        (read-only; memoized per node structure and eligibility, since every decision asks again)."""
+        sel, tol = tuple(sorted(selector)), tuple(tolerations)
+        usable = snapshot.eligible_for(tol)
+        stamp = hash(usable.tobytes())
+        key = ("ledger-mask", sel, tol)
+        hit = snapshot.static_cache.get(key)  # cleared with the node structure and labels
+        if isinstance(hit, tuple) and hit[0] == stamp:
+            mask: npt.NDArray[np.bool_] = hit[1]
+            return mask
         mask = np.zeros(snapshot.num_nodes, dtype=bool)
-        mask[self._nodes(snapshot, tuple(sorted(selector)), tuple(tolerations))] = True
+        mask[self._nodes(snapshot, sel, tol)] = True
+        mask.flags.writeable = False
+        snapshot.static_cache[key] = (stamp, mask)
         return mask
 
     def owed(self, snapshot: Snapshot) -> list[OwedPods]:

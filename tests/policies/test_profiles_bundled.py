@@ -39,22 +39,11 @@ def _flavors() -> list[tuple[str, str]]:
     return [(p.stem, f.name) for p in CLUSTERS for f in load_cluster_model(p).flavors]
 
 
-# Known gap, strict so that it fails the run once fixed (then delete it): the sample document still
-# caps elastic spans at network.example.com/su, a level the mixed cluster's fabrics lack.
-_SAMPLE_NEEDS_SPAN_CANDIDATES = pytest.mark.xfail(strict=True, reason=(
-    "config/profiles.yaml: profiles.elastic.maxSpanLevel must become [network.example.com/su, network.example.com/leaf]"))
-
-
-def _known_gap(document: str, cluster: str) -> bool:
-    return (document, cluster) == ("config/profiles.yaml", "mixed-a100-h100")
-
-
-def _combos(*, mark: bool) -> list[object]:
+def _combos() -> list[object]:
     out: list[object] = []
     for document in PROFILE_DOCUMENTS:
         for cluster, flavor in _flavors():
-            marks = [_SAMPLE_NEEDS_SPAN_CANDIDATES] if mark and _known_gap(document, cluster) else []
-            out.append(pytest.param(document, cluster, flavor, marks=marks, id=f"{cluster}-{flavor}-{document}"))
+            out.append(pytest.param(document, cluster, flavor, id=f"{cluster}-{flavor}-{document}"))
     return out
 
 
@@ -63,7 +52,7 @@ def test_the_bundle_is_what_this_test_covers() -> None:
     assert ("mixed-a100-h100", "a100") in _flavors() and ("mixed-a100-h100", "h100") in _flavors()
 
 
-@pytest.mark.parametrize(("document", "cluster", "flavor"), _combos(mark=True))
+@pytest.mark.parametrize(("document", "cluster", "flavor"), _combos())
 def test_every_profile_resolves_on_every_flavor(document: str, cluster: str, flavor: str, tmp_path: Path) -> None:
     doc = load_profiles_file(_document(document, tmp_path))
     model = load_cluster_model(CONFIG / "clusters" / f"{cluster}.yaml")
@@ -74,14 +63,12 @@ def test_every_profile_resolves_on_every_flavor(document: str, cluster: str, fla
 
 
 @pytest.mark.parametrize("workload", [p.name for p in WORKLOADS])
-@pytest.mark.parametrize(("document", "cluster", "flavor"), _combos(mark=False))
+@pytest.mark.parametrize(("document", "cluster", "flavor"), _combos())
 def test_atoll_place_decides_for_every_combination(cluster: str, flavor: str, document: str, workload: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["place", "--cluster", cluster, "--flavor", flavor, "--profiles", str(_document(document, tmp_path)),
                  "--workload", str(CONFIG / "workloads" / workload), "--format", "json"])
     out, err = capsys.readouterr()
-    if code == 2 and _known_gap(document, cluster) and "profiles.elastic.maxSpanLevel: flavor" in err:
-        pytest.xfail(_SAMPLE_NEEDS_SPAN_CANDIDATES.kwargs["reason"])  # the strict mark above fails once it is fixed
     assert code == 0, err
     decision = json.loads(out)
     assert decision["outcome"] in ("admit", "wait", "reject") and decision["flavor"] == flavor

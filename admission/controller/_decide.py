@@ -219,6 +219,7 @@ class Decider:
                         "they free up as those pods bind)")
         result = _FlavorResult(flavor, decision.outcome, message, relaxed=decision.relaxed, decision=decision,
                                generation=snap.generation, reserved=reserved, after=snap)
+        result.notes.extend(decision.notes)  # Kueue annotations read but not honoured: said in the message, record and Event
         placement = decision.placement
         if placement is not None:
             result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason) for v in placement.why_not[:6]]

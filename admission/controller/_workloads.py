@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.kube import Obj
-from policies import PodSetSpec
+from policies import PodSetSpec, podset_spec
 from topology import NODE_OPERATORS, GraphLink, NodeConstraint, NodeRequirement, ResourceVector, Toleration, parse_label_int
 from topology._documents import read_yaml_file
 from topology._resources import LIMITS, MAX_COUNT, RESOURCE_NAMES
@@ -345,8 +345,7 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         if count == 0:
             empty.append(ps_name)
         else:
-            podsets.append(PodSetSpec(ps_name, count, per_pod, annotations.get(REQUIRED_TOPOLOGY), annotations.get(PREFERRED_TOPOLOGY),
-                                      tolerations, constraint))
+            podsets.append(podset_spec(ps_name, count, per_pod, annotations, tolerations=tuple(tolerations), node_constraint=constraint))
         templates[ps_name] = PodSetTemplate(labels, annotations, selector)
         anns[ps_name] = annotations
         names.append(ps_name)

@@ -202,6 +202,7 @@ class Decider:
             return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links)
 
         try:
+            profile = profile.for_flavor(flavor, shared.level_labels, name=profile_name)  # the levels this flavor has
             found = self._search_robust(shared, snap, search, view, specs, profile, held)
         except ProfileLevelError as exc:
             return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,

@@ -193,10 +193,11 @@ class Decider:
         except ValueError as exc:
             return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
         snap = shared.fork()
-        reserved = self.ledger.apply(snap, exclude_uid=view.uid)
+        owed = self.ledger.witness(snap, exclude_uid=view.uid)  # once: what is counted as used, and the claims below
+        reserved = self.ledger.apply(snap, witness=owed)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
-        held = _Holding(self.ledger.claims(shared, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
+        held = _Holding(self.ledger.claims(snap, witness=owed), np.asarray(shared.free[:, 0]))
 
         def search(on: Snapshot) -> Decision:
             return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links)

@@ -272,11 +272,11 @@ class Ledger:
         placed, missing, used = place_owed(snapshot.free, demands)
         return Witness(rows, demands, placed, missing, used)
 
-    def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> int:
+    def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None, witness: Witness | None = None) -> int:
         """Count every owed pod of the snapshot's flavor as used (in place: pass a fork): the
         witness's pods come off their nodes; a domain with pods that found no room counts as
-        full. Returns the GPUs owed."""
-        w = self.witness(snapshot, exclude_uid=exclude_uid)
+        full. Returns the GPUs owed. ``witness``: one already built on this snapshot."""
+        w = witness or self.witness(snapshot, exclude_uid=exclude_uid)
         if not w.rows:
             self._report(snapshot.flavor, ())
             return 0
@@ -289,19 +289,19 @@ class Ledger:
         self._report(snapshot.flavor, tuple(short))
         return sum(owed * r.per_pod.gpu for r, owed in w.rows)
 
-    def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> list[Claim]:
-        """The snapshot flavor's owed pods as domain masks, for ``exposed_claims``."""
+    def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None, witness: Witness | None = None) -> list[Claim]:
+        """The snapshot flavor's owed pods as domain masks, for ``exposed_claims`` (from ``witness``
+        when the caller has one for this snapshot: the domains are already resolved there)."""
+        w = witness or self.witness(snapshot, exclude_uid=exclude_uid)
         out = []
-        for key, r in sorted(self._by_flavor.get(snapshot.flavor, {}).items(), key=lambda kv: (kv[1].workload, kv[1].podset, kv[0][0])):
-            owed = self._owed.get(key, (0, ()))[0]
-            if r.uid == exclude_uid or owed <= 0 or r.per_pod.gpu <= 0:
+        for (r, owed), d in zip(w.rows, w.demands):
+            if r.per_pod.gpu <= 0:
                 continue
-            mask = self.domain_mask(snapshot, r.selector, r.tolerations)
-            if r.exact:  # pinned pods can only land where they were planned (or, replaced, where the pods now are)
-                pinned = np.zeros_like(mask)
-                pinned[[snapshot.node_index[n] for n, _ in self._owed[key][1] if n in snapshot.node_index]] = True
-                if pinned[mask].any():
-                    mask = mask & pinned
+            mask = np.zeros(snapshot.num_nodes, dtype=bool)
+            mask[d.domain] = True
+            if r.exact and d.planned:  # pinned pods can only land where they were planned
+                mask[:] = False
+                mask[[i for i, _ in d.planned]] = True
             out.append(Claim(r.workload, r.podset, owed, r.per_pod.gpu, mask))
         return out
 

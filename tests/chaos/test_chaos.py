@@ -40,8 +40,8 @@ def test_an_atoll_run_process_killed_with_sigkill_keeps_every_invariant(apiserve
 def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:
     """A controller whose ledger counts nothing as owed: admitted pods not yet bound look free."""
     ctrl = Controller(*args, **kwargs)
-    ctrl.ledger.apply = lambda snapshot, exclude_uid=None: 0  # type: ignore[method-assign]
-    ctrl.ledger.claims = lambda snapshot, exclude_uid=None: []  # type: ignore[method-assign]
+    ctrl.ledger.apply = lambda snapshot, **_: 0  # type: ignore[method-assign]
+    ctrl.ledger.claims = lambda snapshot, **_: []  # type: ignore[method-assign]
     return ctrl
 
 

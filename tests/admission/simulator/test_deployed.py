@@ -42,7 +42,7 @@ class ForgetfulLedger(Ledger):
         placed, missing, used = place_owed(snapshot.free, demands)
         return Witness(w.rows, demands, placed, missing, used)
 
-    def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> list:  # type: ignore[override]
+    def claims(self, snapshot: Snapshot, **_: object) -> list:  # type: ignore[override]
         return []
 
 

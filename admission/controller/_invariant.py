@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from topology import ResourceVector
 
-__all__ = ["Claim", "Demand", "OwedPods", "Violation", "check_invariant", "exposed_claims", "place_owed", "pod_shape"]
+__all__ = ["Claim", "ClaimSet", "Demand", "OwedPods", "Violation", "check_invariant", "exposed_claims", "place_owed", "pod_shape"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -111,7 +111,87 @@ class Claim:
     mask: npt.NDArray[np.bool_]
 
 
-def exposed_claims(free_gpu: IntArray, claims: Sequence[Claim], near: npt.NDArray[np.bool_] | None = None) -> list[int]:
+class ClaimSet:
+    """Claims as arrays, for ``exposed_claims`` at the scale of a busy fabric.
+
+    Most owed domains repeat (every Workload placed in one clique shares its mask) or are one
+    node (a one-node Workload's hostname selector), so a claim names its domain instead of
+    carrying it: ``node[i]`` ≥ 0 for a one-node domain, else ``dom[i]``, a row of ``masks``
+    (distinct domains only). The arithmetic over claims then costs a gather, not a mask each."""
+
+    __slots__ = ("who", "pods", "gpu", "node", "dom", "masks", "_mask_rows")
+
+    def __init__(self, who: Sequence[tuple[str, str]], pods: IntArray, gpu: IntArray, node: IntArray, dom: IntArray,
+                 masks: npt.NDArray[np.bool_]) -> None:
+        self.who = tuple(who)
+        self.pods, self.gpu, self.node, self.dom, self.masks = pods, gpu, node, dom, masks
+        self._mask_rows: dict[bytes, int] | None = None
+
+    @classmethod
+    def of(cls, claims: Sequence[Claim], num_nodes: int | None = None) -> ClaimSet:
+        """From plain claims (their masks interned)."""
+        n = num_nodes if num_nodes is not None else (claims[0].mask.size if claims else 0)
+        return cls.empty(n).extend(claims)
+
+    @classmethod
+    def empty(cls, num_nodes: int) -> ClaimSet:
+        z = np.zeros(0, dtype=np.int64)
+        return cls((), z, z, z, z, np.zeros((0, num_nodes), dtype=bool))
+
+    def __len__(self) -> int:
+        return len(self.who)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.masks.shape[1])
+
+    def mask(self, i: int) -> npt.NDArray[np.bool_]:
+        """Claim ``i``'s domain as a boolean mask over the nodes."""
+        if self.node[i] >= 0:
+            out = np.zeros(self.num_nodes, dtype=bool)
+            out[self.node[i]] = True
+            return out
+        return np.asarray(self.masks[self.dom[i]])
+
+    def extend(self, claims: Sequence[Claim]) -> ClaimSet:
+        """A new set: these claims after the present ones (which keep their indices)."""
+        if not claims:
+            return self
+        rows = dict(self._rows())
+        masks = [self.masks]
+        fresh: list[npt.NDArray[np.bool_]] = []
+        node, dom = [], []
+        for c in claims:
+            hits = np.flatnonzero(c.mask)
+            if hits.size == 1:
+                node.append(int(hits[0]))
+                dom.append(-1)
+                continue
+            key = c.mask.tobytes()
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = len(self.masks) + len(fresh)
+                fresh.append(np.asarray(c.mask, dtype=bool))
+            node.append(-1)
+            dom.append(row)
+        if fresh:
+            masks.append(np.stack(fresh))
+        out = ClaimSet(self.who + tuple((c.workload, c.podset) for c in claims),
+                       np.concatenate([self.pods, np.array([c.pods for c in claims], dtype=np.int64)]),
+                       np.concatenate([self.gpu, np.array([c.gpu for c in claims], dtype=np.int64)]),
+                       np.concatenate([self.node, np.array(node, dtype=np.int64)]),
+                       np.concatenate([self.dom, np.array(dom, dtype=np.int64)]),
+                       np.concatenate(masks) if len(masks) > 1 else self.masks)
+        out._mask_rows = rows
+        return out
+
+    def _rows(self) -> dict[bytes, int]:
+        if self._mask_rows is None:
+            self._mask_rows = {m.tobytes(): i for i, m in enumerate(self.masks)}
+        return self._mask_rows
+
+
+def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near: npt.NDArray[np.bool_] | None = None) -> list[int]:
     """Claims the kube-scheduler could starve by binding *other* claims' pods inside their domain.
 
     A witness shows the owed pods fit *now*; it does not survive the scheduler's freedom: a pod
@@ -132,46 +212,55 @@ def exposed_claims(free_gpu: IntArray, claims: Sequence[Claim], near: npt.NDArra
     CPU and memory are not part of Atoll's promise. ``near``: test only the claims whose domain
     meets these nodes (all when None; claims elsewhere are unchanged by a new one); every claim
     still counts as a possible thief."""
-    if not claims:
+    cs = claims if isinstance(claims, ClaimSet) else ClaimSet.of(claims, free_gpu.size)
+    if not len(cs):
         return []
-    masks = np.stack([c.mask for c in claims])
-    pods = np.array([c.pods for c in claims], dtype=np.int64)
-    gpu = np.array([c.gpu for c in claims], dtype=np.int64)
+    pods, gpu, node, dom, masks = cs.pods, cs.gpu, cs.node, cs.dom, cs.masks
     live = (pods > 0) & (gpu > 0)
-    sizes = masks.sum(axis=1)
-    single = live & (sizes == 1)
-    pinned = np.bincount(np.argmax(masks[single], axis=1), weights=(pods * gpu)[single],
-                         minlength=free_gpu.size).astype(np.int64) if single.any() else np.zeros(free_gpu.size, dtype=np.int64)
-    sizes_g = sorted({int(x) for x in gpu[live & ~single]})
+    single = node >= 0
+    multi = ~single
+    pinned = np.bincount(node[single & live], weights=(pods * gpu)[single & live], minlength=free_gpu.size).astype(np.int64)
+    dom_m = np.where(multi, dom, 0)
+    sizes_u = masks.sum(axis=1)
+    sizes = np.where(multi, sizes_u[dom_m] if masks.shape[0] else 0, 1)
+    if near is None:
+        focus = np.arange(len(cs))
+    else:
+        meets_u = masks[:, near].any(axis=1) if masks.shape[0] else np.zeros(0, dtype=bool)
+        meets = np.where(single, near[np.maximum(node, 0)], meets_u[dom_m] if masks.shape[0] else False)
+        focus = np.flatnonzero(meets)
     out: list[int] = []
-    focus = range(len(claims)) if near is None else np.flatnonzero(masks[:, near].any(axis=1)).tolist()
-    for d in focus:
+    for d in focus.tolist():
         g = int(gpu[d])
-        if not live[d] or not masks[d].any():
+        if not live[d]:
             continue
-        here = masks[d]
-        free = free_gpu[here]
+        here_idx = np.array([node[d]], dtype=np.int64) if single[d] else np.flatnonzero(masks[dom[d]])
+        if here_idx.size == 0:
+            continue
+        free = free_gpu[here_idx]
         slots = free // g
-        others = pinned[here] - (np.where(np.flatnonzero(here) == np.argmax(here), pods[d] * g, 0) if single[d] else 0)
+        others = pinned[here_idx].copy()
+        if single[d]:
+            others[0] -= pods[d] * g
         need = int(pods[d]) + int((slots - np.maximum(free - others, 0) // g).sum())
-        cols = masks[:, here]                                    # every claim restricted to D
-        inside = cols.sum(axis=1)
-        wide = live & ~single & (inside > 0)
-        wide[d] = False
-        if wide.any():
-            per_pod = -(-gpu // g)                               # ⌈g_e / g⌉ slots of d a pod of e can cost
-            reach = pods * per_pod
-            thief = wide & (sizes > inside)
-            if thief.any():
-                cols_i = cols.astype(np.int64)
-                fit = np.zeros(len(claims), dtype=np.int64)
-                for size in sizes_g:
-                    rows = thief & (gpu == size)
-                    if rows.any():
-                        fit[rows] = cols_i[rows] @ (free // size)
-                room = cols_i[thief] @ slots
-                reach[thief] = np.minimum(np.minimum(pods[thief], fit[thief]) * per_pod[thief], room)
-            need += int(reach[wide].sum())
+        if masks.shape[0]:
+            cols_u = masks[:, here_idx]                              # every distinct domain restricted to D
+            inside = np.where(multi, cols_u.sum(axis=1)[dom_m], 0)
+            wide = live & multi & (inside > 0)
+            wide[d] = False
+            if wide.any():
+                per_pod = -(-gpu // g)                               # ⌈g_e / g⌉ slots of d a pod of e can cost
+                reach = pods * per_pod
+                thief = wide & (sizes > inside)
+                if thief.any():
+                    cols_i = cols_u.astype(np.int64)
+                    fit = np.zeros(len(cs), dtype=np.int64)
+                    for size in sorted({int(x) for x in gpu[thief]}):
+                        rows = thief & (gpu == size)
+                        fit[rows] = (cols_i @ (free // size))[dom[rows]]
+                    room = (cols_i @ slots)[dom[thief]]
+                    reach[thief] = np.minimum(np.minimum(pods[thief], fit[thief]) * per_pod[thief], room)
+                need += int(reach[wide].sum())
         if need > int(slots.sum()):
             out.append(int(d))
     return out

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from admission.controller._cache import ClusterCache, FlavorProblem
-from admission.controller._invariant import Claim, exposed_claims
+from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
 from admission.controller._records import PodSetRecord, WhyNotRecord, truncate
 from admission.controller._settings import Settings
@@ -197,7 +197,7 @@ class Decider:
         reserved = self.ledger.apply(snap, witness=owed)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
-        held = _Holding(self.ledger.claims(snap, witness=owed), np.asarray(shared.free[:, 0]))
+        held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
 
         def search(on: Snapshot) -> Decision:
             return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links)
@@ -296,7 +296,7 @@ class Decider:
         last resort is the plain search with selectors widened up to the profile's level. None:
         every placement found conflicts (wait until the owed pods bind)."""
         decision = search(snap)
-        if decision.outcome != "admit" or decision.placement is None or (not held.claims and len(decision.placement.podsets) < 2):
+        if decision.outcome != "admit" or decision.placement is None or (not len(held.claims) and len(decision.placement.podsets) < 2):
             return decision, {}, 0, snap
         levels = self._robust_levels(shared, decision, view, specs, profile, held, widen=False)[0]
         if levels is not None:
@@ -373,7 +373,7 @@ class Decider:
                     mask = self.ledger.domain_mask(snap, selector.items(), spec.tolerations)
                 new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
             near = np.logical_or.reduce([c.mask for c in new]) if new else np.zeros(snap.num_nodes, dtype=bool)
-            exposed = exposed_claims(held.free_gpu, held.claims + new, near)
+            exposed = exposed_claims(held.free_gpu, held.claims.extend(new), near)
             if not exposed:
                 return {ps.name: opts[k] for ps, opts, k in zip(podsets, options, pick)}, near
             widened = False
@@ -395,15 +395,17 @@ class Decider:
         once what is owed there is counted in whole pods of its size (``exposed_claims``'s
         measure, per domain at once), so the next search does not walk into them one by one."""
         out = near.copy()
+        cs = held.claims
         for e in exposed:
-            out |= held.claims[e].mask
-        if not held.claims:
+            out |= cs.mask(e)
+        if not len(cs):
             return out
-        masks = np.stack([c.mask for c in held.claims])
+        single = cs.node >= 0
+        sizes_u = cs.masks.sum(axis=1)
         if any(level >= snap.node_level for level, _, _ in podsets):  # a one-node selector: away from wider claims' reach
-            out |= masks[masks.sum(axis=1) > 1].any(axis=0)
-        pods = np.array([c.pods for c in held.claims], dtype=np.int64)
-        gpu = np.array([c.gpu for c in held.claims], dtype=np.int64)
+            wide_u = np.zeros(len(sizes_u), dtype=bool)
+            wide_u[cs.dom[~single]] = True
+            out |= cs.masks[wide_u & (sizes_u > 1)].any(axis=0)
         for level, want, g in sorted(set(podsets)):
             if level >= snap.node_level or g <= 0:
                 continue
@@ -411,12 +413,21 @@ class Decider:
             sizes = np.diff(np.append(starts, snap.num_nodes))
             slots = held.free_gpu // g
             room = np.add.reduceat(slots, starts)
-            touch = np.add.reduceat(masks.astype(np.int64), starts, axis=1)                # claims × domains: nodes inside
-            share = np.add.reduceat(masks * slots, starts, axis=1)                          # their slots there
-            cost = (pods * -(-gpu // g))[:, None]
-            spans = (touch > 0).sum(axis=1, keepdims=True) > 1
-            need = np.where(touch > 0, np.where(spans, np.minimum(cost, share), cost), 0).sum(axis=0)
-            narrower = ((touch > 0) & (touch < sizes[None, :]) & ~spans).any(axis=0)
+            cost = cs.pods * -(-cs.gpu // g)
+            # one-node claims: inside exactly one domain of the level, never spanning
+            at = snap.node_dom[level][cs.node[single]]
+            need = np.bincount(at, weights=cost[single], minlength=starts.size).astype(np.int64)
+            narrower = np.zeros(starts.size, dtype=bool)
+            narrower[at[sizes[at] > 1]] = True
+            if (~single).any() and cs.masks.shape[0]:
+                touch_u = np.add.reduceat(cs.masks.astype(np.int64), starts, axis=1)   # distinct domains × level domains: nodes inside
+                share_u = np.add.reduceat(cs.masks * slots, starts, axis=1)           # their slots there
+                spans_u = (touch_u > 0).sum(axis=1) > 1
+                dom = cs.dom[~single]
+                touch, share, spans = touch_u[dom], share_u[dom], spans_u[dom][:, None]
+                c = cost[~single][:, None]
+                need = need + np.where(touch > 0, np.where(spans, np.minimum(c, share), c), 0).sum(axis=0)
+                narrower |= ((touch > 0) & (touch < sizes[None, :]) & ~spans).any(axis=0)
             bad = narrower | (room - need < want)
             if bad.any():
                 out |= bad[snap.node_dom[level]]
@@ -454,7 +465,7 @@ class Decider:
 class _Holding:
     """What admitted Workloads still owe on a flavor, for the robustness check."""
 
-    claims: list[Claim]
+    claims: ClaimSet
     free_gpu: npt.NDArray[np.int64]
 
 

@@ -31,7 +31,8 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from admission.controller._invariant import Claim, Demand, OwedPods, place_owed, pod_shape
+from admission.controller._book import Book, Entry, Witness
+from admission.controller._invariant import ClaimSet, Demand, OwedPods, pod_shape
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
 from admission.kube import Obj
 from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, Toleration
@@ -145,6 +146,8 @@ class Ledger:
         self._by_flavor: dict[str, dict[_Key, Reservation]] = {}
         self._seen_bound: dict[tuple[str, str], int] = {}
         self._owed: dict[_Key, tuple[int, tuple[tuple[str, int], ...]]] = {}
+        self._books: dict[str, Book] = {}
+        """Per flavor, the owed pods resolved on its snapshot (``_book``): a decision costs the changes, not the backlog."""
         self.shortfalls: tuple[Shortfall, ...] = ()
         """Owed pods the last ``apply`` could not place (their domains were counted as full)."""
         self.shortfall_applies = 0
@@ -203,6 +206,7 @@ class Ledger:
     def forget(self, uid: str) -> None:
         for r in self._by_uid.pop(uid, ()):
             self._owed.pop((r.uid, r.podset), None)
+            self._book(r.flavor).touch([(r.uid, r.podset)])
             self._seen_bound.pop((r.decision_id, r.podset), None)
             flavor = self._by_flavor.get(r.flavor)
             if flavor is not None:
@@ -249,61 +253,60 @@ class Ledger:
     def _hold(self, r: Reservation) -> None:
         planned = self.outstanding(r, self.bound(r.decision_id) if r.decision_id else {})
         owed = max(r.pods - self._seen_bound.get((r.decision_id, r.podset), 0), 0)
-        self._owed[(r.uid, r.podset)] = (owed, tuple(planned))
+        key = (r.uid, r.podset)
+        if self._owed.get(key) != (owed, tuple(planned)):
+            self._owed[key] = (owed, tuple(planned))
+            self._book(r.flavor).touch([key])
+
+    def _book(self, flavor: str) -> Book:
+        book = self._books.get(flavor)
+        if book is None:
+            book = self._books[flavor] = Book(self._resolve)
+        return book
+
+    def _resolve(self, key: _Key, snapshot: Snapshot) -> Entry | None:
+        """One reservation's owed pods on the snapshot: its domain, its planned nodes there, its shape."""
+        r = self._by_flavor.get(snapshot.flavor, {}).get(key)
+        if r is None:
+            return None
+        owed, planned = self._owed.get(key, (0, ()))
+        if owed <= 0:
+            return None
+        domain = self._domain(snapshot, r)
+        idx = snapshot.node_index
+        if planned:
+            allowed = set(domain.tolist())
+            prefer = tuple((idx[n], k) for n, k in planned if n in idx and idx[n] in allowed)
+        else:
+            prefer = ()
+        return Entry(key, (r.workload, r.podset, r.uid), r, owed, Demand(owed, pod_shape(r.per_pod), prefer, domain),
+                     r.per_pod.gpu, r.exact, sum(k for _, k in prefer))
 
     # ------------------------------------------------------------------ on a snapshot
 
     def witness(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> Witness:
-        """Where the owed pods of the snapshot's flavor fit now (whole pods, inside their domains)."""
-        rows: list[tuple[Reservation, int]] = []
-        demands: list[Demand] = []
-        for key, r in sorted(self._by_flavor.get(snapshot.flavor, {}).items(), key=lambda kv: (kv[1].workload, kv[1].podset, kv[0][0])):
-            if r.uid == exclude_uid:
-                continue
-            owed, planned = self._owed.get(key, (0, ()))
-            if owed <= 0:
-                continue
-            domain = self._domain(snapshot, r)
-            allowed = set(domain.tolist())
-            idx = snapshot.node_index
-            prefer = tuple((idx[n], k) for n, k in planned if n in idx and idx[n] in allowed)
-            rows.append((r, owed))
-            demands.append(Demand(owed, pod_shape(r.per_pod), prefer, domain))
-        placed, missing, used = place_owed(snapshot.free, demands)
-        return Witness(rows, demands, placed, missing, used)
+        """Where the owed pods of the snapshot's flavor fit now (whole pods, inside their domains):
+        ``place_owed``'s witness, kept up to date by the flavor's book."""
+        return self._book(snapshot.flavor).witness(snapshot, exclude_uid)
 
     def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None, witness: Witness | None = None) -> int:
         """Count every owed pod of the snapshot's flavor as used (in place: pass a fork): the
         witness's pods come off their nodes; a domain with pods that found no room counts as
         full. Returns the GPUs owed. ``witness``: one already built on this snapshot."""
         w = witness or self.witness(snapshot, exclude_uid=exclude_uid)
-        if not w.rows:
-            self._report(snapshot.flavor, ())
-            return 0
         snapshot.free -= w.used
         short: list[Shortfall] = []
-        for (r, owed), d, m in zip(w.rows, w.demands, w.missing):
-            if m > 0:
-                snapshot.free[d.domain] = 0
-                short.append(Shortfall(r.workload, r.podset, r.flavor, m, owed, int(d.domain.size)))
+        for r, owed, d, m in w.short():
+            assert isinstance(r, Reservation)
+            snapshot.free[d.domain] = 0
+            short.append(Shortfall(r.workload, r.podset, r.flavor, m, owed, int(d.domain.size)))
         self._report(snapshot.flavor, tuple(short))
-        return sum(owed * r.per_pod.gpu for r, owed in w.rows)
+        return int(w.used[:, 0].sum()) + sum(m * d.shape[0] for _, _, d, m in w.short())
 
-    def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None, witness: Witness | None = None) -> list[Claim]:
-        """The snapshot flavor's owed pods as domain masks, for ``exposed_claims`` (from ``witness``
-        when the caller has one for this snapshot: the domains are already resolved there)."""
-        w = witness or self.witness(snapshot, exclude_uid=exclude_uid)
-        out = []
-        for (r, owed), d in zip(w.rows, w.demands):
-            if r.per_pod.gpu <= 0:
-                continue
-            mask = np.zeros(snapshot.num_nodes, dtype=bool)
-            mask[d.domain] = True
-            if r.exact and d.planned:  # pinned pods can only land where they were planned
-                mask[:] = False
-                mask[[i for i, _ in d.planned]] = True
-            out.append(Claim(r.workload, r.podset, owed, r.per_pod.gpu, mask))
-        return out
+    def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> ClaimSet:
+        """The snapshot flavor's owed pods with GPUs as claims on their domains, for
+        ``exposed_claims`` (pinned pods under ``exact`` claim their planned nodes only)."""
+        return self._book(snapshot.flavor).claims(snapshot, exclude_uid)
 
     def domain_mask(self, snapshot: Snapshot, selector: Iterable[tuple[str, str]], tolerations: Sequence[Toleration] = ()) -> npt.NDArray[np.bool_]:
         """Nodes of the snapshot a pod with this nodeSelector and these tolerations may bind on now
@@ -329,6 +332,7 @@ class Ledger:
         names = snapshot.node_names
         out = []
         for (r, owed), d, placed in zip(w.rows, w.demands, w.placed):
+            assert isinstance(r, Reservation)
             out.append(OwedPods(r.workload, r.podset, owed, r.per_pod, tuple(names[i] for i in d.domain.tolist()),
                                 tuple((names[i], k) for i, k in d.planned), tuple((names[i], k) for i, k in placed)))
         return out
@@ -360,17 +364,6 @@ class Ledger:
                          missing_pods=s.missing, owed_pods=s.owed, domain_nodes=s.domain_nodes)
 
 
-@dataclass(frozen=True, slots=True)
-class Witness:
-    """One flavor's owed pods (``rows``: reservation, pods owed) placed on a snapshot."""
-
-    rows: list[tuple[Reservation, int]]
-    demands: list[Demand]
-    placed: list[list[tuple[int, int]]]
-    missing: list[int]
-    used: npt.NDArray[np.int64]
-
-
 def _selector_nodes(snapshot: Snapshot, selector: tuple[tuple[str, str], ...], node_labels: NodeLabels | None) -> npt.NDArray[np.int64]:
     """Indices of the snapshot nodes a nodeSelector matches: topology levels are read from the
     snapshot's paths, the hostname from the node name, other keys from ``node_labels`` (when
@@ -383,8 +376,10 @@ def _selector_nodes(snapshot: Snapshot, selector: tuple[tuple[str, str], ...], n
             lv = levels.index(label)
             hits = [d for d, path in enumerate(snapshot.domain_values[lv]) if path[-1] == value]
             mask &= np.isin(snapshot.node_dom[lv], hits)
-        elif label == HOSTNAME_LABEL and node_labels is None:
-            mask &= np.array([n == value for n in snapshot.node_names], dtype=bool)
+        elif label == HOSTNAME_LABEL:
+            only = np.zeros_like(mask)
+            only[_hostnames(snapshot, node_labels).get(value, [])] = True
+            mask &= only
         else:
             other.append((label, value))
     if other and node_labels is not None:
@@ -393,6 +388,23 @@ def _selector_nodes(snapshot: Snapshot, selector: tuple[tuple[str, str], ...], n
             if labels is None or any(labels.get(k) != v for k, v in other):
                 mask[i] = False
     return np.flatnonzero(mask).astype(np.int64)
+
+
+def _hostnames(snapshot: Snapshot, node_labels: NodeLabels | None) -> dict[str, list[int]]:
+    """Hostname label → snapshot nodes carrying it (the node's name where its labels are not
+    known), built once per node structure: a one-node selector is a lookup, not a scan."""
+    key = ("ledger-hostnames", node_labels is None)
+    cached = snapshot.static_cache.get(key)
+    if isinstance(cached, dict):
+        return cached
+    out: dict[str, list[int]] = {}
+    for i, name in enumerate(snapshot.node_names):
+        labels = node_labels(name) if node_labels is not None else None
+        host = name if labels is None and node_labels is None else (labels or {}).get(HOSTNAME_LABEL)
+        if host is not None:
+            out.setdefault(host, []).append(i)
+    snapshot.static_cache[key] = out
+    return out
 
 
 def _key(obj: Obj) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from admission.controller import ClusterCache, Ledger
-from admission.controller._invariant import Demand, place_owed
+from admission.controller._invariant import ClaimSet, Demand, place_owed
 from admission.controller._ledger import Witness
 from admission.simulator._deployed import DeployedAtoll
 from admission.simulator._jobs import make_job
@@ -42,8 +42,8 @@ class ForgetfulLedger(Ledger):
         placed, missing, used = place_owed(snapshot.free, demands)
         return Witness(w.rows, demands, placed, missing, used)
 
-    def claims(self, snapshot: Snapshot, **_: object) -> list:  # type: ignore[override]
-        return []
+    def claims(self, snapshot: Snapshot, **_: object) -> ClaimSet:
+        return ClaimSet.empty(snapshot.num_nodes)
 
 
 def forgetful(cache: ClusterCache) -> Ledger:

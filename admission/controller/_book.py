@@ -1,0 +1,350 @@
+"""One flavor's owed pods resolved on its snapshot, kept from one decision to the next.
+
+The ledger's witness (``_invariant.place_owed``: planned nodes first, then first fit over the
+domain) is a pure function of the snapshot's free capacity and the owed pods. Built from scratch
+it costs every owed reservation on every decision, which a backlog of a thousand admitted
+Workloads turns into the controller's whole budget. The book keeps what does not change between
+decisions (each reservation's domain, planned nodes as indices, pod shape, and the sum of planned
+usage per node) and recomputes only what does:
+
+- on a node where the planned pods of every reservation fit the free capacity, each takes all of
+  its planned pods, as the greedy does; only over-booked nodes (the scheduler bound pods where
+  others were planned) replay the greedy, among the reservations planned there, in ledger order;
+- pods left over (planned nodes taken, or never planned) go first fit over their domain, smaller
+  domains first, exactly as ``place_owed`` orders them.
+
+So the witness is the one ``place_owed`` builds, at a cost that follows the changes, not the
+backlog (a property test compares the two on random histories). A reservation planned beyond
+what it owes (a planned total above the admitted count) falls back to ``place_owed`` itself.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from admission.controller._invariant import ClaimSet, Demand, place_owed
+from topology import Snapshot
+
+__all__ = ["Book", "Entry", "Witness"]
+
+IntArray = npt.NDArray[np.int64]
+Key = tuple[str, str]
+"""(Workload uid, PodSet)."""
+
+
+@dataclass(slots=True)
+class Entry:
+    """One reservation's owed pods resolved on the book's snapshot structure."""
+
+    key: Key
+    order: tuple[str, str, str]
+    """Ledger order: (workload, PodSet, uid)."""
+    row: object
+    """The ledger's reservation (kept opaque here)."""
+    owed: int
+    demand: Demand
+    gpu: int
+    exact: bool
+    planned_pods: int
+
+    @property
+    def uid(self) -> str:
+        return self.key[0]
+
+
+Resolve = Callable[[Key, Snapshot], Entry | None]
+"""Builds a reservation's entry on a snapshot (None: it owes nothing)."""
+
+
+class Witness:
+    """One flavor's owed pods placed on a snapshot: ``rows`` (reservation, pods owed) in ledger
+    order, their ``demands``, where each is counted (``placed``), the pods that found no room
+    (``missing``) and the resources the witness uses per node (``used``). Lists are built when
+    first read: a decision needs only ``used`` and the short rows."""
+
+    def __init__(self, rows: list[tuple[object, int]], demands: list[Demand], placed: list[list[tuple[int, int]]],
+                 missing: list[int], used: IntArray) -> None:
+        self._rows, self._demands, self._placed, self._missing = rows, demands, placed, missing
+        self.used = used
+        self._entries: Sequence[Entry] = ()
+        self._takes: dict[Key, dict[int, int]] = {}
+        self._extra: dict[Key, list[tuple[int, int]]] = {}
+        self._short: dict[Key, int] = {}
+
+    @classmethod
+    def from_book(cls, entries: Sequence[Entry], takes: dict[Key, dict[int, int]], extra: dict[Key, list[tuple[int, int]]],
+                  short: dict[Key, int], used: IntArray) -> Witness:
+        w = cls.__new__(cls)
+        w._rows = w._demands = w._placed = w._missing = None  # type: ignore[assignment]
+        w.used, w._entries, w._takes, w._extra, w._short = used, entries, takes, extra, short
+        return w
+
+    @property
+    def rows(self) -> list[tuple[object, int]]:
+        if self._rows is None:
+            self._rows = [(e.row, e.owed) for e in self._entries]
+        return self._rows
+
+    @property
+    def demands(self) -> list[Demand]:
+        if self._demands is None:
+            self._demands = [e.demand for e in self._entries]
+        return self._demands
+
+    @property
+    def missing(self) -> list[int]:
+        if self._missing is None:
+            self._missing = [self._short.get(e.key, 0) for e in self._entries]
+        return self._missing
+
+    @property
+    def placed(self) -> list[list[tuple[int, int]]]:
+        if self._placed is None:
+            out = []
+            for e in self._entries:
+                takes = self._takes.get(e.key)
+                mine = [(n, k) for n, k in e.demand.planned] if takes is None else \
+                       [(n, takes[n]) for n, _ in e.demand.planned if takes.get(n, 0) > 0]
+                out.append(mine + self._extra.get(e.key, []))
+            self._placed = out
+        return self._placed
+
+    def short(self) -> list[tuple[object, int, Demand, int]]:
+        """(reservation, owed, demand, pods with no room) for the rows that came up short."""
+        if self._entries or not self._rows:
+            return [(e.row, e.owed, e.demand, self._short[e.key]) for e in self._entries if self._short.get(e.key, 0) > 0]
+        return [(r, owed, d, m) for (r, owed), d, m in zip(self._rows, self._demands, self._missing) if m > 0]
+
+
+class Book:
+    """Owed pods of one flavor, resolved on one snapshot structure and kept up to date."""
+
+    def __init__(self, resolve: Resolve) -> None:
+        self._resolve = resolve
+        self._stamp: object = None
+        self._entries: dict[Key, Entry] = {}
+        self._uids: dict[str, set[Key]] = {}
+        self._order: list[tuple[tuple[str, str, str], Key]] = []
+        self._pending: set[Key] = set()
+        self._use: IntArray = np.zeros((0, 4), dtype=np.int64)
+        self._on_node: dict[int, set[Key]] = {}
+        self._over_owed: set[Key] = set()
+        self._floating: set[Key] = set()
+        self._claims: tuple[object, ClaimSet] | None = None
+        self.version = 0
+        # Claims (owed pods with GPUs on their domains) in slots updated in place; a free slot is
+        # inert everywhere (no pods, the empty domain in mask row 0).
+        self._slot: dict[Key, int] = {}
+        self._free_slots: list[int] = []
+        self._who: list[tuple[str, str]] = []
+        self._c = np.zeros((4, 0), dtype=np.int64)  # pods, gpu, node, dom per slot
+        self._mask_rows: dict[bytes, int] = {}
+        self._masks: list[npt.NDArray[np.bool_]] = []
+        self._stacked: npt.NDArray[np.bool_] | None = None
+
+    def touch(self, keys: Iterable[Key]) -> None:
+        """These reservations changed (owed, planned, or gone): resolve them again on next use."""
+        self._pending.update(keys)
+
+    def entries(self, snapshot: Snapshot) -> list[Entry]:
+        self.sync(snapshot)
+        return [self._entries[k] for _, k in self._order]
+
+    def sync(self, snapshot: Snapshot) -> None:
+        stamp = _stamp(snapshot)
+        if stamp != self._stamp:
+            keys = set(self._entries) | self._pending
+            self._entries.clear()
+            self._uids.clear()
+            self._order.clear()
+            self._on_node.clear()
+            self._over_owed.clear()
+            self._floating.clear()
+            self._use = np.zeros((snapshot.num_nodes, 4), dtype=np.int64)
+            self._stamp = stamp
+            self._pending = keys
+            self._claims = None
+            self._slot.clear()
+            self._free_slots.clear()
+            self._who.clear()
+            self._c = np.zeros((4, 0), dtype=np.int64)
+            empty = np.zeros(snapshot.num_nodes, dtype=bool)
+            self._mask_rows = {empty.tobytes(): 0}
+            self._masks = [empty]
+            self._stacked = None
+        if not self._pending:
+            return
+        for key in sorted(self._pending):
+            self._drop(key)
+            entry = self._resolve(key, snapshot)
+            if entry is not None and entry.owed > 0:
+                self._add(entry)
+                self._claim(entry, snapshot.num_nodes)
+        self._pending.clear()
+        self._claims = None
+        self.version += 1
+
+    def _add(self, e: Entry) -> None:
+        self._entries[e.key] = e
+        self._uids.setdefault(e.uid, set()).add(e.key)
+        bisect.insort(self._order, (e.order, e.key))
+        for n, k in e.demand.planned:
+            self._use[n] += e.demand.shape * k
+            self._on_node.setdefault(n, set()).add(e.key)
+        if e.planned_pods > e.owed:
+            self._over_owed.add(e.key)
+        elif e.planned_pods < e.owed:
+            self._floating.add(e.key)
+
+    def _claim(self, e: Entry, num_nodes: int) -> None:
+        if e.gpu <= 0:
+            return
+        nodes = np.fromiter((n for n, _ in e.demand.planned), dtype=np.int64) if e.exact and e.demand.planned else e.demand.domain
+        node, dom = -1, 0
+        if nodes.size == 1:
+            node = int(nodes[0])
+        else:
+            mask = np.zeros(num_nodes, dtype=bool)
+            mask[nodes] = True
+            k = mask.tobytes()
+            dom = self._mask_rows.get(k, -1)
+            if dom < 0:
+                dom = self._mask_rows[k] = len(self._masks)
+                self._masks.append(mask)
+                self._stacked = None
+        if self._free_slots:
+            i = self._free_slots.pop()
+            self._who[i] = (e.order[0], e.order[1])
+        else:
+            i = len(self._who)
+            self._who.append((e.order[0], e.order[1]))
+            if i >= self._c.shape[1]:
+                grown = np.zeros((4, max(16, 2 * self._c.shape[1])), dtype=np.int64)
+                grown[:, :self._c.shape[1]] = self._c
+                self._c = grown
+        self._c[:, i] = (e.owed, e.gpu, node, dom)
+        self._slot[e.key] = i
+
+    def _drop(self, key: Key) -> None:
+        i = self._slot.pop(key, None)
+        if i is not None:
+            self._c[:, i] = (0, 0, -1, 0)
+            self._free_slots.append(i)
+        e = self._entries.pop(key, None)
+        if e is None:
+            return
+        keys = self._uids[e.uid]
+        keys.discard(key)
+        if not keys:
+            del self._uids[e.uid]
+        i = bisect.bisect_left(self._order, (e.order, e.key))
+        del self._order[i]
+        for n, k in e.demand.planned:
+            self._use[n] -= e.demand.shape * k
+            users = self._on_node[n]
+            users.discard(key)
+            if not users:
+                del self._on_node[n]
+        self._over_owed.discard(key)
+        self._floating.discard(key)
+
+    # ------------------------------------------------------------------ the witness
+
+    def witness(self, snapshot: Snapshot, exclude_uid: str | None = None) -> Witness:
+        """``place_owed``'s witness for every owed reservation but ``exclude_uid``'s."""
+        self.sync(snapshot)
+        skip = set(self._uids.get(exclude_uid, ())) if exclude_uid is not None else set()
+        entries = [self._entries[k] for _, k in self._order if k not in skip] if skip else self.entries(snapshot)
+        if self._over_owed - skip:  # planned beyond what is owed: the greedy's own order decides
+            return self._reference(snapshot, entries)
+        free = snapshot.free
+        use = self._use
+        if skip:
+            use = use.copy()
+            for k in skip:
+                d = self._entries[k].demand
+                for n, q in d.planned:
+                    use[n] -= d.shape * q
+        used = use.copy()
+        takes: dict[Key, dict[int, int]] = {}
+        short: dict[Key, int] = {}
+        for n in np.flatnonzero((use > free).any(axis=1)).tolist():  # over-booked: replay the greedy there
+            row = free[n].copy()
+            for key in sorted((k for k in self._on_node.get(n, ()) if k not in skip), key=lambda k: self._entries[k].order):
+                e = self._entries[key]
+                want = next(q for m, q in e.demand.planned if m == n)
+                need = e.demand.shape > 0
+                take = min(want, int((row[need] // e.demand.shape[need]).min()))
+                row -= e.demand.shape * take
+                takes.setdefault(key, {m: q for m, q in e.demand.planned})[n] = take
+                if take < want:
+                    short[key] = short.get(key, 0) + want - take
+            used[n] = free[n] - row
+        for key in self._floating - skip:
+            e = self._entries[key]
+            short[key] = short.get(key, 0) + e.owed - e.planned_pods
+        extra: dict[Key, list[tuple[int, int]]] = {}
+        if short:
+            rank = {k: i for i, k in enumerate(sorted(short, key=lambda k: self._entries[k].order))}
+            left = free - used
+            for key in sorted(short, key=lambda k: (self._entries[k].demand.domain.size, rank[k])):
+                d = self._entries[key].demand
+                if d.domain.size == 0:
+                    continue
+                caps = _fit(left[d.domain], d.shape)
+                for pos in np.flatnonzero(caps > 0).tolist():
+                    node = int(d.domain[pos])
+                    take = min(int(caps[pos]), short[key])
+                    left[node] -= d.shape * take
+                    used[node] += d.shape * take
+                    extra.setdefault(key, []).append((node, take))
+                    short[key] -= take
+                    if short[key] == 0:
+                        break
+        return Witness.from_book(entries, takes, extra, {k: m for k, m in short.items() if m > 0}, used)
+
+    @staticmethod
+    def _reference(snapshot: Snapshot, entries: Sequence[Entry]) -> Witness:
+        demands = [e.demand for e in entries]
+        placed, missing, used = place_owed(snapshot.free, demands)
+        return Witness([(e.row, e.owed) for e in entries], demands, placed, missing, used)
+
+    # ------------------------------------------------------------------ claims
+
+    def claims(self, snapshot: Snapshot, exclude_uid: str | None = None) -> ClaimSet:
+        """Owed pods with GPUs as a ``ClaimSet`` (one-node domains by index, the rest interned);
+        free slots are inert claims (no pods, an empty domain)."""
+        self.sync(snapshot)
+        cached = self._claims
+        if cached is not None and cached[0] == exclude_uid:
+            return cached[1]
+        n = len(self._who)
+        c = self._c[:, :n].copy()
+        mine = [self._slot[k] for k in self._uids.get(exclude_uid, ()) if k in self._slot] if exclude_uid is not None else []
+        if mine:
+            c[:, mine] = np.array([[0], [0], [-1], [0]])
+        if self._stacked is None:
+            self._stacked = np.stack(self._masks) if self._masks else np.zeros((0, snapshot.num_nodes), dtype=bool)
+        out = ClaimSet(self._who, c[0], c[1], c[2], c[3], self._stacked)
+        self._claims = (exclude_uid, out)
+        return out
+
+
+def _fit(free_rows: IntArray, shape: IntArray) -> IntArray:
+    need = shape > 0
+    return np.asarray(np.min(free_rows[:, need] // shape[need], axis=1), dtype=np.int64)
+
+
+def _stamp(snapshot: Snapshot) -> object:
+    """What a resolved entry depends on besides the reservation: node structure and who may use which node."""
+    blocked = tuple(sorted((i, t) for i, t in snapshot.taint_blocked.items())) if snapshot.taint_blocked else ()
+    token = snapshot.static_cache.setdefault(_TOKEN, object())  # renewed when labels or allocatable change (the cache is cleared)
+    return (id(snapshot.node_names), id(token), snapshot.eligible.tobytes(), hash(blocked))
+
+
+_TOKEN = ("owed-book-token",)

@@ -18,6 +18,7 @@ beside it (so a ledger that forgets owed pods is caught, not trusted).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -309,6 +310,42 @@ class DeployedAtoll:
 
     def owing(self, flavor: int) -> bool:
         return bool(self._owing.get(flavor))
+
+    def holds(self, flavor: int, snap: Snapshot) -> bool:
+        """``witness_holds`` on ``owed``'s ground truth, in node indices: every unbound pod counted
+        by the ledger's witness, inside the nodes the scheduler may use for it, and bound +
+        witness pods within every node's allocatable. False says only "look closer"
+        (``owed`` and ``check_invariant`` name what is wrong)."""
+        jobs = self._owing.get(flavor)
+        if not jobs:
+            return True
+        mine = self.cache.snapshot(self.flavor_names[flavor])
+        w = self.ledger.witness(mine)
+        to_sim = None if mine.node_names == snap.node_names else np.array([snap.node_index.get(n, -1) for n in mine.node_names])
+        counted = {(r.workload, r.podset): p for (r, _), p in zip(w.rows, w.placed)}  # type: ignore[attr-defined]
+        load = np.zeros_like(snap.free)
+        for job in jobs:
+            adm = self.admitted[job]
+            for ps in adm.podsets:
+                if ps.bound >= ps.count:
+                    continue
+                got = counted.get((adm.key, ps.name), [])
+                if sum(k for _, k in got) < ps.count - ps.bound:
+                    return False
+                if not got:
+                    continue
+                nodes = np.array([i for i, _ in got], dtype=np.int64)
+                if to_sim is not None:
+                    nodes = to_sim[nodes]
+                allowed = self.domain(snap, ps)
+                if ps.exact:
+                    on = Counter(pod["spec"]["nodeName"] for pod in ps.pods)
+                    allowed = allowed[np.isin(allowed, [snap.node_index[n] for n, k in ps.planned.items() if k > on.get(n, 0) and n in snap.node_index])]
+                if (nodes < 0).any() or not np.isin(nodes, allowed).all():
+                    return False
+                shape = np.array([ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib, 1], dtype=np.int64)
+                np.add.at(load, nodes, shape[None, :] * np.array([k for _, k in got], dtype=np.int64)[:, None])
+        return bool((load <= snap.free).all())
 
     def owed(self, flavor: int, snap: Snapshot) -> list[OwedPods]:
         """Every admitted PodSet's unbound pods on ``flavor``: count and domain from the simulated

@@ -398,6 +398,8 @@ def simulate(
         if deployed is None or not deployed.owing(fi):
             return
         snap = fl[fi].snapshot
+        if deployed.holds(fi, snap):
+            return
         owed = deployed.owed(fi, snap)
         if witness_holds(snap, owed):
             return

@@ -54,6 +54,9 @@ def _parse_quantity(value: object, what: str) -> float:
         except OverflowError:
             raise ValueError(f"{what}: {value!r} is out of range") from None
     elif isinstance(value, str):
+        known = _PARSED.get(value)
+        if known is not None:  # every pod of a Job carries the same few strings
+            return known
         match = _QUANTITY.fullmatch(value.strip())
         if not match:
             raise ValueError(f"{what}: {value!r} is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")
@@ -72,7 +75,16 @@ def _parse_quantity(value: object, what: str) -> float:
         raise ValueError(f"{what}: {value!r} is not a finite quantity")
     if number < 0:
         raise ValueError(f"{what}: {value!r} must not be negative")
+    if isinstance(value, str):
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[value] = number
     return number
+
+
+_PARSED: dict[str, float] = {}
+"""Quantity strings already read (valid ones only; an invalid one raises with its field every time)."""
+_PARSED_MAX = 4096
 
 
 def _bounded(number: float, value: object, what: str, limit: int | None, unit: str) -> float:

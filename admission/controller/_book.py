@@ -137,6 +137,8 @@ class Book:
         self._floating: set[Key] = set()
         self._claims: tuple[object, ClaimSet] | None = None
         self.version = 0
+        self._planned: IntArray = np.zeros(0, dtype=np.int64)
+        self._planned_at = -1
         # Claims (owed pods with GPUs on their domains) in slots updated in place; a free slot is
         # inert everywhere (no pods, the empty domain in mask row 0).
         self._slot: dict[Key, int] = {}
@@ -145,6 +147,8 @@ class Book:
         self._c = np.zeros((4, 0), dtype=np.int64)  # pods, gpu, node, dom per slot
         self._mask_rows: dict[bytes, int] = {}
         self._masks: list[npt.NDArray[np.bool_]] = []
+        self._mask_users: list[int] = []
+        self._free_rows: list[int] = []
         self._stacked: npt.NDArray[np.bool_] | None = None
 
     def touch(self, keys: Iterable[Key]) -> None:
@@ -169,6 +173,7 @@ class Book:
             self._stamp = stamp
             self._pending = keys
             self._claims = None
+            self.version += 1
             self._slot.clear()
             self._free_slots.clear()
             self._who.clear()
@@ -176,6 +181,8 @@ class Book:
             empty = np.zeros(snapshot.num_nodes, dtype=bool)
             self._mask_rows = {empty.tobytes(): 0}
             self._masks = [empty]
+            self._mask_users = [1]  # row 0, the empty domain, is never released
+            self._free_rows = []
             self._stacked = None
         if not self._pending:
             return
@@ -213,10 +220,18 @@ class Book:
             mask[nodes] = True
             k = mask.tobytes()
             dom = self._mask_rows.get(k, -1)
-            if dom < 0:
-                dom = self._mask_rows[k] = len(self._masks)
-                self._masks.append(mask)
+            if dom < 0:  # a domain no live claim uses yet: a released row, else a new one
+                if self._free_rows:
+                    dom = self._free_rows.pop()
+                    self._masks[dom] = mask
+                    self._mask_users[dom] = 0
+                else:
+                    dom = len(self._masks)
+                    self._masks.append(mask)
+                    self._mask_users.append(0)
+                self._mask_rows[k] = dom
                 self._stacked = None
+            self._mask_users[dom] += 1
         if self._free_slots:
             i = self._free_slots.pop()
             self._who[i] = (e.order[0], e.order[1])
@@ -233,6 +248,14 @@ class Book:
     def _drop(self, key: Key) -> None:
         i = self._slot.pop(key, None)
         if i is not None:
+            dom = int(self._c[3, i])
+            if dom > 0:
+                self._mask_users[dom] -= 1
+                if self._mask_users[dom] == 0:  # no live claim on this domain: its row goes back, empty
+                    del self._mask_rows[self._masks[dom].tobytes()]
+                    self._masks[dom] = self._masks[0]
+                    self._free_rows.append(dom)
+                    self._stacked = None
             self._c[:, i] = (0, 0, -1, 0)
             self._free_slots.append(i)
         e = self._entries.pop(key, None)
@@ -273,7 +296,9 @@ class Book:
         used = use.copy()
         takes: dict[Key, dict[int, int]] = {}
         short: dict[Key, int] = {}
-        for n in np.flatnonzero((use > free).any(axis=1)).tolist():  # over-booked: replay the greedy there
+        planned = self._planned_nodes()
+        over = planned[(use[planned] > free[planned]).any(axis=1)] if planned.size else planned
+        for n in over.tolist():  # over-booked: replay the greedy there
             row = free[n].copy()
             for key in sorted((k for k in self._on_node.get(n, ()) if k not in skip), key=lambda k: self._entries[k].order):
                 e = self._entries[key]
@@ -308,6 +333,13 @@ class Book:
                         break
         return Witness.from_book(entries, takes, extra, {k: m for k, m in short.items() if m > 0}, used)
 
+    def _planned_nodes(self) -> IntArray:
+        """Nodes some owed pods are planned on (the only ones the planned pods can over-book), sorted."""
+        if self._planned_at != self.version:
+            self._planned = np.array(sorted(self._on_node), dtype=np.int64)
+            self._planned_at = self.version
+        return self._planned
+
     @staticmethod
     def _reference(snapshot: Snapshot, entries: Sequence[Entry]) -> Witness:
         demands = [e.demand for e in entries]
@@ -330,7 +362,7 @@ class Book:
             c[:, mine] = np.array([[0], [0], [-1], [0]])
         if self._stacked is None:
             self._stacked = np.stack(self._masks) if self._masks else np.zeros((0, snapshot.num_nodes), dtype=bool)
-        out = ClaimSet(self._who, c[0], c[1], c[2], c[3], self._stacked)
+        out = ClaimSet(self._who, c[0], c[1], c[2], c[3], self._stacked, mask_rows=self._mask_rows)
         self._claims = (exclude_uid, out)
         return out
 

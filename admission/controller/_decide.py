@@ -61,8 +61,13 @@ class Verdict:
     reserved_gpus: int = 0
     decision_id: str = ""
     written: bool = False
-    fabric: list[tuple[str, int, float]] = field(default_factory=list)
-    """(flavor, free GPUs, fragmentation index) after this decision, for the gauges."""
+    fabric_after: Callable[[], list[tuple[str, int, float]]] | None = None
+    """(flavor, free GPUs, fragmentation index) after this decision, for the gauges: measured
+    over the whole flavor, so only when asked (the simulator never asks)."""
+
+    @property
+    def fabric(self) -> list[tuple[str, int, float]]:
+        return self.fabric_after() if self.fabric_after is not None else []
 
     @property
     def state(self) -> str:
@@ -176,9 +181,9 @@ class Decider:
             for r in results:  # the new placement counts as used for the fabric gauges
                 if r.after is not None and r.decision is not None and r.decision.placement is not None and r.decision.request is not None:
                     _reserve(r.after, r.decision)
-        v.fabric = [(r.flavor, r.after.free_gpus(), fragmentation_index(r.after, _island_level(r.after, profile),
-                                                                        profile.fragmentation.reference_gang_gpus))
-                    for r in results if r.after is not None and r.after.num_nodes]
+        after = [r.after for r in results if r.after is not None and r.after.num_nodes]
+        v.fabric_after = lambda: [(s.flavor, s.free_gpus(), fragmentation_index(s, _island_level(s, profile), profile.fragmentation.reference_gang_gpus))
+                                  for s in after]
         return v
 
     def _evaluate_flavor(self, obj: Obj, view: WorkloadView, flavor: str, specs: list[PodSetSpec], profile_name: str, profile: Profile,
@@ -401,7 +406,7 @@ class Decider:
         if not len(cs):
             return out
         single = cs.node >= 0
-        sizes_u = cs.masks.sum(axis=1)
+        sizes_u = cs.sizes
         if any(level >= snap.node_level for level, _, _ in podsets):  # a one-node selector: away from wider claims' reach
             wide_u = np.zeros(len(sizes_u), dtype=bool)
             wide_u[cs.dom[~single]] = True

@@ -119,13 +119,22 @@ class ClaimSet:
     carrying it: ``node[i]`` ≥ 0 for a one-node domain, else ``dom[i]``, a row of ``masks``
     (distinct domains only). The arithmetic over claims then costs a gather, not a mask each."""
 
-    __slots__ = ("who", "pods", "gpu", "node", "dom", "masks", "_mask_rows")
+    __slots__ = ("who", "pods", "gpu", "node", "dom", "masks", "_mask_rows", "_sizes")
 
     def __init__(self, who: Sequence[tuple[str, str]], pods: IntArray, gpu: IntArray, node: IntArray, dom: IntArray,
-                 masks: npt.NDArray[np.bool_]) -> None:
+                 masks: npt.NDArray[np.bool_], *, mask_rows: Mapping[bytes, int] | None = None) -> None:
         self.who = tuple(who)
         self.pods, self.gpu, self.node, self.dom, self.masks = pods, gpu, node, dom, masks
-        self._mask_rows: dict[bytes, int] | None = None
+        self._mask_rows = mask_rows
+        """Mask bytes → row, when the caller keeps it (else built on the first ``extend``)."""
+        self._sizes: IntArray | None = None
+
+    @property
+    def sizes(self) -> IntArray:
+        """Nodes in each mask row."""
+        if self._sizes is None:
+            self._sizes = self.masks.sum(axis=1)
+        return self._sizes
 
     @classmethod
     def of(cls, claims: Sequence[Claim], num_nodes: int | None = None) -> ClaimSet:
@@ -157,7 +166,8 @@ class ClaimSet:
         """A new set: these claims after the present ones (which keep their indices)."""
         if not claims:
             return self
-        rows = dict(self._rows())
+        known = self._rows()
+        rows: dict[bytes, int] = {}
         masks = [self.masks]
         fresh: list[npt.NDArray[np.bool_]] = []
         node, dom = [], []
@@ -168,7 +178,7 @@ class ClaimSet:
                 dom.append(-1)
                 continue
             key = c.mask.tobytes()
-            row = rows.get(key)
+            row = known.get(key, rows.get(key))
             if row is None:
                 row = rows[key] = len(self.masks) + len(fresh)
                 fresh.append(np.asarray(c.mask, dtype=bool))
@@ -182,10 +192,12 @@ class ClaimSet:
                        np.concatenate([self.node, np.array(node, dtype=np.int64)]),
                        np.concatenate([self.dom, np.array(dom, dtype=np.int64)]),
                        np.concatenate(masks) if len(masks) > 1 else self.masks)
-        out._mask_rows = rows
+        out._mask_rows = {**known, **rows} if rows else known
+        if self._sizes is not None:
+            out._sizes = np.concatenate([self._sizes] + [m.sum(axis=1) for m in masks[1:]])
         return out
 
-    def _rows(self) -> dict[bytes, int]:
+    def _rows(self) -> Mapping[bytes, int]:
         if self._mask_rows is None:
             self._mask_rows = {m.tobytes(): i for i, m in enumerate(self.masks)}
         return self._mask_rows
@@ -221,7 +233,7 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
     multi = ~single
     pinned = np.bincount(node[single & live], weights=(pods * gpu)[single & live], minlength=free_gpu.size).astype(np.int64)
     dom_m = np.where(multi, dom, 0)
-    sizes_u = masks.sum(axis=1)
+    sizes_u = cs.sizes
     sizes = np.where(multi, sizes_u[dom_m] if masks.shape[0] else 0, 1)
     if near is None:
         focus = np.arange(len(cs))

@@ -117,6 +117,7 @@ class DeployedAtoll:
         self._spec_of: dict[int, tuple[Any, ...]] = {}
         self._views: dict[tuple[Any, ...], Any] = {}
         self.verdicts = 0
+        self._index_map: tuple[tuple[int, int], IntArray | None] | None = None
 
     # ------------------------------------------------------------------ Kueue's Workload
 
@@ -321,9 +322,9 @@ class DeployedAtoll:
             return True
         mine = self.cache.snapshot(self.flavor_names[flavor])
         w = self.ledger.witness(mine)
-        to_sim = None if mine.node_names == snap.node_names else np.array([snap.node_index.get(n, -1) for n in mine.node_names])
+        to_sim = self._to_sim(mine, snap)
         counted = {(r.workload, r.podset): p for (r, _), p in zip(w.rows, w.placed)}  # type: ignore[attr-defined]
-        load = np.zeros_like(snap.free)
+        load: dict[int, IntArray] = {}
         for job in jobs:
             adm = self.admitted[job]
             for ps in adm.podsets:
@@ -344,8 +345,17 @@ class DeployedAtoll:
                 if (nodes < 0).any() or not np.isin(nodes, allowed).all():
                     return False
                 shape = np.array([ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib, 1], dtype=np.int64)
-                np.add.at(load, nodes, shape[None, :] * np.array([k for _, k in got], dtype=np.int64)[:, None])
-        return bool((load <= snap.free).all())
+                for i, (_, k) in zip(nodes.tolist(), got):
+                    load[i] = load.get(i, 0) + shape * k
+        return all(bool((snap.free[i] >= used).all()) for i, used in load.items())
+
+    def _to_sim(self, mine: Snapshot, snap: Snapshot) -> IntArray | None:
+        """The cache snapshot's node indices in the simulator's snapshot (None: the same order)."""
+        key = (id(mine.node_names), id(snap.node_names))
+        if self._index_map is None or self._index_map[0] != key:
+            same = mine.node_names is snap.node_names or mine.node_names == snap.node_names
+            self._index_map = (key, None if same else np.array([snap.node_index.get(n, -1) for n in mine.node_names], dtype=np.int64))
+        return self._index_map[1]
 
     def owed(self, flavor: int, snap: Snapshot) -> list[OwedPods]:
         """Every admitted PodSet's unbound pods on ``flavor``: count and domain from the simulated

@@ -54,9 +54,7 @@ def _bad(selector: str, term: str, why: str) -> errors.BadRequest:
 
 def _requirement(selector: str, term: str) -> Requirement:
     if (m := _SET.fullmatch(term)) is not None:
-        key, raw = m["key"], m["values"].split(",")
-        if not m["values"].strip():
-            raise _bad(selector, term, f"'{m['op']}' needs at least one value")
+        key, raw = m["key"], m["values"].split(",") if m["values"].strip() else []  # "()" is an empty set, as the apiserver reads it
         values = set()
         for v in raw:
             one = _VALUE_ONLY.fullmatch(v)

@@ -30,6 +30,8 @@ CASES = [
     ("kueue.x-k8s.io/podset in (main,workers)", ["a", "b", "c"]),
     ("kueue.x-k8s.io/podset notin (main)", ["b", "d", "e"]),
     (" app = web ", ["d"]),
+    ("app in ()", []),
+    ("app notin ()", ["a", "b", "c", "d", "e"]),
     ("atoll.dev/decision-id=nothing", []),
     ("", ["a", "b", "c", "d", "e"]),
 ]
@@ -39,7 +41,7 @@ BAD = [
     ("=d1", "'=d1'"),
     ("app=web extra", "'app=web extra'"),
     ("app in (web", "'app in (web'"),
-    ("app in ()", "'app in ()'"),
+    ("app=web,,app", "''"),
     ("a/b/c=1", "'a/b/c=1'"),
 ]
 

@@ -3,8 +3,10 @@
 Rooms: ``_loop`` (watches → work queue → reconcile), ``_decide`` (the pure decision: cache
 state + Workload → Verdict and podSetUpdates), ``_status`` (the one server-side apply per
 decision, Events, the AdmissionCheck condition), ``_wait`` (the wait state behind backoff and
-relax), ``_requeue`` (the webhook's request to requeue a Workload whose pod lost its node), ``_ledger`` (what admitted Workloads still owe), ``_invariant`` (the no-double-booking check), ``_cache`` (cluster objects and
-per-flavor snapshots), ``_workloads`` (reading Kueue Workloads, Jobs and JobSets), ``_explain``,
+relax), ``_requeue`` (the webhook's request to requeue a Workload whose pod lost its node),
+``_ledger`` (what admitted Workloads still owe), ``_invariant`` (the no-double-booking check),
+``_cache`` (cluster objects and per-flavor snapshots), ``_workloads`` (reading Kueue Workloads,
+Jobs and JobSets), ``_explain``,
 ``_records`` (decision records), ``_events``, ``_metrics``, ``_settings``.
 
 Exports are loaded on first use, so ``atoll place`` reads a Workload through ``_workloads``

@@ -314,25 +314,8 @@ class Controller:
             return None
         started = self.clock.monotonic()
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
-        if self.read_only:
-            return verdict
-        try:
-            self.status.write(obj, verdict, self._check_names)
-        except errors.NotFound:
-            _log.info("workload gone before its decision was written", workload=key)
-            return verdict
-        except errors.Conflict as exc:
-            self._decide_again(key, obj, exc)
-            return verdict
-        except errors.ApiError as exc:
-            self.metrics.api_write_failures.labels(type(exc).__name__).inc()
-            _log.error("decision not written; will retry", workload=key, error=str(exc))
-            self._requeue_later(key)
-            return verdict
-        self._failures.pop(key, None)
-        self._conflicts.pop(key, None)
-        latency = self.clock.monotonic() - started
-        self._after_decision(obj, verdict, latency)
+        if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names)):
+            self._after_decision(obj, verdict, self.clock.monotonic() - started)
         return verdict
 
     def _requeue(self, key: str, obj: Obj, request: RequeueRequest) -> Verdict:
@@ -340,29 +323,34 @@ class Controller:
         Kueue evicts and requeues the Workload. Written once: the entry is no longer ``Ready``
         afterwards, and a refused write (409) reads the Workload again and looks again."""
         verdict = Verdict("wait", request.message, reason="node-lost", decision_id=request.decision_id)
-        if self.read_only:
-            return verdict
         started = self.clock.monotonic()
+        if not self.read_only and self._written(key, obj, "requeue", lambda: self.status.requeue(obj, self._check_names, request.message)):
+            verdict.written = True
+            _log.warning("pod lost its node and its domain has no replacement; asked Kueue to requeue the workload",
+                         workload=key, decision=request.decision_id, detail=request.detail)
+            self._after_decision(obj, verdict, self.clock.monotonic() - started)
+        return verdict
+
+    def _written(self, key: str, obj: Obj, what: str, write: Callable[[], None]) -> bool:
+        """Run one status write for ``key``; False when it did not land: the Workload is gone, it
+        changed since it was read (read again, decide again at once), or the API failed (retried
+        on the error backoff)."""
         try:
-            self.status.requeue(obj, self._check_names, request.message)
+            write()
         except errors.NotFound:
-            _log.info("workload gone before its requeue was written", workload=key)
-            return verdict
+            _log.info(f"workload gone before its {what} was written", workload=key)
+            return False
         except errors.Conflict as exc:
             self._decide_again(key, obj, exc)
-            return verdict
+            return False
         except errors.ApiError as exc:
             self.metrics.api_write_failures.labels(type(exc).__name__).inc()
-            _log.error("requeue not written; will retry", workload=key, error=str(exc))
+            _log.error(f"{what} not written; will retry", workload=key, error=str(exc))
             self._requeue_later(key)
-            return verdict
-        verdict.written = True
+            return False
         self._failures.pop(key, None)
         self._conflicts.pop(key, None)
-        _log.warning("pod lost its node and its domain has no replacement; asked Kueue to requeue the workload",
-                     workload=key, decision=request.decision_id, detail=request.detail)
-        self._after_decision(obj, verdict, self.clock.monotonic() - started)
-        return verdict
+        return True
 
     MAX_CONFLICTS = 5
     """Refused writes in a row after which a Workload waits on the error backoff instead."""

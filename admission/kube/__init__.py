@@ -3,9 +3,10 @@
 ``ClusterPort`` is what the controller needs (list, watch, get, create, patch, apply); the
 real adapter ``KubePort`` is the one place that imports the ``kubernetes`` client, and it is
 loaded only when asked for (the client costs about 0.4 s to import, which ``atoll place`` and
-``atoll simulate`` need not pay). ``parse_label_selector`` reads label selectors as the apiserver does (for ports
-that answer ``list`` in memory); ``errors`` maps API failures to Atoll's own; ``LeaderElector``
-holds a Lease; ``envtest`` starts a real kube-apiserver for tests and benchmarks.
+``atoll simulate`` need not pay). ``parse_label_selector`` reads label selectors as the
+apiserver does (for ports that answer ``list`` in memory); ``errors`` maps API failures to
+Atoll's own; ``LeaderElector`` holds a Lease; ``envtest`` starts a real kube-apiserver for tests
+and benchmarks.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 Rooms: ``_loop`` (watches → work queue → reconcile), ``_decide`` (the pure decision: cache
 state + Workload → Verdict and podSetUpdates), ``_status`` (the one server-side apply per
 decision, Events, the AdmissionCheck condition), ``_wait`` (the wait state behind backoff and
-relax), ``_ledger`` (what admitted Workloads still owe), ``_invariant`` (the no-double-booking check), ``_cache`` (cluster objects and
-per-flavor snapshots), ``_workloads`` (reading Kueue Workloads, Jobs and JobSets), ``_explain``,
+relax), ``_requeue`` (the webhook's request to requeue a Workload whose pod lost its node),
+``_ledger`` (what admitted Workloads still owe), ``_invariant`` (the no-double-booking check),
+``_cache`` (cluster objects and per-flavor snapshots), ``_workloads`` (reading Kueue Workloads,
+Jobs and JobSets), ``_explain``,
 ``_records`` (decision records), ``_events``, ``_metrics``, ``_settings``.
 
 Exports are loaded on first use, so ``atoll place`` reads a Workload through ``_workloads``
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from admission.controller._loop import Controller
     from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time
+    from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
     from admission.controller._settings import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
     from admission.controller._wait import WAITING_CONDITION, read_wait_state
     from admission.controller._workloads import (
@@ -63,7 +66,9 @@ _WHERE = {
     "Ledger": "_ledger",
     "Metrics": "_metrics",
     "PodSetRecord": "_records",
+    "REQUEUE_CONDITION": "_requeue",
     "Recorder": "_records",
+    "RequeueRequest": "_requeue",
     "Reservation": "_ledger",
     "ServeSettings": "_settings",
     "Settings": "_settings",
@@ -88,12 +93,14 @@ _WHERE = {
     "parse_workload": "_workloads",
     "pod_usage": "_cache",
     "read_wait_state": "_wait",
+    "requeue_request": "_requeue",
 }
 
 __all__ = [
     "ANN_DECISION_ID",
     "ANN_PLANNED_NODES",
     "DECISION_EVENT",
+    "REQUEUE_CONDITION",
     "WAITING_CONDITION",
     "ClusterCache",
     "ConfigSettings",
@@ -109,6 +116,7 @@ __all__ = [
     "Metrics",
     "PodSetRecord",
     "Recorder",
+    "RequeueRequest",
     "Reservation",
     "ServeSettings",
     "Settings",
@@ -132,6 +140,7 @@ __all__ = [
     "parse_workload",
     "pod_usage",
     "read_wait_state",
+    "requeue_request",
 ]
 
 

@@ -3,8 +3,9 @@
 Watches feed one inbox; a single worker thread applies their events to the cache and ledger and
 decides queued Workloads one at a time, so two Workloads never see the same free GPUs. A
 Workload is queued while it is actionable (``QuotaReserved=True``, not ``Evicted``, not finished
-or deactivated, Atoll's entry ``Pending``); the decision is ``Decider``'s (``_decide``), the write
-``StatusWriter``'s (``_status``), and the record and metrics are taken here. A write refused
+or deactivated, Atoll's entry ``Pending``), and while the webhook asks for an admitted one to be
+requeued (``_requeue``); the decision is ``Decider``'s (``_decide``), the write ``StatusWriter``'s
+(``_status``), and the record and metrics are taken here. A write refused
 because the Workload changed since it was read (409) reads it again and decides again at once.
 Tests drive the same code synchronously: ``sync()`` lists everything, ``process()`` decides what
 is queued.
@@ -36,6 +37,7 @@ from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
 from admission.controller._records import DecisionRecord, Recorder, iso_time
+from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
 from admission.controller._status import StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
@@ -189,7 +191,7 @@ class Controller:
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
         self.ledger.observe(current, self._check_names)
-        if self._actionable(current):
+        if self._actionable(current) or self._requeue_request(current) is not None:
             self._queue[object_key(current)] = None
 
     def _on_admission_checks(self) -> None:
@@ -266,6 +268,13 @@ class Controller:
         entry = check_entry(obj, self._check_names)
         return entry is not None and entry.get("state") == "Pending"
 
+    def _requeue_request(self, obj: Obj) -> RequeueRequest | None:
+        """The webhook's request to requeue this admitted Workload (a pod lost its node and its
+        domain has no replacement), when it names the decision in force; ``_requeue``. Like a
+        decision, never while ``Evicted=True`` (``holds_reservation``): a Retry then would leave
+        the Workload stuck (Kueue #3543)."""
+        return requeue_request(obj, self._check_names) if self._check_names else None
+
     def pending(self) -> list[str]:
         return list(self._queue)
 
@@ -295,33 +304,53 @@ class Controller:
     def reconcile(self, key: str) -> Verdict | None:
         """Decide one Workload and write its check entry; None when there is nothing to do."""
         obj = self.cache.objects[WORKLOADS].get(key)
-        if obj is None or not self._actionable(obj):
+        if obj is None:
             return None
+        if not self._actionable(obj):
+            request = self._requeue_request(obj)
+            return self._requeue(key, obj, request) if request is not None else None
         if self.cache.profiles is None:
             _log.warning("no valid profiles document; Workload waits for one", workload=key, error=self.config_error)
             return None
         started = self.clock.monotonic()
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
-        if self.read_only:
-            return verdict
+        if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names)):
+            self._after_decision(obj, verdict, self.clock.monotonic() - started)
+        return verdict
+
+    def _requeue(self, key: str, obj: Obj, request: RequeueRequest) -> Verdict:
+        """Answer the webhook's request: Atoll's entry to ``Retry`` (``StatusWriter.requeue``), so
+        Kueue evicts and requeues the Workload. Written once: the entry is no longer ``Ready``
+        afterwards, and a refused write (409) reads the Workload again and looks again."""
+        verdict = Verdict("wait", request.message, reason="node-lost", decision_id=request.decision_id)
+        started = self.clock.monotonic()
+        if not self.read_only and self._written(key, obj, "requeue", lambda: self.status.requeue(obj, self._check_names, request.message)):
+            verdict.written = True
+            _log.warning("pod lost its node and its domain has no replacement; asked Kueue to requeue the workload",
+                         workload=key, decision=request.decision_id, detail=request.detail)
+            self._after_decision(obj, verdict, self.clock.monotonic() - started)
+        return verdict
+
+    def _written(self, key: str, obj: Obj, what: str, write: Callable[[], None]) -> bool:
+        """Run one status write for ``key``; False when it did not land: the Workload is gone, it
+        changed since it was read (read again, decide again at once), or the API failed (retried
+        on the error backoff)."""
         try:
-            self.status.write(obj, verdict, self._check_names)
+            write()
         except errors.NotFound:
-            _log.info("workload gone before its decision was written", workload=key)
-            return verdict
+            _log.info(f"workload gone before its {what} was written", workload=key)
+            return False
         except errors.Conflict as exc:
             self._decide_again(key, obj, exc)
-            return verdict
+            return False
         except errors.ApiError as exc:
             self.metrics.api_write_failures.labels(type(exc).__name__).inc()
-            _log.error("decision not written; will retry", workload=key, error=str(exc))
+            _log.error(f"{what} not written; will retry", workload=key, error=str(exc))
             self._requeue_later(key)
-            return verdict
+            return False
         self._failures.pop(key, None)
         self._conflicts.pop(key, None)
-        latency = self.clock.monotonic() - started
-        self._after_decision(obj, verdict, latency)
-        return verdict
+        return True
 
     MAX_CONFLICTS = 5
     """Refused writes in a row after which a Workload waits on the error backoff instead."""

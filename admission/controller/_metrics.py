@@ -39,7 +39,7 @@ class Metrics:
         self.config_valid = Gauge("atoll_config_valid", "1 while a valid profiles document is in force.", registry=r)
 
     def set_waiting(self, counts: Mapping[str, int]) -> None:
-        for reason in ("no-domain", "relax-pending", "owed-pods", "config"):
+        for reason in ("no-domain", "relax-pending", "owed-pods", "config", "node-lost"):
             self.waiting.labels(reason).set(counts.get(reason, 0))
         for reason, n in counts.items():
             self.waiting.labels(reason).set(n)

@@ -1,5 +1,6 @@
 """Atoll's writes to Kueue objects: one server-side apply of its own check entry per decision,
-the wait state beside it, the Event on a change of state, and the AdmissionCheck's Active condition.
+the wait state beside it, the Event on a change of state, the Retry that asks Kueue to requeue an
+admitted Workload whose pod lost its node, and the AdmissionCheck's Active condition.
 
 Every write is a server-side apply under Atoll's field manager, so it touches only what Atoll
 owns (its entry of ``status.admissionChecks``, merged by name, and its ``atoll.dev/TopologyWaiting``
@@ -27,9 +28,11 @@ from admission.controller._wait import waiting_condition
 from admission.controller._workloads import check_entry
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Clock, ClusterPort, Obj, errors, object_key
 
-__all__ = ["EVENT_REASON", "StatusWriter"]
+__all__ = ["EVENT_REASON", "REQUEUE_EVENT_REASON", "StatusWriter"]
 
 EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Rejected": ("Warning", "TopologyRejected")}
+REQUEUE_EVENT_REASON = "TopologyRequeued"
+"""Warning Event reason when Atoll asks Kueue to requeue an admitted Workload (a pod lost its node)."""
 _log = structlog.get_logger("atoll.status")
 
 
@@ -53,8 +56,6 @@ class StatusWriter:
 
         Raises ``errors.Conflict`` when the Workload changed since ``obj`` was read."""
         meta = obj.get("metadata") or {}
-        ident = {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")}
-        manager = self.settings.decisions.field_manager
         names = frozenset(check_names)
         current = check_entry(obj, names) or {}
         name = str(current.get("name"))
@@ -76,23 +77,47 @@ class StatusWriter:
         status: dict[str, Any] = {"admissionChecks": [entry]}
         if condition is not None:
             status["conditions"] = [condition]
-        version = meta.get("resourceVersion")
-        body = {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
-                "metadata": {**ident, **({"resourceVersion": version} if version else {})}, "status": status}
-        out = self.port.apply(WORKLOADS, body, field_manager=manager, subresource="status")
-        written = check_entry(out, [name]) or {}
-        if written.get("state") != verdict.state:
-            raise errors.ApiError(f"workload {object_key(obj)}: the apply returned check state {written.get('state')!r}, "
-                                  f"expected {verdict.state} (is admissionChecks merged by name on this apiserver?)")
+        out = self._apply(obj, names, status)
         verdict.written = True
-        self.cache.upsert(WORKLOADS, out)
-        self.ledger.observe(self.cache.objects[WORKLOADS][object_key(out)], names)
         if self.on_written is not None:
             self.on_written(object_key(obj), verdict.outcome, self.clock.monotonic())
         if current.get("state") != verdict.state:
             kind, reason = EVENT_REASON[verdict.state]
             self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": out.get("metadata") or {}},
                              kind, reason, verdict.message)
+
+    def requeue(self, obj: Obj, check_names: Iterable[str], message: str) -> None:
+        """Set Atoll's entry of an admitted Workload to ``Retry`` so that Kueue evicts and requeues
+        it: its workload controller evicts a Workload holding quota whose check is Retry
+        (``reconcileCheckBasedEviction``, kubernetes-sigs/kueue pkg/controller/core/workload_controller.go).
+        No ``requeueAfterSeconds``: Kueue then requeues at once, and the next decision waits (with
+        the profile's backoff) if the cluster has no place yet. One conditional write, like a
+        decision's; raises ``errors.Conflict`` when the Workload changed since ``obj`` was read."""
+        names = frozenset(check_names)
+        current = check_entry(obj, names) or {}
+        entry = {"name": str(current.get("name")), "state": "Retry", "lastTransitionTime": rfc3339(self.clock.now()),
+                 "message": truncate(message, self.settings.decisions.message_max_chars)}
+        out = self._apply(obj, names, {"admissionChecks": [entry]})
+        self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": out.get("metadata") or {}},
+                         "Warning", REQUEUE_EVENT_REASON, message)
+
+    def _apply(self, obj: Obj, names: frozenset[str], status: dict[str, Any]) -> Obj:
+        """Server-side apply of ``status`` (Atoll's entry first) under Atoll's field manager, with the
+        resourceVersion ``obj`` was read at; the cache and ledger take the answer."""
+        meta = obj.get("metadata") or {}
+        ident = {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")}
+        version = meta.get("resourceVersion")
+        body = {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
+                "metadata": {**ident, **({"resourceVersion": version} if version else {})}, "status": status}
+        out = self.port.apply(WORKLOADS, body, field_manager=self.settings.decisions.field_manager, subresource="status")
+        want = status["admissionChecks"][0]
+        written = check_entry(out, [want["name"]]) or {}
+        if written.get("state") != want["state"]:
+            raise errors.ApiError(f"workload {object_key(obj)}: the apply returned check state {written.get('state')!r}, "
+                                  f"expected {want['state']} (is admissionChecks merged by name on this apiserver?)")
+        self.cache.upsert(WORKLOADS, out)
+        self.ledger.observe(self.cache.objects[WORKLOADS][object_key(out)], names)
+        return out
 
     def refresh_active(self, check_names: Iterable[str], *, config_error: str | None, config_seen: bool) -> None:
         """Keep ``status.conditions[Active]`` of Atoll's AdmissionChecks true (false, with the

@@ -3,8 +3,10 @@
 ``ClusterPort`` is what the controller needs (list, watch, get, create, patch, apply); the
 real adapter ``KubePort`` is the one place that imports the ``kubernetes`` client, and it is
 loaded only when asked for (the client costs about 0.4 s to import, which ``atoll place`` and
-``atoll simulate`` need not pay). ``errors`` maps API failures to Atoll's own; ``LeaderElector``
-holds a Lease; ``envtest`` starts a real kube-apiserver for tests and benchmarks.
+``atoll simulate`` need not pay). ``parse_label_selector`` reads label selectors as the
+apiserver does (for ports that answer ``list`` in memory); ``errors`` maps API failures to
+Atoll's own; ``LeaderElector`` holds a Lease; ``envtest`` starts a real kube-apiserver for tests
+and benchmarks.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from admission.kube._port import (
     newer,
     object_key,
 )
+from admission.kube._selectors import LabelSelector, parse_label_selector
 
 if TYPE_CHECKING:
     from admission.kube._client import KubePort, KubeWatch, api_client_from_kubeconfig
@@ -64,6 +67,7 @@ __all__ = [
     "ClusterPort",
     "KubePort",
     "KubeWatch",
+    "LabelSelector",
     "LeaderElector",
     "LeaderSettings",
     "ListResult",
@@ -77,6 +81,7 @@ __all__ = [
     "errors",
     "newer",
     "object_key",
+    "parse_label_selector",
 ]
 
 _LAZY = {"KubePort": "_client", "KubeWatch": "_client", "api_client_from_kubeconfig": "_client",

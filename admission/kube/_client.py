@@ -147,8 +147,11 @@ class KubePort:
 
     # ------------------------------------------------------------------ ClusterPort
 
-    def list(self, resource: Resource, *, namespace: str | None = None, field_selector: str | None = None) -> ListResult:
+    def list(self, resource: Resource, *, namespace: str | None = None, field_selector: str | None = None,
+             label_selector: str | None = None) -> ListResult:
         query: list[tuple[str, Any]] = [("fieldSelector", field_selector)] if field_selector else []
+        if label_selector:
+            query.append(("labelSelector", label_selector))
         path = _path(resource, namespace)
         items: list[Obj] = []
         cont = ""

@@ -124,7 +124,11 @@ class WatchStream(Protocol):
 class ClusterPort(Protocol):
     """What the controller needs from a cluster. Errors are ``admission.kube.errors.ApiError``s."""
 
-    def list(self, resource: Resource, *, namespace: str | None = None, field_selector: str | None = None) -> ListResult: ...
+    def list(self, resource: Resource, *, namespace: str | None = None, field_selector: str | None = None,
+             label_selector: str | None = None) -> ListResult:
+        """Every object (all pages); ``field_selector`` and ``label_selector`` in the apiserver's
+        syntax (labels: ``k=v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``, ``k notin (a,b)``)."""
+        ...
 
     def watch(self, resource: Resource, resource_version: str, *, namespace: str | None = None,
               field_selector: str | None = None, timeout_seconds: int = 300) -> WatchStream: ...

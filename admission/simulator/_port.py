@@ -37,6 +37,7 @@ from admission.kube import (
     WatchEvent,
     errors,
     object_key,
+    parse_label_selector,
 )
 from policies import FlavorSettings, LinkSettings, ProfilesDocument
 from topology import HOSTNAME_LABEL, ClusterModel, FlavorModel, NodeInfo, ResourceVector
@@ -107,11 +108,15 @@ class MemoryCluster:
 
     # ------------------------------------------------------------------ the port
 
-    def list(self, resource: Resource, *, namespace: str | None = None, field_selector: str | None = None) -> ListResult:
+    def list(self, resource: Resource, *, namespace: str | None = None, field_selector: str | None = None,
+             label_selector: str | None = None) -> ListResult:
+        matches = parse_label_selector(label_selector or "")  # refused (400) before anything is read, as the apiserver does
         items = [copy.deepcopy(o) for k, o in sorted(self._store.get(resource, {}).items())
                  if namespace is None or (o.get("metadata") or {}).get("namespace") == namespace]
         if field_selector:
             items = [o for o in items if _matches_fields(o, field_selector)]
+        if label_selector:
+            items = [o for o in items if matches((o.get("metadata") or {}).get("labels") or {})]
         return ListResult(items, str(self._version))
 
     def watch(self, resource: Resource, resource_version: str, *, namespace: str | None = None,

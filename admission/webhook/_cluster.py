@@ -15,7 +15,8 @@ so a restarted webhook answers as the old one would have:
 
 The write: a Workload condition ``atoll.dev/RequeueRequested`` (server-side apply on
 ``workloads/status`` under the webhook's own field manager) when a pod's node failed and no
-node of its domain can take it; the controller answers it by setting its check to Retry.
+node of its domain can take it; the controller answers it by setting its check to Retry
+(``admission.controller._requeue`` reads it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 from admission.controller._cache import node_info, pod_usage
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, decode_planned
+from admission.controller._requeue import REQUEUE_CONDITION
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import NODES, PODS, WORKLOADS, ClusterPort, Obj, errors
 from admission.webhook._pin import ANN_NODE, LABEL_DECISION_ID, LABEL_PODSET, ExactPod, is_live
@@ -34,9 +36,6 @@ from topology import ResourceVector, untolerated_taints
 
 __all__ = ["REQUEUE_CONDITION", "ClusterReader", "Room"]
 
-REQUEUE_CONDITION = "atoll.dev/RequeueRequested"
-"""Workload condition the webhook sets True when a pod lost its node and its domain has no
-replacement with room; its message starts ``decision <id>:`` so a stale one is recognised."""
 _REQUEUE_REASON = "NoReplacementNode"
 _ONE_POD = ResourceVector(pods=1)
 
@@ -78,11 +77,12 @@ class ClusterReader:
     # ------------------------------------------------------------------ pods and nodes
 
     def podset_pods(self, pod: ExactPod) -> list[Obj]:
-        """Every pod (live or not) of the pod's decision and PodSet in its namespace."""
+        """Every pod (live or not) of the pod's decision and PodSet in its namespace. The apiserver
+        selects the decision's pods (its label), so the answer never reads the whole namespace."""
         out = []
-        for p in self.port.list(PODS, namespace=pod.namespace).items:
+        for p in self.port.list(PODS, namespace=pod.namespace, label_selector=f"{LABEL_DECISION_ID}={pod.decision_id}").items:
             labels = (p.get("metadata") or {}).get("labels") or {}
-            if labels.get(LABEL_DECISION_ID) == pod.decision_id and labels.get(LABEL_PODSET, "") == pod.podset:
+            if labels.get(LABEL_PODSET, "") == pod.podset:  # an absent PodSet label reads as "", which no selector says
                 out.append(p)
         return out
 

@@ -11,6 +11,7 @@ completion index``, LeaderWorkerSet's worker index, each minus Kueue's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,7 @@ _JOBSET_INDEX = "jobset.sigs.k8s.io/job-index"
 _JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
 _LWS_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 _INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 class PinError(ValueError):
@@ -98,6 +100,8 @@ def read_exact_pod(pod: Obj, namespace: str = "") -> ExactPod | None:
     decision = labels.get(LABEL_DECISION_ID) or ann.get(ANN_DECISION_ID)
     if not decision or ann.get(ANN_ENFORCEMENT) != "exact":
         return None
+    if not _LABEL_VALUE.fullmatch(decision):  # it selects the decision's pods: only a label value can
+        raise PinError(f"metadata.labels[{LABEL_DECISION_ID}]: {decision[:80]!r} is not a label value (the decision's pods are selected by it)")
     raw = ann.get(ANN_PLANNED_NODES)
     if raw is None:
         raise PinError(f"metadata.annotations[{ANN_PLANNED_NODES}]: missing (the decision recorded no planned nodes)")

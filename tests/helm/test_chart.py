@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from admission.cli._run import parser as run_parser
+from admission.webhook import WebhookSettings
 from policies import load_profiles
 from tests.helm.chart import CERT_MANAGER_GROUP, CHART, apply, by_kind, for_server, helm, render
 
@@ -115,10 +116,30 @@ def test_the_webhook_follows_the_agreed_contract() -> None:
     [hook] = config["webhooks"]
     assert hook["objectSelector"] == {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"}]}
     assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
-    assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("Fail", "None", ["v1"], 5)
+    # the webhook writes outside dry runs (claims Lease, requeue condition) and nothing under one
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("Fail", "NoneOnDryRun", ["v1"], 5)
     assert hook["clientConfig"] == {"service": {"name": "prod-webhook", "namespace": "gpu-system", "path": "/mutate-pods", "port": 443}}
     [rule] = [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if "mutatingwebhookconfigurations" in r["resources"]]
     assert (rule["resourceNames"], rule["verbs"]) == (["prod-atoll"], ["get", "patch"])
+
+
+def _lease_rules(objects: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    [role] = by_kind(objects, "Role")
+    return [(tuple(r.get("resourceNames") or ()), tuple(r["verbs"])) for r in role["rules"] if r["resources"] == ["leases"]]
+
+
+@pytest.mark.parametrize(("values", "names"), [
+    ({}, ("atoll-controller", WebhookSettings().claims_lease)),
+    ({"webhook": {"enabled": False}}, ("atoll-controller",)),
+    ({"replicas": 1, "leaderElection": {"enabled": False}}, (WebhookSettings().claims_lease,)),
+    ({"replicas": 1, "leaderElection": {"enabled": False}, "webhook": {"enabled": False}}, ()),
+])
+def test_the_role_grants_exactly_the_leases_in_use(values: dict[str, Any], names: tuple[str, ...]) -> None:
+    """The leader Lease with leader election, the webhook's claims Lease with the webhook: get and
+    update on those names only, create (which no name can restrict) only when one is in use."""
+    objects = render(values)
+    assert _lease_rules(objects) == ([((), ("create",)), (names, ("get", "update"))] if names else [])
+    assert not [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if "leases" in r["resources"]]
 
 
 def test_without_the_webhook_nothing_of_it_is_rendered() -> None:

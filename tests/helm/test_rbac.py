@@ -1,10 +1,16 @@
 """RBAC for real: an apiserver authorizing with RBAC, the chart's ServiceAccount, ClusterRole, Role
 and bindings applied as rendered, and ``atoll run`` with a token bound to that ServiceAccount
 (TokenRequest, as the kubelet mounts it in the pod). Kueue's part is played with an admin token.
-The admission scenario passes; what Atoll must never do is answered 403."""
+The admission scenario passes; the webhook, called by the apiserver through the chart's own
+MutatingWebhookConfiguration and reading and writing with that token, pins pods (claims Lease),
+answers dry runs without writing, and marks a Workload the controller then requeues; what Atoll
+must never do is answered 403."""
 
 from __future__ import annotations
 
+import base64
+import copy
+import io
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +24,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from admission.cli._run import main as run_main
+from admission.controller import REQUEUE_CONDITION, ConfigSettings, Controller, KueueSettings, Recorder, Settings
+from admission.kube import KubePort
 from admission.kube.envtest import ApiServer, install_kueue_crds
-from tests.admission.fabric import BLOCK, CLIQUE, POOL, Fabric, profiles_doc
+from admission.webhook import MUTATE_PATH, PodPinner, WebhookServer, WebhookSettings, ensure_serving_cert
+from tests.admission.fabric import BLOCK, CLIQUE, POOL, Fabric, planned, profiles_doc, run
+from tests.admission.webhook.conftest import bind, create, fail, kueue_pod, pinned_node
 from tests.conftest import control_plane
 from tests.helm.chart import apply, by_kind, for_server, render
 from tests.kube_objects import GROUP, VERSION, cluster_queue, local_queue, resource_flavor, topology
@@ -28,6 +38,7 @@ pytestmark = pytest.mark.apiserver
 
 RELEASE, RELEASE_NS, TEAM_NS = "prod", "atoll-system", "team-rbac"
 SA = "prod-atoll"
+CLAIMS = WebhookSettings().claims_lease
 
 
 class Installed:
@@ -125,8 +136,17 @@ def _denied(call: Callable[[], Any]) -> int:
 
 def _forbidden(installed: Installed) -> dict[str, Callable[[], Any]]:
     core, custom = client.CoreV1Api(installed.atoll), client.CustomObjectsApi(installed.atoll)
+    leases = client.CoordinationV1Api(installed.atoll)
     pod = {"metadata": {"name": "victim", "namespace": TEAM_NS}, "spec": {"containers": [{"name": "c", "image": "registry.example.com/x:1"}]}}
+    lease = {"metadata": {"name": "someone-else", "namespace": RELEASE_NS}, "spec": {}}
     return {
+        "read a Pod": lambda: core.read_namespaced_pod("victim", TEAM_NS),
+        "patch a Pod": lambda: core.patch_namespaced_pod("victim", TEAM_NS, {"metadata": {"labels": {"x": "y"}}}),
+        "delete the webhook's claims Lease": lambda: leases.delete_namespaced_lease(CLAIMS, RELEASE_NS),
+        "update a Lease that is not Atoll's": lambda: leases.replace_namespaced_lease("someone-else", RELEASE_NS, lease),
+        "create a Lease outside its namespace": lambda: leases.create_namespaced_lease(TEAM_NS, {**lease, "metadata": {
+            "name": CLAIMS, "namespace": TEAM_NS}}),
+        "list Leases": lambda: leases.list_namespaced_lease(RELEASE_NS),
         "list Secrets in its own namespace": lambda: core.list_namespaced_secret(RELEASE_NS),
         "read a Secret": lambda: core.read_namespaced_secret("any", TEAM_NS),
         "list Secrets cluster-wide": lambda: core.list_secret_for_all_namespaces(),
@@ -150,7 +170,8 @@ def _forbidden(installed: Installed) -> dict[str, Callable[[], Any]]:
 FORBIDDEN = ["list Secrets in its own namespace", "read a Secret", "list Secrets cluster-wide", "delete a Pod", "create a Pod", "evict a Pod",
              "patch a Workload's spec", "delete a Workload", "create a Workload", "patch a ClusterQueue", "label a Node",
              "edit the profiles ConfigMap", "list ConfigMaps outside its namespace", "read another Lease",
-             "patch another webhook configuration"]
+             "patch another webhook configuration", "read a Pod", "patch a Pod", "delete the webhook's claims Lease",
+             "update a Lease that is not Atoll's", "create a Lease outside its namespace", "list Leases"]
 
 
 @pytest.mark.parametrize("action", FORBIDDEN)
@@ -176,3 +197,87 @@ def test_the_webhook_may_read_and_patch_its_own_configuration_only(installed: In
     assert _denied(lambda: api.list_mutating_webhook_configuration()) == 403
     pods, nodes = client.CoreV1Api(installed.atoll).list_pod_for_all_namespaces(), client.CoreV1Api(installed.atoll).list_node()
     assert pods is not None and len(nodes.items) == 8
+
+
+# ---------------------------------------------------------------------- the webhook, with the chart's token
+
+
+@pytest.fixture(scope="module")
+def webhook(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookServer]:
+    """The webhook as ``atoll run`` serves it, reading and writing with the chart's ServiceAccount
+    token, and the chart's MutatingWebhookConfiguration as rendered, its Service swapped for this
+    process's loopback URL (no kube-proxy here) with the CA it serves."""
+    cert = ensure_serving_cert(tmp_path_factory.mktemp("webhook-certs"), ["127.0.0.1"], generate=True)
+    assert cert.ca_pem is not None
+    pinner = PodPinner(KubePort(installed.atoll), WebhookSettings(namespace=RELEASE_NS))
+    server = WebhookServer(pinner, cert.cert_file, cert.key_file, bind="127.0.0.1", port=0).start()
+    admission = client.AdmissionregistrationV1Api(installed.admin)
+    [config] = by_kind(installed.objects, "MutatingWebhookConfiguration")
+    body = copy.deepcopy(config)
+    body["metadata"]["resourceVersion"] = admission.read_mutating_webhook_configuration(config["metadata"]["name"]).metadata.resource_version
+    body["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{server.port}{MUTATE_PATH}",
+                                           "caBundle": base64.b64encode(cert.ca_pem).decode()}
+    admission.replace_mutating_webhook_configuration(config["metadata"]["name"], body)
+    yield server
+    server.stop()
+    admission.delete_mutating_webhook_configuration(config["metadata"]["name"])  # no other test's pod may wait on it
+
+
+def _dry_run(installed: Installed, pod: dict[str, Any]) -> dict[str, Any]:
+    """Create with ``dryRun=All``: admitted in full (the webhook is called) and never stored."""
+    out = client.CoreV1Api(installed.admin).create_namespaced_pod(TEAM_NS, pod, dry_run="All")
+    answer: dict[str, Any] = installed.admin.sanitize_for_serialization(out)
+    return answer
+
+
+def _lease_version(installed: Installed) -> str | None:
+    try:
+        return str(client.CoordinationV1Api(installed.admin).read_namespaced_lease(CLAIMS, RELEASE_NS).metadata.resource_version)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_the_webhook_pins_marks_and_the_controller_requeues_with_only_the_charts_permissions(installed: Installed,
+                                                                                             webhook: WebhookServer) -> None:
+    fabric = installed.fabric
+    exact = profiles_doc(fabric.flavor, fabric.topology, flavors={fabric.flavor: {"topology": fabric.topology, "enforcement": "exact"}})
+    client.CoreV1Api(installed.admin).patch_namespaced_config_map("atoll-policies", RELEASE_NS, {"data": {"profiles.yaml": yaml.safe_dump(exact)}})
+    controller = Controller(KubePort(installed.atoll), recorder=Recorder(io.StringIO()),
+                            settings=Settings(kueue=KueueSettings(admission_check=fabric.check), config=ConfigSettings(namespace=RELEASE_NS)))
+    fabric.submit("pinned", [("main", 2, 4)])
+    assert [v.outcome for v in run(controller)] == ["admit"]
+    slots = [node for node, count in planned(fabric.entry("pinned")).items() for _ in range(count)]
+    assert len(set(slots)) == 2
+
+    # a dry run is answered in full and writes nothing: no claims Lease, no pod
+    assert pinned_node(_dry_run(installed, kueue_pod(fabric, "pinned", "pinned-0"))) == slots[0]
+    assert _lease_version(installed) is None
+    assert not client.CoreV1Api(installed.admin).list_namespaced_pod(TEAM_NS, label_selector="atoll.dev/decision-id").items
+
+    # pods without an index: each slot is claimed in the Lease the webhook creates and updates
+    pods = [create(fabric, kueue_pod(fabric, "pinned", f"pinned-{i}")) for i in range(2)]
+    assert sorted(pinned_node(p) or "" for p in pods) == sorted(slots)
+    assert _lease_version(installed) is not None
+    for i, pod in enumerate(pods):
+        bind(fabric, f"pinned-{i}", pinned_node(pod) or "")
+
+    # pod 0's node fails and is cordoned; the other node of the island is full: no replacement
+    lost = pinned_node(pods[0]) or ""
+    fail(fabric, "pinned-0")
+    fabric.core.patch_node(lost, {"spec": {"unschedulable": True}})
+    version = _lease_version(installed)
+    assert pinned_node(_dry_run(installed, kueue_pod(fabric, "pinned", "pinned-0-dry"))) == lost
+    assert REQUEUE_CONDITION not in {c["type"] for c in fabric.workload("pinned")["status"]["conditions"]}  # the dry run marked nothing
+    assert _lease_version(installed) == version
+    again = create(fabric, kueue_pod(fabric, "pinned", "pinned-0-b"))
+    assert pinned_node(again) == lost
+    marks = {c["type"]: c for c in fabric.workload("pinned")["status"]["conditions"]}
+    assert marks[REQUEUE_CONDITION]["status"] == "True" and "pinned-0-b" in marks[REQUEUE_CONDITION]["message"]
+
+    # the controller, with the same token, asks Kueue for the requeue
+    (verdict,) = run(controller)
+    entry = fabric.entry("pinned")
+    assert verdict.written and entry["state"] == "Retry" and f"pod {TEAM_NS}/pinned-0-b (podset main" in entry["message"]
+    assert fabric.kueue.react(TEAM_NS, "pinned") == "retry"

@@ -19,8 +19,8 @@ import httpx
 import pytest
 from cryptography import x509
 
-from admission.kube import ClusterPort
-from admission.webhook import MUTATE_PATH, PodPinner, ServingCert, WebhookServer, ensure_serving_cert, merge_ca_bundle
+from admission.kube import LEASES, ClusterPort, errors
+from admission.webhook import MUTATE_PATH, PodPinner, ServingCert, WebhookServer, WebhookSettings, ensure_serving_cert, merge_ca_bundle
 from tests.admission.fabric import Fabric
 from tests.admission.webhook.conftest import Served, admit, exact_fabric, kueue_pod, pinner
 from tests.admission.webhook.test_pin import apply_adds, exact_pod
@@ -147,6 +147,10 @@ def test_a_dry_run_claims_no_slot(fabric: Fabric, served: Served) -> None:
     for _ in range(2):
         answer = post(base, served.cert.ca_pem, review(pod, namespace=fabric.ns, dry_run=True)).json()["response"]
         assert apply_adds(pod, json.loads(base64.b64decode(answer["patch"])))["metadata"]["annotations"]["atoll.dev/slot"] == "0"
+    with pytest.raises(errors.NotFound):  # nothing written: not even the claims Lease exists
+        fabric.port.get(LEASES, WebhookSettings().claims_lease, fabric.ns)
+    post(base, served.cert.ca_pem, review(pod, namespace=fabric.ns))  # a real request claims its slot there
+    assert fabric.port.get(LEASES, WebhookSettings().claims_lease, fabric.ns)["metadata"]["annotations"]["atoll.dev/slot-claims"] != "{}"
 
 
 def test_a_generated_certificate_is_reused_and_made_anew_near_expiry_or_for_other_names(tmp_path: Path) -> None:

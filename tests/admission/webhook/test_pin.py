@@ -123,6 +123,16 @@ def test_unreadable_planned_nodes_name_the_annotation(planned: str | None, fragm
     assert fragment in str(info.value)
 
 
+def test_a_decision_id_that_cannot_select_pods_is_named() -> None:
+    """The id selects the decision's pods (a label selector): one that is no label value, from an
+    annotation nobody validated, is refused before it reaches a selector."""
+    pod = exact_pod()
+    del pod["metadata"]["labels"]["atoll.dev/decision-id"]
+    pod["metadata"]["annotations"]["atoll.dev/decision-id"] = "abc,kueue.x-k8s.io/podset"
+    with pytest.raises(PinError, match=r"metadata\.labels\[atoll\.dev/decision-id\]: 'abc,kueue.x-k8s.io/podset' is not a label value"):
+        read_exact_pod(pod)
+
+
 HOST_IN_N1 = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}
 
 

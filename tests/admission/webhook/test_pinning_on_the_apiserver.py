@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from admission.webhook import ANN_NODE, ANN_PREVIOUS, ANN_REPLACED, ANN_SLOT, REQUEUE_CONDITION
-from tests.admission.fabric import Fabric, planned
+from tests.admission.fabric import Fabric, planned, run
 from tests.admission.webhook.conftest import Served, admit, bind, create, exact_fabric, fail, kueue_pod, pinned_node, stored
 
 pytestmark = pytest.mark.apiserver
@@ -96,6 +96,13 @@ def test_a_pod_recreated_after_its_node_was_cordoned_goes_to_a_replacement_in_it
     assert mark["message"].startswith(f"decision {fabric.entry('train')['podSetUpdates'][0]['labels']['atoll.dev/decision-id']}:")
     assert "is cordoned" in mark["message"] and "train-0-c" in mark["message"]
     assert fabric.entry("train")["state"] == "Ready"  # the controller's entry is untouched: it decides the Retry
+
+    # the controller answers: its check goes to Retry, naming the pod, so Kueue evicts and requeues
+    (verdict,) = run(fabric.controller())
+    entry = fabric.entry("train")
+    assert verdict.written and entry["state"] == "Retry"
+    assert f"pod {fabric.ns}/train-0-c (podset main, slot 0)" in entry["message"] and "is cordoned" in entry["message"]
+    assert fabric.kueue.react(fabric.ns, "train") == "retry"
 
 
 def test_pods_without_exact_enforcement_are_created_unchanged(fabric: Fabric, served: Served, register) -> None:

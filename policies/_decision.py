@@ -208,9 +208,8 @@ def _describe_admit(placement: Placement) -> str:
         text = (f"{ps.name}: {ps.pods} pods on {len(ps.nodes)} nodes in {ps.domain_level} {where} "
                 f"({ps.islands} {ps.island_level} domain{'s' if ps.islands != 1 else ''}, min perf {ps.min_perf:.2f})")
         if ps.slices:
-            doms = sorted({"/".join(sl.path) for sl in ps.slices})
-            text += (f", {len(ps.slices)} slices of {ps.slices[0].pods} pods, each in one {ps.slices[0].level} domain "
-                     f"({', '.join(doms)})")
+            each = ", ".join(f"{sl.index} in {'/'.join(sl.path)}" for sl in ps.slices)
+            text += f", {len(ps.slices)} slices of {ps.slices[0].pods} pods, each in one {ps.slices[0].level} domain (slice {each})"
         parts.append(text)
     return "; ".join(parts)
 

@@ -120,6 +120,9 @@ class DecisionRecord:
     snapshot_generation: int = 0
     reserved_gpus: int = 0
     """GPUs of earlier admitted, not yet running placements counted as used (the ledger)."""
+    notes: Sequence[str] = ()
+    """What the decision says beside its outcome, whatever it is: Kueue annotations read but not
+    honoured, slices the enforcement does not hold, podSetUpdates left out."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -234,8 +234,10 @@ def decide(
     ``explain=False`` leaves out the losing domains' verdicts (``placement.why_not``); outcome,
     placement and message are the same. The simulator's replay needs no explanations.
     ``balanced``: spans share each gang evenly over its islands (as ``atoll.dev/balanced-placement``
-    does for one PodSet). Annotations read but not honoured come back in ``Decision.notes``."""
+    does for one PodSet, and the profile's ``balancedPlacement`` for all). Annotations read but not
+    honoured come back in ``Decision.notes``."""
     profile = profile.for_flavor(snapshot.flavor, snapshot.level_labels, name=profile_name)
+    balanced = balanced or profile.balanced_placement
     decision = _decide(snapshot, podsets, profile_name, profile, now, wait, workload_class, links, explain, balanced)
     notes = tuple(n for spec in podsets for n in spec.annotation_notes)
     return dataclasses.replace(decision, notes=notes) if notes else decision

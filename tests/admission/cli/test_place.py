@@ -202,3 +202,20 @@ def test_under_exact_enforcement_each_slice_is_held_and_ranks_pin_in_slice_order
         assert exact is not None and exact.rank == rank
         assert cliques[exact.slots[rank]] == ps["slices"][rank // 16]["domain"][-1]
 
+
+@pytest.mark.parametrize(("balanced", "per_island"), [(True, [16, 16, 16, 16]), (False, [10, 18, 18, 18])])
+def test_a_profile_with_balanced_placement_shares_a_spanning_gang_evenly(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                         balanced: bool, per_island: list[int]) -> None:
+    doc = tmp_path / "profiles.yaml"
+    doc.write_text("defaultProfile: elastic\nflavors:\n  gb200: {topology: nvl72-fabric}\nprofiles:\n"
+                   f"  elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: network.example.com/su, relaxAfterSeconds: 300, "
+                   f"balancedPlacement: {str(balanced).lower()}}}\n")
+    assert main(["place", "--cluster", str(GB200), "--workload", _job(tmp_path, "", parallelism=64), "--profiles", str(doc),
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "admit" and out["relaxed"]  # no island holds 64 pods: it spans at once
+    cliques = _cliques()
+    counts: dict[str, int] = {}
+    for node, k in out["podsets"][0]["nodes"].items():
+        counts[cliques[node]] = counts.get(cliques[node], 0) + k
+    assert sorted(counts.values()) == per_island

@@ -15,17 +15,10 @@ from admission.simulator._jobs import Job, make_job
 from admission.simulator._policies import Attempt, KueueBestFitPolicy, make_policies
 from admission.simulator._sim import STATUS_DONE, SimSettings, build_snapshots, prepare_workload, simulate
 from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
-from policies import load_profiles
+from tests.admission.simulator.test_sim import CLIQUE, DOC, SU
 from topology import ClusterModel, SliceLayer, Snapshot
 
-CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
 SLICE = Slicing(CLIQUE, 4)
-DOC = load_profiles(f"""
-defaultProfile: elastic
-profiles:
-  strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}}}
-  elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 300, retry: {{initialSeconds: 15, maxSeconds: 300}}}}
-""")
 _ids = itertools.count()
 
 

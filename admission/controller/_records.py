@@ -79,7 +79,10 @@ def slice_records(slices: Sequence[SlicePlacement], selector: Mapping[str, str],
     out = []
     for sl in slices:
         held = exact or (sl.level in level_labels and depth >= level_labels.index(sl.level))
-        by = "planned nodes (exact)" if exact else written if held else f"{written} spans several slices' domains (the planned nodes are a preference)"
+        if exact:
+            by = "planned nodes (exact)"
+        else:
+            by = written if held else f"{written} spans several slices' domains (the planned nodes are a preference)"
         out.append({**sl.as_dict(), "held": held, "held_by": by})
     return out
 

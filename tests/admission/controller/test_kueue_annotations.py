@@ -30,6 +30,10 @@ def test_slices_of_a_clique_are_placed_whole(fabric: Fabric) -> None:
     assert verdict.outcome == "admit", verdict.message
     nodes = planned(fabric.entry("sliced"))
     assert len({n.rsplit("n", 1)[0] for n in nodes}) == 1  # both pods of the slice in one clique
+    (record,) = fabric.decision_records()
+    (sl,) = record["placement"][0]["slices"]  # the record names the slice, its domain and nodes
+    assert sl["index"] == 0 and sl["level"] == CLIQUE and sl["pods"] == 2 and set(sl["nodes"]) == set(nodes)
+    assert sl["held"]  # one slice: the PodSet's nodeSelector is the slice's own clique
 
 
 def test_an_annotation_read_but_not_honoured_is_said(fabric: Fabric) -> None:

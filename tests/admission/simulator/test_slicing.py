@@ -78,11 +78,12 @@ def test_a_slice_level_no_flavor_has_is_named() -> None:
         slice_workload(prepare_workload(model, [job(0, 1, 32)]), Slicing("example.com/rack", 4), build_snapshots(model))
 
 
-def test_kueue_bestfit_keeps_every_slice_of_a_sliced_job_in_one_island() -> None:
+@pytest.mark.parametrize("policy", ["kueue-bestfit", "kueue-required"])
+def test_kueues_tas_keeps_every_slice_of_a_sliced_job_in_one_island(policy: str) -> None:
     model = cluster()
     snap = build_snapshots(model)[0]
     work = slice_workload(prepare_workload(model, workload()), SLICE, [snap])
-    (pol,) = make_policies(["kueue-bestfit"], DOC, seed=1)
+    (pol,) = make_policies([policy], DOC, seed=1)
     assert isinstance(pol, KueueBestFitPolicy)
     seen: list[list[set[str]]] = []
     attempt = pol.attempt

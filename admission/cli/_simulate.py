@@ -266,13 +266,14 @@ def main(argv: Sequence[str]) -> int:
     what = f"{n_jobs:,} jobs ({fmt})" if fmt != "synthetic" else f"{n_jobs:,} synthetic jobs per seed"
     perf = f", GPU perf {gpu_perf}" if gpu_perf else ""
     if slicing is not None:
-        perf += f", {sliced:,} jobs in slices of {slicing.size} pods on {slicing.level}"
+        which = " on the first seed" if fmt == "synthetic" and len(seeds) > 1 else ""  # each seed draws its own jobs
+        perf += f", {sliced:,} jobs{which} in slices of {slicing.size} pods on {slicing.level}"
     title = (f"{cluster.name}: {what} on {total:,} GPUs{perf}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, "
              f"{len(records)} runs on {min(args.workers or available_cores(), len(records))} cores in {wall:.1f} s")
     if args.format == "json":
         print(json.dumps({
             "cluster": cluster.name, "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
-            "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced} if slicing else None,
+            "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
             "comparisons": [comparison_json(c) for c in cmps],

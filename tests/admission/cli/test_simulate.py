@@ -246,7 +246,7 @@ def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.
                                                                                for i in range(24)))
     data = run_json(capsys, "--cluster", cluster, "--trace", str(trace), "--policies", "kueue-bestfit,atoll-strict",
                     "--slice-level", "nvidia.com/gpu.clique", "--slice-size", "4", "--seeds", "1", "--workers", "1")
-    assert data["slices"] == {"level": "nvidia.com/gpu.clique", "size": 4, "sliced_jobs": 12}
+    assert data["slices"] == {"level": "nvidia.com/gpu.clique", "size": 4, "sliced_jobs": 12, "counted_on_seed": 0}
     assert all(p["jobs_done"] == 24 for p in data["policies"].values())
 
 

@@ -3,7 +3,7 @@
 Pure: no Kubernetes I/O, no clock; ``admission`` supplies the snapshot, the time and the wait state.
 """
 
-from policies._annotations import TopologyHints, group_problems, read_topology_annotations
+from policies._annotations import TopologyHints, annotation_notes, group_problems, read_topology_annotations
 from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, decide, podset_spec
 from policies._loading import PROFILES_KEY, ProfilesError, load_profiles, load_profiles_file, profiles_from_configmap
 from policies._profiles import (
@@ -40,6 +40,7 @@ __all__ = [
     "TopologyHints",
     "WaitState",
     "WorkloadClass",
+    "annotation_notes",
     "decide",
     "group_problems",
     "load_profiles",

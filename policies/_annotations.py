@@ -16,7 +16,8 @@ record and an Event carry them).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -35,6 +36,7 @@ __all__ = [
     "TOPOLOGY_SPREADING",
     "UNCONSTRAINED_TOPOLOGY",
     "TopologyHints",
+    "annotation_notes",
     "group_problems",
     "read_topology_annotations",
 ]
@@ -84,6 +86,15 @@ class TopologyHints:
     """Annotations that make the Workload invalid; each names the annotation."""
     notes: tuple[str, ...] = ()
     """Annotations read but not honoured; each names the annotation."""
+
+
+_NOTE = re.compile(r"podSets\[[^\]]*\] annotation\[" + re.escape(KUEUE_PODSET_PREFIX))
+
+
+def annotation_notes(notes: Iterable[str]) -> list[str]:
+    """The notes among ``notes`` (a decision's, mixed with others) that name a Kueue pod-template
+    annotation read but not honoured (``TopologyHints.notes``): the controller raises an Event for them."""
+    return [n for n in notes if _NOTE.match(n)]
 
 
 def _parse_bool(text: str) -> bool | None:

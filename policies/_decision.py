@@ -208,9 +208,8 @@ def _describe_admit(placement: Placement) -> str:
         text = (f"{ps.name}: {ps.pods} pods on {len(ps.nodes)} nodes in {ps.domain_level} {where} "
                 f"({ps.islands} {ps.island_level} domain{'s' if ps.islands != 1 else ''}, min perf {ps.min_perf:.2f})")
         if ps.slices:
-            doms = sorted({"/".join(sl.path) for sl in ps.slices})
-            text += (f", {len(ps.slices)} slices of {ps.slices[0].pods} pods, each in one {ps.slices[0].level} domain "
-                     f"({', '.join(doms)})")
+            each = ", ".join(f"{sl.index} in {'/'.join(sl.path)}" for sl in ps.slices)
+            text += f", {len(ps.slices)} slices of {ps.slices[0].pods} pods, each in one {ps.slices[0].level} domain (slice {each})"
         parts.append(text)
     return "; ".join(parts)
 
@@ -235,8 +234,10 @@ def decide(
     ``explain=False`` leaves out the losing domains' verdicts (``placement.why_not``); outcome,
     placement and message are the same. The simulator's replay needs no explanations.
     ``balanced``: spans share each gang evenly over its islands (as ``atoll.dev/balanced-placement``
-    does for one PodSet). Annotations read but not honoured come back in ``Decision.notes``."""
+    does for one PodSet, and the profile's ``balancedPlacement`` for all). Annotations read but not
+    honoured come back in ``Decision.notes``."""
     profile = profile.for_flavor(snapshot.flavor, snapshot.level_labels, name=profile_name)
+    balanced = balanced or profile.balanced_placement
     decision = _decide(snapshot, podsets, profile_name, profile, now, wait, workload_class, links, explain, balanced)
     notes = tuple(n for spec in podsets for n in spec.annotation_notes)
     return dataclasses.replace(decision, notes=notes) if notes else decision

@@ -97,6 +97,10 @@ class Profile(_Strict):
     relax_after_seconds: int | None = Field(default=None, ge=0, alias="relaxAfterSeconds")
     retry: RetrySettings = RetrySettings()
     fragmentation: FragmentationSettings = FragmentationSettings()
+    balanced_placement: bool = Field(default=False, alias="balancedPlacement", strict=True)
+    """A gang that must span islands is shared evenly over the fewest that allow it (64 pods over
+    islands of 18: 16 × 4, not 18 + 18 + 18 + 10), as ``atoll.dev/balanced-placement: "true"``
+    does for one PodSet: a ring runs at the pace of its most crowded link."""
     flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
     _name: str = PrivateAttr(default="profile")
     _candidates: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)

@@ -129,7 +129,7 @@ def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
         out["podsets"] = [
             {"name": p.podset, "domain_level": p.domain_level, "domain_path": list(p.domain_path), "islands": p.islands,
              "island_level": p.island_level, "min_perf": p.min_perf, "bottleneck_gbps": p.bottleneck_gbps,
-             "nodes": dict(p.nodes), "node_selector": dict(p.node_selector)}
+             "nodes": dict(p.nodes), "node_selector": dict(p.node_selector), **({"slices": list(p.slices)} if p.slices else {})}
             for p in verdict.placements
         ]
         out["podSetUpdates"] = verdict.podset_updates
@@ -152,6 +152,9 @@ def _print_table(data: dict[str, Any]) -> None:
         print(f"    nodes: {shown}")
         sel = ", ".join(f"{k}={v}" for k, v in ps.get("node_selector", {}).items()) or "(none)"
         print(f"    nodeSelector written: {sel}")
+        for sl in ps.get("slices", []):
+            print(f"    slice {sl['index']}: {sl['level']} = {'/'.join(sl['domain'])}; {sl['pods']} pods on {len(sl['nodes'])} nodes; "
+                  f"{'held by' if sl['held'] else 'not held:'} {sl['held_by']}")
     if data.get("why_not"):
         print("  other domains:")
         for v in data["why_not"]:

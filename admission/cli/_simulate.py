@@ -24,6 +24,7 @@ from admission.simulator._cost import CostError, CostParams, parse_bandwidths, p
 from admission.simulator._jobs import Job
 from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
 from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
+from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
 from admission.simulator._sweep import (
     RunFailed,
     SweepSpec,
@@ -79,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="share of the all-reduce hidden behind compute: 0.5 (training) or training=0.5,inference=0 (default 0)")
     p.add_argument("--cost-bandwidth", default=None, metavar="LEVEL=GBPS[,...]",
                    help="per-GPU link bandwidth per topology level, e.g. su=400 (default: the cluster model's vendor figures)")
+    p.add_argument("--slice-level", default=None, metavar="LEVEL",
+                   help="give Kueue's slice annotations (podset-slice-required-topology: LEVEL, podset-slice-size) to every "
+                        "training job that no single LEVEL domain of its empty flavor can hold and whose pod count is a multiple "
+                        "of --slice-size; every other job (one that fits a LEVEL domain, a pod count the size does not divide, "
+                        "inference, a flavor without LEVEL) keeps its unsliced request. Every policy sees the same requests")
+    p.add_argument("--slice-size", type=int, default=None, metavar="PODS", help="pods per slice, with --slice-level (e.g. 16)")
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
@@ -182,6 +189,22 @@ def _cost_params(args: argparse.Namespace) -> CostParams:
     )
 
 
+def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slicing | None:
+    """``--slice-level`` and ``--slice-size``, checked: both or neither, a size ≥ 1, a level some flavor has."""
+    if level is None and size is None:
+        return None
+    if level is None or size is None:
+        raise PolicyError("--slice-level and --slice-size go together (podset-slice-required-topology and podset-slice-size)")
+    try:
+        slicing = Slicing(level, size)
+    except ValueError as exc:
+        raise PolicyError(str(exc)) from None
+    levels = sorted({lb for s in build_snapshots(cluster) for lb in s.level_labels})
+    if level not in levels:
+        raise PolicyError(f"--slice-level: no flavor of {cluster.name} has level {level!r} (levels: {', '.join(levels)})")
+    return slicing
+
+
 def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
     try:
         SimSettings(**({"scheduler": scheduler} if scheduler else {}), **({"enforcement": enforcement} if enforcement else {}))
@@ -220,9 +243,11 @@ def main(argv: Sequence[str]) -> int:
             raise PolicyError(f"--baseline: {args.baseline!r} is not among --policies ({', '.join(names)})")
         baseline = args.baseline or ("kueue-bestfit" if "kueue-bestfit" in names else names[0])
         workload = WorkloadSpec(args.trace, fmt, args.nodes, args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None))
-        workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
+        first_jobs = workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
+        slicing = _slicing(args.slice_level, args.slice_size, cluster)
+        sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
-                         frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset())
+                         slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset())
         progress = _Progress(sys.stderr, sys.stderr.isatty())
         records, results = run_sweep(spec, workers=args.workers, progress=progress.start("simulating", "runs"))
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
@@ -240,11 +265,15 @@ def main(argv: Sequence[str]) -> int:
     total = cluster_gpus(cluster)
     what = f"{n_jobs:,} jobs ({fmt})" if fmt != "synthetic" else f"{n_jobs:,} synthetic jobs per seed"
     perf = f", GPU perf {gpu_perf}" if gpu_perf else ""
+    if slicing is not None:
+        which = " on the first seed" if fmt == "synthetic" and len(seeds) > 1 else ""  # each seed draws its own jobs
+        perf += f", {sliced:,} jobs{which} in slices of {slicing.size} pods on {slicing.level}"
     title = (f"{cluster.name}: {what} on {total:,} GPUs{perf}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, "
              f"{len(records)} runs on {min(args.workers or available_cores(), len(records))} cores in {wall:.1f} s")
     if args.format == "json":
         print(json.dumps({
             "cluster": cluster.name, "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
+            "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
             "comparisons": [comparison_json(c) for c in cmps],

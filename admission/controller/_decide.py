@@ -21,7 +21,7 @@ import numpy.typing as npt
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
-from admission.controller._records import PodSetRecord, WhyNotRecord, truncate
+from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
@@ -243,7 +243,8 @@ class Decider:
                 result.notes.extend(notes)
                 result.placements.append(PodSetRecord(
                     ps.name, ps.pods, per_pod[ps.name].gpu, dict(zip(ps.nodes, ps.pods_per_node)), ps.domain_level, list(ps.domain_path),
-                    ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector))
+                    ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector,
+                    slice_records(ps.slices, selector, snap.level_labels, exact=self._enforcement(flavor) == "exact")))
         return result
 
     def _enforcement(self, flavor: str) -> str:
@@ -281,6 +282,11 @@ class Decider:
                     notes.append(f"podSets[{ps.name}]: not writing {where} {key}={truncate(mine[key], 80)}: the pod template already "
                                  f"sets {key}={truncate(have, 80)}")
                 del mine[key]
+        unheld = [s["index"] for s in slice_records(ps.slices, selector, snap.level_labels, exact=exact) if not s["held"]]
+        if unheld:  # one nodeSelector per PodSet: Kueue's podSetUpdates cannot give each slice its own domain
+            notes.append(f"podSets[{ps.name}]: {len(unheld)} slices share the nodeSelector of one wider domain, so the kube-scheduler "
+                         f"may split a slice across {ps.slices[0].level} domains; slices are held exactly only under exact "
+                         f"enforcement (flavors.{snap.flavor}.enforcement: exact pins each pod, in slice order, to its planned node)")
         update: dict[str, Any] = {"name": ps.name, "labels": {LABEL_DECISION_ID: decision_id}}
         if selector:
             update["nodeSelector"] = selector

@@ -17,7 +17,10 @@ from typing import Any, TextIO
 
 import structlog
 
-__all__ = ["DECISION_EVENT", "DecisionRecord", "PodSetRecord", "Recorder", "WhyNotRecord", "iso_time", "parse_time", "rfc3339", "truncate"]
+from topology import SlicePlacement
+
+__all__ = ["DECISION_EVENT", "DecisionRecord", "PodSetRecord", "Recorder", "WhyNotRecord", "iso_time", "parse_time", "rfc3339",
+           "slice_records", "truncate"]
 
 DECISION_EVENT = "decision"
 
@@ -60,6 +63,28 @@ class PodSetRecord:
     max_perf: float
     bottleneck_gbps: float
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    slices: Sequence[Mapping[str, Any]] = ()
+    """Per slice (``slice_records``): index, level, domain, pods, nodes, and whether the written
+    enforcement holds it in its domain."""
+
+
+def slice_records(slices: Sequence[SlicePlacement], selector: Mapping[str, str], level_labels: Sequence[str], *,
+                  exact: bool) -> list[dict[str, Any]]:
+    """The slices of one placed PodSet as the record and ``atoll place`` show them. ``held``: the
+    enforcement keeps the slice in its domain: ``exact`` pins each pod to its planned node, a
+    nodeSelector at or below the slice level confines the PodSet to that one domain; otherwise
+    (``domain`` enforcement, slices in several domains) the kube-scheduler may break a slice."""
+    depth = max((level_labels.index(k) for k in selector if k in level_labels), default=-1)
+    written = "nodeSelector " + ",".join(f"{k}={v}" for k, v in selector.items()) if selector else "no nodeSelector"
+    out = []
+    for sl in slices:
+        held = exact or (sl.level in level_labels and depth >= level_labels.index(sl.level))
+        if exact:
+            by = "planned nodes (exact)"
+        else:
+            by = written if held else f"{written} spans several slices' domains (the planned nodes are a preference)"
+        out.append({**sl.as_dict(), "held": held, "held_by": by})
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +123,9 @@ class DecisionRecord:
     snapshot_generation: int = 0
     reserved_gpus: int = 0
     """GPUs of earlier admitted, not yet running placements counted as used (the ledger)."""
+    notes: Sequence[str] = ()
+    """What the decision says beside its outcome, whatever it is: Kueue annotations read but not
+    honoured, slices the enforcement does not hold, podSetUpdates left out."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,5 +1,6 @@
 """Atoll's writes to Kueue objects: one server-side apply of its own check entry per decision,
-the wait state beside it, the Event on a change of state, the Retry that asks Kueue to requeue an
+the wait state beside it, the Event on a change of state (and a Warning naming any Kueue
+annotation the decision read but does not honour), the Retry that asks Kueue to requeue an
 admitted Workload whose pod lost its node, and the AdmissionCheck's Active condition.
 
 Every write is a server-side apply under Atoll's field manager, so it touches only what Atoll
@@ -27,12 +28,16 @@ from admission.controller._settings import Settings
 from admission.controller._wait import waiting_condition
 from admission.controller._workloads import check_entry
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Clock, ClusterPort, Obj, errors, object_key
+from policies import annotation_notes
 
-__all__ = ["EVENT_REASON", "REQUEUE_EVENT_REASON", "StatusWriter"]
+__all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "StatusWriter"]
 
 EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Rejected": ("Warning", "TopologyRejected")}
 REQUEUE_EVENT_REASON = "TopologyRequeued"
 """Warning Event reason when Atoll asks Kueue to requeue an admitted Workload (a pod lost its node)."""
+ANNOTATION_NOT_HONOURED = "AnnotationNotHonoured"
+"""Warning Event reason, beside the state's Event, when the decision read Kueue pod-template
+annotations it does not honour (each named in the message)."""
 _log = structlog.get_logger("atoll.status")
 
 
@@ -83,8 +88,12 @@ class StatusWriter:
             self.on_written(object_key(obj), verdict.outcome, self.clock.monotonic())
         if current.get("state") != verdict.state:
             kind, reason = EVENT_REASON[verdict.state]
-            self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": out.get("metadata") or {}},
-                             kind, reason, verdict.message)
+            involved = {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": out.get("metadata") or {}}
+            self.events.post(involved, kind, reason, verdict.message)
+            unheeded = annotation_notes(verdict.notes)
+            if unheeded:  # a Kueue manifest's annotation Atoll does not place by: never dropped without a word
+                self.events.post(involved, "Warning", ANNOTATION_NOT_HONOURED, "Kueue topology annotations read but not honoured: "
+                                 + "; ".join(unheeded))
 
     def requeue(self, obj: Obj, check_names: Iterable[str], message: str) -> None:
         """Set Atoll's entry of an admitted Workload to ``Retry`` so that Kueue evicts and requeues

@@ -33,7 +33,8 @@ from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPO
 from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._scheduler import BindingModel
 from policies import ProfilesDocument, WaitState
-from topology import HOSTNAME_LABEL, ClusterModel, NodeConstraint, ResourceVector, Snapshot, Toleration
+from policies._annotations import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE
+from topology import HOSTNAME_LABEL, ClusterModel, NodeConstraint, ResourceVector, SliceLayer, Snapshot, Toleration
 
 __all__ = ["NAMESPACE", "PODSET", "DeployedAtoll", "LedgerFactory", "node_rows", "real_ledger", "witness_holds"]
 
@@ -121,24 +122,27 @@ class DeployedAtoll:
 
     # ------------------------------------------------------------------ Kueue's Workload
 
-    def _template(self, per_pod: ResourceVector, kind: str) -> dict[str, Any]:
-        key = (per_pod, kind)
+    def _template(self, per_pod: ResourceVector, kind: str, slices: tuple[SliceLayer, ...] = ()) -> dict[str, Any]:
+        key = (per_pod, kind, slices)
         t = self._templates.get(key)
         if t is None:
             q = quantities(per_pod, self.settings.kueue.gpu_resource)
             ann = {"atoll.dev/profile": self.profile_name}
             if kind in self.doc.classes:
                 ann["atoll.dev/class"] = kind
+            if slices:  # Kueue's slice annotations, as a user writes them (the Decider reads them)
+                ann.update({SLICE_REQUIRED_TOPOLOGY: slices[0].level, SLICE_SIZE: str(slices[0].size)})
             t = self._templates[key] = {"metadata": {"annotations": ann},
                                         "spec": {"containers": [{"name": "main", "resources": {"requests": q, "limits": dict(q)}}]}}
         return t
 
-    def workload(self, job: int, flavor: int, pods: int, per_pod: ResourceVector, kind: str) -> dict[str, Any]:
+    def workload(self, job: int, flavor: int, pods: int, per_pod: ResourceVector, kind: str,
+                 slices: tuple[SliceLayer, ...] = ()) -> dict[str, Any]:
         """The Workload of simulated job ``job`` (built on its first decision, kept across Retries)."""
         obj = self.workloads.get(job)
         if obj is None:
-            self._spec_of[job] = (flavor, pods, per_pod, kind)
-            obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind)}],
+            self._spec_of[job] = (flavor, pods, per_pod, kind, slices)
+            obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind, slices)}],
                                                         flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}")
         return obj
 

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies import Profile, ProfilesDocument, WaitState, WorkloadClass
-from topology import HOSTNAME_LABEL, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, never_fits
+from topology import HOSTNAME_LABEL, PlacementRequest, PodSetRequest, ResourceVector, SliceLayer, Snapshot, never_fits
 
 __all__ = [
     "BASELINES",
@@ -72,6 +72,9 @@ class JobShape:
     pods: int
     per_pod: ResourceVector
     kind: str = "training"
+    slices: tuple[SliceLayer, ...] = ()
+    """Kueue's slice request (``podset-slice-required-topology`` and ``podset-slice-size``), if any
+    (``_slicing``)."""
 
     @property
     def gpus(self) -> int:
@@ -226,7 +229,8 @@ class KueueBestFitPolicy:
     """Kueue TAS as Kueue computes it (``topology._kueue_tas``), with the annotation a user sets.
 
     Training jobs: ``podset-preferred-topology: <island level>`` (one island if one fits, else the
-    next level up, ..., else greedy across the flavor: Kueue never waits for a better place).
+    next level up, ..., else greedy across the flavor: Kueue never waits for a better place), and
+    a sliced job its slice annotations (``_slicing``: each slice inside one domain of the slice level).
     Other classes: no annotation, so Kueue's unconstrained mode (LeastFreeCapacity). Kueue knows
     nothing of perf or link speeds. Leaves are nodes (hostname is every bundled Topology's lowest
     level), so Kueue's leaf counts are the pods per node the simulator reserves.
@@ -283,8 +287,9 @@ class KueueBestFitPolicy:
         view.sync(snapshot, self._tracked)
         per_pod = {name: q for name, q in zip(_KUEUE_COLUMNS[:3], shape.per_pod.as_tuple()[:3]) if q > 0}
         if shape.kind == "training":
+            sliced = {"slice_level": shape.slices[0].level, "slice_size": shape.slices[0].size} if shape.slices else {}
             result = kueue_place(view.leaves, shape.pods, per_pod, mode="required" if self.required else "preferred",
-                                 level=self._level(snapshot, shape), topology_name=view.topology_name)
+                                 level=self._level(snapshot, shape), topology_name=view.topology_name, **sliced)
         else:
             result = kueue_place(view.leaves, shape.pods, per_pod, mode="unconstrained", topology_name=view.topology_name)
         if not result.fits:
@@ -315,8 +320,9 @@ class AtollPolicy:
 
 
 def fits_one_domain(snapshot: Snapshot, shape: JobShape, level: str) -> bool:
-    """Whether the job fits one domain of ``level`` of the empty, healthy flavor (memoized by the finder)."""
-    req = PlacementRequest((PodSetRequest(PODSET, shape.pods, shape.per_pod, required_level=level),))
+    """Whether the job (in its slices, if any) fits one domain of ``level`` of the empty, healthy
+    flavor (memoized by the finder)."""
+    req = PlacementRequest((PodSetRequest(PODSET, shape.pods, shape.per_pod, required_level=level, slices=shape.slices),))
     return never_fits(snapshot, req) is None
 
 

@@ -572,7 +572,7 @@ def simulate(
 
 def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float) -> Attempt:
     """The controller's decision on job ``j``'s Workload, as an attempt of the simulator's loop."""
-    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind)
+    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices)
     v = deployed.decide(j, obj, now)
     if v.outcome == "admit":
         planned = np.array([0], dtype=np.int64)

@@ -35,6 +35,7 @@ from admission.simulator._jobs import Job
 from admission.simulator._metrics import summarize
 from admission.simulator._policies import make_policies
 from admission.simulator._sim import InvariantViolation, PreparedWorkload, SimResult, SimSettings, build_snapshots, prepare_workload, simulate
+from admission.simulator._slicing import Slicing, slice_workload
 from admission.simulator._stats import RunRecord
 from admission.simulator._traces import TraceError, TraceFormat, read_trace, scale_load
 from topology import HOSTNAME_LABEL, ClusterModel, ClusterModelError
@@ -148,6 +149,8 @@ class SweepSpec:
     """Seed of the perf draw (the same in every run: one physical cluster)."""
     scheduler: str | None = None
     enforcement: str | None = None
+    slicing: Slicing | None = None
+    """Kueue slice annotations on jobs larger than one island (``_slicing``); None: no slices."""
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
 
@@ -174,7 +177,10 @@ def _prepared(spec: SweepSpec, load: float | None, seed: int) -> tuple[ClusterMo
             cluster = with_gpu_perf(cluster, spec.gpu_perf, spec.perf_seed)
         cluster = shuffle_ties(cluster, seed)
         jobs = apply_cost(workload_jobs(cluster, spec.workload, load, seed), spec.cost)
-        hit = (cluster, prepare_workload(cluster, jobs))
+        work = prepare_workload(cluster, jobs)
+        if spec.slicing is not None:
+            work = slice_workload(work, spec.slicing, build_snapshots(cluster))
+        hit = (cluster, work)
         if len(_PREPARED) >= 4:
             _PREPARED.pop(next(iter(_PREPARED)))
         _PREPARED[key] = hit

@@ -76,3 +76,14 @@ def test_groups_follow_kueues_rules_across_podsets() -> None:
     other = read({K + "preferred-topology": CLIQUE, K + "group-name": "lws"}, 8)
     assert "must ask for the same" in group_problems([("leader", 1, leader), ("workers", 8, other)])[0]
     assert "exactly 2 PodSets, got 3" in group_problems([("a", 1, leader), ("b", 8, workers), ("c", 8, workers)])[0]
+
+
+def test_annotation_notes_picks_the_kueue_annotation_notes_out_of_a_decisions_notes() -> None:
+    from policies import annotation_notes
+
+    hints = read_topology_annotations({"kueue.x-k8s.io/podset-topology-spreading": "true", "kueue.x-k8s.io/podset-knob": "1",
+                                       "example.com/other": "x"}, podset="main")
+    others = ["podSets[main]: planned nodes exceed 4096 characters even compressed and are not recorded",
+              "podSets[side]: requests no nvidia.com/gpu; needs no placement"]
+    assert len(hints.notes) == 2
+    assert annotation_notes([others[0], *hints.notes, others[1]]) == list(hints.notes)

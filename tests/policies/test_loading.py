@@ -37,6 +37,8 @@ def test_empty_document_gives_defaults() -> None:
         ("defaultProfile: nope\n", "defaultProfile: 'nope' is not a profile"),
         ("queues: {team-a/x: missing}\n", "queues.team-a/x: 'missing' is not a profile"),
         ("profiles:\n  p: {preferedLevel: a}\ndefaultProfile: p\n", "profiles.p.preferedLevel: unknown key"),
+        ("profiles:\n  p: {preferredLevel: a, balancedPlacement: 'yes'}\ndefaultProfile: p\n",
+         "profiles.p.balancedPlacement: Input should be a valid boolean (got 'yes')"),
         ("flavors: {gb200: {topology: t, enforcement: webhook}}\n", "flavors.gb200.enforcement"),
         ("classes: {training: {perfFloor: 20}}\n", "classes.training.perfFloor"),
         ("classes: {inference: {spread: {level: r, maxPerDomain: 0}}}\n", "classes.inference.spread.maxPerDomain"),

@@ -145,12 +145,15 @@ def test_the_profile_is_resolved_for_the_flavor_first() -> None:
                profile=Profile.model_validate({"preferredLevel": "rack"}), now=0.0)
 
 
-@pytest.mark.parametrize("how", ["annotation", "keyword"])
+@pytest.mark.parametrize("how", ["annotation", "keyword", "profile"])
 def test_balanced_placement_shares_a_spanning_gang_evenly(how: str) -> None:
     ann = {"atoll.dev/balanced-placement": "true"} if how == "annotation" else {}
     spec = podset_spec("workers", 64, ResourceVector(gpu=4), ann)
     snap = gb200()
-    d = decide(snap, [spec], profile_name="elastic", profile=PROFILES.profiles["elastic"], now=0.0, balanced=how == "keyword")
+    profile = PROFILES.profiles["elastic"]
+    if how == "profile":  # the profiles document's field, as an admin writes it
+        profile = Profile.model_validate({**profile.model_dump(by_alias=True, exclude_unset=True), "balancedPlacement": True})
+    d = decide(snap, [spec], profile_name="elastic", profile=profile, now=0.0, balanced=how == "keyword")
     assert d.outcome == "admit" and d.relaxed
     ps = d.placement.podsets[0]  # type: ignore[union-attr]
     assert sorted(pods_per_clique(snap, ps.nodes, ps.pods_per_node).values()) == [16, 16, 16, 16]

@@ -135,3 +135,87 @@ def test_bench_simulate_runs_the_deployed_path_at_scale(capsys: pytest.CaptureFi
 def test_bench_simulate_names_a_bad_scheduler(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "simulate", "--jobs", "10", "--scheduler", "fastest"]) == 2
     assert "scheduler: 'fastest'" in capsys.readouterr().err
+
+
+GB200 = Path(__file__).resolve().parents[3] / "config" / "clusters" / "gb200-nvl72-superpod.yaml"
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+def _cliques() -> dict[str, str]:
+    from topology import load_cluster_model
+
+    flavor = load_cluster_model(str(GB200)).flavor(None)
+    return {n.name: n.labels[CLIQUE] for n in flavor.build_nodes()}
+
+
+def _place_sliced(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+    assert main(["place", "--cluster", str(GB200), "--workload", str(EXAMPLES / "sliced-training-jobset.yaml"), *args]) == 0
+    return json.loads(capsys.readouterr().out) if "json" in args else {"table": capsys.readouterr().out}
+
+
+def test_place_json_shows_each_slice_with_its_domain_pods_and_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _place_sliced(capsys, "--format", "json")
+    assert out["outcome"] == "admit"
+    (ps,) = out["podsets"]
+    cliques = _cliques()
+    assert [(s["index"], s["level"], s["pods"]) for s in ps["slices"]] == [(0, CLIQUE, 16), (1, CLIQUE, 16)]
+    for s in ps["slices"]:
+        assert {cliques[n] for n in s["nodes"]} == {s["domain"][-1]}  # every node of a slice in the slice's island
+        assert sum(s["nodes"].values()) == 16
+    assert ps["slices"][0]["domain"] != ps["slices"][1]["domain"]
+    merged: dict[str, int] = {}
+    for s in ps["slices"]:
+        for n, k in s["nodes"].items():
+            merged[n] = merged.get(n, 0) + k
+    assert merged == ps["nodes"]
+    # domain enforcement: one nodeSelector for the PodSet (its SU), so the slices are not held, and the check message says so
+    assert set(ps["node_selector"]) == {"network.example.com/su"} and not any(s["held"] for s in ps["slices"])
+    assert any("slices are held exactly only under exact enforcement" in n for n in out["notes"])
+    assert f"slice 0 in {'/'.join(ps['slices'][0]['domain'])}, 1 in {'/'.join(ps['slices'][1]['domain'])}" in out["message"]
+
+
+def test_place_table_lists_each_slice(capsys: pytest.CaptureFixture[str]) -> None:
+    table = _place_sliced(capsys)["table"]
+    lines = [line.strip() for line in table.splitlines() if line.strip().startswith("slice ")]
+    assert len(lines) == 2
+    assert lines[0].startswith(f"slice 0: {CLIQUE} = ") and "16 pods on 16 nodes" in lines[0] and "not held:" in lines[0]
+
+
+def test_under_exact_enforcement_each_slice_is_held_and_ranks_pin_in_slice_order(capsys: pytest.CaptureFixture[str],
+                                                                                 tmp_path: Path) -> None:
+    from admission.webhook._pin import read_exact_pod
+
+    doc = tmp_path / "profiles.yaml"
+    doc.write_text("defaultProfile: strict\nflavors:\n  gb200: {topology: nvl72-fabric, enforcement: exact}\n"
+                   f"profiles:\n  strict: {{requiredLevel: {CLIQUE}}}\nclasses:\n  training: {{perfFloor: 0.9}}\n")
+    out = _place_sliced(capsys, "--profiles", str(doc), "--format", "json")
+    (ps,) = out["podsets"]
+    assert all(s["held"] and s["held_by"] == "planned nodes (exact)" for s in ps["slices"])
+    assert not any("exact enforcement" in n for n in out.get("notes", []))
+    (update,) = out["podSetUpdates"]
+    cliques = _cliques()
+    for rank in range(32):  # the pod the JobSet controller creates with completion index ``rank``
+        pod = {"metadata": {"name": f"w-{rank}", "namespace": "team-a", "labels": {**update["labels"],
+               "batch.kubernetes.io/job-completion-index": str(rank), "jobset.sigs.k8s.io/job-index": "0",
+               "jobset.sigs.k8s.io/replicatedjob-replicas": "1"}, "annotations": update["annotations"]}}
+        exact = read_exact_pod(pod)
+        assert exact is not None and exact.rank == rank
+        assert cliques[exact.slots[rank]] == ps["slices"][rank // 16]["domain"][-1]
+
+
+@pytest.mark.parametrize(("balanced", "per_island"), [(True, [16, 16, 16, 16]), (False, [10, 18, 18, 18])])
+def test_a_profile_with_balanced_placement_shares_a_spanning_gang_evenly(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                         balanced: bool, per_island: list[int]) -> None:
+    doc = tmp_path / "profiles.yaml"
+    doc.write_text("defaultProfile: elastic\nflavors:\n  gb200: {topology: nvl72-fabric}\nprofiles:\n"
+                   f"  elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: network.example.com/su, relaxAfterSeconds: 300, "
+                   f"balancedPlacement: {str(balanced).lower()}}}\n")
+    assert main(["place", "--cluster", str(GB200), "--workload", _job(tmp_path, "", parallelism=64), "--profiles", str(doc),
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "admit" and out["relaxed"]  # no island holds 64 pods: it spans at once
+    cliques = _cliques()
+    counts: dict[str, int] = {}
+    for node, k in out["podsets"][0]["nodes"].items():
+        counts[cliques[node]] = counts.get(cliques[node], 0) + k
+    assert sorted(counts.values()) == per_island

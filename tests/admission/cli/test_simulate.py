@@ -236,3 +236,28 @@ def test_atoll_is_also_judged_against_kueues_required_topology(capsys: pytest.Ca
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("atoll-elastic: mean JCT") and "vs kueue-bestfit" in line for line in lines)
     assert any(line.startswith("atoll-elastic: mean JCT") and "vs kueue-required" in line for line in lines)
+
+
+def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.CaptureFixture[str], cluster: str,
+                                                                 tmp_path: Path) -> None:
+    # 32-GPU jobs are 8 pods on 4-GPU nodes: no island of 4 nodes holds them, 2 slices of 4 pods do
+    trace = tmp_path / "itp.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\n" + "".join(f"j{i},{300 * i},{900 + 11 * i},{[4, 32][i % 2]}\n"
+                                                                               for i in range(24)))
+    data = run_json(capsys, "--cluster", cluster, "--trace", str(trace), "--policies", "kueue-bestfit,atoll-strict",
+                    "--slice-level", "nvidia.com/gpu.clique", "--slice-size", "4", "--seeds", "1", "--workers", "1")
+    assert data["slices"] == {"level": "nvidia.com/gpu.clique", "size": 4, "sliced_jobs": 12, "counted_on_seed": 0}
+    assert all(p["jobs_done"] == 24 for p in data["policies"].values())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--slice-level", "nvidia.com/gpu.clique"], "--slice-level and --slice-size go together"),
+        (["--slice-level", "nvidia.com/gpu.clique", "--slice-size", "0"], "--slice-size: must be ≥ 1 pod, got 0"),
+        (["--slice-level", "example.com/rack", "--slice-size", "4"], "--slice-level: no flavor of tiny has level 'example.com/rack'"),
+    ],
+)
+def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str, argv: list[str], message: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "10", *argv]) == 2
+    assert message in capsys.readouterr().err

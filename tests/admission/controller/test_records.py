@@ -1,0 +1,29 @@
+"""Slices in the decision record: whether the enforcement written holds each one in its domain."""
+
+from __future__ import annotations
+
+from admission.controller._records import slice_records
+from topology import SlicePlacement
+
+LEVELS = ["network.example.com/su", "nvidia.com/gpu.clique", "kubernetes.io/hostname"]
+CLIQUE = LEVELS[1]
+TWO = [SlicePlacement(0, CLIQUE, ("u0", "r0"), ("r0-n0", "r0-n1"), (1, 1)), SlicePlacement(1, CLIQUE, ("u0", "r1"), ("r1-n0", "r1-n1"), (1, 1))]
+
+
+def test_a_selector_above_the_slice_level_holds_no_slice_under_domain_enforcement() -> None:
+    recs = slice_records(TWO, {"network.example.com/su": "u0"}, LEVELS, exact=False)
+    assert [(r["index"], r["domain"], r["pods"], r["nodes"], r["held"]) for r in recs] == [
+        (0, ["u0", "r0"], 2, {"r0-n0": 1, "r0-n1": 1}, False), (1, ["u0", "r1"], 2, {"r1-n0": 1, "r1-n1": 1}, False)]
+    assert "network.example.com/su=u0 spans several slices' domains" in recs[0]["held_by"]
+
+
+def test_a_selector_at_or_below_the_slice_level_holds_the_slice() -> None:
+    for selector in ({CLIQUE: "r0"}, {"kubernetes.io/hostname": "r0-n0"}):
+        (rec,) = slice_records(TWO[:1], selector, LEVELS, exact=False)
+        assert rec["held"] and rec["held_by"].startswith("nodeSelector ")
+
+
+def test_exact_enforcement_holds_every_slice_whatever_the_selector() -> None:
+    recs = slice_records(TWO, {}, LEVELS, exact=True)
+    assert all(r["held"] and r["held_by"] == "planned nodes (exact)" for r in recs)
+    assert not any(r["held"] for r in slice_records(TWO, {}, LEVELS, exact=False))

@@ -10,7 +10,11 @@ GB200 NVL72 and DGX H100 SuperPOD models. For each model:
   intervals, the paired difference against ``kueue-bestfit``, how concentrated it is, and a
   verdict per load (win / tie / loss);
 - a sensitivity table: ``atoll-elastic``'s mean JCT as a ratio of ``kueue-bestfit``'s for comm
-  fraction f ∈ {0.02, 0.05, 0.1, 0.2} × overlap ∈ {0, 0.5}, at load 1.0.
+  fraction f ∈ {0.02, 0.05, 0.1, 0.2} × overlap ∈ {0, 0.5}, at load 1.0;
+- the binding table: Atoll (strict, elastic) with pods pinned to their planned nodes (``exact``)
+  and bound by each kube-scheduler model under ``domain`` enforcement, against ``kueue-bestfit``,
+  at loads 0.85 and 1.3, on the same jobs (every row's mean over the jobs all rows completed),
+  with the share of the exact-enforcement advantage each model keeps.
 
 Scale: 100,000 synthetic jobs on a generated ~100,000-GPU GB200 model (22 spines × 8 scalable
 units × 8 NVL72 racks × 18 nodes × 4 GPUs), run in a child process so its wall time and peak
@@ -43,6 +47,9 @@ SENSITIVITY_F = (0.02, 0.05, 0.1, 0.2)
 SENSITIVITY_OVERLAP = (0.0, 0.5)
 SENSITIVITY_LOAD = 1.0
 SENSITIVITY_POLICIES = ("kueue-bestfit", "atoll-elastic")
+BINDINGS = "exact,least-allocated,most-allocated,random,adversarial"
+BINDING_LOADS = "0.85,1.3"
+BINDING_POLICIES = ("atoll-strict", "atoll-elastic")
 SCALE_JOBS = 100_000
 SCALE_POLICIES = ("atoll-elastic",)
 SPINE, SU, CLIQUE, HOST = "network.example.com/spine", "network.example.com/su", "nvidia.com/gpu.clique", "kubernetes.io/hostname"
@@ -123,8 +130,51 @@ def format_sensitivity(table: dict[str, Any], title: str) -> str:
     return "\n".join(lines)
 
 
+def binding(cluster: Any, trace: Path, doc: Any, loads: Sequence[float], seeds: Sequence[int], workers: int | None,
+            bindings: Sequence[str]) -> list[Any]:
+    """Atoll under each binding, and ``kueue-bestfit``, compared load by load on the jobs every row
+    completed. A row is named ``<policy> <binding>``: ``exact`` pins pods to the planned nodes,
+    the others are kube-scheduler models binding inside the ``domain`` selector."""
+    from dataclasses import replace
+
+    from admission.simulator._compare import compare
+    from admission.simulator._cost import CostParams
+    from admission.simulator._sweep import run_sweep
+
+    records: dict[Any, Any] = {}
+    base, _ = run_sweep(_spec(cluster, trace, ("kueue-bestfit",), doc, loads, seeds, CostParams()), workers=workers)
+    records.update(base)
+    for b in bindings:
+        spec = replace(_spec(cluster, trace, BINDING_POLICIES, doc, loads, seeds, CostParams()),
+                       scheduler=None if b == "exact" else b, enforcement="exact" if b == "exact" else "domain")
+        runs, _ = run_sweep(spec, workers=workers)
+        records.update({(load, seed, f"{p} {b}"): r for (load, seed, p), r in runs.items()})
+    names = ["kueue-bestfit"] + [f"{p} {b}" for p in BINDING_POLICIES for b in bindings]
+    return [compare(records, load=load, seeds=seeds, policies=names, baseline="kueue-bestfit") for load in loads]
+
+
+def kept_lines(cmps: Sequence[Any], bindings: Sequence[str]) -> list[str]:
+    """Per policy and load, the share of exact enforcement's JCT advantage over ``kueue-bestfit``
+    each scheduler model keeps (100 % = as good as pinning every pod)."""
+    out = []
+    for c in cmps:
+        for p in BINDING_POLICIES:
+            exact = c.diffs.get(f"{p} exact", {}).get("mean_jct_s")
+            if exact is None or not exact.known or exact.mean >= 0:
+                out.append(f"load {c.load:g} {p}: exact enforcement has no JCT advantage to keep")
+                continue
+            parts = []
+            for b in bindings:
+                d = c.diffs.get(f"{p} {b}", {}).get("mean_jct_s")
+                if b != "exact" and d is not None and d.known:
+                    parts.append(f"{b} {100.0 * d.mean / exact.mean:.0f} %")
+            out.append(f"load {c.load:g} {p}: exact {exact.mean:+.1f} % JCT vs kueue-bestfit; kept under domain: " + ", ".join(parts))
+    return out
+
+
 def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: str = QUALITY_LOADS, seeds: int = QUALITY_SEEDS,
-            workers: int | None = None, with_sensitivity: bool = True) -> tuple[dict[str, Any], int]:
+            workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
+            binding_loads: str = BINDING_LOADS) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles
     from admission.simulator._compare import compare, comparison_json, format_sweep, summary_lines, verdict_lines
     from admission.simulator._cost import SOURCES, CostParams
@@ -143,6 +193,19 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
     for name in QUALITY_CLUSTERS:
         t0 = time.perf_counter()
         cluster = load_cluster_model(resolve_cluster(name))
+        report[name] = {}
+        if bindings:
+            b_loads = [x for x in parse_loads(binding_loads) if x is not None]
+            b_cmps = binding(cluster, trace, doc, b_loads, seed_list, workers, bindings)
+            kept = kept_lines(b_cmps, bindings)
+            report[name]["binding"] = {"comparisons": [comparison_json(c) for c in b_cmps], "kept": kept}
+            if fmt == "table":
+                print(format_sweep(b_cmps, title=f"{name}: Atoll by binding (exact = pinned to planned nodes; the rest = kube-scheduler "
+                                                 f"models under domain enforcement), ITP cluster04, {len(seed_list)} seeds per load"))
+                print("\n".join(kept))
+                print(f"({time.perf_counter() - t0:.1f} s)\n")
+        if not with_quality:
+            continue
         records, _ = run_sweep(_spec(cluster, trace, policies, doc, load_list, seed_list, CostParams()), workers=workers)
         cmps = [compare(records, load=load, seeds=seed_list, policies=policies, baseline="kueue-bestfit") for load in load_list]
         sweep_s = time.perf_counter() - t0
@@ -154,7 +217,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         if "kueue-required" in policies:  # the same runs, against a user who writes Kueue's required topology
             verdicts += verdict_lines([compare(records, load=load, seeds=seed_list, policies=policies, baseline="kueue-required")
                                        for load in load_list], prefix=f"{name} ")
-        report[name] = {"jobs": jobs, "loads": load_list, "seeds": list(seed_list), "wall_s": round(wall, 1), "sweep_s": round(sweep_s, 1),
+        report[name] |= {"jobs": jobs, "loads": load_list, "seeds": list(seed_list), "wall_s": round(wall, 1), "sweep_s": round(sweep_s, 1),
                         "comparisons": [comparison_json(c) for c in cmps], "verdicts": verdicts, "sensitivity": sens}
         if fmt == "table":
             gpus = cluster_gpus(cluster)
@@ -238,6 +301,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--skip-sensitivity", action="store_true")
     p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
     p.add_argument("--skip-quality", action="store_true")
+    p.add_argument("--skip-binding", action="store_true", help="leave out Atoll under each binding model")
+    p.add_argument("--bindings", default=BINDINGS, help=f"bindings compared (default {BINDINGS}): exact, or a kube-scheduler model")
+    p.add_argument("--binding-loads", default=BINDING_LOADS, help=f"offered loads of the binding table (default {BINDING_LOADS})")
     p.add_argument("--skip-scale", action="store_true")
     p.add_argument("--scale-jobs", type=int, default=SCALE_JOBS)
     p.add_argument("--scale-policies", default=",".join(SCALE_POLICIES))
@@ -252,12 +318,18 @@ def main(argv: Sequence[str]) -> int:
         return 0
     out: dict[str, Any] = {}
     code = 0
-    if not args.skip_quality:
+    bindings = [] if args.skip_binding else [b for b in args.bindings.split(",") if b]
+    unknown = sorted(set(bindings) - set(BINDINGS.split(",")))
+    if unknown:
+        print(f"atoll bench quality: --bindings: unknown {', '.join(unknown)} (choose from {BINDINGS})", file=sys.stderr)
+        return 2
+    if not args.skip_quality or bindings:
         from admission.simulator._sweep import RunFailed
 
         try:
             out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles, loads=args.loads,
-                                           seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity)
+                                           seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity,
+                                           with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

@@ -38,14 +38,51 @@ def test_quality_run_prints_the_sweep_verdicts_and_sensitivity_per_cluster(monke
     (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
     monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
     monkeypatch.setattr(bq, "SENSITIVITY_F", (0.02, 0.2))
-    assert bq.main(["--skip-scale", "--policies", "kueue-bestfit,atoll-strict,atoll-elastic", "--loads", "0.8,1.2", "--seeds", "2",
-                    "--workers", "1"]) == 0
+    assert bq.main(["--skip-scale", "--skip-binding", "--policies", "kueue-bestfit,atoll-strict,atoll-elastic", "--loads", "0.8,1.2",
+                    "--seeds", "2", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     for name in bq.QUALITY_CLUSTERS:
         assert f"{name}: ITP cluster04 days 0-14, 60 jobs" in out
         assert f"{name} load 0.8: atoll-strict" in out and f"{name} load 1.2: atoll-strict" in out
         assert f"{name}: atoll-elastic mean JCT ÷ kueue-bestfit's" in out
     assert "top 1/10 % share" in out and "better/worse/equal" in out
+
+
+def test_binding_table_runs_atoll_under_each_binding_on_the_same_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    rows = "".join(f"j{i},{200 * i},{4000 + 97 * i},{[4, 8, 16, 32][i % 4]}\n" for i in range(60))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    assert bq.main(["--skip-scale", "--skip-quality", "--bindings", "exact,adversarial", "--binding-loads", "1.2", "--seeds", "1",
+                    "--workers", "1", "--format", "json"]) == 0
+    import json
+
+    report = json.loads(capsys.readouterr().out)["quality"]
+    for name in bq.QUALITY_CLUSTERS:
+        (cmp,) = report[name]["binding"]["comparisons"]
+        assert cmp["load"] == 1.2 and cmp["baseline"] == "kueue-bestfit"
+        assert set(cmp["policies"]) == {"kueue-bestfit", "atoll-strict exact", "atoll-strict adversarial",
+                                        "atoll-elastic exact", "atoll-elastic adversarial"}
+        assert len(report[name]["binding"]["kept"]) == 2  # one line per profile at the one load
+        assert "jobs" not in report[name]  # --skip-quality: no load sweep
+
+
+def test_unknown_binding_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bq.main(["--skip-scale", "--bindings", "exact,fastest"]) == 2
+    err = capsys.readouterr().err
+    assert "fastest" in err and "least-allocated" in err
+
+
+def test_kept_share_is_each_model_s_advantage_over_exact_s() -> None:
+    from types import SimpleNamespace
+
+    from admission.simulator._stats import Estimate
+
+    diffs = {"atoll-strict exact": {"mean_jct_s": Estimate(-20.0, 1.0, 3)}, "atoll-strict random": {"mean_jct_s": Estimate(-15.0, 1.0, 3)},
+             "atoll-elastic exact": {"mean_jct_s": Estimate(4.0, 1.0, 3)}, "atoll-elastic random": {"mean_jct_s": Estimate(-1.0, 1.0, 3)}}
+    lines = bq.kept_lines([SimpleNamespace(load=1.3, diffs=diffs)], ["exact", "random"])
+    assert lines[0] == "load 1.3 atoll-strict: exact -20.0 % JCT vs kueue-bestfit; kept under domain: random 75 %"
+    assert lines[1] == "load 1.3 atoll-elastic: exact enforcement has no JCT advantage to keep"
 
 
 def test_scale_run_reports_time_and_peak_memory_from_its_own_process(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,8 @@ watches, decisions, metrics) runs against the real apiserver and stops cleanly."
 
 from __future__ import annotations
 
+import io
+import json
 import socket
 import threading
 import time
@@ -12,7 +14,8 @@ import httpx
 import pytest
 import structlog
 
-from admission.cli._run import build_settings, main, parser
+from admission.cli._run import build_settings, configure_logging, main, parser
+from admission.controller import DecisionRecord, Recorder
 from tests.admission.fabric import Fabric
 
 
@@ -22,6 +25,22 @@ def test_flags_win_over_environment() -> None:
     assert (s.config.namespace, s.config.configmap, s.serve.metrics_port, s.leader.enabled) == ("gpu-system", "from-flag", 9090, False)
     s = build_settings(parser({}).parse_args(["--admission-check", "*"]))
     assert s.kueue.admission_check is None and s.config.configmap == "atoll-policies" and s.leader.enabled
+
+
+@pytest.mark.parametrize("level", ["warning", "error"])
+def test_decision_records_are_written_whatever_the_log_level(level: str, capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(level)
+    try:
+        structlog.get_logger("atoll.test").info("filtered out")
+        out = io.StringIO()
+        Recorder(out).record(DecisionRecord(decision_id="d-1", time="2026-05-01T12:00:00Z", workload="train", namespace="team-a",
+                                            uid="u-1", local_queue="team-a/research", cluster_queue="gpu-cq", flavor="gb200",
+                                            profile="strict", workload_class="", outcome="admit", check_state="Ready", message="placed"))
+    finally:
+        structlog.reset_defaults()
+    assert "filtered out" not in capsys.readouterr().err  # the level filter is on...
+    record = json.loads(out.getvalue())
+    assert (record["event"], record["workload"], record["outcome"]) == ("decision", "train", "admit")  # ...and records pass it
 
 
 def free_port() -> int:
@@ -57,3 +76,29 @@ def test_run_decides_and_serves_metrics(fabric: Fabric, apiserver: Any, leader: 
         runner.join(30)
         structlog.reset_defaults()
     assert result == [0]
+
+
+@pytest.mark.apiserver
+def test_run_at_log_level_error_still_writes_every_decision_record(fabric: Fabric, apiserver: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    fabric.install()
+    stop = threading.Event()
+    result: list[int] = []
+    argv = ["--kubeconfig", str(apiserver.kubeconfig_path), "--namespace", fabric.ns, "--admission-check", fabric.check,
+            "--metrics-port", "0", "--health-port", "0", "--no-leader-elect", "--log-level", "error"]
+    runner = threading.Thread(target=lambda: result.append(main(argv, stop=stop)), daemon=True)
+    runner.start()
+    try:
+        fabric.submit("train", [("main", 2, 4)])
+        deadline = time.monotonic() + 60
+        while fabric.entry("train")["state"] == "Pending" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fabric.entry("train")["state"] == "Ready"
+    finally:
+        stop.set()
+        runner.join(30)
+        structlog.reset_defaults()
+    assert result == [0]
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")]
+    assert [(r["event"], r["workload"], r["check_state"]) for r in records] == [("decision", "train", "Ready")]
+    assert '"starting"' not in captured.err  # info lines are filtered at this level

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import structlog
 
-from admission.cli._run import build_settings, configure_logging, main, parser
+from admission.cli._run import build_settings, build_webhook_settings, configure_logging, main, parser
 from admission.controller import DecisionRecord, Recorder
 from tests.admission.fabric import Fabric
 
@@ -102,3 +102,19 @@ def test_run_at_log_level_error_still_writes_every_decision_record(fabric: Fabri
     records = [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")]
     assert [(r["event"], r["workload"], r["check_state"]) for r in records] == [("decision", "train", "Ready")]
     assert '"starting"' not in captured.err  # info lines are filtered at this level
+
+
+@pytest.mark.parametrize("seconds", [1, 5, 10, 30])
+def test_one_webhook_api_call_with_its_retries_ends_before_the_webhook_timeout(seconds: int) -> None:
+    s = build_webhook_settings(parser({"ATOLL_WEBHOOK_TIMEOUT_SECONDS": str(seconds)}).parse_args([]))
+    retry = s.api_retry()
+    assert s.timeout_seconds == seconds and len(retry.backoffs) == 2
+    assert retry.worst_case_seconds <= 0.8 * seconds + 1e-9
+    assert 3 * retry.request_timeout >= 0.75 * retry.worst_case_seconds  # most of it goes to the attempts, not to waiting
+
+
+def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parser({"ATOLL_WEBHOOK_TIMEOUT_SECONDS": "7"}).parse_args(["--webhook-timeout-seconds", "12"])
+    assert build_webhook_settings(args).timeout_seconds == 12
+    assert main(["--webhook-timeout-seconds", "31", "--kubeconfig", "/nonexistent"]) == 2
+    assert "timeout_seconds" in capsys.readouterr().err

@@ -3,11 +3,13 @@ watches, decisions, metrics) runs against the real apiserver and stops cleanly."
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -49,55 +51,50 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def atoll_run(fabric: Fabric, apiserver: Any, *flags: str) -> Iterator[None]:
+    """``atoll run`` on the fabric's check in a thread for the block; it must then stop with 0."""
+    stop = threading.Event()
+    result: list[int] = []
+    argv = ["--kubeconfig", str(apiserver.kubeconfig_path), "--namespace", fabric.ns, "--admission-check", fabric.check, *flags]
+    runner = threading.Thread(target=lambda: result.append(main(argv, stop=stop)), daemon=True)
+    runner.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        runner.join(30)
+        structlog.reset_defaults()
+    assert result == [0]
+
+
+def submit_until_decided(fabric: Fabric, name: str) -> str:
+    fabric.submit(name, [("main", 2, 4)])
+    deadline = time.monotonic() + 60
+    while fabric.entry(name)["state"] == "Pending" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return str(fabric.entry(name)["state"])
+
+
 @pytest.mark.apiserver
 @pytest.mark.parametrize("leader", [True, False])
 def test_run_decides_and_serves_metrics(fabric: Fabric, apiserver: Any, leader: bool) -> None:
     fabric.install()
     metrics_port, health_port = free_port(), free_port()
-    stop = threading.Event()
-    result: list[int] = []
-    argv = ["--kubeconfig", str(apiserver.kubeconfig_path), "--namespace", fabric.ns, "--admission-check", fabric.check,
-            "--metrics-port", str(metrics_port), "--health-port", str(health_port), "--identity", "test-replica",
-            "--leader-elect" if leader else "--no-leader-elect"]
-    runner = threading.Thread(target=lambda: result.append(main(argv, stop=stop)), daemon=True)
-    runner.start()
-    try:
-        fabric.submit("train", [("main", 2, 4)])
-        deadline = time.monotonic() + 60
-        while fabric.entry("train")["state"] == "Pending" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert fabric.entry("train")["state"] == "Ready"
+    with atoll_run(fabric, apiserver, "--metrics-port", str(metrics_port), "--health-port", str(health_port),
+                   "--identity", "test-replica", "--leader-elect" if leader else "--no-leader-elect"):
+        assert submit_until_decided(fabric, "train") == "Ready"
         text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
         assert 'atoll_decisions_total{outcome="admit"} 1.0' in text
         assert ("atoll_leader 1.0" in text) or not leader
         assert httpx.get(f"http://127.0.0.1:{health_port}/readyz", timeout=5).status_code == 200
-    finally:
-        stop.set()
-        runner.join(30)
-        structlog.reset_defaults()
-    assert result == [0]
 
 
 @pytest.mark.apiserver
 def test_run_at_log_level_error_still_writes_every_decision_record(fabric: Fabric, apiserver: Any, capsys: pytest.CaptureFixture[str]) -> None:
     fabric.install()
-    stop = threading.Event()
-    result: list[int] = []
-    argv = ["--kubeconfig", str(apiserver.kubeconfig_path), "--namespace", fabric.ns, "--admission-check", fabric.check,
-            "--metrics-port", "0", "--health-port", "0", "--no-leader-elect", "--log-level", "error"]
-    runner = threading.Thread(target=lambda: result.append(main(argv, stop=stop)), daemon=True)
-    runner.start()
-    try:
-        fabric.submit("train", [("main", 2, 4)])
-        deadline = time.monotonic() + 60
-        while fabric.entry("train")["state"] == "Pending" and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert fabric.entry("train")["state"] == "Ready"
-    finally:
-        stop.set()
-        runner.join(30)
-        structlog.reset_defaults()
-    assert result == [0]
+    with atoll_run(fabric, apiserver, "--metrics-port", "0", "--health-port", "0", "--no-leader-elect", "--log-level", "error"):
+        assert submit_until_decided(fabric, "train") == "Ready"
     captured = capsys.readouterr()
     records = [json.loads(line) for line in captured.out.splitlines() if line.startswith("{")]
     assert [(r["event"], r["workload"], r["check_state"]) for r in records] == [("decision", "train", "Ready")]

@@ -1,7 +1,8 @@
 """``atoll run``: the admission-check controller against a cluster.
 
 Flags win over environment variables (``ATOLL_*``, as the Helm chart sets them), which win over
-defaults. Decision records go to stdout (one JSON object per line), other logs to stderr.
+defaults. Decision records go to stdout (one JSON object per line) whatever --log-level says; other
+logs go to stderr, filtered by it.
 """
 
 from __future__ import annotations

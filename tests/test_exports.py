@@ -1,40 +1,71 @@
-"""The public surface of each package (engine, simulator, controller, cluster port) is a sorted,
-importable ``__all__``; admission/ keeps its one-way layering without import cycles."""
+"""The public surface of each package (engine, policies, simulator, controller, webhook, cluster
+port, commands) is a sorted, importable ``__all__`` pinned here name by name, so any change to a
+public surface shows up in review; admission/ keeps its one-way layering without import cycles."""
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+ROOT = Path(__file__).parents[1]
+
 EXPECTED = {
-    "topology": {
-        "HOSTNAME_LABEL", "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink",
-        "Level", "NodeInfo", "Placement", "PlacementError", "PlacementRequest", "PodSetPlacement", "PodSetRequest",
-        "ResourceVector", "Snapshot", "Spread", "Taint", "Toleration", "bottleneck_bandwidth", "fabric_graph", "fabric_path",
-        "find_placement", "fragmentation_index", "island_free_gpus", "load_cluster_model", "never_fits", "node_is_healthy",
-        "untolerated_taints",
-    },
-    "policies": {
-        "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "LinkSettings", "PROFILES_KEY", "Decision", "FlavorSettings", "FragmentationSettings", "Outcome", "PodSetSpec", "Profile",
-        "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "WaitState",
-        "WorkloadClass", "decide", "load_profiles", "load_profiles_file", "profiles_from_configmap",
+    "admission.cli": {
+        "main",
     },
     "admission.controller": {
-        "ANN_DECISION_ID", "ANN_PLANNED_NODES", "ClusterCache", "Controller", "Decider", "DecisionRecord", "Ledger",
-        "Recorder", "Settings", "Verdict", "WorkloadError", "check_entry", "condition_true", "parse_object", "parse_workload",
-        "read_wait_state",
+        "ANN_DECISION_ID", "ANN_PLANNED_NODES", "ClusterCache", "ConfigSettings", "Controller", "DECISION_EVENT", "Decider",
+        "DecisionRecord", "DecisionSettings", "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics",
+        "PodSetRecord", "REQUEUE_CONDITION", "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall",
+        "Verdict", "Violation", "WAITING_CONDITION", "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView",
+        "check_entry", "check_invariant", "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time",
+        "load_workload_file", "node_info", "parse_object", "parse_workload", "pod_usage", "read_wait_state", "requeue_request",
     },
     "admission.kube": {
-        "WORKLOADS", "ApiRetrySettings", "ClusterPort", "KubePort", "LeaderElector", "LeaderSettings", "ManualClock",
-        "errors", "newer", "object_key",
+        "ADMISSION_CHECKS", "ApiRetrySettings", "CLUSTER_QUEUES", "CONFIGMAPS", "Clock", "ClusterPort", "EVENTS", "KUEUE_GROUP",
+        "KUEUE_VERSION", "KubePort", "KubeWatch", "LEASES", "LOCAL_QUEUES", "LabelSelector", "LeaderElector", "LeaderSettings",
+        "ListResult", "ManualClock", "NODES", "Obj", "PODS", "RESOURCE_FLAVORS", "Resource", "SystemClock", "TOPOLOGIES",
+        "WORKLOADS", "WatchEvent", "WatchStream", "api_client_from_kubeconfig", "errors", "newer", "object_key",
+        "parse_label_selector",
+    },
+    "admission.kube.envtest": {
+        "APISERVER_VERSION", "ApiServer", "Binaries", "EnvtestError", "KUEUE_CRD_FILES", "KUEUE_MANIFEST_SHA256", "KUEUE_VERSION",
+        "UNCACHED_RESOURCE", "adapt_for_old_apiservers", "apiserver_cache_dir", "cache_dir", "download_kueue_crds",
+        "ensure_binaries", "ensure_kueue_crds", "find_binaries", "install_kueue_crds", "kueue_crd_dir", "kueue_manifest_url",
+    },
+    "admission.kube.errors": {
+        "ApiError", "BadRequest", "Conflict", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "Retryable",
+        "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
     },
     "admission.simulator": {
-        "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "CostModel", "Job", "JobKind", "JobShape", "NodeGroup", "NodeMix",
-        "OpenbTrace", "PolicyError", "PreparedWorkload", "SimResult", "SimSettings", "SyntheticParams", "TraceError",
-        "TraceFormat", "default_model_gb", "format_table", "make_job", "make_policies", "offered_load", "prepare_workload",
-        "read_itp", "read_openb", "read_openb_nodes", "read_trace", "ring_allreduce_s", "scale_load", "simulate",
-        "split_into_pods", "step_slowdown", "summarize", "synthetic_jobs",
+        "CostModel", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "Job", "JobKind", "JobShape", "NodeGroup", "NodeMix",
+        "OpenbTrace", "PolicyError", "PreparedWorkload", "SimResult", "SimSettings", "SyntheticParams", "TraceError", "TraceFormat",
+        "default_model_gb", "format_table", "make_job", "make_policies", "offered_load", "prepare_workload", "read_itp",
+        "read_openb", "read_openb_nodes", "read_trace", "ring_allreduce_s", "scale_load", "simulate", "split_into_pods",
+        "step_slowdown", "summarize", "synthetic_jobs",
+    },
+    "admission.webhook": {
+        "ANN_NODE", "ANN_PREVIOUS", "ANN_REPLACED", "ANN_SLOT", "CaBundlePublisher", "CertError", "MUTATE_PATH",
+        "MUTATING_WEBHOOK_CONFIGURATIONS", "PinResult", "PodPinner", "REQUEUE_CONDITION", "ReviewError", "ServingCert", "Webhook",
+        "WebhookServer", "WebhookSettings", "ensure_serving_cert", "merge_ca_bundle", "pod_rank", "service_hosts",
+    },
+    "policies": {
+        "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "Decision", "FlavorSettings", "FragmentationSettings", "LevelOverrides",
+        "LinkSettings", "Outcome", "PROFILES_KEY", "PodSetSpec", "Profile", "ProfileLevelError", "ProfilesDocument",
+        "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState", "WorkloadClass", "decide",
+        "group_problems", "load_profiles", "load_profiles_file", "podset_spec", "profiles_from_configmap",
+        "read_topology_annotations",
+    },
+    "topology": {
+        "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink", "HOSTNAME_LABEL", "Level",
+        "MAX_SLICE_LAYERS", "NODE_OPERATORS", "NodeConstraint", "NodeInfo", "NodeRequirement", "Placement", "PlacementError",
+        "PlacementRequest", "PodSetPlacement", "PodSetRequest", "ResourceVector", "SliceLayer", "SlicePlacement", "Snapshot",
+        "Spread", "Taint", "Toleration", "bottleneck_bandwidth", "fabric_graph", "fabric_path", "find_placement",
+        "fragmentation_index", "island_free_gpus", "load_cluster_model", "never_fits", "node_is_healthy", "parse_label_int",
+        "untolerated_taints",
     },
 }
 
@@ -43,10 +74,31 @@ EXPECTED = {
 def test_public_names_are_pinned_sorted_and_importable(package: str) -> None:
     module = importlib.import_module(package)
     exported = list(module.__all__)
-    assert set(exported) >= EXPECTED[package], f"missing from {package}.__all__: {EXPECTED[package] - set(exported)}"
+    assert set(exported) == EXPECTED[package], (f"{package}.__all__ changed: added {sorted(set(exported) - EXPECTED[package])}, "
+                                                f"removed {sorted(EXPECTED[package] - set(exported))}")
+    assert len(exported) == len(set(exported)), f"{package}.__all__ lists a name twice"
     assert exported == sorted(exported, key=lambda n: (not n.isupper(), n)) or exported == sorted(exported)
     for name in exported:
         assert hasattr(module, name), f"{package}.{name} is exported but not defined"
+
+
+def test_every_public_module_is_pinned() -> None:
+    """Each package of admission/, topology/ and policies/, and each module without a leading
+    underscore, is pinned above; a package without ``__all__`` (``admission``) exports nothing."""
+    public = set()
+    for path in (p for top in ("admission", "topology", "policies") for p in (ROOT / top).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        elif parts[-1].startswith("_"):
+            continue
+        module = importlib.import_module(".".join(parts))
+        if hasattr(module, "__all__"):
+            public.add(".".join(parts))
+        else:
+            own = [n for n, v in vars(module).items() if not n.startswith("_") and n != "annotations" and not isinstance(v, ModuleType)]
+            assert own == [], f"{module.__name__} defines public names without an __all__"
+    assert public == set(EXPECTED)
 
 
 def test_the_controller_and_port_load_nothing_heavy_until_asked() -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_COUNT",
     "RESOURCE_NAMES",
     "ResourceVector",
+    "parse_amount",
     "parse_cpu_milli",
     "parse_memory_mib",
     "parse_count",
@@ -93,6 +94,11 @@ def _bounded(number: float, value: object, what: str, limit: int | None, unit: s
     if limit is not None and number > limit:
         raise ValueError(f"{what}: {value!r} exceeds the limit of {limit}{unit}")
     return number
+
+
+def parse_amount(value: object, what: str, limit: int | None = None, unit: str = "") -> float:
+    """A quantity in its base units (bytes, counts), bounded by ``limit`` in those units."""
+    return _bounded(_parse_quantity(value, what), value, what, limit, unit)
 
 
 def parse_cpu_milli(value: object, what: str = "cpu", limit: int | None = None) -> int:

@@ -6,13 +6,17 @@ against a real Kueue on the same nodes. Exit code: 0 fits, 1 does not fit, 2 bad
 
 Quantities follow Kubernetes ("8", "500m", "16Gi"): ``cpu`` is counted in milli-cores, every
 other resource in its base unit (bytes for memory, plain counts for GPUs and ``pods``). A node
-without ``pods`` in its allocatable gets the kubelet's default of 110.
+without ``pods`` in its allocatable gets the kubelet's default of 110. Amounts are bounded as the
+controller bounds them: a million cores, 1 PiB of ``memory``, ``ephemeral-storage`` or
+``hugepages-*``, a million ``pods``, 4096 of any other resource (GPUs and other devices); anything
+above is a typo that would otherwise overflow the placement's int64 arrays.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,7 +35,7 @@ from pydantic import (
 from topology import HOSTNAME_LABEL, Taint, Toleration
 from topology._documents import load_yaml_model
 from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
-from topology._resources import parse_count, parse_cpu_milli
+from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, parse_amount, parse_cpu_milli
 
 __all__ = ["ScenarioError", "load_scenario", "main", "run_kueue_bestfit_scenario"]
 
@@ -57,14 +61,29 @@ Quantity = Annotated[StrictInt | float | str, AfterValidator(_quantity)]
 """A Kubernetes quantity as written; whole numbers stay ints so large byte counts stay exact."""
 
 
+def _limit(resource: str) -> tuple[int, str]:
+    """The controller's bound of a resource, in its base units."""
+    if resource in ("memory", "ephemeral-storage") or resource.startswith("hugepages-"):
+        return LIMITS[MEMORY] * 2**20, " bytes"
+    return (LIMITS[PODS], " pods") if resource == "pods" else (LIMITS[GPU], "")
+
+
 def _base_units(resource: str, value: float | str) -> int:
-    """Kubernetes' integer view of a quantity: milli-cores for cpu, else the value rounded up."""
+    """Kubernetes' integer view of a quantity: milli-cores for cpu, else the value rounded up
+    ("0.1Gi" is 107374182.4 bytes); bounded as in :func:`_limit`."""
     if resource == "cpu":
-        return parse_cpu_milli(value, resource)
-    try:
-        return parse_count(value, resource)
-    except ValueError:  # "0.1Gi" is 107374182.4 bytes: Kubernetes rounds up
-        return -(-parse_cpu_milli(value, resource) // 1000)
+        return parse_cpu_milli(value, resource, LIMITS[CPU])
+    return math.ceil(parse_amount(value, resource, *_limit(resource)))
+
+
+def _bounded(amounts: dict[str, float | str]) -> dict[str, float | str]:
+    for resource, value in amounts.items():
+        _base_units(resource, value)  # the error names the resource; the map's own key names where
+    return amounts
+
+
+Amounts = Annotated[dict[str, Quantity], AfterValidator(_bounded)]
+"""Resource name → quantity, each within the controller's limits."""
 
 
 class _Strict(BaseModel):
@@ -87,21 +106,21 @@ class TolerationSpec(_Strict):
 class NodeSpec(_Strict):
     name: str = Field(min_length=1)
     labels: dict[str, str] = Field(default_factory=dict)
-    allocatable: dict[str, Quantity]
-    usage: dict[str, Quantity] = Field(default_factory=dict)
+    allocatable: Amounts
+    usage: Amounts = Field(default_factory=dict)
     ready: bool = True
     unschedulable: bool = False
     taints: list[TaintSpec] = Field(default_factory=list)
 
 
 class RequestSpec(_Strict):
-    count: int = Field(ge=1)
-    per_pod: dict[str, Quantity]
+    count: int = Field(ge=1, le=MAX_COUNT)
+    per_pod: Amounts
     required_level: str | None = None
     preferred_level: str | None = None
     unconstrained: bool = False
     slice_level: str | None = None
-    slice_size: int | None = Field(default=None, ge=1)
+    slice_size: int | None = Field(default=None, ge=1, le=MAX_COUNT)
 
     @model_validator(mode="after")
     def _one_mode(self) -> RequestSpec:

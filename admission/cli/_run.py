@@ -1,7 +1,8 @@
 """``atoll run``: the admission-check controller against a cluster.
 
 Flags win over environment variables (``ATOLL_*``, as the Helm chart sets them), which win over
-defaults. Decision records go to stdout (one JSON object per line), other logs to stderr.
+defaults. Decision records go to stdout (one JSON object per line) whatever --log-level says; other
+logs go to stderr, filtered by it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                    help="namespace of that Service (default: --namespace)")
     w.add_argument("--webhook-config", default=env.get("ATOLL_WEBHOOK_CONFIG", "atoll-webhook"),
                    help="MutatingWebhookConfiguration whose caBundle gets the generated CA")
+    w.add_argument("--webhook-timeout-seconds", type=int,
+                   default=int(env.get("ATOLL_WEBHOOK_TIMEOUT_SECONDS", str(WebhookSettings().timeout_seconds))),
+                   help="timeoutSeconds of that configuration (1-30); the webhook's API calls and their retries end within it")
     return p
 
 
@@ -85,7 +89,7 @@ def build_webhook_settings(args: argparse.Namespace) -> WebhookSettings:
     """The webhook's settings; pydantic's ValidationError names the bad field."""
     return WebhookSettings(port=args.webhook_port, cert_dir=args.webhook_cert_dir, generate_certs=args.webhook_generate_certs,
                            service=args.webhook_service, namespace=args.webhook_namespace or args.namespace,
-                           config=args.webhook_config, gpu_resource=args.gpu_resource)
+                           config=args.webhook_config, gpu_resource=args.gpu_resource, timeout_seconds=args.webhook_timeout_seconds)
 
 
 def configure_logging(level: str) -> None:
@@ -139,13 +143,11 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
 
     webhook = None
     if webhook_settings.port:
-        from admission.kube._settings import ApiRetrySettings
         from admission.webhook import CertError, Webhook
 
         try:
-            # its own retries: an answer must come within the webhook's timeout (10 s), not after the controller's patience
-            quick = ApiRetrySettings(backoffs=(0.2, 0.5), request_timeout=3.0, max_retry_after=1.0)
-            webhook = Webhook(KubePort(api, quick), webhook_settings).start()
+            # its own retries: an answer must come within the webhook's timeoutSeconds, not after the controller's patience
+            webhook = Webhook(KubePort(api, webhook_settings.api_retry()), webhook_settings).start()
         except (CertError, OSError) as exc:
             print(f"atoll run: webhook on port {webhook_settings.port}: {exc}", file=sys.stderr)
             return 2

@@ -398,6 +398,8 @@ class Controller:
         for flavor, free, frag in verdict.fabric:
             self.metrics.free_gpus.labels(flavor).set(free)
             self.metrics.fragmentation.labels(flavor).set(frag)
+        if verdict.flavor:  # the ledger counted owed pods on these flavors' snapshots
+            self.metrics.set_shortfalls(verdict.flavor.split(","), self.ledger.shortfalls)
         status = obj.get("status") or {}
         # Retries so far, this one included (Kueue counts a Retry in retryCount only when it evicts)
         wait = read_wait_state(self.cache.objects[WORKLOADS].get(object_key(obj), obj), self._check_names)

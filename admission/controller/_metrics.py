@@ -8,12 +8,15 @@ them, never computed on the scrape thread.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+if TYPE_CHECKING:
+    from admission.controller._ledger import Shortfall
 
 __all__ = ["HttpEndpoints", "Metrics"]
 
@@ -37,12 +40,31 @@ class Metrics:
         self.api_write_failures = Counter("atoll_api_write_failures", "Writes that failed after retries, by error.", ["error"], registry=r)
         self.leader = Gauge("atoll_leader", "1 while this replica holds the leader Lease.", registry=r)
         self.config_valid = Gauge("atoll_config_valid", "1 while a valid profiles document is in force.", registry=r)
+        self.owed_without_room = Gauge("atoll_owed_pods_without_room",
+                                       "Owed pods of admitted Workloads with no room left in their domain at the last decision, per "
+                                       "flavor (the scheduler bound other pods there); those domains count as full.",
+                                       ["flavor"], registry=r)
+        self.shortfall_decisions = Counter("atoll_shortfall_decisions",
+                                           "Decisions that found owed pods with no room in their domain.", registry=r)
 
     def set_waiting(self, counts: Mapping[str, int]) -> None:
         for reason in ("no-domain", "relax-pending", "owed-pods", "config", "node-lost"):
             self.waiting.labels(reason).set(counts.get(reason, 0))
         for reason, n in counts.items():
             self.waiting.labels(reason).set(n)
+
+    def set_shortfalls(self, flavors: Sequence[str], shortfalls: Iterable[Shortfall]) -> None:
+        """After a decision on ``flavors``: the ledger's shortfalls of its last count. That count
+        covers one flavor, so with several only the flavors short of room are known and set."""
+        missing = {f: 0 for f in flavors}
+        for s in shortfalls:
+            if s.flavor in missing:
+                missing[s.flavor] += s.missing
+        for flavor, pods in missing.items():
+            if pods or len(flavors) == 1:
+                self.owed_without_room.labels(flavor).set(pods)
+        if any(missing.values()):
+            self.shortfall_decisions.inc()
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

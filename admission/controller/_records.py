@@ -4,7 +4,8 @@ A record says what was asked (workload, queues, flavor, profile, class), what wa
 (outcome, message, placement per PodSet with its domain path), why not elsewhere (the top
 rejected domains with their numbers), and how (latency, snapshot generation, decision id).
 Records go through structlog as one JSON object per line with ``"event": "decision"``; the
-logger is injected, so nothing here configures logging globally.
+logger is injected, so nothing here configures logging globally. The default logger is not the
+global one: auditors need every decision, so the ``--log-level`` filter must not drop records.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class Recorder:
         self.logger = logger or structlog.wrap_logger(
             structlog.PrintLogger(stream or sys.stdout),
             processors=[structlog.processors.JSONRenderer(sort_keys=False, ensure_ascii=False)],
+            wrapper_class=structlog.BoundLogger,  # unfiltered: the configured wrapper drops info below the log level
         )
 
     def record(self, rec: DecisionRecord) -> None:

@@ -23,7 +23,13 @@ class ApiRetrySettings(_Group):
     max_retry_after: float = Field(default=30.0, gt=0)
     """Cap (s) on a server's Retry-After, so one answer cannot stall the controller."""
     request_timeout: float = Field(default=30.0, gt=0)
-    """Read timeout (s) of a non-watch request."""
+    """Timeout (s) of one attempt of a non-watch request."""
+
+    @property
+    def worst_case_seconds(self) -> float:
+        """Longest one call can take: every attempt timing out, every wait at its longest."""
+        waits = sum(max(b, self.max_retry_after) for b in self.backoffs)
+        return (len(self.backoffs) + 1) * self.request_timeout + waits
 
 
 class LeaderSettings(_Group):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from admission.kube._settings import ApiRetrySettings
+
 __all__ = ["WebhookSettings"]
 
 
@@ -43,3 +45,17 @@ class WebhookSettings(BaseModel):
     controller's (``atoll``) so neither's apply removes the other's fields."""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     """Largest AdmissionReview accepted (bytes); the apiserver caps objects at about 3 MiB."""
+    timeout_seconds: int = Field(default=5, ge=1, le=30)
+    """The MutatingWebhookConfiguration's ``timeoutSeconds`` (the chart passes its value; the
+    apiserver allows 1-30): the apiserver stops waiting then, so the API retries must end sooner."""
+    api_share: float = Field(default=0.8, gt=0, lt=1)
+    """Share of ``timeout_seconds`` one API call may take with its retries; the rest is margin
+    for the review's own work and the answer's way back."""
+
+    def api_retry(self) -> ApiRetrySettings:
+        """Retries of one API call that end within ``api_share`` of the timeout: three attempts,
+        waits of 5 % and 10 % of that budget, a server's Retry-After capped at 10 %."""
+        budget = self.timeout_seconds * self.api_share
+        backoffs, cap = (budget * 0.05, budget * 0.1), budget * 0.1
+        attempt = (budget - sum(max(b, cap) for b in backoffs)) / (len(backoffs) + 1)
+        return ApiRetrySettings(backoffs=backoffs, request_timeout=attempt, max_retry_after=cap)

@@ -83,7 +83,7 @@ def test_the_defaults_render_the_whole_install() -> None:
     assert _container(objects)["args"] == [
         "run", "--namespace=gpu-system", "--configmap=atoll-policies", "--admission-check=atoll-topology", "--gpu-resource=nvidia.com/gpu",
         "--metrics-port=8080", "--health-port=8081", "--log-level=info", "--leader-elect", "--lease-name=atoll-controller",
-        "--webhook-port=9443", "--webhook-cert-dir=/var/run/atoll/certs", "--webhook-generate-certs",
+        "--webhook-port=9443", "--webhook-cert-dir=/var/run/atoll/certs", "--webhook-timeout-seconds=5", "--webhook-generate-certs",
         "--webhook-service=prod-webhook", "--webhook-namespace=gpu-system", "--webhook-config=prod-atoll"]
 
 

@@ -675,6 +675,42 @@ def test_bad_scenarios_name_the_file_and_field(tmp_path: Path, capsys: pytest.Ca
 
 
 @pytest.mark.parametrize(
+    ("gpus", "message"),
+    [('"1e30"', "nvidia.com/gpu: '1e30' exceeds the limit of 4096"),
+     ("5000", "nvidia.com/gpu: 5000 exceeds the limit of 4096"),
+     ('"²"', "nvidia.com/gpu: '²' is not a Kubernetes quantity (e.g. 4, 500m, 16Gi)")],
+)
+def test_quantities_are_bounded_as_the_controller_bounds_them(tmp_path: Path, capsys: pytest.CaptureFixture[str], gpus: str,
+                                                               message: str) -> None:
+    path = write(tmp_path, SMALL.replace('memory: 16Gi, pods: 2}', f'memory: 16Gi, pods: 2, nvidia.com/gpu: {gpus}}}').replace(
+        "per_pod: {cpu: 500m", f"per_pod: {{nvidia.com/gpu: {gpus}, cpu: 500m"))
+    assert atoll_main(["baseline", "kueue-bestfit", path]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "nodes[n2].allocatable" in err and "request.per_pod" in err
+    assert err.count(message) == 2, err
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("memory: 16Gi, pods: 2}", "memory: 2Pi, pods: 2}", "nodes[n2].allocatable: memory: '2Pi' exceeds the limit of 1125899906842624 bytes"),
+    ('cpu: "2", memory: 16Gi, pods: 2', 'cpu: "2e6", memory: 16Gi, pods: 2',
+     "nodes[n2].allocatable: cpu: '2e6' exceeds the limit of 1000000000 milli-cores"),
+    ("pods: 2}", "pods: 2000000}", "nodes[n2].allocatable: pods: 2000000 exceeds the limit of 1000000 pods"),
+    ("count: 5", "count: 1000000000000000000000000000000", "request.count: Input should be less than or equal to 1000000"),
+])
+def test_every_resource_and_the_count_have_the_controllers_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str,
+                                                                  new: str, message: str) -> None:
+    assert old in SMALL
+    assert main(["kueue-bestfit", write(tmp_path, SMALL.replace(old, new))]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_fractional_amount_is_rounded_up_as_kubernetes_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 0.0034Ti is 3738339534.4 bytes, rounded up (not refused as a fraction); n1 holds 4, n2 its 2 pod slots
+    assert main(["kueue-bestfit", write(tmp_path, SMALL.replace("memory: 3Gi", "memory: 0.0034Ti"))]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is True
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [("request: [unclosed\n", "not valid YAML"), ("- a list\n", "expected a mapping with topology_name")],
 )

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import httpx
 
 from admission.controller import HttpEndpoints, Metrics
+from admission.controller._ledger import Shortfall
 
 
 def free_port() -> int:
@@ -30,6 +33,25 @@ def test_metrics_have_their_names_and_labels() -> None:
                  'atoll_waiting_workloads{reason="relax-pending"} 0.0', 'atoll_free_gpus{flavor="gb200"} 288.0',
                  'atoll_fragmentation_index{flavor="gb200"} 0.25', 'atoll_config_rejections_total{source="configmap"} 1.0'):
         assert line in text, line
+
+
+def shortfall_gauge(m: Metrics, flavor: str) -> float | None:
+    return m.registry.get_sample_value("atoll_owed_pods_without_room", {"flavor": flavor})
+
+
+def test_shortfalls_set_the_decided_flavors_gauge_and_count_the_decision() -> None:
+    m = Metrics()
+    m.set_shortfalls(["gb200"], [Shortfall("t/a", "main", "gb200", 2, 4, 8), Shortfall("t/b", "main", "gb200", 1, 2, 8)])
+    assert shortfall_gauge(m, "gb200") == 3 and m.registry.get_sample_value("atoll_shortfall_decisions_total") == 1
+    m.set_shortfalls(["gb200"], [])  # the pods bound: the flavor's domains have room again
+    assert shortfall_gauge(m, "gb200") == 0 and m.registry.get_sample_value("atoll_shortfall_decisions_total") == 1
+    # two flavors: the ledger's last count covered one of them; the other keeps its value
+    m.set_shortfalls(["gb200"], [Shortfall("t/a", "main", "gb200", 2, 4, 8)])
+    m.set_shortfalls(["gb200", "h100"], [Shortfall("t/c", "main", "h100", 1, 1, 2)])
+    assert (shortfall_gauge(m, "gb200"), shortfall_gauge(m, "h100")) == (2, 1)
+    assert m.registry.get_sample_value("atoll_shortfall_decisions_total") == 3
+    m.set_shortfalls(["h100"], [Shortfall("t/a", "main", "gb200", 2, 4, 8)])  # another flavor's count says nothing of h100's room
+    assert shortfall_gauge(m, "h100") == 0 and m.registry.get_sample_value("atoll_shortfall_decisions_total") == 3
 
 
 def test_two_controllers_do_not_share_a_registry() -> None:
@@ -58,3 +80,11 @@ def test_endpoints_answer_and_report_health() -> None:
         assert httpx.get(f"http://127.0.0.1:{health_port}/metrics").status_code == 404
     finally:
         endpoints.stop()
+
+
+def test_every_metric_is_listed_in_the_install_guide() -> None:
+    guide = (Path(__file__).parents[3] / "docs" / "install.md").read_text()
+    listed = set(re.findall(r"^\| `(atoll_\w+)", guide, re.MULTILINE))
+    suffix = {"counter": "_total"}
+    served = {f.name + suffix.get(f.type, "") for f in Metrics().registry.collect()}
+    assert listed == served

@@ -46,6 +46,8 @@ def test_pods_bound_on_another_workloads_planned_nodes_leave_it_owed(fabric: Fab
     assert verdict.reserved_gpus == 8
     assert fabric.entry("c")["state"] == "Retry"
     assert ctrl.ledger.shortfalls == ()
+    assert ctrl.metrics.registry.get_sample_value("atoll_owed_pods_without_room", {"flavor": fabric.flavor}) == 0
+    assert ctrl.metrics.registry.get_sample_value("atoll_shortfall_decisions_total") == 0
 
     snap = ctrl.cache.snapshot(fabric.flavor)
     owed = ctrl.ledger.owed(snap)
@@ -79,6 +81,8 @@ def test_a_domain_short_of_room_admits_nothing_new(fabric: Fabric) -> None:
     assert verdict.outcome == "wait", verdict.message
     assert [(s.workload, s.missing, s.owed) for s in ctrl.ledger.shortfalls] == [(f"{fabric.ns}/b", 1, 2)]
     assert ctrl.ledger.shortfall_applies >= 1
+    assert ctrl.metrics.registry.get_sample_value("atoll_owed_pods_without_room", {"flavor": fabric.flavor}) == 1
+    assert ctrl.metrics.registry.get_sample_value("atoll_shortfall_decisions_total") == 1
 
 
 def test_the_controllers_ledger_reads_node_labels_for_template_selectors() -> None:

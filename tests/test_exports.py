@@ -55,7 +55,7 @@ EXPECTED = {
     "policies": {
         "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "Decision", "FlavorSettings", "FragmentationSettings", "LevelOverrides",
         "LinkSettings", "Outcome", "PROFILES_KEY", "PodSetSpec", "Profile", "ProfileLevelError", "ProfilesDocument",
-        "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState", "WorkloadClass", "decide",
+        "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState", "WorkloadClass", "annotation_notes", "decide",
         "group_problems", "load_profiles", "load_profiles_file", "podset_spec", "profiles_from_configmap",
         "read_topology_annotations",
     },

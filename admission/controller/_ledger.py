@@ -150,6 +150,8 @@ class Ledger:
         """Per flavor, the owed pods resolved on its snapshot (``_book``): a decision costs the changes, not the backlog."""
         self.shortfalls: tuple[Shortfall, ...] = ()
         """Owed pods the last ``apply`` could not place (their domains were counted as full)."""
+        self.shortfalls_by_flavor: dict[str, tuple[Shortfall, ...]] = {}
+        """The last count's shortfalls of each flavor (a decision over several flavors counts each)."""
         self.shortfall_applies = 0
         """How many ``apply`` calls found owed pods with no room: double booking the scheduler made."""
         self._reported: dict[str, frozenset[tuple[str, str, int]]] = {}
@@ -352,6 +354,7 @@ class Ledger:
 
     def _report(self, flavor: str, short: tuple[Shortfall, ...]) -> None:
         self.shortfalls = short
+        self.shortfalls_by_flavor[flavor] = short
         if short:
             self.shortfall_applies += 1
         seen = frozenset((s.workload, s.podset, s.missing) for s in short)

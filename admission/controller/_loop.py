@@ -399,7 +399,8 @@ class Controller:
             self.metrics.free_gpus.labels(flavor).set(free)
             self.metrics.fragmentation.labels(flavor).set(frag)
         if verdict.flavor:  # the ledger counted owed pods on these flavors' snapshots
-            self.metrics.set_shortfalls(verdict.flavor.split(","), self.ledger.shortfalls)
+            flavors = verdict.flavor.split(",")
+            self.metrics.set_shortfalls(flavors, [s for f in flavors for s in self.ledger.shortfalls_by_flavor.get(f, ())])
         status = obj.get("status") or {}
         # Retries so far, this one included (Kueue counts a Retry in retryCount only when it evicts)
         wait = read_wait_state(self.cache.objects[WORKLOADS].get(object_key(obj), obj), self._check_names)

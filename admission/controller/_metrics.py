@@ -54,15 +54,14 @@ class Metrics:
             self.waiting.labels(reason).set(n)
 
     def set_shortfalls(self, flavors: Sequence[str], shortfalls: Iterable[Shortfall]) -> None:
-        """After a decision on ``flavors``: the ledger's shortfalls of its last count. That count
-        covers one flavor, so with several only the flavors short of room are known and set."""
+        """After a decision on ``flavors``: the owed pods without room in the ledger's last count of
+        each (``shortfalls``: every flavor's, as ``Ledger.shortfalls_by_flavor`` keeps them)."""
         missing = {f: 0 for f in flavors}
         for s in shortfalls:
             if s.flavor in missing:
                 missing[s.flavor] += s.missing
         for flavor, pods in missing.items():
-            if pods or len(flavors) == 1:
-                self.owed_without_room.labels(flavor).set(pods)
+            self.owed_without_room.labels(flavor).set(pods)
         if any(missing.values()):
             self.shortfall_decisions.inc()
 

@@ -45,10 +45,10 @@ def test_shortfalls_set_the_decided_flavors_gauge_and_count_the_decision() -> No
     assert shortfall_gauge(m, "gb200") == 3 and m.registry.get_sample_value("atoll_shortfall_decisions_total") == 1
     m.set_shortfalls(["gb200"], [])  # the pods bound: the flavor's domains have room again
     assert shortfall_gauge(m, "gb200") == 0 and m.registry.get_sample_value("atoll_shortfall_decisions_total") == 1
-    # two flavors: the ledger's last count covered one of them; the other keeps its value
+    # two flavors: the ledger counted each; a flavor with no shortfall in its count has room again
     m.set_shortfalls(["gb200"], [Shortfall("t/a", "main", "gb200", 2, 4, 8)])
     m.set_shortfalls(["gb200", "h100"], [Shortfall("t/c", "main", "h100", 1, 1, 2)])
-    assert (shortfall_gauge(m, "gb200"), shortfall_gauge(m, "h100")) == (2, 1)
+    assert (shortfall_gauge(m, "gb200"), shortfall_gauge(m, "h100")) == (0, 1)
     assert m.registry.get_sample_value("atoll_shortfall_decisions_total") == 3
     m.set_shortfalls(["h100"], [Shortfall("t/a", "main", "gb200", 2, 4, 8)])  # another flavor's count says nothing of h100's room
     assert shortfall_gauge(m, "h100") == 0 and m.registry.get_sample_value("atoll_shortfall_decisions_total") == 3

@@ -160,8 +160,8 @@ def kept_lines(cmps: Sequence[Any], bindings: Sequence[str]) -> list[str]:
     for c in cmps:
         for p in BINDING_POLICIES:
             exact = c.diffs.get(f"{p} exact", {}).get("mean_jct_s")
-            if exact is None or not exact.known or exact.mean >= 0:
-                out.append(f"load {c.load:g} {p}: exact enforcement has no JCT advantage to keep")
+            if exact is None or not exact.known or exact.mean >= 0 or exact.holds_zero():
+                out.append(f"load {c.load:g} {p}: exact enforcement has no JCT advantage to keep (a tie or a loss against kueue-bestfit)")
                 continue
             parts = []
             for b in bindings:

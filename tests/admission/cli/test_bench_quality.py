@@ -79,10 +79,10 @@ def test_kept_share_is_each_model_s_advantage_over_exact_s() -> None:
     from admission.simulator._stats import Estimate
 
     diffs = {"atoll-strict exact": {"mean_jct_s": Estimate(-20.0, 1.0, 3)}, "atoll-strict random": {"mean_jct_s": Estimate(-15.0, 1.0, 3)},
-             "atoll-elastic exact": {"mean_jct_s": Estimate(4.0, 1.0, 3)}, "atoll-elastic random": {"mean_jct_s": Estimate(-1.0, 1.0, 3)}}
+             "atoll-elastic exact": {"mean_jct_s": Estimate(-4.0, 9.0, 3)}, "atoll-elastic random": {"mean_jct_s": Estimate(-1.0, 1.0, 3)}}
     lines = bq.kept_lines([SimpleNamespace(load=1.3, diffs=diffs)], ["exact", "random"])
     assert lines[0] == "load 1.3 atoll-strict: exact -20.0 % JCT vs kueue-bestfit; kept under domain: random 75 %"
-    assert lines[1] == "load 1.3 atoll-elastic: exact enforcement has no JCT advantage to keep"
+    assert lines[1].startswith("load 1.3 atoll-elastic: exact enforcement has no JCT advantage to keep")  # -4 ± 9 %: a tie
 
 
 def test_scale_run_reports_time_and_peak_memory_from_its_own_process(capsys: pytest.CaptureFixture[str]) -> None:

@@ -61,7 +61,7 @@ def exposed_one_by_one(free_gpu: np.ndarray, claims: Sequence[Claim], near: np.n
 
 
 def _domains(nodes: int) -> list[np.ndarray]:
-    """Every node alone, cliques of 3, blocks of 6, the whole fabric, and an empty domain."""
+    """Every node alone, cliques of 3, blocks of 6, the whole fabric, an empty domain, and a few that cut across."""
     out = []
     for size in (1, 3, 6, nodes):
         for start in range(0, nodes, size):
@@ -69,6 +69,10 @@ def _domains(nodes: int) -> list[np.ndarray]:
             mask[start:start + size] = True
             out.append(mask)
     out.append(np.zeros(nodes, dtype=bool))
+    for picked in ((1, 4, 7, 10), (2, 3, 8), tuple(range(0, nodes, 2)), (0, 11)):  # selectors cutting across cliques
+        mask = np.zeros(nodes, dtype=bool)
+        mask[list(picked)] = True
+        out.append(mask)
     return out
 
 

@@ -41,6 +41,7 @@ bench: install envtest
 	atoll bench quality
 
 # Placements that hold under faults: 200 seeded runs, 20 % of API requests faulted, the controller
-# killed at random points, an adversarial scheduler; prints one line and fails on any violation.
+# killed at random points, two replicas electing a leader (the leader is the one killed), an
+# adversarial scheduler; prints one line and fails on any violation.
 chaos: install-test envtest
-	$(PYTHON) -m tests.chaos --runs 200 --fault-rate 0.2 --seed 1
+	$(PYTHON) -m tests.chaos --runs 200 --fault-rate 0.2 --seed 1 --replicas

@@ -37,7 +37,7 @@ EXPECTED = {
         "ensure_binaries", "ensure_kueue_crds", "find_binaries", "install_kueue_crds", "kueue_crd_dir", "kueue_manifest_url",
     },
     "admission.kube.errors": {
-        "ApiError", "BadRequest", "Conflict", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "Retryable",
+        "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "Retryable",
         "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
     },
     "admission.simulator": {

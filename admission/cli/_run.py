@@ -125,8 +125,15 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         print(f"atoll run: cannot load cluster credentials ({args.kubeconfig or 'in-cluster'}): {exc}", file=sys.stderr)
         return 2
     port = KubePort(api, settings.api)
+    elector = LeaderElector(port, namespace=settings.config.namespace, identity=args.identity, settings=settings.leader) \
+        if settings.leader.enabled else None
+    # The controller writes through a port fenced by the lease: no attempt of a write, retries
+    # included, is sent once this replica's term may have ended (the elector and the webhook use
+    # the plain port: the Lease is how the term is kept, and every replica serves the webhook).
+    fenced = KubePort(api, settings.api, fence=elector.valid) if elector is not None else port
     metrics = Metrics()
-    controller = Controller(port, settings=settings, metrics=metrics, identity=args.identity)
+    controller = Controller(fenced, settings=settings, metrics=metrics, identity=args.identity,
+                            lease_term=(lambda: elector.term) if elector is not None else None)
     stop = stop or threading.Event()
     running = threading.Event()
 
@@ -171,8 +178,7 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     log.info("starting", identity=args.identity, namespace=settings.config.namespace, configmap=settings.config.configmap,
              admission_check=settings.kueue.admission_check or "*", leader_elect=settings.leader.enabled)
     try:
-        if settings.leader.enabled:
-            elector = LeaderElector(port, namespace=settings.config.namespace, identity=args.identity, settings=settings.leader)
+        if elector is not None:
             elector.run(stop, started, stopped)
             if not stop.is_set():
                 log.error("lost leadership; exiting so a fresh process campaigns again")

@@ -86,6 +86,7 @@ class Controller:
         read_only: bool = False,
         on_written: Callable[[str, str, float], None] | None = None,
         new_id: Callable[[], str] | None = None,
+        lease_term: Callable[[], int | None] | None = None,
     ) -> None:
         self.port = port
         self.settings = settings or Settings()
@@ -94,6 +95,8 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.read_only = read_only
+        self.lease_term = lease_term or (lambda: None)
+        """The leader's lease term (``leaseTransitions`` of its tenure) for the records; None without election."""
         self._new_id = new_id or (lambda: secrets.token_hex(6))
         gpu = self.settings.kueue.gpu_resource
         self.cache = ClusterCache(gpu)
@@ -313,9 +316,10 @@ class Controller:
             _log.warning("no valid profiles document; Workload waits for one", workload=key, error=self.config_error)
             return None
         started = self.clock.monotonic()
+        term = self.lease_term()  # the tenure this decision belongs to: a replica's term never changes while it runs
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names)):
-            self._after_decision(obj, verdict, self.clock.monotonic() - started)
+            self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
         return verdict
 
     def _requeue(self, key: str, obj: Obj, request: RequeueRequest) -> Verdict:
@@ -324,11 +328,12 @@ class Controller:
         afterwards, and a refused write (409) reads the Workload again and looks again."""
         verdict = Verdict("wait", request.message, reason="node-lost", decision_id=request.decision_id)
         started = self.clock.monotonic()
+        term = self.lease_term()
         if not self.read_only and self._written(key, obj, "requeue", lambda: self.status.requeue(obj, self._check_names, request.message)):
             verdict.written = True
             _log.warning("pod lost its node and its domain has no replacement; asked Kueue to requeue the workload",
                          workload=key, decision=request.decision_id, detail=request.detail)
-            self._after_decision(obj, verdict, self.clock.monotonic() - started)
+            self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
         return verdict
 
     def _written(self, key: str, obj: Obj, what: str, write: Callable[[], None]) -> bool:
@@ -385,7 +390,7 @@ class Controller:
         self.cache.upsert(WORKLOADS, fresh)
         self._on_workload(fresh)
 
-    def _after_decision(self, obj: Obj, verdict: Verdict, latency: float) -> None:
+    def _after_decision(self, obj: Obj, verdict: Verdict, latency: float, term: int | None = None) -> None:
         meta = obj.get("metadata") or {}
         uid = str(meta.get("uid"))
         if verdict.outcome == "wait":
@@ -413,6 +418,7 @@ class Controller:
             message=verdict.message, placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after,
             attempts=wait.attempts + (1 if verdict.outcome == "wait" else 0), relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3),
             snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus, notes=list(verdict.notes),
+            controller=self.identity, lease_term=term,
         ))
 
     # ------------------------------------------------------------------ reading

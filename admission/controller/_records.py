@@ -127,6 +127,11 @@ class DecisionRecord:
     notes: Sequence[str] = ()
     """What the decision says beside its outcome, whatever it is: Kueue annotations read but not
     honoured, slices the enforcement does not hold, podSetUpdates left out."""
+    controller: str = ""
+    """The replica that decided and wrote (its leader-election identity)."""
+    lease_term: int | None = None
+    """Its lease term (the Lease's ``leaseTransitions`` of its tenure; None without leader election):
+    an auditor sees that no two replicas wrote in one term."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

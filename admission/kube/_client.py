@@ -104,10 +104,13 @@ class KubePort:
     the settings' backoff list (watches are retried by their caller, which relists)."""
 
     def __init__(self, api: client.ApiClient, settings: ApiRetrySettings | None = None,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 sleep: Callable[[float], None] | None = None, fence: Callable[[], bool] | None = None) -> None:
         self.api = api
         self.settings = settings or ApiRetrySettings()
         self._sleep = sleep
+        self.fence = fence
+        """Asked before every attempt of a write: False refuses it with ``errors.Fenced`` (a
+        controller replica writes only while its lease term is valid, retries included)."""
 
     # ------------------------------------------------------------------ transport
 
@@ -135,7 +138,11 @@ class KubePort:
         return resp
 
     def _json(self, method: str, path: str, operation: str, **kwargs: Any) -> Obj:
+        fence = self.fence if method != "GET" else None
+
         def call() -> Obj:
+            if fence is not None and not fence():
+                raise errors.Fenced(f"{operation}: not sent: this replica is not the leader (its lease term has lapsed)")
             resp = self._send(method, path, operation=operation, **kwargs)
             out: Obj = json.loads(_read(resp))
             return out

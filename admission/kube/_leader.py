@@ -4,6 +4,13 @@ Several replicas run; the one holding the Lease decides. Expiry is judged on the
 monotonic clock from when this replica last saw the Lease change (never by comparing another
 machine's timestamps), writes use the Lease's resourceVersion (a lost race is a 409), and a
 leader that cannot renew within the renew deadline steps down.
+
+Fencing: ``valid()`` is true only until the renew deadline after the *sending* of the last
+renewal that succeeded. A standby takes over only after it has seen that renewal unchanged for
+the lease duration, which is longer, and it saw the renewal after it was sent; so a leader that
+writes only while ``valid()`` never writes in another replica's term, however slowly its own
+renewals come back. ``term`` is the Lease's ``leaseTransitions`` of the leader's tenure, which
+decision records carry, so a log shows which tenure wrote what.
 """
 
 from __future__ import annotations
@@ -37,18 +44,27 @@ class LeaderElector:
         self.settings = settings or LeaderSettings()
         self.clock = clock or SystemClock()
         self.is_leader = False
+        self.term: int | None = None
+        """``leaseTransitions`` of the tenure this replica holds (None: not leading)."""
         self._observed: dict[str, Any] | None = None
         self._observed_at = 0.0
         self._last_renew = 0.0
+        self._valid_until = 0.0
 
     def _spec(self, transitions: int, acquired: str | None) -> dict[str, Any]:
         now = _micro_time(self.clock.now())
         return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.settings.lease_duration_seconds),
                 "acquireTime": acquired or now, "renewTime": now, "leaseTransitions": transitions}
 
+    def valid(self) -> bool:
+        """May this replica write now? Leading, and within the renew deadline of the sending of its
+        last successful renewal (see the module's note on fencing)."""
+        return self.is_leader and self.clock.monotonic() < self._valid_until
+
     def try_acquire_or_renew(self) -> bool:
         """One round: create the Lease, renew ours, or take an expired one. True if we lead."""
         name = self.settings.lease_name
+        sent = self.clock.monotonic()
         try:
             lease = self.port.get(LEASES, name, self.namespace)
         except errors.NotFound:
@@ -58,7 +74,7 @@ class LeaderElector:
                 self._observe(self.port.create(LEASES, body))
             except errors.Conflict:
                 return self._lost("another replica created the Lease first")
-            return self._won()
+            return self._won(sent, 0)
         spec = lease.get("spec") or {}
         if self._observed is None or (self._observed.get("spec") or {}) != spec:
             self._observe(lease)
@@ -74,23 +90,27 @@ class LeaderElector:
             self._observe(self.port.replace(LEASES, lease))
         except errors.Conflict:
             return self._lost("lost the race to update the Lease")
-        return self._won()
+        return self._won(sent, transitions)
 
     def _observe(self, lease: Obj) -> None:
         self._observed = lease
         self._observed_at = self.clock.monotonic()
 
-    def _won(self) -> bool:
+    def _won(self, sent: float, term: int) -> bool:
         if not self.is_leader:
-            _log.info("became leader", identity=self.identity, lease=f"{self.namespace}/{self.settings.lease_name}")
+            _log.info("became leader", identity=self.identity, lease=f"{self.namespace}/{self.settings.lease_name}", term=term)
         self.is_leader = True
+        self.term = term
         self._last_renew = self.clock.monotonic()
+        self._valid_until = sent + self.settings.renew_deadline_seconds
         return True
 
     def _lost(self, why: str) -> bool:
         if self.is_leader:
             _log.warning("not leader any more", identity=self.identity, why=why)
         self.is_leader = False
+        self.term = None
+        self._valid_until = 0.0
         return False
 
     def release(self) -> None:
@@ -99,11 +119,13 @@ class LeaderElector:
             return
         lease = dict(self._observed)
         lease["spec"] = {**(lease.get("spec") or {}), "holderIdentity": None, "leaseDurationSeconds": 1}
+        self.is_leader = False  # no write of ours may follow the release
+        self.term = None
+        self._valid_until = 0.0
         try:
             self.port.replace(LEASES, lease)
         except errors.ApiError as exc:
             _log.warning("lease not released", error=str(exc))
-        self.is_leader = False
 
     def run(self, stop: threading.Event, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
         """Campaign until leading, call ``on_started``, renew until ``stop`` or the renew deadline
@@ -122,9 +144,10 @@ class LeaderElector:
             elif leading and ok is False:  # someone else holds it now
                 on_stopped()
                 return
-            elif leading and ok is None and self.clock.monotonic() - self._last_renew > s.renew_deadline_seconds:
+            elif leading and ok is None and not self.valid():
                 _log.error("could not renew the lease within the deadline; stepping down", deadline_s=s.renew_deadline_seconds)
                 self.is_leader = False
+                self.term = None
                 on_stopped()
                 return
             stop.wait(s.retry_period_seconds)

@@ -8,6 +8,7 @@
     ├── Conflict         409 exists already, stale resourceVersion, field-manager conflict
     ├── Gone             410 a watch's resourceVersion was compacted: list again
     ├── Invalid          422 the schema refused what Atoll wrote (a bug, never retried)
+    ├── Fenced               not sent: this replica's leadership lapsed (never retried)
     └── Retryable            worth another attempt after a pause
         ├── TooManyRequests  429 (honours Retry-After)
         ├── ServerError      5xx (honours Retry-After)
@@ -30,6 +31,7 @@ __all__ = [
     "ApiError",
     "BadRequest",
     "Conflict",
+    "Fenced",
     "Forbidden",
     "Gone",
     "Invalid",
@@ -60,6 +62,10 @@ class ApiError(Exception):
         self.reason = reason
         self.body: Mapping[str, Any] = body or {}
         self.retry_after = retry_after
+
+
+class Fenced(ApiError):
+    """A write not sent because the replica may no longer write (its lease term ended or may have)."""
 
 
 class BadRequest(ApiError):

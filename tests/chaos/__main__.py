@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="nested: node-level domains inside other Workloads' cliques; flat: every domain a whole clique")
     ap.add_argument("--process", action="store_true",
                     help="run the controller as an `atoll run` process killed with SIGKILL (slower: each start imports and warms up)")
+    ap.add_argument("--replicas", action="store_true",
+                    help="two controllers electing a leader on a Lease; the leader is the one killed, and the audit counts dual leaders")
     ap.add_argument("--kill-rate", type=float, default=RunConfig.kill_rate, help="chance per 50 ms tick of killing the controller")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     ap.add_argument("--verbose", action="store_true", help="a line per run on stderr")
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no kube-apiserver or Kueue CRDs: run `python -m admission.kube.envtest ensure` (make envtest)", file=sys.stderr)
         return 2
     config = RunConfig(seed=args.seed, fault_rate=args.fault_rate, seconds=args.seconds, workloads=args.workloads,
-                       shapes=args.shapes, process=args.process, kill_rate=args.kill_rate)
+                       shapes=args.shapes, process=args.process, kill_rate=args.kill_rate, replicas=args.replicas)
 
     def progress(i: int, r: object) -> None:
         if args.verbose:

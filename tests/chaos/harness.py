@@ -18,7 +18,10 @@ the chance to decide what is left:
 - ``unplaceable_owed``: owed pods, counted independently from the API (admitted count minus the
   pods of that decision created so far), that no assignment fits in their nodeSelector domain;
 - ``lost``: Workloads Atoll must decide (quota held, not evicted, entry Pending) left undecided;
-- ``duplicate_decisions``: decision records beyond one per quota reservation Kueue made.
+- ``duplicate_decisions``: decision records beyond one per quota reservation Kueue made;
+- ``dual_leaders`` (with ``replicas``: two controllers electing a leader on a Lease, the leader
+  killed at random): decision records of one lease term written by two replicas, records written
+  with no term, and moments when two live replicas both held a valid term.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from admission.controller import (
     decode_planned,
 )
 from admission.controller._invariant import Demand, OwedPods, place_owed, pod_shape
-from admission.kube import WORKLOADS, ApiRetrySettings, KubePort, Obj, Resource
+from admission.kube import WORKLOADS, ApiRetrySettings, KubePort, LeaderElector, LeaderSettings, Obj, Resource
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, profiles_doc
 from tests.chaos.actors import (
     Kueue,
@@ -187,6 +190,9 @@ class RunConfig:
     process: bool = False
     """Run the controller as an ``atoll run`` process killed with SIGKILL (instead of in-process,
     where ``crash_rate`` also kills it around decision writes)."""
+    replicas: bool = False
+    """Two in-process replicas electing a leader on a Lease (short terms, ``LEASE``); kills go to
+    the leader; each write is fenced by its replica's term."""
     """How long a clean controller must have had nothing to decide before the audit."""
 
 
@@ -205,11 +211,28 @@ class RunResult:
     bound: int = 0
     bound_on_others_plan: int = 0
     preemptions: int = 0
+    dual_leaders: int = 0
+    takeovers: int = 0
     violations: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions)
+        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders)
+
+
+LEASE = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=1.5, renew_deadline_seconds=1.0, retry_period_seconds=0.1)
+"""Short terms, so a killed leader is replaced within a run's chaos phase."""
+
+
+@dataclass
+class _Replica:
+    identity: str
+    ctrl: Controller
+    elector: LeaderElector
+    ports: tuple[CrashingPort, CrashingPort]
+    """The elector's, then the controller's (fenced by the elector's term)."""
+    stop: threading.Event
+    thread: threading.Thread
 
 
 def _client(host: str, token: str) -> client.ApiClient:
@@ -238,6 +261,8 @@ class ChaosRun:
         self._port: CrashingPort | None = None
         self._restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
+        self._replicas: list[_Replica] = []
+        self._terms_seen: set[int] = set()
         self._dir = Path(tempfile.mkdtemp(prefix="atoll-chaos-"))
 
     # ------------------------------------------------------------------ setup
@@ -285,6 +310,10 @@ class ChaosRun:
     # ------------------------------------------------------------------ the controller's life
 
     def _start(self, crash_rate: float) -> None:
+        if self.cfg.replicas:
+            while len(self._replicas) < 2:
+                self._start_replica(crash_rate)
+            return
         self._restarts += 1
         if self.cfg.process:
             self._spawn()
@@ -294,6 +323,54 @@ class ChaosRun:
         self._ctrl = self.controller_factory(self._port, settings=self.settings(), recorder=self.recorder,
                                              identity=f"chaos-{self.ns}-{self._restarts}")
         self._ctrl.start()
+
+    def _start_replica(self, crash_rate: float) -> None:
+        """A replica as ``atoll run`` wires one: an elector on the Lease, and a controller writing
+        through a port fenced by the elector's term; both ports die together when it is killed."""
+        self._restarts += 1
+        identity = f"chaos-{self.ns}-{self._restarts}"
+        api = _client(self.proxy.url, self.token)
+        rng = random.Random(self.rng.random())
+        lease_port = CrashingPort(KubePort(api, settings=self.settings().api), rng, 0.0)
+        elector = LeaderElector(lease_port, namespace=self.ns, identity=identity, settings=LEASE)
+        ctrl_port = CrashingPort(KubePort(api, settings=self.settings().api, fence=elector.valid), random.Random(rng.random()), crash_rate)
+        ctrl = self.controller_factory(ctrl_port, settings=self.settings(), recorder=self.recorder, identity=identity,
+                                       lease_term=lambda: elector.term)
+        stop = threading.Event()
+        thread = threading.Thread(target=elector.run, args=(stop, ctrl.start, lambda: ctrl.stop(timeout=2.0)), daemon=True,
+                                  name=f"elector-{identity}")
+        self._replicas.append(_Replica(identity, ctrl, elector, (lease_port, ctrl_port), stop, thread))
+        thread.start()
+
+    def _kill_replica(self, rep: _Replica, *, count: bool = True) -> None:
+        """As SIGKILL: both of its ports die at once (no release of the Lease), then its threads end."""
+        for port in rep.ports:
+            port.kill()
+        rep.stop.set()
+        rep.thread.join(timeout=5.0)
+        rep.ctrl.stop(timeout=2.0)
+        if count:
+            self.result.kills["leader" if rep.elector.is_leader else "standby"] += 1
+            self.result.kills.update(Counter({k: v for k, v in rep.ports[1].crashes.items() if k != "random-time"}))
+        self._replicas.remove(rep)
+
+    def _replica_tick(self) -> None:
+        """Restart the dead, kill the leader at ``kill_rate``, and look for two valid terms at once."""
+        for rep in list(self._replicas):
+            if any(p.dead.is_set() for p in rep.ports) or not rep.thread.is_alive():
+                self._kill_replica(rep)
+        valid = [rep for rep in self._replicas if rep.elector.valid()]
+        if len(valid) > 1:
+            self.result.dual_leaders += 1
+            self.result.violations.append(f"two valid leaders at once: {', '.join(r.identity for r in valid)}")
+        for rep in valid:
+            if rep.elector.term is not None and rep.elector.term not in self._terms_seen:
+                self._terms_seen.add(rep.elector.term)
+                self.result.takeovers += 1
+        leader = next((rep for rep in self._replicas if rep.elector.is_leader), None)
+        if leader is not None and self.rng.random() < self.cfg.kill_rate:
+            self._kill_replica(leader)
+        self._start(self.cfg.crash_rate)
 
     def _spawn(self) -> None:
         """``atoll run`` through the proxy; its decision records (stdout) go to a file per process."""
@@ -326,6 +403,8 @@ class ChaosRun:
 
     def _kill(self, *, count: bool = True) -> None:
         """Kill the controller where it stands; ``count=False`` for the shutdowns around the settle phase."""
+        for rep in list(self._replicas):
+            self._kill_replica(rep, count=count)
         if self._proc is not None:
             if self._proc.poll() is None:
                 os.kill(self._proc.pid, signal.SIGKILL)
@@ -363,7 +442,9 @@ class ChaosRun:
         started = time.monotonic()
         self.proxy.enabled = True
         while time.monotonic() - started < c.seconds:
-            if self._proc is not None and (self._proc.poll() is not None or self.rng.random() < c.kill_rate):
+            if c.replicas:
+                self._replica_tick()
+            elif self._proc is not None and (self._proc.poll() is not None or self.rng.random() < c.kill_rate):
                 self._kill()
             elif self._ctrl is None and self._proc is None:
                 self._start(c.crash_rate)
@@ -408,6 +489,20 @@ class ChaosRun:
         r.decisions = len(records)
         per_uid = Counter(str(rec["uid"]) for rec in records if rec.get("namespace") == self.ns)
         r.duplicate_decisions = sum(max(0, n - self.kueue.reservations[uid]) for uid, n in per_uid.items())
+        if self.cfg.replicas:  # one writer per lease term, and no write outside a term
+            writers: dict[int, set[str]] = {}
+            for rec in records:
+                if rec.get("namespace") != self.ns:
+                    continue
+                if rec.get("lease_term") is None:
+                    r.dual_leaders += 1
+                    r.violations.append(f"{rec.get('controller')} wrote decision {rec.get('decision_id')} holding no lease term")
+                    continue
+                writers.setdefault(int(rec["lease_term"]), set()).add(str(rec.get("controller")))
+            for term, who in sorted(writers.items()):
+                if len(who) > 1:
+                    r.dual_leaders += len(who) - 1
+                    r.violations.append(f"lease term {term} written by {sorted(who)}")
 
         ctrl = Controller(KubePort(self.api), settings=self.settings(), recorder=Recorder(io.StringIO()))
         ctrl.sync()

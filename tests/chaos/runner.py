@@ -36,12 +36,15 @@ class Summary:
     bound: int = 0
     bound_on_others_plan: int = 0
     preemptions: int = 0
+    dual_leaders: int = 0
+    takeovers: int = 0
+    replicas: bool = False
     failed_runs: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, seed: int, r: RunResult) -> None:
         self.runs += 1
         for name in ("double_booked", "unplaceable_owed", "lost", "duplicate_decisions", "ledger_mismatch", "admissions",
-                     "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions"):
+                     "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "dual_leaders", "takeovers"):
             setattr(self, name, getattr(self, name) + getattr(r, name))
         self.faults.update(r.faults)
         self.kills.update(r.kills)
@@ -51,7 +54,7 @@ class Summary:
 
     @property
     def clean(self) -> bool:
-        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions)
+        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders)
 
     def as_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "fault_rate": self.fault_rate, "shapes": self.shapes, "double_booked": self.double_booked,
@@ -60,13 +63,15 @@ class Summary:
                 "admissions_per_s": round(self.admissions / self.chaos_seconds, 2) if self.chaos_seconds else 0.0,
                 "requests": self.requests, "faults_injected": sum(self.faults.values()), "faults": dict(self.faults),
                 "kills": dict(self.kills), "pods_bound": self.bound, "pods_bound_on_others_plan": self.bound_on_others_plan,
-                "preemptions": self.preemptions, "wall_seconds": round(self.wall_seconds, 1),
+                "preemptions": self.preemptions, "dual_leaders": self.dual_leaders, "replicas": self.replicas,
+                "leader_takeovers": self.takeovers, "wall_seconds": round(self.wall_seconds, 1),
                 "peak_rss_mib": peak_rss_mib(), "failed_runs": self.failed_runs[:10]}
 
     def line(self) -> str:
         d = self.as_dict()
         return (f"runs={self.runs} shapes={self.shapes} faults={round(self.fault_rate * 100)}% double_booked={self.double_booked} "
                 f"unplaceable_owed={self.unplaceable_owed} lost={self.lost} duplicate_decisions={self.duplicate_decisions} "
+                + (f"dual_leaders={self.dual_leaders} leader_takeovers={self.takeovers} " if self.replicas else "") +
                 f"admissions={self.admissions} admissions/s={d['admissions_per_s']} injected={d['faults_injected']}/{self.requests} "
                 f"kills={sum(self.kills.values())} peak_rss={d['peak_rss_mib']}MiB")
 
@@ -83,7 +88,7 @@ def run_many(server: ApiServer, runs: int, config: RunConfig, *, prefix: str = "
              controller_factory: Any = None) -> Summary:
     """``runs`` runs, seeds ``config.seed`` … ``config.seed + runs - 1``, each in a namespace of its own."""
     api = server.api_client()
-    summary = Summary(fault_rate=config.fault_rate, shapes=config.shapes)
+    summary = Summary(fault_rate=config.fault_rate, shapes=config.shapes, replicas=config.replicas)
     started = time.monotonic()
     with FaultProxy("127.0.0.1", server.port, server.ca_file, seed=config.seed, rate=config.fault_rate,
                     max_seconds=runs * (config.seconds + 60.0) + 60.0) as proxy:

@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client
 
 from admission.controller import Controller
+from admission.controller._invariant import ClaimSet
 from tests.admission.fabric import Fabric, planned, run
 from tests.chaos.actors import admitted
 from tests.chaos.harness import RunConfig, unplaceable_pods
@@ -37,11 +38,33 @@ def test_an_atoll_run_process_killed_with_sigkill_keeps_every_invariant(apiserve
     assert summary.kills["sigkill"] >= 1 and summary.decisions > 0, summary.json()
 
 
+def test_two_replicas_with_the_leader_killed_never_write_in_one_term(apiserver: Any) -> None:
+    config = RunConfig(seed=31, fault_rate=0.2, seconds=6.0, kill_rate=0.02, shapes="nested", replicas=True)
+    summary = run_many(apiserver, 2, config, prefix="chaos-replicas")
+    assert summary.clean, summary.json()
+    assert summary.dual_leaders == 0 and summary.kills["leader"] >= 1, summary.json()
+    assert summary.takeovers >= 2 and summary.decisions > 0, summary.json()  # a killed leader was replaced and the new one decided
+
+
+def test_the_term_audit_catches_a_replica_that_writes_without_its_lease(apiserver: Any) -> None:
+    """The audit is not blind: replicas whose writes are not fenced and whose records name one term
+    for every tenure look like two leaders in one term."""
+    config = RunConfig(seed=31, fault_rate=0.0, seconds=6.0, kill_rate=0.02, shapes="nested", replicas=True)
+
+    def unfenced(port: Any, **kwargs: Any) -> Controller:
+        port.port.fence = None
+        kwargs["lease_term"] = lambda: 0
+        return Controller(port, **kwargs)
+
+    summary = run_many(apiserver, 1, config, prefix="chaos-unfenced", controller_factory=unfenced)
+    assert summary.kills["leader"] >= 1 and summary.dual_leaders > 0, summary.json()
+
+
 def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:
     """A controller whose ledger counts nothing as owed: admitted pods not yet bound look free."""
     ctrl = Controller(*args, **kwargs)
     ctrl.ledger.apply = lambda snapshot, **_: 0  # type: ignore[method-assign]
-    ctrl.ledger.claims = lambda snapshot, **_: []  # type: ignore[method-assign]
+    ctrl.ledger.claims = lambda snapshot, **_: ClaimSet.empty(snapshot.num_nodes)  # type: ignore[method-assign]
     return ctrl
 
 

@@ -77,36 +77,44 @@ class Witness:
         self._short: dict[Key, int] = {}
 
     @classmethod
-    def from_book(cls, entries: Sequence[Entry], takes: dict[Key, dict[int, int]], extra: dict[Key, list[tuple[int, int]]],
-                  short: dict[Key, int], used: IntArray) -> Witness:
+    def from_book(cls, entries: Callable[[], Sequence[Entry]], by_key: dict[Key, Entry], takes: dict[Key, dict[int, int]],
+                  extra: dict[Key, list[tuple[int, int]]], short: dict[Key, int], used: IntArray) -> Witness:
+        """``entries`` in ledger order, listed only when a list is read (a decision reads none)."""
         w = cls.__new__(cls)
         w._rows = w._demands = w._placed = w._missing = None  # type: ignore[assignment]
-        w.used, w._entries, w._takes, w._extra, w._short = used, entries, takes, extra, short
+        w.used, w._list, w._by_key, w._takes, w._extra, w._short = used, entries, by_key, takes, extra, short
+        w._entries = ()
         return w
+
+    @property
+    def _book_entries(self) -> Sequence[Entry]:
+        if not self._entries and getattr(self, "_list", None) is not None:
+            self._entries = self._list()
+        return self._entries
 
     @property
     def rows(self) -> list[tuple[object, int]]:
         if self._rows is None:
-            self._rows = [(e.row, e.owed) for e in self._entries]
+            self._rows = [(e.row, e.owed) for e in self._book_entries]
         return self._rows
 
     @property
     def demands(self) -> list[Demand]:
         if self._demands is None:
-            self._demands = [e.demand for e in self._entries]
+            self._demands = [e.demand for e in self._book_entries]
         return self._demands
 
     @property
     def missing(self) -> list[int]:
         if self._missing is None:
-            self._missing = [self._short.get(e.key, 0) for e in self._entries]
+            self._missing = [self._short.get(e.key, 0) for e in self._book_entries]
         return self._missing
 
     @property
     def placed(self) -> list[list[tuple[int, int]]]:
         if self._placed is None:
             out = []
-            for e in self._entries:
+            for e in self._book_entries:
                 takes = self._takes.get(e.key)
                 mine = [(n, k) for n, k in e.demand.planned] if takes is None else \
                        [(n, takes[n]) for n, _ in e.demand.planned if takes.get(n, 0) > 0]
@@ -115,9 +123,10 @@ class Witness:
         return self._placed
 
     def short(self) -> list[tuple[object, int, Demand, int]]:
-        """(reservation, owed, demand, pods with no room) for the rows that came up short."""
-        if self._entries or not self._rows:
-            return [(e.row, e.owed, e.demand, self._short[e.key]) for e in self._entries if self._short.get(e.key, 0) > 0]
+        """(reservation, owed, demand, pods with no room) for the rows that came up short, in ledger order."""
+        if getattr(self, "_by_key", None) is not None:
+            found = sorted((self._by_key[k] for k in self._short), key=lambda e: e.order)
+            return [(e.row, e.owed, e.demand, self._short[e.key]) for e in found]
         return [(r, owed, d, m) for (r, owed), d, m in zip(self._rows, self._demands, self._missing) if m > 0]
 
 
@@ -282,9 +291,13 @@ class Book:
         """``place_owed``'s witness for every owed reservation but ``exclude_uid``'s."""
         self.sync(snapshot)
         skip = set(self._uids.get(exclude_uid, ())) if exclude_uid is not None else set()
-        entries = [self._entries[k] for _, k in self._order if k not in skip] if skip else self.entries(snapshot)
+        order = list(self._order)
+
+        def entries() -> list[Entry]:
+            return [self._entries[k] for _, k in order if k not in skip]
+
         if self._over_owed - skip:  # planned beyond what is owed: the greedy's own order decides
-            return self._reference(snapshot, entries)
+            return self._reference(snapshot, entries())
         free = snapshot.free
         use = self._use
         if skip:
@@ -331,7 +344,7 @@ class Book:
                     short[key] -= take
                     if short[key] == 0:
                         break
-        return Witness.from_book(entries, takes, extra, {k: m for k, m in short.items() if m > 0}, used)
+        return Witness.from_book(entries, dict(self._entries), takes, extra, {k: m for k, m in short.items() if m > 0}, used)
 
     def _planned_nodes(self) -> IntArray:
         """Nodes some owed pods are planned on (the only ones the planned pods can over-book), sorted."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, TextIO
 
 import structlog
@@ -134,7 +134,7 @@ class DecisionRecord:
     an auditor sees that no two replicas wrote in one term."""
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _plain(self)  # type: ignore[no-any-return]
 
 
 class Recorder:
@@ -149,3 +149,15 @@ class Recorder:
 
     def record(self, rec: DecisionRecord) -> None:
         self.logger.info(DECISION_EVENT, **rec.as_dict())
+
+
+def _plain(value: Any) -> Any:
+    """``dataclasses.asdict`` without its deep copy of every leaf: a record is rendered once, at
+    once, and its strings and numbers are immutable (tuples become lists, as JSON has them)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

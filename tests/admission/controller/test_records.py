@@ -27,3 +27,19 @@ def test_exact_enforcement_holds_every_slice_whatever_the_selector() -> None:
     recs = slice_records(TWO, {}, LEVELS, exact=True)
     assert all(r["held"] and r["held_by"] == "planned nodes (exact)" for r in recs)
     assert not any(r["held"] for r in slice_records(TWO, {}, LEVELS, exact=False))
+
+
+def test_a_record_renders_as_dataclasses_asdict_would() -> None:
+    """The record's own conversion skips asdict's deep copies; the JSON an auditor reads is the same."""
+    import dataclasses
+    import json
+
+    from admission.controller._records import DecisionRecord, PodSetRecord, WhyNotRecord
+
+    placement = PodSetRecord("workers", 2, 4, {"r0-n0": 1, "r0-n1": 1}, CLIQUE, ["u0", "r0"], 1, CLIQUE, 0.98, 1.0, 1800.0,
+                             {CLIQUE: "r0"}, slice_records(TWO[:1], {CLIQUE: "r0"}, LEVELS, exact=False))
+    rec = DecisionRecord("d1", "2026-11-24T00:00:00Z", "w", "ns", "uid", "lq", "cq", "gb200", "strict", "", "admit", "Ready", "placed",
+                         placement=(placement,), why_not=(WhyNotRecord("workers", CLIQUE, ["u0", "r1"], 1, 2, "too small"),),
+                         notes=("a note",), controller="replica-a", lease_term=3)
+    assert json.dumps(rec.as_dict(), sort_keys=True) == json.dumps(dataclasses.asdict(rec), sort_keys=True)
+    assert rec.as_dict()["placement"][0]["slices"][0]["domain"] == ["u0", "r0"]

@@ -344,13 +344,14 @@ class ChaosRun:
 
     def _kill_replica(self, rep: _Replica, *, count: bool = True) -> None:
         """As SIGKILL: both of its ports die at once (no release of the Lease), then its threads end."""
+        was_leader = rep.elector.is_leader  # before its elector's thread winds down
         for port in rep.ports:
             port.kill()
         rep.stop.set()
         rep.thread.join(timeout=5.0)
         rep.ctrl.stop(timeout=2.0)
         if count:
-            self.result.kills["leader" if rep.elector.is_leader else "standby"] += 1
+            self.result.kills["leader" if was_leader else "standby"] += 1
             self.result.kills.update(Counter({k: v for k, v in rep.ports[1].crashes.items() if k != "random-time"}))
         self._replicas.remove(rep)
 

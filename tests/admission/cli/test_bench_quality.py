@@ -86,7 +86,7 @@ def test_kept_share_is_each_model_s_advantage_over_exact_s() -> None:
 
 
 def test_scale_run_reports_time_and_peak_memory_from_its_own_process(capsys: pytest.CaptureFixture[str]) -> None:
-    assert bq.main(["--skip-quality", "--scale-jobs", "300", "--format", "json"]) == 0
+    assert bq.main(["--skip-quality", "--skip-binding", "--scale-jobs", "300", "--format", "json"]) == 0
     import json
 
     data = json.loads(capsys.readouterr().out)["scale"]

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from admission.controller._invariant import ClaimSet, Demand, place_owed
+from admission.controller._invariant import ClaimSet, Demand, place_owed, whole_pods
 from topology import Snapshot
 
 __all__ = ["Book", "Entry", "Witness"]
@@ -61,73 +61,80 @@ Resolve = Callable[[Key, Snapshot], Entry | None]
 """Builds a reservation's entry on a snapshot (None: it owes nothing)."""
 
 
+@dataclass(frozen=True, slots=True)
+class _BookView:
+    """What the book's witness keeps to answer ``rows``, ``placed`` … when asked."""
+
+    entries: Callable[[], Sequence[Entry]]
+    """The witness's entries in ledger order (listed only when a list is read)."""
+    by_key: dict[Key, Entry]
+    takes: dict[Key, dict[int, int]]
+    """Per entry replayed on an over-booked node: planned node → pods taken."""
+    extra: dict[Key, list[tuple[int, int]]]
+    """Per entry: (node, pods) placed beyond its planned nodes."""
+    short: dict[Key, int]
+    """Per entry: pods with no room."""
+
+
 class Witness:
     """One flavor's owed pods placed on a snapshot: ``rows`` (reservation, pods owed) in ledger
     order, their ``demands``, where each is counted (``placed``), the pods that found no room
-    (``missing``) and the resources the witness uses per node (``used``). Lists are built when
-    first read: a decision needs only ``used`` and the short rows."""
+    (``missing``) and the resources the witness uses per node (``used``). Built from lists, or
+    from the book, whose lists are made when first read: a decision needs only ``used`` and the
+    short rows."""
 
-    def __init__(self, rows: list[tuple[object, int]], demands: list[Demand], placed: list[list[tuple[int, int]]],
-                 missing: list[int], used: IntArray) -> None:
+    def __init__(self, rows: list[tuple[object, int]] | None, demands: list[Demand] | None, placed: list[list[tuple[int, int]]] | None,
+                 missing: list[int] | None, used: IntArray, *, view: _BookView | None = None) -> None:
         self._rows, self._demands, self._placed, self._missing = rows, demands, placed, missing
         self.used = used
-        self._entries: Sequence[Entry] = ()
-        self._takes: dict[Key, dict[int, int]] = {}
-        self._extra: dict[Key, list[tuple[int, int]]] = {}
-        self._short: dict[Key, int] = {}
+        self._view = view
+        self._listed: Sequence[Entry] | None = None
 
-    @classmethod
-    def from_book(cls, entries: Callable[[], Sequence[Entry]], by_key: dict[Key, Entry], takes: dict[Key, dict[int, int]],
-                  extra: dict[Key, list[tuple[int, int]]], short: dict[Key, int], used: IntArray) -> Witness:
-        """``entries`` in ledger order, listed only when a list is read (a decision reads none)."""
-        w = cls.__new__(cls)
-        w._rows = w._demands = w._placed = w._missing = None  # type: ignore[assignment]
-        w.used, w._list, w._by_key, w._takes, w._extra, w._short = used, entries, by_key, takes, extra, short
-        w._entries = ()
-        return w
-
-    @property
-    def _book_entries(self) -> Sequence[Entry]:
-        if not self._entries and getattr(self, "_list", None) is not None:
-            self._entries = self._list()
-        return self._entries
+    def _entries(self) -> Sequence[Entry]:
+        assert self._view is not None
+        if self._listed is None:
+            self._listed = self._view.entries()
+        return self._listed
 
     @property
     def rows(self) -> list[tuple[object, int]]:
         if self._rows is None:
-            self._rows = [(e.row, e.owed) for e in self._book_entries]
+            self._rows = [(e.row, e.owed) for e in self._entries()]
         return self._rows
 
     @property
     def demands(self) -> list[Demand]:
         if self._demands is None:
-            self._demands = [e.demand for e in self._book_entries]
+            self._demands = [e.demand for e in self._entries()]
         return self._demands
 
     @property
     def missing(self) -> list[int]:
         if self._missing is None:
-            self._missing = [self._short.get(e.key, 0) for e in self._book_entries]
+            assert self._view is not None
+            self._missing = [self._view.short.get(e.key, 0) for e in self._entries()]
         return self._missing
 
     @property
     def placed(self) -> list[list[tuple[int, int]]]:
         if self._placed is None:
+            v = self._view
+            assert v is not None
             out = []
-            for e in self._book_entries:
-                takes = self._takes.get(e.key)
-                mine = [(n, k) for n, k in e.demand.planned] if takes is None else \
-                       [(n, takes[n]) for n, _ in e.demand.planned if takes.get(n, 0) > 0]
-                out.append(mine + self._extra.get(e.key, []))
+            for e in self._entries():
+                takes = v.takes.get(e.key)
+                mine = list(e.demand.planned) if takes is None else [(n, takes[n]) for n, _ in e.demand.planned if takes.get(n, 0) > 0]
+                out.append(mine + v.extra.get(e.key, []))
             self._placed = out
         return self._placed
 
     def short(self) -> list[tuple[object, int, Demand, int]]:
         """(reservation, owed, demand, pods with no room) for the rows that came up short, in ledger order."""
-        if getattr(self, "_by_key", None) is not None:
-            found = sorted((self._by_key[k] for k in self._short), key=lambda e: e.order)
-            return [(e.row, e.owed, e.demand, self._short[e.key]) for e in found]
-        return [(r, owed, d, m) for (r, owed), d, m in zip(self._rows, self._demands, self._missing) if m > 0]
+        v = self._view
+        if v is not None:
+            found = sorted((v.by_key[k] for k in v.short), key=lambda e: e.order)
+            return [(e.row, e.owed, e.demand, v.short[e.key]) for e in found]
+        return [(r, owed, d, m) for (r, owed), d, m in zip(self.rows, self.demands, self.missing) if m > 0]
 
 
 class Book:
@@ -163,10 +170,6 @@ class Book:
     def touch(self, keys: Iterable[Key]) -> None:
         """These reservations changed (owed, planned, or gone): resolve them again on next use."""
         self._pending.update(keys)
-
-    def entries(self, snapshot: Snapshot) -> list[Entry]:
-        self.sync(snapshot)
-        return [self._entries[k] for _, k in self._order]
 
     def sync(self, snapshot: Snapshot) -> None:
         stamp = _stamp(snapshot)
@@ -334,7 +337,7 @@ class Book:
                 d = self._entries[key].demand
                 if d.domain.size == 0:
                     continue
-                caps = _fit(left[d.domain], d.shape)
+                caps = whole_pods(left[d.domain], d.shape)
                 for pos in np.flatnonzero(caps > 0).tolist():
                     node = int(d.domain[pos])
                     take = min(int(caps[pos]), short[key])
@@ -344,7 +347,8 @@ class Book:
                     short[key] -= take
                     if short[key] == 0:
                         break
-        return Witness.from_book(entries, dict(self._entries), takes, extra, {k: m for k, m in short.items() if m > 0}, used)
+        view = _BookView(entries, dict(self._entries), takes, extra, {k: m for k, m in short.items() if m > 0})
+        return Witness(None, None, None, None, used, view=view)
 
     def _planned_nodes(self) -> IntArray:
         """Nodes some owed pods are planned on (the only ones the planned pods can over-book), sorted."""
@@ -374,15 +378,10 @@ class Book:
         if mine:
             c[:, mine] = np.array([[0], [0], [-1], [0]])
         if self._stacked is None:
-            self._stacked = np.stack(self._masks) if self._masks else np.zeros((0, snapshot.num_nodes), dtype=bool)
+            self._stacked = np.stack(self._masks)  # row 0, the empty domain, is always there
         out = ClaimSet(self._who, c[0], c[1], c[2], c[3], self._stacked, mask_rows=self._mask_rows)
         self._claims = (exclude_uid, out)
         return out
-
-
-def _fit(free_rows: IntArray, shape: IntArray) -> IntArray:
-    need = shape > 0
-    return np.asarray(np.min(free_rows[:, need] // shape[need], axis=1), dtype=np.int64)
 
 
 def _stamp(snapshot: Snapshot) -> object:

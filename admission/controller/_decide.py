@@ -198,8 +198,7 @@ class Decider:
         except ValueError as exc:
             return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
         snap = shared.fork()
-        owed = self.ledger.witness(snap, exclude_uid=view.uid)  # once: what is counted as used, and the claims below
-        reserved = self.ledger.apply(snap, witness=owed)
+        reserved = self.ledger.apply(snap, exclude_uid=view.uid)  # what admitted Workloads still owe counts as used
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
@@ -430,7 +429,7 @@ class Decider:
             need = np.bincount(at, weights=cost[single], minlength=starts.size).astype(np.int64)
             narrower = np.zeros(starts.size, dtype=bool)
             narrower[at[sizes[at] > 1]] = True
-            if (~single).any() and cs.masks.shape[0]:
+            if (~single).any():
                 touch_u = np.add.reduceat(cs.masks.astype(np.int64), starts, axis=1)   # distinct domains × level domains: nodes inside
                 share_u = np.add.reduceat(cs.masks * slots, starts, axis=1)           # their slots there
                 spans_u = (touch_u > 0).sum(axis=1) > 1

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from topology import ResourceVector
 
-__all__ = ["Claim", "ClaimSet", "Demand", "OwedPods", "Violation", "check_invariant", "exposed_claims", "place_owed", "pod_shape"]
+__all__ = ["Claim", "ClaimSet", "Demand", "OwedPods", "Violation", "check_invariant", "exposed_claims", "place_owed", "pod_shape", "whole_pods"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -43,7 +43,7 @@ class Demand:
     domain: IntArray
 
 
-def _fit(free_rows: IntArray, shape: IntArray) -> IntArray:
+def whole_pods(free_rows: IntArray, shape: IntArray) -> IntArray:
     """Whole pods of ``shape`` that fit on each row (min over the resources it requests)."""
     need = shape > 0
     return np.asarray(np.min(free_rows[:, need] // shape[need], axis=1), dtype=np.int64)
@@ -84,7 +84,7 @@ def place_owed(free: IntArray, demands: Sequence[Demand]) -> tuple[list[list[tup
         d = demands[j]
         if missing[j] == 0 or d.domain.size == 0:
             continue
-        caps = _fit(left[d.domain], d.shape)
+        caps = whole_pods(left[d.domain], d.shape)
         for pos in np.flatnonzero(caps > 0):
             node = int(d.domain[pos])
             take = min(int(caps[pos]), missing[j])
@@ -144,8 +144,9 @@ class ClaimSet:
 
     @classmethod
     def empty(cls, num_nodes: int) -> ClaimSet:
+        """No claims; mask row 0 is the empty domain (every set has it, so no row lookup can miss)."""
         z = np.zeros(0, dtype=np.int64)
-        return cls((), z, z, z, z, np.zeros((0, num_nodes), dtype=bool))
+        return cls((), z, z, z, z, np.zeros((1, num_nodes), dtype=bool))
 
     def __len__(self) -> int:
         return len(self.who)
@@ -233,13 +234,11 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
     multi = ~single
     pinned = np.bincount(node[single & live], weights=(pods * gpu)[single & live], minlength=free_gpu.size).astype(np.int64)
     dom_m = np.where(multi, dom, 0)
-    sizes_u = cs.sizes
-    sizes = np.where(multi, sizes_u[dom_m] if masks.shape[0] else 0, 1)
+    sizes = np.where(multi, cs.sizes[dom_m], 1)
     if near is None:
         focus = np.arange(len(cs))
     else:
-        meets_u = masks[:, near].any(axis=1) if masks.shape[0] else np.zeros(0, dtype=bool)
-        meets = np.where(single, near[np.maximum(node, 0)], meets_u[dom_m] if masks.shape[0] else False)
+        meets = np.where(single, near[np.maximum(node, 0)], masks[:, near].any(axis=1)[dom_m])
         focus = np.flatnonzero(meets)
     out: list[int] = []
     for d in focus.tolist():
@@ -255,24 +254,23 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
         if single[d]:
             others[0] -= pods[d] * g
         need = int(pods[d]) + int((slots - np.maximum(free - others, 0) // g).sum())
-        if masks.shape[0]:
-            cols_u = masks[:, here_idx]                              # every distinct domain restricted to D
-            inside = np.where(multi, cols_u.sum(axis=1)[dom_m], 0)
-            wide = live & multi & (inside > 0)
-            wide[d] = False
-            if wide.any():
-                per_pod = -(-gpu // g)                               # ⌈g_e / g⌉ slots of d a pod of e can cost
-                reach = pods * per_pod
-                thief = wide & (sizes > inside)
-                if thief.any():
-                    cols_i = cols_u.astype(np.int64)
-                    fit = np.zeros(len(cs), dtype=np.int64)
-                    for size in sorted({int(x) for x in gpu[thief]}):
-                        rows = thief & (gpu == size)
-                        fit[rows] = (cols_i @ (free // size))[dom[rows]]
-                    room = (cols_i @ slots)[dom[thief]]
-                    reach[thief] = np.minimum(np.minimum(pods[thief], fit[thief]) * per_pod[thief], room)
-                need += int(reach[wide].sum())
+        cols_u = masks[:, here_idx]                                  # every distinct domain restricted to D
+        inside = np.where(multi, cols_u.sum(axis=1)[dom_m], 0)
+        wide = live & multi & (inside > 0)
+        wide[d] = False
+        if wide.any():
+            per_pod = -(-gpu // g)                                   # ⌈g_e / g⌉ slots of d a pod of e can cost
+            reach = pods * per_pod
+            thief = wide & (sizes > inside)
+            if thief.any():
+                cols_i = cols_u.astype(np.int64)
+                fit = np.zeros(len(cs), dtype=np.int64)
+                for size in sorted({int(x) for x in gpu[thief]}):
+                    rows = thief & (gpu == size)
+                    fit[rows] = (cols_i @ (free // size))[dom[rows]]
+                room = (cols_i @ slots)[dom[thief]]
+                reach[thief] = np.minimum(np.minimum(pods[thief], fit[thief]) * per_pod[thief], room)
+            need += int(reach[wide].sum())
         if need > int(slots.sum()):
             out.append(int(d))
     return out

@@ -6,7 +6,7 @@ key path as users wrote it (``profiles.strict.retry.maxSeconds``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import (
@@ -104,6 +104,8 @@ class Profile(_Strict):
     flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
     _name: str = PrivateAttr(default="profile")
     _candidates: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
+    _resolved: dict[tuple[str, tuple[str, ...], str], Profile | Exception] = PrivateAttr(default_factory=dict)
+    """``for_flavor``'s answers (the model is frozen, so they never go stale)."""
 
     @model_validator(mode="wrap")
     @classmethod
@@ -158,13 +160,34 @@ class Profile(_Strict):
     def strict(self) -> bool:
         return self.required_level is not None
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Profile:
+        """A copy answers ``for_flavor`` afresh: with other fields, other answers."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy._resolved = {}
+        return copy
+
     def for_flavor(self, flavor: str, level_labels: Sequence[str], *, name: str | None = None) -> Profile:
         """This profile as ``flavor`` sees it: its ``flavors.<flavor>`` overrides applied, every
         level checked against the flavor's Topology (``level_labels``). Raises ``ProfileLevelError``
         naming the field (``profiles.elastic.flavors.a100.maxSpanLevel``) for a level still missing."""
+        label = name or self._name
+        key = (flavor, tuple(level_labels), label)
+        known = self._resolved.get(key)
+        if known is None:
+            try:
+                known = self._for_flavor(flavor, level_labels, label)
+            except ValueError as exc:
+                known = exc
+            if len(self._resolved) >= 256:
+                self._resolved.clear()
+            self._resolved[key] = known
+        if isinstance(known, Exception):
+            raise known
+        return known
+
+    def _for_flavor(self, flavor: str, level_labels: Sequence[str], label: str) -> Profile:
         from policies._decision import ProfileLevelError  # defined beside decide(), which imports this module
 
-        label = name or self._name
         overrides = self.flavors.get(flavor)
         given = overrides.model_fields_set if overrides else set()
         update: dict[str, object] = {"flavors": {}}

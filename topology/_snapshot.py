@@ -10,6 +10,7 @@ in-flight reservations without touching the shared state, as Kueue's TAS snapsho
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -93,6 +94,11 @@ class Snapshot:
         self.free: IntArray = np.zeros((n, NUM_RESOURCES), dtype=np.int64)
         self.perf = np.ones(n, dtype=np.float64)
         self.eligible = np.zeros(n, dtype=np.uint8)
+        self.eligible_token: object = object()
+        """Replaced whenever ``eligible`` changes: answers computed from eligibility can be kept
+        against it (it is held, never compared by id)."""
+        self._borrowed: set[str] = set()
+        """Arrays shared with a fork or its parent (``perf``, ``eligible``): copied before the first write."""
         self.taint_blocked: dict[int, tuple[Taint, ...]] = {}
         """Nodes healthy but for taints the flavor does not tolerate; pods that tolerate them may use them."""
         self.labels: list[Mapping[str, str]] = [{} for _ in range(n)]
@@ -163,11 +169,12 @@ class Snapshot:
         used = node.used.as_tuple()
         self.alloc[i] = alloc
         self.free[i] = [max(0, a - u) for a, u in zip(alloc, used)]
-        self.perf[i] = node.perf
+        if self.perf[i] != node.perf:
+            self._own("perf")[i] = node.perf
         self.labels[i] = node.labels
         blocking = untolerated_taints(node, self.tolerations)
         healthy = node.ready and not node.unschedulable
-        self.eligible[i] = 1 if healthy and not blocking else 0
+        self._set_eligible(i, 1 if healthy and not blocking else 0)
         if healthy and blocking:
             self.taint_blocked[i] = blocking
         else:
@@ -175,8 +182,21 @@ class Snapshot:
 
     def exclude(self, node: int) -> None:
         """Rule a node out for every pod of this (forked) snapshot, whatever the pods tolerate."""
-        self.eligible[node] = 0
+        self._set_eligible(node, 0)
         self.taint_blocked.pop(node, None)
+
+    def _set_eligible(self, i: int, value: int) -> None:
+        if self.eligible[i] != value:
+            self._own("eligible")[i] = value
+            self.eligible_token = object()
+
+    def _own(self, name: str) -> npt.NDArray[Any]:
+        """The array ``name``, copied first if a fork shares it."""
+        if name in self._borrowed:
+            setattr(self, name, getattr(self, name).copy())
+            self._borrowed.discard(name)
+        out: npt.NDArray[Any] = getattr(self, name)
+        return out
 
     def eligible_for(self, tolerations: Sequence[Toleration]) -> npt.NDArray[np.uint8]:
         """Eligibility for pods that carry ``tolerations`` on top of the flavor's own."""
@@ -220,13 +240,18 @@ class Snapshot:
         return True
 
     def fork(self) -> Snapshot:
-        """A copy whose mutable state (free, perf, eligibility) is private; structure shared."""
+        """A copy whose mutable state (free, perf, eligibility) is private; structure shared.
+        ``perf`` and ``eligible`` are shared until either side writes them (a decision's fork
+        rarely does), so a fork costs one copy of ``free``."""
         twin = object.__new__(Snapshot)
         for name in _SHARED:
             setattr(twin, name, getattr(self, name))
         twin.free = self.free.copy()
-        twin.perf = self.perf.copy()
-        twin.eligible = self.eligible.copy()
+        twin.perf = self.perf
+        twin.eligible = self.eligible
+        twin.eligible_token = self.eligible_token
+        self._borrowed = {"perf", "eligible"}
+        twin._borrowed = {"perf", "eligible"}
         twin.taint_blocked = dict(self.taint_blocked)
         twin.excluded = dict(self.excluded)
         return twin

@@ -388,7 +388,7 @@ def _stamp(snapshot: Snapshot) -> object:
     """What a resolved entry depends on besides the reservation: node structure and who may use which node."""
     blocked = tuple(sorted((i, t) for i, t in snapshot.taint_blocked.items())) if snapshot.taint_blocked else ()
     token = snapshot.static_cache.setdefault(_TOKEN, object())  # renewed when labels or allocatable change (the cache is cleared)
-    return (id(snapshot.node_names), id(token), snapshot.eligible.tobytes(), hash(blocked))
+    return (id(snapshot.node_names), id(token), snapshot.eligible_token, hash(blocked))
 
 
 _TOKEN = ("owed-book-token",)

@@ -112,13 +112,18 @@ class Decider:
         for profile in (Profile(requiredLevel="warm-up/island"), Profile(preferredLevel="warm-up/island", relaxAfterSeconds=0)):
             decide(snap, spec, profile_name="warm-up", profile=profile, now=0.0)
 
-    def evaluate(self, obj: Obj, decision_id: str, now: float) -> Verdict:
-        """The decision for one Workload on the current cache and ledger, at time ``now``."""
+    def evaluate(self, obj: Obj, decision_id: str, now: float, *, view: WorkloadView | None = None) -> Verdict:
+        """The decision for one Workload on the current cache and ledger, at time ``now``.
+
+        ``view``: ``parse_workload(obj)`` already read by a caller whose Workload has not changed
+        since (the simulator reads each of its Workloads once; its spec and admission never change
+        while it waits)."""
         doc = self.cache.profiles
         assert doc is not None
         wait = read_wait_state(obj, atoll_check_names(self.cache.objects[ADMISSION_CHECKS], self.settings.kueue))
         try:
-            view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+            if view is None:
+                view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
         except WorkloadError as exc:
             name = object_key(obj) if isinstance(obj.get("metadata"), dict) else "(no metadata)"
             return Verdict("reject", f"Rejected: Workload {name} cannot be read: {exc}", decision_id=decision_id)

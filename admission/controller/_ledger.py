@@ -33,7 +33,7 @@ import structlog
 
 from admission.controller._book import Book, Entry, Witness
 from admission.controller._invariant import ClaimSet, Demand, OwedPods, pod_shape
-from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
+from admission.controller._workloads import WorkloadError, WorkloadView, check_entry, condition_true, parse_workload
 from admission.kube import Obj
 from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, Toleration
 
@@ -159,8 +159,9 @@ class Ledger:
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_uid.values())
 
-    def observe(self, obj: Obj, check_names: Iterable[str]) -> None:
-        """Recompute one Workload's reservations from its current state."""
+    def observe(self, obj: Obj, check_names: Iterable[str], *, view: WorkloadView | None = None) -> None:
+        """Recompute one Workload's reservations from its current state (``view``: the Workload
+        already read, as ``Decider.evaluate`` takes it)."""
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         names = set(check_names)
         if not holds_reservation(obj, names):
@@ -168,7 +169,8 @@ class Ledger:
             return
         entry = check_entry(obj, names) or {}
         try:
-            view = parse_workload(obj, gpu_resource=self.gpu_resource)
+            if view is None:
+                view = parse_workload(obj, gpu_resource=self.gpu_resource)
         except WorkloadError as exc:
             _log.warning("admitted workload unreadable; its reservation is not counted", workload=_key(obj), error=str(exc))
             self.forget(uid)

@@ -20,19 +20,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, decode_planned, parse_workload
+from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, WorkloadView, decode_planned, parse_workload
 from admission.controller._invariant import OwedPods
 from admission.controller._wait import WAITING_CONDITION, waiting_condition
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
 from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._scheduler import BindingModel
-from policies import ProfilesDocument, WaitState
+from policies import ProfilesDocument
 from policies._annotations import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE
 from topology import HOSTNAME_LABEL, ClusterModel, NodeConstraint, ResourceVector, SliceLayer, Snapshot, Toleration
 
@@ -115,8 +116,10 @@ class DeployedAtoll:
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._domains: dict[tuple[int, tuple[tuple[str, str], ...]], IntArray] = {}
         self._pod_seq = 0
-        self._spec_of: dict[int, tuple[Any, ...]] = {}
-        self._views: dict[tuple[Any, ...], Any] = {}
+        self._views: dict[tuple[Any, ...], WorkloadView] = {}
+        """Shape → its Workload read once (``read``)."""
+        self.views: dict[int, WorkloadView] = {}
+        """Job → its Workload as read (``Decider.evaluate`` and ``Ledger.observe`` take it)."""
         self.verdicts = 0
         self._index_map: tuple[tuple[int, int], IntArray | None] | None = None
 
@@ -141,20 +144,30 @@ class DeployedAtoll:
         """The Workload of simulated job ``job`` (built on its first decision, kept across Retries)."""
         obj = self.workloads.get(job)
         if obj is None:
-            self._spec_of[job] = (flavor, pods, per_pod, kind, slices)
+            key = (flavor, pods, per_pod, kind, slices)
             obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind, slices)}],
                                                         flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}")
+            self.views[job] = self.read(obj, key)
         return obj
+
+    def read(self, obj: dict[str, Any], key: tuple[Any, ...]) -> WorkloadView:
+        """``parse_workload(obj)``: Workloads of one shape differ only in name and uid, so each
+        shape is read once (``test_deployed`` compares the two)."""
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        meta = obj["metadata"]
+        return dataclasses.replace(view, name=meta["name"], uid=meta["uid"])
 
     # ------------------------------------------------------------------ deciding
 
     def decide(self, job: int, obj: dict[str, Any], now: float) -> Verdict:
         """``Decider.evaluate`` on the Workload; its outcome is written back as the controller and Kueue would."""
-        wait_before = self.wait_state(obj)
-        verdict = self.decider.evaluate(obj, f"d{job}-{wait_before.attempts}", now)
-        self.verdicts += 1
         status = obj["status"]
         entry = status["admissionChecks"][0]
+        view = self.views[job]
+        verdict = self.decider.evaluate(obj, f"d{job}-{int(entry.get('retryCount') or 0)}", now, view=view)
+        self.verdicts += 1
         condition = waiting_condition(obj, verdict.outcome, now, 1)
         if condition is not None:
             status["conditions"] = [c for c in status["conditions"] if c.get("type") != WAITING_CONDITION] + [condition]
@@ -162,24 +175,14 @@ class DeployedAtoll:
             entry["retryCount"] = int(entry.get("retryCount") or 0) + 1
         elif verdict.outcome == "admit":
             entry.update(state="Ready", podSetUpdates=verdict.podset_updates)
-            self.ledger.observe(obj, self.check_names)
-            self._admit(job, obj, verdict)
+            self.ledger.observe(obj, self.check_names, view=view)
+            self._admit(job, view, verdict)
         else:
             entry["state"] = "Rejected"
         return verdict
 
-    def wait_state(self, obj: dict[str, Any]) -> WaitState:
-        from admission.controller import read_wait_state
-
-        return read_wait_state(obj, self.check_names)
-
-    def _admit(self, job: int, obj: dict[str, Any], verdict: Verdict) -> None:
-        key = self._spec_of.pop(job, None)  # Workloads of one shape have one spec: read it once
-        view = self._views.get(key) if key is not None else None
-        if view is None:
-            view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
-            if key is not None:
-                self._views[key] = view
+    def _admit(self, job: int, view: WorkloadView, verdict: Verdict) -> None:
+        obj = self.workloads[job]
         flavor = self.flavor_names.index(view.flavors[PODSET]) if PODSET in view.flavors else 0
         updates = {u["name"]: u for u in verdict.podset_updates}
         podsets = []
@@ -305,11 +308,12 @@ class DeployedAtoll:
         adm.obj["status"]["conditions"].append({"type": "Finished", "status": "True", "reason": "Succeeded"})
         self.ledger.observe(adm.obj, self.check_names)
         self.workloads.pop(job, None)
+        self.views.pop(job, None)
 
     def forget(self, job: int) -> None:
         """A Workload that will never be decided again (rejected)."""
         self.workloads.pop(job, None)
-        self._spec_of.pop(job, None)
+        self.views.pop(job, None)
 
     # ------------------------------------------------------------------ the invariant's inputs
 

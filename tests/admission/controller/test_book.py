@@ -73,7 +73,7 @@ def test_the_book_answers_what_place_owed_answers_from_scratch(steps: list, excl
             node, gpus = arg
             snap.free[node] = np.maximum(snap.free[node] - np.array([gpus, gpus * 500, gpus * 4096, 1]), 0)
         else:  # a node leaves the fabric's usable set: domains change, the book resolves again
-            snap.eligible[arg] = 0
+            snap.exclude(arg)
         uid = None if exclude is None else f"uid{exclude}"
         expected = [resolve(k, snap) for k in sorted(current, key=lambda k: current[k].order) if k[0] != uid]
         demands = [e.demand for e in expected if e is not None and e.owed > 0]

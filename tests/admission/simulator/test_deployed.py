@@ -96,3 +96,18 @@ def test_a_deployed_policy_decides_through_the_controller_and_writes_back_what_i
     bound = atoll.bind(0, snap)
     assert sum(k for _, k in bound) == 2 and atoll.owed(0, snap) == []
     assert atoll.ledger.owed(atoll.cache.snapshot("f")) == []  # the cache saw the pods, the ledger let go
+
+
+def test_each_workload_is_read_as_parse_workload_reads_it() -> None:
+    """The simulator reads a shape's Workload once and renames it per job: the view each job's
+    decision gets equals ``parse_workload`` on that job's own Workload."""
+    from admission.controller import parse_workload
+
+    model = one_island()
+    deployed = DeployedAtoll("atoll-strict", "strict", DOC, model)
+    per_pod = ResourceVector(gpu=4, cpu_milli=8000, memory_mib=65536)
+    for job, (pods, kind) in enumerate([(2, "training"), (2, "training"), (1, "inference"), (2, "training")]):
+        obj = deployed.workload(job, 0, pods, per_pod, kind)
+        assert deployed.views[job] == parse_workload(obj, gpu_resource=deployed.settings.kueue.gpu_resource)
+    assert deployed.views[0] != deployed.views[1]  # same shape, own name and uid
+    assert len(deployed._views) == 2  # two shapes, each read once

@@ -84,11 +84,32 @@ class Witness:
     short rows."""
 
     def __init__(self, rows: list[tuple[object, int]] | None, demands: list[Demand] | None, placed: list[list[tuple[int, int]]] | None,
-                 missing: list[int] | None, used: IntArray, *, view: _BookView | None = None) -> None:
+                 missing: list[int] | None, used: IntArray | None, *, view: _BookView | None = None,
+                 sparse: tuple[IntArray, IntArray, int] | None = None) -> None:
         self._rows, self._demands, self._placed, self._missing = rows, demands, placed, missing
-        self.used = used
+        self._used = used
+        self._sparse = sparse
         self._view = view
         self._listed: Sequence[Entry] | None = None
+
+    @property
+    def used(self) -> IntArray:
+        """Resources the witness uses, per node of the snapshot."""
+        if self._used is None:
+            assert self._sparse is not None
+            nodes, rows, n = self._sparse
+            self._used = np.zeros((n, 4), dtype=np.int64)
+            self._used[nodes] = rows
+        return self._used
+
+    def used_rows(self) -> tuple[IntArray, IntArray]:
+        """(nodes, their rows of ``used``), the nodes distinct: all the witness uses, for a fabric
+        where owed pods touch few nodes."""
+        if self._sparse is not None:
+            return self._sparse[0], self._sparse[1]
+        used = self.used
+        nodes = np.flatnonzero(used.any(axis=1))
+        return nodes, used[nodes]
 
     def _entries(self) -> Sequence[Entry]:
         assert self._view is not None
@@ -302,19 +323,17 @@ class Book:
         if self._over_owed - skip:  # planned beyond what is owed: the greedy's own order decides
             return self._reference(snapshot, entries())
         free = snapshot.free
-        use = self._use
-        if skip:
-            use = use.copy()
-            for k in skip:
-                d = self._entries[k].demand
-                for n, q in d.planned:
-                    use[n] -= d.shape * q
-        used = use.copy()
+        planned = self._planned_nodes()
+        rows = self._use[planned]  # a copy: the planned nodes' usage, the only rows it can have
+        for k in skip:
+            d = self._entries[k].demand
+            for n, q in d.planned:
+                rows[int(np.searchsorted(planned, n))] -= d.shape * q
         takes: dict[Key, dict[int, int]] = {}
         short: dict[Key, int] = {}
-        planned = self._planned_nodes()
-        over = planned[(use[planned] > free[planned]).any(axis=1)] if planned.size else planned
-        for n in over.tolist():  # over-booked: replay the greedy there
+        over = np.flatnonzero((rows > free[planned]).any(axis=1)) if planned.size else planned
+        for pos in over.tolist():  # over-booked: replay the greedy there
+            n = int(planned[pos])
             row = free[n].copy()
             for key in sorted((k for k in self._on_node.get(n, ()) if k not in skip), key=lambda k: self._entries[k].order):
                 e = self._entries[key]
@@ -325,29 +344,33 @@ class Book:
                 takes.setdefault(key, {m: q for m, q in e.demand.planned})[n] = take
                 if take < want:
                     short[key] = short.get(key, 0) + want - take
-            used[n] = free[n] - row
+            rows[pos] = free[n] - row
         for key in self._floating - skip:
             e = self._entries[key]
             short[key] = short.get(key, 0) + e.owed - e.planned_pods
         extra: dict[Key, list[tuple[int, int]]] = {}
-        if short:
-            rank = {k: i for i, k in enumerate(sorted(short, key=lambda k: self._entries[k].order))}
-            left = free - used
-            for key in sorted(short, key=lambda k: (self._entries[k].demand.domain.size, rank[k])):
-                d = self._entries[key].demand
-                if d.domain.size == 0:
-                    continue
-                caps = whole_pods(left[d.domain], d.shape)
-                for pos in np.flatnonzero(caps > 0).tolist():
-                    node = int(d.domain[pos])
-                    take = min(int(caps[pos]), short[key])
-                    left[node] -= d.shape * take
-                    used[node] += d.shape * take
-                    extra.setdefault(key, []).append((node, take))
-                    short[key] -= take
-                    if short[key] == 0:
-                        break
-        view = _BookView(entries, dict(self._entries), takes, extra, {k: m for k, m in short.items() if m > 0})
+        view = _BookView(entries, dict(self._entries), takes, extra, {})
+        if not short:
+            return Witness(None, None, None, None, None, view=view, sparse=(planned, rows, snapshot.num_nodes))
+        used = np.zeros((snapshot.num_nodes, 4), dtype=np.int64)
+        used[planned] = rows
+        rank = {k: i for i, k in enumerate(sorted(short, key=lambda k: self._entries[k].order))}
+        left = free - used
+        for key in sorted(short, key=lambda k: (self._entries[k].demand.domain.size, rank[k])):
+            d = self._entries[key].demand
+            if d.domain.size == 0:
+                continue
+            caps = whole_pods(left[d.domain], d.shape)
+            for pos in np.flatnonzero(caps > 0).tolist():
+                node = int(d.domain[pos])
+                take = min(int(caps[pos]), short[key])
+                left[node] -= d.shape * take
+                used[node] += d.shape * take
+                extra.setdefault(key, []).append((node, take))
+                short[key] -= take
+                if short[key] == 0:
+                    break
+        view.short.update({k: m for k, m in short.items() if m > 0})
         return Witness(None, None, None, None, used, view=view)
 
     def _planned_nodes(self) -> IntArray:

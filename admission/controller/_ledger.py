@@ -298,14 +298,15 @@ class Ledger:
         witness's pods come off their nodes; a domain with pods that found no room counts as
         full. Returns the GPUs owed. ``witness``: one already built on this snapshot."""
         w = witness or self.witness(snapshot, exclude_uid=exclude_uid)
-        snapshot.free -= w.used
+        nodes, rows = w.used_rows()
+        snapshot.free[nodes] -= rows
         short: list[Shortfall] = []
         for r, owed, d, m in w.short():
             assert isinstance(r, Reservation)
             snapshot.free[d.domain] = 0
             short.append(Shortfall(r.workload, r.podset, r.flavor, m, owed, int(d.domain.size)))
         self._report(snapshot.flavor, tuple(short))
-        return int(w.used[:, 0].sum()) + sum(m * d.shape[0] for _, _, d, m in w.short())
+        return int(rows[:, 0].sum()) + sum(m * d.shape[0] for _, _, d, m in w.short())
 
     def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> ClaimSet:
         """The snapshot flavor's owed pods with GPUs as claims on their domains, for

@@ -14,7 +14,8 @@ Only the worker thread touches a cache, so it holds no locks.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,6 +154,7 @@ class ClusterCache:
         self._pods_by_decision: dict[str, dict[str, BoundPod]] = {}
         self.pod_listener: Callable[[str], None] | None = None
         """Told the decision id of every pod carrying one that binds, finishes or goes (the ledger)."""
+        self._held: dict[str, None] | None = None
         self.usage: dict[str, ResourceVector] = {}
         self.profiles: ProfilesDocument | None = None
         self._flavors: dict[str, _FlavorState] = {}
@@ -250,8 +252,7 @@ class ClusterCache:
             self._dirty(bound.node)
             if bound.decision_id:
                 self._pods_by_decision.setdefault(bound.decision_id, {})[uid] = bound
-                if self.pod_listener is not None:
-                    self.pod_listener(bound.decision_id)
+                self._tell(bound.decision_id)
 
     def _drop_pod(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
@@ -265,8 +266,28 @@ class ClusterCache:
             pods.pop(uid, None)
             if not pods:
                 self._pods_by_decision.pop(old.decision_id, None)
-            if self.pod_listener is not None:
-                self.pod_listener(old.decision_id)
+            self._tell(old.decision_id)
+
+    @contextmanager
+    def pods_at_once(self) -> Iterator[None]:
+        """Pod changes made inside reach ``pod_listener`` once per decision id, at the end: a
+        scheduler binding a gang's pods in one instant, told as one change."""
+        if self._held is not None:
+            yield
+            return
+        self._held = {}
+        try:
+            yield
+        finally:
+            held, self._held = self._held, None
+            for decision_id in held:
+                self._tell(decision_id)
+
+    def _tell(self, decision_id: str) -> None:
+        if self._held is not None:
+            self._held[decision_id] = None
+        elif self.pod_listener is not None:
+            self.pod_listener(decision_id)
 
     def _dirty(self, node: str) -> None:
         for state in self._flavors.values():

@@ -218,10 +218,11 @@ class DeployedAtoll:
                 own = np.fromiter((snap.node_index[n] for n in ps.planned if n in snap.node_index), dtype=np.int64)
                 others = self._planned_by_others(job, adm.flavor, snap) if self.model.name == "adversarial" else None
                 got = self.model.bind(snap.free, snap.alloc, self.domain(snap, ps), req, left, own=own, others=others)
-            for node, k in got:
-                for _ in range(k):
-                    self._create_pod(ps, snap.node_names[node])
-                ps.bound += k
+            with self.cache.pods_at_once():
+                for node, k in got:
+                    for _ in range(k):
+                        self._create_pod(ps, snap.node_names[node])
+                    ps.bound += k
             out.extend(got)
         if adm.unbound == 0:
             self._owing.get(adm.flavor, set()).discard(job)
@@ -302,9 +303,10 @@ class DeployedAtoll:
         """The job is done: its pods end and Kueue marks the Workload Finished (the ledger lets go)."""
         adm = self.admitted.pop(job)
         self._owing.get(adm.flavor, set()).discard(job)
-        for ps in adm.podsets:
-            for pod in ps.pods:
-                self.cache.delete(PODS, pod)
+        with self.cache.pods_at_once():
+            for ps in adm.podsets:
+                for pod in ps.pods:
+                    self.cache.delete(PODS, pod)
         adm.obj["status"]["conditions"].append({"type": "Finished", "status": "True", "reason": "Succeeded"})
         self.ledger.observe(adm.obj, self.check_names)
         self.workloads.pop(job, None)

@@ -113,3 +113,21 @@ def test_a_non_ascii_resource_version_orders_by_arrival_instead_of_raising() -> 
     old = {"metadata": {"resourceVersion": "²"}}
     assert newer(old, {"metadata": {"resourceVersion": "5"}})
     assert newer({"metadata": {"resourceVersion": "7"}}, {"metadata": {"resourceVersion": "٣"}})
+
+
+def test_pod_changes_made_at_once_are_told_once_per_decision_after_the_last() -> None:
+    c = cache()
+    told: list[str] = []
+    c.pod_listener = told.append
+    c.upsert(PODS, pod("p0", "n0", 1, decision="d1"))
+    assert told == ["d1"]  # one by one, as watch events arrive
+    told.clear()
+    with c.pods_at_once():
+        c.upsert(PODS, pod("p1", "n0", 1, decision="d2"))
+        c.upsert(PODS, pod("p2", "n1", 1, decision="d2"))
+        with c.pods_at_once():  # nested: still told at the outer end
+            c.upsert(PODS, pod("p3", "n2", 1, decision="d3"))
+            c.delete(PODS, pod("p0", "n0", 1, decision="d1"))
+        assert told == []
+        assert c.bound_pods("d2") == {"": {"n0": 1, "n1": 1}}  # the cache itself is current inside
+    assert told == ["d2", "d3", "d1"]

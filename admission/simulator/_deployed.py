@@ -268,16 +268,32 @@ class DeployedAtoll:
 
     def domain(self, snap: Snapshot, ps: _PodSet) -> IntArray:
         """Nodes a pod of ``ps`` may bind on but for resources: the scheduler's filters."""
+        base = self._selected(snap, ps)
+        ok = snap.eligible_for(ps.tolerations)[base] != 0
+        if ps.terms is not None:
+            ok &= snap.allowed_by(NodeConstraint((), ps.terms))[base] != 0
+        return base[ok]
+
+    def _allows(self, snap: Snapshot, ps: _PodSet, nodes: IntArray) -> bool:
+        """Are all ``nodes`` in ``domain(snap, ps)``? (Read on those nodes alone.)"""
+        base = self._selected(snap, ps)
+        at = np.minimum(np.searchsorted(base, nodes), max(base.size - 1, 0))
+        if not base.size or not (base[at] == nodes).all():
+            return False
+        ok = snap.eligible_for(ps.tolerations)[nodes] != 0
+        if ps.terms is not None:
+            ok &= snap.allowed_by(NodeConstraint((), ps.terms))[nodes] != 0
+        return bool(ok.all())
+
+    def _selected(self, snap: Snapshot, ps: _PodSet) -> IntArray:
+        """The nodes ``ps``'s nodeSelector picks, sorted (memoized per node structure)."""
         key = (id(snap.node_names), ps.selector)
         base = self._domains.get(key)
         if base is None:
             if len(self._domains) > 4096:
                 self._domains.clear()
             base = self._domains[key] = _selector_nodes(snap, ps.selector)
-        ok = snap.eligible_for(ps.tolerations)[base] != 0
-        if ps.terms is not None:
-            ok &= snap.allowed_by(NodeConstraint((), ps.terms))[base] != 0
-        return base[ok]
+        return base
 
     def _create_pod(self, ps: _PodSet, node: str) -> None:
         self._pod_seq += 1
@@ -348,11 +364,15 @@ class DeployedAtoll:
                 nodes = np.array([i for i, _ in got], dtype=np.int64)
                 if to_sim is not None:
                     nodes = to_sim[nodes]
-                allowed = self.domain(snap, ps)
+                if (nodes < 0).any():
+                    return False
                 if ps.exact:
+                    allowed = self.domain(snap, ps)
                     on = Counter(pod["spec"]["nodeName"] for pod in ps.pods)
                     allowed = allowed[np.isin(allowed, [snap.node_index[n] for n, k in ps.planned.items() if k > on.get(n, 0) and n in snap.node_index])]
-                if (nodes < 0).any() or not np.isin(nodes, allowed).all():
+                    if not np.isin(nodes, allowed).all():
+                        return False
+                elif not self._allows(snap, ps, nodes):
                     return False
                 shape = np.array([ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib, 1], dtype=np.int64)
                 for i, (_, k) in zip(nodes.tolist(), got):

@@ -187,6 +187,7 @@ class Book:
         self._mask_users: list[int] = []
         self._free_rows: list[int] = []
         self._stacked: npt.NDArray[np.bool_] | None = None
+        self._stacked_sizes: IntArray = np.zeros(0, dtype=np.int64)
 
     def touch(self, keys: Iterable[Key]) -> None:
         """These reservations changed (owed, planned, or gone): resolve them again on next use."""
@@ -402,7 +403,8 @@ class Book:
             c[:, mine] = np.array([[0], [0], [-1], [0]])
         if self._stacked is None:
             self._stacked = np.stack(self._masks)  # row 0, the empty domain, is always there
-        out = ClaimSet(self._who, c[0], c[1], c[2], c[3], self._stacked, mask_rows=self._mask_rows)
+            self._stacked_sizes = self._stacked.sum(axis=1)
+        out = ClaimSet(self._who, c[0], c[1], c[2], c[3], self._stacked, mask_rows=self._mask_rows, sizes=self._stacked_sizes)
         self._claims = (exclude_uid, out)
         return out
 

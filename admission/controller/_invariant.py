@@ -122,12 +122,13 @@ class ClaimSet:
     __slots__ = ("who", "pods", "gpu", "node", "dom", "masks", "_mask_rows", "_sizes")
 
     def __init__(self, who: Sequence[tuple[str, str]], pods: IntArray, gpu: IntArray, node: IntArray, dom: IntArray,
-                 masks: npt.NDArray[np.bool_], *, mask_rows: Mapping[bytes, int] | None = None) -> None:
+                 masks: npt.NDArray[np.bool_], *, mask_rows: Mapping[bytes, int] | None = None, sizes: IntArray | None = None) -> None:
         self.who = tuple(who)
         self.pods, self.gpu, self.node, self.dom, self.masks = pods, gpu, node, dom, masks
         self._mask_rows = mask_rows
         """Mask bytes → row, when the caller keeps it (else built on the first ``extend``)."""
-        self._sizes: IntArray | None = None
+        self._sizes: IntArray | None = sizes
+        """Nodes in each mask row, when the caller keeps them (else counted on first use)."""
 
     @property
     def sizes(self) -> IntArray:

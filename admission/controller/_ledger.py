@@ -318,7 +318,7 @@ class Ledger:
         (read-only; memoized per node structure and eligibility, since every decision asks again)."""
         sel, tol = tuple(sorted(selector)), tuple(tolerations)
         usable = snapshot.eligible_for(tol)
-        stamp = hash(usable.tobytes())
+        stamp = snapshot.eligible_token if usable is snapshot.eligible else hash(usable.tobytes())
         key = ("ledger-mask", sel, tol)
         hit = snapshot.static_cache.get(key)  # cleared with the node structure and labels
         if isinstance(hit, tuple) and hit[0] == stamp:

@@ -302,7 +302,7 @@ def _describe(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, island: i
         pods_per_node=tuple(int(v) for v in take[idx]),
         domain_level=snapshot.level_labels[level] if level >= 0 else ROOT_LEVEL,
         domain_path=snapshot.domain_path(level, snapshot.domain_of(level, first)) if level >= 0 else (),
-        islands=int(np.unique(snapshot.node_dom[island, idx]).size),
+        islands=snapshot.count_domains(island, idx),
         island_level=snapshot.level_labels[island],
         min_perf=float(perf.min()),
         max_perf=float(perf.max()),

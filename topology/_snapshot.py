@@ -159,6 +159,13 @@ class Snapshot:
     def domain_of(self, level: int, node: int) -> int:
         return int(self.node_dom[level, node])
 
+    def count_domains(self, level: int, nodes: npt.NDArray[np.int64]) -> int:
+        """Distinct domains of ``level`` among ``nodes`` (ascending): nodes are in path order, so
+        each domain's nodes are contiguous and its index never falls along them."""
+        if not len(nodes):
+            return 0
+        return 1 + int(np.count_nonzero(np.diff(self.node_dom[level, nodes])))
+
     def domain_path(self, level: int, domain: int) -> tuple[str, ...]:
         return self.domain_values[level][domain]
 

@@ -416,7 +416,7 @@ def simulate(
         placed[j] = (nodes, pods)
         start[j] = now
         slow[j] = s
-        islands[j] = int(np.unique(f.snapshot.node_dom[f.island, nodes]).size)
+        islands[j] = f.snapshot.count_domains(f.island, nodes)
         heapq.heappush(events, (now + float(work.duration[j]) * s, seq, _COMPLETE, j))
         seq += 1
         running_gpus += shape.gpus

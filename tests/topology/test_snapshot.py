@@ -49,6 +49,31 @@ def test_fork_isolates_reservations() -> None:
     assert twin.free[0, 0] == 8  # never above allocatable
 
 
+def test_fork_shares_perf_and_eligibility_until_either_side_writes() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node("a", "r1"), node("b", "r1"), node("c", "r2")])
+    twin = snap.fork()
+    assert twin.eligible is snap.eligible and twin.eligible_token is snap.eligible_token  # a fork copies free only
+    token = snap.eligible_token
+    twin.exclude(1)
+    assert twin.eligible.tolist() == [1, 0, 1] and snap.eligible.tolist() == [1, 1, 1]
+    assert snap.eligible_token is token and twin.eligible_token is not token
+    other = snap.fork()
+    assert snap.update_node(node("c", "r2", ready=False))  # the parent changes after forking: the fork keeps its view
+    assert snap.eligible.tolist() == [1, 1, 0] and other.eligible.tolist() == [1, 1, 1]
+    assert snap.update_node(node("a", "r1", perf=0.9))
+    assert snap.perf[0] == 0.9 and other.perf[0] == 1.0 and twin.perf[0] == 1.0
+    before = snap.eligible_token
+    assert snap.update_node(node("a", "r1", used=2))  # usage alone: eligibility and its token unchanged
+    assert snap.eligible_token is before
+
+
+def test_domains_among_nodes_are_counted_in_path_order() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node(f"n{i}", f"r{i // 3}") for i in range(9)])
+    for nodes in ([], [0], [0, 1, 2], [0, 3], [2, 3, 8], list(range(9))):
+        idx = np.array(nodes, dtype=np.int64)
+        assert snap.count_domains(0, idx) == np.unique(snap.node_dom[0, idx]).size
+
+
 def test_health_ready_cordon_and_taints() -> None:
     nodes = [
         node("ok", "r"),

@@ -370,7 +370,7 @@ def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int,
     if chosen >= 0:
         chosen_cap = int(caps[chosen])
         caps[chosen] = -1
-    order = _strongest(caps, limit)
+    order = np.argsort(-caps, kind="stable")[:limit]
     out = []
     for d in order:
         c = int(caps[d])
@@ -383,18 +383,6 @@ def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int,
         else:
             reason = f"fits {c} ≥ {ps.pods} pods; lost the tie-break (perf, then path)"
         out.append(DomainVerdict(ps.name, snapshot.level_labels[level], snapshot.domain_path(level, int(d)), c, ps.pods, reason))
-    return out
-
-
-def _strongest(values: np.ndarray, k: int) -> np.ndarray:
-    """``np.argsort(-values, kind="stable")[:k]`` (largest first, ties in index order) without
-    sorting every domain: only those at or above the k-th largest value are sorted."""
-    n = values.size
-    if n <= 4 * k:
-        return np.argsort(-values, kind="stable")[:k]
-    kth = np.partition(values, n - k)[n - k]
-    found = np.flatnonzero(values >= kth)
-    out: np.ndarray = found[np.argsort(-values[found], kind="stable")][:k]
     return out
 
 

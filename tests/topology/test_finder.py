@@ -276,11 +276,3 @@ def test_never_fits_is_memoized_until_allocatable_changes() -> None:
     assert snap.update_node(bigger)
     assert never_fits(snap, request) is None  # 5 pods of 4 GPUs now fit: 8 + 3×4 GPUs
 
-
-@settings(max_examples=300, deadline=None)
-@given(values=st.lists(st.integers(-1, 40), max_size=80), k=st.integers(1, 6))
-def test_the_strongest_losing_domains_are_the_first_of_a_full_stable_sort(values: list[int], k: int) -> None:
-    from topology._finder import _strongest
-
-    caps = np.array(values, dtype=np.int64)
-    assert _strongest(caps, k).tolist() == np.argsort(-caps, kind="stable")[:k].tolist()

@@ -239,8 +239,11 @@ class ClusterCache:
         self.invalidate()
 
     def _upsert_pod(self, obj: Obj) -> None:
-        uid = str((obj.get("metadata") or {}).get("uid"))
-        bound = pod_usage(obj, self.gpu_resource)
+        self.put_pod(str((obj.get("metadata") or {}).get("uid")), pod_usage(obj, self.gpu_resource))
+
+    def put_pod(self, uid: str, bound: BoundPod | None) -> None:
+        """A pod as ``pod_usage`` reads it (None: not bound, or finished), for a caller that has
+        already read it (the simulator reads each PodSet's pods once)."""
         old = self.pods.get(uid)
         if old == bound:
             return

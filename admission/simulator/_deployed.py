@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, WorkloadView, decode_planned, parse_workload
+from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, WorkloadView, decode_planned, parse_workload, pod_usage
+from admission.controller._cache import BoundPod
 from admission.controller._invariant import OwedPods
 from admission.controller._wait import WAITING_CONDITION, waiting_condition
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
@@ -69,6 +70,8 @@ class _PodSet:
     exact: bool
     bound: int = 0
     pods: list[dict[str, Any]] = field(default_factory=list)
+    usage: BoundPod | None = None
+    """What the cache reads from each of its pods (``pod_usage``), read once."""
 
 
 @dataclass
@@ -303,7 +306,10 @@ class DeployedAtoll:
                    "requests": quantities(ps.per_pod, self.settings.kueue.gpu_resource)}}]},
                "status": {"phase": "Running"}}
         ps.pods.append(pod)
-        self.cache.upsert(PODS, pod)
+        if ps.usage is None:  # every pod of a PodSet asks the same; read the first as the cache would
+            ps.usage = pod_usage(pod, self.settings.kueue.gpu_resource)
+        assert ps.usage is not None
+        self.cache.put_pod(pod["metadata"]["uid"], dataclasses.replace(ps.usage, node=node))
 
     def bound_nodes(self, job: int, snap: Snapshot) -> tuple[IntArray, IntArray]:
         """(nodes, pods per node) where the job's pods are bound, in node order."""

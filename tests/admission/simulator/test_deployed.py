@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from admission.controller import ClusterCache, Ledger
+from admission.controller import ClusterCache, Ledger, pod_usage
 from admission.controller._invariant import ClaimSet, Demand, place_owed
 from admission.controller._ledger import Witness
 from admission.simulator._deployed import DeployedAtoll
@@ -96,6 +96,9 @@ def test_a_deployed_policy_decides_through_the_controller_and_writes_back_what_i
     bound = atoll.bind(0, snap)
     assert sum(k for _, k in bound) == 2 and atoll.owed(0, snap) == []
     assert atoll.ledger.owed(atoll.cache.snapshot("f")) == []  # the cache saw the pods, the ledger let go
+    pods = [p for ps in atoll.admitted[0].podsets for p in ps.pods]
+    assert len(pods) == 2  # each pod in the cache as the cache reads a pod object
+    assert [atoll.cache.pods[p["metadata"]["uid"]] for p in pods] == [pod_usage(p, "nvidia.com/gpu") for p in pods]
 
 
 def test_each_workload_is_read_as_parse_workload_reads_it() -> None:

@@ -95,9 +95,12 @@ class _FlavorResult:
 class Decider:
     """Decides Workloads on the state the controller (or the simulator) keeps in ``cache`` and ``ledger``."""
 
-    def __init__(self, cache: ClusterCache, ledger: Ledger, settings: Settings) -> None:
+    def __init__(self, cache: ClusterCache, ledger: Ledger, settings: Settings, *, explain: bool = True) -> None:
         self.cache = cache
         self.ledger = ledger
+        self.explain = explain
+        """False: verdicts leave out the losing domains (``why_not``); outcome, message and
+        podSetUpdates are the same (``decide``'s contract). For a caller that keeps no records."""
         self.settings = settings
 
     @staticmethod
@@ -209,7 +212,8 @@ class Decider:
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
 
         def search(on: Snapshot) -> Decision:
-            return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links)
+            return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links,
+                          explain=self.explain)
 
         try:
             profile = profile.for_flavor(flavor, shared.level_labels, name=profile_name)  # the levels this flavor has

@@ -107,7 +107,7 @@ class DeployedAtoll:
         self.cache.set_profiles(self.doc)
         self.ledger = (ledger or real_ledger)(self.cache)
         self.cache.pod_listener = self.ledger.pods_changed
-        self.decider = Decider(self.cache, self.ledger, self.settings)
+        self.decider = Decider(self.cache, self.ledger, self.settings, explain=False)  # the simulator keeps no decision records
         self.check_names = frozenset({CHECK_NAME})
         self.model = BindingModel(scheduler, seed)
         self.flavor_names = [f.name for f in cluster.flavors]

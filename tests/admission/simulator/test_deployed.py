@@ -114,3 +114,27 @@ def test_each_workload_is_read_as_parse_workload_reads_it() -> None:
         assert deployed.views[job] == parse_workload(obj, gpu_resource=deployed.settings.kueue.gpu_resource)
     assert deployed.views[0] != deployed.views[1]  # same shape, own name and uid
     assert len(deployed._views) == 2  # two shapes, each read once
+
+
+def test_the_simulator_decides_without_explanations_and_gets_the_controllers_verdicts() -> None:
+    """``Decider(explain=False)``, as the simulator runs it, gives the controller's verdict but the
+    losing domains: same outcome, message, podSetUpdates and retry."""
+    from admission.controller import Decider
+
+    model = one_island()
+    atoll = DeployedAtoll("atoll-strict", "strict", DOC, model)
+    full = Decider(atoll.cache, atoll.ledger, atoll.settings)
+    per_pod = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024, pods=1)
+    seen = set()
+    for job, pods in enumerate([2, 3, 2, 1]):  # admit, wait (3 of the 2 nodes left), admit, wait (island full)
+        obj = atoll.workload(job, 0, pods, per_pod, "training")
+        want = full.evaluate(obj, f"d{job}", 0.0)
+        got = atoll.decider.evaluate(obj, f"d{job}", 0.0)
+        assert (got.outcome, got.message, got.podset_updates, got.retry_after, got.reason) == \
+               (want.outcome, want.message, want.podset_updates, want.retry_after, want.reason)
+        assert not got.why_not
+        seen.add(want.outcome)
+        if want.outcome == "wait":
+            assert want.why_not  # the controller's record names the losing domains
+        atoll.decide(job, obj, 0.0)  # written back: the next Workload sees this one owed
+    assert seen == {"admit", "wait"}

@@ -197,8 +197,20 @@ def _annotation_problems(snapshot: Snapshot, podsets: Sequence[PodSetSpec]) -> s
 def _build(podsets: Sequence[PodSetSpec], mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
            links: Sequence[GraphLink], profile: Profile, snapshot: Snapshot, *, tight: bool = False, balanced: bool = False) -> PlacementRequest:
     frag = profile.fragmentation
-    return PlacementRequest(tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets), tuple(links),
-                            frag.protect_empty_domains, frag.best_fit)
+    key = (tuple(podsets), mode, cls, tuple(links), frag.protect_empty_domains, frag.best_fit, snapshot.level_labels, tight, balanced)
+    request = _REQUESTS.get(key)
+    if request is None:
+        request = PlacementRequest(tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets),
+                                   tuple(links), frag.protect_empty_domains, frag.best_fit)
+        if len(_REQUESTS) >= 4096:
+            _REQUESTS.clear()
+        _REQUESTS[key] = request
+    return request
+
+
+_REQUESTS: dict[tuple[object, ...], PlacementRequest] = {}
+"""``_build``'s answers: a pure function of its inputs (levels read by label), asked again on every
+decision of every Workload of one shape."""
 
 
 def _describe_admit(placement: Placement) -> str:

@@ -75,6 +75,8 @@ def slice_records(slices: Sequence[SlicePlacement], selector: Mapping[str, str],
     enforcement keeps the slice in its domain: ``exact`` pins each pod to its planned node, a
     nodeSelector at or below the slice level confines the PodSet to that one domain; otherwise
     (``domain`` enforcement, slices in several domains) the kube-scheduler may break a slice."""
+    if not slices:
+        return []
     depth = max((level_labels.index(k) for k in selector if k in level_labels), default=-1)
     written = "nodeSelector " + ",".join(f"{k}={v}" for k, v in selector.items()) if selector else "no nodeSelector"
     out = []

@@ -443,21 +443,22 @@ def witness_holds(snap: Snapshot, owed: Sequence[OwedPods]) -> bool:
 
 def _selector_nodes(snap: Snapshot, selector: Sequence[tuple[str, str]]) -> IntArray:
     """Snapshot nodes carrying every label of ``selector`` (topology levels read from the paths,
-    the hostname from the node name, other keys from the node's labels)."""
-    mask = np.ones(snap.num_nodes, dtype=bool)
+    the hostname from the node name, other keys from the node's labels), ascending. A level's
+    domains are contiguous node ranges, so a topology key costs its domains, not the nodes."""
+    out: IntArray | None = None
     for key, value in selector:
         if key == HOSTNAME_LABEL and value in snap.node_index:
-            only = np.zeros_like(mask)
             i = snap.node_index[value]
-            only[i] = snap.labels[i].get(key, value) == value
-            mask &= only
+            found = np.array([i] if snap.labels[i].get(key, value) == value else [], dtype=np.int64)
         elif key in snap.level_labels[:-1]:
             lv = snap.level_index(key)
-            hits = [d for d, path in enumerate(snap.domain_values[lv]) if path[-1] == value]
-            mask &= np.isin(snap.node_dom[lv], hits)
+            ranges = [snap.domain_range(lv, d) for d, path in enumerate(snap.domain_values[lv]) if path[-1] == value]
+            found = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in ranges]) if ranges else np.zeros(0, dtype=np.int64)
         else:
-            mask &= np.fromiter((labels.get(key) == value for labels in snap.labels), dtype=bool, count=snap.num_nodes)
-    return np.flatnonzero(mask).astype(np.int64)
+            among = out if out is not None else np.arange(snap.num_nodes, dtype=np.int64)
+            found = among[np.fromiter((snap.labels[k].get(key) == value for k in among.tolist()), dtype=bool, count=among.size)]
+        out = found if out is None else np.intersect1d(out, found, assume_unique=True)
+    return out if out is not None else np.arange(snap.num_nodes, dtype=np.int64)
 
 
 def node_rows(snap: Snapshot, names: Mapping[str, Any]) -> tuple[dict[str, ResourceVector], dict[str, ResourceVector]]:

@@ -138,3 +138,27 @@ def test_the_simulator_decides_without_explanations_and_gets_the_controllers_ver
             assert want.why_not  # the controller's record names the losing domains
         atoll.decide(job, obj, 0.0)  # written back: the next Workload sees this one owed
     assert seen == {"admit", "wait"}
+
+
+def test_a_selector_picks_the_nodes_whose_labels_match_it() -> None:
+    from admission.simulator._deployed import _selector_nodes
+    from topology import HOSTNAME_LABEL
+
+    model = ClusterModel.model_validate({"name": "two-sus", "flavors": [{
+        "name": "f", "topology": "t", "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "generate": [{"level": SU, "count": 2, "prefix": "u"}, {"level": CLIQUE, "count": 3, "prefix": "r"},
+                     {"level": "kubernetes.io/hostname", "count": 2, "prefix": "n"}]}]})
+    snap = Snapshot("f", model.flavors[0].level_specs(), model.flavors[0].build_nodes())
+
+    def reference(selector: list[tuple[str, str]]) -> list[int]:
+        return [i for i, name in enumerate(snap.node_names)
+                if all((snap.labels[i].get(k, name) if k == HOSTNAME_LABEL else snap.labels[i].get(k)) == v for k, v in selector)]
+
+    clique = snap.paths[7][1]
+    su = snap.paths[7][0]
+    for selector in ([], [(SU, su)], [(CLIQUE, clique)], [(SU, su), (CLIQUE, clique)], [(HOSTNAME_LABEL, snap.node_names[3])],
+                     [(CLIQUE, clique), (HOSTNAME_LABEL, snap.node_names[7])], [(CLIQUE, clique), (HOSTNAME_LABEL, snap.node_names[0])],
+                     [(CLIQUE, "nowhere")], [(HOSTNAME_LABEL, "nowhere")], [(SU, su), ("zone", "z")]):
+        assert _selector_nodes(snap, selector).tolist() == reference(selector), selector
+    assert len(reference([(SU, su), (CLIQUE, clique)])) == 2 and len(reference([(SU, su)])) == 6

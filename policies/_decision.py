@@ -197,20 +197,24 @@ def _annotation_problems(snapshot: Snapshot, podsets: Sequence[PodSetSpec]) -> s
 def _build(podsets: Sequence[PodSetSpec], mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
            links: Sequence[GraphLink], profile: Profile, snapshot: Snapshot, *, tight: bool = False, balanced: bool = False) -> PlacementRequest:
     frag = profile.fragmentation
-    key = (tuple(podsets), mode, cls, tuple(links), frag.protect_empty_domains, frag.best_fit, snapshot.level_labels, tight, balanced)
-    request = _REQUESTS.get(key)
-    if request is None:
-        request = PlacementRequest(tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets),
-                                   tuple(links), frag.protect_empty_domains, frag.best_fit)
-        if len(_REQUESTS) >= 4096:
-            _REQUESTS.clear()
-        _REQUESTS[key] = request
+    # Keyed by identity (the memo holds its inputs, so no id is reused while it is there): the
+    # specs are frozen, and hashing them field by field cost more than building the request.
+    key = (tuple(map(id, podsets)), mode, id(cls), tuple(map(id, links)), frag.protect_empty_domains, frag.best_fit,
+           snapshot.level_labels, tight, balanced)
+    hit = _REQUESTS.get(key)
+    if hit is not None:
+        return hit[1]
+    request = PlacementRequest(tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets),
+                               tuple(links), frag.protect_empty_domains, frag.best_fit)
+    if len(_REQUESTS) >= 4096:
+        _REQUESTS.clear()
+    _REQUESTS[key] = ((tuple(podsets), cls, tuple(links)), request)
     return request
 
 
-_REQUESTS: dict[tuple[object, ...], PlacementRequest] = {}
-"""``_build``'s answers: a pure function of its inputs (levels read by label), asked again on every
-decision of every Workload of one shape."""
+_REQUESTS: dict[tuple[object, ...], tuple[object, PlacementRequest]] = {}
+"""``_build``'s answers, with the inputs they were built from: a pure function, asked again on
+every decision of a waiting Workload."""
 
 
 def _describe_admit(placement: Placement) -> str:

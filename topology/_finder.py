@@ -169,7 +169,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
                 why.extend(_why_not(snapshot, cap, ps, target if target >= 0 else 0, -1, lo, hi))
             reason = _no_fit_reason(snapshot, cap, ps, shape, lo, hi)
             return Placement(False, reason=reason, why_not=tuple(why))
-        placed[ps.name] = _describe(snapshot, ps, take, shape.island)
+        placed[ps.name] = _describe(snapshot, ps, take, shape.island, within=snapshot.domain_range(int(lvl), int(dom)) if lvl >= 0 else (lo, hi))
         if explain and shape.mode != _kernels.MODE_UNCONSTRAINED:
             why.extend(_why_not(snapshot, cap, ps, shape.island if shape.mode == _kernels.MODE_SPREAD else target,
                                 int(dom) if int(lvl) == target else -1, lo, hi))
@@ -287,8 +287,16 @@ def _eligible(snapshot: Snapshot, ps: PodSetRequest) -> np.ndarray:
     return out
 
 
-def _describe(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, island: int) -> PodSetPlacement:
-    idx = np.flatnonzero(take)
+def _describe(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, island: int, *, within: tuple[int, int] | None = None) -> PodSetPlacement:
+    """The placement ``take`` holds; ``within``: the node range the kernel says holds it (read
+    there alone when it holds every pod)."""
+    idx = None
+    if within is not None:
+        idx = within[0] + np.flatnonzero(take[within[0]:within[1]])
+        if int(take[idx].sum()) != ps.pods:
+            idx = None
+    if idx is None:
+        idx = np.flatnonzero(take)
     first, last = int(idx[0]), int(idx[-1])
     level = -1
     for lv in range(snapshot.node_level, -1, -1):

@@ -278,11 +278,12 @@ class Ledger:
             return None
         domain = self._domain(snapshot, r)
         idx = snapshot.node_index
-        if planned:
-            allowed = set(domain.tolist())
-            prefer = tuple((idx[n], k) for n, k in planned if n in idx and idx[n] in allowed)
-        else:
-            prefer = ()
+        prefer = ()
+        if planned and domain.size:  # the domain is ascending: membership by binary search
+            nodes = np.array([idx.get(n, -1) for n, _ in planned], dtype=np.int64)
+            at = np.minimum(np.searchsorted(domain, nodes), domain.size - 1)
+            inside = (domain[at] == nodes).tolist()
+            prefer = tuple((int(i), k) for (_, k), i, ok in zip(planned, nodes.tolist(), inside) if ok)
         return Entry(key, (r.workload, r.podset, r.uid), r, owed, Demand(owed, pod_shape(r.per_pod), prefer, domain),
                      r.per_pod.gpu, r.exact, sum(k for _, k in prefer))
 

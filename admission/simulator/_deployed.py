@@ -168,7 +168,9 @@ class DeployedAtoll:
         """``Decider.evaluate`` on the Workload; its outcome is written back as the controller and Kueue would."""
         status = obj["status"]
         entry = status["admissionChecks"][0]
-        view = self.views[job]
+        view = self.views.get(job) if self.workloads.get(job) is obj else None
+        if view is None:  # a Workload not made by ``workload``: read it here
+            view = self.views[job] = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
         verdict = self.decider.evaluate(obj, f"d{job}-{int(entry.get('retryCount') or 0)}", now, view=view)
         self.verdicts += 1
         condition = waiting_condition(obj, verdict.outcome, now, 1)
@@ -179,13 +181,12 @@ class DeployedAtoll:
         elif verdict.outcome == "admit":
             entry.update(state="Ready", podSetUpdates=verdict.podset_updates)
             self.ledger.observe(obj, self.check_names, view=view)
-            self._admit(job, view, verdict)
+            self._admit(job, obj, view, verdict)
         else:
             entry["state"] = "Rejected"
         return verdict
 
-    def _admit(self, job: int, view: WorkloadView, verdict: Verdict) -> None:
-        obj = self.workloads[job]
+    def _admit(self, job: int, obj: dict[str, Any], view: WorkloadView, verdict: Verdict) -> None:
         flavor = self.flavor_names.index(view.flavors[PODSET]) if PODSET in view.flavors else 0
         updates = {u["name"]: u for u in verdict.podset_updates}
         podsets = []

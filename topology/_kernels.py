@@ -53,11 +53,13 @@ def node_capacity(free, req, eligible, perf, perf_floor, lo, hi, cap):  # type: 
             for r in range(n_res):
                 q = req[r]
                 if q > 0:
-                    v = free[n, r] // q
+                    f = free[n, r]
+                    if f < q:  # no room for one pod (most nodes of a busy fabric): skip the divisions
+                        c = 0
+                        break
+                    v = f // q
                     if v < c:
                         c = v
-                        if c <= 0:
-                            break  # full for this pod (the GPU column comes first): skip the other divisions
             if c < 0:
                 c = np.int64(0)
         cap[n] = c

@@ -294,7 +294,7 @@ class DeployedAtoll:
         key = (id(snap.node_names), ps.selector)
         base = self._domains.get(key)
         if base is None:
-            if len(self._domains) > 4096:
+            if len(self._domains) > 65536:  # one per hostname, domain and other selector in use: small index arrays
                 self._domains.clear()
             base = self._domains[key] = _selector_nodes(snap, ps.selector)
         return base

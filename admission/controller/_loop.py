@@ -64,8 +64,12 @@ from policies import ProfilesError, profiles_from_configmap
 
 __all__ = ["Controller"]
 
-BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-"""Field selector of the pods that hold node resources (bound, not finished)."""
+BOUND_PODS = "spec.nodeName!=,status.phase!=Failed"
+"""Field selector of the pods the controller watches: bound ones that did not fail. Running ones
+hold node resources; ``Succeeded`` ones tell the ledger which of a decision's pods are done (a
+pod turning Succeeded stays in the watch, as one MODIFIED event). A pod turning ``Failed`` stops
+matching, and the apiserver reports it DELETED: to the ledger it is gone like a deleted pod, and
+its slot is owed again until a replacement binds."""
 
 _log = structlog.get_logger("atoll.controller")
 

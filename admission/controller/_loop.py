@@ -104,7 +104,7 @@ class Controller:
         self._new_id = new_id or (lambda: secrets.token_hex(6))
         gpu = self.settings.kueue.gpu_resource
         self.cache = ClusterCache(gpu)
-        self.ledger = Ledger(gpu, bound=self.cache.bound_pods, node_labels=self.cache.node_labels)
+        self.ledger = Ledger(gpu, bound=self.cache.bound_pods, node_labels=self.cache.node_labels, succeeded=self.cache.succeeded_pods)
         self.cache.pod_listener = self.ledger.pods_changed
         self.events = EventPoster(port, clock=self.clock, instance=self.identity, max_chars=self.settings.decisions.event_message_max_chars)
         self.decider = Decider(self.cache, self.ledger, self.settings)

@@ -42,6 +42,7 @@ bench: install envtest
 
 # Placements that hold under faults: 200 seeded runs, 20 % of API requests faulted, the controller
 # killed at random points, two replicas electing a leader (the leader is the one killed), an
-# adversarial scheduler; prints one line and fails on any violation.
+# adversarial scheduler, running pods that fail and are replaced; prints one line and fails on
+# any violation.
 chaos: install-test envtest
 	$(PYTHON) -m tests.chaos --runs 200 --fault-rate 0.2 --seed 1 --replicas

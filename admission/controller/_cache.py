@@ -1,12 +1,13 @@
 """What the controller knows of the cluster, fed by watches, and the per-flavor snapshots built from it.
 
 A flavor's snapshot is made of the Nodes that carry its ResourceFlavor's ``nodeLabels``, the
-GPU/CPU/memory requests of the Pods bound to them, the ResourceFlavor's tolerations, and the
-levels of the Kueue Topology the profiles document maps the flavor to (``flavors.X.topology``;
+GPU/CPU/memory requests of the unfinished Pods bound to them, the ResourceFlavor's tolerations,
+and the levels of the Kueue Topology the profiles document maps the flavor to (``flavors.X.topology``;
 ``spec.levels[].nodeLabel``, top to bottom), with each level's link from the document's
 ``flavors.X.links`` or Atoll's defaults. Snapshots are rebuilt only when structure changes (a
 node added, removed or relabelled; a flavor, topology or document change); usage and health
-changes update one row.
+changes update one row. Besides usage, the cache tells the ledger which pods of each Atoll
+decision are bound and running, and which succeeded (``bound_pods``, ``succeeded_pods``).
 
 Only the worker thread touches a cache, so it holds no locks.
 """
@@ -32,6 +33,7 @@ __all__ = [
     "FlavorProblem",
     "node_info",
     "pod_usage",
+    "succeeded_pod",
 ]
 
 PERF_ANNOTATION = "atoll.dev/gpu-perf"
@@ -125,11 +127,28 @@ def pod_usage(obj: Obj, gpu_resource: str) -> BoundPod | None:
     except ValueError as exc:
         _log.warning("pod requests unreadable; counted as one pod slot", pod=name, error=str(exc))
         usage = ResourceVector()
+    decision_id, podset = _decision_of(obj)
+    return BoundPod(str(node), ResourceVector(usage.gpu, usage.cpu_milli, usage.memory_mib, 1), decision_id, podset)
+
+
+def succeeded_pod(obj: Obj) -> BoundPod | None:
+    """A pod of an Atoll decision that ran to completion (phase ``Succeeded``), with the node it
+    ran on; it holds nothing now (usage zero). None for any other pod."""
+    if (obj.get("status") or {}).get("phase") != "Succeeded":
+        return None
+    node = (obj.get("spec") or {}).get("nodeName")
+    decision_id, podset = _decision_of(obj)
+    if not node or not decision_id:
+        return None
+    return BoundPod(str(node), ResourceVector(), decision_id, podset)
+
+
+def _decision_of(obj: Obj) -> tuple[str, str]:
+    """(decision id, PodSet) a pod carries from Atoll's podSetUpdate and Kueue's PodSet label."""
     meta = obj.get("metadata") or {}
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
-    return BoundPod(str(node), ResourceVector(usage.gpu, usage.cpu_milli, usage.memory_mib, 1),
-                    str(ann.get("atoll.dev/decision-id", "")), str(labels.get("kueue.x-k8s.io/podset", "")))
+    return str(ann.get("atoll.dev/decision-id", "")), str(labels.get("kueue.x-k8s.io/podset", ""))
 
 
 # ----------------------------------------------------------------------------- the cache
@@ -151,7 +170,12 @@ class ClusterCache:
         self.nodes: dict[str, NodeInfo] = {}
         self.node_problems: dict[str, str] = {}
         self.pods: dict[str, BoundPod] = {}
+        """Bound, unfinished pods by uid: what holds node resources."""
         self._pods_by_decision: dict[str, dict[str, BoundPod]] = {}
+        self.succeeded: dict[str, BoundPod] = {}
+        """Pods of Atoll decisions that succeeded, by uid, while they exist (the ledger remembers them
+        for as long as their Workload holds its reservation): one small record per pod."""
+        self._succeeded_by_decision: dict[str, dict[str, BoundPod]] = {}
         self.pod_listener: Callable[[str], None] | None = None
         """Told the decision id of every pod carrying one that binds, finishes or goes (the ledger)."""
         self._held: dict[str, None] | None = None
@@ -167,7 +191,7 @@ class ClusterCache:
         items = list(items)
         if resource == PODS:
             keep = {str((p.get("metadata") or {}).get("uid")) for p in items}
-            for uid in [u for u in self.pods if u not in keep]:
+            for uid in [u for u in (*self.pods, *self.succeeded) if u not in keep]:
                 self._drop_pod(uid)
         elif resource in self.objects:
             keep_keys = {object_key(o) for o in items}
@@ -239,37 +263,55 @@ class ClusterCache:
         self.invalidate()
 
     def _upsert_pod(self, obj: Obj) -> None:
-        self.put_pod(str((obj.get("metadata") or {}).get("uid")), pod_usage(obj, self.gpu_resource))
+        self.put_pod(str((obj.get("metadata") or {}).get("uid")), pod_usage(obj, self.gpu_resource), succeeded_pod(obj))
 
-    def put_pod(self, uid: str, bound: BoundPod | None) -> None:
-        """A pod as ``pod_usage`` reads it (None: not bound, or finished), for a caller that has
-        already read it (the simulator reads each PodSet's pods once)."""
-        old = self.pods.get(uid)
-        if old == bound:
+    def put_pod(self, uid: str, bound: BoundPod | None, done: BoundPod | None = None) -> None:
+        """A pod as ``pod_usage`` and ``succeeded_pod`` read it, for a caller that has already read
+        it (the simulator reads each PodSet's pods once): bound and unfinished (usage on its
+        node), succeeded (a done pod of its decision), or neither (pending or failed: nothing is
+        kept). A pod turning ``Succeeded`` moves from the first to the second in this one step,
+        and the ledger is told once, after it."""
+        if self.pods.get(uid) == bound and self.succeeded.get(uid) == done:
             return
-        if old is not None:
-            self._drop_pod(uid)
+        changed = self._remove_pod(uid)
         if bound is not None:
             self.pods[uid] = bound
             self.usage[bound.node] = self.usage.get(bound.node, ResourceVector()) + bound.usage
             self._dirty(bound.node)
-            if bound.decision_id:
-                self._pods_by_decision.setdefault(bound.decision_id, {})[uid] = bound
-                self._tell(bound.decision_id)
+        if done is not None:
+            self.succeeded[uid] = done
+        for pod, by_decision in ((bound, self._pods_by_decision), (done, self._succeeded_by_decision)):
+            if pod is not None and pod.decision_id:
+                by_decision.setdefault(pod.decision_id, {})[uid] = pod
+                if pod.decision_id not in changed:
+                    changed.append(pod.decision_id)
+        for decision_id in changed:
+            self._tell(decision_id)
 
     def _drop_pod(self, uid: str) -> None:
+        for decision_id in self._remove_pod(uid):
+            self._tell(decision_id)
+
+    def _remove_pod(self, uid: str) -> list[str]:
+        """Forget a pod (its usage comes off its node); returns the decision ids it belonged to."""
         old = self.pods.pop(uid, None)
-        if old is None:
-            return
-        left = ResourceVector(*(max(0, a - b) for a, b in zip(self.usage.get(old.node, ResourceVector()).as_tuple(), old.usage.as_tuple())))
-        self.usage[old.node] = left
-        self._dirty(old.node)
-        if old.decision_id:
-            pods = self._pods_by_decision.get(old.decision_id, {})
-            pods.pop(uid, None)
-            if not pods:
-                self._pods_by_decision.pop(old.decision_id, None)
-            self._tell(old.decision_id)
+        done = self.succeeded.pop(uid, None)
+        if old is None and done is None:
+            return []
+        if old is not None:
+            left = ResourceVector(*(max(0, a - b) for a, b in zip(self.usage.get(old.node, ResourceVector()).as_tuple(), old.usage.as_tuple())))
+            self.usage[old.node] = left
+            self._dirty(old.node)
+        changed: list[str] = []
+        for pod, by_decision in ((old, self._pods_by_decision), (done, self._succeeded_by_decision)):
+            if pod is not None and pod.decision_id:
+                pods = by_decision.get(pod.decision_id, {})
+                pods.pop(uid, None)
+                if not pods:
+                    by_decision.pop(pod.decision_id, None)
+                if pod.decision_id not in changed:
+                    changed.append(pod.decision_id)
+        return changed
 
     @contextmanager
     def pods_at_once(self) -> Iterator[None]:
@@ -305,10 +347,17 @@ class ClusterCache:
         return info.labels if info is not None else None
 
     def bound_pods(self, decision_id: str) -> dict[str, Counter[str]]:
-        """PodSet → node → pods bound so far, for one decision (pods carry its id)."""
+        """PodSet → node → pods bound and not finished, for one decision (pods carry its id)."""
         out: dict[str, Counter[str]] = {}
         for pod in self._pods_by_decision.get(decision_id, {}).values():
             out.setdefault(pod.podset, Counter())[pod.node] += 1
+        return out
+
+    def succeeded_pods(self, decision_id: str) -> dict[str, dict[str, str]]:
+        """PodSet → pod uid → the node it ran on, for the pods of one decision that succeeded."""
+        out: dict[str, dict[str, str]] = {}
+        for uid, pod in self._succeeded_by_decision.get(decision_id, {}).items():
+            out.setdefault(pod.podset, {})[uid] = pod.node
         return out
 
     def flavor_topology(self, flavor: str) -> tuple[str, list[str]]:

@@ -7,11 +7,21 @@ is derived from API state only, so a restarted controller rebuilds it from its f
 - a Workload owes pods while its Atoll check entry is ``Ready``, it holds quota, and it is
   neither finished, evicted nor deactivated;
 - per PodSet it owes the admitted count (``status.admission.podSetAssignments[].count``, else
-  the PodSet's count) minus the pods carrying its ``atoll.dev/decision-id`` bound so far, each
-  pod with the PodSet's per-pod requests;
+  the PodSet's count) minus its pods (carrying its ``atoll.dev/decision-id``) that are bound and
+  not finished, minus those that succeeded, never below 0; each owed pod has the PodSet's
+  per-pod requests. A pod that failed or was deleted frees its node, and its workload's
+  controller creates a replacement (Kubernetes' Job controller does, while the Job has retries
+  left; that is its behaviour, not Atoll's), so its slot is owed again until the replacement
+  binds. A pod that succeeded has done its part and is not replaced, so it stays counted as
+  done, even once it is deleted, for as long as the Workload holds its reservation (a restarted
+  controller counts only the succeeded pods still in the API: it owes more, never less). A Job
+  with more completions than parallelism starts further pods as others succeed; those are not
+  owed;
 - an owed pod may bind on any node its nodeSelector allows (``podSetUpdates[].nodeSelector``
   plus the pod template's own): under ``domain`` enforcement the kube-scheduler picks, so the
-  planned nodes (``atoll.dev/planned-nodes``) are only a preference.
+  planned nodes (``atoll.dev/planned-nodes``) are only a preference. A running or succeeded pod
+  takes its own node's planned slot; so the replacement of a failed pod prefers that pod's
+  planned node, which the failure freed.
 
 ``apply`` counts the owed pods as a witness assignment on the snapshot's current free capacity
 (``_invariant.place_owed``): planned nodes first, then the rest of the domain. Pods with no room
@@ -123,7 +133,10 @@ def holds_reservation(obj: Obj, check_names: Iterable[str]) -> bool:
 
 
 Bound = Callable[[str], Mapping[str, Counter[str]]]
-"""decision id → PodSet → node → pods bound so far."""
+"""decision id → PodSet → node → pods bound and running (not finished)."""
+
+Succeeded = Callable[[str], Mapping[str, Mapping[str, str]]]
+"""decision id → PodSet → pod uid → node, for its pods that succeeded."""
 
 NodeLabels = Callable[[str], Mapping[str, str] | None]
 """node name → its labels (None: unknown node)."""
@@ -136,15 +149,18 @@ class Ledger:
     turns them into a witness assignment on one flavor's snapshot."""
 
     def __init__(self, gpu_resource: str = "nvidia.com/gpu", bound: Bound | None = None,
-                 node_labels: NodeLabels | None = None) -> None:
+                 node_labels: NodeLabels | None = None, succeeded: Succeeded | None = None) -> None:
         self.gpu_resource = gpu_resource
         self.bound: Bound = bound or (lambda _decision: {})
+        self.succeeded: Succeeded = succeeded or (lambda _decision: {})
         self.node_labels = node_labels
         """Reads selector keys that are not topology levels; without it such keys are not checked."""
         self._by_uid: dict[str, tuple[Reservation, ...]] = {}
         self._by_decision: dict[str, set[str]] = {}
         self._by_flavor: dict[str, dict[_Key, Reservation]] = {}
-        self._seen_bound: dict[tuple[str, str], int] = {}
+        self._done: dict[tuple[str, str], dict[str, str]] = {}
+        """(decision id, PodSet) → uid → node of its pods seen succeeded, kept while the Workload
+        holds its reservation (a succeeded pod that is deleted is not replaced: still done)."""
         self._owed: dict[_Key, tuple[int, tuple[tuple[str, int], ...]]] = {}
         self._books: dict[str, Book] = {}
         """Per flavor, the owed pods resolved on its snapshot (``_book``): a decision costs the changes, not the backlog."""
@@ -211,7 +227,7 @@ class Ledger:
         for r in self._by_uid.pop(uid, ()):
             self._owed.pop((r.uid, r.podset), None)
             self._book(r.flavor).touch([(r.uid, r.podset)])
-            self._seen_bound.pop((r.decision_id, r.podset), None)
+            self._done.pop((r.decision_id, r.podset), None)
             flavor = self._by_flavor.get(r.flavor)
             if flavor is not None:
                 flavor.pop((r.uid, r.podset), None)
@@ -224,7 +240,7 @@ class Ledger:
                     del self._by_decision[r.decision_id]
 
     def pods_changed(self, decision_id: str) -> None:
-        """Pods carrying this decision id were bound, finished or deleted: re-count what it still owes."""
+        """Pods carrying this decision id were bound, succeeded, failed or deleted: re-count what it still owes."""
         for uid in list(self._by_decision.get(decision_id, ())):
             for r in self._by_uid.get(uid, ()):
                 self._hold(r)
@@ -233,19 +249,23 @@ class Ledger:
         return [r for rs in self._by_uid.values() for r in rs if flavor is None or r.flavor == flavor]
 
     def owed_pods(self, r: Reservation) -> int:
-        """Pods of this PodSet not bound yet."""
+        """Pods of this PodSet neither running on a node nor succeeded."""
         return self._owed.get((r.uid, r.podset), (0, ()))[0]
 
-    def outstanding(self, r: Reservation, bound: Mapping[str, Counter[str]]) -> list[tuple[str, int]]:
-        """Planned pods not yet bound, per node (the witness's first choice). Pods bound elsewhere
-        (the scheduler may pick another node of the domain) are taken off the last planned nodes."""
-        now = bound.get(r.podset, Counter())
-        seen = max(self._seen_bound.get((r.decision_id, r.podset), 0), sum(now.values()))
-        self._seen_bound[(r.decision_id, r.podset)] = seen  # finished pods leave the bound view; they still ran
-        if seen >= r.pods:
+    @staticmethod
+    def outstanding(r: Reservation, bound: Mapping[str, Counter[str]], done: Mapping[str, str] | None = None) -> list[tuple[str, int]]:
+        """Planned pods neither running nor succeeded, per node (the witness's first choice). A pod
+        running or succeeded on a planned node takes that node's slot; pods on other nodes (the
+        scheduler may pick another node of the domain) are taken off the last planned nodes. A pod
+        that failed or went is in neither, so its node's slot is planned again. ``done``: uid →
+        node of the PodSet's succeeded pods."""
+        now = Counter(bound.get(r.podset, Counter()))
+        now.update((done or {}).values())
+        accounted = sum(now.values())
+        if accounted >= r.pods:
             return []
         left = [(n, k - min(k, now.get(n, 0))) for n, k in r.planned]
-        extra = seen - sum(min(k, now.get(n, 0)) for n, k in r.planned)
+        extra = accounted - sum(min(k, now.get(n, 0)) for n, k in r.planned)
         out: list[tuple[str, int]] = []
         for n, k in reversed(left):
             take = min(k, max(extra, 0))
@@ -255,12 +275,25 @@ class Ledger:
         return list(reversed(out))
 
     def _hold(self, r: Reservation) -> None:
-        planned = self.outstanding(r, self.bound(r.decision_id) if r.decision_id else {})
-        owed = max(r.pods - self._seen_bound.get((r.decision_id, r.podset), 0), 0)
+        bound = self.bound(r.decision_id) if r.decision_id else {}
+        done = self._done_pods(r)
+        planned = self.outstanding(r, bound, done)
+        owed = max(r.pods - sum(bound.get(r.podset, Counter()).values()) - len(done), 0)
         key = (r.uid, r.podset)
         if self._owed.get(key) != (owed, tuple(planned)):
             self._owed[key] = (owed, tuple(planned))
             self._book(r.flavor).touch([key])
+
+    def _done_pods(self, r: Reservation) -> Mapping[str, str]:
+        """The PodSet's pods seen succeeded so far (uid → node): those the cache holds now, plus
+        those seen before and deleted since."""
+        if not r.decision_id:
+            return {}
+        now = self.succeeded(r.decision_id).get(r.podset)
+        key = (r.decision_id, r.podset)
+        if now:
+            self._done.setdefault(key, {}).update(now)
+        return self._done.get(key, {})
 
     def _book(self, flavor: str) -> Book:
         book = self._books.get(flavor)

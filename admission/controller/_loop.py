@@ -64,8 +64,12 @@ from policies import ProfilesError, profiles_from_configmap
 
 __all__ = ["Controller"]
 
-BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-"""Field selector of the pods that hold node resources (bound, not finished)."""
+BOUND_PODS = "spec.nodeName!=,status.phase!=Failed"
+"""Field selector of the pods the controller watches: bound ones that did not fail. Running ones
+hold node resources; ``Succeeded`` ones tell the ledger which of a decision's pods are done (a
+pod turning Succeeded stays in the watch, as one MODIFIED event). A pod turning ``Failed`` stops
+matching, and the apiserver reports it DELETED: to the ledger it is gone like a deleted pod, and
+its slot is owed again until a replacement binds."""
 
 _log = structlog.get_logger("atoll.controller")
 
@@ -100,7 +104,7 @@ class Controller:
         self._new_id = new_id or (lambda: secrets.token_hex(6))
         gpu = self.settings.kueue.gpu_resource
         self.cache = ClusterCache(gpu)
-        self.ledger = Ledger(gpu, bound=self.cache.bound_pods, node_labels=self.cache.node_labels)
+        self.ledger = Ledger(gpu, bound=self.cache.bound_pods, node_labels=self.cache.node_labels, succeeded=self.cache.succeeded_pods)
         self.cache.pod_listener = self.ledger.pods_changed
         self.events = EventPoster(port, clock=self.clock, instance=self.identity, max_chars=self.settings.decisions.event_message_max_chars)
         self.decider = Decider(self.cache, self.ledger, self.settings)

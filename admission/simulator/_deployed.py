@@ -54,7 +54,7 @@ def real_ledger(cache: ClusterCache) -> Ledger:
     nodeSelector, so every selector key is a topology level or the hostname, which the ledger
     reads from the snapshot; without the label reader it need not scan every node's labels for
     each one-node selector (same answers, a large fabric stays fast)."""
-    return Ledger(cache.gpu_resource, bound=cache.bound_pods)
+    return Ledger(cache.gpu_resource, bound=cache.bound_pods, succeeded=cache.succeeded_pods)
 
 
 @dataclass

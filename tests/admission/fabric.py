@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,15 +117,33 @@ class Fabric:
 
     def bind_pod(self, name: str, node_name: str, gpus: int, *, decision_id: str | None = None, podset: str = "main") -> None:
         """A pod already bound to a node (what the scheduler leaves behind), holding ``gpus`` GPUs."""
-        meta: dict[str, Any] = {"name": name, "namespace": self.ns, "labels": {"kueue.x-k8s.io/podset": podset}}
-        if decision_id:
-            meta["annotations"] = {"atoll.dev/decision-id": decision_id}
-        self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": {"nodeName": node_name, "containers": [
-            {"name": "c", "image": "registry.example.com/train:1",
-             "resources": {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}})
+        update = {"annotations": {"atoll.dev/decision-id": decision_id}} if decision_id else {}
+        self.create_pod(name, gpus, update, podset=podset, node_name=node_name)
 
-    def finish_pod(self, name: str) -> None:
-        self.core.patch_namespaced_pod_status(name, self.ns, {"status": {"phase": "Succeeded"}})
+    def create_pod(self, name: str, gpus: int, update: dict[str, Any], *, podset: str = "main", node_name: str | None = None) -> None:
+        """A pod of ``podset`` as its job controller creates it from the pod template Kueue merged
+        ``update`` (a podSetUpdate: labels, annotations, nodeSelector) into: pending, unless
+        ``node_name`` binds it already."""
+        meta: dict[str, Any] = {"name": name, "namespace": self.ns, "labels": {**(update.get("labels") or {}), "kueue.x-k8s.io/podset": podset}}
+        if update.get("annotations"):
+            meta["annotations"] = dict(update["annotations"])
+        spec: dict[str, Any] = {"containers": [{"name": "c", "image": "registry.example.com/train:1", "resources": {
+            "requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}
+        if update.get("nodeSelector"):
+            spec["nodeSelector"] = dict(update["nodeSelector"])
+        if node_name:
+            spec["nodeName"] = node_name
+        self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": spec})
+
+    def schedule_pod(self, name: str, node_name: str) -> None:
+        """The kube-scheduler binds a pending pod (``pods/binding``)."""
+        self.core.create_namespaced_pod_binding(name, self.ns, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                                                                "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
+                                                _preload_content=False)
+
+    def finish_pod(self, name: str, phase: str = "Succeeded") -> None:
+        """The pod ends: ``Succeeded``, or ``Failed``."""
+        self.core.patch_namespaced_pod_status(name, self.ns, {"status": {"phase": phase}})
 
     # ------------------------------------------------------------------ the controller
 
@@ -136,6 +156,17 @@ class Fabric:
         kw.setdefault("recorder", Recorder(self.records))
         kw.setdefault("metrics", self.metrics)
         return Controller(self.port, **kw)
+
+    @contextmanager
+    def running(self, **kw: Any) -> Iterator[Controller]:
+        """A controller running its own loop (watches and worker), synced, until the block ends."""
+        ctrl = self.controller(**kw)
+        ctrl.start()
+        try:
+            assert ctrl.wait_synced(30)
+            yield ctrl
+        finally:
+            ctrl.stop()
 
     # ------------------------------------------------------------------ Kueue's part
 

@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replicas", action="store_true",
                     help="two controllers electing a leader on a Lease; the leader is the one killed, and the audit counts dual leaders")
     ap.add_argument("--kill-rate", type=float, default=RunConfig.kill_rate, help="chance per 50 ms tick of killing the controller")
+    ap.add_argument("--fail-rate", type=float, default=RunConfig.fail_rate,
+                    help="chance per 50 ms tick that a running pod fails and its job controller creates a replacement")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     ap.add_argument("--verbose", action="store_true", help="a line per run on stderr")
     args = ap.parse_args(argv)
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no kube-apiserver or Kueue CRDs: run `python -m admission.kube.envtest ensure` (make envtest)", file=sys.stderr)
         return 2
     config = RunConfig(seed=args.seed, fault_rate=args.fault_rate, seconds=args.seconds, workloads=args.workloads,
-                       shapes=args.shapes, process=args.process, kill_rate=args.kill_rate, replicas=args.replicas)
+                       shapes=args.shapes, process=args.process, kill_rate=args.kill_rate, replicas=args.replicas,
+                       fail_rate=args.fail_rate)
 
     def progress(i: int, r: object) -> None:
         if args.verbose:

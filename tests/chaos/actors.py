@@ -7,6 +7,15 @@ The scheduler obeys only what Kubernetes would enforce: a pod binds to a node it
 that it picks the worst node it can: one another admitted Workload was planned on, so Atoll's
 planned nodes are a preference it ignores. A pod that fits nowhere stays pending (it is created
 when it binds: the controller's cache reads bound pods only).
+
+Now and then a running pod fails, and the job controller creates its replacement at once, as
+Kubernetes' Job controller does for a Job below its parallelism: a pending pod with the failed
+pod's labels, annotations and nodeSelector. Atoll must owe the failed pod's slot again until the
+replacement binds, so that no Workload admitted after the failure is given it. The replacement
+binds on the node its failed pod ran on, and the scheduler keeps that room for it: were a pod of
+a Workload admitted *before* the failure to take it, the replacement could be left with no room
+in its domain through no decision of Atoll's (the failure gives back a claim that did not exist
+when the others were admitted), which no admission check can prevent.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +41,9 @@ from tests.kube_objects import (
 
 WORKLOAD_LABEL = "atoll.dev/chaos-workload"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
+FAILED_NODE = "atoll.dev/chaos-failed-node"
+"""On a replacement pod: the node its failed pod ran on (where it binds)."""
+FINISHED = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +87,16 @@ def gpus_of(wl: dict[str, Any]) -> int:
 
 def pod_gpus(pod: dict[str, Any]) -> int:
     return sum(int((c.get("resources") or {}).get("requests", {}).get(GPU, 0)) for c in pod["spec"].get("containers", []))
+
+
+def phase_of(pod: dict[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase") or "")
+
+
+def decision_of(pod: dict[str, Any]) -> tuple[str, str]:
+    """(Atoll decision id, PodSet) a pod carries."""
+    meta = pod["metadata"]
+    return str((meta.get("annotations") or {}).get(ANN_DECISION_ID, "")), str((meta.get("labels") or {}).get(PODSET_LABEL, ""))
 
 
 @dataclass
@@ -156,26 +179,60 @@ class Scheduler:
     bind_rate: float = 0.4
     """Chance per tick that one pending pod binds (the lag that leaves pods owed)."""
     finish_rate: float = 0.05
+    fail_rate: float = 0.0
+    """Chance per tick that one running pod of an admitted Workload fails and is replaced."""
     bound: int = 0
     stayed_pending: int = 0
     on_planned_of_others: int = 0
+    failed: int = 0
+    replacements_bound: int = 0
     _names: set[str] = field(default_factory=set)
 
     def pods(self) -> list[dict[str, Any]]:
         return [client.ApiClient().sanitize_for_serialization(p) for p in self.core.list_namespaced_pod(self.ns).items]
 
-    def usage(self, pods: list[dict[str, Any]]) -> Counter[str]:
+    def admitted_podsets(self, workloads: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+        """(decision id, PodSet) → (Workload, PodSet, podSetUpdate) of the Workloads Kueue admitted on Atoll's Ready."""
+        out = {}
+        for wl in workloads:
+            if not (admitted(wl, self.check) and is_true(wl, "Admitted")):
+                continue
+            for ps in wl["spec"]["podSets"]:
+                update = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or [] if u["name"] == ps["name"]), {})
+                out[(str((update.get("annotations") or {}).get(ANN_DECISION_ID, "")), ps["name"])] = (wl, ps, update)
+        return out
+
+    def usage(self, pods: list[dict[str, Any]], live: Collection[tuple[str, str]] = ()) -> Counter[str]:
+        """GPUs per node: bound unfinished pods, and the room kept for the pending replacements of
+        the ``live`` (decision id, PodSet)s."""
         used: Counter[str] = Counter()
         for p in pods:
-            node = (p.get("spec") or {}).get("nodeName")
-            if node and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            if phase_of(p) in FINISHED:
+                continue
+            node = p["spec"].get("nodeName") or (_failed_node(p) if decision_of(p) in live else None)
+            if node:
                 used[node] += pod_gpus(p)
         return used
 
+    def fail(self, workloads: list[dict[str, Any]]) -> None:
+        """At ``fail_rate``: one running pod of an admitted Workload fails, and its job controller
+        creates the replacement at once, pending, from the same template (with Atoll's podSetUpdate)."""
+        if self.fail_rate <= 0 or self.rng.random() >= self.fail_rate:
+            return
+        live = self.admitted_podsets(workloads)
+        running = [p for p in self.pods() if p["spec"].get("nodeName") and phase_of(p) == "Running" and decision_of(p) in live]
+        if not running:
+            return
+        victim = self.rng.choice(running)
+        self.core.patch_namespaced_pod_status(victim["metadata"]["name"], self.ns, {"status": {"phase": "Failed"}})
+        self.failed += 1
+        wl, ps, update = live[decision_of(victim)]
+        self._create(wl, ps, update, 0, None, {FAILED_NODE: victim["spec"]["nodeName"]})
+
     def tick(self, workloads: list[dict[str, Any]], finish: Any) -> None:
         pods = self.pods()
-        used = self.usage(pods)
         live = [wl for wl in workloads if admitted(wl, self.check) and is_true(wl, "Admitted")]
+        used = self.usage(pods, self.admitted_podsets(workloads))
         planned_by: dict[str, set[str]] = {}
         for wl in live:
             for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or []:
@@ -189,8 +246,15 @@ class Scheduler:
             for ps in wl["spec"]["podSets"]:
                 update = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or [] if u["name"] == ps["name"]), {})
                 decision = (update.get("annotations") or {}).get(ANN_DECISION_ID, "")
-                mine = [p for p in pods if (p["metadata"].get("annotations") or {}).get(ANN_DECISION_ID) == decision
-                        and (p["metadata"].get("labels") or {}).get(PODSET_LABEL) == ps["name"]]
+                mine = [p for p in pods if decision_of(p) == (decision, ps["name"]) and phase_of(p) != "Failed"]
+                for p in mine:
+                    if p["spec"].get("nodeName") or phase_of(p) in FINISHED:
+                        continue
+                    complete = False  # a replacement: its failed pod's node keeps the room for it
+                    if self.rng.random() < self.bind_rate:
+                        self._schedule(p["metadata"]["name"], _failed_node(p))
+                        self.bound += 1
+                        self.replacements_bound += 1
                 for i in range(len(mine), int(ps["count"])):
                     complete = False
                     if self.rng.random() >= self.bind_rate:
@@ -199,7 +263,7 @@ class Scheduler:
                     if target is None:
                         self.stayed_pending += 1
                         continue
-                    self._bind(wl, ps, update, decision, i, target)
+                    self._bind(wl, ps, update, i, target)
                     used[target] += self._per_pod(ps)
                     self.bound += 1
                     self.on_planned_of_others += target in others
@@ -220,24 +284,46 @@ class Scheduler:
         allowed.sort(key=lambda n: (n.name not in others, n.name in own))
         return next((n.name for n in allowed if used[n.name] + need <= n.gpus), None)
 
-    def _bind(self, wl: dict[str, Any], ps: dict[str, Any], update: dict[str, Any], decision: str, i: int, node: str) -> None:
-        template = ps["template"]
-        base = f"{wl['metadata']['name']}-{decision or 'x'}-{ps['name']}"
+    def _fresh(self, base: str, i: int) -> str:
         name = next(f"{base}-{k}" for k in range(i, i + 10_000) if f"{base}-{k}" not in self._names)
         self._names.add(name)
+        return name
+
+    def _schedule(self, name: str, node: str) -> None:
+        """Bind a pending pod (``pods/binding``, as the kube-scheduler does); it starts running."""
+        self.core.create_namespaced_pod_binding(name, self.ns, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                                                                "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+                                                _preload_content=False)
+        self.core.patch_namespaced_pod_status(name, self.ns, {"status": {"phase": "Running"}})
+
+    def _bind(self, wl: dict[str, Any], ps: dict[str, Any], update: dict[str, Any], i: int, node: str) -> None:
+        name = self._create(wl, ps, update, i, node)
+        self.core.patch_namespaced_pod_status(name, self.ns, {"status": {"phase": "Running"}})
+
+    def _create(self, wl: dict[str, Any], ps: dict[str, Any], update: dict[str, Any], i: int, node: str | None,
+                annotations: dict[str, str] | None = None) -> str:
+        """A pod of the PodSet from its template with Atoll's podSetUpdate merged (what the job
+        controller creates once Kueue starts the job), bound to ``node`` or pending; its name."""
+        template = ps["template"]
+        decision = (update.get("annotations") or {}).get(ANN_DECISION_ID, "")
+        name = self._fresh(f"{wl['metadata']['name']}-{decision or 'x'}-{ps['name']}", i)
         labels = {**(template.get("metadata") or {}).get("labels", {}), **(update.get("labels") or {}),
                   PODSET_LABEL: ps["name"], WORKLOAD_LABEL: wl["metadata"]["name"]}
-        annotations = {**(template.get("metadata") or {}).get("annotations", {}), **(update.get("annotations") or {})}
+        annotations = {**(template.get("metadata") or {}).get("annotations", {}), **(update.get("annotations") or {}), **(annotations or {})}
         spec = dict(template["spec"])
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **(update.get("nodeSelector") or {})}
-        spec["nodeName"] = node
+        if node:
+            spec["nodeName"] = node
         self.core.create_namespaced_pod(self.ns, {"metadata": {"name": name, "namespace": self.ns, "labels": labels,
                                                                 "annotations": annotations}, "spec": spec})
-        self.core.patch_namespaced_pod_status(name, self.ns, {"status": {"phase": "Running"}})
+        return name
 
     def stop_pods(self, wl: dict[str, Any], phase: str = "Failed") -> None:
         """The job's pods end (``Failed`` when the job is stopped, ``Succeeded`` when it finished)."""
         for p in self.pods():
-            if (p["metadata"].get("labels") or {}).get(WORKLOAD_LABEL) == wl["metadata"]["name"] and \
-                    (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            if (p["metadata"].get("labels") or {}).get(WORKLOAD_LABEL) == wl["metadata"]["name"] and phase_of(p) not in FINISHED:
                 self.core.patch_namespaced_pod_status(p["metadata"]["name"], self.ns, {"status": {"phase": phase}})
+
+
+def _failed_node(pod: dict[str, Any]) -> str | None:
+    return (pod["metadata"].get("annotations") or {}).get(FAILED_NODE)

@@ -1,5 +1,6 @@
 """One chaos run and many: a small fabric on the real apiserver, the controller behind the fault
-proxy (killed and restarted at random points), Kueue and an adversarial scheduler around it,
+proxy (killed and restarted at random points), Kueue and an adversarial scheduler around it
+(running pods fail now and then, and their job controller creates replacements: ``actors``),
 then an audit of the final API state.
 
 Killing in-process: the controller's port is wrapped in ``CrashingPort``. Once killed, every call
@@ -16,7 +17,8 @@ the chance to decide what is left:
 - ``double_booked``: a node where bound pods plus the owed pods the ledger (rebuilt by a fresh
   controller from a list of the API) counts there exceed allocatable;
 - ``unplaceable_owed``: owed pods, counted independently from the API (admitted count minus the
-  pods of that decision created so far), that no assignment fits in their nodeSelector domain;
+  pods of that decision bound and unfinished, minus those that succeeded), that no assignment
+  fits in their nodeSelector domain;
 - ``lost``: Workloads Atoll must decide (quota held, not evicted, entry Pending) left undecided;
 - ``duplicate_decisions``: decision records beyond one per quota reservation Kueue made;
 - ``dual_leaders`` (with ``replicas``: two controllers electing a leader on a Lease, the leader
@@ -62,13 +64,16 @@ from admission.controller._invariant import Demand, OwedPods, place_owed, pod_sh
 from admission.kube import WORKLOADS, ApiRetrySettings, KubePort, LeaderElector, LeaderSettings, Obj, Resource
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, profiles_doc
 from tests.chaos.actors import (
+    FINISHED,
     Kueue,
     NodeSpec,
     Scheduler,
     actionable,
     admitted,
+    decision_of,
     entry_of,
     gpus_of,
+    phase_of,
 )
 from tests.chaos.proxy import FaultProxy
 from tests.kube_objects import (
@@ -186,6 +191,9 @@ class RunConfig:
     bind_rate: float = 0.4
     finish_rate: float = 0.05
     preempt_rate: float = 0.01
+    fail_rate: float = 0.05
+    """Chance per harness tick that a running pod of an admitted Workload fails and its job
+    controller creates a replacement (``actors``): its slot is owed again until the replacement binds."""
     settle_seconds: float = 1.0
     process: bool = False
     """Run the controller as an ``atoll run`` process killed with SIGKILL (instead of in-process,
@@ -211,6 +219,8 @@ class RunResult:
     bound: int = 0
     bound_on_others_plan: int = 0
     preemptions: int = 0
+    pods_failed: int = 0
+    replacements_bound: int = 0
     dual_leaders: int = 0
     takeovers: int = 0
     violations: list[str] = field(default_factory=list)
@@ -299,7 +309,7 @@ class ChaosRun:
         self.kueue = Kueue(actor, self.ns, self.cq, self.flavor, self.check, quota, random.Random(self.rng.random()),
                            preempt_rate=c.preempt_rate)
         self.scheduler = Scheduler(self.core, self.ns, self.check, self.nodes, random.Random(self.rng.random()),
-                                   bind_rate=c.bind_rate, finish_rate=c.finish_rate)
+                                   bind_rate=c.bind_rate, finish_rate=c.finish_rate, fail_rate=c.fail_rate)
 
     def settings(self) -> Settings:
         return Settings(kueue=KueueSettings(admission_check=self.check), config=ConfigSettings(namespace=self.ns),
@@ -434,7 +444,9 @@ class ChaosRun:
         wls = self.workloads()
         self.kueue.tick(wls, self.scheduler.stop_pods)
         if bind:
-            self.scheduler.tick(self.workloads(), self._finish)
+            now = self.workloads()
+            self.scheduler.fail(now)
+            self.scheduler.tick(now, self._finish)
         return wls
 
     def run(self) -> RunResult:
@@ -486,6 +498,7 @@ class ChaosRun:
         r.admissions = self.kueue.admissions
         r.preemptions = self.kueue.preemptions
         r.bound, r.bound_on_others_plan = self.scheduler.bound, self.scheduler.on_planned_of_others
+        r.pods_failed, r.replacements_bound = self.scheduler.failed, self.scheduler.replacements_bound
         records = self._records()
         r.decisions = len(records)
         per_uid = Counter(str(rec["uid"]) for rec in records if rec.get("namespace") == self.ns)
@@ -543,8 +556,9 @@ class ChaosRun:
 
     def owed_from_api(self, wls: list[dict[str, Any]]) -> list[OwedPods]:
         """Owed pods read straight from the API, without the controller's code: per admitted
-        PodSet, its admitted count minus the pods of its decision created so far (finished ones
-        included: they ran), in the domain its nodeSelector allows."""
+        PodSet, its admitted count minus the pods of its decision bound and unfinished, minus
+        those that succeeded (a failed pod's slot is owed until its replacement binds), in the
+        domain its nodeSelector allows."""
         pods = self.scheduler.pods()
         out = []
         for wl in wls:
@@ -557,9 +571,10 @@ class ChaosRun:
                     continue
                 ann = update.get("annotations") or {}
                 decision = ann.get("atoll.dev/decision-id", "")
-                made = sum(1 for p in pods if (p["metadata"].get("annotations") or {}).get("atoll.dev/decision-id") == decision
-                           and (p["metadata"].get("labels") or {}).get("kueue.x-k8s.io/podset") == ps["name"])
-                owed = counts.get(ps["name"], int(ps["count"])) - made
+                mine = [p for p in pods if decision_of(p) == (decision, ps["name"])]
+                running = sum(1 for p in mine if p["spec"].get("nodeName") and phase_of(p) not in FINISHED)
+                succeeded = sum(1 for p in mine if phase_of(p) == "Succeeded")
+                owed = counts.get(ps["name"], int(ps["count"])) - running - succeeded
                 if owed <= 0:
                     continue
                 selector = {**(ps["template"]["spec"].get("nodeSelector") or {}), **(update.get("nodeSelector") or {})}

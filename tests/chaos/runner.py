@@ -36,6 +36,8 @@ class Summary:
     bound: int = 0
     bound_on_others_plan: int = 0
     preemptions: int = 0
+    pods_failed: int = 0
+    replacements_bound: int = 0
     dual_leaders: int = 0
     takeovers: int = 0
     replicas: bool = False
@@ -44,7 +46,8 @@ class Summary:
     def add(self, seed: int, r: RunResult) -> None:
         self.runs += 1
         for name in ("double_booked", "unplaceable_owed", "lost", "duplicate_decisions", "ledger_mismatch", "admissions",
-                     "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "dual_leaders", "takeovers"):
+                     "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "pods_failed",
+                     "replacements_bound", "dual_leaders", "takeovers"):
             setattr(self, name, getattr(self, name) + getattr(r, name))
         self.faults.update(r.faults)
         self.kills.update(r.kills)
@@ -63,7 +66,8 @@ class Summary:
                 "admissions_per_s": round(self.admissions / self.chaos_seconds, 2) if self.chaos_seconds else 0.0,
                 "requests": self.requests, "faults_injected": sum(self.faults.values()), "faults": dict(self.faults),
                 "kills": dict(self.kills), "pods_bound": self.bound, "pods_bound_on_others_plan": self.bound_on_others_plan,
-                "preemptions": self.preemptions, "dual_leaders": self.dual_leaders, "replicas": self.replicas,
+                "preemptions": self.preemptions, "pods_failed": self.pods_failed, "replacements_bound": self.replacements_bound,
+                "dual_leaders": self.dual_leaders, "replicas": self.replicas,
                 "leader_takeovers": self.takeovers, "wall_seconds": round(self.wall_seconds, 1),
                 "peak_rss_mib": peak_rss_mib(), "failed_runs": self.failed_runs[:10]}
 
@@ -73,7 +77,8 @@ class Summary:
                 f"unplaceable_owed={self.unplaceable_owed} lost={self.lost} duplicate_decisions={self.duplicate_decisions} "
                 + (f"dual_leaders={self.dual_leaders} leader_takeovers={self.takeovers} " if self.replicas else "") +
                 f"admissions={self.admissions} admissions/s={d['admissions_per_s']} injected={d['faults_injected']}/{self.requests} "
-                f"kills={sum(self.kills.values())} peak_rss={d['peak_rss_mib']}MiB")
+                f"kills={sum(self.kills.values())} pods_failed={self.pods_failed} replacements_bound={self.replacements_bound} "
+                f"peak_rss={d['peak_rss_mib']}MiB")
 
     def json(self) -> str:
         return json.dumps(self.as_dict(), sort_keys=True)

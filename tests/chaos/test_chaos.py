@@ -1,11 +1,13 @@
 """Chaos on the real apiserver: faults between the controller and the API, the controller killed
-at random points, Kueue and an adversarial scheduler around it; the audit of every run's final
-state finds no double booking, no unplaceable owed pod, nothing lost and nothing decided twice.
-The audit is not blind: a controller whose ledger forgets owed pods is caught, and so is the
+at random points, Kueue and an adversarial scheduler around it, running pods failing and being
+replaced; the audit of every run's final state finds no double booking, no unplaceable owed pod,
+nothing lost and nothing decided twice. The audit is not blind: a controller whose ledger forgets
+owed pods is caught, so is one whose ledger counts a failed pod's slot as done, and so is the
 scheduler taking a node-level domain's only node for a Workload admitted on the whole clique."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -23,12 +25,13 @@ pytestmark = pytest.mark.apiserver
 
 
 def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver: Any) -> None:
-    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=2.5, shapes="flat"), prefix="chaos-small")
+    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=2.5, shapes="flat", fail_rate=0.2), prefix="chaos-small")
     assert summary.clean, summary.json()
     assert summary.ledger_mismatch == 0, summary.failed_runs
-    # the runs did what they claim: faults answered, controllers killed, decisions written, pods bound
+    # the runs did what they claim: faults answered, controllers killed, decisions written, pods bound, failed and replaced
     assert sum(summary.faults.values()) > 0 and sum(summary.kills.values()) > 0
     assert summary.decisions > 0 and summary.admissions > 0 and summary.bound > 0
+    assert summary.pods_failed > 0 and summary.replacements_bound > 0
 
 
 def test_an_atoll_run_process_killed_with_sigkill_keeps_every_invariant(apiserver: Any) -> None:
@@ -73,6 +76,32 @@ def test_the_audit_catches_a_ledger_that_forgets_owed_pods(apiserver: Any) -> No
     config = RunConfig(seed=5, fault_rate=0.0, seconds=2.0, quota_factor=2.0, kill_rate=0.0, crash_rate=0.0,
                        bind_rate=0.05, finish_rate=0.0, preempt_rate=0.0, shapes="flat")
     summary = run_many(apiserver, 2, config, prefix="chaos-forgetful", controller_factory=forgetful_controller)
+    assert summary.unplaceable_owed + summary.double_booked > 0, summary.json()
+    assert not summary.clean
+
+
+def counts_failed_pods_as_done(*args: Any, **kwargs: Any) -> Controller:
+    """A controller whose ledger sees every pod it ever saw bound as still bound (on its node), so
+    a failed pod's slot is not owed again while its replacement is pending."""
+    ctrl = Controller(*args, **kwargs)
+    seen: dict[str, dict[str, Counter[str]]] = {}
+    live = ctrl.ledger.bound
+
+    def ever_bound(decision_id: str) -> dict[str, Counter[str]]:
+        memory = seen.setdefault(decision_id, {})
+        for podset, nodes in live(decision_id).items():
+            memory[podset] = memory.get(podset, Counter()) | nodes
+        return memory
+
+    ctrl.ledger.bound = ever_bound
+    return ctrl
+
+
+def test_the_audit_catches_a_ledger_that_counts_failed_pods_as_done(apiserver: Any) -> None:
+    config = RunConfig(seed=5, fault_rate=0.0, seconds=3.0, quota_factor=2.0, kill_rate=0.0, crash_rate=0.0, bind_rate=0.5,
+                       finish_rate=0.0, preempt_rate=0.0, fail_rate=0.5, shapes="nested")
+    summary = run_many(apiserver, 3, config, prefix="chaos-failed-done", controller_factory=counts_failed_pods_as_done)
+    assert summary.pods_failed > 0 and summary.replacements_bound > 0, summary.json()
     assert summary.unplaceable_owed + summary.double_booked > 0, summary.json()
     assert not summary.clean
 

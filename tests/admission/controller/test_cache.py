@@ -69,6 +69,22 @@ def test_bound_pods_are_usage_and_finished_ones_are_not() -> None:
     assert c.snapshot("gpu").free_gpus() == 16
 
 
+def test_succeeded_pods_of_a_decision_are_kept_while_they_exist_and_hold_nothing() -> None:
+    c = cache()
+    told: list[str] = []
+    c.pod_listener = told.append
+    c.upsert(PODS, pod("p1", "n0", 3, decision="d1"))
+    c.upsert(PODS, pod("p1", "n0", 3, phase="Succeeded", decision="d1"))
+    assert told == ["d1", "d1"]  # bound, then succeeded in one step: never seen in neither state
+    assert c.bound_pods("d1") == {} and c.succeeded_pods("d1") == {"": {"p1": "n0"}}
+    assert c.snapshot("gpu").free_gpus() == 16
+    c.upsert(PODS, pod("p2", "n1", 1, phase="Succeeded"))  # no decision: nothing to keep
+    c.upsert(PODS, pod("p3", "n1", 1, phase="Failed", decision="d1"))  # failed: neither bound nor done
+    assert sorted(c.succeeded) == ["p1"] and c.bound_pods("d1") == {} and told == ["d1", "d1"]
+    c.replace_all(PODS, [])  # a relist without them: gone
+    assert c.succeeded_pods("d1") == {} and c.succeeded == {} and told == ["d1", "d1", "d1"]
+
+
 def test_usage_and_health_update_rows_labels_rebuild() -> None:
     c = cache()
     first = c.snapshot("gpu")

@@ -84,16 +84,18 @@ def test_planned_nodes_round_trip_and_compress() -> None:
         decode_planned("n0=1,n1")
 
 
-def test_outstanding_takes_off_pods_bound_anywhere() -> None:
+def test_outstanding_takes_off_pods_running_or_succeeded_anywhere() -> None:
     ledger = Ledger()
     r = Reservation("u", "ns/w", "d1", "gpu", "main", (("n0", 2), ("n1", 2)), ResourceVector(gpu=4))
     assert ledger.outstanding(r, {}) == [("n0", 2), ("n1", 2)]
     assert ledger.outstanding(r, {"main": Counter({"n0": 1})}) == [("n0", 1), ("n1", 2)]
     # the scheduler put one pod on n9 (same domain, other node): the last planned slot is released
     assert ledger.outstanding(r, {"main": Counter({"n0": 2, "n9": 1})}) == [("n1", 1)]
-    # finished pods leave the bound view; what was once bound stays accounted for
-    assert sum(k for _, k in ledger.outstanding(r, {})) == 1
-    assert ledger.outstanding(r, {"main": Counter({"n0": 2, "n1": 2})}) == []
+    # the pod on n9 failed (or went): its slot is planned again
+    assert ledger.outstanding(r, {"main": Counter({"n0": 2})}) == [("n1", 2)]
+    # a succeeded pod keeps its node's planned slot, as a running one does
+    assert ledger.outstanding(r, {"main": Counter({"n0": 1})}, {"p1": "n1"}) == [("n0", 1), ("n1", 1)]
+    assert ledger.outstanding(r, {"main": Counter({"n0": 2, "n1": 1})}, {"p1": "n1"}) == []
 
 
 def test_only_a_live_ready_entry_reserves() -> None:

@@ -209,7 +209,7 @@ class Scheduler:
         for p in pods:
             if phase_of(p) in FINISHED:
                 continue
-            node = p["spec"].get("nodeName") or (_failed_node(p) if decision_of(p) in live else None)
+            node = p["spec"].get("nodeName") or (failed_node_of(p) if decision_of(p) in live else None)
             if node:
                 used[node] += pod_gpus(p)
         return used
@@ -252,7 +252,7 @@ class Scheduler:
                         continue
                     complete = False  # a replacement: its failed pod's node keeps the room for it
                     if self.rng.random() < self.bind_rate:
-                        self._schedule(p["metadata"]["name"], _failed_node(p))
+                        self._schedule(p["metadata"]["name"], failed_node_of(p))
                         self.bound += 1
                         self.replacements_bound += 1
                 for i in range(len(mine), int(ps["count"])):
@@ -325,5 +325,6 @@ class Scheduler:
                 self.core.patch_namespaced_pod_status(p["metadata"]["name"], self.ns, {"status": {"phase": phase}})
 
 
-def _failed_node(pod: dict[str, Any]) -> str | None:
+def failed_node_of(pod: dict[str, Any]) -> str | None:
+    """The node a replacement pod's failed pod ran on (None for any other pod)."""
     return (pod["metadata"].get("annotations") or {}).get(FAILED_NODE)

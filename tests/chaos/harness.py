@@ -72,6 +72,7 @@ from tests.chaos.actors import (
     admitted,
     decision_of,
     entry_of,
+    failed_node_of,
     gpus_of,
     phase_of,
 )
@@ -558,7 +559,11 @@ class ChaosRun:
         """Owed pods read straight from the API, without the controller's code: per admitted
         PodSet, its admitted count minus the pods of its decision bound and unfinished, minus
         those that succeeded (a failed pod's slot is owed until its replacement binds), in the
-        domain its nodeSelector allows."""
+        domain its nodeSelector allows. They prefer their planned nodes, and a pending
+        replacement the node its failed pod ran on, where it binds: the greedy ``place_owed``
+        then does not hand that replacement another Workload's planned node (a failure gives a
+        wide claim back over narrow ones admitted meanwhile, where a greedy first pick can miss
+        an assignment that exists)."""
         pods = self.scheduler.pods()
         out = []
         for wl in wls:
@@ -581,6 +586,9 @@ class ChaosRun:
                 domain = tuple(n.name for n in self.nodes if all(n.labels.get(k) == v for k, v in selector.items()))
                 per_pod_gpu = gpus_of({"spec": {"podSets": [{**ps, "count": 1}]}})
                 planned = tuple(decode_planned(ann["atoll.dev/planned-nodes"]).items()) if ann.get("atoll.dev/planned-nodes") else ()
+                replacing = Counter(node for p in mine if not p["spec"].get("nodeName") and phase_of(p) not in FINISHED
+                                    and (node := failed_node_of(p)) is not None)
+                planned = tuple(replacing.items()) + planned
                 out.append(OwedPods(f"{self.ns}/{wl['metadata']['name']}", ps["name"], owed,
                                     ResourceVector(per_pod_gpu, 1000, 0, 1), domain, planned))
         return out

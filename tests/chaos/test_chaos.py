@@ -7,6 +7,7 @@ scheduler taking a node-level domain's only node for a Workload admitted on the 
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from typing import Any
 
@@ -16,8 +17,8 @@ from kubernetes import client
 from admission.controller import Controller
 from admission.controller._invariant import ClaimSet
 from tests.admission.fabric import Fabric, planned, run
-from tests.chaos.actors import admitted
-from tests.chaos.harness import RunConfig, unplaceable_pods
+from tests.chaos.actors import FAILED_NODE, NodeSpec, Scheduler, admitted
+from tests.chaos.harness import ChaosRun, RunConfig, unplaceable_pods
 from tests.chaos.runner import run_many
 from topology import ResourceVector
 
@@ -106,19 +107,26 @@ def test_the_audit_catches_a_ledger_that_counts_failed_pods_as_done(apiserver: A
     assert not summary.clean
 
 
-def test_a_node_level_domain_inside_another_workloads_clique_keeps_its_room(kube_client: Any) -> None:
-    ns = "chaos-nested-domain"
+def one_clique(kube_client: Any, ns: str) -> tuple[Fabric, list[str]]:
+    """A namespace with one clique of three 4-GPU nodes."""
     client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": ns}})
     fabric = Fabric(kube_client, ns)
     fabric.install(nodes=False)
-    nodes = [fabric.add_node(0, 0, i) for i in range(3)]
-    fabric.submit("wide", [("main", 2, 4)])
+    return fabric, [fabric.add_node(0, 0, i) for i in range(3)]
+
+
+def admit(fabric: Fabric, name: str, pods: int) -> dict[str, Any]:
+    """Submit a Workload of ``pods`` 4-GPU pods, have a fresh controller admit it; its check entry."""
+    fabric.submit(name, [("main", pods, 4)])
     (verdict,) = run(fabric.controller())
     assert verdict.outcome == "admit", verdict.message
-    wide = fabric.entry("wide")
-    fabric.submit("narrow", [("main", 1, 4)])
-    (verdict,) = run(fabric.controller())
-    assert verdict.outcome == "admit", verdict.message
+    return fabric.entry(name)
+
+
+def test_a_node_level_domain_inside_another_workloads_clique_keeps_its_room(kube_client: Any) -> None:
+    fabric, nodes = one_clique(kube_client, "chaos-nested-domain")
+    wide = admit(fabric, "wide", 2)
+    admit(fabric, "narrow", 1)
     (narrow_node,) = planned(fabric.entry("narrow"))
     assert narrow_node not in planned(wide) and wide["podSetUpdates"][0]["nodeSelector"] != {"kubernetes.io/hostname": narrow_node}
     assert fabric.entry("narrow")["podSetUpdates"][0]["nodeSelector"] == wide["podSetUpdates"][0]["nodeSelector"]  # the clique
@@ -135,3 +143,34 @@ def test_a_node_level_domain_inside_another_workloads_clique_keeps_its_room(kube
     used = {n: ctrl.cache.usage.get(n, ResourceVector()) for n in snap.node_names}
     assert sorted(alloc) == sorted(nodes)
     assert unplaceable_pods(alloc, used, ctrl.ledger.owed(snap)) == 0
+
+
+def test_the_audit_finds_room_for_a_replacement_whose_workload_plans_a_narrow_workloads_node(kube_client: Any) -> None:
+    """A failure gives a wide Workload back a claim over a one-node Workload admitted meanwhile on
+    the wide one's planned node: the audit's ground truth places the pending replacement where
+    its failed pod ran (where it binds) and the one-node Workload on its node, instead of a greedy
+    first pick of the wide one's plan that leaves no room for the other."""
+    ns = "chaos-failed-wide-claim"
+    fabric, nodes = one_clique(kube_client, ns)
+    entry = admit(fabric, "a-wide", 2)
+    wide = entry["podSetUpdates"][0]
+    first, second = sorted(planned(entry))
+    (spare,) = set(nodes) - {first, second}
+    fabric.create_pod("a-wide-0", 4, wide, node_name=spare)  # bound off its plan, as the scheduler may
+    fabric.create_pod("a-wide-1", 4, wide, node_name=second)
+    narrow = admit(fabric, "b-narrow", 1)["podSetUpdates"][0]  # a-wide owes nothing: its planned node `first` is free
+    assert narrow["nodeSelector"] == {"kubernetes.io/hostname": first}
+
+    fabric.finish_pod("a-wide-0", "Failed")  # the replacement is pending; it binds back on `spare`
+    fabric.create_pod("a-wide-2", 4, {**wide, "annotations": {**wide["annotations"], FAILED_NODE: spare}})
+
+    chaos = ChaosRun(kube_client, "", None, ns, RunConfig())  # type: ignore[arg-type]  # only its audit is used
+    chaos.nodes = [NodeSpec(n, dict(fabric.core.read_node(n).metadata.labels), 4) for n in nodes]
+    chaos.scheduler = Scheduler(fabric.core, ns, fabric.check, chaos.nodes, random.Random(0))
+    owed = chaos.owed_from_api(chaos.workloads())
+    ctrl = fabric.controller()
+    ctrl.sync()
+    alloc = {n: ctrl.cache.nodes[n].allocatable for n in nodes}
+    used = {n: ctrl.cache.usage.get(n, ResourceVector()) for n in nodes}
+    assert unplaceable_pods(alloc, used, owed) == 0
+    assert [(o.workload, o.pods, o.planned[0]) for o in owed] == [(f"{ns}/a-wide", 1, (spare, 1)), (f"{ns}/b-narrow", 1, (first, 1))]

@@ -259,14 +259,54 @@ def decide(
     return dataclasses.replace(decision, notes=notes) if notes else decision
 
 
-def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile, now: float, wait: WaitState,
-            workload_class: WorkloadClass | None, links: Sequence[GraphLink], explain: bool, balanced: bool) -> Decision:
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What ``_decide`` works out before the search, the same for every decision of a Workload
+    on one fabric: a reject for the request itself, or the tight and loose requests and whether
+    one domain can never hold it."""
+
+    early: Decision | None
+    tight: PlacementRequest | None = None
+    loose: PlacementRequest | None = None
+    tight_never_fits: bool = False
+    tight_error: str | None = None
+    """Why asking whether one domain can ever hold it failed (a reject, once that is asked)."""
+    relaxes: bool = False
+    """True: relaxed from the start (a profile with neither a required nor a preferred level)."""
+
+
+def _prepare(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile,
+             workload_class: WorkloadClass | None, links: Sequence[GraphLink], balanced: bool) -> _Prepared:
+    """``_prepare_now``, remembered per fabric (``static_cache``: cleared when allocatable or
+    structure changes) and per set of inputs by identity: a waiting Workload is decided again and
+    again with the same frozen specs, profile and class."""
+    memo = snapshot.static_cache.get(_PREPARED)
+    if memo is None:
+        memo = snapshot.static_cache[_PREPARED] = {}
+    assert isinstance(memo, dict)
+    key = (tuple(map(id, podsets)), id(profile), profile_name, id(workload_class), tuple(map(id, links)), balanced)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit[1]  # type: ignore[no-any-return]
+    prepared = _prepare_now(snapshot, podsets, profile_name, profile, workload_class, links, balanced)
+    if len(memo) >= 4096:
+        memo.clear()
+    memo[key] = ((tuple(podsets), profile, workload_class, tuple(links)), prepared)  # held: no id is reused while here
+    return prepared
+
+
+_PREPARED = ("policies.decide", "prepared")
+"""``static_cache`` key of ``_prepare``'s memo."""
+
+
+def _prepare_now(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile,
+                 workload_class: WorkloadClass | None, links: Sequence[GraphLink], balanced: bool) -> _Prepared:
     bad_hint = _check_levels(snapshot, profile_name, profile, podsets)
     if bad_hint:
-        return Decision("reject", profile_name, bad_hint)
+        return _Prepared(Decision("reject", profile_name, bad_hint))
     problem = _annotation_problems(snapshot, podsets)
     if problem:
-        return Decision("reject", profile_name, f"invalid topology annotations: {problem}")
+        return _Prepared(Decision("reject", profile_name, f"invalid topology annotations: {problem}"))
 
     def build(mode: tuple[str | None, str | None, str | None], tight: bool = False) -> PlacementRequest:
         return _build(podsets, mode, workload_class, links, profile, snapshot, tight=tight, balanced=balanced)
@@ -274,22 +314,47 @@ def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str
     try:
         if profile.required_level:
             tight = loose = build((profile.required_level, None, None))
-            relaxed = False
+            relaxes = False
         elif profile.preferred_level:
             tight = build((profile.preferred_level, None, None), tight=True)
             loose = build((None, profile.preferred_level, profile.max_span_level))
-            waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
-            relax_after = profile.relax_after_seconds
-            relaxed = relax_after is None or waited >= relax_after
+            relaxes = False
         else:
             tight = loose = build((None, None, profile.max_span_level))
-            relaxed = True
+            relaxes = True
         impossible = never_fits(snapshot, loose)
         if impossible is not None:
-            return Decision("reject", profile_name, f"never fits under profile {profile_name}: {impossible.reason}", impossible, request=loose)
-        if not relaxed and never_fits(snapshot, tight) is not None:
-            relaxed = True  # one domain can never hold it: waiting for one is futile
-        request = loose if relaxed else tight
+            return _Prepared(Decision("reject", profile_name, f"never fits under profile {profile_name}: {impossible.reason}", impossible,
+                                      request=loose))
+    except (PlacementError, ValueError) as exc:
+        return _Prepared(Decision("reject", profile_name, f"invalid request: {exc}"))
+    try:
+        tight_never = tight is not loose and never_fits(snapshot, tight) is not None
+    except (PlacementError, ValueError) as exc:
+        return _Prepared(None, tight, loose, False, str(exc), relaxes)
+    return _Prepared(None, tight, loose, tight_never, None, relaxes)
+
+
+def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile, now: float, wait: WaitState,
+            workload_class: WorkloadClass | None, links: Sequence[GraphLink], explain: bool, balanced: bool) -> Decision:
+    prepared = _prepare(snapshot, podsets, profile_name, profile, workload_class, links, balanced)
+    if prepared.early is not None:
+        return prepared.early
+    assert prepared.tight is not None and prepared.loose is not None
+    if prepared.relaxes:
+        relaxed = True
+    elif profile.preferred_level and not profile.required_level:
+        waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
+        relax_after = profile.relax_after_seconds
+        relaxed = relax_after is None or waited >= relax_after
+    else:
+        relaxed = False
+    if not relaxed and prepared.tight_error is not None:
+        return Decision("reject", profile_name, f"invalid request: {prepared.tight_error}")
+    if not relaxed and prepared.tight_never_fits:
+        relaxed = True  # one domain can never hold it: waiting for one is futile
+    request = prepared.loose if relaxed else prepared.tight
+    try:
         placement = find_placement(snapshot, request, explain=explain)
     except (PlacementError, ValueError) as exc:
         return Decision("reject", profile_name, f"invalid request: {exc}")

@@ -171,7 +171,7 @@ class Profile(_Strict):
         level checked against the flavor's Topology (``level_labels``). Raises ``ProfileLevelError``
         naming the field (``profiles.elastic.flavors.a100.maxSpanLevel``) for a level still missing."""
         label = name or self._name
-        key = (flavor, tuple(level_labels), label)
+        key = (flavor, level_labels if type(level_labels) is tuple else tuple(level_labels), label)
         known = self._resolved.get(key)
         if known is None:
             try:

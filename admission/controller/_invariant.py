@@ -233,13 +233,16 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
     live = (pods > 0) & (gpu > 0)
     single = node >= 0
     multi = ~single
-    pinned = np.bincount(node[single & live], weights=(pods * gpu)[single & live], minlength=free_gpu.size).astype(np.int64)
+    # GPUs one-node claims pin, per node: kept as sorted nodes and sums (a few claims, read at a
+    # few nodes) rather than an array over the whole fabric
+    pin_nodes, pin_at = np.unique(node[single & live], return_inverse=True)
+    pin_gpu = np.bincount(pin_at, weights=(pods * gpu)[single & live], minlength=pin_nodes.size).astype(np.int64)
     dom_m = np.where(multi, dom, 0)
     sizes = np.where(multi, cs.sizes[dom_m], 1)
     if near is None:
         focus = np.arange(len(cs))
     else:
-        meets = np.where(single, near[np.maximum(node, 0)], masks[:, near].any(axis=1)[dom_m])
+        meets = np.where(single, near[np.maximum(node, 0)], masks[:, np.flatnonzero(near)].any(axis=1)[dom_m])
         focus = np.flatnonzero(meets)
     out: list[int] = []
     for d in focus.tolist():
@@ -251,7 +254,7 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
             continue
         free = free_gpu[here_idx]
         slots = free // g
-        others = pinned[here_idx].copy()
+        others = _pinned(pin_nodes, pin_gpu, here_idx)
         if single[d]:
             others[0] -= pods[d] * g
         need = int(pods[d]) + int((slots - np.maximum(free - others, 0) // g).sum())
@@ -275,6 +278,14 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
         if need > int(slots.sum()):
             out.append(int(d))
     return out
+
+
+def _pinned(nodes: IntArray, gpus: IntArray, at: IntArray) -> IntArray:
+    """GPUs pinned on each node of ``at`` (``nodes`` sorted, ``gpus`` their sums)."""
+    if not nodes.size:
+        return np.zeros(at.size, dtype=np.int64)
+    pos = np.minimum(np.searchsorted(nodes, at), nodes.size - 1)
+    return np.where(nodes[pos] == at, gpus[pos], 0)
 
 
 # ----------------------------------------------------------------------------- the invariant

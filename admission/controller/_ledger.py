@@ -335,12 +335,14 @@ class Ledger:
         nodes, rows = w.used_rows()
         snapshot.free[nodes] -= rows
         short: list[Shortfall] = []
+        owed_short = 0
         for r, owed, d, m in w.short():
             assert isinstance(r, Reservation)
             snapshot.free[d.domain] = 0
             short.append(Shortfall(r.workload, r.podset, r.flavor, m, owed, int(d.domain.size)))
+            owed_short += m * int(d.shape[0])
         self._report(snapshot.flavor, tuple(short))
-        return int(rows[:, 0].sum()) + sum(m * d.shape[0] for _, _, d, m in w.short())
+        return int(rows[:, 0].sum()) + owed_short
 
     def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> ClaimSet:
         """The snapshot flavor's owed pods with GPUs as claims on their domains, for
@@ -392,6 +394,8 @@ class Ledger:
     def _report(self, flavor: str, short: tuple[Shortfall, ...]) -> None:
         self.shortfalls = short
         self.shortfalls_by_flavor[flavor] = short
+        if not short and not self._reported.get(flavor):
+            return  # nothing short now or at the last report (most decisions)
         if short:
             self.shortfall_applies += 1
         seen = frozenset((s.workload, s.podset, s.missing) for s in short)

@@ -20,6 +20,7 @@ The annotations older releases wrote on the Workload (``atoll.dev/first-waited-a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,28 +46,46 @@ def atoll_check_names(admission_checks: Mapping[str, Obj], kueue: KueueSettings)
                      and (kueue.admission_check is None or name == kueue.admission_check))
 
 
-def _items(obj: Obj, key: str) -> list[Mapping[str, Any]]:
-    """``status.<key>`` as a list of mappings; anything unreadable is left out."""
+def _first(obj: Obj, key: str, field: str, values: frozenset[str]) -> Mapping[str, Any] | None:
+    """The first mapping of the list ``status.<key>`` whose ``field`` is one of ``values``; anything
+    unreadable is passed over. (A scan, not a list: read on every decision.)"""
     status = obj.get("status") if isinstance(obj, Mapping) else None
     items = status.get(key) if isinstance(status, Mapping) else None
-    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
+    if not isinstance(items, list):
+        return None
+    for item in items:
+        if type(item) is dict or isinstance(item, Mapping):
+            value = item.get(field)
+            if isinstance(value, str) and value in values:
+                return item
+    return None
+
+
+_WAITING = frozenset({WAITING_CONDITION})
 
 
 def _condition(obj: Obj) -> Mapping[str, Any] | None:
-    return next((dict(c) for c in _items(obj, "conditions") if c.get("type") == WAITING_CONDITION), None)
+    found = _first(obj, "conditions", "type", _WAITING)
+    return dict(found) if found is not None else None
 
 
 def read_wait_state(obj: Obj, check_names: Iterable[str]) -> WaitState:
     """Attempts and first-wait time from the Workload's status (see the module docstring)."""
-    names = frozenset(check_names)
-    entry = next((e for e in _items(obj, "admissionChecks") if e.get("name") in names), {})
+    names = check_names if isinstance(check_names, frozenset) else frozenset(check_names)
+    entry = _first(obj, "admissionChecks", "name", names) or {}
     raw = entry.get("retryCount")
     attempts = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
-    cond = _condition(obj)
+    cond = _first(obj, "conditions", "type", _WAITING)
     first = None
     if cond is not None and cond.get("status") == "True" and cond.get("lastTransitionTime"):
-        first = parse_time(str(cond["lastTransitionTime"]))
+        first = _parse_time(str(cond["lastTransitionTime"]))
     return WaitState(first, attempts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_time(text: str) -> float | None:
+    """``parse_time``, remembered: a waiting Workload carries the same time on every decision."""
+    return parse_time(text)
 
 
 def waiting_condition(obj: Obj, outcome: str, now: float, generation: int | None = None) -> dict[str, Any] | None:

@@ -134,10 +134,11 @@ class ResourceVector:
         return (self.gpu, self.cpu_milli, self.memory_mib, self.pods)
 
     def __add__(self, other: ResourceVector) -> ResourceVector:
-        return ResourceVector(*(a + b for a, b in zip(self.as_tuple(), other.as_tuple())))
+        return ResourceVector(self.gpu + other.gpu, self.cpu_milli + other.cpu_milli, self.memory_mib + other.memory_mib,
+                              self.pods + other.pods)
 
     def scaled(self, factor: int) -> ResourceVector:
-        return ResourceVector(*(a * factor for a in self.as_tuple()))
+        return ResourceVector(self.gpu * factor, self.cpu_milli * factor, self.memory_mib * factor, self.pods * factor)
 
     @classmethod
     def from_kube(cls, resources: dict[str, object], gpu_resource: str, what: str) -> ResourceVector:

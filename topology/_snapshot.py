@@ -171,6 +171,17 @@ class Snapshot:
 
     # ------------------------------------------------------------------ state
 
+    def update_usage(self, name: str, used: ResourceVector) -> bool:
+        """``update_node`` for a node whose pods alone changed: its free row is allocatable less
+        ``used``. False if the node is not in the snapshot."""
+        i = self.node_index.get(name)
+        if i is None:
+            return False
+        a = self.alloc[i].tolist()
+        self.free[i] = [max(0, a[0] - used.gpu), max(0, a[1] - used.cpu_milli), max(0, a[2] - used.memory_mib), max(0, a[3] - used.pods)]
+        self.generation += 1
+        return True
+
     def _write_row(self, i: int, node: NodeInfo) -> None:
         alloc = node.allocatable.as_tuple()
         used = node.used.as_tuple()

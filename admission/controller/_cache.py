@@ -100,6 +100,10 @@ class BoundPod:
     podset: str
 
 
+_NOTHING = ResourceVector()
+"""No usage (a node without bound pods)."""
+
+
 def _container_sum(containers: Iterable[Mapping[str, Any]], gpu_resource: str, what: str) -> ResourceVector:
     total = ResourceVector()
     for c in containers:
@@ -159,6 +163,9 @@ class _FlavorState:
     snapshot: Snapshot
     members: frozenset[str]
     dirty: set[str] = field(default_factory=set)
+    """Nodes whose object changed since the snapshot was last brought up to date."""
+    usage: set[str] = field(default_factory=set)
+    """Nodes whose pods changed (only their free row moves)."""
 
 
 class ClusterCache:
@@ -276,8 +283,8 @@ class ClusterCache:
         changed = self._remove_pod(uid)
         if bound is not None:
             self.pods[uid] = bound
-            self.usage[bound.node] = self.usage.get(bound.node, ResourceVector()) + bound.usage
-            self._dirty(bound.node)
+            self.usage[bound.node] = self.usage.get(bound.node, _NOTHING) + bound.usage
+            self._dirty(bound.node, usage_only=True)
         if done is not None:
             self.succeeded[uid] = done
         for pod, by_decision in ((bound, self._pods_by_decision), (done, self._succeeded_by_decision)):
@@ -299,9 +306,11 @@ class ClusterCache:
         if old is None and done is None:
             return []
         if old is not None:
-            left = ResourceVector(*(max(0, a - b) for a, b in zip(self.usage.get(old.node, ResourceVector()).as_tuple(), old.usage.as_tuple())))
+            have, took = self.usage.get(old.node, _NOTHING), old.usage
+            left = ResourceVector(max(0, have.gpu - took.gpu), max(0, have.cpu_milli - took.cpu_milli),
+                                  max(0, have.memory_mib - took.memory_mib), max(0, have.pods - took.pods))
             self.usage[old.node] = left
-            self._dirty(old.node)
+            self._dirty(old.node, usage_only=True)
         changed: list[str] = []
         for pod, by_decision in ((old, self._pods_by_decision), (done, self._succeeded_by_decision)):
             if pod is not None and pod.decision_id:
@@ -334,10 +343,10 @@ class ClusterCache:
         elif self.pod_listener is not None:
             self.pod_listener(decision_id)
 
-    def _dirty(self, node: str) -> None:
+    def _dirty(self, node: str, *, usage_only: bool = False) -> None:
         for state in self._flavors.values():
             if node in state.members:
-                state.dirty.add(node)
+                (state.usage if usage_only else state.dirty).add(node)
 
     # ------------------------------------------------------------------ reading
 
@@ -422,14 +431,17 @@ class ClusterCache:
         """The flavor's current snapshot (shared: fork it before changing it)."""
         state = self._flavors.get(flavor)
         if state is not None:
-            for name in sorted(state.dirty):
+            for name in sorted(state.dirty | state.usage) if state.usage else sorted(state.dirty):
                 info = self.nodes.get(name)
+                if info is not None and name not in state.dirty and state.snapshot.update_usage(name, self.usage.get(name, _NOTHING)):
+                    continue  # only its pods changed
                 if info is None or not state.snapshot.update_node(self._with_usage(info)):
                     if info is None or name in state.snapshot.node_index:
                         state = None
                         break
             if state is not None:
                 state.dirty.clear()
+                state.usage.clear()
                 return state.snapshot
         _, labels = self.flavor_topology(flavor)
         levels, node_level = self._levels(flavor, labels)

@@ -119,6 +119,10 @@ class DeployedAtoll:
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._domains: dict[tuple[int, tuple[tuple[str, str], ...]], IntArray] = {}
         self._pod_seq = 0
+        self._requests: dict[ResourceVector, dict[str, str]] = {}
+        """A pod's requests per shape, as the pod template writes them."""
+        self._usage: dict[ResourceVector, ResourceVector] = {}
+        """What the cache reads from a pod of each shape (``pod_usage``)."""
         self._views: dict[tuple[Any, ...], WorkloadView] = {}
         """Shape → its Workload read once (``read``)."""
         self.views: dict[int, WorkloadView] = {}
@@ -301,16 +305,24 @@ class DeployedAtoll:
 
     def _create_pod(self, ps: _PodSet, node: str) -> None:
         self._pod_seq += 1
+        requests = self._requests.get(ps.per_pod)
+        if requests is None:
+            requests = self._requests[ps.per_pod] = quantities(ps.per_pod, self.settings.kueue.gpu_resource)
         pod = {"metadata": {"name": f"pod-{self._pod_seq}", "namespace": NAMESPACE, "uid": f"pod-{self._pod_seq}",
                             "labels": {PODSET_LABEL: ps.name}, "annotations": {ANN_DECISION: ps.decision_id}},
-               "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {
-                   "requests": quantities(ps.per_pod, self.settings.kueue.gpu_resource)}}]},
+               "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"requests": dict(requests)}}]},
                "status": {"phase": "Running"}}
         ps.pods.append(pod)
         if ps.usage is None:  # every pod of a PodSet asks the same; read the first as the cache would
-            ps.usage = pod_usage(pod, self.settings.kueue.gpu_resource)
+            read = self._usage.get(ps.per_pod)
+            if read is None:  # pods of one shape ask the same: each shape is read once
+                got = pod_usage(pod, self.settings.kueue.gpu_resource)
+                assert got is not None
+                read = self._usage[ps.per_pod] = got.usage
+            ps.usage = BoundPod(node, read, ps.decision_id, ps.name)
         assert ps.usage is not None
-        self.cache.put_pod(pod["metadata"]["uid"], dataclasses.replace(ps.usage, node=node))
+        u = ps.usage
+        self.cache.put_pod(pod["metadata"]["uid"], BoundPod(node, u.usage, u.decision_id, u.podset))
 
     def bound_nodes(self, job: int, snap: Snapshot) -> tuple[IntArray, IntArray]:
         """(nodes, pods per node) where the job's pods are bound, in node order."""

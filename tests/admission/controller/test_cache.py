@@ -97,6 +97,26 @@ def test_usage_and_health_update_rows_labels_rebuild() -> None:
     assert rebuilt is not first and rebuilt.generation > first.generation and len(rebuilt.domain_values[1]) == 3
 
 
+def test_a_kept_snapshot_reads_as_a_rebuilt_one_after_pod_and_node_changes() -> None:
+    c = cache()
+    kept = c.snapshot("gpu")
+    c.upsert(PODS, pod("p1", "n2", 3))
+    c.upsert(PODS, pod("p2", "n2", 1))
+    c.upsert(PODS, pod("p3", "n0", 2))
+    c.upsert(NODES, node("n0", "c0", rv="2", unschedulable=True))  # a node changed and its pods too
+    c.delete(PODS, pod("p1", "n2", 3))
+    c.upsert(PODS, pod("p4", "n1", 4))
+    c.upsert(PODS, pod("p4", "n1", 4, phase="Succeeded"))
+    now = c.snapshot("gpu")
+    assert now is kept
+    c.invalidate()
+    rebuilt = c.snapshot("gpu")
+    assert rebuilt is not kept
+    assert (now.free == rebuilt.free).all() and (now.eligible == rebuilt.eligible).all() and (now.alloc == rebuilt.alloc).all()
+    assert now.free[now.node_index["n2"]].tolist()[:2] == [3, 62_000]  # p2 alone: p1 went
+    assert now.free[now.node_index["n0"], 0] == 2 and now.eligible[now.node_index["n0"]] == 0
+
+
 def test_late_events_do_not_roll_back_a_newer_object() -> None:
     c = cache()
     c.upsert(NODES, node("n0", "c0", rv="10", unschedulable=True))

@@ -6,7 +6,7 @@ key path as users wrote it (``profiles.strict.retry.maxSeconds``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import (
@@ -80,6 +80,11 @@ class LevelOverrides(_Strict):
     max_span_level: str | None = Field(default=None, alias="maxSpanLevel")
 
 
+_FOR_FLAVOR: dict[tuple[int, str, tuple[str, ...], str], tuple[Profile, Profile | Exception]] = {}
+"""``Profile.for_flavor``'s answers by profile identity (profiles are frozen; a copy is another
+profile): asked twice on every decision."""
+
+
 class Profile(_Strict):
     """A placement profile. Strict: ``requiredLevel`` (one domain or wait). Elastic:
     ``preferredLevel`` for up to ``relaxAfterSeconds`` of waiting, then a span of the fewest
@@ -104,7 +109,6 @@ class Profile(_Strict):
     flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
     _name: str = PrivateAttr(default="profile")
     _candidates: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
-    _resolved: dict[tuple[str, tuple[str, ...], str], Profile | Exception] = PrivateAttr(default_factory=dict)
     """``for_flavor``'s answers (the model is frozen, so they never go stale)."""
 
     @model_validator(mode="wrap")
@@ -160,27 +164,22 @@ class Profile(_Strict):
     def strict(self) -> bool:
         return self.required_level is not None
 
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Profile:
-        """A copy answers ``for_flavor`` afresh: with other fields, other answers."""
-        copy = super().model_copy(update=update, deep=deep)
-        copy._resolved = {}
-        return copy
-
     def for_flavor(self, flavor: str, level_labels: Sequence[str], *, name: str | None = None) -> Profile:
         """This profile as ``flavor`` sees it: its ``flavors.<flavor>`` overrides applied, every
         level checked against the flavor's Topology (``level_labels``). Raises ``ProfileLevelError``
         naming the field (``profiles.elastic.flavors.a100.maxSpanLevel``) for a level still missing."""
         label = name or self._name
-        key = (flavor, level_labels if type(level_labels) is tuple else tuple(level_labels), label)
-        known = self._resolved.get(key)
-        if known is None:
+        key = (id(self), flavor, level_labels if type(level_labels) is tuple else tuple(level_labels), label)
+        hit = _FOR_FLAVOR.get(key)
+        if hit is None:
             try:
-                known = self._for_flavor(flavor, level_labels, label)
+                answer: Profile | Exception = self._for_flavor(flavor, level_labels, label)
             except ValueError as exc:
-                known = exc
-            if len(self._resolved) >= 256:
-                self._resolved.clear()
-            self._resolved[key] = known
+                answer = exc
+            if len(_FOR_FLAVOR) >= 1024:
+                _FOR_FLAVOR.clear()
+            hit = _FOR_FLAVOR[key] = (self, answer)  # the profile is held: no id is reused while it is here
+        known = hit[1]
         if isinstance(known, Exception):
             raise known
         return known

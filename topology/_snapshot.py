@@ -162,8 +162,8 @@ class Snapshot:
     def count_domains(self, level: int, nodes: npt.NDArray[np.int64]) -> int:
         """Distinct domains of ``level`` among ``nodes`` (ascending): nodes are in path order, so
         each domain's nodes are contiguous and its index never falls along them."""
-        if not len(nodes):
-            return 0
+        if len(nodes) < 2:
+            return len(nodes)
         return 1 + int(np.count_nonzero(np.diff(self.node_dom[level, nodes])))
 
     def domain_path(self, level: int, domain: int) -> tuple[str, ...]:

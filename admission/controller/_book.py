@@ -153,6 +153,8 @@ class Witness:
         """(reservation, owed, demand, pods with no room) for the rows that came up short, in ledger order."""
         v = self._view
         if v is not None:
+            if not v.short:
+                return []
             found = sorted((v.by_key[k] for k in v.short), key=lambda e: e.order)
             return [(e.row, e.owed, e.demand, v.short[e.key]) for e in found]
         return [(r, owed, d, m) for (r, owed), d, m in zip(self.rows, self.demands, self.missing) if m > 0]

@@ -94,3 +94,19 @@ def test_the_book_answers_what_place_owed_answers_from_scratch(steps: list, excl
             mask[[n for n, _ in e.demand.planned] if e.exact and e.demand.planned else e.demand.domain] = True
             want.append(((e.order[0], e.order[1]), e.owed, e.gpu, mask.tobytes()))
         assert live == sorted(want)
+
+
+def test_a_witness_is_answered_again_once_a_planned_node_fills_up() -> None:
+    snap = fabric()
+    key = ("uid0", "main")
+    shape = np.array([2, 500, 4096, 1], dtype=np.int64)
+    entry = Entry(key, ("ns/w0", "main", "uid0"), None, 2, Demand(2, shape, ((0, 2),), np.arange(0, 4)), 2, False, 2)
+    book = Book(lambda k, on: entry if k == key else None)
+    book.touch([key])
+    first = book.witness(snap, None)
+    assert first.placed == [[(0, 2)]] and book.witness(snap, None) is first  # nothing changed: the same answer
+    snap.free[5] = 0  # a node nobody planned: still the same answer
+    assert book.witness(snap, None) is first
+    snap.free[0] = np.maximum(snap.free[0] - np.array([4, 2000, 4 * 4096, 1]), 0)  # the planned node fills up
+    again = book.witness(snap, None)
+    assert again.placed == [[(1, 2)]] == place_owed(snap.free, [entry.demand])[0]

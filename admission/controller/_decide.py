@@ -186,12 +186,17 @@ class Decider:
                 v.podset_updates = v.podset_updates[:MAX_PODSET_UPDATES]
             v.message = (f"Placed by Atoll (profile {v.profile}, decision {v.decision_id}): "
                          + "; ".join(r.message for r in results if r.message) + (" | " + "; ".join(v.notes) if v.notes else ""))
-            for r in results:  # the new placement counts as used for the fabric gauges
-                if r.after is not None and r.decision is not None and r.decision.placement is not None and r.decision.request is not None:
-                    _reserve(r.after, r.decision)
+        placed = [(r.after, r.decision) for r in results if v.outcome == "admit" and r.after is not None and r.decision is not None
+                  and r.decision.placement is not None and r.decision.request is not None]
         after = [r.after for r in results if r.after is not None and r.after.num_nodes]
-        v.fabric_after = lambda: [(s.flavor, s.free_gpus(), fragmentation_index(s, _island_level(s, profile), profile.fragmentation.reference_gang_gpus))
-                                  for s in after]
+
+        def fabric_after() -> list[tuple[str, int, float]]:
+            while placed:  # the new placement counts as used for the fabric gauges (once, when first asked)
+                _reserve(*placed.pop())
+            return [(s.flavor, s.free_gpus(), fragmentation_index(s, _island_level(s, profile), profile.fragmentation.reference_gang_gpus))
+                    for s in after]
+
+        v.fabric_after = fabric_after
         return v
 
     def _evaluate_flavor(self, obj: Obj, view: WorkloadView, flavor: str, specs: list[PodSetSpec], profile_name: str, profile: Profile,

@@ -162,3 +162,16 @@ def test_a_selector_picks_the_nodes_whose_labels_match_it() -> None:
                      [(CLIQUE, "nowhere")], [(HOSTNAME_LABEL, "nowhere")], [(SU, su), ("zone", "z")]):
         assert _selector_nodes(snap, selector).tolist() == reference(selector), selector
     assert len(reference([(SU, su), (CLIQUE, clique)])) == 2 and len(reference([(SU, su)])) == 6
+
+
+def test_the_fabric_gauges_count_an_admitted_placement_as_used_and_a_wait_as_nothing() -> None:
+    model = one_island()
+    atoll = DeployedAtoll("atoll-strict", "strict", DOC, model)
+    per_pod = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024, pods=1)
+    admitted = atoll.decide(0, atoll.workload(0, 0, 2, per_pod, "training"), 0.0)
+    assert admitted.outcome == "admit"
+    assert [(f, free) for f, free, _ in admitted.fabric] == [("f", 8)]  # 16 GPUs less the new 2 × 4
+    assert [(f, free) for f, free, _ in admitted.fabric] == [("f", 8)]  # asked again: counted once
+    waiting = atoll.decider.evaluate(atoll.workload(1, 0, 3, per_pod, "training"), "d1", 0.0)
+    assert waiting.outcome == "wait"
+    assert [(f, free) for f, free, _ in waiting.fabric] == [("f", 8)]  # the first one's owed pods, nothing new

@@ -39,6 +39,7 @@ MODE_SPREAD = 2
 MODE_UNCONSTRAINED = 3
 
 _BIG = np.int64(1) << np.int64(50)
+_PICK_MAX = 16  # a spread of at most this many pods picks its domains one by one instead of sorting them
 
 
 @njit(cache=True)
@@ -650,13 +651,31 @@ def _place_spread(pods, scope, level, max_per, bounds, bptr, node_dom, pc, pu, p
     full = np.empty(j1 - j0, dtype=np.int64)
     for j in range(j0, j1):
         full[j - j0] = pc[bounds[lbase + j + 1]] - pc[bounds[lbase + j]]
-    order = np.argsort(full, kind="mergesort")
     total = np.int64(0)
     for j in range(j0, j1):
         total += qcap[j]
     if total < pods:
         return 0, scope, -1
     rem = pods
+    if pods <= _PICK_MAX:
+        # Every domain visited takes at least one pod, so a few pods visit a few domains: picking
+        # the fullest left each time (ties by index, as the stable sort below) beats sorting them all.
+        used = np.zeros(j1 - j0, dtype=np.uint8)
+        while rem > 0:
+            pick = -1
+            for i in range(j1 - j0):
+                if used[i] == 0 and qcap[j0 + i] > 0 and (pick < 0 or full[i] < full[pick]):
+                    pick = i
+            if pick < 0:
+                break
+            used[pick] = 1
+            q = qcap[j0 + pick]
+            if q > rem:
+                q = rem
+            _descend(level, j0 + pick, q, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
+            rem -= q
+        return 1, scope, best
+    order = np.argsort(full, kind="mergesort")
     for t in range(order.shape[0]):
         j = order[t] + j0
         q = qcap[j]

@@ -89,3 +89,23 @@ def test_fused_pass_is_exact_at_the_shift_and_multiply_bounds() -> None:
                     fits = [f[r] // int(req[r]) for r in range(4) if req[r] > 0]
                     want.append(max(0, min([big, *fits])))
                 assert cap.tolist() == want, (cols, qa, qb)
+
+
+def test_spread_visits_the_fullest_domains_first_ties_by_path_for_few_and_many_pods() -> None:
+    """Below and above the pod count at which the spread stops picking domains one by one and
+    sorts them: the same order, fullest first, equal ones in path order."""
+    from tests.topology.test_finder import CLIQUE, fabric
+    from topology import PlacementRequest, PodSetRequest, ResourceVector, Spread, find_placement
+
+    # 2 spines × 12 cliques × 2 nodes of 4 GPUs; s0c3, s0c7 and s1c4 are fuller (less free)
+    used = {"s0c3n0": 3, "s0c7n1": 2, "s1c4n0": 2, "s1c4n1": 2}
+    snap = fabric(used=used, cliques=12, nodes_per=2)
+    for pods, per in ((3, 1), (5, 2), (16, 1), (17, 1), (24, 1), (40, 2)):
+        request = PlacementRequest((PodSetRequest("r", pods, ResourceVector(gpu=1), spread=Spread(CLIQUE, per)),))
+        fast = find_placement(snap, request)
+        assert fast == find_placement(snap, request, backend="reference")
+        assert fast.fits
+        visited = {n[:n.rindex("n")] for n in fast.podsets[0].nodes}
+        # path order compares labels as strings (s0c10 before s0c2)
+        order = sorted((f"s{s}c{c}" for s in range(2) for c in range(12)), key=lambda c: (sum(4 - used.get(f"{c}n{i}", 0) for i in range(2)), c))
+        assert visited == set(order[:len(visited)]), pods

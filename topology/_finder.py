@@ -133,8 +133,8 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
     kernel = _KERNELS[backend]
     n = snapshot.num_nodes
     free = snapshot.free.copy() if len(request.podsets) > 1 else snapshot.free
-    take = np.zeros(n, dtype=np.int64)
-    cap = np.zeros(n, dtype=np.int64)
+    take = np.empty(n, dtype=np.int64)  # the kernel writes every entry of both
+    cap = np.empty(n, dtype=np.int64)
     placed: dict[str, PodSetPlacement] = {}
     flags = (1 if request.protect_empty_domains else 0) | (0 if request.best_fit else 2)
     why: list[DomainVerdict] = []
@@ -260,8 +260,8 @@ def _place_group(kernel: Callable[..., Any], snapshot: Snapshot, free: np.ndarra
             work = free.copy()
             out: list[tuple[np.ndarray, int]] = []
             for m, shape, (a, b) in zip(members, shapes, spans):
-                take = np.zeros(n, dtype=np.int64)
-                cap = np.zeros(n, dtype=np.int64)
+                take = np.empty(n, dtype=np.int64)  # the kernel writes every entry of both
+                cap = np.empty(n, dtype=np.int64)
                 mode = shape.mode if k == target else _kernels.MODE_PREFERRED
                 ok, _, _ = _run(kernel, snapshot, work, m, shape, a, b, flags, take, cap, mode=mode, span=k)
                 if not ok:
@@ -292,11 +292,11 @@ def _describe(snapshot: Snapshot, ps: PodSetRequest, take: np.ndarray, island: i
     there alone when it holds every pod)."""
     idx = None
     if within is not None:
-        idx = within[0] + np.flatnonzero(take[within[0]:within[1]])
+        idx = within[0] + np.flatnonzero(take[within[0]:within[1]] != 0)  # a bool scan is several times faster
         if int(take[idx].sum()) != ps.pods:
             idx = None
     if idx is None:
-        idx = np.flatnonzero(take)
+        idx = np.flatnonzero(take != 0)
     first, last = int(idx[0]), int(idx[-1])
     level = -1
     for lv in range(snapshot.node_level, -1, -1):

@@ -39,11 +39,15 @@ MODE_SPREAD = 2
 MODE_UNCONSTRAINED = 3
 
 _BIG = np.int64(1) << np.int64(50)
+_PICK_MAX = 16  # a spread of at most this many pods picks its domains one by one instead of sorting them
 
 
 @njit(cache=True)
 def node_capacity(free, req, eligible, perf, perf_floor, lo, hi, cap):  # type: ignore[no-untyped-def]
-    """Pods of size ``req`` that fit on each node (0 outside ``[lo, hi)``, unhealthy or slow)."""
+    """Pods of size ``req`` that fit on each node (0 outside ``[lo, hi)``, unhealthy or slow).
+
+    The plain statement of the rule; ``place_podset`` computes the same numbers in its fused
+    node pass (``_capacity_prefix``), which the tests hold to this."""
     n_nodes = free.shape[0]
     n_res = free.shape[1]
     for n in range(n_nodes):
@@ -65,15 +69,68 @@ def node_capacity(free, req, eligible, perf, perf_floor, lo, hi, cap):  # type: 
         cap[n] = c
 
 
+_SMALL = np.int64(1) << np.int64(31)
+
+
 @njit(cache=True)
-def _prefix(cap, free, alloc, pc, pu):  # type: ignore[no-untyped-def]
-    """Prefix sums of pod capacity and of untouched nodes (no GPU and no pod slot in use)."""
+def _shift(q):  # type: ignore[no-untyped-def]
+    """log2(q) when ``q`` is a power of two, so a shift divides by it exactly; else -1."""
+    if q <= 0 or (q & (q - 1)) != 0:
+        return np.int64(-1)
+    s = np.int64(0)
+    while (np.int64(1) << s) < q:
+        s += 1
+    return s
+
+
+@njit(cache=True)
+def _fit(c, f, q, s):  # type: ignore[no-untyped-def]
+    """min(c, f // q) for a resource the pod needs (q > 0), 0 once one has no room; ``s`` is
+    ``_shift(q)``. A division costs more than the rest of a node's check, so it is skipped when
+    a shift does it, or when the bound so far already fits (f >= c * q; both factors below
+    2**31, so the product cannot overflow)."""
+    if q <= 0 or c == 0:
+        return c
+    if f < q:
+        return np.int64(0)
+    if s >= 0:
+        v = f >> s
+    elif c < _SMALL and q < _SMALL and f >= c * q:
+        return c
+    else:
+        v = f // q
+    return v if v < c else c
+
+
+@njit(cache=True)
+def _capacity_prefix(free, alloc, req, eligible, perf, perf_floor, lo, hi, protect, take, cap, pc, pu):  # type: ignore[no-untyped-def]
+    """One pass over the nodes for what the search reads: ``take`` zeroed, ``cap`` equal to
+    ``node_capacity``'s, its prefix sums ``pc`` and, only when empty domains are protected
+    (``protect & 1``, the one case that reads it), ``pu``: prefix sums of untouched nodes (no
+    GPU and no pod slot in use). Columns: gpu, cpu, memory, pods."""
+    n_nodes = free.shape[0]
+    q0, q1, q2, q3 = req[0], req[1], req[2], req[3]
+    s0, s1, s2, s3 = _shift(q0), _shift(q1), _shift(q2), _shift(q3)
+    take[:] = 0
     pc[0] = 0
+    acc = np.int64(0)
+    for n in range(n_nodes):
+        # the GPU column first: on a busy fabric most nodes have no room for one pod's GPUs
+        c = _fit(_BIG, free[n, 0], q0, s0)
+        if c != 0 and n >= lo and n < hi and eligible[n] != 0 and perf[n] >= perf_floor:
+            c = _fit(_fit(_fit(c, free[n, 1], q1, s1), free[n, 2], q2, s2), free[n, 3], q3, s3)
+        else:
+            c = 0
+        cap[n] = c
+        acc += c
+        pc[n + 1] = acc
     pu[0] = 0
-    for n in range(cap.shape[0]):
-        pc[n + 1] = pc[n] + cap[n]
-        untouched = 1 if (free[n, 0] == alloc[n, 0] and free[n, 3] == alloc[n, 3]) else 0
-        pu[n + 1] = pu[n] + untouched
+    if (protect & 1) != 0:
+        untouched = np.int64(0)
+        for n in range(n_nodes):
+            if free[n, 0] == alloc[n, 0] and free[n, 3] == alloc[n, 3]:
+                untouched += 1
+            pu[n + 1] = untouched
 
 
 @njit(cache=True)
@@ -443,12 +500,9 @@ def place_podset(  # type: ignore[no-untyped-def]
     ``slice_sizes[0]`` and ``target`` is at or above ``slice_levels[0]``.
     """
     n_nodes = free.shape[0]
-    for n in range(n_nodes):
-        take[n] = 0
-    node_capacity(free, req, eligible, perf, perf_floor, lo, hi, cap)
     pc = np.empty(n_nodes + 1, dtype=np.int64)
-    pu = np.empty(n_nodes + 1, dtype=np.int64)
-    _prefix(cap, free, alloc, pc, pu)
+    pu = np.empty(n_nodes + 1, dtype=np.int64)  # filled only when protect & 1: its readers check that bit first
+    _capacity_prefix(free, alloc, req, eligible, perf, perf_floor, lo, hi, protect, take, cap, pc, pu)
     if pc[n_nodes] < pods:
         return 0, target, -1
 
@@ -597,13 +651,31 @@ def _place_spread(pods, scope, level, max_per, bounds, bptr, node_dom, pc, pu, p
     full = np.empty(j1 - j0, dtype=np.int64)
     for j in range(j0, j1):
         full[j - j0] = pc[bounds[lbase + j + 1]] - pc[bounds[lbase + j]]
-    order = np.argsort(full, kind="mergesort")
     total = np.int64(0)
     for j in range(j0, j1):
         total += qcap[j]
     if total < pods:
         return 0, scope, -1
     rem = pods
+    if pods <= _PICK_MAX:
+        # Every domain visited takes at least one pod, so a few pods visit a few domains: picking
+        # the fullest left each time (ties by index, as the stable sort below) beats sorting them all.
+        used = np.zeros(j1 - j0, dtype=np.uint8)
+        while rem > 0:
+            pick = -1
+            for i in range(j1 - j0):
+                if used[i] == 0 and qcap[j0 + i] > 0 and (pick < 0 or full[i] < full[pick]):
+                    pick = i
+            if pick < 0:
+                break
+            used[pick] = 1
+            q = qcap[j0 + pick]
+            if q > rem:
+                q = rem
+            _descend(level, j0 + pick, q, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
+            rem -= q
+        return 1, scope, best
+    order = np.argsort(full, kind="mergesort")
     for t in range(order.shape[0]):
         j = order[t] + j0
         q = qcap[j]

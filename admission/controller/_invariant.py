@@ -117,18 +117,49 @@ class ClaimSet:
     Most owed domains repeat (every Workload placed in one clique shares its mask) or are one
     node (a one-node Workload's hostname selector), so a claim names its domain instead of
     carrying it: ``node[i]`` ≥ 0 for a one-node domain, else ``dom[i]``, a row of ``masks``
-    (distinct domains only). The arithmetic over claims then costs a gather, not a mask each."""
+    (distinct domains only). The arithmetic over claims then costs a gather, not a mask each.
+    A set extended with new domains keeps its rows in blocks (the owed ones, then the new ones)
+    and joins them only when the whole matrix is read: a decision reads a few columns."""
 
-    __slots__ = ("who", "pods", "gpu", "node", "dom", "masks", "_mask_rows", "_sizes")
+    __slots__ = ("who", "pods", "gpu", "node", "dom", "_masks", "_blocks", "_mask_rows", "_sizes")
 
     def __init__(self, who: Sequence[tuple[str, str]], pods: IntArray, gpu: IntArray, node: IntArray, dom: IntArray,
-                 masks: npt.NDArray[np.bool_], *, mask_rows: Mapping[bytes, int] | None = None, sizes: IntArray | None = None) -> None:
+                 masks: npt.NDArray[np.bool_] | Sequence[npt.NDArray[np.bool_]], *, mask_rows: Mapping[bytes, int] | None = None,
+                 sizes: IntArray | None = None) -> None:
         self.who = tuple(who)
-        self.pods, self.gpu, self.node, self.dom, self.masks = pods, gpu, node, dom, masks
+        self.pods, self.gpu, self.node, self.dom = pods, gpu, node, dom
+        blocks = (masks,) if isinstance(masks, np.ndarray) else tuple(masks)
+        self._blocks: tuple[npt.NDArray[np.bool_], ...] = blocks
+        self._masks: npt.NDArray[np.bool_] | None = blocks[0] if len(blocks) == 1 else None
         self._mask_rows = mask_rows
         """Mask bytes → row, when the caller keeps it (else built on the first ``extend``)."""
         self._sizes: IntArray | None = sizes
         """Nodes in each mask row, when the caller keeps them (else counted on first use)."""
+
+    @property
+    def masks(self) -> npt.NDArray[np.bool_]:
+        """Every distinct domain as a row (a boolean mask over the nodes)."""
+        if self._masks is None:
+            self._masks = np.concatenate(self._blocks)
+        return self._masks
+
+    @property
+    def num_rows(self) -> int:
+        return sum(int(b.shape[0]) for b in self._blocks)
+
+    def mask_row(self, row: int) -> npt.NDArray[np.bool_]:
+        """One distinct domain's mask."""
+        for b in self._blocks:
+            if row < b.shape[0]:
+                return b[row]
+            row -= int(b.shape[0])
+        raise IndexError(row)
+
+    def mask_columns(self, nodes: IntArray) -> npt.NDArray[np.bool_]:
+        """Every distinct domain restricted to ``nodes`` (rows × nodes)."""
+        if self._masks is not None:
+            return self._masks[:, nodes]
+        return np.concatenate([b[:, nodes] for b in self._blocks])
 
     @property
     def sizes(self) -> IntArray:
@@ -154,7 +185,7 @@ class ClaimSet:
 
     @property
     def num_nodes(self) -> int:
-        return int(self.masks.shape[1])
+        return int(self._blocks[0].shape[1])
 
     def mask(self, i: int) -> npt.NDArray[np.bool_]:
         """Claim ``i``'s domain as a boolean mask over the nodes."""
@@ -162,7 +193,7 @@ class ClaimSet:
             out = np.zeros(self.num_nodes, dtype=bool)
             out[self.node[i]] = True
             return out
-        return np.asarray(self.masks[self.dom[i]])
+        return np.asarray(self.mask_row(int(self.dom[i])))
 
     def extend(self, claims: Sequence[Claim]) -> ClaimSet:
         """A new set: these claims after the present ones (which keep their indices)."""
@@ -170,7 +201,7 @@ class ClaimSet:
             return self
         known = self._rows()
         rows: dict[bytes, int] = {}
-        masks = [self.masks]
+        base = self.num_rows
         fresh: list[npt.NDArray[np.bool_]] = []
         node, dom = [], []
         for c in claims:
@@ -182,21 +213,22 @@ class ClaimSet:
             key = c.mask.tobytes()
             row = known.get(key, rows.get(key))
             if row is None:
-                row = rows[key] = len(self.masks) + len(fresh)
+                row = rows[key] = base + len(fresh)
                 fresh.append(np.asarray(c.mask, dtype=bool))
             node.append(-1)
             dom.append(row)
-        if fresh:
-            masks.append(np.stack(fresh))
+        added = np.stack(fresh) if fresh else None
         out = ClaimSet(self.who + tuple((c.workload, c.podset) for c in claims),
                        np.concatenate([self.pods, np.array([c.pods for c in claims], dtype=np.int64)]),
                        np.concatenate([self.gpu, np.array([c.gpu for c in claims], dtype=np.int64)]),
                        np.concatenate([self.node, np.array(node, dtype=np.int64)]),
                        np.concatenate([self.dom, np.array(dom, dtype=np.int64)]),
-                       np.concatenate(masks) if len(masks) > 1 else self.masks)
+                       self._blocks + (added,) if added is not None else self._blocks)
+        if self._masks is not None and added is None:
+            out._masks = self._masks
         out._mask_rows = {**known, **rows} if rows else known
         if self._sizes is not None:
-            out._sizes = np.concatenate([self._sizes] + [m.sum(axis=1) for m in masks[1:]])
+            out._sizes = np.concatenate([self._sizes, added.sum(axis=1)]) if added is not None else self._sizes
         return out
 
     def _rows(self) -> Mapping[bytes, int]:
@@ -229,27 +261,29 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
     cs = claims if isinstance(claims, ClaimSet) else ClaimSet.of(claims, free_gpu.size)
     if not len(cs):
         return []
-    pods, gpu, node, dom, masks = cs.pods, cs.gpu, cs.node, cs.dom, cs.masks
+    pods, gpu, node, dom = cs.pods, cs.gpu, cs.node, cs.dom
     live = (pods > 0) & (gpu > 0)
     single = node >= 0
     multi = ~single
     # GPUs one-node claims pin, per node: kept as sorted nodes and sums (a few claims, read at a
     # few nodes) rather than an array over the whole fabric
-    pin_nodes, pin_at = np.unique(node[single & live], return_inverse=True)
-    pin_gpu = np.bincount(pin_at, weights=(pods * gpu)[single & live], minlength=pin_nodes.size).astype(np.int64)
+    pinning = single & live
+    order = np.argsort(node[pinning], kind="stable")
+    pin_nodes = node[pinning][order]
+    pin_gpu = np.concatenate(([0], np.cumsum((pods * gpu)[pinning][order])))  # running sums along the sorted nodes
     dom_m = np.where(multi, dom, 0)
     sizes = np.where(multi, cs.sizes[dom_m], 1)
     if near is None:
         focus = np.arange(len(cs))
     else:
-        meets = np.where(single, near[np.maximum(node, 0)], masks[:, np.flatnonzero(near)].any(axis=1)[dom_m])
+        meets = np.where(single, near[np.maximum(node, 0)], cs.mask_columns(np.flatnonzero(near)).any(axis=1)[dom_m])
         focus = np.flatnonzero(meets)
     out: list[int] = []
     for d in focus.tolist():
         g = int(gpu[d])
         if not live[d]:
             continue
-        here_idx = np.array([node[d]], dtype=np.int64) if single[d] else np.flatnonzero(masks[dom[d]])
+        here_idx = np.array([node[d]], dtype=np.int64) if single[d] else np.flatnonzero(cs.mask_row(int(dom[d])))
         if here_idx.size == 0:
             continue
         free = free_gpu[here_idx]
@@ -258,7 +292,7 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
         if single[d]:
             others[0] -= pods[d] * g
         need = int(pods[d]) + int((slots - np.maximum(free - others, 0) // g).sum())
-        cols_u = masks[:, here_idx]                                  # every distinct domain restricted to D
+        cols_u = cs.mask_columns(here_idx)                                  # every distinct domain restricted to D
         inside = np.where(multi, cols_u.sum(axis=1)[dom_m], 0)
         wide = live & multi & (inside > 0)
         wide[d] = False
@@ -280,12 +314,11 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
     return out
 
 
-def _pinned(nodes: IntArray, gpus: IntArray, at: IntArray) -> IntArray:
-    """GPUs pinned on each node of ``at`` (``nodes`` sorted, ``gpus`` their sums)."""
-    if not nodes.size:
-        return np.zeros(at.size, dtype=np.int64)
-    pos = np.minimum(np.searchsorted(nodes, at), nodes.size - 1)
-    return np.where(nodes[pos] == at, gpus[pos], 0)
+def _pinned(nodes: IntArray, running: IntArray, at: IntArray) -> IntArray:
+    """GPUs pinned on each node of ``at``: ``nodes`` sorted (one per claim), ``running`` the
+    running sum of their GPUs (one longer)."""
+    out: IntArray = running[np.searchsorted(nodes, at, side="right")] - running[np.searchsorted(nodes, at, side="left")]
+    return out
 
 
 # ----------------------------------------------------------------------------- the invariant

@@ -94,5 +94,9 @@ def test_interned_claims_expose_what_the_claim_by_claim_formula_exposes(free: li
     assert exposed_claims(free_gpu, claims, where) == expected
     grown = ClaimSet.of(claims[:split], NODES).extend(claims[split:])  # held claims, then the new ones appended
     assert exposed_claims(free_gpu, grown, where) == expected
+    held = ClaimSet.of(claims[:split], NODES)
+    assert held.sizes is not None  # known sizes (as the ledger's book keeps them): the new rows stay a block of their own
+    kept = held.extend(claims[split:])
+    assert exposed_claims(free_gpu, kept, where) == expected
     for i, c in enumerate(claims):
         assert (grown.mask(i) == c.mask).all()

@@ -255,8 +255,9 @@ def decide(
     profile = profile.for_flavor(snapshot.flavor, snapshot.level_labels, name=profile_name)
     balanced = balanced or profile.balanced_placement
     decision = _decide(snapshot, podsets, profile_name, profile, now, wait, workload_class, links, explain, balanced)
-    notes = tuple(n for spec in podsets for n in spec.annotation_notes)
-    return dataclasses.replace(decision, notes=notes) if notes else decision
+    if not any(spec.annotation_notes for spec in podsets):
+        return decision
+    return dataclasses.replace(decision, notes=tuple(n for spec in podsets for n in spec.annotation_notes))
 
 
 @dataclass(frozen=True, slots=True)

@@ -395,9 +395,12 @@ def _why_not(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, level: int,
 
 
 def _no_fit_reason(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, shape: _Shape, lo: int, hi: int) -> str:
-    total = int(cap.sum())
-    shape_text = f"{ps.pods} pods × {ps.per_pod.gpu} GPU"
     mode, target, span = shape.mode, shape.target, shape.span
+    summary = None
+    if not ps.slices and mode in (_kernels.MODE_REQUIRED, _kernels.MODE_PREFERRED) and target >= 0 and cap.size:
+        summary = _kernels.capacity_summary(cap, snapshot.bounds, snapshot.bptr, target)  # the domains partition the nodes
+    total = int(summary[0]) if summary is not None else int(cap.sum())
+    shape_text = f"{ps.pods} pods × {ps.per_pod.gpu} GPU"
     if total < ps.pods:
         where = "" if (lo, hi) == (0, snapshot.num_nodes) else " inside the linked domain"
         if ps.node_constraint is not None and not ps.node_constraint.empty:
@@ -415,11 +418,14 @@ def _no_fit_reason(snapshot: Snapshot, cap: np.ndarray, ps: PodSetRequest, shape
                     f"in flavor {snapshot.flavor}")
     if mode == _kernels.MODE_UNCONSTRAINED:
         return f"podSets[{ps.name}]: {shape_text} do not fit in flavor {snapshot.flavor}"
-    caps = _domain_caps(snapshot, cap, target, ps)
-    best = int(caps.max()) if caps.size else 0
+    if summary is not None:
+        best, domains = int(summary[1]), int(summary[2])
+    else:
+        caps = _domain_caps(snapshot, cap, target, ps)
+        best, domains = (int(caps.max()) if caps.size else 0), int(caps.size)
     label = snapshot.level_labels[target]
     if mode == _kernels.MODE_REQUIRED:
-        return f"podSets[{ps.name}]: {shape_text} needed in one {label} domain; the largest fits {best} ({caps.size} domains)"
+        return f"podSets[{ps.name}]: {shape_text} needed in one {label} domain; the largest fits {best} ({domains} domains)"
     top = f"one {snapshot.level_labels[span]} domain" if span >= 0 else f"flavor {snapshot.flavor}"
     return f"podSets[{ps.name}]: {shape_text} fit neither one {label} domain (largest {best}) nor a span inside {top}"
 

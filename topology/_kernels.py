@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "MODE_UNCONSTRAINED", "node_capacity", "place_podset"]
+__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "MODE_UNCONSTRAINED", "capacity_summary", "node_capacity", "place_podset"]
 
 MODE_REQUIRED = 0
 MODE_PREFERRED = 1
@@ -688,3 +688,21 @@ def _place_spread(pods, scope, level, max_per, bounds, bptr, node_dom, pc, pu, p
         if rem == 0:
             break
     return 1, scope, best
+
+
+@njit(cache=True)
+def capacity_summary(cap, bounds, bptr, level):  # type: ignore[no-untyped-def]
+    """(pods every node takes, pods the fullest domain of ``level`` takes, domains at ``level``)
+    from per-node capacity, in one pass: what a no-fit message reports."""
+    base = bptr[level]
+    nd = bptr[level + 1] - base - 1
+    total = np.int64(0)
+    best = np.int64(0)
+    for d in range(nd):
+        c = np.int64(0)
+        for n in range(bounds[base + d], bounds[base + d + 1]):
+            c += cap[n]
+        total += c
+        if c > best:
+            best = c
+    return total, best, nd

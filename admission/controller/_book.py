@@ -178,7 +178,7 @@ class Book:
         self.version = 0
         self._planned: IntArray = np.zeros(0, dtype=np.int64)
         self._planned_at = -1
-        self._kept: tuple[int, set[Key], IntArray, IntArray, Witness] | None = None
+        self._kept: tuple[int, set[Key], IntArray, bytes, Witness] | None = None
         """The last witness with nothing short: (version, skipped keys, planned nodes, their free rows, witness)."""
         # Claims (owed pods with GPUs on their domains) in slots updated in place; a free slot is
         # inert everywhere (no pods, the empty domain in mask row 0).
@@ -321,7 +321,7 @@ class Book:
         self.sync(snapshot)
         skip = set(self._uids.get(exclude_uid, ())) if exclude_uid is not None else set()
         kept = self._kept
-        if kept is not None and kept[0] == self.version and kept[1] == skip and np.array_equal(snapshot.free[kept[2]], kept[3]):
+        if kept is not None and kept[0] == self.version and kept[1] == skip and snapshot.free[kept[2]].tobytes() == kept[3]:
             return kept[4]
         order = list(self._order)
 
@@ -363,7 +363,7 @@ class Book:
             # Nothing short: the answer read free capacity at the planned nodes alone, so it holds
             # until the book changes or those rows do (the invariant check and the next decision
             # ask the same question).
-            self._kept = (self.version, skip, planned, free[planned], witness)
+            self._kept = (self.version, skip, planned, free[planned].tobytes(), witness)
             return witness
         used = np.zeros((snapshot.num_nodes, 4), dtype=np.int64)
         used[planned] = rows

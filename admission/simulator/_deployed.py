@@ -72,6 +72,8 @@ class _PodSet:
     pods: list[dict[str, Any]] = field(default_factory=list)
     usage: BoundPod | None = None
     """What the cache reads from each of its pods (``pod_usage``), read once."""
+    template: tuple[dict[str, str], dict[str, str], list[dict[str, Any]], dict[str, str]] | None = None
+    """Labels, annotations, containers and status every pod of the PodSet carries (shared: never written)."""
 
 
 @dataclass
@@ -305,13 +307,16 @@ class DeployedAtoll:
 
     def _create_pod(self, ps: _PodSet, node: str) -> None:
         self._pod_seq += 1
-        requests = self._requests.get(ps.per_pod)
-        if requests is None:
-            requests = self._requests[ps.per_pod] = quantities(ps.per_pod, self.settings.kueue.gpu_resource)
-        pod = {"metadata": {"name": f"pod-{self._pod_seq}", "namespace": NAMESPACE, "uid": f"pod-{self._pod_seq}",
-                            "labels": {PODSET_LABEL: ps.name}, "annotations": {ANN_DECISION: ps.decision_id}},
-               "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {"requests": dict(requests)}}]},
-               "status": {"phase": "Running"}}
+        if ps.template is None:
+            requests = self._requests.get(ps.per_pod)
+            if requests is None:
+                requests = self._requests[ps.per_pod] = quantities(ps.per_pod, self.settings.kueue.gpu_resource)
+            ps.template = ({PODSET_LABEL: ps.name}, {ANN_DECISION: ps.decision_id},
+                           [{"name": "main", "resources": {"requests": dict(requests)}}], {"phase": "Running"})
+        labels, annotations, containers, status = ps.template
+        name = f"pod-{self._pod_seq}"
+        pod = {"metadata": {"name": name, "namespace": NAMESPACE, "uid": name, "labels": labels, "annotations": annotations},
+               "spec": {"nodeName": node, "containers": containers}, "status": status}
         ps.pods.append(pod)
         if ps.usage is None:  # every pod of a PodSet asks the same; read the first as the cache would
             read = self._usage.get(ps.per_pod)

@@ -109,3 +109,16 @@ def test_spread_visits_the_fullest_domains_first_ties_by_path_for_few_and_many_p
         # path order compares labels as strings (s0c10 before s0c2)
         order = sorted((f"s{s}c{c}" for s in range(2) for c in range(12)), key=lambda c: (sum(4 - used.get(f"{c}n{i}", 0) for i in range(2)), c))
         assert visited == set(order[:len(visited)]), pods
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=12), data=st.data())
+def test_capacity_summary_is_the_total_the_fullest_domain_and_the_domain_count(sizes: list[int], data: st.DataObject) -> None:
+    n = sum(sizes)
+    cap = np.array(data.draw(st.lists(st.integers(0, 9), min_size=n, max_size=n)), dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)))  # one level of domains over the nodes, then every node alone
+    bounds = np.concatenate((starts, np.arange(n + 1))).astype(np.int64)
+    bptr = np.array([0, starts.size, starts.size + n + 1], dtype=np.int64)
+    for level, per_domain in ((0, np.add.reduceat(cap, starts[:-1])), (1, cap)):
+        total, best, domains = _kernels.capacity_summary(cap, bounds, bptr, level)
+        assert (total, best, domains) == (cap.sum(), per_domain.max(), per_domain.size)

@@ -59,3 +59,36 @@ def test_the_adversary_takes_nodes_other_workloads_planned_and_avoids_its_own() 
 def test_an_unknown_model_is_named() -> None:
     with pytest.raises(ValueError, match="scheduler: 'kind'"):
         BindingModel("kind", 0)
+
+
+def scores_as_arrays(free: np.ndarray, alloc: np.ndarray, fit: np.ndarray, req: np.ndarray, name: str) -> np.ndarray:
+    """The scheduler's scores written as whole-array arithmetic (the twin of ``_fit_and_best``)."""
+    cap = np.maximum(alloc[fit], 1)
+    share = np.minimum((alloc[fit] - free[fit] + req) * 100 // cap, 100)
+    balanced = 100 - np.abs(share[:, 1] - share[:, 2]) // 2
+    if name == "least-allocated":
+        return (200 - share[:, 1] - share[:, 2]) // 2 + balanced
+    weights = {1: 1, 2: 1, 0: 3}  # cpu, memory, nvidia.com/gpu
+    return sum(w * share[:, r] for r, w in weights.items()) // sum(weights.values()) + balanced
+
+
+@pytest.mark.parametrize("name", ["least-allocated", "most-allocated"])
+def test_the_compiled_filter_and_scores_match_the_array_formula(name: str) -> None:
+    from admission.simulator._scheduler import _SCORED, _fit_and_best
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        alloc = np.column_stack([rng.choice([4, 8], n), rng.choice([64_000, 128_000], n), rng.choice([512, 2048], n) * 1024,
+                                 np.full(n, 110)]).astype(np.int64)
+        free = (alloc * rng.random((n, 4))).astype(np.int64)
+        free[rng.random(n) < 0.3, 0] = 0
+        req = np.array([int(rng.choice([0, 1, 2, 4])), int(rng.integers(0, 40_000)), int(rng.integers(0, 300_000)), 1], dtype=np.int64)
+        cand = rng.permutation(n)[: int(rng.integers(1, n + 1))].astype(np.int64)
+        fit, best = _fit_and_best(free, alloc, cand, req, _SCORED[name])
+        need = req > 0
+        want_fit = cand[(free[cand][:, need] >= req[need]).all(axis=1)]
+        assert fit.tolist() == want_fit.tolist()
+        if want_fit.size > 1:
+            score = scores_as_arrays(free, alloc, want_fit, req, name)
+            assert best.tolist() == np.flatnonzero(score == score.max()).tolist()

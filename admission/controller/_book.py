@@ -179,6 +179,8 @@ class Book:
         self._planned: IntArray = np.zeros(0, dtype=np.int64)
         self._planned_at = -1
         self._kept: tuple[int, set[Key], IntArray, bytes, Witness] | None = None
+        self._nothing: tuple[int, Witness] | None = None
+        """The witness when nothing is owed, per fabric size."""
         """The last witness with nothing short: (version, skipped keys, planned nodes, their free rows, witness)."""
         # Claims (owed pods with GPUs on their domains) in slots updated in place; a free slot is
         # inert everywhere (no pods, the empty domain in mask row 0).
@@ -319,6 +321,11 @@ class Book:
     def witness(self, snapshot: Snapshot, exclude_uid: str | None = None) -> Witness:
         """``place_owed``'s witness for every owed reservation but ``exclude_uid``'s."""
         self.sync(snapshot)
+        if not self._entries:  # nothing owed on the flavor (most decisions): the same empty answer
+            if self._nothing is None or self._nothing[0] != snapshot.num_nodes:
+                empty = (np.zeros(0, dtype=np.int64), np.zeros((0, 4), dtype=np.int64), snapshot.num_nodes)
+                self._nothing = (snapshot.num_nodes, Witness(None, None, None, None, None, view=_BookView(list, {}, {}, {}, {}), sparse=empty))
+            return self._nothing[1]
         skip = set(self._uids.get(exclude_uid, ())) if exclude_uid is not None else set()
         kept = self._kept
         if kept is not None and kept[0] == self.version and kept[1] == skip and snapshot.free[kept[2]].tobytes() == kept[3]:
@@ -405,19 +412,20 @@ class Book:
         """Owed pods with GPUs as a ``ClaimSet`` (one-node domains by index, the rest interned);
         free slots are inert claims (no pods, an empty domain)."""
         self.sync(snapshot)
+        mine = [self._slot[k] for k in self._uids.get(exclude_uid, ()) if k in self._slot] if exclude_uid is not None else []
+        key = exclude_uid if mine else None  # leaving out a Workload that owes nothing leaves out nothing
         cached = self._claims
-        if cached is not None and cached[0] == exclude_uid:
+        if cached is not None and cached[0] == key:
             return cached[1]
         n = len(self._who)
         c = self._c[:, :n].copy()
-        mine = [self._slot[k] for k in self._uids.get(exclude_uid, ()) if k in self._slot] if exclude_uid is not None else []
         if mine:
             c[:, mine] = np.array([[0], [0], [-1], [0]])
         if self._stacked is None:
             self._stacked = np.stack(self._masks)  # row 0, the empty domain, is always there
             self._stacked_sizes = self._stacked.sum(axis=1)
         out = ClaimSet(self._who, c[0], c[1], c[2], c[3], self._stacked, mask_rows=self._mask_rows, sizes=self._stacked_sizes)
-        self._claims = (exclude_uid, out)
+        self._claims = (key, out)
         return out
 
 

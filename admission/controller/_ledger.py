@@ -333,7 +333,8 @@ class Ledger:
         full. Returns the GPUs owed. ``witness``: one already built on this snapshot."""
         w = witness or self.witness(snapshot, exclude_uid=exclude_uid)
         nodes, rows = w.used_rows()
-        snapshot.free[nodes] -= rows
+        if nodes.size:
+            snapshot.free[nodes] -= rows
         short: list[Shortfall] = []
         owed_short = 0
         for r, owed, d, m in w.short():
@@ -342,7 +343,7 @@ class Ledger:
             short.append(Shortfall(r.workload, r.podset, r.flavor, m, owed, int(d.domain.size)))
             owed_short += m * int(d.shape[0])
         self._report(snapshot.flavor, tuple(short))
-        return int(rows[:, 0].sum()) + owed_short
+        return (int(rows[:, 0].sum()) if nodes.size else 0) + owed_short
 
     def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> ClaimSet:
         """The snapshot flavor's owed pods with GPUs as claims on their domains, for

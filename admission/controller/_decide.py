@@ -191,8 +191,12 @@ class Decider:
         after = [r.after for r in results if r.after is not None and r.after.num_nodes]
 
         def fabric_after() -> list[tuple[str, int, float]]:
-            while placed:  # the new placement counts as used for the fabric gauges (once, when first asked)
-                _reserve(*placed.pop())
+            if placed:  # the new placement counts as used for the fabric gauges (on forks: a search may read the shared snapshot)
+                forks = {id(s): s.fork() for s, _ in placed}
+                after[:] = [forks.get(id(s), s) for s in after]
+                for s, d in placed:
+                    _reserve(forks[id(s)], d)
+                placed.clear()
             return [(s.flavor, s.free_gpus(), fragmentation_index(s, _island_level(s, profile), profile.fragmentation.reference_gang_gpus))
                     for s in after]
 
@@ -210,8 +214,11 @@ class Decider:
             return _FlavorResult(flavor, "wait", f"{problem}; retry in {config_wait}s", "config", config_wait)
         except ValueError as exc:
             return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
-        snap = shared.fork()
-        reserved = self.ledger.apply(snap, exclude_uid=view.uid)  # what admitted Workloads still owe counts as used
+        owed = self.ledger.witness(shared, exclude_uid=view.uid)
+        # What admitted Workloads still owe counts as used, on a fork; with nothing owed the
+        # search reads the shared snapshot itself (nothing below writes to it).
+        snap = shared.fork() if owed.used_rows()[0].size or owed.short() else shared
+        reserved = self.ledger.apply(snap, exclude_uid=view.uid, witness=owed)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))

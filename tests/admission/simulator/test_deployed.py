@@ -172,6 +172,7 @@ def test_the_fabric_gauges_count_an_admitted_placement_as_used_and_a_wait_as_not
     assert admitted.outcome == "admit"
     assert [(f, free) for f, free, _ in admitted.fabric] == [("f", 8)]  # 16 GPUs less the new 2 × 4
     assert [(f, free) for f, free, _ in admitted.fabric] == [("f", 8)]  # asked again: counted once
+    assert atoll.cache.snapshot("f").free_gpus() == 16  # on a fork: the cache's own snapshot holds what is bound (nothing yet)
     waiting = atoll.decider.evaluate(atoll.workload(1, 0, 3, per_pod, "training"), "d1", 0.0)
     assert waiting.outcome == "wait"
     assert [(f, free) for f, free, _ in waiting.fabric] == [("f", 8)]  # the first one's owed pods, nothing new

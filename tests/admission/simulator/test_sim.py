@@ -90,6 +90,26 @@ def test_runs_are_deterministic_for_a_seed() -> None:
     assert not np.array_equal(a.start[: len(c.start)], c.start)
 
 
+def test_a_run_collects_young_objects_less_often_and_puts_the_collector_back() -> None:
+    import gc
+
+    from admission.simulator._sim import CostModel
+
+    seen: list[tuple[int, int, int]] = []
+
+    class Watching(CostModel):
+        def __call__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append(gc.get_threshold())
+            return super().__call__(*args, **kwargs)
+
+    before = gc.get_threshold()
+    work = prepare_workload(cluster(), busy_workload())
+    (policy,) = make_policies(["atoll-strict"], DOC, seed=0)
+    simulate(cluster(), work, policy, slowdown=Watching())
+    assert seen and all(t[0] > before[0] for t in seen)
+    assert gc.get_threshold() == before
+
+
 def test_every_job_completes_after_its_duration_and_gpus_never_overflow() -> None:
     jobs = busy_workload()
     for policy in ("count-only", "atoll-elastic"):

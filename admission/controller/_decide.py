@@ -327,7 +327,7 @@ class Decider:
         last resort is the plain search with selectors widened up to the profile's level. None:
         every placement found conflicts (wait until the owed pods bind)."""
         decision = search(snap)
-        if decision.outcome != "admit" or decision.placement is None or (not len(held.claims) and len(decision.placement.podsets) < 2):
+        if decision.outcome != "admit" or decision.placement is None or (not held.claims.any_live() and len(decision.placement.podsets) < 2):
             return decision, {}, 0, snap
         levels = self._robust_levels(shared, decision, view, specs, profile, held, widen=False)[0]
         if levels is not None:

@@ -183,6 +183,10 @@ class ClaimSet:
     def __len__(self) -> int:
         return len(self.who)
 
+    def any_live(self) -> bool:
+        """Does any claim still owe pods with GPUs? (A kept set has inert slots: no pods, no domain.)"""
+        return bool(((self.pods > 0) & (self.gpu > 0)).any())
+
     @property
     def num_nodes(self) -> int:
         return int(self._blocks[0].shape[1])

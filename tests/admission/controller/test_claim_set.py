@@ -100,3 +100,20 @@ def test_interned_claims_expose_what_the_claim_by_claim_formula_exposes(free: li
     assert exposed_claims(free_gpu, kept, where) == expected
     for i, c in enumerate(claims):
         assert (grown.mask(i) == c.mask).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(free=st.lists(st.integers(0, 8), min_size=NODES, max_size=NODES), domain=st.integers(0, len(DOMAINS) - 1),
+       gpu=st.sampled_from([1, 2, 4, 8]), inert=st.integers(0, 5), data=st.data())
+def test_one_new_claim_that_fits_its_domain_is_never_exposed_when_nothing_else_is_live(free: list[int], domain: int, gpu: int,
+                                                                                      inert: int, data: st.DataObject) -> None:
+    """Why a decision with no live owed claims and one PodSet skips the robustness check."""
+    free_gpu = np.array(free, dtype=np.int64)
+    mask = DOMAINS[domain]
+    room = int((free_gpu[mask] // gpu).sum())
+    pods = data.draw(st.integers(0, room))  # the search placed them inside the domain
+    held = ClaimSet.of([Claim(f"gone{i}", "main", 0, 0, np.zeros(NODES, dtype=bool)) for i in range(inert)], NODES)
+    assert not held.any_live()
+    new = Claim("new", "main", pods, gpu, mask)
+    assert exposed_claims(free_gpu, held.extend([new]), mask) == []
+    assert held.extend([new]).any_live() == (pods > 0 and bool(mask.any()))

@@ -197,24 +197,17 @@ def _annotation_problems(snapshot: Snapshot, podsets: Sequence[PodSetSpec]) -> s
 def _build(podsets: Sequence[PodSetSpec], mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
            links: Sequence[GraphLink], profile: Profile, snapshot: Snapshot, *, tight: bool = False, balanced: bool = False) -> PlacementRequest:
     frag = profile.fragmentation
-    # Keyed by identity (the memo holds its inputs, so no id is reused while it is there): the
-    # specs are frozen, and hashing them field by field cost more than building the request.
-    key = (tuple(map(id, podsets)), mode, id(cls), tuple(map(id, links)), frag.protect_empty_domains, frag.best_fit,
-           snapshot.level_labels, tight, balanced)
-    hit = _REQUESTS.get(key)
-    if hit is not None:
-        return hit[1]
-    request = PlacementRequest(tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets),
-                               tuple(links), frag.protect_empty_domains, frag.best_fit)
-    if len(_REQUESTS) >= 4096:
-        _REQUESTS.clear()
-    _REQUESTS[key] = ((tuple(podsets), cls, tuple(links)), request)
-    return request
+    # Keyed by identity (the memo holds the inputs): the specs are frozen, and hashing them field
+    # by field cost more than building the request.
+    key = (tuple(map(id, podsets)), mode, id(cls), tuple(map(id, links)), frag.protect_empty_domains, frag.best_fit, tight, balanced)
+    return snapshot.remember(_REQUESTS, key, (tuple(podsets), cls, tuple(links)), lambda: PlacementRequest(
+        tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets),
+        tuple(links), frag.protect_empty_domains, frag.best_fit))
 
 
-_REQUESTS: dict[tuple[object, ...], tuple[object, PlacementRequest]] = {}
-"""``_build``'s answers, with the inputs they were built from: a pure function, asked again on
-every decision of a waiting Workload."""
+_REQUESTS = ("policies.decide", "requests")
+"""``Snapshot.remember``'s memo of ``_build``: a pure function of its inputs and the fabric's
+levels, asked again on every decision of a waiting Workload."""
 
 
 def _describe_admit(placement: Placement) -> str:
@@ -281,23 +274,13 @@ def _prepare(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: st
     """``_prepare_now``, remembered per fabric (``static_cache``: cleared when allocatable or
     structure changes) and per set of inputs by identity: a waiting Workload is decided again and
     again with the same frozen specs, profile and class."""
-    memo = snapshot.static_cache.get(_PREPARED)
-    if memo is None:
-        memo = snapshot.static_cache[_PREPARED] = {}
-    assert isinstance(memo, dict)
     key = (tuple(map(id, podsets)), id(profile), profile_name, id(workload_class), tuple(map(id, links)), balanced)
-    hit = memo.get(key)
-    if hit is not None:
-        return hit[1]  # type: ignore[no-any-return]
-    prepared = _prepare_now(snapshot, podsets, profile_name, profile, workload_class, links, balanced)
-    if len(memo) >= 4096:
-        memo.clear()
-    memo[key] = ((tuple(podsets), profile, workload_class, tuple(links)), prepared)  # held: no id is reused while here
-    return prepared
+    return snapshot.remember(_PREPARED, key, (tuple(podsets), profile, workload_class, tuple(links)),
+                             lambda: _prepare_now(snapshot, podsets, profile_name, profile, workload_class, links, balanced))
 
 
 _PREPARED = ("policies.decide", "prepared")
-"""``static_cache`` key of ``_prepare``'s memo."""
+"""``Snapshot.remember``'s memo of ``_prepare``."""
 
 
 def _prepare_now(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile,

@@ -58,22 +58,11 @@ def _levels_for(snapshot: Snapshot, ps: PodSetRequest) -> _Shape:
     PodSet's own level is a PlacementError naming the field. Remembered per fabric structure
     (``static_cache``) by the request's identity: requests are frozen, and a waiting Workload's
     is asked again on every decision."""
-    memo = snapshot.static_cache.get(_SHAPES)
-    if memo is None:
-        memo = snapshot.static_cache[_SHAPES] = {}
-    assert isinstance(memo, dict)
-    hit = memo.get(id(ps))
-    if hit is not None and hit[0] is ps:
-        return hit[1]  # type: ignore[no-any-return]
-    shape = _levels_now(snapshot, ps)
-    if len(memo) >= 4096:
-        memo.clear()
-    memo[id(ps)] = (ps, shape)  # held: the id is not reused while it is here
-    return shape
+    return snapshot.remember(_SHAPES, id(ps), ps, lambda: _levels_now(snapshot, ps))
 
 
 _SHAPES = ("topology.finder", "shapes")
-"""``static_cache`` key of ``_levels_for``'s memo."""
+"""``Snapshot.remember``'s memo of ``_levels_for``."""
 
 
 def _levels_now(snapshot: Snapshot, ps: PodSetRequest) -> _Shape:

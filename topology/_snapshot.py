@@ -9,8 +9,8 @@ in-flight reservations without touching the shared state, as Kueue's TAS snapsho
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ from topology._resources import NUM_RESOURCES, ResourceVector
 __all__ = ["Snapshot", "node_is_healthy", "untolerated_taints"]
 
 IntArray = npt.NDArray[np.int64]
+T = TypeVar("T")
 
 
 def node_is_healthy(node: NodeInfo, tolerations: Sequence[Toleration] = ()) -> bool:
@@ -168,6 +169,23 @@ class Snapshot:
 
     def domain_path(self, level: int, domain: int) -> tuple[str, ...]:
         return self.domain_values[level][domain]
+
+    def remember(self, name: object, key: Hashable, held: object, compute: Callable[[], T]) -> T:
+        """``compute()``, kept in the memo ``name`` beside ``static_cache``'s other answers (cleared
+        with them when allocatable or structure changes; at most 4,096 per memo). For answers keyed
+        by the identity of frozen inputs: ``held`` keeps those inputs alive, so no id is reused
+        while its answer is here."""
+        memo = self.static_cache.get(name)
+        if not isinstance(memo, dict):
+            memo = self.static_cache[name] = {}
+        hit = memo.get(key)
+        if hit is not None:
+            return hit[1]  # type: ignore[no-any-return]
+        value = compute()
+        if len(memo) >= 4096:
+            memo.clear()
+        memo[key] = (held, value)
+        return value
 
     # ------------------------------------------------------------------ state
 

@@ -179,9 +179,9 @@ class Book:
         self._planned: IntArray = np.zeros(0, dtype=np.int64)
         self._planned_at = -1
         self._kept: tuple[int, set[Key], IntArray, bytes, Witness] | None = None
+        """The last witness with nothing short: (version, skipped keys, planned nodes, their free rows, witness)."""
         self._nothing: tuple[int, Witness] | None = None
         """The witness when nothing is owed, per fabric size."""
-        """The last witness with nothing short: (version, skipped keys, planned nodes, their free rows, witness)."""
         # Claims (owed pods with GPUs on their domains) in slots updated in place; a free slot is
         # inert everywhere (no pods, the empty domain in mask row 0).
         self._slot: dict[Key, int] = {}

@@ -186,17 +186,16 @@ class Decider:
                 v.podset_updates = v.podset_updates[:MAX_PODSET_UPDATES]
             v.message = (f"Placed by Atoll (profile {v.profile}, decision {v.decision_id}): "
                          + "; ".join(r.message for r in results if r.message) + (" | " + "; ".join(v.notes) if v.notes else ""))
-        placed = [(r.after, r.decision) for r in results if v.outcome == "admit" and r.after is not None and r.decision is not None
-                  and r.decision.placement is not None and r.decision.request is not None]
+        placed = {id(r.after): r.decision for r in results if v.outcome == "admit" and r.after is not None and r.decision is not None
+                  and r.decision.placement is not None and r.decision.request is not None}
         after = [r.after for r in results if r.after is not None and r.after.num_nodes]
 
         def fabric_after() -> list[tuple[str, int, float]]:
-            if placed:  # the new placement counts as used for the fabric gauges (on forks: a search may read the shared snapshot)
-                forks = {id(s): s.fork() for s, _ in placed}
-                after[:] = [forks.get(id(s), s) for s in after]
-                for s, d in placed:
-                    _reserve(forks[id(s)], d)
-                placed.clear()
+            for i, s in enumerate(after):  # the new placement counts as used, once, on a fork (the search may have read the cache's own)
+                decision = placed.pop(id(s), None)
+                if decision is not None:
+                    after[i] = s.fork()
+                    _reserve(after[i], decision)
             return [(s.flavor, s.free_gpus(), fragmentation_index(s, _island_level(s, profile), profile.fragmentation.reference_gang_gpus))
                     for s in after]
 

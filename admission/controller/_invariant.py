@@ -296,7 +296,7 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
         if single[d]:
             others[0] -= pods[d] * g
         need = int(pods[d]) + int((slots - np.maximum(free - others, 0) // g).sum())
-        cols_u = cs.mask_columns(here_idx)                                  # every distinct domain restricted to D
+        cols_u = cs.mask_columns(here_idx)                           # every distinct domain restricted to D
         inside = np.where(multi, cols_u.sum(axis=1)[dom_m], 0)
         wide = live & multi & (inside > 0)
         wide[d] = False

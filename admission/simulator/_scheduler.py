@@ -40,8 +40,6 @@ __all__ = ["SCHEDULERS", "BindingModel"]
 
 SCHEDULERS = ("least-allocated", "most-allocated", "random", "adversarial")
 IntArray = npt.NDArray[np.int64]
-_MOST_WEIGHTS = {"cpu": 1, "memory": 1, "nvidia.com/gpu": 3}
-"""most-allocated's weights (``_fit_and_best`` spells them out)."""
 
 
 class BindingModel:
@@ -141,7 +139,7 @@ def _fit_and_best(free, alloc, cand, req, scored):  # type: ignore[no-untyped-de
         if scored == 1:
             fit_score = (200 - cpu - mem) // 2
         else:
-            fit_score = (cpu + mem + 3 * gpu) // 5  # _MOST_WEIGHTS
+            fit_score = (cpu + mem + 3 * gpu) // 5  # weights cpu 1, memory 1, nvidia.com/gpu 3
         score[j] = fit_score + balanced
         if score[j] > top:
             top = score[j]

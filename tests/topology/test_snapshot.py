@@ -128,3 +128,20 @@ def test_duplicate_node_names_are_refused() -> None:
 def test_arrays_have_fixed_dtypes() -> None:
     snap = Snapshot("f", [Level(RACK)], [node("a", "r1")])
     assert snap.free.dtype == np.int64 and snap.bounds.dtype == np.int32 and snap.perf.dtype == np.float64
+
+
+def test_remembered_answers_are_computed_once_shared_by_forks_and_dropped_when_allocatable_changes() -> None:
+    snap = Snapshot("f", [Level(RACK)], [node("a", "r1"), node("b", "r1")])
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    held = object()
+    assert snap.remember("m", id(held), held, compute) == 1
+    assert snap.fork().remember("m", id(held), held, compute) == 1  # a fork reads the same memo
+    assert snap.update_node(node("a", "r1", used=2))  # usage only: still kept
+    assert snap.remember("m", id(held), held, compute) == 1
+    assert snap.update_node(NodeInfo("a", {RACK: "r1"}, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1000, pods=10)))
+    assert snap.remember("m", id(held), held, compute) == 2  # allocatable changed: asked again

@@ -12,6 +12,10 @@ export DEBIAN_FRONTEND=noninteractive
 # a fresh machine has no package lists yet
 apt-get update -q >/dev/null
 apt-get install -y -q golang-go etcd-server rsync golang-github-modern-go-reflect2-dev >/dev/null
+# Kubernetes 1.20 builds with Debian's Go 1.19 only: pin it ahead of any newer Go on PATH, and never
+# let a go.mod toolchain line fetch another.
+export PATH=/usr/lib/go-1.19/bin:$PATH GOTOOLCHAIN=local
+go version | grep -q 'go1\.19' || { echo "Debian's Go 1.19 is not first on PATH: $(go version)" >&2; exit 1; }
 # deb-src entries from the machine's own sources, through a private apt config (system config untouched)
 sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources > apt/sources.list.d/debian.sources
 private=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$work/apt/sources.list.d" -o Dir::State::Lists="$work/apt/lists")

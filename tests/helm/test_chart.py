@@ -36,10 +36,12 @@ CUSTOM_PROFILES = {  # a mapping, not a string; its own ConfigMap name
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
     "webhook-off": {"webhook": {"enabled": False}},
+    "webhook-on": {"webhook": {"enabled": True}},
     "exact": {"profiles": {"document": EXACT_DOC}},
     "custom-profiles": {"profiles": CUSTOM_PROFILES, "webhook": {"enabled": False}},
-    "cert-manager": {"webhook": {"certs": {"mode": "cert-manager"}}},
-    "cert-manager-issuer": {"webhook": {"certs": {"mode": "cert-manager", "issuer": {"kind": "ClusterIssuer", "name": "corp-ca"}},
+    "cert-manager": {"profiles": {"document": EXACT_DOC}, "webhook": {"certs": {"mode": "cert-manager"}}},
+    "cert-manager-issuer": {"profiles": {"document": EXACT_DOC},
+                            "webhook": {"certs": {"mode": "cert-manager", "issuer": {"kind": "ClusterIssuer", "name": "corp-ca"}},
                                         "failurePolicy": "Ignore", "namespaceSelector": {"matchLabels": {"gpu": "yes"}}}},
     "single-replica": {"replicas": 1, "leaderElection": {"enabled": False}, "podDisruptionBudget": {"enabled": False},
                        "metrics": {"service": {"enabled": False}}, "admissionCheck": {"create": False}},
@@ -72,23 +74,33 @@ def test_every_case_lints_and_renders(case: str) -> None:
 
 
 def test_the_defaults_render_the_whole_install() -> None:
+    """The default profiles use domain enforcement only: no webhook is installed (webhook.enabled auto)."""
     objects = render(release="prod", namespace="gpu-system")
     assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
         ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRoleBinding", "prod-atoll"),
-        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"), ("MutatingWebhookConfiguration", "prod-atoll"),
+        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"),
         ("PodDisruptionBudget", "prod-atoll"), ("Role", "prod-atoll"), ("RoleBinding", "prod-atoll"),
-        ("Service", "prod-atoll-metrics"), ("Service", "prod-webhook"), ("ServiceAccount", "prod-atoll")]
+        ("Service", "prod-atoll-metrics"), ("ServiceAccount", "prod-atoll")]
     [deployment] = by_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert _container(objects)["args"] == [
         "run", "--namespace=gpu-system", "--configmap=atoll-policies", "--admission-check=atoll-topology", "--gpu-resource=nvidia.com/gpu",
-        "--metrics-port=8080", "--health-port=8081", "--log-level=info", "--leader-elect", "--lease-name=atoll-controller",
+        "--metrics-port=8080", "--health-port=8081", "--log-level=info", "--leader-elect", "--lease-name=atoll-controller"]
+    exact = render(MATRIX["exact"], release="prod", namespace="gpu-system")
+    assert _container(exact)["args"][10:] == [
         "--webhook-port=9443", "--webhook-cert-dir=/var/run/atoll/certs", "--webhook-timeout-seconds=5", "--webhook-generate-certs",
         "--webhook-service=prod-webhook", "--webhook-namespace=gpu-system", "--webhook-config=prod-atoll"]
 
 
+@pytest.mark.parametrize(("case", "installed"), [("defaults", False), ("exact", True), ("webhook-on", True), ("webhook-off", False)])
+def test_the_webhook_is_installed_only_when_a_flavor_uses_exact_or_it_is_forced_on(case: str, installed: bool) -> None:
+    objects = render(MATRIX[case])
+    assert bool(by_kind(objects, "MutatingWebhookConfiguration")) is installed
+    assert any(f.startswith("--webhook-port") for f in _flags(objects)) is installed
+
+
 def test_the_pods_are_hardened_and_numba_caches_on_a_writable_volume() -> None:
-    objects = render()
+    objects = render(MATRIX["exact"])
     [deployment] = by_kind(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
@@ -108,13 +120,15 @@ def test_the_pods_are_hardened_and_numba_caches_on_a_writable_volume() -> None:
 
 
 def test_the_webhook_follows_the_agreed_contract() -> None:
-    objects = render(release="prod", namespace="gpu-system")
+    objects = render(MATRIX["exact"], release="prod", namespace="gpu-system")
     [service] = [s for s in by_kind(objects, "Service") if s["metadata"]["name"] == "prod-webhook"]
     assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
     assert {p["name"]: p["containerPort"] for p in _container(objects)["ports"]}["webhook"] == 9443
     [config] = by_kind(objects, "MutatingWebhookConfiguration")
     [hook] = config["webhooks"]
-    assert hook["objectSelector"] == {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"}]}
+    # only pods of exact flavors: a domain-placed pod (decision-id label alone) never waits on the webhook
+    assert hook["objectSelector"] == {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"},
+                                                           {"key": "atoll.dev/enforcement", "operator": "In", "values": ["exact"]}]}
     assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
     # the webhook writes outside dry runs (claims Lease, requeue condition) and nothing under one
     assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("Fail", "NoneOnDryRun", ["v1"], 5)
@@ -129,9 +143,10 @@ def _lease_rules(objects: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], t
 
 
 @pytest.mark.parametrize(("values", "names"), [
-    ({}, ("atoll-controller", WebhookSettings().claims_lease)),
+    ({"profiles": {"document": EXACT_DOC}}, ("atoll-controller", WebhookSettings().claims_lease)),
+    ({}, ("atoll-controller",)),
     ({"webhook": {"enabled": False}}, ("atoll-controller",)),
-    ({"replicas": 1, "leaderElection": {"enabled": False}}, (WebhookSettings().claims_lease,)),
+    ({"replicas": 1, "leaderElection": {"enabled": False}, "webhook": {"enabled": True}}, (WebhookSettings().claims_lease,)),
     ({"replicas": 1, "leaderElection": {"enabled": False}, "webhook": {"enabled": False}}, ()),
 ])
 def test_the_role_grants_exactly_the_leases_in_use(values: dict[str, Any], names: tuple[str, ...]) -> None:
@@ -189,7 +204,8 @@ def test_a_changed_profiles_document_does_not_roll_the_pods_but_other_values_do(
 
 @pytest.mark.parametrize(("values", "message"), [
     ({"webhook": {"enabled": False}, "profiles": {"document": EXACT_DOC}},
-     "profiles.document: flavors.gb200.enforcement is exact, which needs the webhook: set webhook.enabled=true"),
+     "profiles.document: flavors.gb200.enforcement is exact, which needs the webhook: set webhook.enabled=auto or true"),
+    ({"webhook": {"enabled": "yes"}}, 'webhook.enabled: "yes" is not auto, true or false'),
     ({"webhook": {"certs": {"mode": "vault"}}}, 'webhook.certs.mode: "vault" is not generate or cert-manager'),
     ({"webhook": {"failurePolicy": "Retry"}}, 'webhook.failurePolicy: "Retry" is not Fail or Ignore'),
     ({"webhook": {"timeoutSeconds": 31}}, "webhook.timeoutSeconds: 31 must be between 1 and 30"),

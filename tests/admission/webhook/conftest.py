@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,8 +75,20 @@ def served(fabric: Fabric, cert: ServingCert) -> Iterator[Served]:
     s.stop()
 
 
+@functools.cache
+def chart_object_selector() -> dict[str, Any]:
+    """The objectSelector of the chart's MutatingWebhookConfiguration, as rendered for a flavor under exact enforcement."""
+    from tests.helm.chart import by_kind, render
+
+    doc = "flavors:\n  gb200: {topology: nvl72-fabric, enforcement: exact}\n"
+    [config] = by_kind(render({"profiles": {"document": doc}}), "MutatingWebhookConfiguration")
+    selector: dict[str, Any] = config["webhooks"][0]["objectSelector"]
+    return selector
+
+
 def webhook_configuration(name: str, url: str, ca_pem: bytes, namespace: str, *, timeout: int = 10) -> dict[str, Any]:
-    """What the chart installs, with a URL instead of a Service and the test's namespace only."""
+    """What the chart installs (its objectSelector as rendered), with a URL instead of a Service and
+    the test's namespace only."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": name},
         "webhooks": [{
@@ -83,7 +96,7 @@ def webhook_configuration(name: str, url: str, ca_pem: bytes, namespace: str, *,
             "failurePolicy": "Fail", "timeoutSeconds": timeout, "reinvocationPolicy": "Never",
             "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
-            "objectSelector": {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"}]},
+            "objectSelector": copy.deepcopy(chart_object_selector()),
             "namespaceSelector": {"matchLabels": {NS_LABEL: namespace}},
         }],
     }

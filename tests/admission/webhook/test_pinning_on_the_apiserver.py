@@ -129,6 +129,20 @@ def test_with_the_webhook_down_unlabelled_pods_are_created_and_exact_pods_wait(f
     assert pinned_node(create(fabric, kueue_pod(fabric, "train", "train-0", labels={INDEX: "0"}))) == slots_of(fabric, "train")[0]
 
 
+def test_with_the_webhook_down_domain_placed_pods_are_still_created(fabric: Fabric, served: Served, register) -> None:
+    """An Atoll outage never blocks pods placed under domain enforcement: the chart's objectSelector
+    does not match them (they carry the decision id, not the exact-enforcement label)."""
+    fabric.install()  # domain enforcement
+    admit(fabric, "train", [("main", 2, 4)])
+    register(served.url)
+    served.stop()  # Atoll is down; failurePolicy Fail
+    update = fabric.entry("train")["podSetUpdates"][0]
+    assert "atoll.dev/enforcement" not in update["labels"]
+    pods = [create(fabric, kueue_pod(fabric, "train", f"train-{i}", labels={INDEX: str(i)})) for i in range(2)]
+    assert [p["metadata"]["labels"]["atoll.dev/decision-id"] for p in pods] == [update["labels"]["atoll.dev/decision-id"]] * 2
+    assert all(p["spec"]["nodeSelector"] == update["nodeSelector"] and pinned_node(p) is None for p in pods)
+
+
 def test_a_taint_the_pod_tolerates_keeps_it_on_its_node_and_one_it_does_not_moves_it(fabric: Fabric, served: Served,
                                                                                        register) -> None:
     exact_fabric(fabric, per_clique=4)

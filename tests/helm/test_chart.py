@@ -4,10 +4,12 @@ kube-apiserver (server-side dry run) with Kueue's CRDs loaded."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from admission.cli._run import parser as run_parser
 from admission.webhook import WebhookSettings
@@ -290,3 +292,31 @@ def test_a_dry_run_does_catch_a_broken_object(kube_client: Any, namespace: str) 
     with pytest.raises(DynamicApiError) as err:
         apply(kube_client, check, dry_run=True)
     assert err.value.status == 422 and "controllerName" in str(err.value.body)
+
+
+@pytest.mark.apiserver
+def test_under_gitops_a_resync_keeps_the_ca_bundle_the_process_wrote(kube_client: Any, namespace: str) -> None:
+    """``helm template`` and Argo CD render without a cluster, so ``lookup`` finds nothing: the
+    generate mode's configuration is rendered without a caBundle field at all. Applied server-side
+    (as Argo CD's ServerSideApply and Flux do), the field stays owned by the process that wrote it,
+    so a re-sync of the same manifest leaves it in place."""
+    from admission.kube import KubePort
+    from admission.webhook import MUTATING_WEBHOOK_CONFIGURATIONS, CaBundlePublisher, ensure_serving_cert
+
+    values = {"profiles": {"document": EXACT_DOC}, "webhook": {"namespaceSelector": {"matchLabels": {"atoll.dev/no-such": "namespace"}}}}
+    [config] = by_kind(render(values, release=f"g{abs(hash(namespace)) % 10_000}", namespace=namespace), "MutatingWebhookConfiguration")
+    assert "caBundle" not in config["webhooks"][0]["clientConfig"]  # nothing for an applier to own
+    port = KubePort(kube_client)
+    name = config["metadata"]["name"]
+    port.apply(MUTATING_WEBHOOK_CONFIGURATIONS, config, field_manager="argocd-controller")
+    try:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as certs:
+            ca = ensure_serving_cert(certs, ["x"], generate=True).ca_pem
+        assert ca is not None and CaBundlePublisher(port, name, ca).publish_once()
+        port.apply(MUTATING_WEBHOOK_CONFIGURATIONS, config, field_manager="argocd-controller")  # the next sync
+        live = port.get(MUTATING_WEBHOOK_CONFIGURATIONS, name)
+        assert base64.b64decode(live["webhooks"][0]["clientConfig"]["caBundle"]) == ca
+    finally:
+        client.AdmissionregistrationV1Api(kube_client).delete_mutating_webhook_configuration(name)

@@ -58,6 +58,7 @@ def test_a_pod_recreated_after_a_failure_returns_to_its_healthy_node(fabric: Fab
     first = create(fabric, kueue_pod(fabric, "train", "train-0-a", labels={INDEX: "0"}))
     bind(fabric, "train-0-a", pinned_node(first) or "")
     fail(fabric, "train-0-a")
+    served.settle()  # the webhook reads a watch-fed cache
     again = create(fabric, kueue_pod(fabric, "train", "train-0-b", labels={INDEX: "0"}))
     assert pinned_node(again) == slots[0] == pinned_node(first)
     assert ANN_REPLACED not in again["metadata"]["annotations"]
@@ -76,6 +77,7 @@ def test_a_pod_recreated_after_its_node_was_cordoned_goes_to_a_replacement_in_it
         bind(fabric, f"train-{i}-a", pinned_node(pod) or "")
     fail(fabric, "train-0-a")
     fabric.core.patch_node(slots[0], {"spec": {"unschedulable": True}})  # the node is drained after the failure
+    served.settle()  # the webhook reads a watch-fed cache
     again = create(fabric, kueue_pod(fabric, "train", "train-0-b", labels={INDEX: "0"}))
     spare = pinned_node(again)
     assert spare not in (None, *slots)  # the other planned node is full with pod 1
@@ -88,6 +90,7 @@ def test_a_pod_recreated_after_its_node_was_cordoned_goes_to_a_replacement_in_it
     bind(fabric, "train-0-b", spare)
     fail(fabric, "train-0-b")
     fabric.core.patch_node(spare, {"spec": {"unschedulable": True}})
+    served.settle()
     last = create(fabric, kueue_pod(fabric, "train", "train-0-c", labels={INDEX: "0"}))
     assert pinned_node(last) == spare  # it waits on its node; runs if the node comes back
     conditions = {c["type"]: c for c in fabric.workload("train")["status"].get("conditions") or []}
@@ -156,6 +159,7 @@ def test_a_taint_the_pod_tolerates_keeps_it_on_its_node_and_one_it_does_not_move
         fail(fabric, f"train-{i}-a")
     for node in slots:
         fabric.core.patch_node(node, {"spec": {"taints": [{"key": "maintenance", "value": "soon", "effect": "NoSchedule"}]}})
+    served.settle()  # the webhook reads a watch-fed cache
     tolerant = kueue_pod(fabric, "train", "train-0-b", labels={INDEX: "0"})
     tolerant["spec"]["tolerations"] = [toleration]
     assert pinned_node(create(fabric, tolerant)) == slots[0]

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 
 import structlog
 
+from admission.controller._cache import node_info
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, decode_planned
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import NODES, PODS, WORKLOADS, ClusterPort, Obj, Resource, errors, newer, object_key
 from admission.webhook._pin import ANN_NODE, ANN_PREVIOUS, ANN_SLOT, ANN_WORKLOAD, LABEL_DECISION_ID, LABEL_PODSET, is_live
-from topology import ResourceVector
+from topology import NodeInfo, ResourceVector
 
 __all__ = ["WebhookCache", "Owed", "owed_of"]
 
@@ -157,9 +158,12 @@ class WebhookCache:
         self._pods: dict[str, Obj] = {}
         self._by_podset, self._by_node, self._by_pin = _Index(), _Index(), _Index()
         self._nodes: dict[str, Obj] = {}
+        self._infos: dict[str, tuple[NodeInfo | None, str]] = {}
         self._owed: dict[str, list[Owed]] = {}
         self._decisions: dict[str, frozenset[str]] = {}
         self._versions: dict[str, str] = {}
+        self._pending: dict[tuple[str, str, str, int], tuple[str, ResourceVector, float]] = {}
+        self._pending_by_node = _Index()
         self.events = 0
         """Watch events applied so far (lists included, one per object)."""
 
@@ -277,6 +281,10 @@ class WebhookCache:
             pod = strip_pod(obj)
             self._pods[key] = pod
             self._index(key, pod)
+            slot = pod["metadata"]["annotations"].get(ANN_SLOT, "")
+            podset, _, _ = self._keys(pod)
+            if podset is not None and slot.isdigit() and is_live(pod):
+                self._drop_pending((*podset, int(slot)))
 
     @staticmethod
     def _keys(pod: Obj) -> tuple[tuple[str, str, str] | None, str, str]:
@@ -309,8 +317,10 @@ class WebhookCache:
     def _apply_node(self, key: str, obj: Obj | None) -> None:
         if obj is None:
             self._nodes.pop(key, None)
+            self._infos.pop(key, None)
         elif newer(self._nodes.get(key), obj):
             self._nodes[key] = strip_node(obj)
+            self._infos[key] = node_info(obj, self.gpu_resource)  # parsed once, not at every review
 
     def _apply_workload(self, key: str, obj: Obj | None) -> None:
         if obj is None:
@@ -321,6 +331,38 @@ class WebhookCache:
         self._versions[key] = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         self._owed[key] = owed_of(obj, self.gpu_resource)
         self._decisions[key] = _decisions(obj)
+
+    # ------------------------------------------------------------------ pins the watch has not shown yet
+
+    def note_pin(self, slot: tuple[str, str, str, int], node: str, need: ResourceVector, expires: float) -> None:
+        """The webhook pinned ``slot`` (namespace, decision, PodSet, slot) to ``node``: count ``need``
+        there until the cache shows a live pod holding that slot, or until ``expires`` (monotonic
+        seconds; the pod was refused later, or never came). Two pods answered one after the other
+        then never get the same room, however late the watch is."""
+        with self._lock:
+            self._drop_pending(slot)
+            self._pending[slot] = (node, need, expires)
+            self._pending_by_node.add(node, "\0".join(map(str, slot)))
+
+    def _drop_pending(self, slot: tuple[str, str, str, int]) -> None:
+        held = self._pending.pop(slot, None)
+        if held is not None:
+            self._pending_by_node.drop(held[0], "\0".join(map(str, slot)))
+
+    def pending_on(self, node: str, now: float) -> list[tuple[str, str, int, ResourceVector]]:
+        """(decision, PodSet, slot, requests) of the pins on ``node`` not shown by the watch yet and
+        not expired at ``now``."""
+        with self._lock:
+            out = []
+            for joined in self._pending_by_node.get(node):
+                ns, decision, podset, slot = joined.split("\0")
+                key = (ns, decision, podset, int(slot))
+                _, need, expires = self._pending[key]
+                if expires <= now:
+                    self._drop_pending(key)
+                else:
+                    out.append((decision, podset, int(slot), need))
+            return out
 
     # ------------------------------------------------------------------ reads (copies of lists; objects are never mutated)
 
@@ -339,6 +381,11 @@ class WebhookCache:
     def node(self, name: str) -> Obj | None:
         with self._lock:
             return self._nodes.get(name)
+
+    def node_info(self, name: str) -> tuple[NodeInfo | None, str] | None:
+        """The node as the controller reads it (``node_info``: info, problem); None when unknown."""
+        with self._lock:
+            return self._infos.get(name)
 
     def nodes(self) -> list[Obj]:
         with self._lock:

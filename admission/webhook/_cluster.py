@@ -24,13 +24,13 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from admission.controller._cache import node_info, pod_usage
+from admission.controller._cache import pod_usage
 from admission.controller._ledger import ANN_DECISION_ID
 from admission.controller._requeue import REQUEUE_CONDITION
 from admission.kube import WORKLOADS, ClusterPort, Obj, errors
 from admission.webhook._cache import WebhookCache
 from admission.webhook._pin import LABEL_DECISION_ID, LABEL_PODSET, ExactPod, is_live
-from topology import ResourceVector, untolerated_taints
+from topology import NodeInfo, ResourceVector, untolerated_taints
 
 __all__ = ["REQUEUE_CONDITION", "ClusterReader", "Room"]
 
@@ -84,12 +84,13 @@ class ClusterReader:
 
     def health_problem(self, name: str, pod: ExactPod) -> str:
         """Why node ``name`` cannot take the pod now ("" when it can, room aside)."""
-        return self.problem_of(self.node(name), name, pod)
-
-    def problem_of(self, node: Obj | None, name: str, pod: ExactPod) -> str:
-        if node is None:
+        read = self.cache.node_info(name)
+        if read is None:
             return f"node {name} is gone"
-        info, problem = node_info(node, self.gpu_resource)
+        return self._problem(read, name, pod)
+
+    def _problem(self, read: tuple[NodeInfo | None, str], name: str, pod: ExactPod) -> str:
+        info, problem = read
         if info is None:
             return problem or f"node {name} is unreadable"
         if problem:
@@ -113,19 +114,19 @@ class ClusterReader:
     # ------------------------------------------------------------------ room
 
     def rooms(self, pod: ExactPod, candidates: Sequence[str], *, replaced: str, skip: Iterable[str] = (),
-              own_slot_node: str | None = None) -> list[Room]:
+              own_slot_node: str | None = None, own_slot: int | None = None, now: float = 0.0) -> list[Room]:
         """Free capacity on each candidate for ``pod``. ``skip``: names of pods not to count (the
         recreated pod's dead predecessors, whose resources free as they go). ``own_slot_node``: the
-        planned node of the slot the pod takes (not owed twice)."""
+        planned node of the slot the pod takes (not owed twice). Pods this process pinned that the
+        cache does not show yet count as pinned there (``own_slot``'s own earlier pin aside);
+        ``now``: monotonic seconds, for their expiry."""
         skipped = set(skip)
         owed = self.cache.owed()
         replaced_labels = set(((self.node(replaced) or {}).get("metadata") or {}).get("labels", {}).items())
         out = []
         for name in candidates:
-            node = self.node(name)
-            if node is None:
-                continue
-            info, _ = node_info(node, self.gpu_resource)
+            read = self.cache.node_info(name)
+            info = read[0] if read is not None else None
             if info is None:
                 continue
             bound = [p for p in self.cache.pods_on(name) if (p.get("metadata") or {}).get("name") not in skipped]
@@ -138,13 +139,17 @@ class ClusterReader:
             for p in here:
                 used = used + self.pod_requests(p)
             live_here = Counter(_decision_podset(p) for p in [*bound, *here] if is_live(p))
+            for decision, podset, slot, need in self.cache.pending_on(name, now):
+                if (decision, podset, slot) != (pod.decision_id, pod.podset, own_slot):
+                    used = used + need
+                    live_here[(decision, podset)] += 1
             for o in owed:
                 k = o.planned.get(name, 0) - live_here[(o.decision, o.podset)]
                 if (o.decision, o.podset) == (pod.decision_id, pod.podset) and own_slot_node == name:
                     k -= 1
                 if k > 0:
                     used = used + (o.per_pod + _ONE_POD).scaled(k)
-            labels = set(((node.get("metadata") or {}).get("labels") or {}).items())
+            labels = set(info.labels.items())
             out.append(Room(name, _minus(info.allocatable, used), len(labels & replaced_labels)))
         return out
 

@@ -119,6 +119,7 @@ class PodPinner:
         self._start_lock = threading.Lock()
         self.reader = ClusterReader(port, self.settings.gpu_resource, self.settings.field_manager, self.cache)
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
+        self._room_lock = threading.Lock()
         self.claims = SlotClaims(port, self.settings.namespace, self.settings.claims_lease, self.clock, self.settings.claim_seconds)
 
     @property
@@ -236,7 +237,11 @@ class PodPinner:
                     return PinResult(warnings=[f"atoll: not pinned to a node: {how[0]}; the pod may run on any node of its domain"])
                 slot = found
                 before = [p for p in pods if not is_live(p) and slot_of(p, len(exact.slots)) == slot]
-            result = self._place(exact, pod, slot, before, dry_run=dry_run)
+            with self._room_lock:  # a room given is noted before the next pod looks for one
+                result = self._place(exact, pod, slot, before, dry_run=dry_run)
+                if result.node and not dry_run:
+                    self.cache.note_pin((exact.namespace, exact.decision_id, exact.podset, slot), result.node,
+                                        self.reader.pod_requests(pod), self.clock.monotonic() + self.settings.claim_seconds)
         _log.info("pod pinned", pod=exact.display, decision=exact.decision_id, podset=exact.podset, slot=slot, how=how[0],
                   node=result.node, replaced=result.replaced or None, request=request_uid)
         return result
@@ -251,7 +256,8 @@ class PodPinner:
         need = self.reader.pod_requests(pod)
         problem = self.reader.health_problem(old, exact)
         if not problem and last is not None:  # a recreated pod: its node may have been given away meanwhile
-            rooms = self.reader.rooms(exact, [old], replaced=old, skip=skip, own_slot_node=planned)
+            rooms = self.reader.rooms(exact, [old], replaced=old, skip=skip, own_slot_node=planned, own_slot=slot,
+                                      now=self.clock.monotonic())
             if not rooms or not self.reader.fits(rooms[0], need):
                 problem = f"node {old} has no room for the pod"
         annotations = {ANN_SLOT: str(slot), ANN_NODE: old}
@@ -259,7 +265,7 @@ class PodPinner:
             annotations[ANN_PREVIOUS] = _name(last)
         if not problem:
             return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot)
-        pick = self._replacement(exact, old, need, skip, planned)
+        pick = self._replacement(exact, old, need, skip, planned, slot)
         if pick is not None:
             annotations.update({ANN_NODE: pick.node, ANN_REPLACED: old})
             return PinResult(patch=pin_patch(pod, pick.node, annotations), node=pick.node, slot=slot, replaced=old,
@@ -279,12 +285,13 @@ class PodPinner:
         return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot,
                          warnings=[f"atoll: {problem}; no replacement in domain {selector}; the pod waits for it; {asked}"])
 
-    def _replacement(self, exact: ExactPod, old: str, need: ResourceVector, skip: list[str], planned: str) -> Room | None:
+    def _replacement(self, exact: ExactPod, old: str, need: ResourceVector, skip: list[str], planned: str, slot: int) -> Room | None:
         if not exact.node_selector:  # no domain recorded: any node would leave the flavor's fabric
             return None
         candidates = [n for n in self.reader.domain_nodes(exact) if n != old and not self.reader.health_problem(n, exact)]
         if not candidates:
             return None
-        fitting = [r for r in self.reader.rooms(exact, candidates, replaced=old, skip=skip, own_slot_node=planned)
+        fitting = [r for r in self.reader.rooms(exact, candidates, replaced=old, skip=skip, own_slot_node=planned, own_slot=slot,
+                                                now=self.clock.monotonic())
                    if self.reader.fits(r, need)]
         return min(fitting, key=lambda r: (-r.shared_labels, r.free.gpu - need.gpu, r.node), default=None)

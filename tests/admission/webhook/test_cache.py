@@ -4,6 +4,8 @@ by watches, and a ranked pod takes the slot of its rank without a claim."""
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 from collections import Counter
 from typing import Any
@@ -146,3 +148,27 @@ def test_a_cordon_reaches_the_cache_through_its_watch(fabric: Fabric) -> None:
     finally:
         pinner.close()
 
+
+
+def test_two_pods_answered_before_the_watch_shows_either_never_get_the_same_room(fabric: Fabric) -> None:
+    """Both planned nodes are cordoned; the two pods of the gang are answered one after the other
+    and never stored (so no watch ever shows them): each spare holds one pod, and each gets its own."""
+    exact_fabric(fabric, per_clique=4)
+    admit(fabric, "train", [("main", 2, 4)])
+    slots = [node for node, count in planned(fabric.entry("train")).items() for _ in range(count)]
+    for node in slots:
+        fabric.core.patch_node(node, {"spec": {"unschedulable": True}})
+    replica = PodPinner(fabric.port, WebhookSettings(namespace=fabric.ns))
+    try:
+        settle(replica, fabric.port, fabric.ns)
+        nodes = []
+        for i in range(2):
+            pod = kueue_pod(fabric, "train", f"train-{i}", labels={INDEX: str(i)})
+            answer = replica.review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+                "uid": f"u{i}", "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+                "namespace": fabric.ns, "object": pod}})["response"]
+            ops = json.loads(base64.b64decode(answer["patch"]))
+            nodes.append(next(op["value"] for op in ops if op["path"].endswith("atoll.dev~1node")))
+    finally:
+        replica.close()
+    assert len(set(nodes)) == 2 and not set(nodes) & set(slots), nodes

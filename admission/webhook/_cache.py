@@ -12,8 +12,13 @@ image lists, no pod specs beyond requests), and indexed:
 - Workloads by key: the exact PodSets they owe (``Owed``) and their decision ids.
 
 A cache lags the apiserver by the watch's delay. The webhook is safe with that: a pod with a
-rank takes the slot of its rank (no other pod asks for it), and a pod without one claims its
-slot in the claims Lease, which holds the claim until the cache shows the pod.
+rank takes the slot of its rank (no other pod asks for it), a pod without one claims its slot in
+the claims Lease, which holds the claim until the cache shows the pod, and the room a pin takes
+on a node is noted here (``note_pin``) until the cache shows the pod, so the next pod answered
+never gets the same room.
+
+About 400 lines on purpose: the stores, their indexes and the pending pins change together under
+one lock, so they live in one class.
 """
 
 from __future__ import annotations

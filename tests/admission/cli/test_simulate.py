@@ -180,11 +180,27 @@ def test_progress_bar_draws_on_a_terminal_stream() -> None:
 
 def test_a_profile_level_the_cluster_lacks_fails_before_any_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "flat.yaml"
-    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/leaf"))
+    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/pod"))
     assert main(["--cluster", str(path), "--jobs", "10", "--policies", "count-only,atoll-elastic"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "profiles.elastic.maxSpanLevel: flavor gb200 has no level 'network.example.com/su'" in captured.err
+    assert ("profiles.elastic.maxSpanLevel: flavor gb200 has no level of ['network.example.com/su', 'network.example.com/leaf']"
+            in captured.err and "pick --policies without atoll-elastic or a --profiles document for this cluster" in captured.err)
+
+
+def test_the_mixed_cluster_runs_with_the_profiles_its_model_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--cluster", "config/clusters/mixed-a100-h100.yaml", "--jobs", "40", "--seeds", "1", "--policies",
+                 "kueue-bestfit,atoll-strict,atoll-elastic", "--workers", "1", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profiles"] == "config/kueue/mixed-a100-h100/profiles.yaml" and set(out["policies"]) == {"kueue-bestfit", "atoll-strict",
+                                                                                                          "atoll-elastic"}
+
+
+def test_a_list_of_span_levels_resolves_per_flavor_with_the_sample_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    # the sample's elastic caps spans at [su, leaf]: the mixed cluster's flavors have leaf, which is enough
+    assert main(["--cluster", "mixed-a100-h100", "--profiles", "config/profiles.yaml", "--jobs", "40", "--seeds", "1", "--policies",
+                 "atoll-elastic", "--workers", "1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profiles"] == "config/profiles.yaml"
 
 
 def test_a_load_list_is_one_sweep_table_with_plots_against_load(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:

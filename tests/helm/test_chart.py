@@ -4,6 +4,7 @@ kube-apiserver (server-side dry run) with Kueue's CRDs loaded."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -274,3 +275,43 @@ def test_a_dry_run_does_catch_a_broken_object(kube_client: Any, namespace: str) 
     with pytest.raises(DynamicApiError) as err:
         apply(kube_client, check, dry_run=True)
     assert err.value.status == 422 and "controllerName" in str(err.value.body)
+
+
+@pytest.mark.parametrize(("values", "where", "what"), [
+    ({"replicsa": 3}, "at ''", "additional properties 'replicsa' not allowed"),
+    ({"image": {"repo": "corp/atoll"}}, "at '/image'", "additional properties 'repo' not allowed"),
+    ({"webhook": {"certs": {"mod": "generate"}}}, "at '/webhook/certs'", "additional properties 'mod' not allowed"),
+    ({"logLevel": "verbose"}, "at '/logLevel'", "value must be one of 'debug', 'info', 'warning', 'error'"),
+    ({"metrics": {"port": "8080"}}, "at '/metrics/port'", "got string, want integer"),
+])
+def test_values_the_schema_does_not_know_fail_rendering(values: dict[str, Any], where: str, what: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as err:
+        render(values)
+    assert f"- {where}: {what}" in str(err.value)
+
+
+def _keys(values: dict[str, Any], prefix: str = "") -> set[str]:
+    out = set()
+    for key, value in values.items():
+        out.add(prefix + key)
+        if isinstance(value, dict) and value and key not in FREE_FORM:
+            out |= _keys(value, f"{prefix}{key}.")
+    return out
+
+
+FREE_FORM = {"resources", "podSecurityContext", "securityContext", "nodeSelector", "affinity", "podAnnotations", "podLabels",
+             "annotations", "namespaceSelector", "issuer"}
+
+
+def test_the_schema_names_every_value_and_only_those() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def described(node: dict[str, Any], prefix: str = "") -> set[str]:
+        out = set()
+        for key, sub in node.get("properties", {}).items():
+            out.add(prefix + key)
+            if sub.get("properties"):
+                out |= described(sub, f"{prefix}{key}.")
+        return out
+
+    assert _keys(yaml.safe_load((CHART / "values.yaml").read_text())) == described(schema)

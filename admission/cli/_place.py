@@ -216,8 +216,7 @@ def _check_levels(doc: Any, profile_name: str, flavor: Any, cluster_path: Path, 
     """The chosen profile's levels against the flavor's, before deciding: a misspelt level label in
     the cluster model is the model's configuration error (with the near match), and a profiles
     document written for another fabric names the one this cluster model names."""
-    labels = tuple(lv.label for lv in flavor.level_specs())
-    labels += () if labels[-1] == flavor.node_level().label else (flavor.node_level().label,)
+    labels = tuple(lv.label for lv in flavor.level_specs())  # the flavor's Topology, as the controller reads it
     try:
         doc.profiles[profile_name].for_flavor(flavor.name, labels, name=profile_name)
     except ProfileLevelError as exc:

@@ -277,3 +277,23 @@ def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.
 def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str, argv: list[str], message: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "10", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> None:
+    from admission.cli._simulate import too_few_jobs
+    from admission.simulator._jobs import make_job
+
+    def jobs(n: int, gap_s: float) -> list:
+        return [make_job(f"j{i}", i * gap_s, 3600.0, 8, 8) for i in range(n)]
+
+    warning = too_few_jobs(jobs(10, 100.0), [1.3])  # arrivals over 900 s, each job runs an hour
+    assert warning is not None and warning.startswith("10 jobs at load 1.3 arrive over 0.2 h, less than twice the mean job's runtime (1.0 h)")
+    assert "about --jobs 80 would give it room" in warning
+    assert too_few_jobs(jobs(10, 1000.0), [1.3]) is None  # 9,000 s of arrivals: enough
+    assert too_few_jobs(jobs(10, 1000.0), [0.5, 2.0]) is not None  # the sweep's highest load packs them 4x closer
+    assert too_few_jobs(jobs(10, 100.0), [None]) is None  # a trace as recorded: no load was asked
+
+
+def test_a_run_with_too_few_jobs_warns_on_stderr(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "3", "--seeds", "1", "--policies", "count-only", "--workers", "1"]) == 0
+    assert "atoll simulate: warning: 3 jobs at load 1.3 arrive over" in capsys.readouterr().err

@@ -53,7 +53,47 @@ Outcome = Literal["admit", "wait", "reject"]
 
 
 class ProfileLevelError(ValueError):
-    """A profile names a level the flavor's Topology does not have (a config error, not the Workload's)."""
+    """A profile names a level the flavor's Topology does not have (a config error, not the Workload's).
+
+    ``typo`` is ``(flavor's label, profile's label)`` when one is a near match of the other (a
+    misspelt label), and ``typo_in`` says which side looks misspelt: ``"flavor"`` when the
+    profile's label is a well-known one (``nvidia.com/gpu.clique``, ``kubernetes.io/hostname``…),
+    ``"profile"`` when the flavor's is, else ``"either"``. The message then suggests the match.
+    """
+
+    WELL_KNOWN = frozenset({"nvidia.com/gpu.clique", "kubernetes.io/hostname", "topology.kubernetes.io/zone",
+                            "topology.kubernetes.io/region", "cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+                            "cloud.google.com/gce-topology-host"})
+
+    def __init__(self, message: str, *, wanted: Sequence[str] = (), levels: Sequence[str] = ()) -> None:
+        self.typo: tuple[str, str] | None = None
+        self.typo_in = ""
+        for want in wanted:
+            near = [lv for lv in levels if lv != want and _edits(lv, want) <= max(1, len(want.rsplit("/", 1)[-1]) // 3)]
+            if near:
+                self.typo = (near[0], want)
+                break
+        if self.typo:
+            have, want = self.typo
+            self.typo_in = "flavor" if want in self.WELL_KNOWN else "profile" if have in self.WELL_KNOWN else "either"
+            fix = {"flavor": f"the flavor's level label {have!r} looks misspelt: did you mean {want!r}? Fix the label in the flavor's "
+                             "Topology (or cluster model); it is a configuration error there, not in the profiles",
+                   "profile": f"did you mean the flavor's level {have!r}? Fix the profiles document",
+                   "either": f"the flavor's level {have!r} and the profile's {want!r} differ by a few characters: did you mean one "
+                             "for the other? Fix the misspelt one (the flavor's Topology or the profiles document)"}[self.typo_in]
+            message = f"{message}; {fix}"
+        super().__init__(message)
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: a misspelt label is a few edits from the right one, where two real
+    labels under one prefix (``…/leaf``, ``…/su``) are as many edits apart as their names are long."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +201,8 @@ def _check_levels(snapshot: Snapshot, profile_name: str, profile: Profile, podse
     """Raise for a profile level the flavor lacks; return a message for a bad Kueue hint."""
     for key, label in (("requiredLevel", profile.required_level), ("preferredLevel", profile.preferred_level), ("maxSpanLevel", profile.max_span_level)):
         if label and label not in snapshot.level_labels:
-            raise ProfileLevelError(f"profiles.{profile_name}.{key}: flavor {snapshot.flavor} has no level {label!r} (levels: {list(snapshot.level_labels)})")
+            raise ProfileLevelError(f"profiles.{profile_name}.{key}: flavor {snapshot.flavor} has no level {label!r} (levels: {list(snapshot.level_labels)})",
+                                    wanted=(label,), levels=snapshot.level_labels)
     for spec in podsets:
         slice_key = SLICE_CONSTRAINTS if len(spec.slices) > 1 else SLICE_REQUIRED_TOPOLOGY
         hints = [(REQUIRED_TOPOLOGY, spec.required_topology), (PREFERRED_TOPOLOGY, spec.preferred_topology)]

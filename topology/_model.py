@@ -241,6 +241,9 @@ class ClusterModel(_Strict):
 
     name: str = Field(min_length=1)
     description: str = ""
+    profiles: str | None = Field(default=None, min_length=1)
+    """The profiles document written for this cluster, relative to this file (commands use it
+    when no ``--profiles`` is given)."""
     flavors: list[FlavorModel] = Field(min_length=1)
 
     @field_validator("flavors")

@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from admission.cli._args import Parser
 from topology import HOSTNAME_LABEL, Taint, Toleration
 from topology._documents import load_yaml_model
 from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
@@ -210,7 +211,7 @@ def run_kueue_bestfit_scenario(path: str | Path) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="atoll baseline",
         description="Place a scenario's request as a baseline would. Exit code: 0 fits, 1 does not fit, 2 bad input.",
     )
@@ -225,7 +226,9 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # argparse has printed the usage
         return int(exc.code) if isinstance(exc.code, int) else 2
     try:
-        out = run_kueue_bestfit_scenario(args.scenario)
+        from admission.cli._bundled import bundled_path
+
+        out = run_kueue_bestfit_scenario(bundled_path(args.scenario))
     except ScenarioError as exc:
         print(f"atoll baseline: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,6 @@ live in their own modules."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from admission.cli._args import Parser
 from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
 
 __all__ = ["bench_simulate", "main", "synthetic_fabric", "synthetic_requests"]
@@ -103,7 +103,7 @@ def bench_finder(nodes: int, requests: int, reference_sample: int, seed: int) ->
 
 
 def _finder_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench finder", description="finder latency: numba vs reference, same requests, one run")
+    p = Parser(prog="atoll bench finder", description="finder latency: numba vs reference, same requests, one run")
     p.add_argument("--nodes", type=int, default=10000)
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--reference-sample", type=int, default=200, help="requests also run on the (slow) reference finder")
@@ -149,7 +149,7 @@ def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcem
 
 
 def _simulate_main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench simulate", description="simulator speed at scale (the deployed decision path)")
+    p = Parser(prog="atoll bench simulate", description="simulator speed at scale (the deployed decision path)")
     p.add_argument("--jobs", type=int, default=100_000)
     p.add_argument("--load", type=float, default=1.3)
     p.add_argument("--policy", default="atoll-elastic")

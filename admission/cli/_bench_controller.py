@@ -19,7 +19,6 @@ placement costs; both rows and the ratio are printed, with the process's peak RS
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import resource
@@ -32,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import yaml
+
+from admission.cli._args import Parser
 
 __all__ = ["main", "run_bench"]
 
@@ -243,7 +244,7 @@ def run_bench(workloads: int, *, islands: int = 64, per_island: int = 18, gpus: 
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench controller",
+    p = Parser(prog="atoll bench controller",
                                 description="decisions against a real kube-apiserver: admissions/s and check-Pending → status-written latency")
     p.add_argument("--workloads", type=int, default=1000)
     p.add_argument("--islands", type=int, default=64, help="NVLink islands (8 per block)")

@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from admission.cli._args import Parser
+
 __all__ = ["main", "scale_cluster", "traces_dir"]
 
 ITP_FILE = "msft_itp_cluster04_day00-14.csv"
@@ -293,7 +295,7 @@ def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str, load: float =
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench quality", description="placement quality on the ITP trace, and the simulator at scale")
+    p = Parser(prog="atoll bench quality", description="placement quality on the ITP trace, and the simulator at scale")
     p.add_argument("--policies", default="count-only,random,kueue-bestfit,kueue-required,atoll-strict,atoll-elastic")
     p.add_argument("--loads", default=QUALITY_LOADS, help=f"offered loads of the sweep (default {QUALITY_LOADS})")
     p.add_argument("--seeds", type=int, default=QUALITY_SEEDS, help=f"seeds per load (default {QUALITY_SEEDS})")

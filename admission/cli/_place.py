@@ -14,13 +14,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from admission.cli._bundled import resolve_cluster, resolve_profiles
+from admission.cli._args import Parser
+from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown
 from admission.controller._workloads import WorkloadError, parse_object
-from policies import ProfilesError, load_profiles_file
+from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model
 from topology._documents import read_yaml_file
 
@@ -31,11 +33,11 @@ NOW = 1_800_000_000.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="atoll place", description="Where would this workload go? (no cluster needed)")
+    p = Parser(prog="atoll place", description="Where would this workload go? (no cluster needed)")
     p.add_argument("--cluster", default=None, help="cluster model file or bundled name (default gb200-nvl72-superpod)")
     p.add_argument("--workload", required=True, help="a Kueue Workload, Job or JobSet manifest (YAML)")
     p.add_argument("--profile", default=None, help="profile name (default: annotation, queue, then defaultProfile)")
-    p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
+    p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--flavor", default=None, help="flavor of the cluster model (default: the first)")
     p.add_argument("--waited", type=float, default=0.0, help="seconds the workload has already waited (elastic relaxation)")
     p.add_argument("--occupancy", type=float, default=0.0, help="fill nodes at random to this share of GPUs first (what-if)")
@@ -142,7 +144,7 @@ def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
 
 
 def _print_table(data: dict[str, Any]) -> None:
-    print(f"workload  {data['workload']}  (flavor {data['flavor']}, profile {data['profile']})")
+    print(f"workload  {data['workload']}  (flavor {data['flavor']}, profile {data['profile']} from {data['profiles']})")
     print(f"decision  {data['outcome'].upper()}: {data['message']}")
     for ps in data.get("podsets", []):
         nodes = ps["nodes"]
@@ -159,15 +161,23 @@ def _print_table(data: dict[str, Any]) -> None:
         print("  other domains:")
         for v in data["why_not"]:
             print(f"    {v['podset']}: {'/'.join(v['path'])}: {v['reason']}")
+    for note in data.get("notes", []):
+        print(f"  note: {note}")
 
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     try:
-        model = load_cluster_model(resolve_cluster(args.cluster))
+        if not 0.0 <= args.occupancy <= 1.0:
+            raise WorkloadError(f"--occupancy: a share of GPUs from 0 to 1, got {args.occupancy:g}")
+        if args.waited < 0:
+            raise WorkloadError(f"--waited: seconds already waited, 0 or more, got {args.waited:g}")
+        cluster_path = resolve_cluster(args.cluster)
+        model = load_cluster_model(cluster_path)
         flavor = model.flavor(args.flavor)
-        doc = load_profiles_file(resolve_profiles(args.profiles))
-        manifest = read_yaml_file(args.workload, WorkloadError)
+        profiles_path = resolve_profiles(args.profiles, cluster_path, model)
+        doc = load_profiles_file(profiles_path)
+        manifest = read_yaml_file(bundled_path(args.workload), WorkloadError)
         try:
             view = parse_object(manifest, gpu_resource=flavor.gpu_resource)
         except WorkloadError as exc:
@@ -175,11 +185,12 @@ def main(argv: Sequence[str]) -> int:
         profile_name, _ = doc.profile_for(annotation=args.profile or view.profile, local_queue=view.local_queue, cluster_queue=None)
         if view.workload_class and view.workload_class not in doc.classes:
             raise WorkloadError(f"{args.workload}: annotation atoll.dev/class: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
-    except (ClusterModelError, ProfilesError, WorkloadError, KeyError) as exc:
+        _check_levels(doc, profile_name, flavor, cluster_path, model, profiles_path)
+    except (ClusterModelError, ProfilesError, ProfileLevelError, WorkloadError, KeyError) as exc:
         print(f"atoll place: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     if not view.podsets:
-        data = {"workload": view.key, "flavor": flavor.name, "profile": profile_name, "outcome": "admit",
+        data = {"workload": view.key, "flavor": flavor.name, "profile": profile_name, "profiles": shown(profiles_path), "outcome": "admit",
                 "message": f"every PodSet has count 0 ({', '.join(view.empty_podsets)}); nothing to place", "relaxed": False}
         _emit(data, args.format)
         return 0
@@ -191,8 +202,53 @@ def main(argv: Sequence[str]) -> int:
     if verdict.reason == "config":
         print(f"atoll place: {verdict.message}", file=sys.stderr)
         return 2
-    _emit(_as_json(verdict, view.key, flavor.name), args.format)
+    data = _as_json(verdict, view.key, flavor.name)
+    data["profiles"] = shown(profiles_path)
+    if verdict.outcome == "reject":
+        note = _manifest_note(view, flavor)
+        if note:
+            data.setdefault("notes", []).append(note)
+    _emit(data, args.format)
     return 0
+
+
+def _check_levels(doc: Any, profile_name: str, flavor: Any, cluster_path: Path, model: Any, profiles_path: Path) -> None:
+    """The chosen profile's levels against the flavor's, before deciding: a misspelt level label in
+    the cluster model is the model's configuration error (with the near match), and a profiles
+    document written for another fabric names the one this cluster model names."""
+    labels = tuple(lv.label for lv in flavor.level_specs())  # the flavor's Topology, as the controller reads it
+    try:
+        doc.profiles[profile_name].for_flavor(flavor.name, labels, name=profile_name)
+    except ProfileLevelError as exc:
+        if exc.typo and exc.typo_in == "flavor":
+            have, want = exc.typo
+            raise ClusterModelError(f"{shown(cluster_path)}: flavors[{flavor.name}].levels: label {have!r} looks misspelt: did you mean "
+                                    f"{want!r}? (profile {profile_name} of {shown(profiles_path)} names {want!r}); a configuration error "
+                                    "in the cluster model: fix the label") from None
+        own = model_profiles(cluster_path, model)
+        if own is not None and own.resolve() != profiles_path.resolve():
+            raise ProfileLevelError(f"{shown(profiles_path)}: {exc}; cluster {model.name} is set up with {shown(own)}: "
+                                    f"use --profiles {shown(own)} (or leave --profiles out)") from None
+        raise ProfileLevelError(f"{shown(profiles_path)}: {exc}") from None
+
+
+def _manifest_note(view: Any, flavor: Any) -> str | None:
+    """For a Reject: the manifest's own topology annotations, which no profile relaxes, and how
+    large the domains they name are on this flavor."""
+    keys = ("kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-slice-required-topology", "kueue.x-k8s.io/podset-group-name",
+            "atoll.dev/near-min-bandwidth-gbps", "atoll.dev/near-level")
+    asked = [f"podSets[{name}] {k}: {t.annotations[k]}" for name, t in view.templates.items() for k in keys if k in t.annotations]
+    if not asked:
+        return None
+    levels = {t.annotations[k] for t in view.templates.values() for k in keys[:2] if k in t.annotations}
+    snapshot = Snapshot(flavor.name, flavor.level_specs(), flavor.build_nodes(), node_level=flavor.node_level())
+    sizes = []
+    for label in sorted(levels & set(snapshot.level_labels)):
+        lvl = snapshot.level_index(label)
+        largest = max(int(snapshot.alloc[a:b, 0].sum()) for a, b in (snapshot.domain_range(lvl, d) for d in range(snapshot.num_domains(lvl))))
+        sizes.append(f"the largest {label} domain of flavor {flavor.name} holds {largest} GPUs")
+    return ("the manifest's own annotations ask for this (" + "; ".join(asked) + "), and no profile relaxes them"
+            + (": " + ", ".join(sizes) if sizes else "") + "; run it on a cluster whose domains are large enough")
 
 
 def _emit(data: dict[str, Any], fmt: str) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import structlog
 
+from admission.cli._args import Parser
 from admission.controller._settings import ConfigSettings, KueueSettings, LeaderSettings, ServeSettings, Settings
 from admission.webhook._settings import WebhookSettings
 
@@ -39,7 +40,7 @@ def default_namespace(env: Mapping[str, str]) -> str:
 
 def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     env = os.environ if env is None else env
-    p = argparse.ArgumentParser(prog="atoll run", description="Run Atoll's Kueue admission-check controller.")
+    p = Parser(prog="atoll run", description="Run Atoll's Kueue admission-check controller.")
     p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     p.add_argument("--namespace", default=default_namespace(env), help="namespace of the profiles ConfigMap and the leader Lease "
                    "(default: $ATOLL_NAMESPACE, else the pod's namespace, else atoll-system)")

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from admission.cli._bundled import resolve_cluster, resolve_profiles
+from admission.cli._args import Parser
+from admission.cli._bundled import model_profiles, resolve_cluster, resolve_profiles, shown
 from admission.simulator._compare import Comparison, compare, comparison_json, format_comparison, format_sweep, summary_lines, verdict_lines
 from admission.simulator._cost import CostError, CostParams, parse_bandwidths, parse_comm_fraction, parse_overlap
 from admission.simulator._jobs import Job
@@ -53,7 +55,7 @@ DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
+    p = Parser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
     p.add_argument("--cluster", default=None, help="cluster model file or bundled name (default gb200-nvl72-superpod)")
     p.add_argument("--trace", default=None,
                    help="trace file: itp CSV, openb pod list CSV, or synthetic parameters (YAML/JSON); omit for the default synthetic workload")
@@ -89,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
-    p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
+    p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
     return p
@@ -165,20 +167,36 @@ def run_policies(
     return out
 
 
-def _check_profile_levels(policies: Sequence[Policy], snapshots: Sequence[Snapshot]) -> None:
+def _check_profile_levels(policies: Sequence[Policy], snapshots: Sequence[Snapshot], hint: str = "a --profiles document for this cluster") -> None:
     """Fail before any run when an Atoll profile names a level a flavor lacks (decide() would
-    raise the same error mid-run, after the other policies had been simulated)."""
+    raise the same error mid-run, after the other policies had been simulated). A list of levels
+    resolves to the first the flavor has, as the controller resolves it."""
     for policy in policies:
         if not isinstance(policy, AtollPolicy):
             continue
-        prof = policy.profile
-        for key, label in (("requiredLevel", prof.required_level), ("preferredLevel", prof.preferred_level),
-                           ("maxSpanLevel", prof.max_span_level)):
-            for snap in snapshots:
-                if label and label not in snap.level_labels:
-                    raise ProfileLevelError(f"profiles.{policy.profile_name}.{key}: flavor {snap.flavor} has no level {label!r} "
-                                            f"(levels: {list(snap.level_labels)}); pick --policies without {policy.name} "
-                                            "or a --profiles document for this cluster")
+        for snap in snapshots:
+            try:
+                policy.profile.for_flavor(snap.flavor, snap.level_labels, name=policy.profile_name)
+            except ProfileLevelError as exc:
+                raise ProfileLevelError(f"{exc}; pick --policies without {policy.name} or {hint}") from None
+
+
+def too_few_jobs(jobs: Sequence[Job], loads: Sequence[float | None]) -> str | None:
+    """A warning when the jobs arrive over less than twice the mean job's runtime at the highest
+    asked load: the queue then has no time to build before the cluster drains, so the run's wait
+    and GPU use say little about that load (400 ITP jobs at load 1.3 read 0 h wait, 43 % GPU use)."""
+    asked = [x for x in loads if x is not None]
+    if not asked or len(jobs) < 2:
+        return None
+    window = max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)  # arrivals scale as 1/load
+    window *= (loads[0] or max(asked)) / max(asked)
+    runtime = sum(j.duration_s for j in jobs) / len(jobs)
+    if window >= 2 * runtime:
+        return None
+    need = math.ceil(len(jobs) * 2 * runtime / max(window, 1.0))
+    return (f"{len(jobs):,} jobs at load {max(asked):g} arrive over {window / 3600:.1f} h, less than twice the mean job's runtime "
+            f"({runtime / 3600:.1f} h): the queue has no time to build before the cluster drains, so wait and GPU use understate "
+            f"that load; about --jobs {need:,} would give it room")
 
 
 def _cost_params(args: argparse.Namespace) -> CostParams:
@@ -230,20 +248,28 @@ def main(argv: Sequence[str]) -> int:
         seeds = seeds_of(args.seed, args.seeds if args.seeds is not None else (DEFAULT_SEEDS if fmt == "synthetic" else 3))
         cost = _cost_params(args)
         _settings_check(args.scheduler, args.enforcement)
-        cluster = load_cluster_model(resolve_cluster(args.cluster))
+        cluster_path = resolve_cluster(args.cluster)
+        cluster = load_cluster_model(cluster_path)
         gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if first_command else None)
         if gpu_perf is not None:
             with_gpu_perf(cluster, gpu_perf, args.seed)  # checks the spec before any run
         names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
-        doc = load_profiles_file(resolve_profiles(args.profiles))
+        profiles_path = resolve_profiles(args.profiles, cluster_path, cluster)
+        doc = load_profiles_file(profiles_path)
         policies = make_policies(names, doc, seed=args.seed)
-        _check_profile_levels(policies, build_snapshots(cluster))
+        own = model_profiles(cluster_path, cluster)
+        _check_profile_levels(policies, build_snapshots(cluster),
+                              f"--profiles {shown(own)} (the document cluster {cluster.name} is set up with)" if own else
+                              "a --profiles document for this cluster")
         names = [p.name for p in policies]
         if args.baseline is not None and args.baseline not in names:
             raise PolicyError(f"--baseline: {args.baseline!r} is not among --policies ({', '.join(names)})")
         baseline = args.baseline or ("kueue-bestfit" if "kueue-bestfit" in names else names[0])
         workload = WorkloadSpec(args.trace, fmt, args.nodes, args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None))
         first_jobs = workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
+        warning = too_few_jobs(first_jobs, loads)
+        if warning:
+            print(f"atoll simulate: warning: {warning}", file=sys.stderr)
         slicing = _slicing(args.slice_level, args.slice_size, cluster)
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
@@ -272,7 +298,7 @@ def main(argv: Sequence[str]) -> int:
              f"{len(records)} runs on {min(args.workers or available_cores(), len(records))} cores in {wall:.1f} s")
     if args.format == "json":
         print(json.dumps({
-            "cluster": cluster.name, "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
+            "cluster": cluster.name, "profiles": shown(profiles_path), "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
             "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
@@ -281,6 +307,7 @@ def main(argv: Sequence[str]) -> int:
         }, indent=2))
     else:
         print(_text(cmps, title, cost, others))
+        print(f"profiles: {shown(profiles_path)}")
     if args.plots:
         from admission.simulator._plots import write_plots, write_sweep_plots
 

@@ -142,6 +142,10 @@ class Decider:
                 return Verdict("reject", f"Rejected: pod template annotation {ANN_CLASS}={view.workload_class!r} names no workload class "
                                          f"(classes: {', '.join(sorted(doc.classes)) or 'none defined'})",
                                profile=profile_name, decision_id=decision_id)
+        broken = doc.disallowed(profile=view.profile, workload_class=view.workload_class, local_queue=view.local_queue,
+                                cluster_queue=view.cluster_queue)
+        if broken:  # an admin's queue rule: the team may not pick another profile or class here
+            return Verdict("reject", f"Rejected: pod template annotation {broken}", profile=profile_name, decision_id=decision_id)
         groups: dict[str, list[PodSetSpec]] = {}
         for spec in view.podsets:
             if spec.per_pod.gpu > 0 and spec.name in view.flavors:
@@ -230,7 +234,8 @@ class Decider:
             profile = profile.for_flavor(flavor, shared.level_labels, name=profile_name)  # the levels this flavor has
             found = self._search_robust(shared, snap, search, view, specs, profile, held)
         except ProfileLevelError as exc:
-            return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,
+            fix = "" if exc.typo else " (fix the profiles document)"
+            return _FlavorResult(flavor, "wait", f"{exc}{fix}; retry in {config_wait}s", "config", config_wait,
                                  generation=snap.generation, reserved=reserved)
         if found is None:
             delay = profile.retry.delay(wait.attempts)

@@ -70,15 +70,26 @@ def compare(records: Mapping[tuple[float | None, int, str], RunRecord], *, load:
     return Comparison(load, tuple(seeds), tuple(policies), base, figures, per_seed, diffs, conc)
 
 
+NO_INTERVAL_ONE_SEED = "no verdict (1 seed: no interval)"
+NO_INTERVAL_IDENTICAL = "no verdict (seeds identical: no interval)"
+
+
 def verdict(diff: Estimate, *, lower_is_better: bool = True) -> str:
-    """``win`` / ``loss`` when the interval excludes 0, ``tie`` when it holds 0; one seed says so."""
+    """``win`` / ``loss`` when the interval excludes 0, ``tie`` when it holds 0. Without an
+    interval there is no verdict: one seed, or seeds that all gave the same difference (identical
+    GPUs and a trace: every seed is the same run, and "± 0" would call any difference a win)."""
     if not diff.known:
         return "n/a"
+    if diff.mean == 0.0:
+        return "tie"
+    if diff.n < 2 or math.isnan(diff.half):
+        return NO_INTERVAL_ONE_SEED
+    if diff.half <= 1e-9 * abs(diff.mean):
+        return NO_INTERVAL_IDENTICAL
     if diff.holds_zero():
         return "tie"
     better = diff.mean < 0 if lower_is_better else diff.mean > 0
-    word = "win" if better else "loss"
-    return f"{word} (1 seed)" if diff.n < 2 else word
+    return "win" if better else "loss"
 
 
 def _pm(e: Estimate, scale: float = 1.0, spec: str = ".2f", sign: bool = False) -> str:

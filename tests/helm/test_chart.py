@@ -5,6 +5,7 @@ kube-apiserver (server-side dry run) with Kueue's CRDs loaded."""
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -190,7 +191,7 @@ def test_the_configmap_holds_a_valid_profiles_document(case: str) -> None:
     doc = load_profiles(configmap["data"]["profiles.yaml"])
     assert f"--configmap={configmap['metadata']['name']}" in _container(objects)["args"]
     if case == "custom-profiles":
-        assert configmap["metadata"]["name"] == "team-policies" and doc.queues == {"team-a/research": "wide"}
+        assert configmap["metadata"]["name"] == "team-policies" and {q: r.profile for q, r in doc.queues.items()} == {"team-a/research": "wide"}
     if case == "exact":
         assert doc.flavors["gb200"].enforcement == "exact" and by_kind(objects, "MutatingWebhookConfiguration")
 
@@ -320,3 +321,41 @@ def test_under_gitops_a_resync_keeps_the_ca_bundle_the_process_wrote(kube_client
         assert base64.b64decode(live["webhooks"][0]["clientConfig"]["caBundle"]) == ca
     finally:
         client.AdmissionregistrationV1Api(kube_client).delete_mutating_webhook_configuration(name)
+@pytest.mark.parametrize(("values", "where", "what"), [
+    ({"replicsa": 3}, "at ''", "additional properties 'replicsa' not allowed"),
+    ({"image": {"repo": "corp/atoll"}}, "at '/image'", "additional properties 'repo' not allowed"),
+    ({"webhook": {"certs": {"mod": "generate"}}}, "at '/webhook/certs'", "additional properties 'mod' not allowed"),
+    ({"logLevel": "verbose"}, "at '/logLevel'", "value must be one of 'debug', 'info', 'warning', 'error'"),
+    ({"metrics": {"port": "8080"}}, "at '/metrics/port'", "got string, want integer"),
+])
+def test_values_the_schema_does_not_know_fail_rendering(values: dict[str, Any], where: str, what: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as err:
+        render(values)
+    assert f"- {where}: {what}" in str(err.value)
+
+
+def _keys(values: dict[str, Any], prefix: str = "") -> set[str]:
+    out = set()
+    for key, value in values.items():
+        out.add(prefix + key)
+        if isinstance(value, dict) and value and key not in FREE_FORM:
+            out |= _keys(value, f"{prefix}{key}.")
+    return out
+
+
+FREE_FORM = {"resources", "podSecurityContext", "securityContext", "nodeSelector", "affinity", "podAnnotations", "podLabels",
+             "annotations", "namespaceSelector", "issuer"}
+
+
+def test_the_schema_names_every_value_and_only_those() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def described(node: dict[str, Any], prefix: str = "") -> set[str]:
+        out = set()
+        for key, sub in node.get("properties", {}).items():
+            out.add(prefix + key)
+            if sub.get("properties"):
+                out |= described(sub, f"{prefix}{key}.")
+        return out
+
+    assert _keys(yaml.safe_load((CHART / "values.yaml").read_text())) == described(schema)

@@ -180,11 +180,27 @@ def test_progress_bar_draws_on_a_terminal_stream() -> None:
 
 def test_a_profile_level_the_cluster_lacks_fails_before_any_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "flat.yaml"
-    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/leaf"))
+    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/pod"))
     assert main(["--cluster", str(path), "--jobs", "10", "--policies", "count-only,atoll-elastic"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "profiles.elastic.maxSpanLevel: flavor gb200 has no level 'network.example.com/su'" in captured.err
+    assert ("profiles.elastic.maxSpanLevel: flavor gb200 has no level of ['network.example.com/su', 'network.example.com/leaf']"
+            in captured.err and "pick --policies without atoll-elastic or a --profiles document for this cluster" in captured.err)
+
+
+def test_the_mixed_cluster_runs_with_the_profiles_its_model_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--cluster", "config/clusters/mixed-a100-h100.yaml", "--jobs", "40", "--seeds", "1", "--policies",
+                 "kueue-bestfit,atoll-strict,atoll-elastic", "--workers", "1", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profiles"] == "config/kueue/mixed-a100-h100/profiles.yaml" and set(out["policies"]) == {"kueue-bestfit", "atoll-strict",
+                                                                                                          "atoll-elastic"}
+
+
+def test_a_list_of_span_levels_resolves_per_flavor_with_the_sample_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    # the sample's elastic caps spans at [su, leaf]: the mixed cluster's flavors have leaf, which is enough
+    assert main(["--cluster", "mixed-a100-h100", "--profiles", "config/profiles.yaml", "--jobs", "40", "--seeds", "1", "--policies",
+                 "atoll-elastic", "--workers", "1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profiles"] == "config/profiles.yaml"
 
 
 def test_a_load_list_is_one_sweep_table_with_plots_against_load(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
@@ -261,3 +277,23 @@ def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.
 def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str, argv: list[str], message: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "10", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> None:
+    from admission.cli._simulate import too_few_jobs
+    from admission.simulator._jobs import make_job
+
+    def jobs(n: int, gap_s: float) -> list:
+        return [make_job(f"j{i}", i * gap_s, 3600.0, 8, 8) for i in range(n)]
+
+    warning = too_few_jobs(jobs(10, 100.0), [1.3])  # arrivals over 900 s, each job runs an hour
+    assert warning is not None and warning.startswith("10 jobs at load 1.3 arrive over 0.2 h, less than twice the mean job's runtime (1.0 h)")
+    assert "about --jobs 80 would give it room" in warning
+    assert too_few_jobs(jobs(10, 1000.0), [1.3]) is None  # 9,000 s of arrivals: enough
+    assert too_few_jobs(jobs(10, 1000.0), [0.5, 2.0]) is not None  # the sweep's highest load packs them 4x closer
+    assert too_few_jobs(jobs(10, 100.0), [None]) is None  # a trace as recorded: no load was asked
+
+
+def test_a_run_with_too_few_jobs_warns_on_stderr(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "3", "--seeds", "1", "--policies", "count-only", "--workers", "1"]) == 0
+    assert "atoll simulate: warning: 3 jobs at load 1.3 arrive over" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from admission.cli._bundled import resolve_cluster, resolve_profiles
 from admission.simulator._compare import Comparison, compare, comparison_json, format_comparison, format_sweep, summary_lines, verdict_lines
 from admission.simulator._cost import CostError, CostParams, parse_bandwidths, parse_comm_fraction, parse_overlap
 from admission.simulator._jobs import Job
+from admission.simulator._metrics import INVARIANT_KEYS
 from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
 from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
 from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
@@ -276,6 +277,8 @@ def main(argv: Sequence[str]) -> int:
             "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
+            "runs": [{"load": load, "seed": seed, "policy": name, **{k: records[(load, seed, name)].summary[k] for k in INVARIANT_KEYS}}
+                     for load in loads for seed in seeds for name in names],
             "comparisons": [comparison_json(c) for c in cmps],
             **({"comparisons_vs_" + second: [comparison_json(c) for c in others]} if second else {}),
         }, indent=2))

@@ -25,9 +25,9 @@ __all__ = [
     "DEFAULT_FABRIC_LINK",
     "DEFAULT_LINKS",
     "FlavorSettings",
-    "LinkSettings",
     "FragmentationSettings",
     "LevelOverrides",
+    "LinkSettings",
     "Profile",
     "ProfilesDocument",
     "RetrySettings",
@@ -267,9 +267,9 @@ class ProfilesDocument(_Strict):
             raise ValueError("profiles: at least one profile is needed")
         if self.default_profile not in self.profiles:
             raise ValueError(f"defaultProfile: {self.default_profile!r} is not a profile (have {sorted(self.profiles)})")
-        for queue, profile in self.queues.items():
-            if profile not in self.profiles:
-                raise ValueError(f"queues.{queue}: {profile!r} is not a profile (have {sorted(self.profiles)})")
+        for queue, named in self.queues.items():
+            if named not in self.profiles:
+                raise ValueError(f"queues.{queue}: {named!r} is not a profile (have {sorted(self.profiles)})")
         return self
 
     def profile_for(self, *, annotation: str | None, local_queue: str | None, cluster_queue: str | None) -> tuple[str, Profile]:

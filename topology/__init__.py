@@ -5,8 +5,8 @@ No Kubernetes API I/O happens here; ``admission`` feeds it plain records.
 
 from topology._affinity import NODE_OPERATORS, NodeConstraint, NodeRequirement, parse_label_int
 from topology._fabric import bottleneck_bandwidth, fabric_graph, fabric_path
-from topology._fragmentation import fragmentation_index, island_free_gpus
 from topology._finder import Backend, PlacementError, find_placement, never_fits
+from topology._fragmentation import fragmentation_index, island_free_gpus
 from topology._model import (
     HOSTNAME_LABEL,
     ClusterModel,

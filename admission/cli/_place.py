@@ -11,6 +11,7 @@ So the verdict and the podSetUpdates shown are the ones the controller would wri
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -105,19 +106,11 @@ def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied
         port.put(PODS, pod)
     port.put(WORKLOADS, workload)
     settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
-    controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(_Discard()),
+    controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(io.StringIO()),
                             new_id=lambda: "what-if")
     controller.sync()
     return controller.evaluate(controller.cache.objects[WORKLOADS][f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"],
                                "what-if")
-
-
-class _Discard:
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        return None
 
 
 def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:

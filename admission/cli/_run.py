@@ -19,7 +19,8 @@ from pathlib import Path
 
 import structlog
 
-from admission.controller._settings import ConfigSettings, KueueSettings, LeaderSettings, ServeSettings, Settings
+from admission.controller._settings import ConfigSettings, KueueSettings, ServeSettings, Settings
+from admission.kube import LeaderSettings
 from admission.webhook._settings import WebhookSettings
 
 __all__ = ["build_settings", "build_webhook_settings", "configure_logging", "default_namespace", "main", "parser"]

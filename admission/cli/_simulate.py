@@ -16,14 +16,14 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from admission.cli._bundled import resolve_cluster, resolve_profiles
 from admission.simulator._compare import Comparison, compare, comparison_json, format_comparison, format_sweep, summary_lines, verdict_lines
 from admission.simulator._cost import CostError, CostParams, parse_bandwidths, parse_comm_fraction, parse_overlap
 from admission.simulator._jobs import Job
 from admission.simulator._metrics import INVARIANT_KEYS
-from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
+from admission.simulator._policies import AtollPolicy, Policy, PolicyError, make_policies
 from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
 from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
 from admission.simulator._sweep import (
@@ -208,7 +208,8 @@ def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slic
 
 def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
     try:
-        SimSettings(**({"scheduler": scheduler} if scheduler else {}), **({"enforcement": enforcement} if enforcement else {}))
+        chosen: dict[str, Any] = {"scheduler": scheduler, "enforcement": enforcement}
+        SimSettings(**{k: v for k, v in chosen.items() if v})
     except (TypeError, ValueError) as exc:
         raise PolicyError(f"--scheduler/--enforcement: {exc}") from None
 

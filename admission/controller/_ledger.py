@@ -311,7 +311,7 @@ class Ledger:
             return None
         domain = self._domain(snapshot, r)
         idx = snapshot.node_index
-        prefer = ()
+        prefer: tuple[tuple[int, int], ...] = ()
         if planned and domain.size:  # the domain is ascending: membership by binary search
             nodes = np.array([idx.get(n, -1) for n, _ in planned], dtype=np.int64)
             at = np.minimum(np.searchsorted(domain, nodes), domain.size - 1)

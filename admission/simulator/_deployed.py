@@ -18,9 +18,9 @@ beside it (so a ledger that forgets owed pods is caught, not trusted).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
 import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -247,7 +247,7 @@ class DeployedAtoll:
         got = []
         req = np.array([ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib, 1], dtype=np.int64)
         need = req > 0
-        on = {}
+        on: dict[str, int] = {}
         for pod in ps.pods:
             on[pod["spec"]["nodeName"]] = on.get(pod["spec"]["nodeName"], 0) + 1
         for name, want in ps.planned.items():
@@ -282,7 +282,8 @@ class DeployedAtoll:
         ok = snap.eligible_for(ps.tolerations)[base] != 0
         if ps.terms is not None:
             ok &= snap.allowed_by(NodeConstraint((), ps.terms))[base] != 0
-        return base[ok]
+        out: IntArray = base[ok]
+        return out
 
     def _allows(self, snap: Snapshot, ps: _PodSet, nodes: IntArray) -> bool:
         """Are all ``nodes`` in ``domain(snap, ps)``? (Read on those nodes alone.)"""
@@ -315,7 +316,7 @@ class DeployedAtoll:
                            [{"name": "main", "resources": {"requests": dict(requests)}}], {"phase": "Running"})
         labels, annotations, containers, status = ps.template
         name = f"pod-{self._pod_seq}"
-        pod = {"metadata": {"name": name, "namespace": NAMESPACE, "uid": name, "labels": labels, "annotations": annotations},
+        pod: dict[str, Any] = {"metadata": {"name": name, "namespace": NAMESPACE, "uid": name, "labels": labels, "annotations": annotations},
                "spec": {"nodeName": node, "containers": containers}, "status": status}
         ps.pods.append(pod)
         if ps.usage is None:  # every pod of a PodSet asks the same; read the first as the cache would
@@ -425,7 +426,7 @@ class DeployedAtoll:
             for ps in adm.podsets:
                 if ps.bound >= ps.count:
                     continue
-                on = {}
+                on: dict[str, int] = {}
                 for pod in ps.pods:
                     on[pod["spec"]["nodeName"]] = on.get(pod["spec"]["nodeName"], 0) + 1
                 planned = tuple((n, k - min(k, on.get(n, 0))) for n, k in ps.planned.items() if k > on.get(n, 0))
@@ -479,7 +480,7 @@ def _selector_nodes(snap: Snapshot, selector: Sequence[tuple[str, str]]) -> IntA
     return out if out is not None else np.arange(snap.num_nodes, dtype=np.int64)
 
 
-def node_rows(snap: Snapshot, names: Mapping[str, Any]) -> tuple[dict[str, ResourceVector], dict[str, ResourceVector]]:
+def node_rows(snap: Snapshot, names: Iterable[str]) -> tuple[dict[str, ResourceVector], dict[str, ResourceVector]]:
     """Allocatable and bound usage of the named nodes, as ``check_invariant`` reads them."""
     alloc: dict[str, ResourceVector] = {}
     used: dict[str, ResourceVector] = {}

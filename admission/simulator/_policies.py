@@ -287,7 +287,7 @@ class KueueBestFitPolicy:
         view.sync(snapshot, self._tracked)
         per_pod = {name: q for name, q in zip(_KUEUE_COLUMNS[:3], shape.per_pod.as_tuple()[:3]) if q > 0}
         if shape.kind == "training":
-            sliced = {"slice_level": shape.slices[0].level, "slice_size": shape.slices[0].size} if shape.slices else {}
+            sliced: dict[str, Any] = {"slice_level": shape.slices[0].level, "slice_size": shape.slices[0].size} if shape.slices else {}
             result = kueue_place(view.leaves, shape.pods, per_pod, mode="required" if self.required else "preferred",
                                  level=self._level(snapshot, shape), topology_name=view.topology_name, **sliced)
         else:
@@ -348,7 +348,8 @@ def make_policies(names: Sequence[str], doc: ProfilesDocument, *, seed: int, isl
             out.append(KueueBestFitPolicy(island_level, required=name == "kueue-required"))
         elif name.startswith(ATOLL_PREFIX) and name[len(ATOLL_PREFIX):] in doc.profiles:
             pname = name[len(ATOLL_PREFIX):]
-            out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes), doc=doc))
+            # no attempt(): simulate() runs an Atoll policy as deployed (the controller's decision), not through the protocol
+            out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes), doc=doc))  # type: ignore[arg-type]
         else:
             known = list(BASELINES) + [ATOLL_PREFIX + p for p in sorted(doc.profiles)]
             raise PolicyError(f"--policies: unknown policy {name!r}; choose from {', '.join(known)}")

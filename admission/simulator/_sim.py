@@ -54,10 +54,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from admission.simulator._cost import step_slowdown
-from admission.simulator._jobs import Job, split_into_pods
 from admission.controller import Violation, check_invariant
+from admission.simulator._cost import step_slowdown
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
+from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
 from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import yaml
 
 from admission.cli._run import parser as run_parser
 from admission.webhook import WebhookSettings

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from admission.cli import main as atoll
-from admission.cli._simulate import main
-from admission.cli._simulate import DEFAULT_SIM_POLICIES
+from admission.cli._simulate import DEFAULT_SIM_POLICIES, main
 
 CLUSTER = """
 name: tiny

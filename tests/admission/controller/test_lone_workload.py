@@ -12,8 +12,8 @@ import pytest
 
 from admission.cli._place import _kueue_workload, place_workload
 from admission.simulator._port import quantities
-from tests.admission.fabric import Fabric, profiles_doc, run
 from policies import load_profiles
+from tests.admission.fabric import Fabric, profiles_doc, run
 from topology import ResourceVector, load_cluster_model
 
 CLIQUE = "nvidia.com/gpu.clique"

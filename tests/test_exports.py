@@ -24,6 +24,10 @@ EXPECTED = {
         "check_entry", "check_invariant", "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time",
         "load_workload_file", "node_info", "parse_object", "parse_workload", "pod_usage", "read_wait_state", "requeue_request",
     },
+    "admission.vocabulary": {
+        "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
+        "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "WAITING_CONDITION",
+    },
     "admission.kube": {
         "ADMISSION_CHECKS", "ApiRetrySettings", "CLUSTER_QUEUES", "CONFIGMAPS", "Clock", "ClusterPort", "EVENTS", "KUEUE_GROUP",
         "KUEUE_VERSION", "KubePort", "KubeWatch", "LEASES", "LOCAL_QUEUES", "LabelSelector", "LeaderElector", "LeaderSettings",

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from admission import vocabulary
 from admission.cli._bundled import resolve_cluster, resolve_profiles
 from admission.controller._workloads import WorkloadError, parse_object
 from policies import ProfilesError, load_profiles_file
@@ -80,7 +81,7 @@ def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, pr
         if profile:
             template = dict(ps["template"])
             tmeta = dict(template.get("metadata") or {})
-            tmeta["annotations"] = {**(tmeta.get("annotations") or {}), "atoll.dev/profile": profile}
+            tmeta["annotations"] = {**(tmeta.get("annotations") or {}), vocabulary.PROFILE: profile}
             template["metadata"] = tmeta
             ps["template"] = template
     obj = workload_object(str(meta.get("name", "workload")), podsets, flavor=flavor, namespace=str(meta.get("namespace") or "default"),

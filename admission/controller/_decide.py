@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
@@ -33,7 +34,7 @@ __all__ = ["LABEL_DECISION_ID", "MAX_PODSET_UPDATES", "STATE", "Decider", "Verdi
 
 STATE = {"admit": "Ready", "wait": "Retry", "reject": "Rejected"}
 """Decision outcome → Atoll's check state."""
-LABEL_DECISION_ID = "atoll.dev/decision-id"
+LABEL_DECISION_ID = vocabulary.DECISION_ID
 """Pod label Atoll's podSetUpdates add: selects the pods of a placed Workload (the exact-placement
 webhook's objectSelector) without reading annotations."""
 MAX_PODSET_UPDATES = 18

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from admission import vocabulary
 from admission.kube import Obj
 from policies import PodSetSpec, podset_spec
 from topology import NODE_OPERATORS, GraphLink, NodeConstraint, NodeRequirement, ResourceVector, Toleration, parse_label_int
@@ -50,11 +51,11 @@ __all__ = [
     "parse_workload",
 ]
 
-ANN_PROFILE = "atoll.dev/profile"
-ANN_CLASS = "atoll.dev/class"
-ANN_NEAR = "atoll.dev/near"
-ANN_NEAR_MIN_BW = "atoll.dev/near-min-bandwidth-gbps"
-ANN_NEAR_LEVEL = "atoll.dev/near-level"
+ANN_PROFILE = vocabulary.PROFILE
+ANN_CLASS = vocabulary.CLASS
+ANN_NEAR = vocabulary.NEAR
+ANN_NEAR_MIN_BW = vocabulary.NEAR_MIN_BANDWIDTH_GBPS
+ANN_NEAR_LEVEL = vocabulary.NEAR_LEVEL
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 

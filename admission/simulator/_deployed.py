@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from admission import vocabulary
 from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, WorkloadView, decode_planned, parse_workload, pod_usage
 from admission.controller._cache import BoundPod
 from admission.controller._invariant import OwedPods
@@ -43,7 +44,7 @@ __all__ = ["NAMESPACE", "PODSET", "DeployedAtoll", "LedgerFactory", "node_rows",
 NAMESPACE = "sim"
 PODSET = "main"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
-ANN_DECISION = "atoll.dev/decision-id"
+ANN_DECISION = vocabulary.DECISION_ID
 IntArray = npt.NDArray[np.int64]
 LedgerFactory = Callable[[ClusterCache], Ledger]
 """Builds the ledger on the cache (tests inject a faulty one to show the invariant catches it)."""
@@ -139,9 +140,9 @@ class DeployedAtoll:
         t = self._templates.get(key)
         if t is None:
             q = quantities(per_pod, self.settings.kueue.gpu_resource)
-            ann = {"atoll.dev/profile": self.profile_name}
+            ann = {vocabulary.PROFILE: self.profile_name}
             if kind in self.doc.classes:
-                ann["atoll.dev/class"] = kind
+                ann[vocabulary.CLASS] = kind
             if slices:  # Kueue's slice annotations, as a user writes them (the Decider reads them)
                 ann.update({SLICE_REQUIRED_TOPOLOGY: slices[0].level, SLICE_SIZE: str(slices[0].size)})
             t = self._templates[key] = {"metadata": {"annotations": ann},
@@ -203,10 +204,10 @@ class DeployedAtoll:
             selector = dict(view.templates[spec.name].node_selector)
             selector.update(update.get("nodeSelector") or {})
             ann = update.get("annotations") or {}
-            planned = decode_planned(ann["atoll.dev/planned-nodes"]) if "atoll.dev/planned-nodes" in ann else {}
+            planned = decode_planned(ann[vocabulary.PLANNED_NODES]) if vocabulary.PLANNED_NODES in ann else {}
             terms = spec.node_constraint.terms if spec.node_constraint is not None else None
             podsets.append(_PodSet(spec.name, spec.count, spec.per_pod, tuple(sorted(selector.items())), terms, spec.tolerations,
-                                   planned, str(ann.get(ANN_DECISION, "")), ann.get("atoll.dev/enforcement") == "exact"))
+                                   planned, str(ann.get(ANN_DECISION, "")), ann.get(vocabulary.ENFORCEMENT) == "exact"))
         self.admitted[job] = _Admitted(f"{NAMESPACE}/job-{job}", flavor, obj, podsets)
         self._owing.setdefault(flavor, set()).add(job)
 

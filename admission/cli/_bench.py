@@ -132,8 +132,7 @@ def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcem
     from admission.cli._bench_quality import scale_cluster
     from admission.cli._bundled import resolve_profiles
     from admission.cli._simulate import load_workload
-    from admission.simulator._policies import make_policies
-    from admission.simulator._sim import SimSettings, prepare_workload, simulate
+    from admission.simulator import SimSettings, make_policies, prepare_workload, simulate
     from policies import load_profiles_file
 
     t0 = time.perf_counter()

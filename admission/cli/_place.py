@@ -21,10 +21,9 @@ import numpy as np
 
 from admission import vocabulary
 from admission.cli._bundled import resolve_cluster, resolve_profiles
-from admission.controller._workloads import WorkloadError, parse_object
+from admission.controller import WorkloadError, parse_object
 from policies import ProfilesError, load_profiles_file
-from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model
-from topology._documents import read_yaml_file
+from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model, read_yaml_file
 
 __all__ = ["main", "place_workload"]
 
@@ -49,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 def _occupancy_pods(flavor: Any, share: float, seed: int) -> list[dict[str, Any]]:
     """Other tenants' pods filling each node to ``share`` of its GPUs on average (binomial draws in
     topology path order, so a seed gives the same cluster every time)."""
-    from admission.simulator._port import quantities
+    from admission.simulator import quantities
 
     if share <= 0:
         return []
@@ -68,12 +67,10 @@ def _occupancy_pods(flavor: Any, share: float, seed: int) -> list[dict[str, Any]
 
 def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, profile: str | None, waited: float) -> dict[str, Any]:
     """The Workload Kueue creates for ``manifest``, with quota reserved on ``flavor`` and Atoll's check Pending."""
-    from admission.controller._records import rfc3339
-    from admission.controller._wait import WAITING_CONDITION
-    from admission.controller._workloads import _as_workload
-    from admission.simulator._port import workload_object
+    from admission.controller import WAITING_CONDITION, as_workload, rfc3339
+    from admission.simulator import workload_object
 
-    wl = manifest if manifest.get("kind") not in ("Job", "JobSet") else _as_workload(manifest)
+    wl = manifest if manifest.get("kind") not in ("Job", "JobSet") else as_workload(manifest)
     meta = wl.get("metadata") or {}
     podsets = [dict(ps) for ps in wl["spec"]["podSets"]]
     for ps in podsets:
@@ -100,7 +97,7 @@ def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied
     the controller on a real apiserver and the simulator's port."""
     from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
     from admission.kube import PODS, WORKLOADS, ManualClock
-    from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
+    from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
 
     port = MemoryCluster(ManualClock(NOW)).load(cluster_objects(cluster, profiles_for_cluster(doc, cluster)))
     for pod in occupied:

@@ -19,26 +19,46 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from admission.cli._bundled import resolve_cluster, resolve_profiles
-from admission.simulator._compare import Comparison, compare, comparison_json, format_comparison, format_sweep, summary_lines, verdict_lines
-from admission.simulator._cost import CostError, CostParams, parse_bandwidths, parse_comm_fraction, parse_overlap
-from admission.simulator._jobs import Job
-from admission.simulator._metrics import INVARIANT_KEYS
-from admission.simulator._policies import AtollPolicy, Policy, PolicyError, make_policies
-from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
-from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
-from admission.simulator._sweep import (
+from admission.simulator import (
+    INVARIANT_KEYS,
+    AtollPolicy,
+    Comparison,
+    CostError,
+    CostParams,
+    Job,
+    Policy,
+    PolicyError,
     RunFailed,
+    SimResult,
+    SimSettings,
+    Slicing,
     SweepSpec,
+    TraceError,
+    TraceFormat,
     WorkloadSpec,
     available_cores,
+    build_snapshots,
     cluster_gpus,
+    compare,
+    comparison_json,
+    format_comparison,
+    format_sweep,
+    make_policies,
+    parse_bandwidths,
+    parse_comm_fraction,
     parse_loads,
+    parse_overlap,
+    prepare_workload,
     run_sweep,
     seeds_of,
+    simulate,
+    slice_workload,
+    sliced_jobs,
+    summary_lines,
+    verdict_lines,
     with_gpu_perf,
     workload_jobs,
 )
-from admission.simulator._traces import TraceError, TraceFormat
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
@@ -286,7 +306,7 @@ def main(argv: Sequence[str]) -> int:
     else:
         print(_text(cmps, title, cost, others))
     if args.plots:
-        from admission.simulator._plots import write_plots, write_sweep_plots
+        from admission.simulator import write_plots, write_sweep_plots
 
         paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name)
         if len(loads) > 1:

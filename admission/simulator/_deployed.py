@@ -28,15 +28,25 @@ import numpy as np
 import numpy.typing as npt
 
 from admission import vocabulary
-from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, WorkloadView, decode_planned, parse_workload, pod_usage
-from admission.controller._cache import BoundPod
-from admission.controller._invariant import OwedPods
-from admission.controller._wait import WAITING_CONDITION, waiting_condition
+from admission.controller import (
+    WAITING_CONDITION,
+    BoundPod,
+    ClusterCache,
+    Decider,
+    Ledger,
+    OwedPods,
+    Settings,
+    Verdict,
+    WorkloadView,
+    decode_planned,
+    parse_workload,
+    pod_usage,
+    waiting_condition,
+)
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
 from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._scheduler import BindingModel
-from policies import ProfilesDocument
-from policies._annotations import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE
+from policies import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE, ProfilesDocument
 from topology import HOSTNAME_LABEL, ClusterModel, NodeConstraint, ResourceVector, SliceLayer, Snapshot, Toleration
 
 __all__ = ["NAMESPACE", "PODSET", "DeployedAtoll", "LedgerFactory", "node_rows", "real_ledger", "witness_holds"]

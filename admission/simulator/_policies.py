@@ -178,7 +178,7 @@ class _KueueView:
     free capacity refreshed from the simulator's snapshot before each evaluation."""
 
     def __init__(self, snapshot: Snapshot, topology_name: str) -> None:
-        from topology._kueue_tas import KueueNode, build_kueue_leaves
+        from topology import KueueNode, build_kueue_leaves
 
         # The snapshot's levels are the flavor's Topology levels (hostname lowest, added if absent).
         nodes = []
@@ -281,7 +281,7 @@ class KueueBestFitPolicy:
             view.dirty.append(nodes)
 
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
-        from topology._kueue_tas import kueue_place
+        from topology import kueue_place
 
         view = self._view(snapshot)
         view.sync(snapshot, self._tracked)

@@ -86,7 +86,7 @@ def shuffle_ties(cluster: ClusterModel, seed: int) -> ClusterModel:
     """The same fabric with the children of every domain in a seeded order (module docstring)."""
     if seed == 0:
         return cluster
-    from topology._model import NodeModel, TaintModel
+    from topology import NodeModel, TaintModel
 
     rng = np.random.default_rng([seed, 0x71E5])
     flavors = []
@@ -259,7 +259,7 @@ def with_gpu_perf(cluster: ClusterModel, spec: str, seed: int = 0) -> ClusterMod
     GPUs of one SKU differ in speed; this is how a run asks what that costs each policy."""
     from pydantic import ValidationError
 
-    from topology._documents import describe_validation_error
+    from topology import describe_validation_error
 
     kind, _, rest = spec.partition(":")
     try:

@@ -26,10 +26,18 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from admission.controller._cache import node_info, pod_usage
-from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, decode_planned
-from admission.controller._requeue import REQUEUE_CONDITION
-from admission.controller._workloads import WorkloadError, condition_true, parse_workload
+from admission.controller import (
+    ANN_DECISION_ID,
+    ANN_ENFORCEMENT,
+    ANN_PLANNED_NODES,
+    REQUEUE_CONDITION,
+    WorkloadError,
+    condition_true,
+    decode_planned,
+    node_info,
+    parse_workload,
+    pod_usage,
+)
 from admission.kube import NODES, PODS, WORKLOADS, ClusterPort, Obj, errors
 from admission.webhook._pin import ANN_NODE, LABEL_DECISION_ID, LABEL_PODSET, ExactPod, is_live
 from topology import ResourceVector, untolerated_taints

@@ -41,6 +41,8 @@ bench: install envtest
 	atoll bench finder --nodes 50000
 	atoll bench controller --workloads 1000
 	atoll bench controller --workloads 1000 --mode backlog
+	atoll bench webhook --pods 500
+	atoll bench webhook --pods 500 --no-ranked
 	atoll bench simulate
 	atoll bench quality
 

@@ -42,8 +42,8 @@ EXPECTED = {
         "ensure_binaries", "ensure_kueue_crds", "find_binaries", "install_kueue_crds", "kueue_crd_dir", "kueue_manifest_url",
     },
     "admission.kube.errors": {
-        "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "Retryable",
-        "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
+        "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "OutOfTime",
+        "Retryable", "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
     },
     "admission.simulator": {
         "CHECK_NAME", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",
@@ -61,7 +61,8 @@ EXPECTED = {
     "admission.webhook": {
         "ANN_NODE", "ANN_PREVIOUS", "ANN_REPLACED", "ANN_SLOT", "CaBundlePublisher", "CertError", "MUTATE_PATH",
         "MUTATING_WEBHOOK_CONFIGURATIONS", "PinResult", "PodPinner", "REQUEUE_CONDITION", "ReviewError", "ServingCert", "Webhook",
-        "WebhookServer", "WebhookSettings", "ensure_serving_cert", "merge_ca_bundle", "pod_rank", "service_hosts",
+        "WebhookCache", "WebhookServer", "WebhookSettings", "ensure_serving_cert", "merge_ca_bundle", "pod_rank", "review_time_left",
+        "service_hosts",
     },
     "policies": {
         "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "PROFILES_KEY", "SLICE_REQUIRED_TOPOLOGY", "SLICE_SIZE", "Decision",

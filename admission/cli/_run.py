@@ -149,11 +149,13 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
 
     webhook = None
     if webhook_settings.port:
-        from admission.webhook import CertError, Webhook
+        from admission.webhook import CertError, Webhook, review_time_left
 
         try:
             # its own retries: an answer must come within the webhook's timeoutSeconds, not after the controller's patience
-            webhook = Webhook(KubePort(api, webhook_settings.api_retry()), webhook_settings).start()
+            # and one budget per review: each attempt and wait asks what is left of it
+            webhook = Webhook(KubePort(api, webhook_settings.api_retry(), deadline=review_time_left), webhook_settings,
+                              watch_port=port).start()
         except (CertError, OSError) as exc:
             print(f"atoll run: webhook on port {webhook_settings.port}: {exc}", file=sys.stderr)
             return 2

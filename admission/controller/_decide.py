@@ -321,7 +321,10 @@ class Decider:
             notes.append(f"podSets[{ps.name}]: {len(unheld)} slices share the nodeSelector of one wider domain, so the kube-scheduler "
                          f"may split a slice across {ps.slices[0].level} domains; slices are held exactly only under exact "
                          f"enforcement (flavors.{snap.flavor}.enforcement: exact pins each pod, in slice order, to its planned node)")
-        update: dict[str, Any] = {"name": ps.name, "labels": {LABEL_DECISION_ID: decision_id}}
+        labels = {LABEL_DECISION_ID: decision_id}
+        if exact:  # the webhook's objectSelector: pods of domain flavors never reach it, so an outage cannot block them
+            labels[ANN_ENFORCEMENT] = "exact"
+        update: dict[str, Any] = {"name": ps.name, "labels": labels}
         if selector:
             update["nodeSelector"] = selector
         if annotations:

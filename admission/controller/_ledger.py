@@ -54,8 +54,9 @@ __all__ = ["ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "Ledger", 
 ANN_DECISION_ID = vocabulary.DECISION_ID
 ANN_PLANNED_NODES = vocabulary.PLANNED_NODES
 ANN_ENFORCEMENT = vocabulary.ENFORCEMENT
-"""Pod annotation ``exact`` when the flavor's enforcement pins each pod to a planned node (the
-webhook does it at pod creation); absent under ``domain`` enforcement."""
+"""Pod annotation, and label, ``exact`` when the flavor's enforcement pins each pod to a planned
+node (the webhook does it at pod creation; the label is its objectSelector); absent under
+``domain`` enforcement."""
 _ZIP = "zlib+b64:"
 _log = structlog.get_logger("atoll.ledger")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -104,13 +105,19 @@ class KubePort:
     the settings' backoff list (watches are retried by their caller, which relists)."""
 
     def __init__(self, api: client.ApiClient, settings: ApiRetrySettings | None = None,
-                 sleep: Callable[[float], None] | None = None, fence: Callable[[], bool] | None = None) -> None:
+                 sleep: Callable[[float], None] | None = None, fence: Callable[[], bool] | None = None,
+                 deadline: Callable[[], float | None] | None = None) -> None:
         self.api = api
         self.settings = settings or ApiRetrySettings()
         self._sleep = sleep
         self.fence = fence
         """Asked before every attempt of a write: False refuses it with ``errors.Fenced`` (a
         controller replica writes only while its lease term is valid, retries included)."""
+        self.deadline = deadline
+        """Seconds left for the caller's whole operation (None: no bound), asked before every
+        attempt and every wait between attempts: an attempt's timeout is at most that, and none
+        starts, nor a wait past it, once it is spent (``errors.OutOfTime``). The webhook bounds a
+        whole admission review this way, whatever calls it makes."""
 
     # ------------------------------------------------------------------ transport
 
@@ -140,14 +147,29 @@ class KubePort:
     def _json(self, method: str, path: str, operation: str, **kwargs: Any) -> Obj:
         fence = self.fence if method != "GET" else None
 
+        deadline = self.deadline
+
         def call() -> Obj:
             if fence is not None and not fence():
                 raise errors.Fenced(f"{operation}: not sent: this replica is not the leader (its lease term has lapsed)")
+            left = deadline() if deadline is not None else None
+            if left is not None:
+                if left <= 0:
+                    raise errors.OutOfTime(f"{operation}: not sent: the time budget is spent")
+                kwargs["timeout"] = min(self.settings.request_timeout, left)
             resp = self._send(method, path, operation=operation, **kwargs)
             out: Obj = json.loads(_read(resp))
             return out
 
         sleep = self._sleep
+        if deadline is not None:
+            plain = sleep or time.sleep
+
+            def sleep(seconds: float) -> None:
+                left = deadline()
+                if left is not None and left <= seconds:
+                    raise errors.OutOfTime(f"{operation}: no retry: the time budget ends before the next attempt")
+                plain(seconds)
         return errors.retry(call, operation=operation, backoffs=self.settings.backoffs,
                             max_retry_after=self.settings.max_retry_after,
                             **({"sleep": sleep} if sleep is not None else {}))

@@ -8,7 +8,7 @@ PIP ?= $(PYTHON) -m pip
 install:
 	$(PIP) install -q -e .
 
-# Plus what the tests need (pytest, hypothesis, import-linter).
+# Plus what the tests and lint need (pytest, hypothesis, import-linter, mypy, ruff).
 install-test:
 	$(PIP) install -q -e ".[test]"
 
@@ -16,8 +16,11 @@ install-test:
 envtest: install
 	$(PYTHON) -m admission.kube.envtest ensure
 
+# Import contracts, static types (mypy strict, [tool.mypy]) and the linter ([tool.ruff]).
 lint: install-test
 	lint-imports
+	$(PYTHON) -m mypy admission topology policies
+	$(PYTHON) -m ruff check admission topology policies tests
 
 # The whole suite. pytest's exit code 5 (no tests collected) is a failure here.
 test: install-test envtest lint

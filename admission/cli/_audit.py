@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from admission.cli._args import Parser
-from admission.controller._records import DECISION_EVENT
+from admission.controller import DECISION_EVENT
 
 __all__ = ["filter_records", "main", "parse_since", "read_records"]
 

@@ -33,10 +33,24 @@ from pydantic import (
 )
 
 from admission.cli._args import Parser
-from topology import HOSTNAME_LABEL, Taint, Toleration
-from topology._documents import load_yaml_model
-from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
-from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, parse_amount, parse_cpu_milli
+from topology import (
+    CPU,
+    GPU,
+    HOSTNAME_LABEL,
+    LIMITS,
+    MAX_COUNT,
+    MEMORY,
+    PODS,
+    KueueNode,
+    Mode,
+    Taint,
+    Toleration,
+    build_kueue_leaves,
+    kueue_place,
+    load_yaml_model,
+    parse_amount,
+    parse_cpu_milli,
+)
 
 __all__ = ["ScenarioError", "load_scenario", "main", "run_kueue_bestfit_scenario"]
 

@@ -93,16 +93,14 @@ def scale_cluster(spines: int = 22, sus: int = 8, racks: int = 8, nodes: int = 1
 
 def _spec(cluster: Any, trace: Path, policies: Sequence[str], doc: Any, loads: Sequence[float], seeds: Sequence[int],
           cost: Any) -> Any:
-    from admission.simulator._sweep import SweepSpec, WorkloadSpec
+    from admission.simulator import SweepSpec, WorkloadSpec
 
     return SweepSpec(cluster, WorkloadSpec(str(trace), "itp"), tuple(policies), doc, tuple(loads), tuple(seeds), cost, QUALITY_GPU_PERF)
 
 
 def sensitivity(cluster: Any, trace: Path, doc: Any, seeds: Sequence[int], workers: int | None) -> dict[str, Any]:
     """``atoll-elastic`` mean JCT ÷ ``kueue-bestfit``'s (common jobs, paired per seed) per f × overlap."""
-    from admission.simulator._compare import compare, verdict
-    from admission.simulator._cost import CostParams
-    from admission.simulator._sweep import run_sweep
+    from admission.simulator import CostParams, compare, run_sweep, verdict
 
     table: dict[str, Any] = {}
     for f in SENSITIVITY_F:
@@ -139,9 +137,7 @@ def binding(cluster: Any, trace: Path, doc: Any, loads: Sequence[float], seeds: 
     the others are kube-scheduler models binding inside the ``domain`` selector."""
     from dataclasses import replace
 
-    from admission.simulator._compare import compare
-    from admission.simulator._cost import CostParams
-    from admission.simulator._sweep import run_sweep
+    from admission.simulator import CostParams, compare, run_sweep
 
     records: dict[Any, Any] = {}
     base, _ = run_sweep(_spec(cluster, trace, ("kueue-bestfit",), doc, loads, seeds, CostParams()), workers=workers)
@@ -178,9 +174,19 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles
-    from admission.simulator._compare import compare, comparison_json, format_sweep, summary_lines, verdict_lines
-    from admission.simulator._cost import SOURCES, CostParams
-    from admission.simulator._sweep import cluster_gpus, parse_loads, run_sweep, seeds_of
+    from admission.simulator import (
+        SOURCES,
+        CostParams,
+        cluster_gpus,
+        compare,
+        comparison_json,
+        format_sweep,
+        parse_loads,
+        run_sweep,
+        seeds_of,
+        summary_lines,
+        verdict_lines,
+    )
     from policies import load_profiles_file
     from topology import load_cluster_model
 
@@ -247,7 +253,7 @@ def _scale_child(jobs: int, policies: Sequence[str], seed: int, load: float) -> 
     """Runs inside the child process: build, prepare, simulate; report times and peak memory."""
     from admission.cli._bundled import resolve_profiles
     from admission.cli._simulate import load_workload, run_policies
-    from admission.simulator._metrics import summarize
+    from admission.simulator import summarize
 
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     t0 = time.perf_counter()
@@ -282,7 +288,7 @@ def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str, load: float =
     data: dict[str, Any] = json.loads(proc.stdout)
     data["wall_s"] = round(wall, 2)
     if fmt == "table":
-        from admission.simulator._metrics import format_table
+        from admission.simulator import format_table
 
         print(format_table(data["policies"], title=f"scale: {data['jobs']:,} synthetic jobs on {data['cluster']} "
                                                     f"({data['gpus']:,} GPUs, {data['nodes']:,} nodes), load {data['load']}"))
@@ -326,7 +332,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"atoll bench quality: --bindings: unknown {', '.join(unknown)} (choose from {BINDINGS})", file=sys.stderr)
         return 2
     if not args.skip_quality or bindings:
-        from admission.simulator._sweep import RunFailed
+        from admission.simulator import RunFailed
 
         try:
             out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles, loads=args.loads,

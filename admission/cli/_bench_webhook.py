@@ -36,7 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from admission import vocabulary
 from admission.kube import Resource
+from admission.webhook import ANN_REPLACED
 
 __all__ = ["main", "run_bench"]
 
@@ -76,12 +78,12 @@ def _not_ready(port: Any, name: str) -> None:
 def _pod(name: str, index: int | None, planned: str) -> dict[str, Any]:
     from admission.controller import ANN_DECISION_ID, ANN_PLANNED_NODES
 
-    labels = {ANN_DECISION_ID: DECISION, "atoll.dev/enforcement": "exact", "kueue.x-k8s.io/podset": "main"}
+    labels = {ANN_DECISION_ID: DECISION, vocabulary.ENFORCEMENT: "exact", "kueue.x-k8s.io/podset": "main"}
     if index is not None:
         labels[INDEX] = str(index)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": name, "namespace": NS, "labels": labels,
-        "annotations": {ANN_DECISION_ID: DECISION, "atoll.dev/enforcement": "exact", ANN_PLANNED_NODES: planned}},
+        "annotations": {ANN_DECISION_ID: DECISION, vocabulary.ENFORCEMENT: "exact", ANN_PLANNED_NODES: planned}},
         "spec": {"nodeSelector": {CLIQUE: DOMAIN}, "containers": [
             {"name": "c", "image": "registry.example.com/train:1", "resources": {"requests": {GPU: "4"}, "limits": {GPU: "4"}}}]}}
 
@@ -91,8 +93,8 @@ def _configuration(url: str, ca: bytes, timeout: int) -> dict[str, Any]:
     return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": CONFIG},
             "webhooks": [{"name": "pods.atoll.dev", "admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun", "failurePolicy": "Fail",
                           "timeoutSeconds": timeout, "matchPolicy": "Equivalent", "reinvocationPolicy": "Never",
-                          "objectSelector": {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"},
-                                                                  {"key": "atoll.dev/enforcement", "operator": "In", "values": ["exact"]}]},
+                          "objectSelector": {"matchExpressions": [{"key": vocabulary.DECISION_ID, "operator": "Exists"},
+                                                                  {"key": vocabulary.ENFORCEMENT, "operator": "In", "values": ["exact"]}]},
                           "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
                                      "scope": "Namespaced"}],
                           "clientConfig": {"url": url, "caBundle": base64.b64encode(ca).decode()}}]}
@@ -110,8 +112,8 @@ def _workload(port: Any, pods: int, planned: str) -> None:
                             "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": pods, "template": {"spec": {
                                 "restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.example.com/train:1", "resources": {
                                     "requests": {GPU: "4"}, "limits": {GPU: "4"}}}]}}}]}})
-    update = {"name": "main", "labels": {ANN_DECISION_ID: DECISION, "atoll.dev/enforcement": "exact"}, "nodeSelector": {CLIQUE: DOMAIN},
-              "annotations": {ANN_DECISION_ID: DECISION, "atoll.dev/enforcement": "exact", ANN_PLANNED_NODES: planned}}
+    update = {"name": "main", "labels": {ANN_DECISION_ID: DECISION, vocabulary.ENFORCEMENT: "exact"}, "nodeSelector": {CLIQUE: DOMAIN},
+              "annotations": {ANN_DECISION_ID: DECISION, vocabulary.ENFORCEMENT: "exact", ANN_PLANNED_NODES: planned}}
     port.apply(WORKLOADS, {"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": {"name": "train", "namespace": NS}, "status": {
         "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved", "lastTransitionTime": t}],
         "admissionChecks": [{"name": "atoll-topology", "state": "Ready", "message": "placed", "lastTransitionTime": t,
@@ -215,7 +217,7 @@ def run_bench(pods: int, *, failed_nodes: int, spares: int, clients: int, ranked
             started = time.perf_counter()
             took, refused, second = create_all("b")
             wall = time.perf_counter() - started
-            replaced = sum(1 for p in second if "atoll.dev/replaced-node" in (p["metadata"].get("annotations") or {}))
+            replaced = sum(1 for p in second if ANN_REPLACED in (p["metadata"].get("annotations") or {}))
             pinned = sum(1 for p in second if ANN_NODE in (p["metadata"].get("annotations") or {}))
             per_node = Counter(str((p["metadata"].get("annotations") or {}).get(ANN_NODE)) for p in second)
             overbooked = sum(n - 1 for n in per_node.values() if n > 1)  # each pod takes a whole 4-GPU node

@@ -70,10 +70,8 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
         print(f"atoll explain: {args.workload!r}: expected NAMESPACE/NAME", file=sys.stderr)
         return 2
 
-    from admission.controller._loop import Controller
-    from admission.controller._records import Recorder
-    from admission.controller._settings import ConfigSettings, KueueSettings, Settings
-    from admission.kube._client import KubePort, api_client_from_kubeconfig
+    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+    from admission.kube import KubePort, api_client_from_kubeconfig
     from admission.kube.errors import ApiError
 
     configure_logging("warning")

@@ -11,6 +11,7 @@ So the verdict and the podSetUpdates shown are the ones the controller would wri
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Sequence
@@ -19,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from admission import vocabulary
 from admission.cli._args import Parser
 from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown
-from admission.controller._workloads import WorkloadError, parse_object
+from admission.controller import WorkloadError, parse_object
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
-from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model
-from topology._documents import read_yaml_file
+from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model, read_yaml_file
 
 __all__ = ["main", "place_workload"]
 
@@ -49,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 def _occupancy_pods(flavor: Any, share: float, seed: int) -> list[dict[str, Any]]:
     """Other tenants' pods filling each node to ``share`` of its GPUs on average (binomial draws in
     topology path order, so a seed gives the same cluster every time)."""
-    from admission.simulator._port import quantities
+    from admission.simulator import quantities
 
     if share <= 0:
         return []
@@ -68,12 +69,10 @@ def _occupancy_pods(flavor: Any, share: float, seed: int) -> list[dict[str, Any]
 
 def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, profile: str | None, waited: float) -> dict[str, Any]:
     """The Workload Kueue creates for ``manifest``, with quota reserved on ``flavor`` and Atoll's check Pending."""
-    from admission.controller._records import rfc3339
-    from admission.controller._wait import WAITING_CONDITION
-    from admission.controller._workloads import _as_workload
-    from admission.simulator._port import workload_object
+    from admission.controller import WAITING_CONDITION, as_workload, rfc3339
+    from admission.simulator import workload_object
 
-    wl = manifest if manifest.get("kind") not in ("Job", "JobSet") else _as_workload(manifest)
+    wl = manifest if manifest.get("kind") not in ("Job", "JobSet") else as_workload(manifest)
     meta = wl.get("metadata") or {}
     podsets = [dict(ps) for ps in wl["spec"]["podSets"]]
     for ps in podsets:
@@ -81,7 +80,7 @@ def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, pr
         if profile:
             template = dict(ps["template"])
             tmeta = dict(template.get("metadata") or {})
-            tmeta["annotations"] = {**(tmeta.get("annotations") or {}), "atoll.dev/profile": profile}
+            tmeta["annotations"] = {**(tmeta.get("annotations") or {}), vocabulary.PROFILE: profile}
             template["metadata"] = tmeta
             ps["template"] = template
     obj = workload_object(str(meta.get("name", "workload")), podsets, flavor=flavor, namespace=str(meta.get("namespace") or "default"),
@@ -100,26 +99,18 @@ def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied
     the controller on a real apiserver and the simulator's port."""
     from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
     from admission.kube import PODS, WORKLOADS, ManualClock
-    from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
+    from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
 
     port = MemoryCluster(ManualClock(NOW)).load(cluster_objects(cluster, profiles_for_cluster(doc, cluster)))
     for pod in occupied:
         port.put(PODS, pod)
     port.put(WORKLOADS, workload)
     settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
-    controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(_Discard()),
+    controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(io.StringIO()),
                             new_id=lambda: "what-if")
     controller.sync()
     return controller.evaluate(controller.cache.objects[WORKLOADS][f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"],
                                "what-if")
-
-
-class _Discard:
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        return None
 
 
 def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
@@ -207,7 +198,9 @@ def main(argv: Sequence[str]) -> int:
     if verdict.outcome == "reject":
         note = _manifest_note(view, flavor)
         if note:
-            data.setdefault("notes", []).append(note)
+            notes = data.setdefault("notes", [])
+            assert isinstance(notes, list)
+            notes.append(note)
     _emit(data, args.format)
     return 0
 

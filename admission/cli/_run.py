@@ -20,8 +20,9 @@ from pathlib import Path
 import structlog
 
 from admission.cli._args import Parser
-from admission.controller._settings import ConfigSettings, KueueSettings, LeaderSettings, ServeSettings, Settings
-from admission.webhook._settings import WebhookSettings
+from admission.controller import ConfigSettings, KueueSettings, ServeSettings, Settings
+from admission.kube import LeaderSettings
+from admission.webhook import WebhookSettings
 
 __all__ = ["build_settings", "build_webhook_settings", "configure_logging", "default_namespace", "main", "parser"]
 
@@ -114,10 +115,8 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     configure_logging(args.log_level)
     log = structlog.get_logger("atoll.run")
 
-    from admission.controller._loop import Controller
-    from admission.controller._metrics import HttpEndpoints, Metrics
-    from admission.kube._client import KubePort, api_client_from_kubeconfig
-    from admission.kube._leader import LeaderElector
+    from admission.controller import Controller, HttpEndpoints, Metrics
+    from admission.kube import KubePort, LeaderElector, api_client_from_kubeconfig
     from admission.kube.errors import ApiError
 
     try:

@@ -17,29 +17,50 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from admission.cli._args import Parser
 from admission.cli._bundled import model_profiles, resolve_cluster, resolve_profiles, shown
-from admission.simulator._compare import Comparison, compare, comparison_json, format_comparison, format_sweep, summary_lines, verdict_lines
-from admission.simulator._cost import CostError, CostParams, parse_bandwidths, parse_comm_fraction, parse_overlap
-from admission.simulator._jobs import Job
-from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
-from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
-from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
-from admission.simulator._sweep import (
+from admission.simulator import (
+    INVARIANT_KEYS,
+    AtollPolicy,
+    Comparison,
+    CostError,
+    CostParams,
+    Job,
+    Policy,
+    PolicyError,
     RunFailed,
+    SimResult,
+    SimSettings,
+    Slicing,
     SweepSpec,
+    TraceError,
+    TraceFormat,
     WorkloadSpec,
     available_cores,
+    build_snapshots,
     cluster_gpus,
+    compare,
+    comparison_json,
+    format_comparison,
+    format_sweep,
+    make_policies,
+    parse_bandwidths,
+    parse_comm_fraction,
     parse_loads,
+    parse_overlap,
+    prepare_workload,
     run_sweep,
     seeds_of,
+    simulate,
+    slice_workload,
+    sliced_jobs,
+    summary_lines,
+    verdict_lines,
     with_gpu_perf,
     workload_jobs,
 )
-from admission.simulator._traces import TraceError, TraceFormat
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
@@ -225,7 +246,8 @@ def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slic
 
 def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
     try:
-        SimSettings(**({"scheduler": scheduler} if scheduler else {}), **({"enforcement": enforcement} if enforcement else {}))
+        chosen: dict[str, Any] = {"scheduler": scheduler, "enforcement": enforcement}
+        SimSettings(**{k: v for k, v in chosen.items() if v})
     except (TypeError, ValueError) as exc:
         raise PolicyError(f"--scheduler/--enforcement: {exc}") from None
 
@@ -302,6 +324,8 @@ def main(argv: Sequence[str]) -> int:
             "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
+            "runs": [{"load": load, "seed": seed, "policy": name, **{k: records[(load, seed, name)].summary[k] for k in INVARIANT_KEYS}}
+                     for load in loads for seed in seeds for name in names],
             "comparisons": [comparison_json(c) for c in cmps],
             **({"comparisons_vs_" + second: [comparison_json(c) for c in others]} if second else {}),
         }, indent=2))
@@ -309,7 +333,7 @@ def main(argv: Sequence[str]) -> int:
         print(_text(cmps, title, cost, others))
         print(f"profiles: {shown(profiles_path)}")
     if args.plots:
-        from admission.simulator._plots import write_plots, write_sweep_plots
+        from admission.simulator import write_plots, write_sweep_plots
 
         paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name)
         if len(loads) > 1:

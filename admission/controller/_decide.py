@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
@@ -33,7 +34,7 @@ __all__ = ["LABEL_DECISION_ID", "MAX_PODSET_UPDATES", "STATE", "Decider", "Verdi
 
 STATE = {"admit": "Ready", "wait": "Retry", "reject": "Rejected"}
 """Decision outcome → Atoll's check state."""
-LABEL_DECISION_ID = "atoll.dev/decision-id"
+LABEL_DECISION_ID = vocabulary.DECISION_ID
 """Pod label Atoll's podSetUpdates add: selects the pods of a placed Workload (the exact-placement
 webhook's objectSelector) without reading annotations."""
 MAX_PODSET_UPDATES = 18
@@ -237,11 +238,25 @@ class Decider:
             fix = "" if exc.typo else " (fix the profiles document)"
             return _FlavorResult(flavor, "wait", f"{exc}{fix}; retry in {config_wait}s", "config", config_wait,
                                  generation=snap.generation, reserved=reserved)
-        if found is None:
+        if isinstance(found, _Conflict):
             delay = profile.retry.delay(wait.attempts)
-            return _FlavorResult(flavor, "wait", f"every placement found shares a nodeSelector domain with pods other admitted "
-                                                 f"Workloads still owe, and the scheduler could give one's room to the other; "
-                                                 f"waiting until they bind; retry in {delay}s", "owed-pods", delay,
+            remedy = (f"flavors.{flavor}.enforcement: exact pins each pod to its planned node, so PodSets cannot trade room"
+                      if self._enforcement(flavor) != "exact" else "")
+            if found.waited_on:  # pods other Workloads owe are in the way: they bind (or go), and the room is settled
+                return _FlavorResult(flavor, "wait", f"every placement found shares a nodeSelector domain with pods admitted Workloads "
+                                                     f"{', '.join(found.waited_on)} still owe, and the scheduler could give one's room "
+                                                     f"to the other; waiting until they bind; retry in {delay}s", "owed-pods", delay,
+                                     generation=snap.generation, reserved=reserved)
+            own = (f"podSets {', '.join(found.podsets)} of this Workload share a nodeSelector domain, and the kube-scheduler could "
+                   f"bind one's pods in the room the other needs")
+            if found.on_empty:  # no event makes this placeable: say so now, with the remedy
+                return _FlavorResult(flavor, "reject", f"{own}, on every placement found even with the flavor empty; no other "
+                                                       f"Workload is involved, so waiting cannot help"
+                                                       + (f"; {remedy}" if remedy else ""), "self-conflict",
+                                     generation=snap.generation, reserved=reserved)
+            return _FlavorResult(flavor, "wait", f"{own}, on every placement the room free now allows (an empty flavor has one "
+                                                 f"where they cannot); no other Workload is waited on; waiting for room"
+                                                 + (f" ({remedy})" if remedy else "") + f"; retry in {delay}s", "no-domain", delay,
                                  generation=snap.generation, reserved=reserved)
         decision, levels, set_aside, snap = found
         message = decision.message
@@ -287,7 +302,7 @@ class Decider:
             selector = self._selector_at(snap, ps, own if level is None else level)
             if level is not None and level != own:
                 notes.append(f"podSets[{ps.name}]: nodeSelector at {snap.level_labels[level]}, not {ps.domain_level}: pods other "
-                             "admitted Workloads still owe may bind on its planned nodes")
+                             "admitted Workloads (or this Workload's other PodSets) still owe may bind on its planned nodes")
         annotations = {ANN_DECISION_ID: decision_id}
         if exact:
             annotations[ANN_ENFORCEMENT] = "exact"
@@ -322,7 +337,7 @@ class Decider:
         return update, notes, selector
 
     def _search_robust(self, shared: Snapshot, snap: Snapshot, search: Callable[[Snapshot], Decision], view: WorkloadView,
-                       specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> tuple[Decision, dict[str, int], int, Snapshot] | None:
+                       specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> tuple[Decision, dict[str, int], int, Snapshot] | _Conflict:
         """The placement search, kept away from owed pods the scheduler could trade with the new ones.
 
         Without owed pods around, one search. Otherwise the first search runs with the domains
@@ -331,8 +346,8 @@ class Decider:
         (one-node PodSets keep to nodes no multi-node claim reaches; gangs keep to islands with no
         one-node claim): owed work and new work keep to separate domains, which also keeps islands
         whole. A placement that still conflicts sets its domains aside and searches again; the
-        last resort is the plain search with selectors widened up to the profile's level. None:
-        every placement found conflicts (wait until the owed pods bind)."""
+        last resort is the plain search with selectors widened up to the profile's level. A
+        ``_Conflict`` when every placement found conflicts: with whom (``_conflict``)."""
         decision = search(snap)
         if decision.outcome != "admit" or decision.placement is None or (not held.claims.any_live() and len(decision.placement.podsets) < 2):
             return decision, {}, 0, snap
@@ -360,7 +375,43 @@ class Decider:
                 return decision, levels, len(fresh), snap
             aside = aside | more
         levels = self._robust_levels(shared, first, view, specs, profile, held, widen=True)[0]  # last resort: widen
-        return None if levels is None else (first, levels, 0, plain)
+        if levels is not None:
+            return first, levels, 0, plain
+        return self._conflict(shared, first, search, view, specs, profile, held)
+
+    def _conflict(self, shared: Snapshot, first: Decision, search: Callable[[Snapshot], Decision], view: WorkloadView,
+                  specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> _Conflict:
+        """Who a placement that conflicts on every try conflicts with. With nothing other Workloads
+        owe counted, does it still conflict? No: those Workloads are waited on (named: they bind,
+        and the room is settled). Yes: the Workload's own PodSets can trade room with each other,
+        and waiting on owed pods would wait on nothing; then is there a placement without the
+        conflict on the flavor with every node empty (``on_empty`` False: more room may come)?"""
+        alone = _Holding(ClaimSet.empty(shared.num_nodes), held.free_gpu)
+        assert first.placement is not None
+        podsets = tuple(sorted(ps.name for ps in first.placement.podsets))
+        if self._robust_levels(shared, first, view, specs, profile, alone, widen=True)[0] is not None:
+            return _Conflict(_owed_by(held.claims, self._reach(shared, first, view, specs)), podsets, False)
+        empty = shared.fork()
+        empty.free[:] = empty.alloc
+        decision = search(empty)
+        if decision.outcome == "admit" and decision.placement is not None:
+            free = _Holding(ClaimSet.empty(shared.num_nodes), np.asarray(empty.free[:, 0]))
+            if self._robust_levels(empty, decision, view, specs, profile, free, widen=True)[0] is not None:
+                return _Conflict((), podsets, False)
+        return _Conflict((), podsets, True)
+
+    def _reach(self, snap: Snapshot, decision: Decision, view: WorkloadView, specs: Sequence[PodSetSpec]) -> npt.NDArray[np.bool_]:
+        """The nodes a placement's PodSets may bind on with their own domains' selectors."""
+        assert decision.placement is not None
+        by_name = {s.name: s for s in specs}
+        out = np.zeros(snap.num_nodes, dtype=bool)
+        for ps in decision.placement.podsets:
+            if ps.domain_level not in snap.level_labels or ps.name not in by_name:
+                continue
+            selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
+            selector.update(self._selector_at(snap, ps, snap.level_index(ps.domain_level)))
+            out |= self.ledger.domain_mask(snap, selector.items(), by_name[ps.name].tolerations)
+        return out
 
     def _selector_at(self, snap: Snapshot, ps: PodSetPlacement, level: int) -> dict[str, str]:
         """The nodeSelector naming the PodSet's domain at ``level`` (at or above its own)."""
@@ -388,7 +439,9 @@ class Decider:
         for ps in podsets:
             own = snap.level_index(ps.domain_level)
             top = own
-            for label in (by_name[ps.name].required_topology, profile.required_level,
+            # one pod is on one node whatever its selector: its own required level is no bound on it
+            own_required = by_name[ps.name].required_topology if ps.pods > 1 else None
+            for label in (own_required, profile.required_level,
                           profile.max_span_level if decision.relaxed else profile.preferred_level):
                 if label and label in snap.level_labels:
                     top = min(own, snap.level_index(label))
@@ -399,24 +452,29 @@ class Decider:
             options = [[o[0]] for o in options]
         pick = [0] * len(podsets)
         while True:
-            new = []
-            for ps, opts, k in zip(podsets, options, pick):
+            new: list[Claim] = []
+            owner: list[int] = []  # the PodSet of each new claim
+            for j, (ps, opts, k) in enumerate(zip(podsets, options, pick)):
                 spec = by_name[ps.name]
-                if exact:
-                    mask = np.zeros(snap.num_nodes, dtype=bool)
-                    mask[[snap.node_index[n] for n in ps.nodes]] = True
+                if exact:  # each pod is pinned to its planned node: one claim per node, no pod can move
+                    for node, pods in zip(ps.nodes, ps.pods_per_node):
+                        mask = np.zeros(snap.num_nodes, dtype=bool)
+                        mask[snap.node_index[node]] = True
+                        new.append(Claim(view.key, ps.name, pods, spec.per_pod.gpu, mask))
+                        owner.append(j)
                 else:
                     selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
                     selector.update(self._selector_at(snap, ps, opts[k]))
                     mask = self.ledger.domain_mask(snap, selector.items(), spec.tolerations)
-                new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
+                    new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
+                    owner.append(j)
             near = np.logical_or.reduce([c.mask for c in new]) if new else np.zeros(snap.num_nodes, dtype=bool)
             exposed = exposed_claims(held.free_gpu, held.claims.extend(new), near)
             if not exposed:
                 return {ps.name: opts[k] for ps, opts, k in zip(podsets, options, pick)}, near
             widened = False
             first = len(held.claims)
-            for i in sorted({e - first for e in exposed if e >= first}):
+            for i in sorted({owner[e - first] for e in exposed if e >= first}):
                 if pick[i] + 1 < len(options[i]):
                     pick[i] += 1
                     widened = True
@@ -497,6 +555,25 @@ class Decider:
                                                      f"domains; profile {profile_name} requires one; retry in {delay}s", "no-domain", delay)
         message = f"{why}; Kueue's TAS assignment meets profile {profile_name}"
         return _FlavorResult(flavor, "admit", message + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+@dataclass(frozen=True, slots=True)
+class _Conflict:
+    """Why every placement found conflicts: the Workloads whose owed pods are in the way
+    (``waited_on``), else the Workload's own PodSets (``podsets``) trade room with each other,
+    now (``on_empty`` False) or even on the flavor with every node empty (True)."""
+
+    waited_on: tuple[str, ...]
+    podsets: tuple[str, ...]
+    on_empty: bool
+
+
+def _owed_by(claims: ClaimSet, reach: npt.NDArray[np.bool_]) -> tuple[str, ...]:
+    """The Workloads owing pods with GPUs on a domain that meets ``reach`` (sorted); all of them
+    when none meets it (they are what the decision waited on)."""
+    live = np.flatnonzero((claims.pods > 0) & (claims.gpu > 0))
+    meets = [i for i in live.tolist() if (claims.mask(i) & reach).any()]
+    return tuple(sorted({claims.who[i][0] for i in (meets or live.tolist())}))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 import structlog
 
+from admission import vocabulary
 from admission.controller._records import rfc3339, truncate
 from admission.kube import EVENTS, Clock, ClusterPort, Obj, errors, object_key
 
@@ -95,7 +96,7 @@ class EventPoster:
                                    "namespace": meta.get("namespace"), "uid": meta.get("uid")},
                 "type": kind, "reason": reason, "message": message, "count": 1,
                 "firstTimestamp": now, "lastTimestamp": now,
-                "source": {"component": "atoll"}, "reportingComponent": "atoll.dev/topology", "reportingInstance": self.instance,
+                "source": {"component": "atoll"}, "reportingComponent": vocabulary.CONTROLLER_NAME, "reportingInstance": self.instance,
             })
             self._seen[key] = (namespace, name, 1)
             if len(self._seen) > 2000:

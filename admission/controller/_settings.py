@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from admission import vocabulary
 from admission.kube import ApiRetrySettings, LeaderSettings
 
 __all__ = [
@@ -20,7 +21,7 @@ __all__ = [
     "WatchSettings",
 ]
 
-CONTROLLER_NAME = "atoll.dev/topology"
+CONTROLLER_NAME = vocabulary.CONTROLLER_NAME
 
 
 class _Group(BaseModel):

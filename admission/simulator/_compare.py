@@ -47,7 +47,7 @@ class Comparison:
 def compare(records: Mapping[tuple[float | None, int, str], RunRecord], *, load: float | None, seeds: Sequence[int],
             policies: Sequence[str], baseline: str | None = None) -> Comparison:
     """Aggregate the runs of one load: per seed the common set of all ``policies``, then over seeds."""
-    base = baseline if baseline in policies else (DEFAULT_BASELINE if DEFAULT_BASELINE in policies else policies[0])
+    base = baseline if baseline is not None and baseline in policies else (DEFAULT_BASELINE if DEFAULT_BASELINE in policies else policies[0])
     per_seed: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
     conc: dict[str, list[Concentration]] = {p: [] for p in policies if p != base}
     for seed in seeds:

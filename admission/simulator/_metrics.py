@@ -29,13 +29,16 @@ import numpy.typing as npt
 
 from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED, SimResult
 
-__all__ = ["JSON_KEYS", "format_table", "summarize", "time_weighted_mean"]
+__all__ = ["INVARIANT_KEYS", "JSON_KEYS", "format_table", "summarize", "time_weighted_mean"]
 
 JSON_KEYS = (
     "mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "gpu_allocation", "gpu_goodput",
     "single_island_share", "mean_slowdown", "p95_slowdown", "fragmentation_mean", "decisions_per_s",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s",
+    "invariant_checks", "invariant_full_checks", "invariant_violations",
 )
+INVARIANT_KEYS = ("invariant_checks", "invariant_full_checks", "invariant_violations")
+"""What a run reports of the no-double-booking invariant (per run in ``atoll simulate``'s JSON)."""
 
 
 def time_weighted_mean(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], lo: float, hi: float) -> float:
@@ -89,6 +92,9 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "jobs_unfinished": int((result.status == STATUS_UNFINISHED).sum()),
         "makespan_s": float(np.nanmax(result.end) - result.arrival[0]) if done.any() else None,
         "wall_s": result.wall_seconds,
+        "invariant_checks": result.invariant_checks,
+        "invariant_full_checks": result.invariant_full_checks,
+        "invariant_violations": result.invariant_violations,
     }
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
 

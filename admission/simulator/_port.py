@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from admission import vocabulary
 from admission.kube import (
     ADMISSION_CHECKS,
     CONFIGMAPS,
@@ -57,9 +58,9 @@ __all__ = [
 
 CHECK_NAME = "atoll-topology"
 """The AdmissionCheck the Helm chart creates (the controller's default)."""
-CONTROLLER_NAME = "atoll.dev/topology"
+CONTROLLER_NAME = vocabulary.CONTROLLER_NAME
 PROFILES_NAMESPACE = "atoll-system"
-FLAVOR_LABEL = "atoll.dev/flavor"
+FLAVOR_LABEL = vocabulary.FLAVOR
 """Node label a model flavor without ``nodeLabels`` gets, so its ResourceFlavor selects its nodes only."""
 _MERGE_KEYS = {"admissionChecks": "name", "conditions": "type"}
 """List-map keys of Workload status (server-side apply merges these lists by key)."""
@@ -245,7 +246,7 @@ def node_object(node: NodeInfo, gpu_resource: str, extra_labels: Mapping[str, st
     labels = {HOSTNAME_LABEL: node.name, **node.labels, **(extra_labels or {})}
     meta: dict[str, Any] = {"name": node.name, "labels": labels}
     if node.perf != 1.0:
-        meta["annotations"] = {"atoll.dev/gpu-perf": repr(node.perf)}
+        meta["annotations"] = {vocabulary.GPU_PERF: repr(node.perf)}
     return {
         "apiVersion": "v1", "kind": "Node", "metadata": meta,
         "spec": {"unschedulable": node.unschedulable, "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]},

@@ -54,10 +54,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from admission.simulator._cost import step_slowdown
-from admission.simulator._jobs import Job, split_into_pods
 from admission.controller import Violation, check_invariant
+from admission.simulator._cost import step_slowdown
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
+from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
 from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState
@@ -181,6 +181,12 @@ class SimResult:
     busiest_time: float = math.nan
     island_grid: list[dict[str, Any]] = field(default_factory=list)
     """Per flavor at the busiest moment: {flavor, level, parents, used, total} (see _plots)."""
+    invariant_checks: int = 0
+    """Events after which the no-double-booking invariant was checked (an Atoll policy only)."""
+    invariant_full_checks: int = 0
+    """Of those, checks the ledger's own witness could not settle, run from scratch (``check_invariant``)."""
+    invariant_violations: int = 0
+    """Violations found: 0 in a finished run (the first violation stops it: ``InvariantViolation``)."""
 
 
 # --------------------------------------------------------------------------------- preparing
@@ -307,10 +313,12 @@ def _ideal_level(snapshot: Snapshot, shape: JobShape) -> int:
 class InvariantViolation(RuntimeError):
     """Admitted pods were promised room that is not there: the simulation stops here."""
 
-    def __init__(self, policy: str, now: float, violations: Sequence[Violation]) -> None:
+    def __init__(self, policy: str, now: float, violations: Sequence[Violation], checks: int = 0) -> None:
         who = sorted({w for v in violations for w in v.workloads})
         lines = "; ".join(f"[{v.kind}] {v.message}" for v in violations[:5])
-        super().__init__(f"{policy}: invariant violated at t={now:.0f} s, Workloads {', '.join(who) or '(none named)'}: {lines}")
+        super().__init__(f"{policy}: invariant violated at t={now:.0f} s (check {checks}), {len(violations)} violations, "
+                         f"Workloads {', '.join(who) or '(none named)'}: {lines}")
+        self.checks = checks
         self.policy = policy
         self.now = now
         self.violations = tuple(violations)
@@ -416,9 +424,14 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
 
+    checks = [0, 0]  # invariant checks, and those run from scratch
+
     def check(fi: int, now: float) -> None:
         """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
-        if deployed is None or not deployed.owing(fi):
+        if deployed is None:
+            return
+        checks[0] += 1
+        if not deployed.owing(fi):
             return
         snap = fl[fi].snapshot
         if deployed.holds(fi, snap):
@@ -428,9 +441,10 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
             return
         names = {n for o in owed for n in o.domain} | {n for o in owed for n, _ in o.witness if n in snap.node_index}
         alloc, used = node_rows(snap, sorted(names))
+        checks[1] += 1
         found = check_invariant(alloc, used, owed)
         if found:
-            raise InvariantViolation(policy.name, now, found)
+            raise InvariantViolation(policy.name, now, found, checks[0])
 
     def start_job(j: int, fi: int, shape: JobShape, nodes: IntArray, pods: IntArray, now: float) -> None:
         nonlocal seq, running_gpus, useful_gpus
@@ -589,7 +603,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         times=np.frombuffer(times), allocated=np.frombuffer(alloc_t), useful=np.frombuffer(useful_t),
         pending=np.frombuffer(pend_t), frag_times=np.frombuffer(frag_t), frag_values=np.frombuffer(frag_v),
         decisions=decisions, decision_seconds=decision_s, wall_seconds=time.perf_counter() - wall0, window=window,
-        busiest_time=busiest_time, island_grid=grid,
+        busiest_time=busiest_time, island_grid=grid, invariant_checks=checks[0], invariant_full_checks=checks[1],
     )
 
 

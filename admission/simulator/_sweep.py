@@ -86,7 +86,7 @@ def shuffle_ties(cluster: ClusterModel, seed: int) -> ClusterModel:
     """The same fabric with the children of every domain in a seeded order (module docstring)."""
     if seed == 0:
         return cluster
-    from topology._model import NodeModel
+    from topology import NodeModel, TaintModel
 
     rng = np.random.default_rng([seed, 0x71E5])
     flavors = []
@@ -122,7 +122,7 @@ def shuffle_ties(cluster: ClusterModel, seed: int) -> ClusterModel:
             node_labels = dict(node.labels) | {lb: v for lb, v in zip(labels, new_path) if lb in node.labels or lb == HOSTNAME_LABEL}
             models.append(NodeModel(name=new_path[-1], labels=node_labels, allocatable=_kube(node.allocatable, flavor.gpu_resource),
                                     used=_kube(node.used, flavor.gpu_resource), ready=node.ready, unschedulable=node.unschedulable,
-                                    taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints], perf=node.perf))
+                                    taints=[TaintModel.model_validate({"key": t.key, "value": t.value, "effect": t.effect}) for t in node.taints], perf=node.perf))
         flavors.append(flavor.model_copy(update={"generate": [], "nodes": models}))
     return cluster.model_copy(update={"flavors": flavors})
 
@@ -192,9 +192,8 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     load, seed, name = key
     cluster, work = _prepared(spec, load, seed)
     policy = make_policies([name], spec.profiles, seed=seed)[0]
-    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed,
-                           **({"scheduler": spec.scheduler} if spec.scheduler else {}),
-                           **({"enforcement": spec.enforcement} if spec.enforcement else {}))
+    chosen: dict[str, Any] = {"scheduler": spec.scheduler, "enforcement": spec.enforcement}
+    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, **{k: v for k, v in chosen.items() if v})
     try:
         result = simulate(cluster, work, policy, settings=settings)
     except InvariantViolation as exc:
@@ -260,7 +259,7 @@ def with_gpu_perf(cluster: ClusterModel, spec: str, seed: int = 0) -> ClusterMod
     GPUs of one SKU differ in speed; this is how a run asks what that costs each policy."""
     from pydantic import ValidationError
 
-    from topology._documents import describe_validation_error
+    from topology import describe_validation_error
 
     kind, _, rest = spec.partition(":")
     try:

@@ -31,14 +31,21 @@ from dataclasses import dataclass
 
 import structlog
 
-from admission.controller._cache import node_info
-from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, decode_planned
-from admission.controller._workloads import WorkloadError, condition_true, parse_workload
+from admission.controller import (
+    ANN_DECISION_ID,
+    ANN_ENFORCEMENT,
+    ANN_PLANNED_NODES,
+    WorkloadError,
+    condition_true,
+    decode_planned,
+    node_info,
+    parse_workload,
+)
 from admission.kube import NODES, PODS, WORKLOADS, ClusterPort, Obj, Resource, errors, newer, object_key
 from admission.webhook._pin import ANN_NODE, ANN_PREVIOUS, ANN_SLOT, ANN_WORKLOAD, LABEL_DECISION_ID, LABEL_PODSET, is_live
 from topology import NodeInfo, ResourceVector
 
-__all__ = ["WebhookCache", "Owed", "owed_of"]
+__all__ = ["Owed", "WebhookCache", "owed_of"]
 
 _log = structlog.get_logger("atoll.webhook")
 _POD_LABELS = (LABEL_DECISION_ID, LABEL_PODSET)

@@ -24,9 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from admission.controller._cache import pod_usage
-from admission.controller._ledger import ANN_DECISION_ID
-from admission.controller._requeue import REQUEUE_CONDITION
+from admission.controller import ANN_DECISION_ID, REQUEUE_CONDITION, pod_usage
 from admission.kube import WORKLOADS, ClusterPort, Obj, errors
 from admission.webhook._cache import WebhookCache
 from admission.webhook._pin import LABEL_DECISION_ID, LABEL_PODSET, ExactPod, is_live

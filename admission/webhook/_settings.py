@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from admission.kube._settings import ApiRetrySettings
+from admission.kube import ApiRetrySettings
 
 __all__ = ["WebhookSettings"]
 

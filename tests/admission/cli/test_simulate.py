@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from admission.cli import main as atoll
-from admission.cli._simulate import main
-from admission.cli._simulate import DEFAULT_SIM_POLICIES
+from admission.cli._simulate import DEFAULT_SIM_POLICIES, main
 
 CLUSTER = """
 name: tiny
@@ -161,6 +160,20 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFix
 def test_the_atoll_command_dispatches_simulate(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
     assert atoll(["simulate", "--cluster", cluster, "--jobs", "20", "--policies", "atoll-strict", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["jobs"] == 20
+
+
+def test_json_reports_the_invariant_checks_and_violations_of_every_run(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "20", "--policies", "atoll-strict,kueue-bestfit", "--seeds", "2",
+                 "--workers", "1", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    runs = {(r["seed"], r["policy"]): r for r in out["runs"]}
+    assert set(runs) == {(s, p) for s in out["seeds"] for p in ("atoll-strict", "kueue-bestfit")}
+    for seed in out["seeds"]:
+        atoll_run, kueue_run = runs[(seed, "atoll-strict")], runs[(seed, "kueue-bestfit")]
+        assert atoll_run["invariant_checks"] > 0 and atoll_run["invariant_violations"] == 0
+        assert 0 <= atoll_run["invariant_full_checks"] <= atoll_run["invariant_checks"]
+        assert kueue_run["invariant_checks"] == 0  # no Atoll ledger, no Atoll promise to check
+    assert out["policies"]["atoll-strict"]["invariant_checks"] == runs[(out["seeds"][0], "atoll-strict")]["invariant_checks"]
 
 
 def test_progress_bar_draws_on_a_terminal_stream() -> None:

@@ -68,10 +68,14 @@ def test_changes_flow_through_watches_to_decisions(fabric: Fabric) -> None:
         assert wait_until(lambda: fabric.entry("late-arrival")["state"] == "Ready")
         fabric.set_profiles("profiles: {strict: {requiredLevel: a, preferredLevel: b}}\n")
         assert wait_until(lambda: ctrl.config_error is not None and "not both" in ctrl.config_error)
-        assert wait_until(lambda: ctrl.heartbeat > 0)
+        beat = ctrl.heartbeat  # set at construction: only a later beat shows the worker is alive
+        fabric.clock.advance(1.0)
+        assert wait_until(lambda: ctrl.heartbeat > beat)
+        threads = list(ctrl._threads)  # stop() empties the list: keep the threads to check them after
+        assert "atoll-worker" in {t.name for t in threads} and all(t.is_alive() for t in threads)
     finally:
         ctrl.stop()
-    assert all(not t.is_alive() for t in ctrl._threads)
+    assert threads and not any(t.is_alive() for t in threads)
 
 
 def test_gone_relists_and_errors_back_off(fabric: Fabric) -> None:

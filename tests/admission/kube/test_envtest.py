@@ -277,7 +277,7 @@ def test_the_workload_crd_adaptation_leaves_no_empty_default_nor_anyof(kueue_crd
     import yaml
 
     path = kueue_crds / "kueue.x-k8s.io_workloads.yaml"
-    original = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    original = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     assert any(n.get("default") == "" for n in _nodes(original)), "the file itself must stay as Kueue ships it"
     adapted = adapt_for_old_apiservers(copy.deepcopy(original))
     assert not [n for n in _nodes(adapted) if n.get("default") == "" or "anyOf" in n]

@@ -122,6 +122,7 @@ class Controller:
         self._failures: Counter[str] = Counter()
         self._conflicts: Counter[str] = Counter()
         self._waiting: dict[str, str] = {}
+        self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
@@ -420,9 +421,7 @@ class Controller:
         self.metrics.decisions.labels(verdict.outcome).inc()
         self.metrics.decision_latency.observe(latency)
         self.metrics.set_waiting(Counter(self._waiting.values()))
-        for flavor, free, frag in verdict.fabric:
-            self.metrics.free_gpus.labels(flavor).set(free)
-            self.metrics.fragmentation.labels(flavor).set(frag)
+        self._measure_fabric(verdict)
         if verdict.flavor:  # the ledger counted owed pods on these flavors' snapshots
             flavors = verdict.flavor.split(",")
             self.metrics.set_shortfalls(flavors, [s for f in flavors for s in self.ledger.shortfalls_by_flavor.get(f, ())])
@@ -440,6 +439,22 @@ class Controller:
             snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus, notes=list(verdict.notes),
             controller=self.identity, lease_term=term,
         ))
+
+    GAUGE_SECONDS = 15.0
+    """How often a flavor's fabric gauges (free GPUs, fragmentation) are measured: each measure
+    reads the whole flavor, too much to pay on every decision of a large fabric."""
+
+    def _measure_fabric(self, verdict: Verdict) -> None:
+        """Set the fabric gauges of the verdict's flavors after it, when one of them has not been
+        measured for ``GAUGE_SECONDS`` (the first decision on a flavor always measures it)."""
+        now = self.clock.monotonic()
+        flavors = [f for f in verdict.flavor.split(",") if f]
+        if not any(now >= self._gauges_due.get(f, now) for f in flavors):
+            return
+        for flavor, free, frag in verdict.fabric:
+            self.metrics.free_gpus.labels(flavor).set(free)
+            self.metrics.fragmentation.labels(flavor).set(frag)
+            self._gauges_due[flavor] = now + self.GAUGE_SECONDS
 
     # ------------------------------------------------------------------ reading
 

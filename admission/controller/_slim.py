@@ -68,17 +68,15 @@ def slim_workload(obj: Obj) -> Obj:
     if isinstance(meta, dict):
         out["metadata"] = {k: meta[k] for k in _WORKLOAD_META if k in meta}
     spec = obj.get("spec")
-    podsets = spec.get("podSets") if isinstance(spec, dict) else None
-    if isinstance(podsets, list):
-        out["spec"] = {**spec, "podSets": [_slim_podset(ps) for ps in podsets]}
+    if isinstance(spec, dict) and isinstance(spec.get("podSets"), list):
+        out["spec"] = {**spec, "podSets": [_slim_podset(ps) for ps in spec["podSets"]]}
     return out
 
 
 def _slim_podset(ps: Any) -> Any:
-    template = ps.get("template") if isinstance(ps, dict) else None
-    tspec = template.get("spec") if isinstance(template, dict) else None
-    if not isinstance(tspec, dict):
+    if not isinstance(ps, dict) or not isinstance(ps.get("template"), dict) or not isinstance(ps["template"].get("spec"), dict):
         return ps
+    template, tspec = ps["template"], ps["template"]["spec"]
     slim: dict[str, Any] = {k: tspec[k] for k in _TEMPLATE_SPEC if k in tspec}
     for key in ("containers", "initContainers"):
         containers = slim.get(key)

@@ -92,7 +92,8 @@ class MemoryCluster:
         obj.setdefault("apiVersion", resource.api_version)
         obj.setdefault("kind", resource.kind)
         self._store.setdefault(resource, {})[object_key(obj)] = obj
-        return _clone(obj)
+        copied: Obj = _clone(obj)
+        return copied
 
     def _current(self, resource: Resource, key: str) -> Obj:
         obj = self._store.get(resource, {}).get(key)
@@ -124,7 +125,8 @@ class MemoryCluster:
         return _EndedWatch()
 
     def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj:
-        return _clone(self._current(resource, f"{namespace}/{name}" if namespace else name))
+        copied: Obj = _clone(self._current(resource, f"{namespace}/{name}" if namespace else name))
+        return copied
 
     def create(self, resource: Resource, obj: Obj) -> Obj:
         key = object_key(obj)

@@ -41,7 +41,8 @@ def controller(*workloads: dict[str, Any]) -> Controller:
         port.put(WORKLOADS, w)
     settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
     ids = iter(range(10**6))
-    ctrl = Controller(port, settings=settings, clock=port.clock, recorder=Recorder(Discard()), new_id=lambda: f"d{next(ids)}")
+    ctrl = Controller(port, settings=settings, clock=port.clock, recorder=Recorder(Discard()),  # type: ignore[arg-type]
+                      new_id=lambda: f"d{next(ids)}")
     ctrl.sync()
     return ctrl
 
@@ -54,7 +55,12 @@ def test_workloads_of_one_shape_share_the_engines_remembered_request(monkeypatch
     ctrl = controller(*(gang(f"w{i}", 2, 4) for i in range(4)), gang("other", 3, 4))
     prepared: list[Any] = []
     real = engine._prepare_now
-    monkeypatch.setattr(engine, "_prepare_now", lambda *a, **kw: prepared.append(a[1]) or real(*a, **kw))
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        prepared.append(args[1])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(engine, "_prepare_now", counted)
     verdicts = ctrl.process()
     assert [v.outcome for v in verdicts] == ["admit"] * 5
     assert len(prepared) == 2  # one per shape, not one per Workload

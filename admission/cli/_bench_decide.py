@@ -22,7 +22,8 @@ the port's time in. Also the outcomes, the peak RSS of the whole process (the in
 apiserver's own copies of every object included; ``rss_port_mb`` is the process with the port
 loaded, before the controller lists it, ``rss_synced_mb`` after), and the time to build the
 cluster and to list it into the controller. Events are posted from their thread and taken by
-the port without being kept.
+the port without being kept. Decision ids are numbered, so ``verdicts_sha256`` (over each
+verdict's Workload, outcome, message and podSetUpdates, in order) compares two versions' verdicts.
 
 Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is missed.
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import resource
 import sys
@@ -250,7 +252,9 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
 
     settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
     timed = _TimedPort(port)
-    controller = Controller(timed, settings=settings, clock=port.clock, recorder=Recorder(_Discard()), identity="bench")  # type: ignore[arg-type]
+    ids = iter(range(1, 1 << 62))
+    controller = Controller(timed, settings=settings, clock=port.clock, recorder=Recorder(_Discard()), identity="bench",  # type: ignore[arg-type]
+                            new_id=lambda: f"bench-{next(ids)}")
     t1 = time.perf_counter()
     controller.sync()
     gc.collect()
@@ -260,6 +264,7 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
     controller.decider.warm_up()
     controller.events.start()
     own, wall, total = [], [], []
+    digest = hashlib.sha256()
     outcomes = {"admit": 0, "wait": 0, "reject": 0}
     pod_seq = 0
     try:
@@ -274,6 +279,7 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
             if verdict is None:
                 continue
             outcomes[verdict.outcome] += 1
+            digest.update(json.dumps([key, verdict.outcome, verdict.message, verdict.podset_updates], sort_keys=True).encode())
             if verdict.outcome == "admit":  # the scheduler binds the pods on their planned nodes; the watch delivers them
                 with controller.cache.pods_at_once():
                     for placed, update in zip(verdict.placements, verdict.podset_updates):
@@ -297,6 +303,7 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
     return {
         "nodes": len(kept), "gpus": 4 * len(kept), "pending": pending, "decisions": len(own), **outcomes,
         "p50_ms": ms(arr, 50), "p99_ms": ms(arr, 99), "max_ms": round(float(arr.max()) * 1e3, 3),
+        "verdicts_sha256": digest.hexdigest()[:16],
         "wall_p50_ms": ms(walls, 50), "wall_p99_ms": ms(walls, 99), "wall_max_ms": round(float(walls.max()) * 1e3, 3),
         "with_port_p50_ms": ms(whole, 50), "with_port_p99_ms": ms(whole, 99), "events": timed.events,
         "build_s": round(build_s, 1), "sync_s": round(sync_s, 1),

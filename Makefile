@@ -44,6 +44,7 @@ bench: install envtest
 	atoll bench webhook --pods 500
 	atoll bench webhook --pods 500 --no-ranked
 	atoll bench simulate
+	atoll bench decide
 	atoll bench quality
 
 # Placements that hold under faults: 200 seeded runs, 20 % of API requests faulted, the controller

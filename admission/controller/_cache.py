@@ -23,6 +23,7 @@ from typing import Any
 import structlog
 
 from admission import vocabulary
+from admission.controller._slim import SLIM
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS, Obj, Resource, newer, object_key
 from policies import DEFAULT_FABRIC_LINK, DEFAULT_LINKS, ProfilesDocument
 from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration
@@ -218,6 +219,9 @@ class ClusterCache:
         old = store.get(key)
         if not newer(old, obj):
             return False
+        slim = SLIM.get(resource)
+        if slim is not None:
+            obj = slim(obj)
         store[key] = obj
         if resource == NODES:
             self._upsert_node(obj, old)

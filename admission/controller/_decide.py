@@ -10,6 +10,7 @@ its whole placement, plus the decision id and the planned nodes as annotations.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +104,25 @@ class Decider:
         """False: verdicts leave out the losing domains (``why_not``); outcome, message and
         podSetUpdates are the same (``decide``'s contract). For a caller that keeps no records."""
         self.settings = settings
+        self._shapes: dict[object, object] = {}
+        """PodSet specs and links by value → the one instance decisions use (``read``)."""
+
+    MAX_SHAPES = 8192
+    """Distinct PodSet specs and links kept for ``read`` (all are dropped when it is passed)."""
+
+    def read(self, obj: Obj) -> WorkloadView:
+        """``parse_workload(obj)``, with each PodSet spec and link the one instance of its value.
+
+        The engine remembers a request's derived forms by the identity of these frozen inputs
+        (``Snapshot.remember``); a Workload read afresh for every decision would never find them.
+        Equal values give equal answers, so Workloads of one shape share them, as the
+        simulator's do (it reads each shape once)."""
+        view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        if len(self._shapes) > self.MAX_SHAPES:
+            self._shapes.clear()
+        podsets = tuple(self._shapes.setdefault(s, s) for s in view.podsets)
+        links = tuple(self._shapes.setdefault(lk, lk) for lk in view.links)
+        return dataclasses.replace(view, podsets=podsets, links=links)  # type: ignore[arg-type]
 
     @staticmethod
     def warm_up() -> None:
@@ -127,7 +147,7 @@ class Decider:
         wait = read_wait_state(obj, atoll_check_names(self.cache.objects[ADMISSION_CHECKS], self.settings.kueue))
         try:
             if view is None:
-                view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+                view = self.read(obj)
         except WorkloadError as exc:
             name = object_key(obj) if isinstance(obj.get("metadata"), dict) else "(no metadata)"
             return Verdict("reject", f"Rejected: Workload {name} cannot be read: {exc}", decision_id=decision_id)

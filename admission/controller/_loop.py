@@ -41,7 +41,7 @@ from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
 from admission.controller._status import StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
-from admission.controller._watching import Informers, Watch
+from admission.controller._watching import Inbox, Informers, Watch
 from admission.controller._workloads import check_entry, condition_true
 from admission.kube import (
     ADMISSION_CHECKS,
@@ -117,10 +117,13 @@ class Controller:
         self._check_names: frozenset[str] = frozenset()
         self._queue: OrderedDict[str, None] = OrderedDict()
         self._delayed: list[tuple[float, str]] = []
+        self._delayed_keys: set[str] = set()
+        """Keys on ``_delayed``: one entry per key, the earliest retry."""
         self._failures: Counter[str] = Counter()
         self._conflicts: Counter[str] = Counter()
         self._waiting: dict[str, str] = {}
-        self._inbox: queue.Queue[tuple[str, Resource, Any]] = queue.Queue()
+        self._gauges_due: dict[str, float] = {}
+        self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -168,6 +171,9 @@ class Controller:
             for r in self.ledger.reservations():
                 if r.uid not in live:
                     self.ledger.forget(r.uid)
+            keys = {object_key(o) for o in items}
+            for gone in [k for k in (*self._failures, *self._conflicts) if k not in keys]:
+                self._forget_key(gone)
             for obj in items:
                 self._on_workload(obj)
 
@@ -185,6 +191,7 @@ class Controller:
                 self.ledger.forget(uid)
                 self._waiting.pop(uid, None)
                 self._queue.pop(object_key(obj), None)
+                self._forget_key(object_key(obj))
             elif resource == ADMISSION_CHECKS:
                 self._on_admission_checks()
             return
@@ -194,6 +201,12 @@ class Controller:
             self._on_workload(obj)
         elif resource == ADMISSION_CHECKS:
             self._on_admission_checks()
+
+    def _forget_key(self, key: str) -> None:
+        """A Workload is gone: its failure and conflict counts go with it (its delayed entry, if
+        any, finds nothing to decide when due)."""
+        self._failures.pop(key, None)
+        self._conflicts.pop(key, None)
 
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
@@ -300,12 +313,16 @@ class Controller:
         now = self.clock.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             _, key = heapq.heappop(self._delayed)
+            self._delayed_keys.discard(key)
             self._queue[key] = None
 
     def _requeue_later(self, key: str) -> None:
         self._failures[key] += 1
         delays = self.settings.decisions.error_requeue_seconds
         delay = delays[min(self._failures[key], len(delays)) - 1]
+        if key in self._delayed_keys:  # already waiting for an earlier retry: no second entry
+            return
+        self._delayed_keys.add(key)
         heapq.heappush(self._delayed, (self.clock.monotonic() + delay, key))
 
     def reconcile(self, key: str) -> Verdict | None:
@@ -404,9 +421,7 @@ class Controller:
         self.metrics.decisions.labels(verdict.outcome).inc()
         self.metrics.decision_latency.observe(latency)
         self.metrics.set_waiting(Counter(self._waiting.values()))
-        for flavor, free, frag in verdict.fabric:
-            self.metrics.free_gpus.labels(flavor).set(free)
-            self.metrics.fragmentation.labels(flavor).set(frag)
+        self._measure_fabric(verdict)
         if verdict.flavor:  # the ledger counted owed pods on these flavors' snapshots
             flavors = verdict.flavor.split(",")
             self.metrics.set_shortfalls(flavors, [s for f in flavors for s in self.ledger.shortfalls_by_flavor.get(f, ())])
@@ -424,6 +439,22 @@ class Controller:
             snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus, notes=list(verdict.notes),
             controller=self.identity, lease_term=term,
         ))
+
+    GAUGE_SECONDS = 15.0
+    """How often a flavor's fabric gauges (free GPUs, fragmentation) are measured: each measure
+    reads the whole flavor, too much to pay on every decision of a large fabric."""
+
+    def _measure_fabric(self, verdict: Verdict) -> None:
+        """Set the fabric gauges of the verdict's flavors after it, when one of them has not been
+        measured for ``GAUGE_SECONDS`` (the first decision on a flavor always measures it)."""
+        now = self.clock.monotonic()
+        flavors = [f for f in verdict.flavor.split(",") if f]
+        if not any(now >= self._gauges_due.get(f, now) for f in flavors):
+            return
+        for flavor, free, frag in verdict.fabric:
+            self.metrics.free_gpus.labels(flavor).set(free)
+            self.metrics.fragmentation.labels(flavor).set(frag)
+            self._gauges_due[flavor] = now + self.GAUGE_SECONDS
 
     # ------------------------------------------------------------------ reading
 

@@ -334,7 +334,8 @@ class Decider:
         plain, first = snap, decision
         wants = []
         for spec in specs:
-            label = spec.required_topology or profile.required_level or profile.preferred_level
+            strict = decision.widened_to if decision.widened_to is not None else profile.required_level  # a gang no island holds
+            label = spec.required_topology or strict or profile.preferred_level
             level = shared.node_level if spec.count == 1 else shared.level_index(label) if label in shared.level_labels else None
             if level is not None and spec.per_pod.gpu > 0:
                 wants.append((level, spec.count, spec.per_pod.gpu))

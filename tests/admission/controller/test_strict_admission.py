@@ -73,13 +73,32 @@ def test_no_free_island_retries_with_growing_delay(fabric: Fabric) -> None:
     assert "only 0 pods fit" in entry["message"] or "largest fits 0" in entry["message"]
 
 
-def test_larger_than_any_island_is_rejected_with_numbers(fabric: Fabric) -> None:
+def test_larger_than_any_island_is_placed_in_the_smallest_block_that_holds_it(fabric: Fabric) -> None:
     fabric.install()
-    fabric.submit("huge", [("main", 3, 4)])
+    ctrl = fabric.controller()
+    fabric.submit("half", [("main", 1, 4)])  # block b0 keeps 12 free GPUs, b1 16: best fit is b0
+    run(ctrl)
+    fabric.submit("big", [("main", 3, 4)])  # 12 GPUs: more than an 8-GPU island
+    (verdict,) = run(ctrl)
+    entry = fabric.entry("big")
+    assert entry["state"] == "Ready" and verdict.outcome == "admit"
+    (label, block), = entry["podSetUpdates"][0]["nodeSelector"].items()
+    assert label == BLOCK and block == planned_block(fabric, "half")
+    assert f"larger than every {CLIQUE} domain" in entry["message"]
+
+
+def planned_block(fabric: Fabric, name: str) -> str:
+    (node,) = planned(fabric.entry(name))
+    return node[:node.rindex("c")]  # {ns}-b{block}c{clique}n{i} → the block label's value {ns}-b{block}
+
+
+def test_larger_than_the_flavor_is_rejected_with_numbers(fabric: Fabric) -> None:
+    fabric.install()
+    fabric.submit("huge", [("main", 9, 4)])  # 36 GPUs on a 32-GPU flavor
     (verdict,) = run(fabric.controller())
     entry = fabric.entry("huge")
     assert entry["state"] == "Rejected" and verdict.outcome == "reject"
-    assert "3 pods × 4 GPU" in entry["message"] and "largest fits 2" in entry["message"] and CLIQUE in entry["message"]
+    assert "9 pods × 4 GPU" in entry["message"] and "only 8 pods fit" in entry["message"]
     assert [e.reason for e in fabric.events_for("huge")] == ["TopologyRejected"]
     assert "podSetUpdates" not in entry
 
@@ -120,7 +139,7 @@ def test_long_messages_are_cut_to_the_configured_length(fabric: Fabric) -> None:
     from admission.controller import DecisionSettings
 
     fabric.install()
-    fabric.submit("huge", [("main", 3, 4)])
+    fabric.submit("huge", [("main", 9, 4)])
     settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(message_max_chars=80)})
     (verdict,) = run(fabric.controller(settings=settings))
     message = fabric.entry("huge")["message"]

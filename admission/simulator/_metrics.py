@@ -34,8 +34,11 @@ __all__ = ["JSON_KEYS", "format_table", "summarize", "time_weighted_mean"]
 JSON_KEYS = (
     "mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "gpu_allocation", "gpu_goodput",
     "single_island_share", "mean_slowdown", "p95_slowdown", "fragmentation_mean", "decisions_per_s",
-    "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s",
+    "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
 )
+
+SIZE_BANDS = ((1, 7), (8, 15), (16, 63), (64, None))
+"""GPU-count bands of the wait report: 1-7, 8-15, 16-63, 64+."""
 
 
 def time_weighted_mean(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], lo: float, hi: float) -> float:
@@ -89,8 +92,26 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "jobs_unfinished": int((result.status == STATUS_UNFINISHED).sum()),
         "makespan_s": float(np.nanmax(result.end) - result.arrival[0]) if done.any() else None,
         "wall_s": result.wall_seconds,
+        "decisions_per_job": result.decisions / len(result.status) if len(result.status) else None,
     }
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    rounded: dict[str, Any] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    rounded["wait_by_size_band"] = wait_by_size_band(result)
+    return rounded
+
+
+def wait_by_size_band(result: SimResult) -> dict[str, dict[str, Any]]:
+    """Per size band (``SIZE_BANDS``): jobs, p95 and maximum wait of the jobs that started, and
+    how many never started (a wait with no end, not in the percentiles)."""
+    started = ~np.isnan(result.start)
+    wait = result.start - result.arrival
+    out: dict[str, dict[str, Any]] = {}
+    for lo, hi in SIZE_BANDS:
+        band = (result.gpus >= lo) & ((result.gpus <= hi) if hi is not None else True)
+        w = wait[band & started]
+        out[f"{lo}-{hi}" if hi is not None else f"{lo}+"] = {
+            "jobs": int(band.sum()), "p95_wait_s": None if not w.size else round(float(np.percentile(w, 95)), 3),
+            "max_wait_s": None if not w.size else round(float(w.max()), 3), "never_started": int((band & ~started).sum())}
+    return out
 
 
 def _time_unit(rows: Sequence[Mapping[str, Any]]) -> tuple[str, float]:

@@ -153,6 +153,8 @@ class SweepSpec:
     """Kueue slice annotations on jobs larger than one island (``_slicing``); None: no slices."""
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
+    parking: bool = True
+    """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -192,7 +194,7 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     load, seed, name = key
     cluster, work = _prepared(spec, load, seed)
     policy = make_policies([name], spec.profiles, seed=seed)[0]
-    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed,
+    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking,
                            **({"scheduler": spec.scheduler} if spec.scheduler else {}),
                            **({"enforcement": spec.enforcement} if spec.enforcement else {}))
     try:

@@ -75,21 +75,16 @@ def test_no_free_island_retries_with_growing_delay(fabric: Fabric) -> None:
 
 def test_larger_than_any_island_is_placed_in_the_smallest_block_that_holds_it(fabric: Fabric) -> None:
     fabric.install()
-    ctrl = fabric.controller()
-    fabric.submit("half", [("main", 1, 4)])  # block b0 keeps 12 free GPUs, b1 16: best fit is b0
-    run(ctrl)
-    fabric.submit("big", [("main", 3, 4)])  # 12 GPUs: more than an 8-GPU island
-    (verdict,) = run(ctrl)
+    fabric.submit("big", [("main", 3, 4)])  # 12 GPUs: more than an 8-GPU island, less than a 16-GPU block
+    (verdict,) = run(fabric.controller())
     entry = fabric.entry("big")
     assert entry["state"] == "Ready" and verdict.outcome == "admit"
     (label, block), = entry["podSetUpdates"][0]["nodeSelector"].items()
-    assert label == BLOCK and block == planned_block(fabric, "half")
+    nodes = planned(entry)
+    assert label == BLOCK and sum(nodes.values()) == 3
+    assert {n[:n.rindex("c")] for n in nodes} == {block}  # {ns}-b{block}c{clique}n{i}: every pod in that block
+    assert len({n[:n.rindex("n")] for n in nodes}) == 2  # over both of its islands
     assert f"larger than every {CLIQUE} domain" in entry["message"]
-
-
-def planned_block(fabric: Fabric, name: str) -> str:
-    (node,) = planned(fabric.entry(name))
-    return node[:node.rindex("c")]  # {ns}-b{block}c{clique}n{i} → the block label's value {ns}-b{block}
 
 
 def test_larger_than_the_flavor_is_rejected_with_numbers(fabric: Fabric) -> None:

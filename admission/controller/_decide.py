@@ -74,9 +74,13 @@ class Verdict:
     def fabric(self) -> list[tuple[str, int, float]]:
         return self.fabric_after() if self.fabric_after is not None else []
 
+    parked: bool = False
+    """A wait for a domain the controller parks (``decisions.park_waiting``): the check stays
+    ``Pending`` so Kueue keeps the quota, and Atoll decides again when what it waits for changes."""
+
     @property
     def state(self) -> str:
-        return STATE[self.outcome]
+        return "Pending" if self.parked and self.outcome == "wait" else STATE[self.outcome]
 
 
 @dataclass

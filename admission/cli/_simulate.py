@@ -88,9 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-size", type=int, default=None, metavar="PODS", help="pods per slice, with --slice-level (e.g. 16)")
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
-    p.add_argument("--parking", choices=("on", "off"), default="on",
-                   help="on (default): a Workload waiting for a domain stays Pending and is decided again when room frees or it may "
-                        "span; off: every wait is a Retry decided again when its backoff ends")
+    p.add_argument("--parking", choices=("on", "off"), default="off",
+                   help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
+                        "controller's --park-waiting); off (default, as the controller): every wait is a Retry decided again when its "
+                        "backoff ends")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")

@@ -33,7 +33,7 @@ Atoll, as modelled
     allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
     Decisions take no simulated time.
 
-    With ``SimSettings.parking`` (the default) a Workload that waits for a domain is parked
+    With ``SimSettings.parking`` (the controller's ``decisions.park_waiting``) a Workload that waits for a domain is parked
     instead (``admission.queue.WaitingRoom``): Atoll's check stays ``Pending``, so Kueue keeps its
     quota reserved and neither evicts nor requeues it, and it is decided again only when capacity
     is freed in a domain of its level that now has the GPUs it needs, or when its profile may
@@ -122,9 +122,10 @@ class SimSettings:
     """``domain`` or ``exact``; None: what the profiles document says for each flavor."""
     seed: int = 0
     """Seed of the scheduler model's ties (same seed, same run)."""
-    parking: bool = True
+    parking: bool = False
     """Atoll's waits for a domain park the Workload (check ``Pending``, quota kept) until what it
-    waits for changes; False: every wait is a Retry decided again when its delay ends."""
+    waits for changes, as the controller does with ``decisions.park_waiting``; False (the
+    controller's default): every wait is a Retry decided again when its delay ends."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""

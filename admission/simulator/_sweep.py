@@ -153,7 +153,7 @@ class SweepSpec:
     """Kueue slice annotations on jobs larger than one island (``_slicing``); None: no slices."""
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
-    parking: bool = True
+    parking: bool = False
     """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
 
     def keys(self) -> list[RunKey]:

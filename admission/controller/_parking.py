@@ -64,7 +64,7 @@ class Parking:
         if not len(self.room):
             return []
         out: list[str] = []
-        for flavor in sorted({n.flavor for k in self.room.keys() if (n := self.room.need(k)) is not None}):
+        for flavor in sorted(self.room.flavors()):
             try:
                 snap = self.cache.snapshot(flavor)
             except (FlavorProblem, ValueError):

@@ -70,8 +70,9 @@ class WaitingRoom:
     def need(self, key: Hashable) -> Need | None:
         return self._needs.get(key)
 
-    def keys(self) -> list[Hashable]:
-        return list(self._needs)
+    def flavors(self) -> set[str]:
+        """The flavors some parked Workload waits on."""
+        return {fl for fl, _, _ in self._by_level}
 
     def park(self, key: Hashable, need: Need) -> None:
         """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need."""

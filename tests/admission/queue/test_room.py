@@ -66,7 +66,9 @@ def test_leaving_and_waking_everything() -> None:
     room = WaitingRoom()
     for key, flavor in (("x", "f"), ("y", "g"), ("z", "f")):
         room.park(key, Need(flavor, CLIQUE, 1, 4, deadline=10.0))
+    assert room.flavors() == {"f", "g"}
     assert room.leave("y") == Need("g", CLIQUE, 1, 4, deadline=10.0) and room.leave("y") is None
+    assert room.flavors() == {"f"}
     assert room.wake_flavor("f") == ["x", "z"] and len(room) == 0
     assert room.due(100.0) == []  # deadlines of Workloads that left are dropped
     room.park("w", Need("g", SU, 2, 1))

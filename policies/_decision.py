@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -154,6 +154,9 @@ class Decision:
     request: PlacementRequest | None = None
     notes: tuple[str, ...] = ()
     """Annotations read but not honoured, each naming the annotation (for the record and an Event)."""
+    widened_to: str | None = None
+    """A strict profile's gang larger than every domain of its ``requiredLevel``: the level whose
+    smallest domain that holds it the Workload waits for instead ("" for the whole flavor)."""
 
 
 def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
@@ -308,6 +311,8 @@ class _Prepared:
     """Why asking whether one domain can ever hold it failed (a reject, once that is asked)."""
     relaxes: bool = False
     """True: relaxed from the start (a profile with neither a required nor a preferred level)."""
+    widened_to: str | None = None
+    """See ``Decision.widened_to``."""
 
 
 def _prepare(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile,
@@ -336,10 +341,14 @@ def _prepare_now(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name
     def build(mode: tuple[str | None, str | None, str | None], tight: bool = False) -> PlacementRequest:
         return _build(podsets, mode, workload_class, links, profile, snapshot, tight=tight, balanced=balanced)
 
+    widened: str | None = None
     try:
         if profile.required_level:
             tight = loose = build((profile.required_level, None, None))
             relaxes = False
+            if never_fits(snapshot, loose) is not None:
+                tight, widened = _widen(snapshot, profile.required_level, tight, build)
+                loose = tight
         elif profile.preferred_level:
             tight = build((profile.preferred_level, None, None), tight=True)
             loose = build((None, profile.preferred_level, profile.max_span_level))
@@ -356,8 +365,23 @@ def _prepare_now(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name
     try:
         tight_never = tight is not loose and never_fits(snapshot, tight) is not None
     except (PlacementError, ValueError) as exc:
-        return _Prepared(None, tight, loose, False, str(exc), relaxes)
-    return _Prepared(None, tight, loose, tight_never, None, relaxes)
+        return _Prepared(None, tight, loose, False, str(exc), relaxes, widened)
+    return _Prepared(None, tight, loose, tight_never, None, relaxes, widened)
+
+
+def _widen(snapshot: Snapshot, required: str, request: PlacementRequest,
+           build: Callable[[tuple[str | None, str | None, str | None]], PlacementRequest]) -> tuple[PlacementRequest, str | None]:
+    """A strict gang no domain of ``required`` can ever hold waits for the smallest domain that
+    can: the lowest level above ``required`` with a domain that holds it on an empty flavor (the
+    finder then takes the best-fitting domain of that level), else the whole flavor (""). The
+    request unchanged when even the whole flavor never holds it (a reject, with that reason)."""
+    for index in range(snapshot.level_index(required) - 1, -1, -1):
+        label = snapshot.level_labels[index]
+        wider = build((label, None, None))
+        if never_fits(snapshot, wider) is None:
+            return wider, label
+    whole = build((None, None, None))
+    return (whole, "") if never_fits(snapshot, whole) is None else (request, None)
 
 
 def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile, now: float, wait: WaitState,
@@ -383,8 +407,15 @@ def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str
         placement = find_placement(snapshot, request, explain=explain)
     except (PlacementError, ValueError) as exc:
         return Decision("reject", profile_name, f"invalid request: {exc}")
+    widened = prepared.widened_to
+    if widened is not None:
+        where = f"the smallest {widened} domain that holds it" if widened else "room anywhere in the flavor (no smaller domain holds it)"
+        head = f"larger than every {profile.required_level} domain: placed in {where}; "
+    else:
+        head = ""
     if placement.fits:
-        return Decision("admit", profile_name, _describe_admit(placement), placement, relaxed=relaxed, request=request)
+        return Decision("admit", profile_name, head + _describe_admit(placement), placement, relaxed=relaxed, request=request,
+                        widened_to=widened)
     delay = profile.retry.delay(wait.attempts)
     if not relaxed and profile.relax_after_seconds is not None:
         waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
@@ -392,4 +423,5 @@ def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str
         note = f"; spans allowed after {profile.relax_after_seconds}s of waiting"
     else:
         note = ""
-    return Decision("wait", profile_name, f"{placement.reason}{note}; retry in {delay}s", placement, delay, relaxed, request)
+    return Decision("wait", profile_name, f"{head}{placement.reason}{note}; retry in {delay}s", placement, delay, relaxed, request,
+                    widened_to=widened)

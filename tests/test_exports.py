@@ -1,5 +1,5 @@
-"""The public surface of each package (engine, policies, simulator, controller, webhook, cluster
-port, commands) is a sorted, importable ``__all__`` pinned here name by name, so any change to a
+"""The public surface of each package (engine, policies, simulator, controller, queue manager,
+webhook, cluster port, commands) is a sorted, importable ``__all__`` pinned here name by name, so any change to a
 public surface shows up in review; admission/ keeps its one-way layering without import cycles."""
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ EXPECTED = {
     "admission.kube.errors": {
         "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "OutOfTime",
         "Retryable", "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
+    },
+    "admission.queue": {
+        "Need", "WaitingRoom",
     },
     "admission.simulator": {
         "CHECK_NAME", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",

@@ -20,7 +20,7 @@ from pathlib import Path
 import structlog
 
 from admission.cli._args import Parser
-from admission.controller import ConfigSettings, KueueSettings, ServeSettings, Settings
+from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings
 from admission.kube import LeaderSettings
 from admission.webhook import WebhookSettings
 
@@ -55,6 +55,9 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                    help="elect a leader on a Lease (default on; the chart runs 2 replicas)")
     p.add_argument("--lease-name", default=env.get("ATOLL_LEASE_NAME", "atoll-controller"))
     p.add_argument("--identity", default=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}", help="leader-election identity")
+    p.add_argument("--park-waiting", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_PARK_WAITING", "false") == "true",
+                   help="a Workload waiting for a domain keeps the check Pending (Kueue keeps its quota) and is decided again when "
+                        "room frees, instead of a Retry on the profile's backoff (env ATOLL_PARK_WAITING)")
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
     w.add_argument("--webhook-port", type=int, default=int(env.get("ATOLL_WEBHOOK_PORT", "0")),
@@ -84,6 +87,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         config=ConfigSettings(namespace=args.namespace, configmap=args.configmap),
         leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port),
+        decisions=DecisionSettings(park_waiting=args.park_waiting),
     )
 
 

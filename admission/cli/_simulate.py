@@ -16,7 +16,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from admission.cli._args import Parser
@@ -111,6 +111,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-size", type=int, default=None, metavar="PODS", help="pods per slice, with --slice-level (e.g. 16)")
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
+    p.add_argument("--parking", choices=("on", "off"), default="off",
+                   help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
+                        "controller's --park-waiting); off (default, as the controller): every wait is a Retry decided again when its "
+                        "backoff ends")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -295,7 +299,8 @@ def main(argv: Sequence[str]) -> int:
         slicing = _slicing(args.slice_level, args.slice_size, cluster)
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
-                         slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset())
+                         slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
+                         parking=args.parking == "on")
         progress = _Progress(sys.stderr, sys.stderr.isatty())
         records, results = run_sweep(spec, workers=args.workers, progress=progress.start("simulating", "runs"))
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
@@ -332,6 +337,7 @@ def main(argv: Sequence[str]) -> int:
     else:
         print(_text(cmps, title, cost, others))
         print(f"profiles: {shown(profiles_path)}")
+        print(_bands(first, seeds[0], loads[0]))
     if args.plots:
         from admission.simulator import write_plots, write_sweep_plots
 
@@ -347,6 +353,26 @@ def _second_baseline(names: Sequence[str], baseline: str) -> str | None:
     required topology (it waits for one island, as ``atoll-strict`` does)."""
     other = "kueue-required" if baseline == "kueue-bestfit" else None
     return other if other in names and any(n.startswith("atoll-") for n in names) else None
+
+
+def _bands(first: Mapping[str, Any], seed: int, load: float | None) -> str:
+    """Wait by size band and decisions per job, per policy, on the first run (all its jobs)."""
+    rows = {name: record.summary for name, record in first.items()}
+    bands = list(next(iter(rows.values()))["wait_by_size_band"]) if rows else []
+    head = ["policy", "decisions/job"] + [f"{b} GPUs p95/max wait h" for b in bands]
+
+    def hours(v: Any) -> str:
+        return "–" if v is None else f"{v / 3600:.2f}"
+
+    table = [head] + [[name, f"{s['decisions_per_job']:.2f}" if s.get("decisions_per_job") is not None else "–"]
+                      + [f"{hours(w['p95_wait_s'])} / {hours(w['max_wait_s'])}" + (f" ({w['never_started']} never)" if w["never_started"] else "")
+                         for w in s["wait_by_size_band"].values()] for name, s in rows.items()]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    out = [f"wait by size band, all jobs of seed {seed}" + (f", load {load:g}" if load is not None else "")]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[:1]]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[1:]]
+    return "\n".join(out)
 
 
 def _text(cmps: Sequence[Comparison], title: str, cost: CostParams, others: Sequence[Comparison] = ()) -> str:

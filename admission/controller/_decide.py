@@ -28,6 +28,7 @@ from admission.controller._settings import Settings
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
 from admission.kube import ADMISSION_CHECKS, Obj, object_key
+from admission.queue import Need
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
@@ -63,6 +64,10 @@ class Verdict:
     reserved_gpus: int = 0
     decision_id: str = ""
     written: bool = False
+    needs: list[Need] = field(default_factory=list)
+    """Waiting for a domain: per waiting flavor, the room that could change the answer (``Need``:
+    GPUs free in one domain of a level, or the moment an elastic profile may span). Empty when it
+    waits for something else (owed pods, the configuration): then only a timer helps."""
     fabric_after: Callable[[], list[tuple[str, int, float]]] | None = None
     """(flavor, free GPUs, fragmentation index) after this decision, for the gauges: measured
     over the whole flavor, so only when asked (the simulator never asks)."""
@@ -71,9 +76,13 @@ class Verdict:
     def fabric(self) -> list[tuple[str, int, float]]:
         return self.fabric_after() if self.fabric_after is not None else []
 
+    parked: bool = False
+    """A wait for a domain the controller parks (``decisions.park_waiting``): the check stays
+    ``Pending`` so Kueue keeps the quota, and Atoll decides again when what it waits for changes."""
+
     @property
     def state(self) -> str:
-        return STATE[self.outcome]
+        return "Pending" if self.parked and self.outcome == "wait" else STATE[self.outcome]
 
 
 @dataclass
@@ -92,6 +101,7 @@ class _FlavorResult:
     generation: int = 0
     reserved: int = 0
     after: Snapshot | None = None
+    need: Need | None = None
 
 
 class Decider:
@@ -201,6 +211,8 @@ class Decider:
             v.outcome = "wait"
             v.reason = "config" if any(r.reason == "config" for r in waiting) else waiting[0].reason
             v.retry_after = max(r.retry_after for r in waiting)
+            if all(r.need is not None for r in waiting):
+                v.needs = [r.need for r in waiting if r.need is not None]
             v.message = f"Waiting for placement (profile {v.profile}, attempt {wait.attempts + 1}): " + "; ".join(r.message for r in waiting)
         else:
             v.outcome = "admit"
@@ -293,6 +305,8 @@ class Decider:
             result.retry_after = decision.retry_after_seconds
             result.reason = ("owed-pods" if set_aside else
                              "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain")
+            if not set_aside:
+                result.need = _need(flavor, decision, profile, wait, now, shared.level_labels)
         elif decision.outcome == "admit" and placement is not None:
             per_pod = {s.name: s.per_pod for s in specs}
             for ps in placement.podsets:
@@ -377,7 +391,8 @@ class Decider:
         plain, first = snap, decision
         wants = []
         for spec in specs:
-            label = spec.required_topology or profile.required_level or profile.preferred_level
+            strict = decision.widened_to if decision.widened_to is not None else profile.required_level  # a gang no island holds
+            label = spec.required_topology or strict or profile.preferred_level
             level = shared.node_level if spec.count == 1 else shared.level_index(label) if label in shared.level_labels else None
             if level is not None and spec.per_pod.gpu > 0:
                 wants.append((level, spec.count, spec.per_pod.gpu))
@@ -619,6 +634,28 @@ def unplaced_podsets(view: WorkloadView, gpu_resource: str) -> list[str]:
             notes.append(f"podSets[{spec.name}]: requests {spec.per_pod.gpu} {gpu_resource} per pod but Kueue assigned no flavor "
                          f"for {gpu_resource} (status.admission.podSetAssignments); not placed by Atoll")
     return notes
+
+
+def _need(flavor: str, decision: Decision, profile: Profile, wait: WaitState, now: float, level_labels: Sequence[str]) -> Need | None:
+    """What a Workload that found no domain waits for (``WaitingRoom``): the widest level any of
+    its PodSets needs one domain of (None: anywhere), the pods of the smallest PodSet and its GPUs a pod,
+    and the moment an elastic profile may span. A bound: more free GPUs is necessary, not enough."""
+    request = decision.request
+    if request is None or not request.podsets:
+        return None
+    levels: list[str | None] = []
+    for ps in request.podsets:
+        if ps.slices or ps.spread is not None or ps.unconstrained:
+            levels.append(None)
+        else:
+            levels.append(ps.required_level or (ps.max_span_level if ps.preferred_level else None))
+    known = [lb for lb in levels if lb is not None and lb in level_labels]
+    level = min(known, key=level_labels.index) if len(known) == len(levels) else None
+    smallest = min(request.podsets, key=lambda ps: (ps.pods * ps.per_pod.gpu, ps.per_pod.gpu))
+    deadline = None
+    if profile.preferred_level and not decision.relaxed and profile.relax_after_seconds is not None:
+        deadline = (wait.first_waited_at if wait.first_waited_at is not None else now) + profile.relax_after_seconds
+    return Need(flavor, level, smallest.pods, smallest.per_pod.gpu, deadline)
 
 
 def _reserve(snap: Snapshot, decision: Decision) -> None:

@@ -25,17 +25,19 @@ import secrets
 import socket
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
 
-from admission.controller._cache import ClusterCache
+from admission.controller._cache import BoundPod, ClusterCache
 from admission.controller._decide import Decider, Verdict
 from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
+from admission.controller._parking import Parking
 from admission.controller._records import DecisionRecord, Recorder, iso_time
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
@@ -124,6 +126,7 @@ class Controller:
         self._waiting: dict[str, str] = {}
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
+        self.parking = Parking(self.cache, enabled=self.settings.decisions.park_waiting)
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -161,6 +164,13 @@ class Controller:
         if resource == CONFIGMAPS:
             self._on_configmap(items[0] if items else None)
             return
+        if resource in (PODS, NODES) and len(self.parking.room):  # a relist: what changed since is applied at once
+            nodes = {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}
+            with self._pods_leaving(dict(self.cache.pods)):
+                self.cache.replace_all(resource, items)
+            if resource == NODES and nodes != {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}:
+                self._wake(self.parking.wake_all())
+            return
         self.cache.replace_all(resource, items)
         if resource == ADMISSION_CHECKS:
             self._on_admission_checks()
@@ -178,6 +188,22 @@ class Controller:
                 self._on_workload(obj)
 
     def _apply_event(self, resource: Resource, event: WatchEvent) -> None:
+        if resource == PODS and len(self.parking.room):
+            uid = str((event.object.get("metadata") or {}).get("uid"))
+            with self._pods_leaving({uid: self.cache.pods[uid]} if uid in self.cache.pods else {}):
+                self._apply_event_now(resource, event)
+        else:
+            self._apply_event_now(resource, event)
+
+    @contextmanager
+    def _pods_leaving(self, before: dict[str, BoundPod]) -> Iterator[None]:
+        """Wake the parked Workloads a domain now has room for, once the pods in ``before`` that
+        stop holding their node (deleted, failed, succeeded) are applied."""
+        yield
+        for node in sorted({bp.node for uid, bp in before.items() if uid not in self.cache.pods}):
+            self._wake(self.parking.node_freed(node))
+
+    def _apply_event_now(self, resource: Resource, event: WatchEvent) -> None:
         obj = event.object
         if event.type == "BOOKMARK":
             return
@@ -188,6 +214,8 @@ class Controller:
             self.cache.delete(resource, obj)
             if resource == WORKLOADS:
                 uid = str((obj.get("metadata") or {}).get("uid"))
+                self.parking.leave(object_key(obj))
+                self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
                 self.ledger.forget(uid)
                 self._waiting.pop(uid, None)
                 self._queue.pop(object_key(obj), None)
@@ -197,6 +225,8 @@ class Controller:
             return
         if not self.cache.upsert(resource, obj):
             return
+        if resource == NODES:
+            self._wake(self.parking.wake_all())
         if resource == WORKLOADS:
             self._on_workload(obj)
         elif resource == ADMISSION_CHECKS:
@@ -254,6 +284,7 @@ class Controller:
             self.config_error = None
             self.cache.set_profiles(doc)
             _log.info("profiles document loaded", configmap=where, profiles=sorted(doc.profiles), flavors=sorted(doc.flavors))
+            self.parking.wake_all()
             for wl in self.cache.objects[WORKLOADS].values():
                 if self._actionable(wl):
                     self._queue[object_key(wl)] = None
@@ -309,7 +340,13 @@ class Controller:
                 out.append(verdict)
         return out
 
+    def _wake(self, keys: list[str]) -> None:
+        """Parked Workloads whose wait may be over: decided again, in the order they were parked."""
+        for key in keys:
+            self._queue[key] = None
+
     def _promote_due(self) -> None:
+        self._wake(self.parking.due(self.clock.now()))
         now = self.clock.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             _, key = heapq.heappop(self._delayed)
@@ -329,8 +366,10 @@ class Controller:
         """Decide one Workload and write its check entry; None when there is nothing to do."""
         obj = self.cache.objects[WORKLOADS].get(key)
         if obj is None:
+            self.parking.leave(key)
             return None
         if not self._actionable(obj):
+            self.parking.leave(key)
             request = self._requeue_request(obj)
             return self._requeue(key, obj, request) if request is not None else None
         if self.cache.profiles is None:
@@ -338,9 +377,16 @@ class Controller:
             return None
         started = self.clock.monotonic()
         term = self.lease_term()  # the tenure this decision belongs to: a replica's term never changes while it runs
+        if key in self.parking:  # Pending and parked: its own status write or an unrelated change is no reason to decide
+            return None
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
+        verdict.parked = self.parking.parks(verdict)
         if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names)):
             self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
+            if verdict.parked:
+                deadline = self.parking.park(key, verdict)
+                if deadline is not None:
+                    heapq.heappush(self._delayed, (self.clock.monotonic() + max(deadline - self.clock.now(), 0.0), key))
         return verdict
 
     def _requeue(self, key: str, obj: Obj, request: RequeueRequest) -> Verdict:

@@ -67,6 +67,11 @@ class DecisionSettings(_Group):
     incomplete (flavor not mapped, Topology missing): fixing config should not wait long."""
     error_requeue_seconds: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)
     """Delays (s) before re-deciding after a failed write (the last one repeats)."""
+    park_waiting: bool = False
+    """A Workload waiting for a domain keeps Atoll's check ``Pending`` (Kueue keeps its quota,
+    no eviction, no requeue) and is decided again when capacity frees in a domain that could
+    hold it, a node or the profiles change, or its relax deadline passes (``_parking``); False:
+    every wait is a ``Retry`` with the profile's backoff."""
 
 
 

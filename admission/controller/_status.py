@@ -32,7 +32,8 @@ from policies import annotation_notes
 
 __all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "StatusWriter"]
 
-EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Rejected": ("Warning", "TopologyRejected")}
+EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Pending": ("Normal", "TopologyWaiting"),
+                "Rejected": ("Warning", "TopologyRejected")}
 REQUEUE_EVENT_REASON = "TopologyRequeued"
 """Warning Event reason when Atoll asks Kueue to requeue an admitted Workload (a pod lost its node)."""
 ANNOTATION_NOT_HONOURED = "AnnotationNotHonoured"

@@ -36,9 +36,13 @@ JSON_KEYS = (
     "single_island_share", "mean_slowdown", "p95_slowdown", "fragmentation_mean", "decisions_per_s",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s",
     "invariant_checks", "invariant_full_checks", "invariant_violations",
+    "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
 )
 INVARIANT_KEYS = ("invariant_checks", "invariant_full_checks", "invariant_violations")
 """What a run reports of the no-double-booking invariant (per run in ``atoll simulate``'s JSON)."""
+
+SIZE_BANDS = ((1, 7), (8, 15), (16, 63), (64, None))
+"""GPU-count bands of the wait report: 1-7, 8-15, 16-63, 64+."""
 
 
 def time_weighted_mean(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], lo: float, hi: float) -> float:
@@ -95,8 +99,26 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "invariant_checks": result.invariant_checks,
         "invariant_full_checks": result.invariant_full_checks,
         "invariant_violations": result.invariant_violations,
+        "decisions_per_job": result.decisions / len(result.status) if len(result.status) else None,
     }
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    rounded: dict[str, Any] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    rounded["wait_by_size_band"] = wait_by_size_band(result)
+    return rounded
+
+
+def wait_by_size_band(result: SimResult) -> dict[str, dict[str, Any]]:
+    """Per size band (``SIZE_BANDS``): jobs, p95 and maximum wait of the jobs that started, and
+    how many never started (a wait with no end, not in the percentiles)."""
+    started = ~np.isnan(result.start)
+    wait = result.start - result.arrival
+    out: dict[str, dict[str, Any]] = {}
+    for lo, hi in SIZE_BANDS:
+        band = (result.gpus >= lo) & ((result.gpus <= hi) if hi is not None else True)
+        w = wait[band & started]
+        out[f"{lo}-{hi}" if hi is not None else f"{lo}+"] = {
+            "jobs": int(band.sum()), "p95_wait_s": None if not w.size else round(float(np.percentile(w, 95)), 3),
+            "max_wait_s": None if not w.size else round(float(w.max()), 3), "never_started": int((band & ~started).sum())}
+    return out
 
 
 def _time_unit(rows: Sequence[Mapping[str, Any]]) -> tuple[str, float]:

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from admission.queue import Need
 from policies import Profile, ProfilesDocument, WaitState, WorkloadClass
 from topology import HOSTNAME_LABEL, PlacementRequest, PodSetRequest, ResourceVector, SliceLayer, Snapshot, never_fits
 
@@ -91,6 +92,8 @@ class Attempt:
     retry_after: float = 0.0
     relaxed: bool = False
     message: str = ""
+    needs: tuple[Need, ...] = ()
+    """A wait for a domain: what could change the answer (the queue manager parks it until then)."""
 
 
 class Policy(Protocol):

@@ -33,6 +33,12 @@ Atoll, as modelled
     allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
     Decisions take no simulated time.
 
+    With ``SimSettings.parking`` (the controller's ``decisions.park_waiting``) a Workload that waits for a domain is parked
+    instead (``admission.queue.WaitingRoom``): Atoll's check stays ``Pending``, so Kueue keeps its
+    quota reserved and neither evicts nor requeues it, and it is decided again only when capacity
+    is freed in a domain of its level that now has the GPUs it needs, or when its profile may
+    span. Waits for other reasons (owed pods, the configuration) stay Retries with their delay.
+
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
 placement's nodes in one numpy step. A policy with a ``capacity_changed(snapshot, nodes)``
@@ -49,12 +55,13 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
 from admission.controller import Violation, check_invariant
+from admission.queue import WaitingRoom
 from admission.simulator._cost import step_slowdown
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
@@ -86,7 +93,7 @@ ProgressFn = Callable[[int, int], None]
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
 ENFORCEMENTS = ("domain", "exact")
-_COMPLETE, _RETRY, _BIND = 0, 1, 2
+_COMPLETE, _RETRY, _BIND, _DEADLINE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +122,10 @@ class SimSettings:
     """``domain`` or ``exact``; None: what the profiles document says for each flavor."""
     seed: int = 0
     """Seed of the scheduler model's ties (same seed, same run)."""
+    parking: bool = False
+    """Atoll's waits for a domain park the Workload (check ``Pending``, quota kept) until what it
+    waits for changes, as the controller does with ``decisions.park_waiting``; False (the
+    controller's default): every wait is a Retry decided again when its delay ends."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
@@ -423,6 +434,17 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
 
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
+    room = WaitingRoom() if deployed is not None and settings.parking else None
+    parked_gpus = np.zeros(len(fl), dtype=np.int64)
+
+    def wake(keys: list[Any]) -> None:
+        """Parked jobs leave the room: their quota goes back to the queue they rejoin (in arrival order)."""
+        for j in keys:
+            fi = int(work.flavor[j])
+            gpus = shape_gpus[int(shape_of[j])]
+            fl[fi].used -= gpus
+            parked_gpus[fi] -= gpus
+            enqueue(j)
 
     checks = [0, 0]  # invariant checks, and those run from scratch
 
@@ -526,6 +548,15 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                 if math.isnan(first_wait[j]):
                     first_wait[j] = now
                 attempts[j] += 1
+                if room is not None and att.needs:  # parked: Pending, its quota kept
+                    need = att.needs[0]
+                    room.park(j, need)
+                    f.used += shape.gpus
+                    parked_gpus[fi] += shape.gpus
+                    if need.deadline is not None:
+                        heapq.heappush(events, (max(need.deadline, now + 1.0), seq, _DEADLINE, j))
+                        seq += 1
+                    continue
                 heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
                 seq += 1
             else:  # reject
@@ -546,6 +577,13 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                 if not bind(j, fi, now):
                     blocked.setdefault(fi, []).append(j)
                 continue
+            if kind == _DEADLINE:
+                assert room is not None
+                due = room.due(now)
+                if due:
+                    wake(due)
+                    touched.update(int(work.flavor[cast(int, k)]) for k in due)  # the room keys jobs by index
+                continue
             if kind == _COMPLETE:
                 nodes, pods = placed.pop(j)
                 shape = shapes[int(shape_of[j])][1]
@@ -560,6 +598,8 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                         blocked[fi] = still
                 f.used -= shape.gpus
                 f.version += 1
+                if room is not None and len(room):
+                    wake(room.freed(f.snapshot, nodes))
                 end[j] = now
                 status[j] = STATUS_DONE
                 running_gpus -= shape.gpus
@@ -615,7 +655,7 @@ def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape,
         planned = np.array([0], dtype=np.int64)
         return Attempt("admit", planned, planned, relaxed=v.relaxed, message=v.message)
     if v.outcome == "wait":
-        return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message)
+        return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message, needs=tuple(v.needs))
     return Attempt("reject", message=v.message)
 
 

@@ -153,6 +153,8 @@ class SweepSpec:
     """Kueue slice annotations on jobs larger than one island (``_slicing``); None: no slices."""
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
+    parking: bool = False
+    """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -193,7 +195,7 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     cluster, work = _prepared(spec, load, seed)
     policy = make_policies([name], spec.profiles, seed=seed)[0]
     chosen: dict[str, Any] = {"scheduler": spec.scheduler, "enforcement": spec.enforcement}
-    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, **{k: v for k, v in chosen.items() if v})
+    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, **{k: v for k, v in chosen.items() if v})
     try:
         result = simulate(cluster, work, policy, settings=settings)
     except InvariantViolation as exc:

@@ -310,3 +310,18 @@ def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> No
 def test_a_run_with_too_few_jobs_warns_on_stderr(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "3", "--seeds", "1", "--policies", "count-only", "--workers", "1"]) == 0
     assert "atoll simulate: warning: 3 jobs at load 1.3 arrive over" in capsys.readouterr().err
+def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported(
+        capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    trace = tmp_path / "itp.csv"
+    trace.write_text(ITP)
+    args = ("--cluster", cluster, "--trace", str(trace), "--trace-format", "itp", "--load", "1.3", "--seeds", "1",
+            "--policies", "atoll-strict,atoll-elastic")
+    parked = run_json(capsys, *args, "--parking", "on")["policies"]
+    retried = run_json(capsys, *args)["policies"]
+    for name in ("atoll-strict", "atoll-elastic"):
+        assert 1.0 <= parked[name]["decisions_per_job"] < retried[name]["decisions_per_job"]
+        assert list(parked[name]["wait_by_size_band"]) == ["1-7", "8-15", "16-63", "64+"]
+        assert parked[name]["wait_by_size_band"]["16-63"]["jobs"] == 10  # every fourth job has 16 GPUs
+    assert main(list(args)) == 0
+    out = capsys.readouterr().out
+    assert "wait by size band, all jobs of seed 0, load 1.3" in out and "16-63 GPUs p95/max wait h" in out

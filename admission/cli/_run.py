@@ -125,12 +125,17 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         print(f"atoll run: cannot load cluster credentials ({args.kubeconfig or 'in-cluster'}): {exc}", file=sys.stderr)
         return 2
     port = KubePort(api, settings.api)
-    elector = LeaderElector(port, namespace=settings.config.namespace, identity=args.identity, settings=settings.leader) \
-        if settings.leader.enabled else None
+    elector = None
+    if settings.leader.enabled:
+        # the elector's own port: one attempt per call, each within the round's renew deadline
+        # (its rounds, every retry period, are its retries)
+        lease_port = KubePort(api, settings.api.model_copy(update={"backoffs": ()}))
+        elector = LeaderElector(lease_port, namespace=settings.config.namespace, identity=args.identity, settings=settings.leader)
+        lease_port.budget = elector.round_budget
     # The controller writes through a port fenced by the lease: no attempt of a write, retries
-    # included, is sent once this replica's term may have ended (the elector and the webhook use
-    # the plain port: the Lease is how the term is kept, and every replica serves the webhook).
-    fenced = KubePort(api, settings.api, fence=elector.valid) if elector is not None else port
+    # included, is sent or waited on past this replica's term (less a margin); the webhook uses
+    # its own port: every replica serves it.
+    fenced = KubePort(api, settings.api, fence=elector.write_window) if elector is not None else port
     metrics = Metrics()
     controller = Controller(fenced, settings=settings, metrics=metrics, identity=args.identity,
                             lease_term=(lambda: elector.term) if elector is not None else None)

@@ -174,13 +174,14 @@ def _simulate_main(argv: Sequence[str]) -> int:
     return 0
 
 
-_OTHERS = {"controller": "admission.cli._bench_controller", "quality": "admission.cli._bench_quality"}
+_OTHERS = {"controller": "admission.cli._bench_controller", "failover": "admission.cli._bench_failover",
+           "quality": "admission.cli._bench_quality"}
 
 
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: atoll bench {finder,simulate,controller,quality} [options]")
+        print("usage: atoll bench {finder,simulate,controller,failover,quality} [options]")
         return 0 if args else 2
     if args[0] == "finder":
         return _finder_main(args[1:])
@@ -189,5 +190,5 @@ def main(argv: Sequence[str]) -> int:
     if args[0] in _OTHERS:
         code: int = importlib.import_module(_OTHERS[args[0]]).main(args[1:])
         return code
-    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, controller, quality)", file=sys.stderr)
+    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, controller, failover, quality)", file=sys.stderr)
     return 2

@@ -52,6 +52,9 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_LEADER_ELECT", "true") != "false",
                    help="elect a leader on a Lease (default on; the chart runs 2 replicas)")
     p.add_argument("--lease-name", default=env.get("ATOLL_LEASE_NAME", "atoll-controller"))
+    p.add_argument("--warm-standby", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_WARM_STANDBY", "true") != "false",
+                   help="a standby watches the cluster and compiles its kernels before it leads, so a failover needs no "
+                        "relist (default on; off starts everything at takeover)")
     p.add_argument("--identity", default=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}", help="leader-election identity")
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
@@ -141,9 +144,10 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
                             lease_term=(lambda: elector.term) if elector is not None else None)
     stop = stop or threading.Event()
     running = threading.Event()
+    warm = elector is not None and args.warm_standby
 
     def alive() -> tuple[bool, str]:
-        if not running.is_set():
+        if not running.is_set() and not warm:
             return True, "standby"
         stalled = controller.clock.monotonic() - controller.heartbeat
         return (stalled < settings.serve.stall_seconds), f"worker loop last turned {stalled:.1f}s ago"
@@ -173,7 +177,10 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     def started() -> None:
         running.set()
         metrics.leader.set(1)
-        controller.start()
+        if warm:
+            controller.lead()
+        else:
+            controller.start()
 
     def stopped() -> None:
         controller.stop()
@@ -184,6 +191,8 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
              admission_check=settings.kueue.admission_check or "*", leader_elect=settings.leader.enabled)
     try:
         if elector is not None:
+            if warm:
+                controller.start(leading=False)  # watching and warmed up, deciding once it leads
             elector.run(stop, started, stopped)
             if not stop.is_set():
                 log.error("lost leadership; exiting so a fresh process campaigns again")
@@ -196,6 +205,7 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         log.error("fatal API error", error=str(exc))
         return 1
     finally:
+        controller.stop()  # a standby that never led stops its watches here
         endpoints.stop()
         if webhook is not None:
             webhook.stop()

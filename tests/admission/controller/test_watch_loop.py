@@ -88,3 +88,27 @@ def test_gone_relists_and_errors_back_off(fabric: Fabric) -> None:
         ctrl.stop()
     assert port.lists[WORKLOADS] == 2  # the expired watch made it list again
     assert port.lists[NODES] == 2  # the failed list was retried after a backoff
+
+
+def active_condition(fabric: Fabric) -> dict[str, Any] | None:
+    ac = fabric.custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "admissionchecks", fabric.check)
+    return next((c for c in (ac.get("status") or {}).get("conditions") or [] if c["type"] == "Active"), None)
+
+
+def test_a_warm_standby_watches_but_writes_and_decides_only_once_it_leads(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller()
+    ctrl.start(leading=False)
+    try:
+        assert ctrl.wait_synced(30)  # listed and watching before it leads: a takeover needs no relist
+        fabric.submit("waits-for-its-leader", [("main", 1, 4)])
+        key = f"{fabric.ns}/waits-for-its-leader"
+        assert wait_until(lambda: key in ctrl.pending())  # its watch saw the Workload
+        time.sleep(0.5)
+        assert fabric.entry("waits-for-its-leader")["state"] == "Pending" and fabric.decision_records() == []
+        assert active_condition(fabric) is None  # a standby writes nothing, not even the check's condition
+        ctrl.lead()
+        assert wait_until(lambda: fabric.entry("waits-for-its-leader")["state"] == "Ready")
+        assert wait_until(lambda: (active_condition(fabric) or {}).get("status") == "True")
+    finally:
+        ctrl.stop()

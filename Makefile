@@ -38,6 +38,7 @@ bench: install envtest
 	atoll bench finder --nodes 50000
 	atoll bench controller --workloads 1000
 	atoll bench controller --workloads 1000 --mode backlog
+	atoll bench failover --goal-seconds 2
 	atoll bench simulate
 	atoll bench quality
 

@@ -138,6 +138,7 @@ class Controller:
         self._stop = threading.Event()
         self._leading = threading.Event()
         self._active_retry_at: float | None = None
+        self._catch_up_due = False
         self._active_failures = 0
         self._leading.set()
         self._threads: list[threading.Thread] = []
@@ -484,8 +485,26 @@ class Controller:
         self._threads.append(t)
 
     def lead(self) -> None:
-        """Start deciding (this replica now holds the lease)."""
+        """Start deciding (this replica now holds the lease). A standby reads the Workloads once
+        first (``_catch_up``)."""
+        if not self._leading.is_set():
+            self._catch_up_due = True
         self._leading.set()
+
+    def _catch_up(self) -> bool:
+        """A standby that now leads reads every Workload once before deciding: its watch may not
+        yet have delivered the previous leader's last decisions, and deciding without them could
+        hand the same nodes out twice. Only newer versions are taken (a watch event may already
+        be ahead of the list). False if the read failed (tried again next turn)."""
+        try:
+            items = self.writes.list(WORKLOADS).items
+        except errors.ApiError as exc:
+            _log.error("workloads not read at takeover; will retry", error=str(exc))
+            return False
+        for obj in items:
+            if self.cache.upsert(WORKLOADS, obj):
+                self._on_workload(obj)
+        return True
 
     @property
     def leading(self) -> bool:
@@ -535,6 +554,10 @@ class Controller:
                 _log.exception("event handling failed")
             if not self.synced or not leading:
                 continue
+            if self._catch_up_due:
+                if not self._catch_up():
+                    continue
+                self._catch_up_due = False
             if not led or (self._active_retry_at is not None and self.clock.monotonic() >= self._active_retry_at):
                 led = True  # first turn as leader (a standby writes no condition), or a failed write's retry is due
                 self._refresh_active()

@@ -43,6 +43,7 @@ bench: install envtest
 	atoll bench controller --workloads 1000 --mode backlog
 	atoll bench webhook --pods 500
 	atoll bench webhook --pods 500 --no-ranked
+	atoll bench failover --goal-seconds 2
 	atoll bench simulate
 	atoll bench decide
 	atoll bench quality

@@ -6,7 +6,11 @@ Workload is queued while it is actionable (``QuotaReserved=True``, not ``Evicted
 or deactivated, Atoll's entry ``Pending``), and while the webhook asks for an admitted one to be
 requeued (``_requeue``); the decision is ``Decider``'s (``_decide``), the write ``StatusWriter``'s
 (``_status``), and the record and metrics are taken here. A write refused
-because the Workload changed since it was read (409) reads it again and decides again at once.
+because the Workload changed since it was read (409) reads it again and decides again at once
+(next, ahead of the queue). The worker never sleeps on a retry: its writes and reads make one
+attempt each, and a transient failure puts the Workload on the delayed queue with its backoff
+(``DecisionSettings.error_requeue_seconds``), so one slow call costs at most one request
+timeout (``Settings.worker_turn_worst_case_seconds``, below the liveness stall limit).
 Tests drive the same code synchronously: ``sync()`` lists everything, ``process()`` decides what
 is queued.
 
@@ -79,6 +83,13 @@ _log = structlog.get_logger("atoll.controller")
 # ----------------------------------------------------------------------------- the controller
 
 
+def _one_attempt(port: ClusterPort) -> ClusterPort:
+    """``port`` making one attempt per call, when it can retry by itself (``KubePort``, and ports
+    wrapping one, offer ``single_attempt()``); other ports are used as they are."""
+    view = getattr(port, "single_attempt", None)
+    return view() if callable(view) else port
+
+
 class Controller:
     def __init__(
         self,
@@ -108,9 +119,11 @@ class Controller:
         self.cache = ClusterCache(gpu)
         self.ledger = Ledger(gpu, bound=self.cache.bound_pods, node_labels=self.cache.node_labels, succeeded=self.cache.succeeded_pods)
         self.cache.pod_listener = self.ledger.pods_changed
+        self.writes = _one_attempt(port)
+        """The worker's port: one attempt per call (a transient failure is requeued, not slept on)."""
         self.events = EventPoster(port, clock=self.clock, instance=self.identity, max_chars=self.settings.decisions.event_message_max_chars)
         self.decider = Decider(self.cache, self.ledger, self.settings)
-        self.status = StatusWriter(port, cache=self.cache, ledger=self.ledger, settings=self.settings, clock=self.clock,
+        self.status = StatusWriter(self.writes, cache=self.cache, ledger=self.ledger, settings=self.settings, clock=self.clock,
                                    events=self.events, on_written=on_written)
         self.explainer = Explainer(self.cache, self.ledger, self.decider, self.settings)
         self.config_error: str | None = None
@@ -129,6 +142,11 @@ class Controller:
         self.parking = Parking(self.cache, enabled=self.settings.decisions.park_waiting)
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
+        self._leading = threading.Event()
+        self._active_retry_at: float | None = None
+        self._catch_up_due = False
+        self._active_failures = 0
+        self._leading.set()
         self._threads: list[threading.Thread] = []
         self.heartbeat = self.clock.monotonic()
         cfg = self.settings.config
@@ -277,7 +295,7 @@ class Controller:
             self.metrics.config_rejections.labels("configmap").inc()
             _log.error("profiles document rejected; the last good one stays in force" if self.cache.profiles else
                        "profiles document rejected; no valid document yet, Workloads wait", configmap=where, error=str(exc))
-            if not self.read_only:
+            if not self.read_only and self._leading.is_set():
                 self.events.post({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj.get("metadata") or {}}, "Warning",
                                  "InvalidProfiles", f"{exc}\n(the last good document stays in force)" if self.cache.profiles else str(exc))
         else:
@@ -292,9 +310,15 @@ class Controller:
         self._refresh_active()
 
     def _refresh_active(self) -> None:
-        if self.read_only or not self._synced >= {CONFIGMAPS, ADMISSION_CHECKS}:
+        if self.read_only or not self._leading.is_set() or not self._synced >= {CONFIGMAPS, ADMISSION_CHECKS}:
             return
-        self.status.refresh_active(self._check_names, config_error=self.config_error, config_seen=self._config_rv is not None)
+        if self.status.refresh_active(self._check_names, config_error=self.config_error, config_seen=self._config_rv is not None):
+            self._active_retry_at, self._active_failures = None, 0
+            return
+        # a failed write is tried again by the worker's loop on the error backoff, not slept on here
+        delays = self.settings.decisions.error_requeue_seconds
+        self._active_failures += 1
+        self._active_retry_at = self.clock.monotonic() + delays[min(self._active_failures, len(delays)) - 1]
 
     # ------------------------------------------------------------------ decisions
 
@@ -430,12 +454,13 @@ class Controller:
     def _decide_again(self, key: str, obj: Obj, exc: errors.Conflict) -> None:
         """The write was refused because the Workload changed after it was read (or another
         manager holds a field): read it again, keep the cache in step, and decide again at once
-        on what is there now (which may be nothing to do: evicted, re-reserved, finished)."""
+        (first in the queue) on what is there now (which may be nothing to do: evicted,
+        re-reserved, finished). A read that fails goes on the error backoff."""
         self._conflicts[key] += 1
         self.metrics.api_write_failures.labels(type(exc).__name__).inc()
         meta = obj.get("metadata") or {}
         try:
-            fresh = self.port.get(WORKLOADS, str(meta.get("name")), namespace=meta.get("namespace"))
+            fresh = self.writes.get(WORKLOADS, str(meta.get("name")), namespace=meta.get("namespace"))
         except errors.NotFound:
             _log.info("workload gone before its decision was written", workload=key)
             self._conflicts.pop(key, None)
@@ -456,6 +481,8 @@ class Controller:
                   read=meta.get("resourceVersion"), current=(fresh.get("metadata") or {}).get("resourceVersion"))
         self.cache.upsert(WORKLOADS, fresh)
         self._on_workload(fresh)
+        if key in self._queue:
+            self._queue.move_to_end(key, last=False)
 
     def _after_decision(self, obj: Obj, verdict: Verdict, latency: float, term: int | None = None) -> None:
         meta = obj.get("metadata") or {}
@@ -518,14 +545,47 @@ class Controller:
 
     # ------------------------------------------------------------------ the loop
 
-    def start(self) -> None:
-        """Watch every resource and decide in a worker thread until ``stop()``."""
+    def start(self, *, leading: bool = True) -> None:
+        """Watch every resource and decide in a worker thread until ``stop()``. ``leading=False``
+        starts a warm standby: its watches keep the cache and ledger current and its kernels are
+        compiled, but it writes and decides nothing until ``lead()``, so a failover needs no
+        relist and no warm-up."""
+        if leading:
+            self._leading.set()
+        else:
+            self._leading.clear()
         self._stop.clear()
         self.events.start()
         self._threads.extend(self.informers.start())
         t = threading.Thread(target=self._work, name="atoll-worker", daemon=True)
         t.start()
         self._threads.append(t)
+
+    def lead(self) -> None:
+        """Start deciding (this replica now holds the lease). A standby reads the Workloads once
+        first (``_catch_up``)."""
+        if not self._leading.is_set():
+            self._catch_up_due = True
+        self._leading.set()
+
+    def _catch_up(self) -> bool:
+        """A standby that now leads reads every Workload once before deciding: its watch may not
+        yet have delivered the previous leader's last decisions, and deciding without them could
+        hand the same nodes out twice. Only newer versions are taken (a watch event may already
+        be ahead of the list). False if the read failed (tried again next turn)."""
+        try:
+            items = self.writes.list(WORKLOADS).items
+        except errors.ApiError as exc:
+            _log.error("workloads not read at takeover; will retry", error=str(exc))
+            return False
+        for obj in items:
+            if self.cache.upsert(WORKLOADS, obj):
+                self._on_workload(obj)
+        return True
+
+    @property
+    def leading(self) -> bool:
+        return self._leading.is_set()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -555,10 +615,12 @@ class Controller:
             self.decider.warm_up()
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first decision its compile time
             _log.exception("finder warm-up failed")
+        led = False
         while not self._stop.is_set():
             self.heartbeat = self.clock.monotonic()
+            leading = self._leading.is_set()
             try:
-                busy = bool(self._queue) and self.synced
+                busy = bool(self._queue) and self.synced and leading
                 item = self._inbox.get_nowait() if busy else self._inbox.get(timeout=0.2)
                 self._handle(item)
                 while True:
@@ -567,8 +629,15 @@ class Controller:
                 pass
             except Exception:  # noqa: BLE001 - one bad event must not stop the controller
                 _log.exception("event handling failed")
-            if not self.synced:
+            if not self.synced or not leading:
                 continue
+            if self._catch_up_due:
+                if not self._catch_up():
+                    continue
+                self._catch_up_due = False
+            if not led or (self._active_retry_at is not None and self.clock.monotonic() >= self._active_retry_at):
+                led = True  # first turn as leader (a standby writes no condition), or a failed write's retry is due
+                self._refresh_active()
             self._promote_due()
             if self._queue:
                 key, _ = self._queue.popitem(last=False)

@@ -129,9 +129,11 @@ class StatusWriter:
         self.ledger.observe(self.cache.objects[WORKLOADS][object_key(out)], names)
         return out
 
-    def refresh_active(self, check_names: Iterable[str], *, config_error: str | None, config_seen: bool) -> None:
+    def refresh_active(self, check_names: Iterable[str], *, config_error: str | None, config_seen: bool) -> bool:
         """Keep ``status.conditions[Active]`` of Atoll's AdmissionChecks true (false, with the
-        reason, while no valid profiles document has ever been read). No write if unchanged."""
+        reason, while no valid profiles document has ever been read). No write if unchanged.
+        False when a write failed (the caller tries again later)."""
+        ok = True
         cfg = self.settings.config
         if self.cache.profiles is not None:
             status, reason = "True", "Active"
@@ -156,4 +158,6 @@ class StatusWriter:
                 self.cache.upsert(ADMISSION_CHECKS, out)
                 _log.info("admission check condition written", name=name, active=status, reason=reason)
             except errors.ApiError as exc:
-                _log.error("admission check condition not written", name=name, error=str(exc))
+                _log.error("admission check condition not written; will retry", name=name, error=str(exc))
+                ok = False
+        return ok

@@ -50,19 +50,37 @@ def test_two_replicas_with_the_leader_killed_never_write_in_one_term(apiserver: 
     assert summary.takeovers >= 3 and summary.decisions > 0, summary.json()  # leaders were replaced (2 runs, 3+ tenures) and decided
 
 
-def test_the_term_audit_catches_a_replica_that_writes_without_its_lease(apiserver: Any) -> None:
-    """The audit is not blind: replicas whose writes are not fenced and whose records name one term
-    for every tenure look like two leaders in one term."""
-    config = RunConfig(seed=31, fault_rate=0.0, seconds=6.0, kill_rate=0.06, shapes="nested", replicas=True)
+SLOW_SERVER = {"fault_rate": 0.4, "faults": ("slow",), "slow_seconds": (0.5, 3.0), "workloads": 16, "seconds": 8.0}
+"""A server that holds 40% of requests for 0.5 to 3 s, longer than the gap between a term's end
+and a standby's takeover (0.5 s with the chaos ``LEASE``): renewals lapse, leaders change often,
+and a write sent near a term's end reaches the server late unless its attempt ended first."""
 
-    def unfenced(port: Any, **kwargs: Any) -> Controller:
-        port.port.fence = None
-        kwargs["lease_term"] = lambda: 0
-        return Controller(port, **kwargs)
 
-    summary = run_many(apiserver, 1, config, prefix="chaos-unfenced", controller_factory=unfenced)
-    assert summary.takeovers >= 2, summary.json()  # a second tenure: the precondition for two writers in one named term
-    assert summary.dual_leaders > 0, summary.json()
+def unbounded_attempts(port: Any, **kwargs: Any) -> Controller:
+    """A replica that asks whether its term is valid before each write attempt, but then waits on
+    the attempt for the whole request timeout (5 s here), as Atoll did before bounding it."""
+    elector = port.port.fence.__self__
+    port.port.fence = lambda: float("inf") if elector.valid() else 0.0
+    return Controller(port, **kwargs)
+
+
+def test_the_term_audit_catches_a_deposed_leaders_late_write(apiserver: Any) -> None:
+    """The audit is not blind: with real terms, the server's own timeline shows writes of a leader
+    whose attempts outlive its term landing after another replica took the Lease."""
+    config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, **SLOW_SERVER)  # type: ignore[arg-type]
+    summary = run_many(apiserver, 2, config, prefix="chaos-late", controller_factory=unbounded_attempts)
+    assert summary.takeovers >= 2 and summary.writes_received > 0, summary.json()
+    assert summary.writes_outside_term > 0, summary.json()
+    assert not summary.clean
+
+
+def test_write_attempts_bounded_by_the_term_never_land_outside_it(apiserver: Any) -> None:
+    config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, **SLOW_SERVER)  # type: ignore[arg-type]
+    summary = run_many(apiserver, 2, config, prefix="chaos-bounded")
+    assert summary.takeovers >= 2 and summary.writes_received > 0 and summary.decisions > 0, summary.json()
+    assert summary.dropped_slow > 0, summary.json()  # attempts did end while the server held them
+    assert summary.writes_outside_term == 0, summary.json()
+    assert summary.clean, summary.json()
 
 
 def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:

@@ -111,7 +111,7 @@ def test_the_bundled_small_jobs_stream_spans_14_days_with_a_64_gpu_gang_about_ev
 
     from admission.simulator import scale_load
 
-    path = Path(__file__).resolve().parents[3] / "config/workloads/synthetic-small-jobs-with-gangs.yaml"
+    path = Path(__file__).resolve().parents[3] / "config/streams/small-jobs-with-gangs.yaml"
     params = SyntheticParams.model_validate(yaml.safe_load(path.read_text()))
     jobs = scale_load(synthetic_jobs(42_671, 0, 4, params), 2304, 0.95)
     span_h = (jobs[-1].submit_s - jobs[0].submit_s) / 3600

@@ -54,7 +54,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from admission.simulator._cost import step_slowdown
+from admission.simulator._collectives import Island, allreduce
+from admission.simulator._cost import LINK_MODELS, slowdown_from_ratio, step_slowdown
 from admission.simulator._jobs import Job, split_into_pods
 from admission.controller import Violation, check_invariant
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
@@ -65,6 +66,7 @@ from topology import ClusterModel, FlavorModel, ResourceVector, Snapshot, fragme
 
 __all__ = [
     "ENFORCEMENTS",
+    "ISLAND_BLOCKS",
     "SCHEDULERS",
     "STATUS_DONE",
     "STATUS_REJECTED",
@@ -85,6 +87,8 @@ SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job], float]
 ProgressFn = Callable[[int, int], None]
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
+ISLAND_BLOCKS = (72, 64, 32, 16)
+"""Block sizes (GPUs) whose availability inside one island is sampled (``SimResult.block_free``)."""
 ENFORCEMENTS = ("domain", "exact")
 _COMPLETE, _RETRY, _BIND = 0, 1, 2
 
@@ -118,8 +122,13 @@ class SimSettings:
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
+    link_model: str = "calibrated"
+    """How a placement's all-reduce is priced (``_cost.LINK_MODELS``): ``calibrated``
+    (``_collectives``) or ``flat-ring`` (the pessimistic ring at one rail)."""
 
     def __post_init__(self) -> None:
+        if self.link_model not in LINK_MODELS:
+            raise ValueError(f"link_model: {self.link_model!r} is not one of {', '.join(LINK_MODELS)}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
         if self.enforcement not in (None, *ENFORCEMENTS):
@@ -180,6 +189,12 @@ class SimResult:
     """First and last arrival: the span over which load is offered."""
     busiest_time: float = math.nan
     island_grid: list[dict[str, Any]] = field(default_factory=list)
+    block_free: dict[int, FloatArray] = field(default_factory=dict)
+    """Per block size (``ISLAND_BLOCKS``, GPUs): 1.0 at each fragmentation sample when some island
+    of some flavor had that many GPUs free, else 0.0; only sizes some island can hold."""
+    stranded_gpus: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """At each fragmentation sample: GPUs of the waiting gangs (multi-pod training jobs that fit
+    one island when empty) whose flavor had enough GPUs free, but no island with that many."""
     """Per flavor at the busiest moment: {flavor, level, parents, used, total} (see _plots)."""
 
 
@@ -261,17 +276,26 @@ def _fits_empty(snapshot: Snapshot, shape: JobShape) -> bool:
 
 
 class CostModel:
-    """``_cost.step_slowdown`` for a placement on a snapshot.
+    """The job's slowdown on a placement: ``_cost.step_slowdown`` (``flat-ring``) or the
+    calibrated collective model (``calibrated``, the default; ``_collectives``).
 
-    The bottleneck link is that of the lowest common domain of the placement's nodes (one node:
-    the node's own link). The ideal link is that of the lowest level one of whose domains can hold
-    the job on the empty flavor: the island link for a gang that fits an island, the node link for
-    a one-pod job, a wider level for a job bigger than any island (an unavoidable span is not a
-    slowdown). Min perf is the slowest chosen node's.
+    Flat ring: the bottleneck link is that of the lowest common domain of the placement's nodes
+    (one node: the node's own link). Calibrated: the GPUs the job holds in each NVLink island
+    (the levels above the node whose link is as fast as the node's), NVLink at half the island
+    level's (two-direction) figure, one NIC per GPU at the bandwidth and latency of the lowest
+    common domain's level. The ideal is the same model on the best placement the empty flavor
+    allows: one island when the job fits one (NVLS), else the fewest islands of the lowest level
+    that can hold it, evenly split (an unavoidable span is not a slowdown). Min perf is the
+    slowest chosen node's.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, link_model: str = "calibrated") -> None:
+        if link_model not in LINK_MODELS:
+            raise ValueError(f"link_model: {link_model!r} is not one of {', '.join(LINK_MODELS)}")
+        self.link_model = link_model
         self._ideal: dict[tuple[int, JobShape], int] = {}
+        self._ideal_s: dict[tuple[int, JobShape, float], float] = {}
+        self._islands: dict[int, int] = {}
 
     def ideal_level(self, snapshot: Snapshot, shape: JobShape) -> int:
         key = (id(snapshot.node_names), shape)
@@ -280,16 +304,66 @@ class CostModel:
             level = self._ideal[key] = _ideal_level(snapshot, shape)
         return level
 
-    def __call__(self, snapshot: Snapshot, nodes: IntArray, shape: JobShape, job: Job) -> float:
+    def island_level(self, snapshot: Snapshot) -> int:
+        """The NVLink island: the highest level whose link, and every link below it, is as fast as the node's."""
+        key = id(snapshot.node_names)
+        lv = self._islands.get(key)
+        if lv is None:
+            bw = snapshot.bandwidth_gbps
+            lv = snapshot.node_level
+            while lv > 0 and bw[lv - 1] >= bw[snapshot.node_level]:
+                lv -= 1
+            self._islands[key] = lv
+        return lv
+
+    def __call__(self, snapshot: Snapshot, nodes: IntArray, shape: JobShape, job: Job, pods: IntArray | None = None) -> float:
         lo, hi = int(nodes.min()), int(nodes.max())
         level = 0
         for lv in range(snapshot.node_level, -1, -1):
             if snapshot.node_dom[lv, lo] == snapshot.node_dom[lv, hi]:
                 level = lv
                 break
+        min_perf = float(snapshot.perf[nodes].min())
         ideal = self.ideal_level(snapshot, shape)
-        return step_slowdown(job, float(snapshot.perf[nodes].min()), float(snapshot.bandwidth_gbps[level]), float(snapshot.latency_us[level]),
-                             float(snapshot.bandwidth_gbps[ideal]), float(snapshot.latency_us[ideal]))
+        if self.link_model == "flat-ring":
+            return step_slowdown(job, min_perf, float(snapshot.bandwidth_gbps[level]), float(snapshot.latency_us[level]),
+                                 float(snapshot.bandwidth_gbps[ideal]), float(snapshot.latency_us[ideal]))
+        if job.gpus <= 1 or job.kind != "training" or job.comm_fraction == 0.0:
+            return slowdown_from_ratio(job, min_perf, 1.0)
+        island = self.island_level(snapshot)
+        per_node = (pods if pods is not None else np.ones(nodes.size, dtype=np.int64)) * shape.per_pod.gpu
+        doms = snapshot.node_dom[island, nodes]
+        _, inverse = np.unique(doms, return_inverse=True)
+        gpus = np.bincount(inverse, weights=per_node).astype(np.int64).tolist()
+        actual = allreduce(job.model_gb, gpus, _fabric(snapshot, island, min(level, island))).time_s
+        ideal_s = self._ideal_time(snapshot, shape, job.model_gb, island, ideal)
+        if ideal_s <= 0.0:
+            return slowdown_from_ratio(job, min_perf, 1.0)
+        return slowdown_from_ratio(job, min_perf, actual / ideal_s)
+
+    def _ideal_time(self, snapshot: Snapshot, shape: JobShape, size_gb: float, island: int, ideal: int) -> float:
+        key = (id(snapshot.node_names), shape, size_gb)
+        t = self._ideal_s.get(key)
+        if t is None:
+            k = shape.gpus
+            if ideal >= island:
+                split = [k]
+            else:
+                starts = snapshot.bounds[snapshot.bptr[island]: snapshot.bptr[island + 1]]
+                alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
+                biggest = int(np.add.reduceat(alloc, starts[:-1]).max()) if starts.size > 1 else k
+                n = max(1, -(-k // max(biggest, 1)))
+                split = [k // n + (1 if i < k % n else 0) for i in range(n)]
+            t = self._ideal_s[key] = allreduce(size_gb, split, _fabric(snapshot, island, min(ideal, island))).time_s
+        return t
+
+
+def _fabric(snapshot: Snapshot, island: int, crossed: int) -> Island:
+    """The calibrated model's view of a flavor: NVLink at the island level (vendor figures are
+    both directions: half each way), one NIC per GPU at the crossed level's figure (per GPU rail,
+    one direction, after that level's oversubscription)."""
+    return Island(nvlink_gbps=float(snapshot.bandwidth_gbps[island]) / 2.0, nvlink_latency_us=float(snapshot.latency_us[island]),
+                  nic_gbps=float(snapshot.bandwidth_gbps[crossed]), cross_latency_us=float(snapshot.latency_us[crossed]))
 
 
 def _ideal_level(snapshot: Snapshot, shape: JobShape) -> int:
@@ -373,7 +447,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     if isinstance(policy, AtollPolicy):
         deployed = DeployedAtoll(policy.name, policy.profile_name, policy.document(), cluster, scheduler=settings.scheduler,
                                  enforcement=settings.enforcement, seed=settings.seed, ledger=ledger)
-    cost = slowdown if slowdown is not None else CostModel()
+    cost = slowdown if slowdown is not None else CostModel(settings.link_model)
     snaps = build_snapshots(cluster)
     fl = [_Flavor(s, island_level_of(s, settings.island_level)) for s in snaps]
     total_gpus = sum(f.nominal for f in fl)
@@ -408,6 +482,11 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     next_sample = window[0]
     times, alloc_t, useful_t, pend_t = array("d"), array("d"), array("d"), array("d")
     frag_t, frag_v = array("d"), array("d")
+    island_cap = max((_largest_island(f) for f in fl), default=0)
+    blocks = {b: array("d") for b in ISLAND_BLOCKS if b <= island_cap}
+    stranded_t = array("d")
+    retrying: dict[tuple[int, int], int] = {}
+    """(flavor, shape) → jobs waiting on an admission-check retry timer (out of Kueue's queue meanwhile)."""
     busiest = -1
     busiest_time = math.nan
     grid: list[dict[str, Any]] = []
@@ -435,7 +514,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     def start_job(j: int, fi: int, shape: JobShape, nodes: IntArray, pods: IntArray, now: float) -> None:
         nonlocal seq, running_gpus, useful_gpus
         f = fl[fi]
-        s = float(cost(f.snapshot, nodes, shape, work.jobs[j]))
+        s = float(cost(f.snapshot, nodes, shape, work.jobs[j], pods))
         placed[j] = (nodes, pods)
         start[j] = now
         slow[j] = s
@@ -509,6 +588,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                     capacity_changed(snap, att.nodes)
                 start_job(j, fi, shape, att.nodes, att.pods, now)
             elif att.outcome == "wait":
+                retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
                 if math.isnan(first_wait[j]):
                     first_wait[j] = now
                 attempts[j] += 1
@@ -551,6 +631,8 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                 running_gpus -= shape.gpus
                 useful_gpus -= shape.gpus / float(slow[j])
             else:
+                sid = int(shape_of[j])
+                retrying[(fi, sid)] -= 1
                 enqueue(j)
             touched.add(fi)
         while nxt < n and arr[nxt] == now:
@@ -572,6 +654,10 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         if now >= next_sample and now <= window[1]:
             frag_t.append(now)
             frag_v.append(_fragmentation(fl, settings.reference_gang_gpus))
+            best, stranded = _island_blocks(fl, shape_gpus, shape_fits, retrying)
+            for b, out in blocks.items():
+                out.append(1.0 if best >= b else 0.0)
+            stranded_t.append(stranded)
             next_sample = now + sample_every
         if settings.record_islands and running_gpus > busiest:
             busiest = running_gpus
@@ -589,7 +675,8 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         times=np.frombuffer(times), allocated=np.frombuffer(alloc_t), useful=np.frombuffer(useful_t),
         pending=np.frombuffer(pend_t), frag_times=np.frombuffer(frag_t), frag_values=np.frombuffer(frag_v),
         decisions=decisions, decision_seconds=decision_s, wall_seconds=time.perf_counter() - wall0, window=window,
-        busiest_time=busiest_time, island_grid=grid,
+        busiest_time=busiest_time, island_grid=grid, block_free={b: np.frombuffer(v) for b, v in blocks.items()},
+        stranded_gpus=np.frombuffer(stranded_t),
     )
 
 
@@ -630,6 +717,38 @@ def _fragmentation(fl: Sequence[_Flavor], reference_gpus: int) -> float:
             total += free * fragmentation_index(f.snapshot, f.island, reference_gpus)
             weight += free
     return total / weight if weight else 0.0
+
+
+def _largest_island(f: _Flavor) -> int:
+    """GPUs of the biggest island of the flavor (healthy nodes)."""
+    snap = f.snapshot
+    alloc = np.where(snap.eligible.astype(bool), snap.alloc[:, 0], 0)
+    b = snap.bounds[snap.bptr[f.island]: snap.bptr[f.island + 1]]
+    pc = np.concatenate(([0], np.cumsum(alloc)))
+    return int((pc[b[1:]] - pc[b[:-1]]).max()) if b.size > 1 else 0
+
+
+def _island_blocks(fl: Sequence[_Flavor], shape_gpus: Sequence[int], shape_fits: Sequence[bool], retrying: dict[tuple[int, int], int]) -> tuple[int, float]:
+    """The largest free block inside one island over all flavors, and the GPUs of waiting gangs
+    stranded by fragmentation: their flavor has as many GPUs free, no island does."""
+    best = 0
+    stranded = 0.0
+    for fi, f in enumerate(fl):
+        free = island_free_gpus(f.snapshot, f.island)
+        top = int(free.max()) if free.size else 0
+        total = int(free.sum())
+        best = max(best, top)
+        if total <= top:
+            continue
+        for sid, q in f.queues.items():
+            g = shape_gpus[sid]
+            if shape_fits[sid] and top < g <= total:
+                stranded += g * len(q)
+        for (rf, sid), count in retrying.items():
+            g = shape_gpus[sid]
+            if rf == fi and count and shape_fits[sid] and top < g <= total:
+                stranded += g * count
+    return best, stranded
 
 
 def _island_grid(f: _Flavor) -> dict[str, Any]:

@@ -198,11 +198,21 @@ defaultProfile: strict
     assert res.gang_fits_island.tolist() == [False, True]  # replicas are not gangs
 
 
-def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not() -> None:
+@pytest.mark.parametrize("link_model", ["calibrated", "flat-ring"])
+def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not(link_model: str) -> None:
+    from admission.simulator._collectives import Island, allreduce
+
     model = cluster(sus=2, racks=1, nodes=4, used={"u0r0n0": 4, "u1r0n0": 4})  # no island holds 4 nodes
-    res = run(model, [job(0.0, 1000.0, 16), job(0.0, 1000.0, 8), job(0.0, 1000.0, 1)], "count-only")
+    gang = job(0.0, 1000.0, 16)
+    res = run(model, [gang, job(0.0, 1000.0, 8), job(0.0, 1000.0, 1)], "count-only", link_model=link_model)
     assert res.islands.tolist() == [2, 1, 1]
-    assert res.slowdown[0] > 1.5  # crossed the 50 GB/s SU link instead of NVLink
+    if link_model == "flat-ring":
+        assert res.slowdown[0] > 1.5  # every GPU on one 50 GB/s rail instead of NVLink
+    else:  # 12 + 4 GPUs: four channels of 50 GB/s across the SU, against NVLS in one island
+        nvlink = Island(nvlink_gbps=900.0, nvlink_latency_us=5.0, nic_gbps=50.0, cross_latency_us=5.0)
+        ratio = allreduce(gang.model_gb, [12, 4], nvlink).time_s / allreduce(gang.model_gb, [16], nvlink).time_s
+        assert res.slowdown[0] == pytest.approx(1.0 + gang.comm_fraction * (ratio - 1.0))
+        assert 1.1 < res.slowdown[0] < 1.5
     assert res.slowdown[1] == 1.0 and res.slowdown[2] == 1.0
     assert res.end[0] - res.start[0] == pytest.approx(1000.0 * res.slowdown[0])
 

@@ -1,5 +1,14 @@
 """The simulator's job cost model: how much slower a job runs on the placement it got.
 
+Two link models price the all-reduce (``LINK_MODELS``, ``--link-model``). The default,
+``calibrated``, lives in ``_collectives``: NCCL's algorithms on aggregated rails, checked against
+published nccl-tests measurements (coreweave/nccl-tests README, NVIDIA/nccl issue #1801, Voltage
+Park's public H100 benchmarks; ``atoll bench collectives``); its all-reduce times go through
+``slowdown_from_ratio`` below. ``flat-ring``, described next, is the pessimistic end: it prices a
+span across two GB200 racks at one 50 GB/s rail where nccl-tests measure 793 GB/s. Placement
+still matters, by less: Fluidstack's engineering blog reports a 256-GPU job at 412 ms per step
+placed topology-aware, 631 ms first-fit and 905 ms split across pods.
+
 One synchronous step of a job is compute plus a ring all-reduce of its gradients::
 
     step = compute / p  +  A(S, k, B, α)
@@ -56,7 +65,7 @@ The assumptions, their sources and the flags that change them (``CostParams``, `
   f does not grow with the job by itself; the gradient size S does (``default_model_gb``).
 - ``o`` (overlap, ``--cost-overlap``, per workload class): 0 by default, the upper bound of the
   penalty (nothing hidden); the sensitivity table of ``atoll bench quality`` also runs 0.5.
-- Link bandwidths per level (``--cost-bandwidth``): the cluster model's vendor figures per GPU:
+- Link bandwidths per level (``--cost-bandwidth``, both link models): the cluster model's vendor figures per GPU:
   NVLink 4 900 GB/s (H100), NVLink 5 1.8 TB/s (GB200 NVL72), InfiniBand NDR 400 Gb/s = 50 GB/s
   per GPU rail. The ring over the bottleneck link is a *flat* ring: NCCL's rings across nodes use
   every rail of a node at once (one ring per rail), so its measured bus bandwidth across DGX H100

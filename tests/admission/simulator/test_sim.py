@@ -259,3 +259,26 @@ def test_settings_name_the_field_of_an_unknown_scheduler_or_enforcement() -> Non
         SimSettings(scheduler="fastest")
     with pytest.raises(ValueError, match="enforcement: 'pinned'.*exact"):
         SimSettings(enforcement="pinned")
+
+
+def test_a_gang_waiting_for_one_island_while_the_gpus_sit_free_in_two_is_counted_as_stranded() -> None:
+    from admission.simulator._metrics import summarize
+
+    # each island keeps one node busy for good: 12 + 12 GPUs free, a 16-GPU gang fits neither
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(600.0, 10.0, 1)]
+    elastic = summarize(run(model, jobs, "atoll-elastic"))  # waits 300 s for one island, then spans
+    bestfit = summarize(run(model, jobs, "kueue-bestfit"))  # spans at once
+    assert elastic["stranded_gpu_hours"] == pytest.approx(16 * 300 / 3600)
+    assert bestfit["stranded_gpu_hours"] == 0.0
+    assert elastic["island_block_16"] == 0.0  # no island ever had 16 GPUs free
+    assert elastic["island_block_72"] is None and elastic["island_block_32"] is None  # no island holds that many
+    assert elastic["p95_gang_slowdown"] > 1.0  # the span is charged
+
+
+def test_island_blocks_are_sampled_while_whole_islands_sit_free() -> None:
+    from admission.simulator._metrics import summarize
+
+    jobs = [job(float(t), 50.0, 4) for t in range(0, 1000, 100)]  # one node at a time: an island always stays empty
+    s = summarize(run(cluster(sus=1, racks=2), jobs, "kueue-bestfit"))
+    assert s["island_block_16"] == 1.0 and s["stranded_gpu_hours"] == 0.0

@@ -39,6 +39,7 @@ bench: install envtest
 	atoll bench controller --workloads 1000
 	atoll bench controller --workloads 1000 --mode backlog
 	atoll bench simulate
+	atoll bench collectives
 	atoll bench quality
 
 # Placements that hold under faults: 200 seeded runs, 20 % of API requests faulted, the controller

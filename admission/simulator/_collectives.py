@@ -137,20 +137,21 @@ def allreduce(size_gb: float, island_gpus: Sequence[int], fabric: Island, algori
     bus = _bus_factor(k) * size_gb
     if algorithm == "nvls" and n > 1:
         raise ValueError("allreduce: NVLS runs inside one island; this placement spans " + str(n))
+    chosen: str = algorithm
     if algorithm == "auto":
-        algorithm = "nvls" if n == 1 and fabric.nvls else ("ring" if n == 1 else _tuner_choice(bus, k, gpus, fabric))
-    if algorithm == "nvls":
+        chosen = "nvls" if n == 1 and fabric.nvls else ("ring" if n == 1 else _tuner_choice(bus, k, gpus, fabric))
+    if chosen == "nvls":
         bw = ETA_NVLS * fabric.nvlink_gbps
         t = ALPHA_S + 2.0 * fabric.nvlink_latency_us * _US + bus / bw
-    elif algorithm == "ring":
+    elif chosen == "ring":
         bw = _ring_bw(gpus, fabric)
         t = ALPHA_S + _ring_steps_latency(gpus, fabric) + bus / bw
-    elif algorithm == "tree":
+    elif chosen == "tree":
         bw = _tree_busbw(k, gpus, fabric)
         t = ALPHA_S + _tree_latency(k, n, fabric) + bus / bw
     else:
         raise ValueError(f"allreduce: algorithm {algorithm!r} is not one of {', '.join(ALGORITHMS)}")
-    return Collective(algorithm, t, bus / t if t > 0 else math.inf)
+    return Collective(chosen, t, bus / t if t > 0 else math.inf)
 
 
 def _channels(gpus: Sequence[int], fabric: Island) -> float:

@@ -83,7 +83,8 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job], float]
+SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job, IntArray], float]
+"""(snapshot, nodes, shape, job, pods per node) → slowdown: ``CostModel`` or a stand-in."""
 ProgressFn = Callable[[int, int], None]
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2

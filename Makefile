@@ -45,6 +45,7 @@ bench: install envtest
 	atoll bench webhook --pods 500 --no-ranked
 	atoll bench failover --goal-seconds 2
 	atoll bench simulate
+	atoll bench collectives
 	atoll bench decide
 	atoll bench quality
 

@@ -16,7 +16,7 @@ import numpy as np
 from admission.cli._args import Parser
 from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
 
-__all__ = ["bench_simulate", "main", "synthetic_fabric", "synthetic_requests"]
+__all__ = ["COLLECTIVES_TOLERANCE", "bench_simulate", "main", "synthetic_fabric", "synthetic_requests"]
 
 SPINE, SU, CLIQUE = "network.example.com/spine", "network.example.com/su", "nvidia.com/gpu.clique"
 NODES_PER_RACK, RACKS_PER_SU, SUS_PER_SPINE, GPUS_PER_NODE = 18, 8, 4, 4
@@ -175,6 +175,33 @@ def _simulate_main(argv: Sequence[str]) -> int:
     return 0 if met else 1  # a missed goal fails the run (make bench)
 
 
+COLLECTIVES_TOLERANCE = 0.20
+"""``atoll bench collectives`` fails when a prediction is further than this from its measurement."""
+
+
+def _collectives_main(argv: Sequence[str]) -> int:
+    from admission.simulator import COLLECTIVE_CONSTANTS as CONSTANTS
+    from admission.simulator import calibration_table
+
+    p = Parser(prog="atoll bench collectives",
+                description="the calibrated link model against published nccl-tests all-reduce bus bandwidths")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    args = p.parse_args(list(argv))
+    rows = calibration_table()
+    misses = [r for r in rows if abs(float(r["error"])) > COLLECTIVES_TOLERANCE]  # type: ignore[arg-type]
+    if args.format == "json":
+        print(json.dumps({"tolerance": COLLECTIVES_TOLERANCE, "constants": CONSTANTS, "points": rows, "pass": not misses}, indent=2))
+    else:
+        width = max(len(str(r["setup"])) for r in rows)
+        print(f"{'setup'.ljust(width)}  {'measured GB/s':>13}  {'predicted GB/s':>14}  {'error':>7}  algorithm  source")
+        for r in rows:
+            print(f"{str(r['setup']).ljust(width)}  {r['measured_gbps']:>13.1f}  {r['predicted_gbps']:>14.1f}  "
+                  f"{100 * float(r['error']):>+6.1f}%  {str(r['algorithm']):<9}  {r['source']}")  # type: ignore[arg-type]
+        verdict = "PASS" if not misses else "FAIL"
+        print(f"{verdict} collectives: {len(rows) - len(misses)} of {len(rows)} published points within ±{100 * COLLECTIVES_TOLERANCE:.0f} %")
+    return 0 if not misses else 1
+
+
 _OTHERS = {"controller": "admission.cli._bench_controller", "decide": "admission.cli._bench_decide",
            "failover": "admission.cli._bench_failover", "quality": "admission.cli._bench_quality", "webhook": "admission.cli._bench_webhook"}
 
@@ -182,14 +209,16 @@ _OTHERS = {"controller": "admission.cli._bench_controller", "decide": "admission
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: atoll bench {finder,simulate,controller,decide,failover,quality,webhook} [options]")
+        print("usage: atoll bench {finder,simulate,collectives,controller,decide,failover,quality,webhook} [options]")
         return 0 if args else 2
     if args[0] == "finder":
         return _finder_main(args[1:])
     if args[0] == "simulate":
         return _simulate_main(args[1:])
+    if args[0] == "collectives":
+        return _collectives_main(args[1:])
     if args[0] in _OTHERS:
         code: int = importlib.import_module(_OTHERS[args[0]]).main(args[1:])
         return code
-    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, controller, decide, failover, quality, webhook)", file=sys.stderr)
+    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, collectives, controller, decide, failover, quality, webhook)", file=sys.stderr)
     return 2

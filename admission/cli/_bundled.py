@@ -15,12 +15,17 @@ from pathlib import Path
 
 from topology import ClusterModel
 
-__all__ = ["CONFIG_DIR", "bundled_path", "model_profiles", "resolve_cluster", "resolve_profiles", "shown"]
+__all__ = ["CONFIG_DIR", "TRACES", "TRACES_DIR", "bundled_path", "model_profiles", "resolve_cluster", "resolve_profiles", "resolve_trace",
+           "shown"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 CONFIG_DIR = _PACKAGE / "_config" if (_PACKAGE / "_config").is_dir() else _PACKAGE.parent / "config"
 """The bundled files: inside the installed package, else the source tree's ``config/``."""
 DEFAULT_CLUSTER = "gb200-nvl72-superpod"
+TRACES_DIR = Path(__file__).resolve().parents[1] / "simulator" / "traces"
+"""Package data: public traces shipped with Atoll, each with its source and licence (README there)."""
+TRACES = {"itp-cluster04": "msft_itp_cluster04_day00-14.csv"}
+"""Bundled trace names and their files."""
 
 
 def bundled_path(value: str) -> Path:
@@ -61,3 +66,13 @@ def shown(path: Path) -> str:
         return "config/" + path.resolve().relative_to(CONFIG_DIR.resolve()).as_posix()
     except ValueError:
         return str(path)
+
+
+def resolve_trace(name_or_path: str | None) -> str | None:
+    """A trace path; a bundled name (``itp-cluster04``) or a bundled file name means the copy
+    shipped in the package (``TRACES_DIR``), unless a file of that name exists here."""
+    if name_or_path is None or Path(name_or_path).exists():
+        return name_or_path
+    name = TRACES.get(name_or_path, name_or_path)
+    bundled = TRACES_DIR / name
+    return str(bundled) if "/" not in name_or_path and bundled.exists() else name_or_path

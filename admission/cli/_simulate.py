@@ -17,12 +17,15 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from admission.cli._args import Parser
-from admission.cli._bundled import model_profiles, resolve_cluster, resolve_profiles, shown
+from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
 from admission.simulator import (
+    GPU_PERF_TAIL,
     INVARIANT_KEYS,
+    LINK_MODELS,
     AtollPolicy,
     Comparison,
     CostError,
@@ -44,10 +47,12 @@ from admission.simulator import (
     compare,
     comparison_json,
     format_comparison,
+    format_islands,
     format_sweep,
     make_policies,
     parse_bandwidths,
     parse_comm_fraction,
+    parse_link_model,
     parse_loads,
     parse_overlap,
     prepare_workload,
@@ -69,9 +74,9 @@ __all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_pe
 DEFAULT_JOBS = 1000
 DEFAULT_LOAD = 1.3
 DEFAULT_SEEDS = 4
-DEFAULT_GPU_PERF = "normal:0.02"
-"""Same-SKU GPU speed spread of the first command: σ 2 % puts the middle 99 % of GPUs within
-≈ ±5 % of the median, the 8 % average variation reported by Sinha et al. (SC22)."""
+DEFAULT_GPU_PERF = GPU_PERF_TAIL
+"""Same-SKU GPU speed of the first command and of trace runs on the bundled models: a narrow
+body plus slow outliers, the shape Sinha et al. (SC22) measured (``_sweep.GPU_PERF_TAIL``)."""
 DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required", "atoll-strict", "atoll-elastic")
 
 
@@ -79,7 +84,8 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
     p.add_argument("--cluster", default=None, help="cluster model file or bundled name (default gb200-nvl72-superpod)")
     p.add_argument("--trace", default=None,
-                   help="trace file: itp CSV, openb pod list CSV, or synthetic parameters (YAML/JSON); omit for the default synthetic workload")
+                   help=f"trace file: itp CSV, openb pod list CSV, or synthetic parameters (YAML/JSON), or a bundled trace "
+                        f"({', '.join(TRACES)}: ITP cluster 04, 14 days, MIT); omit for the default synthetic workload")
     p.add_argument("--trace-format", choices=("itp", "openb", "synthetic"), default=None,
                    help="format of --trace (default: synthetic without --trace, itp with it)")
     p.add_argument("--nodes", default=None, help="openb: the trace's node list CSV (sets the pod split; the fabric is --cluster)")
@@ -95,14 +101,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=None,
                    help=f"how many seeds per configuration (default {DEFAULT_SEEDS} for synthetic workloads, 3 for traces)")
     p.add_argument("--gpu-perf", default=None, metavar="SPEC",
-                   help="per-node relative GPU throughput for every generated flavor: identical, normal:STDDEV, normal:MEAN:STDDEV "
-                        f"or uniform:LOW:HIGH (default {DEFAULT_GPU_PERF} without --cluster and --trace, else as the model says)")
+                   help="per-node relative GPU throughput for every generated flavor: identical, normal:STDDEV, normal:MEAN:STDDEV, "
+                        f"uniform:LOW:HIGH or tail:BODY_STDDEV:SHARE:WORST (default {DEFAULT_GPU_PERF}, drawn anew per seed, on a "
+                        "bundled cluster or without --cluster; a cluster file keeps its own perf)")
     p.add_argument("--cost-comm-fraction", default=None, metavar="SPEC",
                    help="share of an ideal step in all-reduce for multi-GPU training: 0.1, or by size 8:0.05,64:0.1,*:0.15 (default 0.1)")
     p.add_argument("--cost-overlap", default=None, metavar="SPEC",
                    help="share of the all-reduce hidden behind compute: 0.5 (training) or training=0.5,inference=0 (default 0)")
     p.add_argument("--cost-bandwidth", default=None, metavar="LEVEL=GBPS[,...]",
                    help="per-GPU link bandwidth per topology level, e.g. su=400 (default: the cluster model's vendor figures)")
+    p.add_argument("--link-model", default="calibrated", metavar="MODEL",
+                   help=f"how a placement's all-reduce is priced: {' or '.join(LINK_MODELS)} (default calibrated: NCCL's algorithms "
+                        "on aggregated rails, checked against published nccl-tests points by `atoll bench collectives`; flat-ring: "
+                        "every GPU on one rail of the slowest link crossed, the pessimistic end)")
     p.add_argument("--slice-level", default=None, metavar="LEVEL",
                    help="give Kueue's slice annotations (podset-slice-required-topology: LEVEL, podset-slice-size) to every "
                         "training job that no single LEVEL domain of its empty flavor can hold and whose pod count is a multiple "
@@ -229,6 +240,7 @@ def _cost_params(args: argparse.Namespace) -> CostParams:
         comm_fraction=parse_comm_fraction(args.cost_comm_fraction) if args.cost_comm_fraction is not None else None,
         overlap=parse_overlap(args.cost_overlap) if args.cost_overlap is not None else None,
         bandwidth_gbps=parse_bandwidths(args.cost_bandwidth) if args.cost_bandwidth is not None else {},
+        link_model=parse_link_model(args.link_model),
     )
 
 
@@ -258,8 +270,8 @@ def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
+    args.trace = resolve_trace(args.trace)
     fmt: TraceFormat = args.trace_format or ("synthetic" if args.trace is None else "itp")
-    first_command = args.cluster is None and args.trace is None
     t0 = time.perf_counter()
     try:
         if args.jobs is not None and args.jobs < 1:
@@ -276,7 +288,8 @@ def main(argv: Sequence[str]) -> int:
         _settings_check(args.scheduler, args.enforcement)
         cluster_path = resolve_cluster(args.cluster)
         cluster = load_cluster_model(cluster_path)
-        gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if first_command else None)
+        bundled = args.cluster is None or not Path(args.cluster).suffix  # a bundled name, not a file of its own
+        gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if bundled else None)
         if gpu_perf is not None:
             with_gpu_perf(cluster, gpu_perf, args.seed)  # checks the spec before any run
         names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
@@ -388,5 +401,7 @@ def _text(cmps: Sequence[Comparison], title: str, cost: CostParams, others: Sequ
         lines.append("")
         lines.extend(verdict_lines(cmps))
         lines.extend(verdict_lines(others))
+    lines.append("")
+    lines.append(format_islands(cmps, title="whole-island availability and the gang slowdown tail"))
     lines.append(f"cost model: {cost.describe()}")
     return "\n".join(lines)

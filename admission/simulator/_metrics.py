@@ -14,6 +14,12 @@ Definitions (the README's table uses them):
 - Slowdown: the cost model's stretch of each completed job (1.0 = ideal placement).
 - Fragmentation: time-weighted mean of ``topology.fragmentation_index`` at the island level,
   sampled over the arrival window.
+- Whole-island availability (``island_block_<G>``): the share of the arrival window (sampled
+  with fragmentation) in which some island had a free block of G GPUs (72, 64, 32, 16; sizes no
+  island can hold are left out). ``stranded_gpu_hours``: GPU-hours of gangs (multi-pod training
+  jobs that fit one island) waiting while their flavor had that many GPUs free but no island did:
+  what fragmentation costs the queue. ``p95_gang_slowdown``: the cost model's p95 stretch of
+  completed multi-GPU jobs (the GPU speed tail lands here: a gang runs at its slowest GPU).
 - Decisions per second: placement calls the policy answered per second of wall time spent in
   them (every call counts, admitted or not).
 """
@@ -27,13 +33,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED, SimResult
+from admission.simulator._sim import ISLAND_BLOCKS, STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED, SimResult
 
 __all__ = ["INVARIANT_KEYS", "JSON_KEYS", "format_table", "summarize", "time_weighted_mean"]
 
 JSON_KEYS = (
     "mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "gpu_allocation", "gpu_goodput",
-    "single_island_share", "mean_slowdown", "p95_slowdown", "fragmentation_mean", "decisions_per_s",
+    "single_island_share", "mean_slowdown", "p95_slowdown", "p95_gang_slowdown", "fragmentation_mean", "island_block_72",
+    "island_block_64", "island_block_32", "island_block_16", "stranded_gpu_hours", "decisions_per_s",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s",
     "invariant_checks", "invariant_full_checks", "invariant_violations",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
@@ -90,6 +97,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "p95_slowdown": _pct(slow, 95),
         "fragmentation_mean": time_weighted_mean(result.frag_times, result.frag_values, float(result.frag_times[0]), frag_hi)
         if result.frag_times.size else 0.0,
+        "p95_gang_slowdown": _pct(result.slowdown[done & (result.gpus > 1)], 95),
+        **_island_figures(result),
         "decisions_per_s": result.decisions / result.decision_seconds if result.decision_seconds > 0 else None,
         "jobs_done": int(done.sum()),
         "jobs_rejected": int((result.status == STATUS_REJECTED).sum()),
@@ -118,6 +127,21 @@ def wait_by_size_band(result: SimResult) -> dict[str, dict[str, Any]]:
         out[f"{lo}-{hi}" if hi is not None else f"{lo}+"] = {
             "jobs": int(band.sum()), "p95_wait_s": None if not w.size else round(float(np.percentile(w, 95)), 3),
             "max_wait_s": None if not w.size else round(float(w.max()), 3), "never_started": int((band & ~started).sum())}
+    return out
+
+
+def _island_figures(result: SimResult) -> dict[str, Any]:
+    """Whole-island availability per block size and stranded gang GPU-hours (module docstring)."""
+    t = result.frag_times
+    out: dict[str, Any] = {}
+    if not t.size:
+        return {**{f"island_block_{b}": None for b in ISLAND_BLOCKS}, "stranded_gpu_hours": 0.0}
+    lo, hi = float(t[0]), max(result.window[1], float(t[-1]) + 1.0)
+    for b in ISLAND_BLOCKS:
+        v = result.block_free.get(b)
+        out[f"island_block_{b}"] = time_weighted_mean(t, v, lo, hi) if v is not None and v.size == t.size else None
+    s = result.stranded_gpus
+    out["stranded_gpu_hours"] = time_weighted_mean(t, s, lo, hi) * (hi - lo) / 3600.0 if s.size == t.size else 0.0
     return out
 
 

@@ -310,6 +310,8 @@ def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> No
 def test_a_run_with_too_few_jobs_warns_on_stderr(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "3", "--seeds", "1", "--policies", "count-only", "--workers", "1"]) == 0
     assert "atoll simulate: warning: 3 jobs at load 1.3 arrive over" in capsys.readouterr().err
+
+
 def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported(
         capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
     trace = tmp_path / "itp.csv"
@@ -325,3 +327,24 @@ def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported
     assert main(list(args)) == 0
     out = capsys.readouterr().out
     assert "wait by size band, all jobs of seed 0, load 1.3" in out and "16-63 GPUs p95/max wait h" in out
+
+
+def test_link_model_flag_picks_the_pessimistic_ring_and_refuses_unknown_models(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    args = ("--cluster", cluster, "--jobs", "60", "--policies", "count-only", "--seeds", "1")
+    calibrated = run_json(capsys, *args)
+    flat = run_json(capsys, *args, "--link-model", "flat-ring")
+    assert calibrated["cost"].startswith("link model calibrated;") and flat["cost"].startswith("link model flat-ring;")
+    # count-only scatters gangs over islands: one rail per GPU costs more than aggregated rails
+    assert flat["policies"]["count-only"]["mean_slowdown"] > calibrated["policies"]["count-only"]["mean_slowdown"]
+    assert main([*args, "--link-model", "mesh"]) == 2
+    assert "--link-model: 'mesh' is not one of calibrated, flat-ring" in capsys.readouterr().err
+
+
+def test_the_bundled_trace_runs_by_name_from_anywhere(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no ../shared, no repository around
+    report = run_json(capsys, "--cluster", "dgx-h100-superpod", "--trace", "itp-cluster04", "--jobs", "40", "--policies",
+                      "kueue-bestfit", "--seeds", "1", "--load", "1.0")
+    assert report["jobs"] == 40 and report["trace_format"] == "itp"
+    assert report["gpu_perf"] == "tail:0.015:0.01:1.5"  # a bundled cluster gets the measured speed spread by default
+    assert "island_block_72" in report["comparisons"][0]["policies"]["kueue-bestfit"]["all_jobs"]

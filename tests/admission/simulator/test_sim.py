@@ -232,11 +232,21 @@ defaultProfile: strict
     assert res.gang_fits_island.tolist() == [False, True]  # replicas are not gangs
 
 
-def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not() -> None:
+@pytest.mark.parametrize("link_model", ["calibrated", "flat-ring"])
+def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not(link_model: str) -> None:
+    from admission.simulator._collectives import Island, allreduce
+
     model = cluster(sus=2, racks=1, nodes=4, used={"u0r0n0": 4, "u1r0n0": 4})  # no island holds 4 nodes
-    res = run(model, [job(0.0, 1000.0, 16), job(0.0, 1000.0, 8), job(0.0, 1000.0, 1)], "count-only")
+    gang = job(0.0, 1000.0, 16)
+    res = run(model, [gang, job(0.0, 1000.0, 8), job(0.0, 1000.0, 1)], "count-only", link_model=link_model)
     assert res.islands.tolist() == [2, 1, 1]
-    assert res.slowdown[0] > 1.5  # crossed the 50 GB/s SU link instead of NVLink
+    if link_model == "flat-ring":
+        assert res.slowdown[0] > 1.5  # every GPU on one 50 GB/s rail instead of NVLink
+    else:  # 12 + 4 GPUs: four channels of 50 GB/s across the SU, against NVLS in one island
+        nvlink = Island(nvlink_gbps=900.0, nvlink_latency_us=5.0, nic_gbps=50.0, cross_latency_us=5.0)
+        ratio = allreduce(gang.model_gb, [12, 4], nvlink).time_s / allreduce(gang.model_gb, [16], nvlink).time_s
+        assert res.slowdown[0] == pytest.approx(1.0 + gang.comm_fraction * (ratio - 1.0))
+        assert 1.1 < res.slowdown[0] < 1.5
     assert res.slowdown[1] == 1.0 and res.slowdown[2] == 1.0
     assert res.end[0] - res.start[0] == pytest.approx(1000.0 * res.slowdown[0])
 
@@ -283,3 +293,26 @@ def test_settings_name_the_field_of_an_unknown_scheduler_or_enforcement() -> Non
         SimSettings(scheduler="fastest")
     with pytest.raises(ValueError, match="enforcement: 'pinned'.*exact"):
         SimSettings(enforcement="pinned")
+
+
+def test_a_gang_waiting_for_one_island_while_the_gpus_sit_free_in_two_is_counted_as_stranded() -> None:
+    from admission.simulator._metrics import summarize
+
+    # each island keeps one node busy for good: 12 + 12 GPUs free, a 16-GPU gang fits neither
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(600.0, 10.0, 1)]
+    elastic = summarize(run(model, jobs, "atoll-elastic"))  # waits 300 s for one island, then spans
+    bestfit = summarize(run(model, jobs, "kueue-bestfit"))  # spans at once
+    assert elastic["stranded_gpu_hours"] == pytest.approx(16 * 300 / 3600)
+    assert bestfit["stranded_gpu_hours"] == 0.0
+    assert elastic["island_block_16"] == 0.0  # no island ever had 16 GPUs free
+    assert elastic["island_block_72"] is None and elastic["island_block_32"] is None  # no island holds that many
+    assert elastic["p95_gang_slowdown"] > 1.0  # the span is charged
+
+
+def test_island_blocks_are_sampled_while_whole_islands_sit_free() -> None:
+    from admission.simulator._metrics import summarize
+
+    jobs = [job(float(t), 50.0, 4) for t in range(0, 1000, 100)]  # one node at a time: an island always stays empty
+    s = summarize(run(cluster(sus=1, racks=2), jobs, "kueue-bestfit"))
+    assert s["island_block_16"] == 1.0 and s["stranded_gpu_hours"] == 0.0

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from admission import vocabulary
 from admission.kube import EVENTS
 
 __all__ = ["fleet_cluster", "main", "run_decide"]
@@ -106,7 +107,7 @@ def _template(job: Any, k: int, profile: str) -> dict[str, Any]:
     req = {GPU: str(job.gpus_per_pod), "cpu": str(max(1, job.gpus_per_pod * 16)), "memory": f"{max(1, job.gpus_per_pod * 200)}Gi"}
     return {
         "metadata": {"labels": {"app": job.id, "team": f"team-{k % NAMESPACES}"},
-                     "annotations": {"atoll.dev/profile": profile, **({"atoll.dev/class": job.kind} if job.kind == "inference" else {})}},
+                     "annotations": {vocabulary.PROFILE: profile, **({vocabulary.CLASS: job.kind} if job.kind == "inference" else {})}},
         "spec": {
             "restartPolicy": "Never", "serviceAccountName": "trainer",
             "containers": [{

@@ -175,7 +175,7 @@ def main(argv: Sequence[str]) -> int:
             raise WorkloadError(f"{args.workload}: {exc}") from None
         profile_name, _ = doc.profile_for(annotation=args.profile or view.profile, local_queue=view.local_queue, cluster_queue=None)
         if view.workload_class and view.workload_class not in doc.classes:
-            raise WorkloadError(f"{args.workload}: annotation atoll.dev/class: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
+            raise WorkloadError(f"{args.workload}: annotation {vocabulary.CLASS}: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
         _check_levels(doc, profile_name, flavor, cluster_path, model, profiles_path)
     except (ClusterModelError, ProfilesError, ProfileLevelError, WorkloadError, KeyError) as exc:
         print(f"atoll place: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
@@ -229,7 +229,7 @@ def _manifest_note(view: Any, flavor: Any) -> str | None:
     """For a Reject: the manifest's own topology annotations, which no profile relaxes, and how
     large the domains they name are on this flavor."""
     keys = ("kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-slice-required-topology", "kueue.x-k8s.io/podset-group-name",
-            "atoll.dev/near-min-bandwidth-gbps", "atoll.dev/near-level")
+            vocabulary.NEAR_MIN_BANDWIDTH_GBPS, vocabulary.NEAR_LEVEL)
     asked = [f"podSets[{name}] {k}: {t.annotations[k]}" for name, t in view.templates.items() for k in keys if k in t.annotations]
     if not asked:
         return None

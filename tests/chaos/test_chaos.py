@@ -68,7 +68,7 @@ def test_the_term_audit_catches_a_deposed_leaders_late_write(apiserver: Any) -> 
     """The audit is not blind: with real terms, the server's own timeline shows writes of a leader
     whose attempts outlive its term landing after another replica took the Lease."""
     config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, **SLOW_SERVER)  # type: ignore[arg-type]
-    summary = run_many(apiserver, 2, config, prefix="chaos-late", controller_factory=unbounded_attempts)
+    summary = run_many(apiserver, 6, config, prefix="chaos-late", controller_factory=unbounded_attempts)
     assert summary.takeovers >= 2 and summary.writes_received > 0, summary.json()
     assert summary.writes_outside_term > 0, summary.json()
     assert not summary.clean

@@ -59,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"atoll: unknown command {name!r}{suggest(name, list(COMMANDS))} (atoll --help lists the commands)", file=sys.stderr)
         return 2
     if name in KERNEL_COMMANDS and not any(a in ("-h", "--help") for a in args) and not kernels_cached():
-        print("atoll: compiling the placement kernels (about 20 s, once; later runs reuse the cache)", file=sys.stderr)
+        from admission.cli._args import announce_after_parse
+
+        announce_after_parse("atoll: compiling the placement kernels (about 20 s, once; later runs reuse the cache)")
     module = importlib.import_module(COMMANDS[name][0])
     try:
         code: int = module.main(args[1:])

@@ -30,7 +30,6 @@ Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import hashlib
 import json
@@ -44,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from admission import vocabulary
+from admission.cli._args import Parser
 from admission.kube import EVENTS
 
 __all__ = ["fleet_cluster", "main", "run_decide"]
@@ -313,7 +313,7 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench decide",
+    p = Parser(prog="atoll bench decide",
                                 description="the controller's own decision (reconcile, records on) at fleet scale on the in-memory port")
     p.add_argument("--nodes", type=int, default=25_344, help="GB200 nodes (4 GPUs each); default: the 25,344-node fabric")
     p.add_argument("--pending", type=int, default=50_000, help="Workloads with quota reserved and Atoll's check Pending")

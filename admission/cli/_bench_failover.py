@@ -19,7 +19,6 @@ command exits 1 when the warm standby's worst ``after_takeover_s`` misses it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from admission.cli._args import Parser
 
 __all__ = ["main", "run_failover"]
 
@@ -144,7 +145,7 @@ def run_failover(*, islands: int = 32, per_island: int = 18, backlog: int = 500,
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench failover", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p = Parser(prog="atoll bench failover", description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--islands", type=int, default=32, help="NVLink islands of 18 nodes (8 per block)")
     p.add_argument("--nodes-per-island", type=int, default=18)
     p.add_argument("--workloads", type=int, default=500, help="Workloads decided before the first failover")

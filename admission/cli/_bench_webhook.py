@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from admission import vocabulary
+from admission.cli._args import Parser
 from admission.kube import Resource
 from admission.webhook import ANN_REPLACED
 
@@ -233,7 +234,7 @@ def run_bench(pods: int, *, failed_nodes: int, spares: int, clients: int, ranked
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench webhook",
+    p = Parser(prog="atoll bench webhook",
                                 description="a burst of recreated pods through the webhook on a real kube-apiserver: review latency and refusals")
     p.add_argument("--pods", type=int, default=500, help="pods per generation (one per planned node)")
     p.add_argument("--failed-nodes", type=int, default=50, help="planned nodes that go NotReady before the burst")

@@ -10,6 +10,7 @@ __all__ = [
     "CLASS",
     "CONTROLLER_NAME",
     "DECISION_ID",
+    "DRAINING",
     "ENFORCEMENT",
     "FIRST_WAITED_AT",
     "FLAVOR",
@@ -67,5 +68,9 @@ BENCH_POOL = "atoll.dev/bench-pool"
 """Node label ``atoll bench controller`` gives its nodes (its ResourceFlavor selects on it)."""
 GPU_PERF = "atoll.dev/gpu-perf"
 """Node annotation: the node's relative GPU speed (1.0 nominal)."""
+DRAINING = "atoll.dev/draining"
+"""Node label: ``true`` drains the node (no new placement lands on it; pods already running or
+owed by admitted Workloads stay and finish); ``false`` or absent: not draining. A domain drains by
+labelling every node of it (``kubectl label nodes -l <level label>=<domain> atoll.dev/draining=true``)."""
 FLAVOR = "atoll.dev/flavor"
 """Node label the in-memory cluster's ResourceFlavors select on."""

@@ -86,6 +86,8 @@ class NodeInfo:
     unschedulable: bool = False
     taints: tuple[Taint, ...] = ()
     perf: float = 1.0
+    draining: bool = False
+    """Draining for maintenance: no new placement lands on it; what runs there stays."""
 
 
 # ----------------------------------------------------------------------------- YAML model
@@ -141,6 +143,7 @@ class NodeModel(_Strict):
     unschedulable: bool = False
     taints: list[TaintModel] = Field(default_factory=list)
     perf: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    draining: bool = False
 
 
 class FlavorModel(_Strict):
@@ -218,6 +221,7 @@ class FlavorModel(_Strict):
                     unschedulable=node.unschedulable,
                     taints=tuple(Taint(t.key, t.value, t.effect) for t in node.taints),
                     perf=node.perf,
+                    draining=node.draining,
                 )
             )
         return out

@@ -209,7 +209,7 @@ class Snapshot:
             self._own("perf")[i] = node.perf
         self.labels[i] = node.labels
         blocking = untolerated_taints(node, self.tolerations)
-        healthy = node.ready and not node.unschedulable
+        healthy = node.ready and not node.unschedulable and not node.draining  # draining: no new placement, whatever pods tolerate
         self._set_eligible(i, 1 if healthy and not blocking else 0)
         if healthy and blocking:
             self.taint_blocked[i] = blocking

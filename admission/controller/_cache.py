@@ -91,7 +91,12 @@ def node_info(obj: Obj, gpu_resource: str) -> tuple[NodeInfo | None, str | None]
     taints = tuple(Taint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
                    for t in spec.get("taints") or [])
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    return NodeInfo(name, labels, alloc, ResourceVector(), ready and problem is None, bool(spec.get("unschedulable")), taints, perf), problem
+    drain = labels.get(vocabulary.DRAINING)
+    if drain not in (None, "true", "false") and problem is None:
+        problem = (f"node {name}: label {vocabulary.DRAINING}={drain!r} is neither true nor false; the node is not a candidate "
+                   f"until the label is fixed or removed")
+    return NodeInfo(name, labels, alloc, ResourceVector(), ready and problem is None, bool(spec.get("unschedulable")), taints, perf,
+                    draining=drain == "true"), problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,4 +470,5 @@ class ClusterCache:
         used = self.usage.get(info.name)
         if used is None:
             return info
-        return NodeInfo(info.name, info.labels, info.allocatable, used, info.ready, info.unschedulable, info.taints, info.perf)
+        return NodeInfo(info.name, info.labels, info.allocatable, used, info.ready, info.unschedulable, info.taints, info.perf,
+                        info.draining)

@@ -18,6 +18,7 @@ from admission.controller._settings import Settings
 from admission.controller._wait import read_wait_state
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
 from admission.kube import WORKLOADS
+from admission.vocabulary import DRAINING
 from topology import HOSTNAME_LABEL, untolerated_taints
 
 __all__ = ["Explainer"]
@@ -56,6 +57,8 @@ class Explainer:
                     reasons.append("NotReady")
                 if info.unschedulable:
                     reasons.append("cordoned")
+                if info.draining:
+                    reasons.append(f"draining ({DRAINING}=true): no new placement; running Workloads finish")
                 for t in untolerated_taints(info, tol):
                     reasons.append(f"taint {t.key}={t.value}:{t.effect} not tolerated by the flavor (only pods that tolerate it)")
                 missing = [lb for lb in levels if lb != HOSTNAME_LABEL and lb not in info.labels]

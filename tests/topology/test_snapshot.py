@@ -88,6 +88,26 @@ def test_health_ready_cordon_and_taints() -> None:
     assert tolerant.eligible[tolerant.node_index["tainted"]] == 1
 
 
+def test_draining_node_takes_no_new_placement_and_keeps_its_pods() -> None:
+    from policies import PodSetSpec, Profile, decide
+
+    error = Taint("nvidia.com/gpu-error", "xid79", "NoExecute")
+    nodes = [node("a1", "ra", draining=True), node("a2", "ra", draining=True), node("a3", "ra", used=2, draining=True, taints=(error,)),
+             node("b1", "rb", used=4), node("b2", "rb")]
+    snap = Snapshot("f", [Level(RACK)], nodes)
+    idx = snap.node_index
+    assert snap.eligible[idx["a1"]] == 0 and snap.free[idx["a3"], 0] == 6  # its running pods still count; it takes no new one
+    assert snap.eligible_for([Toleration("nvidia.com/gpu-error", "Exists")])[idx["a3"]] == 0  # no toleration lifts a drain
+    gang = [PodSetSpec("main", 2, ResourceVector(gpu=8))]
+    rack = Profile(requiredLevel=RACK)
+    assert decide(snap, gang, profile_name="rack", profile=rack, now=0.0).outcome == "wait"  # ra is free but draining; rb is half used
+    one = decide(snap, [PodSetSpec("main", 1, ResourceVector(gpu=6))], profile_name="rack", profile=rack, now=0.0)
+    assert one.outcome == "admit" and one.placement is not None and one.placement.podsets[0].nodes == ("b2",)
+    assert snap.update_node(node("a1", "ra")) and snap.update_node(node("a2", "ra"))  # their maintenance is over: label removed
+    back = decide(snap, gang, profile_name="rack", profile=rack, now=0.0)
+    assert back.outcome == "admit" and back.placement is not None and set(back.placement.podsets[0].nodes) == {"a1", "a2"}
+
+
 def test_pod_tolerations_lift_only_taints_and_excluded_nodes_stay_out() -> None:
     error = Taint("nvidia.com/gpu-error", "xid79", "NoExecute")
     nodes = [node("tainted", "r", taints=(error,)), node("down", "r", ready=False, taints=(error,)), node("ok", "r")]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from admission.controller import node_info
+from admission.vocabulary import DRAINING
 from tests.admission.fabric import Fabric, planned, profiles_doc, run
 from tests.kube_objects import GPU, node
 
@@ -96,3 +97,42 @@ def test_malformed_perf_is_named_and_only_that_node_is_left_out() -> None:
     assert "node n1: annotation atoll.dev/gpu-perf='0,9' is not a relative throughput in (0, 10]" in problem
     good, none = node_info(node("n2", {}, 4, annotations={"atoll.dev/gpu-perf": "0.93"}), GPU)
     assert none is None and good is not None and good.perf == pytest.approx(0.93)
+
+
+def test_draining_domain_gets_no_new_placement_and_its_workloads_stay(fabric: Fabric) -> None:
+    fabric.install()  # two blocks of two cliques of two 4-GPU nodes
+    ctrl = fabric.controller()
+    fabric.submit("running", [("main", 2, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit"
+    held = set(planned(fabric.entry("running")))
+    cliques = [(b, c) for b in range(2) for c in range(2)]
+    keep = next((b, c) for b, c in cliques if fabric.node_name(b, c, 0) not in held)
+    drained = [fabric.node_name(b, c, i) for b, c in cliques if (b, c) != keep for i in range(2)]
+    assert held <= set(drained)  # the running Workload's clique drains too
+    for name in drained:
+        fabric.core.patch_node(name, {"metadata": {"labels": {DRAINING: "true"}}})
+    fabric.submit("next", [("main", 2, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and set(planned(fabric.entry("next"))) == {fabric.node_name(*keep, i) for i in range(2)}
+    fabric.submit("third", [("main", 1, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait"  # 16 GPUs free, every one of them draining
+    assert fabric.entry("running")["state"] == "Ready"  # the running Workload is left alone
+    report = ctrl.flavor_report(fabric.flavor)
+    assert report["reserved_gpus"] == 16 and report["healthy_nodes"] == 2  # what it holds in the drained clique still counts
+    (reason,) = [r for r in report["excluded"] if r.startswith("draining")]
+    assert sorted(report["excluded"][reason]) == sorted(drained)
+    fabric.core.patch_node(drained[-1], {"metadata": {"labels": {DRAINING: "false"}}})  # one node back from maintenance
+    fabric.requeue("third")
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and set(planned(fabric.entry("third"))) == {drained[-1]}
+
+
+def test_malformed_drain_label_is_named_and_the_node_left_out() -> None:
+    info, problem = node_info(node("n1", {DRAINING: "yes"}, 4), GPU)
+    assert info is not None and not info.ready and problem is not None
+    assert "node n1: label atoll.dev/draining='yes' is neither true nor false" in problem
+    for value, draining in (("true", True), ("false", False)):
+        ok, none = node_info(node("n2", {DRAINING: value}, 4), GPU)
+        assert none is None and ok is not None and ok.ready and ok.draining is draining

@@ -28,6 +28,7 @@ EXPECTED = {
     "admission.vocabulary": {
         "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
         "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "WAITING_CONDITION",
+        "DRAINING",
     },
     "admission.kube": {
         "ADMISSION_CHECKS", "ApiRetrySettings", "CLUSTER_QUEUES", "CONFIGMAPS", "Clock", "ClusterPort", "EVENTS", "KUEUE_GROUP",
@@ -47,6 +48,7 @@ EXPECTED = {
     },
     "admission.queue": {
         "Need", "WaitingRoom",
+        "NO_HINTS", "REASONS", "SIZE_BANDS", "Block", "Held", "QueueHints", "draining_domains", "largest_block", "plain_reason", "size_band",
     },
     "admission.simulator": {
         "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",

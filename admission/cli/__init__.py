@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("admission.cli._run", "run the admission-check controller against a cluster"),
     "audit": ("admission.cli._audit", "query decision records"),
     "explain": ("admission.cli._explain", "why a Workload waits, or why it was placed where it was"),
+    "queue": ("admission.cli._queue", "the Workloads waiting on Atoll's check, and why, per domain"),
     "bench": ("admission.cli._bench", "benchmarks: finder, controller"),
     "baseline": ("admission.cli._baseline", "run a baseline placement (kueue-bestfit) on a scenario"),
 }

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import structlog
 
 from admission import vocabulary
@@ -465,6 +467,11 @@ class ClusterCache:
             snap.excluded["unreadable allocatable"] = bad
         self._flavors[flavor] = _FlavorState(snap, frozenset(members))
         return snap
+
+    def draining_mask(self, snap: Snapshot) -> npt.NDArray[np.bool_]:
+        """The nodes of ``snap`` labelled draining (``vocabulary.DRAINING``), in its node order."""
+        return np.fromiter((bool(info is not None and info.draining) for info in map(self.nodes.get, snap.node_names)), dtype=bool,
+                           count=snap.num_nodes)
 
     def _with_usage(self, info: NodeInfo) -> NodeInfo:
         used = self.usage.get(info.name)

@@ -76,6 +76,8 @@ class Verdict:
     def fabric(self) -> list[tuple[str, int, float]]:
         return self.fabric_after() if self.fabric_after is not None else []
 
+    gpus: int = 0
+    """GPUs the Workload asks for in all (pods × GPUs a pod), for its size band."""
     parked: bool = False
     """A wait for a domain the controller parks (``decisions.park_waiting``): the check stays
     ``Pending`` so Kueue keeps the quota, and Atoll decides again when what it waits for changes."""
@@ -183,6 +185,7 @@ class Decider:
                 groups.setdefault(view.flavors[spec.name], []).append(spec)
         base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id)
         base.notes = unplaced_podsets(view, self.settings.kueue.gpu_resource)
+        base.gpus = sum(s.count * s.per_pod.gpu for s in view.podsets)
         if not groups:
             if view.empty_podsets and not view.podsets:
                 base.message = "Ready: every PodSet has count 0; nothing for Atoll to place"

@@ -35,13 +35,14 @@ from typing import Any
 
 import structlog
 
-from admission.controller._cache import BoundPod, ClusterCache
+from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem
 from admission.controller._decide import Decider, Verdict
 from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
 from admission.controller._parking import Parking
+from admission.controller._queue_report import queue_report
 from admission.controller._records import DecisionRecord, Recorder, iso_time
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
@@ -66,6 +67,7 @@ from admission.kube import (
     errors,
     object_key,
 )
+from admission.queue import NO_HINTS, QueueHints, draining_domains, size_band
 from policies import ProfilesError, profiles_from_configmap
 
 __all__ = ["Controller"]
@@ -137,6 +139,10 @@ class Controller:
         self._failures: Counter[str] = Counter()
         self._conflicts: Counter[str] = Counter()
         self._waiting: dict[str, str] = {}
+        self._waiting_band: dict[str, str] = {}
+        """uid → size band of each waiting Workload (``size_band``), for the gauge by reason and band."""
+        self.queue_hints: QueueHints = NO_HINTS
+        """Reservations and expected starts, for ``atoll queue`` and the gauges (``QueueHints``)."""
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self.parking = Parking(self.cache, enabled=self.settings.decisions.park_waiting)
@@ -196,6 +202,7 @@ class Controller:
             live = {str((o.get("metadata") or {}).get("uid")) for o in items}
             for uid in [u for u in self._waiting if u not in live]:
                 del self._waiting[uid]
+                self._waiting_band.pop(uid, None)
             for r in self.ledger.reservations():
                 if r.uid not in live:
                     self.ledger.forget(r.uid)
@@ -236,6 +243,7 @@ class Controller:
                 self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
                 self.ledger.forget(uid)
                 self._waiting.pop(uid, None)
+                self._waiting_band.pop(uid, None)
                 self._queue.pop(object_key(obj), None)
                 self._forget_key(object_key(obj))
             elif resource == ADMISSION_CHECKS:
@@ -489,11 +497,14 @@ class Controller:
         uid = str(meta.get("uid"))
         if verdict.outcome == "wait":
             self._waiting[uid] = verdict.reason
+            self._waiting_band[uid] = size_band(verdict.gpus)
         else:
             self._waiting.pop(uid, None)
+            self._waiting_band.pop(uid, None)
         self.metrics.decisions.labels(verdict.outcome).inc()
         self.metrics.decision_latency.observe(latency)
         self.metrics.set_waiting(Counter(self._waiting.values()))
+        self.metrics.set_waiting_bands(Counter((r, self._waiting_band.get(u, "0")) for u, r in self._waiting.items()))
         self._measure_fabric(verdict)
         if verdict.flavor:  # the ledger counted owed pods on these flavors' snapshots
             flavors = verdict.flavor.split(",")
@@ -528,6 +539,18 @@ class Controller:
             self.metrics.free_gpus.labels(flavor).set(free)
             self.metrics.fragmentation.labels(flavor).set(frag)
             self._gauges_due[flavor] = now + self.GAUGE_SECONDS
+            self._measure_queue(flavor)
+
+    def _measure_queue(self, flavor: str) -> None:
+        """The queue gauges of ``flavor``: draining nodes and domains, domains held and GPUs they idle."""
+        try:
+            snap = self.cache.snapshot(flavor)
+        except (FlavorProblem, ValueError):
+            return
+        draining = self.cache.draining_mask(snap)
+        self.metrics.set_draining(flavor, int(draining.sum()), draining_domains(snap, draining))
+        self.metrics.held_domains.labels(flavor).set(self.queue_hints.held_domains(flavor))
+        self.metrics.idle_held_gpus.labels(flavor).set(self.queue_hints.idle_held_gpus(flavor))
 
     # ------------------------------------------------------------------ reading
 
@@ -542,6 +565,11 @@ class Controller:
     def explain(self, key: str) -> dict[str, Any]:
         """Why this Workload waits, or where and why it was placed (from the current cache)."""
         return self.explainer.explain(key, check_names=self._check_names, config_error=self.config_error, now=self.clock.now())
+
+    def waiting_line(self, *, flavor: str | None = None, queue: str | None = None) -> list[dict[str, Any]]:
+        """The Workloads waiting on Atoll's check and why, in plain words (``atoll queue``)."""
+        return queue_report(self.cache, self.decider, self.settings, self.queue_hints, check_names=self._check_names, now=self.clock.now(),
+                            flavor=flavor, queue=queue)
 
     # ------------------------------------------------------------------ the loop
 

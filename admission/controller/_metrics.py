@@ -37,6 +37,7 @@ class Metrics:
                                    ["flavor"], registry=r)
         self.config_rejections = Counter("atoll_config_rejections", "Profiles documents (or node annotations) refused as invalid.",
                                          ["source"], registry=r)
+        self._bands: set[tuple[str, str]] = set()
         self.api_write_failures = Counter("atoll_api_write_failures", "Writes that failed after retries, by error.", ["error"], registry=r)
         self.leader = Gauge("atoll_leader", "1 while this replica holds the leader Lease.", registry=r)
         self.config_valid = Gauge("atoll_config_valid", "1 while a valid profiles document is in force.", registry=r)
@@ -44,6 +45,15 @@ class Metrics:
                                        "Owed pods of admitted Workloads with no room left in their domain at the last decision, per "
                                        "flavor (the scheduler bound other pods there); those domains count as full.",
                                        ["flavor"], registry=r)
+        self.waiting_by_band = Gauge("atoll_waiting_workloads_by_band",
+                                     "Workloads whose last decision was to wait, by reason and GPU size band (1-7, 8-15, 16-63, 64+).",
+                                     ["reason", "band"], registry=r)
+        self.draining_nodes = Gauge("atoll_draining_nodes", "Nodes labelled draining (no new placement), per flavor.", ["flavor"], registry=r)
+        self.draining_domains = Gauge("atoll_draining_domains", "Domains every node of which drains, per flavor and level.",
+                                      ["flavor", "level"], registry=r)
+        self.held_domains = Gauge("atoll_held_domains", "Domains held for waiting gangs (reservations), per flavor.", ["flavor"], registry=r)
+        self.idle_held_gpus = Gauge("atoll_idle_held_gpus", "Free GPUs left idle because their domain is held for a waiting gang, per flavor.",
+                                    ["flavor"], registry=r)
         self.shortfall_decisions = Counter("atoll_shortfall_decisions",
                                            "Decisions that found owed pods with no room in their domain.", registry=r)
 
@@ -52,6 +62,20 @@ class Metrics:
             self.waiting.labels(reason).set(counts.get(reason, 0))
         for reason, n in counts.items():
             self.waiting.labels(reason).set(n)
+
+    def set_waiting_bands(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Waiting Workloads by (reason, size band); a pair no longer counted drops to 0."""
+        for labels in list(self._bands):
+            if labels not in counts:
+                self.waiting_by_band.labels(*labels).set(0)
+        for labels, n in counts.items():
+            self.waiting_by_band.labels(*labels).set(n)
+        self._bands = set(counts) | self._bands
+
+    def set_draining(self, flavor: str, nodes: int, domains: Mapping[str, int]) -> None:
+        self.draining_nodes.labels(flavor).set(nodes)
+        for level, n in domains.items():
+            self.draining_domains.labels(flavor, level).set(n)
 
     def set_shortfalls(self, flavors: Sequence[str], shortfalls: Iterable[Shortfall]) -> None:
         """After a decision on ``flavors``: the owed pods without room in the ledger's last count of

@@ -48,6 +48,7 @@ EXPECTED = {
     },
     "admission.queue": {
         "Need", "WaitingRoom",
+        "Candidate", "Gang", "Plan", "QueueRules", "plan_preemption",
         "NO_HINTS", "REASONS", "SIZE_BANDS", "Block", "Held", "QueueHints", "draining_domains", "largest_block", "plain_reason", "size_band",
     },
     "admission.simulator": {

@@ -107,6 +107,10 @@ class Profile(_Strict):
     """A gang that must span islands is shared evenly over the fewest that allow it (64 pods over
     islands of 18: 16 × 4, not 18 + 18 + 18 + 10), as ``atoll.dev/balanced-placement: "true"``
     does for one PodSet: a ring runs at the pace of its most crowded link."""
+    preempt_domain: Literal["off", "dry-run", "on"] = Field(default="off", alias="preemptDomain")
+    """A gang that waits for one domain of its required level may clear the cheapest domain of
+    lower-priority Workloads, as its ClusterQueue's preemption policy allows: ``on`` evicts them
+    (Atoll's check to Retry), ``dry-run`` only records the plan, ``off`` (the default) neither."""
     flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
     _name: str = PrivateAttr(default="profile")
     _candidates: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)

@@ -118,6 +118,9 @@ class Decider:
         self.settings = settings
         self._shapes: dict[object, object] = {}
         """PodSet specs and links by value → the one instance decisions use (``read``)."""
+        self.holds: dict[str, dict[str, tuple[str, ...]]] = {}
+        """flavor → gang uid → the nodes of a domain held for that gang while preempted Workloads
+        leave it: every other Workload's decision leaves them out (``Preemptor``)."""
 
     MAX_SHAPES = 8192
     """Distinct PodSet specs and links kept for ``read`` (all are dropped when it is passed)."""
@@ -258,6 +261,12 @@ class Decider:
         # search reads the shared snapshot itself (nothing below writes to it).
         snap = shared.fork() if owed.used_rows()[0].size or owed.short() else shared
         reserved = self.ledger.apply(snap, exclude_uid=view.uid, witness=owed)
+        held_away = [snap.node_index[n] for uid, nodes in self.holds.get(flavor, {}).items() if uid != view.uid for n in nodes
+                     if n in snap.node_index]
+        if held_away:  # a domain being cleared for another gang takes no new work
+            snap = snap.fork() if snap is shared else snap
+            for i in held_away:
+                snap.exclude(i)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))

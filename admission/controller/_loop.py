@@ -22,6 +22,7 @@ explanations already live in rooms of their own.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 import queue
@@ -42,6 +43,7 @@ from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
 from admission.controller._parking import Parking
+from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
 from admission.controller._records import DecisionRecord, Recorder, iso_time
 from admission.controller._requeue import RequeueRequest, requeue_request
@@ -67,7 +69,7 @@ from admission.kube import (
     errors,
     object_key,
 )
-from admission.queue import NO_HINTS, QueueHints, draining_domains, size_band
+from admission.queue import NO_HINTS, Plan, QueueHints, draining_domains, size_band
 from policies import ProfilesError, profiles_from_configmap
 
 __all__ = ["Controller"]
@@ -128,6 +130,7 @@ class Controller:
         self.status = StatusWriter(self.writes, cache=self.cache, ledger=self.ledger, settings=self.settings, clock=self.clock,
                                    events=self.events, on_written=on_written)
         self.explainer = Explainer(self.cache, self.ledger, self.decider, self.settings)
+        self.preemptor = Preemptor(self.cache, self.ledger, port)
         self.config_error: str | None = None
         """The latest profiles-document problem (None when the latest document is in force)."""
         self._config_rv: str | None = None
@@ -244,6 +247,8 @@ class Controller:
                 self.ledger.forget(uid)
                 self._waiting.pop(uid, None)
                 self._waiting_band.pop(uid, None)
+                for held in self.decider.holds.values():
+                    held.pop(uid, None)
                 self._queue.pop(object_key(obj), None)
                 self._forget_key(object_key(obj))
             elif resource == ADMISSION_CHECKS:
@@ -413,13 +418,46 @@ class Controller:
             return None
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         verdict.parked = self.parking.parks(verdict)
+        plan = self._preemption(obj, verdict)
         if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names)):
             self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
+            if plan is not None:
+                self._preempt(obj, plan)
             if verdict.parked:
                 deadline = self.parking.park(key, verdict)
                 if deadline is not None:
                     heapq.heappush(self._delayed, (self.clock.monotonic() + max(deadline - self.clock.now(), 0.0), key))
         return verdict
+
+    def _preemption(self, obj: Obj, verdict: Verdict) -> Plan | None:
+        """The domain to clear for a waiting gang whose profile preempts (``preemptDomain``), noted
+        on the verdict (and so in its record); the plan to apply under ``on``, None otherwise.
+        A gang that already holds a domain plans nothing more: its victims are leaving."""
+        uid = str((obj.get("metadata") or {}).get("uid"))
+        if verdict.outcome != "wait":
+            for held in self.decider.holds.values():
+                held.pop(uid, None)
+            return None
+        profile = self.cache.profiles.profiles.get(verdict.profile) if self.cache.profiles is not None else None
+        if profile is None or any(uid in held for held in self.decider.holds.values()):
+            return None
+        plan = self.preemptor.plan(obj, verdict, profile, self.clock.now())
+        if plan is None:
+            return None
+        verdict.notes.append(describe(plan, dry_run=profile.preempt_domain == "dry-run"))
+        return plan if profile.preempt_domain == "on" else None
+
+    def _preempt(self, obj: Obj, plan: Plan) -> None:
+        """Hold the domain for the gang, then set Atoll's check to Retry on each victim (Kueue evicts it)."""
+        uid = str((obj.get("metadata") or {}).get("uid"))
+        self.decider.holds.setdefault(plan.flavor, {})[uid] = plan.nodes
+        message = victim_message(plan, object_key(obj), (obj.get("spec") or {}).get("priority", 0))
+        for key in plan.victims:
+            victim = self.cache.objects[WORKLOADS].get(key)
+            if victim is None:
+                continue
+            if self._written(key, victim, "preemption", functools.partial(self.status.requeue, victim, self._check_names, message)):
+                _log.warning("preempted to clear a domain for a waiting gang", workload=key, gang=object_key(obj), domain=plan.domain)
 
     def _requeue(self, key: str, obj: Obj, request: RequeueRequest) -> Verdict:
         """Answer the webhook's request: Atoll's entry to ``Retry`` (``StatusWriter.requeue``), so

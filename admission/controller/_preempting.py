@@ -1,0 +1,130 @@
+"""Preemption that clears a domain, applied: the plan (``plan_preemption``) built from the
+controller's cache and ledger, the victims evicted through Kueue, the domain held for the gang.
+
+Eviction goes through the mechanism Kueue honours for admission checks. Atoll's entry on each
+victim is set to ``Retry`` (``StatusWriter.requeue``). Kueue's workload controller evicts any
+Workload that holds quota and has a check in ``Retry``, admitted or not: ``Reconcile`` calls
+``reconcileCheckBasedEviction`` under ``workload.HasQuotaReservation``, and that calls
+``workloadevict.Evict`` with reason ``AdmissionCheck`` (kubernetes-sigs/kueue v0.19.2,
+pkg/controller/core/workload_controller.go).
+
+While the victims terminate, the domain's nodes are held for the gang: other Workloads' decisions
+leave them out (``Decider.holds``). The hold ends when the gang is placed, rejected or deleted.
+A gang that holds a domain plans no other preemption.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import structlog
+
+from admission.controller._cache import ClusterCache, FlavorProblem
+from admission.controller._decide import Verdict
+from admission.controller._ledger import Ledger
+from admission.controller._records import parse_time
+from admission.controller._workloads import condition_true
+from admission.kube import CLUSTER_QUEUES, WORKLOADS, ClusterPort, Obj, errors, object_key
+from admission.queue import Candidate, Gang, Plan, QueueRules, plan_preemption
+from policies import Profile
+
+__all__ = ["Preemptor", "describe", "queue_rules", "victim_message"]
+
+_log = structlog.get_logger("atoll.preempt")
+
+
+def queue_rules(obj: Obj) -> QueueRules:
+    """A ClusterQueue's cohort and preemption policy; Kueue's defaults (``Never``) where unset."""
+    spec = obj.get("spec") or {}
+    pre = spec.get("preemption") or {}
+    cohort = spec.get("cohortName") or spec.get("cohort")
+    return QueueRules(str(cohort) if cohort else None, str(pre.get("withinClusterQueue") or "Never"),
+                      str(pre.get("reclaimWithinCohort") or "Never"))
+
+
+def _since(obj: Obj, kind: str) -> float | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return parse_time(str(cond.get("lastTransitionTime") or ""))
+    return None
+
+
+def _priority(obj: Obj) -> int:
+    value = (obj.get("spec") or {}).get("priority")
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class Preemptor:
+    """Plans (and, under ``preemptDomain: on``, applies) the clearing of one domain for a gang."""
+
+    def __init__(self, cache: ClusterCache, ledger: Ledger, port: ClusterPort) -> None:
+        self.cache = cache
+        self.ledger = ledger
+        self.port = port
+
+    def plan(self, obj: Obj, verdict: Verdict, profile: Profile, now: float) -> Plan | None:
+        """The domain to clear for a Workload that waits for one domain; None when its profile
+        does not preempt, it has more than one GPU PodSet or flavor, it fits already, or nothing
+        can be cleared under its ClusterQueue's rules."""
+        if profile.preempt_domain == "off" or verdict.outcome != "wait" or len(verdict.needs) != 1:
+            return None
+        need = verdict.needs[0]
+        podsets = [p for p in (obj.get("spec") or {}).get("podSets") or [] if int(p.get("count") or 0) > 0]
+        if need.level is None or len(podsets) != 1:
+            return None
+        status = obj.get("status") or {}
+        meta = obj.get("metadata") or {}
+        cq = str((status.get("admission") or {}).get("clusterQueue") or "")
+        gang = Gang(object_key(obj), cq, _priority(obj), need.level, need.pods, need.gpus_per_pod,
+                    parse_time(str(meta.get("creationTimestamp") or "")) or 0.0)
+        try:
+            snap = self.cache.snapshot(need.flavor).fork()
+        except (FlavorProblem, ValueError):
+            return None
+        self.ledger.apply(snap, exclude_uid=str(meta.get("uid")))
+        running = list(self._candidates(need.flavor, str(meta.get("uid")), now))
+        rules = self._rules({cq, *(c.cluster_queue for c in running)})
+        return plan_preemption(snap, gang, running, rules, now)
+
+    def _candidates(self, flavor: str, gang_uid: str, now: float) -> Iterable[Candidate]:
+        """Admitted Workloads on ``flavor`` with their GPUs per node (planned), not being evicted."""
+        by_uid: dict[str, dict[str, int]] = {}
+        keys: dict[str, str] = {}
+        for r in self.ledger.reservations(flavor):
+            if r.uid == gang_uid:
+                continue
+            keys[r.uid] = r.workload
+            nodes = by_uid.setdefault(r.uid, {})
+            for node, pods in r.planned:
+                nodes[node] = nodes.get(node, 0) + pods * r.per_pod.gpu
+        for uid, nodes in sorted(by_uid.items()):
+            obj = self.cache.objects[WORKLOADS].get(keys[uid])
+            if obj is None or condition_true(obj, "Evicted") or condition_true(obj, "Finished"):
+                continue
+            started = _since(obj, "Admitted") or _since(obj, "QuotaReserved") or now
+            cq = str(((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
+            yield Candidate(keys[uid], cq, _priority(obj), nodes, started, started)
+
+    def _rules(self, names: Iterable[str]) -> Mapping[str, QueueRules]:
+        """Each ClusterQueue's rules, read now; one that cannot be read allows nothing (``Never``)."""
+        out: dict[str, QueueRules] = {}
+        for name in sorted(n for n in names if n):
+            try:
+                out[name] = queue_rules(self.port.get(CLUSTER_QUEUES, name))
+            except errors.ApiError as exc:
+                _log.warning("ClusterQueue unreadable; its Workloads are neither preempted nor preempt", cluster_queue=name, error=str(exc))
+                out[name] = QueueRules()
+        return out
+
+
+def describe(plan: Plan, *, dry_run: bool) -> str:
+    """The note a decision record carries: the domain and who leaves it."""
+    return (f"preemption{' (dry run, nothing evicted)' if dry_run else ''}: clears {plan.level.rsplit('/', 1)[-1]} {plan.domain} "
+            f"by evicting {', '.join(plan.victims)} ({plan.freed_gpus} GPUs, {plan.gpu_hours_lost:.1f} GPU-hours of work lost, "
+            f"highest priority {plan.highest_priority})")
+
+
+def victim_message(plan: Plan, gang: str, priority: Any) -> str:
+    return (f"Preempted by Atoll to clear {plan.level.rsplit('/', 1)[-1]} {plan.domain} for Workload {gang} (priority {priority}); "
+            "Kueue evicts and requeues this Workload")

@@ -111,6 +111,12 @@ class Profile(_Strict):
     """A gang that waits for one domain of its required level may clear the cheapest domain of
     lower-priority Workloads, as its ClusterQueue's preemption policy allows: ``on`` evicts them
     (Atoll's check to Retry), ``dry-run`` only records the plan, ``off`` (the default) neither."""
+
+    @field_validator("preempt_domain", mode="before")
+    @classmethod
+    def _yaml_on_off(cls, value: Any) -> Any:
+        """YAML reads a bare ``on``/``off`` as a boolean: take it as the word it was."""
+        return ("on" if value else "off") if isinstance(value, bool) else value
     flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
     _name: str = PrivateAttr(default="profile")
     _candidates: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)

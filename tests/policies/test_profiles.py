@@ -206,3 +206,15 @@ def test_queue_rules_name_what_a_team_may_not_pick() -> None:
 def test_a_bad_queue_rule_is_named_by_key_path(rule: str, message: str) -> None:
     with pytest.raises(ProfilesError, match=re.escape(message)):
         load_profiles(RULES.split("queues:")[0] + f"queues:\n  q: {rule}\n")
+
+
+def test_preempt_domain_is_off_by_default_and_reads_yamls_bare_on_and_off() -> None:
+    from policies import ProfilesError, load_profiles
+
+    def mode(value: str | None) -> str:
+        extra = f", preemptDomain: {value}" if value is not None else ""
+        return load_profiles(f"defaultProfile: s\nprofiles: {{s: {{requiredLevel: x{extra}}}}}").profiles["s"].preempt_domain
+
+    assert [mode(v) for v in (None, "on", "off", "dry-run", '"on"')] == ["off", "on", "off", "dry-run", "on"]
+    with pytest.raises(ProfilesError, match=r"profiles.yaml: profiles.s.preemptDomain: Input should be 'off', 'dry-run' or 'on'"):
+        mode("always")

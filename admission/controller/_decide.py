@@ -186,8 +186,12 @@ class Decider:
         for spec in view.podsets:
             if spec.per_pod.gpu > 0 and spec.name in view.flavors:
                 groups.setdefault(view.flavors[spec.name], []).append(spec)
+            elif spec.per_pod.gpu <= 0 and view.other_flavors.get(spec.name) in doc.flavors:  # no GPU, on an Atoll flavor: placed and counted
+                groups.setdefault(view.other_flavors[spec.name], []).append(spec)
         base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id)
-        base.notes = unplaced_podsets(view, self.settings.kueue.gpu_resource)
+        placed_here = {s.name for specs in groups.values() for s in specs}
+        base.notes = [n for n in unplaced_podsets(view, self.settings.kueue.gpu_resource)
+                      if not any(n.startswith(f"podSets[{name}]:") for name in placed_here)]
         base.gpus = sum(s.count * s.per_pod.gpu for s in view.podsets)
         if not groups:
             if view.empty_podsets and not view.podsets:
@@ -664,6 +668,8 @@ def _need(flavor: str, decision: Decision, profile: Profile, wait: WaitState, no
     known = [lb for lb in levels if lb is not None and lb in level_labels]
     level = min(known, key=level_labels.index) if len(known) == len(levels) else None
     smallest = min(request.podsets, key=lambda ps: (ps.pods * ps.per_pod.gpu, ps.per_pod.gpu))
+    if smallest.per_pod.gpu <= 0:  # free GPUs say nothing of room for a PodSet with none: a timer, not the room
+        return None
     deadline = None
     if profile.preferred_level and not decision.relaxed and profile.relax_after_seconds is not None:
         deadline = (wait.first_waited_at if wait.first_waited_at is not None else now) + profile.relax_after_seconds

@@ -198,7 +198,7 @@ class Ledger:
         for update in entry.get("podSetUpdates") or []:
             ann = update.get("annotations") or {}
             name = str(update.get("name"))
-            flavor = view.flavors.get(name)
+            flavor = view.flavors.get(name) or view.other_flavors.get(name)  # a PodSet with no GPUs Atoll placed counts too
             spec = specs.get(name)
             if (ANN_PLANNED_NODES not in ann and ANN_DECISION_ID not in ann) or flavor is None or spec is None:
                 continue

@@ -124,6 +124,9 @@ class WorkloadView:
     annotations: Mapping[str, str] = field(default_factory=dict)
     empty_podsets: tuple[str, ...] = ()
     """PodSets whose count is 0: nothing to place (they are not in ``podsets``)."""
+    other_flavors: Mapping[str, str] = field(default_factory=dict)
+    """PodSet name → the ResourceFlavor Kueue assigned to its other resources (cpu first), for
+    PodSets with no GPU flavor: a PodSet requesting no GPU on an Atoll flavor is placed too."""
 
     @property
     def key(self) -> str:
@@ -324,6 +327,7 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
     admission = _get(status, "admission", "status", dict, {})
     assigned = {}
     flavors: dict[str, str] = {}
+    others: dict[str, str] = {}
     for i, psa in enumerate(_get(admission, "podSetAssignments", "status.admission", list, [])):
         where = f"status.admission.podSetAssignments[{i}]"
         ps_name = _get(psa, "name", where, str)
@@ -332,6 +336,8 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         fl = _get(psa, "flavors", where, dict, {})
         if gpu_resource in fl:
             flavors[ps_name] = str(fl[gpu_resource])
+        elif fl:
+            others[ps_name] = str(fl.get("cpu") or fl[sorted(fl)[0]])
     raw = _get(spec, "podSets", "spec", list)
     if not raw:
         raise WorkloadError("spec.podSets: at least one PodSet is required")
@@ -379,6 +385,7 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         flavors=flavors,
         annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
         empty_podsets=tuple(empty),
+        other_flavors=others,
     )
 
 

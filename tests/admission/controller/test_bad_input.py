@@ -75,7 +75,8 @@ def test_podsets_atoll_does_not_place_are_named_with_why(fabric: Fabric) -> None
     body = workload(fabric.ns, "mixed", [("launcher", 1, 0), ("workers", 2, 4), ("stray", 1, 4)])
     del body["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["limits"]
     body["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
-    _create(fabric, body, flavors={"stray": {"cpu": fabric.flavor}})  # Kueue gave stray no flavor for nvidia.com/gpu
+    # Kueue gave stray no flavor for nvidia.com/gpu, and launcher a flavor Atoll does not serve (on Atoll's it would be placed)
+    _create(fabric, body, flavors={"stray": {"cpu": fabric.flavor}, "launcher": {"cpu": "cpu-pool"}})
     run(fabric.controller())
     entry = fabric.entry("mixed")
     assert entry["state"] == "Ready" and [u["name"] for u in entry["podSetUpdates"]] == ["workers"]

@@ -47,6 +47,8 @@ EXPECTED = {
     },
     "admission.queue": {
         "Need", "WaitingRoom",
+        "DomainOutlook", "Estimate", "Outlook", "Reservation", "Reservations", "Running", "RuntimeEstimator", "WaitOrSpan",
+        "choose_target", "domain_outlook", "restore", "soonest", "weigh",
     },
     "admission.simulator": {
         "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",

@@ -67,6 +67,20 @@ class FragmentationSettings(_Strict):
     """Gang size (GPUs) the fragmentation index is measured against."""
 
 
+class QueueingSettings(_Strict):
+    """The queue manager's choices for a profile's waiting Workloads (all off by default).
+
+    ``waitOrSpan`` (elastic profiles): span as soon as the expected wait for one domain exceeds
+    the best span's expected extra run time under the cost model; ``relaxAfterSeconds`` stays the
+    upper bound. ``reserveAfterSeconds``: a gang (more than one pod) that has waited this long
+    reserves the domain with the fewest GPUs to drain; other Workloads land there only by
+    backfill. ``maxReservationsPerFlavor`` bounds the reservations held on one flavor."""
+
+    wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
+    reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
+    max_reservations_per_flavor: int = Field(default=1, ge=1, alias="maxReservationsPerFlavor")
+
+
 _LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))
 
 
@@ -118,6 +132,7 @@ class Profile(_Strict):
         """YAML reads a bare ``on``/``off`` as a boolean: take it as the word it was."""
         return ("on" if value else "off") if isinstance(value, bool) else value
     flavors: dict[str, LevelOverrides] = Field(default_factory=dict)
+    queueing: QueueingSettings = QueueingSettings()
     _name: str = PrivateAttr(default="profile")
     _candidates: dict[str, tuple[str, ...]] = PrivateAttr(default_factory=dict)
     """``for_flavor``'s answers (the model is frozen, so they never go stale)."""
@@ -159,6 +174,9 @@ class Profile(_Strict):
             raise ValueError("set requiredLevel (strict) or preferredLevel (elastic), not both")
         if self.required_level and (self.max_span_level or self.relax_after_seconds is not None):
             raise ValueError("maxSpanLevel and relaxAfterSeconds apply to elastic profiles (preferredLevel), not to requiredLevel")
+        if self.queueing.wait_or_span and not self.preferred_level:
+            raise ValueError("queueing.waitOrSpan: weighs waiting for one preferredLevel domain against spanning; set preferredLevel, "
+                             "or remove waitOrSpan")
         mode = ("requiredLevel",) if self.required_level else ("preferredLevel", "maxSpanLevel") if self.preferred_level else ("maxSpanLevel",)
         for flavor, overrides in self.flavors.items():
             for key, attr in _LEVEL_KEYS:

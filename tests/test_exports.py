@@ -50,6 +50,8 @@ EXPECTED = {
         "Need", "WaitingRoom",
         "Candidate", "Gang", "Plan", "QueueRules", "plan_preemption",
         "NO_HINTS", "REASONS", "SIZE_BANDS", "Block", "Held", "QueueHints", "draining_domains", "largest_block", "plain_reason", "size_band",
+        "DomainOutlook", "Estimate", "Outlook", "Reservation", "Reservations", "Running", "RuntimeEstimator", "WaitOrSpan",
+        "choose_target", "domain_outlook", "restore", "soonest", "weigh",
     },
     "admission.simulator": {
         "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",

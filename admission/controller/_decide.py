@@ -23,12 +23,13 @@ from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
+from admission.controller._queueing import SpanCost, hold_reservations, queue_turn, reserve_deadline
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
 from admission.kube import ADMISSION_CHECKS, Obj, object_key
-from admission.queue import Need
+from admission.queue import Need, Outlook
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
@@ -118,6 +119,10 @@ class Decider:
         self.settings = settings
         self._shapes: dict[object, object] = {}
         """PodSet specs and links by value → the one instance decisions use (``read``)."""
+        self.queue: Outlook | None = None
+        """The queue manager's state (reservations, expected ends); None: the profiles' fixed rules alone."""
+        self.span_cost: SpanCost | None = None
+        """Prices a span for wait-or-span (``_queueing``); None: relaxAfterSeconds decides."""
         self.holds: dict[str, dict[str, tuple[str, ...]]] = {}
         """flavor → gang uid → the nodes of a domain held for that gang while preempted Workloads
         leave it: every other Workload's decision leaves them out (``Preemptor``)."""
@@ -271,6 +276,8 @@ class Decider:
             snap = snap.fork() if snap is shared else snap
             for i in held_away:
                 snap.exclude(i)
+        key = f"{view.namespace}/{view.name}"
+        snap, blocked = hold_reservations(self.queue, shared, snap, flavor, key, obj, now)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
@@ -306,8 +313,24 @@ class Decider:
                                                  f"where they cannot); no other Workload is waited on; waiting for room"
                                                  + (f" ({remedy})" if remedy else "") + f"; retry in {delay}s", "no-domain", delay,
                                  generation=snap.generation, reserved=reserved)
+        searched = snap
         decision, levels, set_aside, snap = found
-        message = decision.message
+        turn_note = ""
+        if self.queue is not None and decision.outcome == "wait" and not set_aside:
+            def span_search() -> tuple[Decision, dict[str, int], int, Snapshot] | None:
+                relax = dataclasses.replace(wait, first_waited_at=now - (profile.relax_after_seconds or 0))
+                got = self._search_robust(shared, searched, lambda on: decide(on, specs, profile_name=profile_name, profile=profile, now=now,
+                                          wait=relax, workload_class=cls, links=links, explain=False), view, specs, profile, held)
+                return None if isinstance(got, _Conflict) or got[0].outcome != "admit" else got
+            turn, span = queue_turn(self.queue, key, searched, specs, profile, wait, now, decision, blocked, obj, span_search,
+                                    lambda f: f[0] if f is not None else decision, self.span_cost)
+            turn_note = turn.note
+            if span is not None:
+                decision, levels, set_aside, snap = span
+                self.queue.reservations.release(key)
+        elif self.queue is not None and decision.outcome == "admit":
+            self.queue.reservations.release(key)
+        message = decision.message + (f" ({turn_note})" if turn_note else "")
         if set_aside and decision.outcome != "admit":
             message += (f" ({set_aside} nodes set aside: pods other admitted Workloads still owe may bind there; "
                         "they free up as those pods bind)")
@@ -323,6 +346,7 @@ class Decider:
                              "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain")
             if not set_aside:
                 result.need = _need(flavor, decision, profile, wait, now, shared.level_labels)
+                result.need = reserve_deadline(result.need, self.queue, key, profile, wait, now, specs)
         elif decision.outcome == "admit" and placement is not None:
             per_pod = {s.name: s.per_pod for s in specs}
             for ps in placement.podsets:

@@ -4,9 +4,43 @@ Pure state and decisions, fed by the controller's cache (or the simulator's clus
 controller and the simulator re-decide the same Workloads at the same moments.
 """
 
+from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
+from admission.queue._outlook import Outlook
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption
+from admission.queue._reserve import Reservation, Reservations, choose_target, restore
 from admission.queue._room import Need, WaitingRoom
 from admission.queue._seeing import NO_HINTS, REASONS, SIZE_BANDS, Block, Held, QueueHints, draining_domains, largest_block, plain_reason, size_band
+from admission.queue._waitspan import WaitOrSpan, weigh
 
-__all__ = ["NO_HINTS", "REASONS", "SIZE_BANDS", "Block", "Candidate", "Gang", "Held", "Need", "Plan", "QueueHints", "QueueRules",
-           "WaitingRoom", "draining_domains", "largest_block", "plain_reason", "plan_preemption", "size_band"]
+__all__ = [
+    "NO_HINTS",
+    "REASONS",
+    "SIZE_BANDS",
+    "Block",
+    "Candidate",
+    "DomainOutlook",
+    "Estimate",
+    "Gang",
+    "Held",
+    "Need",
+    "Outlook",
+    "Plan",
+    "QueueHints",
+    "QueueRules",
+    "Reservation",
+    "Reservations",
+    "Running",
+    "RuntimeEstimator",
+    "WaitOrSpan",
+    "WaitingRoom",
+    "choose_target",
+    "domain_outlook",
+    "draining_domains",
+    "largest_block",
+    "plain_reason",
+    "plan_preemption",
+    "restore",
+    "size_band",
+    "soonest",
+    "weigh",
+]

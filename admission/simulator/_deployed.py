@@ -44,6 +44,7 @@ from admission.controller import (
     waiting_condition,
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
+from admission.queue import Outlook, Running
 from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._scheduler import BindingModel
 from policies import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE, ProfilesDocument
@@ -121,6 +122,11 @@ class DeployedAtoll:
         self.ledger = (ledger or real_ledger)(self.cache)
         self.cache.pod_listener = self.ledger.pods_changed
         self.decider = Decider(self.cache, self.ledger, self.settings, explain=False)  # the simulator keeps no decision records
+        self.outlook = Outlook()
+        """The queue manager's state, fed as the controller's cache would feed it: started when every pod is bound, finished at the end."""
+        self.decider.queue = self.outlook
+        self.released: set[int] = set()
+        """Flavors where a reservation ended since the caller last looked (``take_released``)."""
         self.check_names = frozenset({CHECK_NAME})
         self.model = BindingModel(scheduler, seed)
         self.flavor_names = [f.name for f in cluster.flavors]
@@ -188,7 +194,11 @@ class DeployedAtoll:
         view = self.views.get(job) if self.workloads.get(job) is obj else None
         if view is None:  # a Workload not made by ``workload``: read it here
             view = self.views[job] = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        key = f"{NAMESPACE}/{obj['metadata']['name']}"
+        held = self.outlook.reservations.held_by(key)
         verdict = self.decider.evaluate(obj, f"d{job}-{int(entry.get('retryCount') or 0)}", now, view=view)
+        if held is not None and self.outlook.reservations.held_by(key) is None:
+            self.released.add(self.flavor_names.index(held.flavor))
         self.verdicts += 1
         condition = waiting_condition(obj, verdict.outcome, now, 1)
         if condition is not None:
@@ -223,7 +233,7 @@ class DeployedAtoll:
 
     # ------------------------------------------------------------------ binding
 
-    def bind(self, job: int, snap: Snapshot) -> list[tuple[int, int]]:
+    def bind(self, job: int, snap: Snapshot, now: float = 0.0) -> list[tuple[int, int]]:
         """Bind what the scheduler can of the job's unbound pods on ``snap`` (the simulator's
         ground truth; its free capacity is taken). Returns (node, pods) bound now."""
         adm = self.admitted[job]
@@ -246,6 +256,13 @@ class DeployedAtoll:
                     ps.bound += k
             out.extend(got)
         if adm.unbound == 0:
+            gpus: Counter[str] = Counter()
+            for ps in adm.podsets:
+                for pod in ps.pods:
+                    gpus[pod["spec"]["nodeName"]] += ps.per_pod.gpu
+            spec = adm.obj["spec"]
+            self.outlook.started(adm.key, Running(self.flavor_names[adm.flavor], tuple(sorted(gpus.items())), now,
+                                                  f"{NAMESPACE}/{spec.get('queueName')}", spec.get("maximumExecutionTimeSeconds")))
             self._owing.get(adm.flavor, set()).discard(job)
             # Every pod bound: the ledger owes nothing for it (owed 0 adds nothing to its witness
             # or claims) but would still sort it on every decision; letting go now gives the same
@@ -351,9 +368,14 @@ class DeployedAtoll:
         nodes = np.array(sorted(count), dtype=np.int64)
         return nodes, np.array([count[int(i)] for i in nodes], dtype=np.int64)
 
-    def finish(self, job: int) -> None:
-        """The job is done: its pods end and Kueue marks the Workload Finished (the ledger lets go)."""
+    def finish(self, job: int, now: float | None = None) -> None:
+        """The job is done: its pods end and Kueue marks the Workload Finished (the ledger lets go;
+        the queue manager learns its runtime when ``now`` is given)."""
         adm = self.admitted.pop(job)
+        if now is not None:
+            self.outlook.finished(adm.key, now)
+        else:
+            self.outlook.forget(adm.key)
         self._owing.get(adm.flavor, set()).discard(job)
         with self.cache.pods_at_once():
             for ps in adm.podsets:
@@ -366,8 +388,40 @@ class DeployedAtoll:
 
     def forget(self, job: int) -> None:
         """A Workload that will never be decided again (rejected)."""
+        if self.outlook.reservations.release(f"{NAMESPACE}/job-{job}") is not None:
+            self.released.update(range(len(self.flavor_names)))
         self.workloads.pop(job, None)
         self.views.pop(job, None)
+
+    def take_released(self) -> list[int]:
+        """Flavors where a reservation ended since the last call (their parked Workloads may now fit)."""
+        out = sorted(self.released)
+        self.released.clear()
+        return out
+
+    def reserved_idle(self, flavor: int, snap: Snapshot) -> int:
+        """GPUs reservations on ``flavor`` hold idle now: reserved and free on the simulated cluster."""
+        idle = 0
+        for r in self.outlook.reservations.on(self.flavor_names[flavor]):
+            for name, gpus in r.nodes:
+                i = snap.node_index.get(name)
+                if i is not None:
+                    idle += min(gpus, int(snap.free[i, 0]))
+        return idle
+
+    def price_spans(self, cost: Callable[[Snapshot, IntArray, IntArray], float], snap: Snapshot) -> None:
+        """The next decisions price a span with ``cost(snap, nodes, pods per node)`` (the simulator's
+        cost model for the job decided, on its own cluster's node indices)."""
+        def span_cost(_on: Snapshot, decision: Any) -> float | None:
+            if decision.placement is None:
+                return None
+            count: Counter[int] = Counter()
+            for ps in decision.placement.podsets:
+                for name, k in zip(ps.nodes, ps.pods_per_node):
+                    count[snap.node_index[name]] += k
+            nodes = np.array(sorted(count), dtype=np.int64)
+            return float(cost(snap, nodes, np.array([count[int(i)] for i in nodes], dtype=np.int64)))
+        self.decider.span_cost = span_cost
 
     # ------------------------------------------------------------------ the invariant's inputs
 

@@ -44,6 +44,7 @@ JSON_KEYS = (
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s",
     "invariant_checks", "invariant_full_checks", "invariant_violations",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
+    "reserved_idle_gpu_hours",
 )
 INVARIANT_KEYS = ("invariant_checks", "invariant_full_checks", "invariant_violations")
 """What a run reports of the no-double-booking invariant (per run in ``atoll simulate``'s JSON)."""
@@ -109,6 +110,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "invariant_full_checks": result.invariant_full_checks,
         "invariant_violations": result.invariant_violations,
         "decisions_per_job": result.decisions / len(result.status) if len(result.status) else None,
+        "reserved_idle_gpu_hours": result.reserved_idle_gpu_hours,
     }
     rounded: dict[str, Any] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
     rounded["wait_by_size_band"] = wait_by_size_band(result)

@@ -47,6 +47,7 @@ method is told of every reserve and release (Kueue's view then copies only those
 
 from __future__ import annotations
 
+import functools
 import gc
 import heapq
 import math
@@ -214,6 +215,8 @@ class SimResult:
     """Of those, checks the ledger's own witness could not settle, run from scratch (``check_invariant``)."""
     invariant_violations: int = 0
     """Violations found: 0 in a finished run (the first violation stops it: ``InvariantViolation``)."""
+    reserved_idle_gpu_hours: float = 0.0
+    """GPU-hours reservations held idle: GPUs reserved for a waiting gang and free meanwhile (an Atoll profile with reservations)."""
 
 
 # --------------------------------------------------------------------------------- preparing
@@ -412,6 +415,8 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
     room = WaitingRoom() if deployed is not None and settings.parking else None
+    idle_gpu_s, idle_now, idle_at = 0.0, 0, window[0]
+    """GPU-seconds reservations held idle (reserved GPUs free on the cluster), integrated over events."""
     parked_gpus = np.zeros(len(fl), dtype=np.int64)
 
     def wake(keys: list[Any]) -> None:
@@ -461,7 +466,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     def bind(j: int, fi: int, now: float) -> bool:
         """The scheduler binds what it can of job ``j``'s pods; the job starts once all are bound."""
         assert deployed is not None
-        deployed.bind(j, fl[fi].snapshot)
+        deployed.bind(j, fl[fi].snapshot, now)
         check(fi, now)
         if deployed.admitted[j].unbound:
             return False
@@ -492,6 +497,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
             wait = WaitState(None if math.isnan(fw) else float(fw), int(attempts[j]))
             t0 = time.perf_counter()
             if deployed is not None:
+                deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
                 att = _deployed_attempt(deployed, j, fi, shape, now)
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
@@ -569,7 +575,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                 if capacity_changed is not None:
                     capacity_changed(f.snapshot, nodes)
                 if deployed is not None:
-                    deployed.finish(j)
+                    deployed.finish(j, now)
                     waiting = blocked.pop(fi, [])
                     still = [b for b in waiting if not bind(b, fi, now)]
                     if still:
@@ -599,6 +605,16 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         for fi in sorted(touched):
             if run_pass(fi, now):
                 last_admit = now
+        if deployed is not None:
+            ended = deployed.take_released()
+            if ended and room is not None:  # a reservation ended: what it kept out may fit now
+                for fi in ended:
+                    wake(room.wake_flavor(deployed.flavor_names[fi]))
+                    if run_pass(fi, now):
+                        last_admit = now
+            idle_gpu_s += idle_now * (now - idle_at)
+            idle_at = now
+            idle_now = sum(deployed.reserved_idle(fi, f.snapshot) for fi, f in enumerate(fl)) if len(deployed.outlook.reservations) else 0
         times.append(now)
         alloc_t.append(running_gpus)
         useful_t.append(useful_gpus)
@@ -629,7 +645,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         decisions=decisions, decision_seconds=decision_s, wall_seconds=time.perf_counter() - wall0, window=window,
         busiest_time=busiest_time, island_grid=grid, invariant_checks=checks[0], invariant_full_checks=checks[1],
         block_free={b: np.frombuffer(v) for b, v in blocks.items()},
-        stranded_gpus=np.frombuffer(stranded_t),
+        stranded_gpus=np.frombuffer(stranded_t), reserved_idle_gpu_hours=idle_gpu_s / 3600.0,
     )
 
 
@@ -643,6 +659,11 @@ def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape,
     if v.outcome == "wait":
         return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message, needs=tuple(v.needs))
     return Attempt("reject", message=v.message)
+
+
+def _span_cost(cost: SlowdownFn, shape: JobShape, job: Job, snapshot: Snapshot, nodes: IntArray, pods: IntArray) -> float:
+    """The slowdown the simulator would charge ``job`` on a span (what wait-or-span weighs)."""
+    return float(cost(snapshot, nodes, shape, job, pods))
 
 
 def _amounts(pods: IntArray, per_pod: ResourceVector) -> IntArray:

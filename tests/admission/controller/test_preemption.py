@@ -49,7 +49,7 @@ def test_a_gang_clears_one_clique_its_victims_are_retried_and_the_clique_waits_f
     states = {f"low-{i}": fabric.entry(f"low-{i}")["state"] for i in range(4)}
     (victim,) = [k for k, s in states.items() if s == "Retry"]  # one clique's worth, admitted Workload, check to Retry
     assert f"by evicting {fabric.ns}/{victim} (8 GPUs" in note and "highest priority 0" in note
-    assert fabric.entry(victim)["message"].startswith(f"Preempted by Atoll to clear gpu.clique ") and f"for Workload {fabric.ns}/gang" in fabric.entry(victim)["message"]
+    assert fabric.entry(victim)["message"].startswith("Preempted by Atoll to clear gpu.clique ") and f"for Workload {fabric.ns}/gang" in fabric.entry(victim)["message"]
     cleared = where[victim]
     (held,) = ctrl.decider.holds[fabric.flavor].values()
     assert cleared <= set(held)

@@ -1,0 +1,126 @@
+"""The queue manager's turn in a decision: reservations kept out of other placements, and for a
+Workload that found no domain, its reservation and the wait-or-span comparison.
+
+The ``Decider`` calls these when it has an ``Outlook`` (``admission.queue``); without one nothing
+here runs and decisions are what the profile's fixed rules give. The numbers are said in the
+decision's message, so the check, the Event, the decision record and ``atoll explain`` carry them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from admission.queue import Need, Outlook, Reservation, WaitOrSpan, choose_target, domain_outlook, soonest, weigh
+from policies import Decision, PodSetSpec, Profile, WaitState
+from topology import Snapshot
+
+__all__ = ["QueueTurn", "SpanCost", "hold_reservations", "max_execution_seconds", "queue_turn", "reserve_deadline"]
+
+SpanCost = Callable[[Snapshot, Decision], "float | None"]
+"""The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""
+Found = TypeVar("Found")
+
+
+def max_execution_seconds(obj: Mapping[str, Any]) -> float | None:
+    """Kueue's ``spec.maximumExecutionTimeSeconds``; None when unset or unreadable."""
+    spec = obj.get("spec")
+    value = spec.get("maximumExecutionTimeSeconds") if isinstance(spec, Mapping) else None
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot, flavor: str, key: str, obj: Mapping[str, Any],
+                      now: float) -> tuple[Snapshot, dict[str, int]]:
+    """``snap`` with the GPUs other gangs reserved taken out (on a fork of its own), unless this
+    Workload backfills them by time; and those GPUs by node."""
+    if outlook is None or not len(outlook.reservations):
+        return snap, {}
+    limit = max_execution_seconds(obj)
+    blocked = outlook.reservations.blocked(flavor, key, None if limit is None else now + limit)
+    if not blocked:
+        return snap, {}
+    if snap is shared:
+        snap = shared.fork()
+    for name, gpus in blocked.items():
+        i = snap.node_index.get(name)
+        if i is not None:
+            snap.free[i, 0] = max(0, int(snap.free[i, 0]) - gpus)
+    return snap, blocked
+
+
+@dataclass
+class QueueTurn:
+    note: str = ""
+    weighed: WaitOrSpan | None = None
+    reservation: Reservation | None = None
+
+
+def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSetSpec], profile: Profile, wait: WaitState, now: float,
+               decision: Decision, blocked: Mapping[str, int], obj: Mapping[str, Any],
+               span_search: Callable[[], Found | None], span_decision: Callable[[Found], Decision],
+               span_cost: SpanCost | None) -> tuple[QueueTurn, Found | None]:
+    """For a Workload that waits: hold or refresh its reservation once it has waited
+    ``reserveAfterSeconds``, and weigh waiting against the best span. The span found (to admit)
+    when spanning is cheaper, else None."""
+    q = profile.queueing
+    turn = QueueTurn()
+    if not q.wait_or_span and q.reserve_after_seconds is None:
+        return turn, None
+    gpus = sum(s.count * s.per_pod.gpu for s in specs)
+    per_pod = max((s.per_pod.gpu for s in specs), default=1)
+    widened = decision.widened_to
+    level = (widened or None) if widened is not None else (profile.required_level or profile.preferred_level)
+    running = outlook.on(snap.flavor)
+    outlooks = domain_outlook(snap, level, gpus, running, outlook.estimator, now, blocked)
+    notes = []
+    waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
+    gang = sum(s.count for s in specs) > 1
+    if q.reserve_after_seconds is not None and gang and waited >= q.reserve_after_seconds:
+        mine = outlook.reservations.held_by(key)
+        target = choose_target(snap, key, level, gpus, per_pod, outlooks, running, outlook.estimator, now)
+        if mine is not None and target is not None and mine.path == target.path:
+            target = Reservation(key, mine.flavor, mine.level, mine.path, mine.nodes, mine.since, target.expected_free)
+        elif mine is not None:
+            target = mine  # a reservation held is kept: its gang is first in line there
+        if target is not None and outlook.reservations.add(target, q.max_reservations_per_flavor):
+            turn.reservation = target
+            notes.append(target.describe())
+        elif target is not None:
+            notes.append(f"no reservation: flavor {snap.flavor} holds its {q.max_reservations_per_flavor} already")
+    found: Found | None = None
+    if q.wait_or_span and profile.preferred_level and not decision.relaxed:
+        best = soonest(outlooks)
+        est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
+        span = span_search()
+        placed = span_decision(span) if span is not None else None
+        slowdown = span_cost(snap, placed) if span_cost is not None and placed is not None and placed.outcome == "admit" else None
+        where = "/".join(best.path) if best is not None else ""
+        turn.weighed = weigh(None if best is None or best.free_at is None else best.free_at - now, best.error if best else 0.0, where,
+                             slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error)
+        notes.append(turn.weighed.describe())
+        if turn.weighed.choice == "span":
+            found = span
+    turn.note = "; ".join(notes)
+    return turn, found
+
+
+def _queue_of(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    name = spec.get("queueName") if isinstance(spec, Mapping) else None
+    return f"{ns}/{name}" if ns and name else None
+
+
+def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profile: Profile, wait: WaitState, now: float,
+                     specs: Sequence[PodSetSpec]) -> Need | None:
+    """A parked gang that will reserve is woken when ``reserveAfterSeconds`` has passed (if that
+    comes before its relax deadline), so it reserves on time without a timer Retry."""
+    after = profile.queueing.reserve_after_seconds
+    if need is None or outlook is None or after is None or sum(s.count for s in specs) <= 1 or outlook.reservations.held_by(key):
+        return need
+    at = (wait.first_waited_at if wait.first_waited_at is not None else now) + after
+    if at <= now:
+        return need
+    return replace(need, deadline=at if need.deadline is None else min(need.deadline, at))

@@ -1,0 +1,185 @@
+"""When running Workloads are expected to end, and so when a domain is expected to have room.
+
+Pure state, no clock and no API: the controller and the simulator tell it what started where
+(``Running``) and what finished, and ask when a domain will hold a waiting Workload.
+
+- A Workload's expected end is its start plus Kueue's ``maximumExecutionTimeSeconds`` where set
+  (an upper bound Kueue enforces: error 0), otherwise plus the runtime learned from finished
+  Workloads of its queue and size band (``RuntimeEstimator``: mean and standard deviation, the
+  error shown beside every estimate); a queue with too few samples falls back to all queues.
+- A Workload already running longer than its estimate is expected to run one more estimate: the
+  runtimes of training jobs have a heavy tail, where what has run long tends to run longer.
+- A domain's expected free time for ``gpus`` GPUs is the moment enough of the GPUs its running
+  Workloads hold there are expected back (``domain_outlook``): GPUs, not pods per node, so it is
+  an estimate of the earliest start, never a promise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from topology import Snapshot
+
+__all__ = ["DomainOutlook", "Estimate", "Running", "RuntimeEstimator", "band_of", "domain_outlook", "soonest"]
+
+BANDS = ((1, 7), (8, 15), (16, 63), (64, None))
+"""GPU-count bands the runtimes are learned in (the simulator's wait report uses the same)."""
+
+
+def band_of(gpus: int) -> int:
+    for i, (lo, hi) in enumerate(BANDS):
+        if gpus >= lo and (hi is None or gpus <= hi):
+            return i
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A runtime in seconds, its error (one standard deviation; 0 for a Kueue limit) and where it comes from."""
+
+    seconds: float
+    error: float
+    samples: int
+    source: str
+
+    def describe(self) -> str:
+        if self.source == "limit":
+            return f"{self.seconds:.0f}s (maximumExecutionTimeSeconds)"
+        return f"{self.seconds:.0f}s ± {self.error:.0f}s ({self.source}, {self.samples} finished)"
+
+
+class RuntimeEstimator:
+    """Runtimes of finished Workloads per (queue, size band), as running mean and variance (Welford)."""
+
+    def __init__(self, min_samples: int = 3) -> None:
+        self.min_samples = min_samples
+        self._stats: dict[tuple[str | None, int | None], list[float]] = {}
+
+    def learn(self, queue: str | None, gpus: int, seconds: float) -> None:
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        band = band_of(gpus)
+        for key in ((queue, band), (None, band), (queue, None), (None, None)):
+            s = self._stats.setdefault(key, [0.0, 0.0, 0.0])
+            s[0] += 1
+            delta = seconds - s[1]
+            s[1] += delta / s[0]
+            s[2] += delta * (seconds - s[1])
+
+    def estimate(self, queue: str | None, gpus: int, limit: float | None = None) -> Estimate | None:
+        """The runtime to expect: the Kueue limit where set, else the most specific learned figure
+        with ``min_samples`` behind it (queue and band, band, queue, all); None when none has."""
+        if limit is not None and limit > 0:
+            return Estimate(float(limit), 0.0, 0, "limit")
+        band = band_of(gpus)
+        for key, source in (((queue, band), f"queue {queue}, {_band_name(band)} GPUs"), ((None, band), f"all queues, {_band_name(band)} GPUs"),
+                            ((queue, None), f"queue {queue}"), ((None, None), "all queues")):
+            s = self._stats.get(key)
+            if s is not None and s[0] >= self.min_samples:
+                return Estimate(s[1], math.sqrt(s[2] / (s[0] - 1)) if s[0] > 1 else 0.0, int(s[0]), source)
+        return None
+
+
+def _band_name(band: int) -> str:
+    lo, hi = BANDS[band]
+    return f"{lo}+" if hi is None else f"{lo}-{hi}"
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """An admitted Workload's GPUs on one flavor: node name → GPUs, when it started, its queue and
+    its ``maximumExecutionTimeSeconds`` (None: not set)."""
+
+    flavor: str
+    nodes: tuple[tuple[str, int], ...]
+    started: float
+    queue: str | None = None
+    limit: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return sum(g for _, g in self.nodes)
+
+    def expected_end(self, estimator: RuntimeEstimator, now: float) -> tuple[float, float] | None:
+        """(expected end, its error), or None when nothing is known about its runtime."""
+        est = estimator.estimate(self.queue, self.gpus, self.limit)
+        if est is None:
+            return None
+        end = self.started + est.seconds
+        if end < now:  # overdue: a limit ends it now, a learned runtime expects one more of itself
+            end = now if est.source == "limit" else now + est.seconds
+        return end, est.error
+
+
+@dataclass(frozen=True, slots=True)
+class DomainOutlook:
+    """One domain of a level for a Workload of ``gpus`` GPUs: its GPUs in all, free now, still to
+    drain, and when enough are expected free (``now`` when they are; None: some runtime unknown)."""
+
+    domain: int
+    path: tuple[str, ...]
+    capacity: int
+    free: int
+    to_drain: int
+    free_at: float | None
+    error: float
+
+
+def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: Iterable[Running], estimator: RuntimeEstimator,
+                   now: float, blocked: Mapping[str, int] | None = None) -> list[DomainOutlook]:
+    """Per domain of ``level`` (None: the whole flavor) able to hold ``gpus`` GPUs when empty, the
+    outlook for a Workload of that size, in domain order. ``snapshot.free`` is what is free now
+    (the decision's fork: owed pods counted). ``blocked``: node → GPUs that free up for someone
+    else (another gang's reservation), never counted as coming back."""
+    lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else 0
+    alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
+    free = np.minimum(snapshot.free[:, 0], alloc)
+    ends: dict[int, list[tuple[float, float, int]]] = {}
+    for r in running:
+        if r.flavor != snapshot.flavor:
+            continue
+        got = r.expected_end(estimator, now)
+        for name, g in r.nodes:
+            i = snapshot.node_index.get(name)
+            if i is None:
+                continue
+            d = int(snapshot.node_dom[lv, i]) if level is not None else 0
+            ends.setdefault(d, []).append((got[0], got[1], g) if got is not None else (math.inf, math.inf, g))
+    out = []
+    domains = range(snapshot.num_domains(lv)) if level is not None else range(1)
+    for d in domains:
+        lo, hi = snapshot.domain_range(lv, d) if level is not None else (0, snapshot.num_nodes)
+        cap = int(alloc[lo:hi].sum())
+        if cap < gpus:
+            continue
+        now_free = int(free[lo:hi].sum())
+        if blocked:
+            taken = sum(g for n, g in blocked.items() if lo <= snapshot.node_index.get(n, -1) < hi)
+            cap -= taken
+            if cap < gpus:
+                continue
+        to_drain = max(0, gpus - now_free)
+        free_at: float | None = now
+        error = 0.0
+        if to_drain:
+            got_back = 0
+            free_at = None
+            for end, err, g in sorted(ends.get(d, [])):
+                got_back += g
+                if got_back >= to_drain:
+                    free_at, error = (end, err) if math.isfinite(end) else (None, 0.0)
+                    break
+        path = snapshot.domain_path(lv, d) if level is not None else ()
+        out.append(DomainOutlook(d, path, cap, now_free, to_drain, free_at, error))
+    return out
+
+
+def soonest(outlooks: Iterable[DomainOutlook]) -> DomainOutlook | None:
+    """The domain expected to have room first (ties: fewer GPUs to drain, then domain order); None when no time is known."""
+    known = [o for o in outlooks if o.free_at is not None]
+    return min(known, key=lambda o: (o.free_at, o.to_drain, o.domain)) if known else None
+

@@ -1,0 +1,54 @@
+"""What the queue manager knows beyond the waiting room: what runs where and since when, the
+runtimes learned from what finished, and the reservations held.
+
+Pure state, fed by the controller's cache or the simulator's cluster alike (``started`` when a
+Workload's pods are all bound, ``finished`` when it ends, ``forget`` when it goes otherwise), so
+both weigh waits and hold reservations on the same numbers.
+"""
+
+from __future__ import annotations
+
+from admission.queue._estimate import Running, RuntimeEstimator
+from admission.queue._reserve import Reservations
+
+__all__ = ["Outlook"]
+
+
+class Outlook:
+    """Running Workloads by key, the runtime estimator and the reservations."""
+
+    def __init__(self, min_samples: int = 3) -> None:
+        self.estimator = RuntimeEstimator(min_samples)
+        self.reservations = Reservations()
+        self._running: dict[str, Running] = {}
+        self._by_flavor: dict[str, dict[str, Running]] = {}
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    def started(self, key: str, running: Running) -> None:
+        self.forget(key)
+        self._running[key] = running
+        self._by_flavor.setdefault(running.flavor, {})[key] = running
+        self.reservations.release(key)
+
+    def running(self, key: str) -> Running | None:
+        return self._running.get(key)
+
+    def on(self, flavor: str) -> list[Running]:
+        return list(self._by_flavor.get(flavor, {}).values())
+
+    def finished(self, key: str, now: float) -> float | None:
+        """``key`` ended at ``now`` and ran to completion: its runtime is learned. The runtime, or None if it was not known to run."""
+        r = self.forget(key)
+        if r is None:
+            return None
+        self.estimator.learn(r.queue, r.gpus, now - r.started)
+        return now - r.started
+
+    def forget(self, key: str) -> Running | None:
+        """``key`` is gone without finishing (deleted, evicted): nothing is learned."""
+        r = self._running.pop(key, None)
+        if r is not None:
+            self._by_flavor[r.flavor].pop(key, None)
+        return r

@@ -1,0 +1,173 @@
+"""Reservations against starvation, and the backfill rules that let work into a reserved domain.
+
+A gang that has waited ``reserveAfterSeconds`` for one domain reserves one (``choose_target``):
+of the domains of its level that hold it when empty, the one with the fewest GPUs still to drain,
+ties broken by the soonest expected free time (``domain_outlook``). In that domain it reserves the
+nodes it will need: free nodes first, then those expected free soonest, until their GPUs hold it.
+
+New placements avoid a reserved node (``Reservations.blocked``), except by backfill:
+
+- a Workload whose ``maximumExecutionTimeSeconds`` ends before the reservation's expected free
+  time may use the reserved nodes (it is gone before the gang could start);
+- any Workload may use the reserved domain's other nodes: GPUs the gang will not need.
+
+At most ``limit`` reservations are held per flavor (``Reservations.add``), oldest first. A
+reservation ends when its gang is placed, rejected or deleted (``release``). It is stored on the
+gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
+new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator
+from topology import Snapshot
+
+__all__ = ["Reservation", "Reservations", "choose_target", "restore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """``holder`` (a Workload key) holds ``nodes`` (node → GPUs it will need there) of domain
+    ``path`` at ``level`` on ``flavor`` since ``since``, expected free at ``expected_free``
+    (None: unknown, so no Workload can backfill by time)."""
+
+    holder: str
+    flavor: str
+    level: str | None
+    path: tuple[str, ...]
+    nodes: tuple[tuple[str, int], ...]
+    since: float
+    expected_free: float | None
+
+    @property
+    def gpus(self) -> int:
+        return sum(g for _, g in self.nodes)
+
+    def encode(self) -> str:
+        return json.dumps({"flavor": self.flavor, "level": self.level, "domain": list(self.path), "nodes": dict(self.nodes),
+                           "since": self.since, "expectedFree": self.expected_free}, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, holder: str, text: str) -> Reservation | None:
+        """The reservation written by ``encode``; None for anything unreadable (it is then made afresh)."""
+        try:
+            d = json.loads(text)
+            nodes = tuple(sorted((str(n), int(g)) for n, g in dict(d["nodes"]).items()))
+            free = d.get("expectedFree")
+            return cls(holder, str(d["flavor"]), None if d.get("level") is None else str(d["level"]), tuple(str(p) for p in d["domain"]),
+                       nodes, float(d["since"]), None if free is None else float(free))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    def describe(self) -> str:
+        where = "/".join(self.path) or "the whole flavor"
+        when = f", expected free at t={self.expected_free:.0f}" if self.expected_free is not None else ", expected free time unknown"
+        return f"reserves {self.gpus} GPUs on {len(self.nodes)} nodes of {self.level or 'flavor'} {where}{when}"
+
+
+class Reservations:
+    """The reservations held, by flavor and holder."""
+
+    def __init__(self) -> None:
+        self._by_flavor: dict[str, dict[str, Reservation]] = {}
+        self._flavor_of: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._flavor_of)
+
+    def held_by(self, holder: str) -> Reservation | None:
+        flavor = self._flavor_of.get(holder)
+        return None if flavor is None else self._by_flavor[flavor].get(holder)
+
+    def on(self, flavor: str) -> list[Reservation]:
+        return sorted(self._by_flavor.get(flavor, {}).values(), key=lambda r: (r.since, r.holder))
+
+    def all(self) -> list[Reservation]:
+        return sorted((r for rs in self._by_flavor.values() for r in rs.values()), key=lambda r: (r.flavor, r.since, r.holder))
+
+    def add(self, reservation: Reservation, limit: int) -> bool:
+        """Hold ``reservation`` (replacing its holder's) if its flavor holds fewer than ``limit``."""
+        mine = self.held_by(reservation.holder)
+        if mine is None and len(self._by_flavor.get(reservation.flavor, {})) >= limit:
+            return False
+        self.release(reservation.holder)
+        self._by_flavor.setdefault(reservation.flavor, {})[reservation.holder] = reservation
+        self._flavor_of[reservation.holder] = reservation.flavor
+        return True
+
+    def release(self, holder: Hashable) -> Reservation | None:
+        flavor = self._flavor_of.pop(str(holder), None)
+        if flavor is None:
+            return None
+        out = self._by_flavor[flavor].pop(str(holder))
+        if not self._by_flavor[flavor]:
+            del self._by_flavor[flavor]
+        return out
+
+    def blocked(self, flavor: str, holder: str, ends_at: float | None) -> dict[str, int]:
+        """Node → GPUs a Workload (``holder``; its limit ends at ``ends_at``, None: no limit) may
+        not use: those other gangs reserved, except where it backfills by time."""
+        out: dict[str, int] = {}
+        for r in self._by_flavor.get(flavor, {}).values():
+            if r.holder == holder:
+                continue
+            if ends_at is not None and r.expected_free is not None and ends_at <= r.expected_free:
+                continue  # backfill: gone before the gang can start
+            for n, g in r.nodes:
+                out[n] = out.get(n, 0) + g
+        return out
+
+
+def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int, per_pod_gpus: int, outlooks: Sequence[DomainOutlook],
+                  running: Iterable[Running], estimator: RuntimeEstimator, now: float) -> Reservation | None:
+    """The domain to reserve (fewest GPUs to drain, then soonest expected free, then domain order)
+    and its nodes the gang will need there; None when no domain holds it."""
+    if not outlooks:
+        return None
+    best = min(outlooks, key=lambda o: (o.to_drain, o.free_at if o.free_at is not None else math.inf, o.domain))
+    lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else None
+    lo, hi = snapshot.domain_range(lv, best.domain) if lv is not None else (0, snapshot.num_nodes)
+    node_end: dict[int, float] = {}
+    for r in running:
+        if r.flavor != snapshot.flavor:
+            continue
+        got = r.expected_end(estimator, now)
+        end = got[0] if got is not None else math.inf
+        for name, _ in r.nodes:
+            i = snapshot.node_index.get(name)
+            if i is not None and lo <= i < hi:
+                node_end[i] = max(node_end.get(i, now), end)
+    per = max(per_pod_gpus, 1)
+    alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
+    order = sorted(range(lo, hi), key=lambda i: (snapshot.free[i, 0] < alloc[i], node_end.get(i, now), -int(alloc[i]), i))
+    chosen: list[tuple[str, int]] = []
+    got_gpus = 0
+    latest = now
+    for i in order:
+        usable = int(alloc[i]) // per * per
+        if usable <= 0:
+            continue
+        take = min(usable, gpus - got_gpus)
+        take = -(-take // per) * per
+        chosen.append((snapshot.node_names[i], take))
+        got_gpus += take
+        latest = max(latest, node_end.get(i, now))
+        if got_gpus >= gpus:
+            break
+    if got_gpus < gpus:
+        return None
+    expected = None if not math.isfinite(latest) else latest
+    return Reservation(holder, snapshot.flavor, level, best.path, tuple(sorted(chosen)), now, expected)
+
+
+def restore(reservations: Reservations, found: Mapping[str, str], limit: int) -> int:
+    """Rebuild ``reservations`` from what the API holds (holder → ``encode`` text), oldest first; the count restored."""
+    decoded = [r for r in (Reservation.decode(h, t) for h, t in sorted(found.items())) if r is not None]
+    return sum(reservations.add(r, limit) for r in sorted(decoded, key=lambda r: (r.since, r.holder)))

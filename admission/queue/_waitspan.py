@@ -1,0 +1,68 @@
+"""Wait for one domain or span now: the choice an elastic profile makes by expected cost.
+
+Waiting costs the expected wait for one domain (``domain_outlook``: the soonest domain's expected
+free time). Spanning now costs the extra run time of the best span found: the Workload's
+expected runtime times (slowdown − 1), the slowdown priced by the cost model on that span. The
+cheaper side wins; a tie waits (one domain is what the profile prefers). Either number unknown
+(no runtime learned yet, no span found, no cost model): no answer, and the profile's
+``relaxAfterSeconds`` decides alone. ``relaxAfterSeconds`` stays the upper bound in every case:
+once it has passed, ``decide`` spans whatever this says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["WaitOrSpan", "weigh"]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitOrSpan:
+    """Both sides of the choice, in seconds, and the choice (``None``: not enough known)."""
+
+    wait_s: float | None
+    wait_error_s: float
+    domain: str
+    span_slowdown: float | None
+    runtime_s: float | None
+    runtime_error_s: float
+    choice: Literal["span", "wait"] | None
+
+    @property
+    def span_cost_s(self) -> float | None:
+        if self.span_slowdown is None or self.runtime_s is None:
+            return None
+        return self.runtime_s * max(self.span_slowdown - 1.0, 0.0)
+
+    def describe(self) -> str:
+        wait = (f"expected wait for one domain {self.wait_s:.0f}s ± {self.wait_error_s:.0f}s ({self.domain})"
+                if self.wait_s is not None else "expected wait for one domain unknown (no runtime learned for what runs there)")
+        if self.span_slowdown is None:
+            span = "no span found now"
+        elif self.runtime_s is None:
+            span = f"best span slows it {self.span_slowdown:.3f}×, its runtime unknown"
+        else:
+            span = (f"best span slows it {self.span_slowdown:.3f}× = +{self.span_cost_s:.0f}s on an expected "
+                    f"{self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
+        verdict = {"span": "spans now (cheaper)", "wait": "waits (cheaper)", None: "relaxAfterSeconds decides"}[self.choice]
+        return f"wait or span: {wait}; {span}; {verdict}"
+
+    def as_record(self) -> dict[str, object]:
+        return {"expectedWaitSeconds": _r(self.wait_s), "expectedWaitErrorSeconds": _r(self.wait_error_s), "waitDomain": self.domain,
+                "spanSlowdown": None if self.span_slowdown is None else round(self.span_slowdown, 4),
+                "expectedRuntimeSeconds": _r(self.runtime_s), "runtimeErrorSeconds": _r(self.runtime_error_s),
+                "spanCostSeconds": _r(self.span_cost_s), "choice": self.choice}
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 1)
+
+
+def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown: float | None, runtime_s: float | None,
+          runtime_error_s: float = 0.0) -> WaitOrSpan:
+    """Span when the expected wait exceeds the span's expected extra run time; wait on a tie."""
+    choice: Literal["span", "wait"] | None = None
+    if span_slowdown is not None and wait_s is not None and runtime_s is not None:
+        choice = "span" if wait_s > runtime_s * max(span_slowdown - 1.0, 0.0) else "wait"
+    return WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, choice)

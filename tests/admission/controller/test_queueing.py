@@ -1,0 +1,101 @@
+"""The queue manager's turn in the controller's own decision (``Decider`` on its cache and
+ledger, as the simulator and the controller run it): other Workloads keep out of a gang's
+reserved nodes except by backfill, a waiting gang reserves after ``reserveAfterSeconds``, and
+wait-or-span says both numbers in the message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from admission.queue import Reservation, Running
+from admission.simulator._deployed import DeployedAtoll
+from policies import load_profiles
+from topology import ClusterModel, ResourceVector
+
+CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
+DOC = load_profiles(f"""
+defaultProfile: strict
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
+  elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
+""")
+NOW = 1000.0
+
+
+def cluster(used: dict[str, int]) -> ClusterModel:
+    """1 SU × 2 islands (r0, r1) × 2 nodes × 4 GPUs; ``used`` pre-occupies nodes."""
+    return ClusterModel.model_validate({"name": "test", "flavors": [{
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "nodes": [{"name": f"r{r}n{n}", "labels": {SU: "u0", CLIQUE: f"r{r}"}, "used": {"nvidia.com/gpu": used.get(f"r{r}n{n}", 0)}}
+                  for r in range(2) for n in range(2)]}]})
+
+
+def atoll(profile: str = "strict", used: dict[str, int] | None = None) -> DeployedAtoll:
+    return DeployedAtoll(f"atoll-{profile}", profile, DOC, cluster(used if used is not None else {"r1n0": 4, "r1n1": 4}))
+
+
+def decide(a: DeployedAtoll, job: int, pods: int, limit: int | None = None, now: float = NOW) -> Any:
+    obj = a.workload(job, 0, pods, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training")
+    if limit is not None:
+        obj["spec"]["maximumExecutionTimeSeconds"] = limit
+    return a.decide(job, obj, now)
+
+
+def reserve(a: DeployedAtoll, nodes: tuple[tuple[str, int], ...], expected_free: float | None = NOW + 1000) -> None:
+    assert a.outlook.reservations.add(Reservation("sim/job-99", "f", CLIQUE, ("u0", "r0"), nodes, 0.0, expected_free), limit=1)
+
+
+def test_a_workload_without_a_limit_keeps_out_of_reserved_nodes() -> None:
+    a = atoll()
+    reserve(a, (("r0n0", 4), ("r0n1", 4)))
+    v = decide(a, 1, 2)
+    assert v.outcome == "wait"  # r1 is busy and r0 is reserved: the only island with room is not for it
+
+
+def test_a_limit_ending_before_the_expected_free_time_backfills() -> None:
+    a = atoll()
+    reserve(a, (("r0n0", 4), ("r0n1", 4)))
+    assert decide(a, 1, 2, limit=2000).outcome == "wait"  # ends at 3000, after the domain is expected free (2000)
+    v = decide(a, 2, 2, limit=900)  # ends at 1900: gone before the gang can start
+    assert v.outcome == "admit" and v.podset_updates[0]["nodeSelector"] == {CLIQUE: "r0"}
+
+
+def test_gpus_the_gang_will_not_need_stay_open() -> None:
+    a = atoll()
+    reserve(a, (("r0n0", 4),))  # the gang needs one node of r0
+    v = decide(a, 1, 1)
+    assert v.outcome == "admit" and set(v.placements[0].nodes) == {"r0n1"}
+    assert decide(a, 2, 1).outcome == "wait"  # r0n1 now holds it; r0n0 stays the gang's
+
+
+def test_a_gang_reserves_after_reserve_after_seconds_and_releases_when_placed() -> None:
+    a = atoll(used={"r0n0": 4, "r1n0": 2, "r1n1": 4})  # r0 lacks 4 GPUs, r1 lacks 6: r0 has the fewest to drain
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, limit=5000.0))
+    first = decide(a, 7, 2, now=NOW)
+    assert first.outcome == "wait" and a.outlook.reservations.held_by("sim/job-7") is None
+    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+    later = decide(a, 7, 2, now=NOW + 600)
+    held = a.outlook.reservations.held_by("sim/job-7")
+    assert later.outcome == "wait" and held is not None and held.path == ("u0", "r0") and held.expected_free == 5000.0
+    assert "reserves 8 GPUs on 2 nodes of nvidia.com/gpu.clique u0/r0" in later.message
+    assert decide(a, 8, 1, now=NOW + 601).outcome == "wait"  # r0n1 is free but reserved; r1 has 2 GPUs, not a 4-GPU pod
+
+
+def test_wait_or_span_says_both_numbers() -> None:
+    a = atoll("elastic", used={"r0n0": 4, "r1n0": 4})  # one free node per island: one island never has 8 now; a span has
+    for _ in range(3):
+        a.outlook.estimator.learn("sim/default", 8, 3000.0)
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    a.decider.span_cost = lambda snap, decision: 1.05
+    v = decide(a, 1, 2)
+    assert "wait or span: expected wait for one domain 2000s" in v.message and "1.050×" in v.message
+    assert v.outcome == "admit" and v.relaxed  # 2000 s of waiting against 150 s of slowdown on a 3000 s run: spans
+    b = atoll("elastic", used={"r0n0": 4, "r1n0": 4})
+    for _ in range(3):
+        b.outlook.estimator.learn("sim/default", 8, 3000.0)
+    b.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    b.decider.span_cost = lambda snap, decision: 2.0  # a span doubles its run: waiting 2000 s is cheaper
+    w = decide(b, 1, 2)
+    assert w.outcome == "wait" and "waits (cheaper)" in w.message

@@ -1,0 +1,76 @@
+"""Reservations: the target is the domain with the fewest GPUs to drain (ties: soonest free), its
+nodes those the gang will need; others keep out except by backfill; bounded per flavor; and
+what is written on the Workload rebuilds the same reservations."""
+
+from __future__ import annotations
+
+from admission.queue import Reservation, Reservations, Running, RuntimeEstimator, choose_target, domain_outlook, restore
+from topology import Level, NodeInfo, ResourceVector, Snapshot
+
+SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
+
+
+def cluster() -> Snapshot:
+    """1 SU × 3 islands × 4 nodes × 4 GPUs, all free."""
+    nodes = [NodeInfo(f"c{c}n{n}", {SU: "u0", CLIQUE: f"c{c}"}, ResourceVector(4, 1000, 1000, 10)) for c in range(3) for n in range(4)]
+    return Snapshot("f", [Level(SU, 50), Level(CLIQUE, 1800)], nodes)
+
+
+def busy(snap: Snapshot, until: dict[str, float]) -> list[Running]:
+    for name in until:
+        snap.reserve(name, ResourceVector(gpu=4))
+    return [Running("f", ((name, 4),), 0.0, limit=end) for name, end in until.items()]
+
+
+def target(snap: Snapshot, running: list[Running], gpus: int = 12) -> Reservation | None:
+    est = RuntimeEstimator()
+    outlooks = domain_outlook(snap, CLIQUE, gpus, running, est, now=10.0)
+    return choose_target(snap, "ns/gang", CLIQUE, gpus, 4, outlooks, running, est, now=10.0)
+
+
+def test_the_fewest_gpus_to_drain_win_then_the_soonest_free() -> None:
+    snap = cluster()
+    running = busy(snap, {"c0n0": 500, "c0n1": 500, "c1n0": 900, "c2n0": 300, "c2n1": 2000})
+    r = target(snap, running)
+    assert r is not None and r.path[-1] == "c1"  # c1 has 12 GPUs free: nothing to drain (c0 and c2 lack 4)
+    assert dict(r.nodes) == {"c1n1": 4, "c1n2": 4, "c1n3": 4}  # free nodes first: the busy one is not needed
+    assert r.expected_free == 10.0
+    snap = cluster()
+    running = busy(snap, {"c0n0": 500, "c0n1": 500, "c1n0": 900, "c1n1": 900, "c2n0": 300, "c2n1": 2000})
+    r = target(snap, running)  # every island lacks 4 GPUs: c2 frees them soonest (300 s)
+    assert r is not None and r.path[-1] == "c2" and dict(r.nodes) == {"c2n2": 4, "c2n3": 4, "c2n0": 4} and r.expected_free == 300.0
+
+
+def test_others_keep_out_of_the_reserved_nodes_except_by_backfill() -> None:
+    book = Reservations()
+    r = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n2", 4), ("c2n3", 4)), since=10.0, expected_free=300.0)
+    assert book.add(r, limit=1)
+    assert book.blocked("f", "ns/small", None) == {"c2n0": 4, "c2n2": 4, "c2n3": 4}  # no limit: kept out of the gang's nodes
+    assert "c2n1" not in book.blocked("f", "ns/small", None)  # a GPU the gang will not need stays open
+    assert book.blocked("f", "ns/small", 299.0) == {}  # its limit ends before the domain is expected free: backfills
+    assert book.blocked("f", "ns/small", 300.0) == {}
+    assert book.blocked("f", "ns/small", 301.0) != {}  # ends after: kept out
+    assert book.blocked("f", "ns/gang", None) == {}  # the holder itself is not kept out
+    assert book.blocked("g", "ns/small", None) == {}  # another flavor
+    unknown = Reservations()
+    unknown.add(Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4),), 10.0, None), limit=1)
+    assert unknown.blocked("f", "ns/small", 11.0) == {"c2n0": 4}  # no expected free time: no backfill by time
+
+
+def test_reservations_are_bounded_per_flavor_and_end_with_their_gang() -> None:
+    book = Reservations()
+    a = Reservation("ns/a", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4),), 1.0, None)
+    b = Reservation("ns/b", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, None)
+    assert book.add(a, limit=1) and not book.add(b, limit=1)
+    assert book.add(Reservation("ns/c", "g", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, None), limit=1)  # the bound is per flavor
+    assert book.add(a, limit=1)  # its own holder refreshes it
+    assert book.release("ns/a") == a and book.held_by("ns/a") is None and book.add(b, limit=1)
+
+
+def test_what_is_written_on_the_workload_rebuilds_the_same_reservations() -> None:
+    a = Reservation("ns/a", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4), ("c0n1", 4)), 1.0, 250.0)
+    b = Reservation("ns/b", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, None)
+    assert Reservation.decode("ns/a", a.encode()) == a
+    fresh = Reservations()
+    assert restore(fresh, {"ns/b": b.encode(), "ns/a": a.encode(), "ns/bad": "{not json"}, limit=1) == 1
+    assert fresh.all() == [a]  # oldest first within the bound; the unreadable one is made afresh later

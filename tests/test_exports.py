@@ -77,7 +77,7 @@ EXPECTED = {
     "topology": {
         "CPU", "GPU", "HOSTNAME_LABEL", "LIMITS", "MAX_COUNT", "MAX_SLICE_LAYERS", "MEMORY", "NODE_OPERATORS", "PODS",
         "RESOURCE_NAMES", "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink",
-        "KueueNode", "Level", "Mode", "NodeConstraint", "NodeInfo", "NodeModel", "NodeRequirement", "Placement", "PlacementError",
+        "KueueNode", "Level", "LinkPlacement", "Mode", "NodeConstraint", "NodeInfo", "NodeModel", "NodeRequirement", "Placement", "PlacementError",
         "PlacementRequest", "PodSetPlacement", "PodSetRequest", "ResourceVector", "SliceLayer", "SlicePlacement", "Snapshot",
         "Spread", "Taint", "TaintModel", "Toleration", "bottleneck_bandwidth", "build_kueue_leaves", "describe_validation_error",
         "fabric_graph", "fabric_path", "find_placement", "fragmentation_index", "island_free_gpus", "kueue_place",

@@ -125,6 +125,8 @@ def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
              "nodes": dict(p.nodes), "node_selector": dict(p.node_selector), **({"slices": list(p.slices)} if p.slices else {})}
             for p in verdict.placements
         ]
+        if verdict.links:
+            out["links"] = list(verdict.links)
         out["podSetUpdates"] = verdict.podset_updates
     if verdict.why_not:
         out["why_not"] = [{"podset": v.podset, "level": v.level, "path": list(v.domain_path), "capacity_pods": v.capacity_pods,
@@ -148,6 +150,9 @@ def _print_table(data: dict[str, Any]) -> None:
         for sl in ps.get("slices", []):
             print(f"    slice {sl['index']}: {sl['level']} = {'/'.join(sl['domain'])}; {sl['pods']} pods on {len(sl['nodes'])} nodes; "
                   f"{'held by' if sl['held'] else 'not held:'} {sl['held_by']}")
+    for e in data.get("links", []):
+        print(f"  edge {e['from']}->{e['to']}: {e['bandwidth_gbps']:g} GB/s per GPU, {e['latency_us']:g} µs, "
+              f"across {e['bottleneck_level']} (asked {e['asked']})")
     if data.get("why_not"):
         print("  other domains:")
         for v in data["why_not"]:

@@ -58,6 +58,8 @@ class Verdict:
     relaxed: bool = False
     podset_updates: list[dict[str, Any]] = field(default_factory=list)
     placements: list[PodSetRecord] = field(default_factory=list)
+    links: list[dict[str, Any]] = field(default_factory=list)
+    """Each graph edge as placed (``LinkPlacement.as_dict``), when admitted."""
     why_not: list[WhyNotRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     generation: int = 0
@@ -218,6 +220,8 @@ class Decider:
             v.outcome = "admit"
             v.podset_updates = [u for r in results for u in r.updates]
             v.placements = [p for r in results for p in r.placements]
+            v.links = [link.as_dict() for r in results if r.decision is not None and r.decision.placement is not None
+                       for link in r.decision.placement.links]
             if len(v.podset_updates) > MAX_PODSET_UPDATES:
                 v.notes.append(f"only the first {MAX_PODSET_UPDATES} of {len(v.podset_updates)} podSetUpdates are written (Kueue's limit)")
                 v.podset_updates = v.podset_updates[:MAX_PODSET_UPDATES]

@@ -284,3 +284,19 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(args: list[str], needl
     assert main(["place", "--workload", "config/workloads/training-job.yaml", *args]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"atoll place: {needle}"
+
+
+@pytest.mark.parametrize(("cluster", "flavor"), FLAVORS)
+def test_the_serving_graph_example_shows_its_edge_with_bandwidth_and_bottleneck(cluster: str, flavor: str,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--cluster", cluster, "--flavor", flavor, "--workload", "config/workloads/serving-graph.yaml", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "admit", out["message"]
+    (edge,) = out["links"]
+    assert (edge["from"], edge["to"], edge["asked"]) == ("prefill", "decode", "≥ 400 GB/s")
+    assert edge["bandwidth_gbps"] >= 400 and edge["bottleneck_level"] in ("nvidia.com/gpu.clique", "kubernetes.io/hostname")
+    assert "edge prefill->decode:" in out["message"]
+    nodes = {n for ps in out["podsets"] for n in ps["nodes"]}
+    assert len(nodes) <= 2  # 8 GPUs: both pools inside one NVLink domain
+    assert main(["place", "--cluster", cluster, "--flavor", flavor, "--workload", "config/workloads/serving-graph.yaml"]) == 0
+    assert f"edge prefill->decode: {edge['bandwidth_gbps']:g} GB/s per GPU" in capsys.readouterr().out

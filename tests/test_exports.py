@@ -27,7 +27,8 @@ EXPECTED = {
     },
     "admission.vocabulary": {
         "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
-        "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "WAITING_CONDITION",
+        "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "SPREAD_GROUP", "SPREAD_LEVEL",
+        "SPREAD_MAX_PER_DOMAIN", "SPREAD_REPLICAS", "WAITING_CONDITION",
     },
     "admission.kube": {
         "ADMISSION_CHECKS", "ApiRetrySettings", "CLUSTER_QUEUES", "CONFIGMAPS", "Clock", "ClusterPort", "EVENTS", "KUEUE_GROUP",
@@ -49,7 +50,7 @@ EXPECTED = {
         "Need", "WaitingRoom",
     },
     "admission.simulator": {
-        "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",
+        "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "LLAMA3_70B_FP16", "read_azure_llm", "serve_on", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",
         "AtollPolicy", "Comparison", "CostError", "CostModel", "CostParams", "Job", "JobKind", "JobShape", "MemoryCluster",
         "NodeGroup", "NodeMix", "OpenbTrace", "Policy", "PolicyError", "PreparedWorkload", "RunFailed", "SimResult",
         "SimSettings", "Slicing", "SweepSpec", "SyntheticParams", "TraceError", "TraceFormat", "WorkloadSpec", "available_cores",
@@ -71,7 +72,7 @@ EXPECTED = {
         "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "PROFILES_KEY", "SLICE_REQUIRED_TOPOLOGY", "SLICE_SIZE", "Decision",
         "FlavorSettings", "FragmentationSettings", "LevelOverrides", "LinkSettings", "Outcome", "PodSetSpec", "Profile",
         "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState",
-        "WorkloadClass", "annotation_notes", "decide", "group_problems", "load_profiles", "load_profiles_file", "podset_spec",
+        "WorkloadClass", "annotation_notes", "decide", "group_problems", "is_spreading_json", "load_profiles", "load_profiles_file", "podset_spec",
         "profiles_from_configmap", "read_topology_annotations",
     },
     "topology": {

@@ -119,14 +119,14 @@ def place_serving(snapshot: Any, policy: str) -> tuple[tuple[str, ...], tuple[st
 
 def serving_table(occupancies: Sequence[float], seeds: Sequence[int]) -> dict[str, Any]:
     from admission.cli._bench_quality import traces_dir
-    from admission.simulator._serving import GB200, LLAMA3_70B_FP16, edge_between, read_azure_llm, replay
+    from admission.simulator import LLAMA3_70B_FP16, read_azure_llm, serve_on
 
     requests = read_azure_llm(traces_dir() / AZURE_FILE)
     sizes = _itp_sizes(traces_dir() / ITP_FILE)
     rows = []
+    budget = 0.0
     for occ in occupancies:
         per: dict[str, dict[str, Any]] = {p: {"ttft": {}, "kv": {}, "levels": [], "waits": 0} for p in POLICIES}
-        tpot = 0.0
         for seed in seeds:
             state = busy_gb200(occ, seed, sizes)
             for policy in POLICIES:
@@ -134,15 +134,13 @@ def serving_table(occupancies: Sequence[float], seeds: Sequence[int]) -> dict[st
                 if got is None:
                     per[policy]["waits"] += 1
                     continue
-                edge = edge_between(state.snapshot, got[0], got[1], PREFILL, DECODE_PODS * DECODE_GPUS)
-                result = replay(requests, model=LLAMA3_70B_FP16, gpu=GB200, prefill_gpus=PREFILL, decode_gpus=DECODE_PODS * DECODE_GPUS,
-                                edge=edge, decode_cross_latency_us=_decode_cross(state.snapshot, got[1]))
+                result = serve_on(state.snapshot, got[0], got[1], requests, prefill_gpus=PREFILL, decode_gpus=DECODE_PODS * DECODE_GPUS)
+                assert result.edge is not None
                 per[policy]["ttft"][seed] = result.ttft_s
                 per[policy]["kv"][seed] = result.kv_s
-                per[policy]["levels"].append(f"{edge.level.rsplit('/', 1)[-1]}@{edge.achieved_gbps:.0f}GB/s")
-                tpot = max(tpot, result.tpot_s)
+                per[policy]["levels"].append(f"{result.edge.level.rsplit('/', 1)[-1]}@{result.edge.achieved_gbps:.0f}GB/s")
+                budget = result.kv_budget_s
         common = [s for s in seeds if all(s in per[p]["ttft"] for p in POLICIES)]
-        budget = _budget()
         row: dict[str, Any] = {"occupancy": occ, "seeds": len(seeds), "common_seeds": len(common), "kv_budget_ms": round(budget * 1e3, 2),
                                "policies": {}}
         for policy in POLICIES:
@@ -159,20 +157,6 @@ def serving_table(occupancies: Sequence[float], seeds: Sequence[int]) -> dict[st
         rows.append(row)
     return {"requests": int(requests.prompt.size), "trace": AZURE_FILE, "model": LLAMA3_70B_FP16.name,
             "kv_bytes_per_token": LLAMA3_70B_FP16.kv_bytes_per_token, "rows": rows}
-
-
-def _budget() -> float:
-    from admission.simulator._serving import GB200, LLAMA3_70B_FP16, tpot_s
-
-    return tpot_s(LLAMA3_70B_FP16, GB200, DECODE_PODS * DECODE_GPUS, None)
-
-
-def _decode_cross(snapshot: Any, nodes: Sequence[str]) -> float | None:
-    """The crossed level's latency when the decode pool spans NVLink islands, else None."""
-    from admission.simulator._serving import _common_level, _island_level
-
-    level = _common_level(snapshot, nodes)
-    return None if level >= _island_level(snapshot) else float(snapshot.latency_us[max(level, 0)])
 
 
 def _itp_sizes(path: Any) -> list[int]:

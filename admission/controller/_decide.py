@@ -25,9 +25,10 @@ from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
+from admission.controller._spread import apply_spread, never_message, read_spread
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
-from admission.kube import ADMISSION_CHECKS, Obj, object_key
+from admission.kube import ADMISSION_CHECKS, WORKLOADS, Obj, object_key
 from admission.queue import Need
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
@@ -262,6 +263,17 @@ class Decider:
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
+        try:
+            group = read_spread(obj, view)
+        except WorkloadError as exc:
+            return _FlavorResult(flavor, "reject", str(exc), generation=snap.generation, reserved=reserved)
+        spread = None
+        if group is not None:  # replicas of one service, each its own Workload: leave out the domains the group has filled
+            never = never_message(shared, group, sum(s.count * s.per_pod.gpu for s in specs))
+            if never:
+                return _FlavorResult(flavor, "reject", never, generation=snap.generation, reserved=reserved)
+            spread = apply_spread(snap, shared, group, self._spread_members(flavor, group, view.uid))
+            snap = spread.snapshot
 
         def search(on: Snapshot) -> Decision:
             return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links,
@@ -270,6 +282,9 @@ class Decider:
         try:
             profile = profile.for_flavor(flavor, shared.level_labels, name=profile_name)  # the levels this flavor has
             found = self._search_robust(shared, snap, search, view, specs, profile, held)
+            if spread is not None and spread.preferred_only and (isinstance(found, _Conflict) or found[0].outcome != "admit"):
+                snap = spread.plain  # a Preferred spread only orders: without a placement clear of the full domains, take one in them
+                found = self._search_robust(shared, snap, search, view, specs, profile, held)
         except ProfileLevelError as exc:
             fix = "" if exc.typo else " (fix the profiles document)"
             return _FlavorResult(flavor, "wait", f"{exc}{fix}; retry in {config_wait}s", "config", config_wait,
@@ -302,6 +317,12 @@ class Decider:
         result = _FlavorResult(flavor, decision.outcome, message, relaxed=decision.relaxed, decision=decision,
                                generation=snap.generation, reserved=reserved, after=snap)
         result.notes.extend(decision.notes)  # Kueue annotations read but not honoured: said in the message, record and Event
+        if spread is not None:
+            result.notes.extend(spread.ignored)
+            if spread.note and decision.outcome == "wait":
+                result.message += f" ({spread.note})"
+            elif spread.note:
+                result.notes.append(spread.note)
         placement = decision.placement
         if placement is not None:
             result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason) for v in placement.why_not[:6]]
@@ -323,6 +344,19 @@ class Decider:
                     ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector,
                     slice_records(ps.slices, selector, snap.level_labels, exact=self._enforcement(flavor) == "exact")))
         return result
+
+    def _spread_members(self, flavor: str, group: Any, uid: str) -> list[list[str]]:
+        """The planned nodes of each admitted replica of ``group`` on ``flavor`` (the ledger's
+        reservations of Workloads the group's selector matches), the Workload deciding left out."""
+        workloads = self.cache.objects[WORKLOADS]
+        nodes: dict[str, list[str]] = {}
+        for r in self.ledger.reservations(flavor):
+            if r.uid == uid:
+                continue
+            obj = workloads.get(r.workload)
+            if obj is not None and group.matches(obj):
+                nodes.setdefault(r.uid, []).extend(n for n, _ in r.planned)
+        return [nodes[k] for k in sorted(nodes)]
 
     def _enforcement(self, flavor: str) -> str:
         settings = self.cache.profiles.flavors.get(flavor) if self.cache.profiles else None

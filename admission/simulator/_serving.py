@@ -58,6 +58,8 @@ __all__ = [
     "edge_between",
     "read_azure_llm",
     "replay",
+    "serve_on",
+    "tpot_s",
 ]
 
 PREFILL_MFU: Final = 0.5
@@ -194,6 +196,10 @@ class ServingResult:
     ttft_s: npt.NDArray[np.float64]
     kv_s: npt.NDArray[np.float64]
     tpot_s: float
+    edge: Edge | None = None
+    kv_budget_s: float = 0.0
+    """One decode step of the pool packed in one island: a KV transfer longer than that delays the
+    first token by more than one token's time."""
 
 
 def tpot_s(model: ModelShape, gpu: Accelerator, decode_gpus: int, spans_islands_latency_us: float | None) -> float:
@@ -202,6 +208,16 @@ def tpot_s(model: ModelShape, gpu: Accelerator, decode_gpus: int, spans_islands_
     if spans_islands_latency_us is not None:
         step += 2 * model.layers * spans_islands_latency_us * 1e-6
     return step
+
+
+def serve_on(snapshot: Snapshot, prefill_nodes: Sequence[str], decode_nodes: Sequence[str], requests: Requests, *, prefill_gpus: int,
+             decode_gpus: int, model: ModelShape = LLAMA3_70B_FP16, gpu: Accelerator = GB200) -> ServingResult:
+    """``replay`` on the edge between two placed pools (node names of ``snapshot``)."""
+    edge = edge_between(snapshot, prefill_nodes, decode_nodes, prefill_gpus, decode_gpus)
+    level = _common_level(snapshot, decode_nodes)
+    cross = None if level >= _island_level(snapshot) else float(snapshot.latency_us[max(level, 0)])
+    got = replay(requests, model=model, gpu=gpu, prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, edge=edge, decode_cross_latency_us=cross)
+    return ServingResult(got.ttft_s, got.kv_s, got.tpot_s, edge, tpot_s(model, gpu, decode_gpus, None))
 
 
 def replay(requests: Requests, *, model: ModelShape, gpu: Accelerator, prefill_gpus: int, decode_gpus: int, edge: Edge,

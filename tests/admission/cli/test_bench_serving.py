@@ -8,8 +8,8 @@ import json
 import pytest
 
 from admission.cli import main
-from admission.cli._bench_serving import FILL, _itp_sizes, busy_gb200, place_serving
 from admission.cli._bench_quality import traces_dir
+from admission.cli._bench_serving import FILL, _itp_sizes, busy_gb200, place_serving
 
 
 def test_the_busy_model_is_at_the_stated_occupancy() -> None:

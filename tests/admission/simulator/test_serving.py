@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from admission.cli._bundled import TRACES_DIR
 from admission.simulator._collectives import ETA_RING_NET, ETA_RING_NVL
 from admission.simulator._serving import (
     GB200,
@@ -17,7 +18,6 @@ from admission.simulator._serving import (
     read_azure_llm,
     replay,
 )
-from admission.cli._bundled import TRACES_DIR
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"

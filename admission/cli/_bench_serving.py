@@ -20,6 +20,12 @@ p50 and p99 TTFT and the share of requests whose KV transfer exceeds the budget:
 (a transfer longer than that delays the first token by more than the time of one token).
 Exits 1 when ``atoll-graph``'s p99 TTFT is above another policy's in a row (on the seeds every
 policy placed).
+
+A second table (``--skip-mixed`` leaves it out) is the mixed pool: training at 60 % of the GPUs,
+then 16 inference replicas of 8 GPUs at most one per rack, placed as Atoll places a spread
+group's replicas (partly used racks first, empty racks protected) or into the emptiest racks,
+or none; then 300 training gangs of 8 or more GPUs from the ITP trace arrive. It gives the
+racks left wholly free and the share of those gangs placed in one NVLink island.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import numpy as np
 
 from admission.cli._args import Parser
 
-__all__ = ["BusyState", "busy_gb200", "main", "place_serving", "serving_table"]
+__all__ = ["BusyState", "busy_gb200", "main", "mixed_pool_table", "place_serving", "serving_table"]
 
 AZURE_FILE = "azure_llm_conv_2023-11-16_1815-1825.csv"
 ITP_FILE = "msft_itp_cluster04_day00-14.csv"
@@ -60,8 +66,8 @@ def _gang_request(gpus: int) -> Any:
                             protect_empty_domains=False)
 
 
-def busy_gb200(occupancy: float, seed: int, sizes: Sequence[int]) -> BusyState:
-    """The bundled GB200 model filled with training gangs to ``FILL``, then drained at random to ``occupancy``."""
+def busy_gb200(occupancy: float, seed: int, sizes: Sequence[int], *, fill: float = FILL) -> BusyState:
+    """The bundled GB200 model filled with training gangs to ``fill``, then drained at random to ``occupancy``."""
     from admission.cli._bundled import resolve_cluster
     from topology import ResourceVector, Snapshot, find_placement, load_cluster_model
 
@@ -71,7 +77,7 @@ def busy_gb200(occupancy: float, seed: int, sizes: Sequence[int]) -> BusyState:
     total = snap.total_gpus()
     gangs: list[list[tuple[str, int]]] = []
     misses = 0
-    while snap.free_gpus() > (1 - FILL) * total and misses < 50:
+    while snap.free_gpus() > (1 - fill) * total and misses < 50:
         gpus = int(sizes[int(rng.integers(len(sizes)))])
         p = find_placement(snap, _gang_request(gpus), explain=False)
         if not p.fits:
@@ -159,6 +165,80 @@ def serving_table(occupancies: Sequence[float], seeds: Sequence[int]) -> dict[st
             "kv_bytes_per_token": LLAMA3_70B_FP16.kv_bytes_per_token, "rows": rows}
 
 
+MIXED_OCCUPANCY = 0.6
+MIXED_REPLICAS = 16
+MIXED_GANGS = 300
+
+
+def _spread_replicas(snapshot: Any, how: str) -> int:
+    """``MIXED_REPLICAS`` inference replicas of 8 GPUs (4 pods × 2), at most one per NVLink rack;
+    how many were placed. ``atoll``: each decided as Atoll decides a spread-group replica (the
+    racks holding one left out; best fit with empty racks protected: partly used racks first).
+    ``emptiest``: each in the emptiest rack that holds no replica yet (a spread that ignores fill)."""
+    from topology import PlacementRequest, PodSetRequest, ResourceVector, find_placement
+
+    clique = snapshot.level_index(CLIQUE)
+    racks = range(snapshot.num_domains(clique))
+    holding: set[int] = set()
+    request = PlacementRequest((PodSetRequest("replica", 4, ResourceVector(gpu=2), required_level=CLIQUE),), protect_empty_domains=True)
+    for _ in range(MIXED_REPLICAS):
+        if how == "emptiest":
+            free = {d: int(snapshot.free[slice(*snapshot.domain_range(clique, d)), 0].sum()) for d in racks if d not in holding}
+            if not free:
+                break
+            keep = max(free, key=lambda d: (free[d], -d))
+            out = [d for d in racks if d != keep]
+        else:
+            out = sorted(holding)
+        work = snapshot.fork()
+        for d in out:
+            for i in range(*snapshot.domain_range(clique, d)):
+                if work.eligible[i]:
+                    work.exclude(i)
+        p = find_placement(work, request, explain=False)
+        if not p.fits:
+            break
+        ps = p.podsets[0]
+        for n, k in zip(ps.nodes, ps.pods_per_node):
+            snapshot.reserve(n, ResourceVector(gpu=2 * k))
+        holding.add(snapshot.domain_of(clique, snapshot.node_index[ps.nodes[0]]))
+    return len(holding)
+
+
+def mixed_pool_table(seeds: Sequence[int]) -> dict[str, Any]:
+    """The one-island share of training gangs that arrive after inference joined the pool: none,
+    Atoll's spread (partly used racks first) and a spread into the emptiest racks."""
+    from admission.cli._bench_quality import traces_dir
+    from topology import ResourceVector, find_placement
+
+    sizes = _itp_sizes(traces_dir() / ITP_FILE)
+    gangs = [g for g in sizes if g >= 8]
+    out: dict[str, Any] = {"occupancy": MIXED_OCCUPANCY, "replicas": MIXED_REPLICAS, "gangs": MIXED_GANGS, "rows": {}}
+    for how in ("no inference", "atoll", "emptiest"):
+        one = placed = replicas = empty = 0
+        for seed in seeds:
+            snap = busy_gb200(MIXED_OCCUPANCY, seed, sizes).snapshot
+            if how != "no inference":
+                replicas += _spread_replicas(snap, how)
+            clique = snap.level_index(CLIQUE)
+            empty += sum(1 for d in range(snap.num_domains(clique))
+                         if (snap.free[slice(*snap.domain_range(clique, d)), 0] == snap.alloc[slice(*snap.domain_range(clique, d)), 0]).all())
+            rng = np.random.default_rng(1000 + seed)
+            for _ in range(MIXED_GANGS):
+                gpus = int(gangs[int(rng.integers(len(gangs)))])
+                p = find_placement(snap, _gang_request(gpus), explain=False)
+                if not p.fits:
+                    continue
+                ps = p.podsets[0]
+                placed += 1
+                one += ps.islands == 1
+                for n, k in zip(ps.nodes, ps.pods_per_node):
+                    snap.reserve(n, ResourceVector(gpu=k * (gpus // ps.pods)))
+        out["rows"][how] = {"replicas": replicas, "empty_racks": round(empty / len(seeds), 1), "placed": placed, "one_island": one,
+                            "one_island_share": round(one / placed, 4) if placed else None}
+    return out
+
+
 def _itp_sizes(path: Any) -> list[int]:
     import csv
 
@@ -193,10 +273,20 @@ def _print_table(table: dict[str, Any]) -> None:
               f"KV budget one decode step = {row['kv_budget_ms']} ms)")
 
 
+def _print_mixed(table: dict[str, Any], seeds: int) -> None:
+    print(f"mixed pool: training at {table['occupancy']:g} of the GPUs, then {table['replicas']} inference replicas (8 GPUs, at most one "
+          f"per rack), then {table['gangs']} training gangs of 8+ GPUs from the ITP trace; {seeds} seeds")
+    print(f"{'inference':<13}  {'replicas':>8}  {'empty racks':>11}  {'gangs placed':>12}  {'one-island share':>16}")
+    for how, r in table["rows"].items():
+        share = "-" if r["one_island_share"] is None else f"{100 * r['one_island_share']:.1f}%"
+        print(f"{how:<13}  {r['replicas']:>8}  {r['empty_racks']:>11}  {r['placed']:>12}  {share:>16}")
+
+
 def main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench serving", description="a serving graph's placement replayed on the Azure LLM inference trace")
     p.add_argument("--occupancies", default=OCCUPANCIES, help=f"GPU occupancy by training, comma-separated (default {OCCUPANCIES})")
     p.add_argument("--seeds", type=int, default=5, help="busy states per occupancy (default 5)")
+    p.add_argument("--skip-mixed", action="store_true", help="leave out the mixed-pool table (training gangs beside inference)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
     try:
@@ -210,10 +300,14 @@ def main(argv: Sequence[str]) -> int:
     table = serving_table(occupancies, list(range(args.seeds)))
     misses = _misses(table)
     table["pass"] = not misses
+    if not args.skip_mixed:
+        table["mixed_pool"] = mixed_pool_table(list(range(args.seeds)))
     if args.format == "json":
         print(json.dumps(table, indent=2))
     else:
         _print_table(table)
+        if "mixed_pool" in table:
+            _print_mixed(table["mixed_pool"], args.seeds)
         print(("PASS" if not misses else "FAIL") + " serving: atoll-graph's p99 TTFT at or below every other policy's in every row"
               + ("" if not misses else ": " + "; ".join(misses)))
     return 0 if not misses else 1

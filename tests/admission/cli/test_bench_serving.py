@@ -9,7 +9,7 @@ import pytest
 
 from admission.cli import main
 from admission.cli._bench_quality import traces_dir
-from admission.cli._bench_serving import FILL, _itp_sizes, busy_gb200, place_serving
+from admission.cli._bench_serving import FILL, _itp_sizes, busy_gb200, mixed_pool_table, place_serving
 
 
 def test_the_busy_model_is_at_the_stated_occupancy() -> None:
@@ -19,7 +19,7 @@ def test_the_busy_model_is_at_the_stated_occupancy() -> None:
 
 
 def test_atoll_keeps_the_kv_edge_on_nvlink_and_is_never_slower(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "serving", "--occupancies", "0.85", "--seeds", "2", "--format", "json"]) == 0
+    assert main(["bench", "serving", "--occupancies", "0.85", "--seeds", "2", "--skip-mixed", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["rows"]
     ours, count = row["policies"]["atoll-graph"], row["policies"]["count-only"]
@@ -44,3 +44,12 @@ def test_count_only_leaves_the_edge_to_chance_where_atoll_does_not() -> None:
 def test_bad_occupancies_are_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "serving", "--occupancies", "0.99"]) == 2
     assert "--occupancies" in capsys.readouterr().err
+
+
+def test_the_mixed_pool_places_every_replica_one_per_rack_and_counts_the_gangs_after_them() -> None:
+    table = mixed_pool_table([0])
+    rows = table["rows"]
+    assert rows["no inference"]["replicas"] == 0 and rows["atoll"]["replicas"] == rows["emptiest"]["replicas"] == 16
+    for row in rows.values():
+        assert 0 < row["one_island"] <= row["placed"] <= table["gangs"]
+    assert rows["atoll"]["placed"] < rows["no inference"]["placed"]  # 128 GPUs fewer for training

@@ -147,3 +147,25 @@ def test_bad_spread_settings_are_rejected_naming_the_field(annotations: dict[str
     labels = {} if "kueue.x-k8s.io/podset-topology-spreading" in annotations else {"atoll.dev/spread-group": "chat"}
     v = admit(ctrl, port, replica("bad", annotations, labels))
     assert v.outcome == "reject" and needle in v.message, v.message
+
+
+def test_each_replica_of_a_spread_serving_graph_keeps_prefill_and_decode_in_one_rack() -> None:
+    ctrl, port = setup()
+    ann, labels = spread("graph", SU, 1)
+    for i in range(4):
+        obj = replica(f"graph-{i}", ann, labels)
+        prefill = obj["spec"]["podSets"][0]
+        decode = json.loads(json.dumps(prefill))
+        prefill["name"], prefill["count"] = "prefill", 1
+        decode["name"], decode["count"] = "decode", 2
+        decode["template"]["metadata"]["annotations"].update({"atoll.dev/near": "prefill", "atoll.dev/near-min-bandwidth-gbps": "400"})
+        obj["spec"]["podSets"] = [prefill, decode]
+        obj["status"]["admission"]["podSetAssignments"] = [
+            {"name": "prefill", "flavors": {"nvidia.com/gpu": "gb200"}, "count": 1}, {"name": "decode", "flavors": {"nvidia.com/gpu": "gb200"}, "count": 2}]
+        v = admit(ctrl, port, obj)
+        assert v.outcome == "admit", v.message
+        assert [(e["from"], e["to"], e["bottleneck_level"]) for e in v.links] in ([("prefill", "decode", CLIQUE)],
+                                                                                   [("prefill", "decode", "kubernetes.io/hostname")])
+    racks = [{domain(n, CLIQUE) for n in planned_nodes(port, f"graph-{i}")} for i in range(4)]
+    assert all(len(r) == 1 for r in racks)  # prefill and decode co-located in one NVLink rack
+    assert len({domain(planned_nodes(port, f"graph-{i}")[0], SU) for i in range(4)}) == 4  # one replica per scalable unit

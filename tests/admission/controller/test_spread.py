@@ -169,3 +169,16 @@ def test_each_replica_of_a_spread_serving_graph_keeps_prefill_and_decode_in_one_
     racks = [{domain(n, CLIQUE) for n in planned_nodes(port, f"graph-{i}")} for i in range(4)]
     assert all(len(r) == 1 for r in racks)  # prefill and decode co-located in one NVLink rack
     assert len({domain(planned_nodes(port, f"graph-{i}")[0], SU) for i in range(4)}) == 4  # one replica per scalable unit
+
+
+@pytest.mark.parametrize(("mode", "fifth"), [("Required", "wait"), ("Preferred", "admit")])
+def test_a_preferred_share_rule_falls_back_to_a_filled_domain_where_a_required_one_waits(mode: str, fifth: str) -> None:
+    ctrl, port = setup()
+    kep = {"kueue.x-k8s.io/podset-topology-spreading": json.dumps(
+        {"rules": [{"topologyKey": SU, "maxShareAllowingPlacement": "1%", "enforcementMode": mode}]})}
+    labels = {"kueue.x-k8s.io/job-uid": "lws-1"}  # the default selector: Workloads of one parent job
+    for i in range(4):
+        assert admit(ctrl, port, replica(f"chat-{i}", kep, labels)).outcome == "admit"
+    assert len({domain(planned_nodes(port, f"chat-{i}")[0], SU) for i in range(4)}) == 4
+    v = admit(ctrl, port, replica("chat-4", kep, labels))
+    assert v.outcome == fifth, v.message

@@ -148,7 +148,9 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
     Graph edges make it one joint choice: when the first PodSet's best domain leaves no room for
     a PodSet linked to it, the whole request is tried again inside each domain of the deepest
     level the edges allow (best fit first: least free GPUs that still hold the request's GPUs),
-    and the first that holds every PodSet wins; the first attempt's reasons are kept when none does."""
+    and the first that holds every PodSet wins; the first attempt's reasons are kept when none does.
+    At most ``_MAX_LINK_DOMAINS`` domains are tried (a bound on a waiting Workload's cost when the
+    edge allows only a node, on a flavor of many thousand nodes)."""
     first = _find(kernel=_KERNELS[backend], snapshot=snapshot, request=request, explain=explain, bound=(0, snapshot.num_nodes))
     if first.fits or not request.links:
         return first
@@ -163,11 +165,15 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
         room = int(free_gpu[s:e].sum())
         if room >= need:
             candidates.append((room, dom, (s, e)))
-    for _, _, bound in sorted(candidates):
+    for _, _, bound in sorted(candidates)[:_MAX_LINK_DOMAINS]:
         got = _find(kernel=_KERNELS[backend], snapshot=snapshot, request=request, explain=explain, bound=bound)
         if got.fits:
             return got
     return first
+
+
+_MAX_LINK_DOMAINS = 256
+"""Domains a linked request is retried in, best fit first, after its first pass fails."""
 
 
 def _find(*, kernel: Callable[..., Any], snapshot: Snapshot, request: PlacementRequest, explain: bool, bound: tuple[int, int]) -> Placement:

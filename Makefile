@@ -48,6 +48,7 @@ bench: install envtest
 	atoll bench collectives
 	atoll bench decide
 	atoll bench quality
+	atoll bench serving
 
 # Placements that hold under faults: 200 seeded runs, 20 % of API requests faulted, the controller
 # killed at random points, two replicas electing a leader (the leader is the one killed), an

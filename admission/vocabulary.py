@@ -21,6 +21,10 @@ __all__ = [
     "PLANNED_NODES",
     "PROFILE",
     "REQUEUE_CONDITION",
+    "SPREAD_GROUP",
+    "SPREAD_LEVEL",
+    "SPREAD_MAX_PER_DOMAIN",
+    "SPREAD_REPLICAS",
     "WAITING_CONDITION",
 ]
 
@@ -49,6 +53,16 @@ NEAR_MIN_BANDWIDTH_GBPS = "atoll.dev/near-min-bandwidth-gbps"
 """Pod template annotation: the least bandwidth to that Workload."""
 NEAR_LEVEL = "atoll.dev/near-level"
 """Pod template annotation: the topology level to share with that Workload."""
+
+SPREAD_GROUP = "atoll.dev/spread-group"
+"""Workload label (or pod template annotation): the service whose replicas, each its own
+Workload, are spread over a level (``admission/controller/_spread.py``)."""
+SPREAD_LEVEL = "atoll.dev/spread-level"
+"""Pod template annotation: the topology level a spread group's replicas are spread over."""
+SPREAD_MAX_PER_DOMAIN = "atoll.dev/spread-max-per-domain"
+"""Pod template annotation: at most this many replicas of the group in one domain of the level (default 1)."""
+SPREAD_REPLICAS = "atoll.dev/spread-replicas"
+"""Pod template annotation: the service's replica count; a spread it can never meet is Rejected."""
 
 # ----------------------------------------------------------------------------- on Workloads (Atoll's own state)
 

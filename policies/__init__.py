@@ -3,7 +3,15 @@
 Pure: no Kubernetes I/O, no clock; ``admission`` supplies the snapshot, the time and the wait state.
 """
 
-from policies._annotations import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE, TopologyHints, annotation_notes, group_problems, read_topology_annotations
+from policies._annotations import (
+    SLICE_REQUIRED_TOPOLOGY,
+    SLICE_SIZE,
+    TopologyHints,
+    annotation_notes,
+    group_problems,
+    is_spreading_json,
+    read_topology_annotations,
+)
 from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, decide, podset_spec
 from policies._loading import PROFILES_KEY, ProfilesError, load_profiles, load_profiles_file, profiles_from_configmap
 from policies._profiles import (
@@ -45,6 +53,7 @@ __all__ = [
     "annotation_notes",
     "decide",
     "group_problems",
+    "is_spreading_json",
     "load_profiles",
     "load_profiles_file",
     "podset_spec",

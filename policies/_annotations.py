@@ -38,6 +38,7 @@ __all__ = [
     "TopologyHints",
     "annotation_notes",
     "group_problems",
+    "is_spreading_json",
     "read_topology_annotations",
 ]
 
@@ -95,6 +96,16 @@ def annotation_notes(notes: Iterable[str]) -> list[str]:
     """The notes among ``notes`` (a decision's, mixed with others) that name a Kueue pod-template
     annotation read but not honoured (``TopologyHints.notes``): the controller raises an Event for them."""
     return [n for n in notes if _NOTE.match(n)]
+
+
+def is_spreading_json(text: str) -> bool:
+    """Is ``text`` a KEP-13746 spreading annotation (a JSON object with ``rules``) the controller
+    honours across Workloads (``admission/controller/_spread.py`` reads and checks it)?"""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(raw, dict) and "rules" in raw
 
 
 def _parse_bool(text: str) -> bool | None:
@@ -215,10 +226,9 @@ def read_topology_annotations(annotations: Mapping[str, str], *, podset: str, co
             errors.append(f"{where}[{BALANCED_PLACEMENT}]: must be a boolean value, got {balanced_text!r}")
         balanced = bool(parsed)
 
-    if TOPOLOGY_SPREADING in annotations:
-        notes.append(f"{where}[{TOPOLOGY_SPREADING}]: not honoured: Kueue's topology spreading limits how many separate "
-                     "Workloads of a spreading group share one domain (a TopologySpreadingPolicy); Atoll spreads the pods of "
-                     "one PodSet instead (a workload class with spread: {level, maxPerDomain})")
+    if TOPOLOGY_SPREADING in annotations and not is_spreading_json(annotations[TOPOLOGY_SPREADING]):
+        notes.append(f"{where}[{TOPOLOGY_SPREADING}]: not honoured: not a KEP-13746 JSON object with \"rules\"; Atoll spreads "
+                     "separate Workloads of a service by that JSON or by the atoll.dev/spread-group label")
     for key in sorted(annotations):
         if key.startswith(KUEUE_PODSET_PREFIX) and key not in _UNDERSTOOD and key != TOPOLOGY_SPREADING:
             notes.append(f"{where}[{key}]: not a topology annotation Atoll knows; ignored")

@@ -264,6 +264,7 @@ def _describe_admit(placement: Placement) -> str:
             each = ", ".join(f"{sl.index} in {'/'.join(sl.path)}" for sl in ps.slices)
             text += f", {len(ps.slices)} slices of {ps.slices[0].pods} pods, each in one {ps.slices[0].level} domain (slice {each})"
         parts.append(text)
+    parts.extend(link.describe() for link in placement.links)
     return "; ".join(parts)
 
 

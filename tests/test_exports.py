@@ -27,7 +27,8 @@ EXPECTED = {
     },
     "admission.vocabulary": {
         "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
-        "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "WAITING_CONDITION",
+        "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "SPREAD_GROUP", "SPREAD_LEVEL",
+        "SPREAD_MAX_PER_DOMAIN", "SPREAD_REPLICAS", "WAITING_CONDITION",
         "DRAINING",
     },
     "admission.kube": {
@@ -54,7 +55,7 @@ EXPECTED = {
         "choose_target", "domain_outlook", "restore", "soonest", "weigh",
     },
     "admission.simulator": {
-        "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",
+        "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "LLAMA3_70B_FP16", "read_azure_llm", "serve_on", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",
         "AtollPolicy", "Comparison", "CostError", "CostModel", "CostParams", "Job", "JobKind", "JobShape", "MemoryCluster",
         "NodeGroup", "NodeMix", "OpenbTrace", "Policy", "PolicyError", "PreparedWorkload", "RunFailed", "SimResult",
         "SimSettings", "Slicing", "SweepSpec", "SyntheticParams", "TraceError", "TraceFormat", "WorkloadSpec", "available_cores",
@@ -76,13 +77,13 @@ EXPECTED = {
         "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "PROFILES_KEY", "SLICE_REQUIRED_TOPOLOGY", "SLICE_SIZE", "Decision",
         "FlavorSettings", "FragmentationSettings", "LevelOverrides", "LinkSettings", "Outcome", "PodSetSpec", "Profile",
         "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState",
-        "WorkloadClass", "annotation_notes", "decide", "group_problems", "load_profiles", "load_profiles_file", "podset_spec",
+        "WorkloadClass", "annotation_notes", "decide", "group_problems", "is_spreading_json", "load_profiles", "load_profiles_file", "podset_spec",
         "profiles_from_configmap", "read_topology_annotations",
     },
     "topology": {
         "CPU", "GPU", "HOSTNAME_LABEL", "LIMITS", "MAX_COUNT", "MAX_SLICE_LAYERS", "MEMORY", "NODE_OPERATORS", "PODS",
         "RESOURCE_NAMES", "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink",
-        "KueueNode", "Level", "Mode", "NodeConstraint", "NodeInfo", "NodeModel", "NodeRequirement", "Placement", "PlacementError",
+        "KueueNode", "Level", "LinkPlacement", "Mode", "NodeConstraint", "NodeInfo", "NodeModel", "NodeRequirement", "Placement", "PlacementError",
         "PlacementRequest", "PodSetPlacement", "PodSetRequest", "ResourceVector", "SliceLayer", "SlicePlacement", "Snapshot",
         "Spread", "Taint", "TaintModel", "Toleration", "bottleneck_bandwidth", "build_kueue_leaves", "describe_validation_error",
         "fabric_graph", "fabric_path", "find_placement", "fragmentation_index", "island_free_gpus", "kueue_place",

@@ -25,7 +25,7 @@ from topology._model import (
     Toleration,
     load_cluster_model,
 )
-from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
+from topology._placement import DomainVerdict, LinkPlacement, Placement, PodSetPlacement, SlicePlacement
 from topology._request import MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
 from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, RESOURCE_NAMES, ResourceVector, parse_amount, parse_cpu_milli
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
@@ -53,6 +53,7 @@ __all__ = [
     "GraphLink",
     "KueueNode",
     "Level",
+    "LinkPlacement",
     "Mode",
     "NodeConstraint",
     "NodeInfo",

@@ -4,6 +4,10 @@ It validates the request against the snapshot's levels, builds the fixed-dtype a
 the kernel (``_kernels``, or its twin ``_reference`` for tests and the speed yardstick) per
 PodSet in order, and turns the chosen nodes into a ``Placement`` with why-not verdicts. It
 never mutates the snapshot.
+
+Why this module is over 400 lines: the request checks, the per-PodSet pass, graph edges, groups
+and the why-not verdicts all read the same fixed-dtype arrays and level indices; split, each part
+would rebuild them.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from topology import _kernels, _reference
-from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
+from topology._placement import DomainVerdict, LinkPlacement, Placement, PodSetPlacement, SlicePlacement
 from topology._request import GraphLink, PlacementRequest, PodSetRequest
 from topology._snapshot import Snapshot
 
@@ -139,8 +143,41 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
 
     PodSets are placed in order; the PodSets of a group are placed together, at the first
     member's turn. ``explain=False`` skips the why-not verdicts (hot loops that only need the
-    placement)."""
-    kernel = _KERNELS[backend]
+    placement).
+
+    Graph edges make it one joint choice: when the first PodSet's best domain leaves no room for
+    a PodSet linked to it, the whole request is tried again inside each domain of the deepest
+    level the edges allow (best fit first: least free GPUs that still hold the request's GPUs),
+    and the first that holds every PodSet wins; the first attempt's reasons are kept when none does.
+    At most ``_MAX_LINK_DOMAINS`` domains are tried (a bound on a waiting Workload's cost when the
+    edge allows only a node, on a flavor of many thousand nodes)."""
+    first = _find(kernel=_KERNELS[backend], snapshot=snapshot, request=request, explain=explain, bound=(0, snapshot.num_nodes))
+    if first.fits or not request.links:
+        return first
+    level = max(_link_level(snapshot, link) for link in request.links)
+    if level > snapshot.node_level:
+        return first
+    need = request.gpus
+    free_gpu = snapshot.free[:, 0]
+    candidates = []
+    for dom in range(snapshot.num_domains(level)):
+        s, e = snapshot.domain_range(level, dom)
+        room = int(free_gpu[s:e].sum())
+        if room >= need:
+            candidates.append((room, dom, (s, e)))
+    for _, _, bound in sorted(candidates)[:_MAX_LINK_DOMAINS]:
+        got = _find(kernel=_KERNELS[backend], snapshot=snapshot, request=request, explain=explain, bound=bound)
+        if got.fits:
+            return got
+    return first
+
+
+_MAX_LINK_DOMAINS = 256
+"""Domains a linked request is retried in, best fit first, after its first pass fails."""
+
+
+def _find(*, kernel: Callable[..., Any], snapshot: Snapshot, request: PlacementRequest, explain: bool, bound: tuple[int, int]) -> Placement:
+    """One pass of ``find_placement`` with every PodSet confined to nodes ``bound``."""
     n = snapshot.num_nodes
     free = snapshot.free.copy() if len(request.podsets) > 1 else snapshot.free
     take = np.empty(n, dtype=np.int64)  # the kernel writes every entry of both
@@ -156,7 +193,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
             members = groups[ps.group]
             ranges = []
             for m in members:
-                rng = _link_range(snapshot, request, m, placed)
+                rng = _link_range(snapshot, request, m, placed, bound)
                 if isinstance(rng, str):
                     return Placement(False, reason=rng, why_not=tuple(why))
                 ranges.append(rng)
@@ -168,7 +205,7 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
                 free -= m_take[:, None] * _per_pod(m)[None, :]
             continue
         shape = _levels_for(snapshot, ps)
-        rng = _link_range(snapshot, request, ps, placed)
+        rng = _link_range(snapshot, request, ps, placed, bound)
         if isinstance(rng, str):
             return Placement(False, reason=rng, why_not=tuple(why))
         lo, hi = rng
@@ -185,7 +222,23 @@ def find_placement(snapshot: Snapshot, request: PlacementRequest, *, backend: Ba
                                 int(dom) if int(lvl) == target else -1, lo, hi))
         if i + 1 < len(request.podsets):
             free -= take[:, None] * _per_pod(ps)[None, :]
-    return Placement(True, podsets=tuple(placed[p.name] for p in request.podsets), why_not=tuple(why))
+    links = tuple(_placed_link(snapshot, link, placed[link.a], placed[link.b]) for link in request.links)
+    return Placement(True, podsets=tuple(placed[p.name] for p in request.podsets), why_not=tuple(why), links=links)
+
+
+def _placed_link(snapshot: Snapshot, link: GraphLink, a: PodSetPlacement, b: PodSetPlacement) -> LinkPlacement:
+    """The edge as placed: the lowest level whose one domain holds both ends' nodes."""
+    idx = [snapshot.node_index[name] for name in (*a.nodes, *b.nodes)]
+    lo, hi = min(idx), max(idx)  # nodes are in path order: the first and last decide the common domain
+    level = -1
+    for lv in range(snapshot.node_level, -1, -1):
+        if snapshot.node_dom[lv, lo] == snapshot.node_dom[lv, hi]:
+            level = lv
+            break
+    at = max(level, 0)
+    asked = f"≥ {link.min_bandwidth_gbps:g} GB/s" if link.min_bandwidth_gbps is not None else f"within {link.max_level}"
+    return LinkPlacement(link.a, link.b, snapshot.level_labels[level] if level >= 0 else ROOT_LEVEL,
+                         float(snapshot.bandwidth_gbps[at]), float(snapshot.latency_us[at]), asked)
 
 
 def _run(kernel: Callable[..., Any], snapshot: Snapshot, free: np.ndarray, ps: PodSetRequest, shape: _Shape, lo: int, hi: int,
@@ -201,9 +254,10 @@ def _run(kernel: Callable[..., Any], snapshot: Snapshot, free: np.ndarray, ps: P
     return int(ok), int(lvl), int(dom)
 
 
-def _link_range(snapshot: Snapshot, request: PlacementRequest, ps: PodSetRequest, placed: dict[str, PodSetPlacement]) -> tuple[int, int] | str:
-    """The node range ``[lo, hi)`` the links to already placed PodSets confine ``ps`` to, or why none."""
-    lo, hi = 0, snapshot.num_nodes
+def _link_range(snapshot: Snapshot, request: PlacementRequest, ps: PodSetRequest, placed: dict[str, PodSetPlacement],
+                bound: tuple[int, int]) -> tuple[int, int] | str:
+    """The node range ``[lo, hi)`` (inside ``bound``) the links to already placed PodSets confine ``ps`` to, or why none."""
+    lo, hi = bound
     for link in request.links:
         if ps.name not in (link.a, link.b):
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["DomainVerdict", "Placement", "PodSetPlacement", "SlicePlacement"]
+__all__ = ["DomainVerdict", "LinkPlacement", "Placement", "PodSetPlacement", "SlicePlacement"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,30 @@ class PodSetPlacement:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkPlacement:
+    """One graph edge as placed: the lowest level whose single domain holds both PodSets' nodes
+    (the bottleneck the edge's traffic crosses), that level's per-GPU bandwidth and latency, and
+    what the edge asked for."""
+
+    a: str
+    b: str
+    level: str
+    """The bottleneck level's label (``(flavor)`` when the two ends share no domain at any level)."""
+    bandwidth_gbps: float
+    latency_us: float
+    asked: str
+    """``≥ N GB/s`` or ``within LEVEL``."""
+
+    def describe(self) -> str:
+        return f"edge {self.a}->{self.b}: {self.bandwidth_gbps:g} GB/s per GPU, {self.latency_us:g} µs, across {self.level} (asked {self.asked})"
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready form for ``atoll place``, decision records and ``atoll explain``."""
+        return {"from": self.a, "to": self.b, "bottleneck_level": self.level, "bandwidth_gbps": self.bandwidth_gbps,
+                "latency_us": self.latency_us, "asked": self.asked}
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     """The finder's answer for a whole request: every PodSet placed, or none."""
 
@@ -80,6 +104,8 @@ class Placement:
     podsets: tuple[PodSetPlacement, ...] = ()
     reason: str = ""
     why_not: tuple[DomainVerdict, ...] = field(default=())
+    links: tuple[LinkPlacement, ...] = ()
+    """Each graph edge of the request as placed, in request order (empty when it has none or does not fit)."""
 
     def podset(self, name: str) -> PodSetPlacement:
         for p in self.podsets:

@@ -50,6 +50,9 @@ def render(report: dict[str, Any]) -> str:
     now = report.get("now") or {}
     lines.append(f"Decision now: {now.get('outcome')}" + (f" (profile {now['profile']})" if now.get("profile") else ""))
     lines.append(f"  {now.get('message', '')}")
+    for e in now.get("links") or []:
+        lines.append(f"  edge {e['from']}->{e['to']}: {e['bandwidth_gbps']:g} GB/s per GPU, {e['latency_us']:g} µs, "
+                     f"across {e['bottleneck_level']} (asked {e['asked']})")
     for w in now.get("why_not") or []:
         lines.append(f"  not {'/'.join(w['domain_path'])} ({w['level']}): {w['reason']}")
     return "\n".join(lines)

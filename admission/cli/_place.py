@@ -125,6 +125,8 @@ def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
              "nodes": dict(p.nodes), "node_selector": dict(p.node_selector), **({"slices": list(p.slices)} if p.slices else {})}
             for p in verdict.placements
         ]
+        if verdict.links:
+            out["links"] = list(verdict.links)
         out["podSetUpdates"] = verdict.podset_updates
     if verdict.why_not:
         out["why_not"] = [{"podset": v.podset, "level": v.level, "path": list(v.domain_path), "capacity_pods": v.capacity_pods,
@@ -148,6 +150,9 @@ def _print_table(data: dict[str, Any]) -> None:
         for sl in ps.get("slices", []):
             print(f"    slice {sl['index']}: {sl['level']} = {'/'.join(sl['domain'])}; {sl['pods']} pods on {len(sl['nodes'])} nodes; "
                   f"{'held by' if sl['held'] else 'not held:'} {sl['held_by']}")
+    for e in data.get("links", []):
+        print(f"  edge {e['from']}->{e['to']}: {e['bandwidth_gbps']:g} GB/s per GPU, {e['latency_us']:g} µs, "
+              f"across {e['bottleneck_level']} (asked {e['asked']})")
     if data.get("why_not"):
         print("  other domains:")
         for v in data["why_not"]:
@@ -168,7 +173,10 @@ def main(argv: Sequence[str]) -> int:
         flavor = model.flavor(args.flavor)
         profiles_path = resolve_profiles(args.profiles, cluster_path, model)
         doc = load_profiles_file(profiles_path)
-        manifest = read_yaml_file(bundled_path(args.workload), WorkloadError)
+        manifests = _manifests(bundled_path(args.workload))
+        if len(manifests) > 1:
+            return _place_service(args, model, flavor, doc, profiles_path, manifests)
+        manifest = manifests[0]
         try:
             view = parse_object(manifest, gpu_resource=flavor.gpu_resource)
         except WorkloadError as exc:
@@ -202,6 +210,62 @@ def main(argv: Sequence[str]) -> int:
             assert isinstance(notes, list)
             notes.append(note)
     _emit(data, args.format)
+    return 0
+
+
+def _manifests(path: Path) -> list[Any]:
+    """The file's YAML documents (a service of several Workloads is one file of several); one
+    document is read as before, with its errors."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return [read_yaml_file(path, WorkloadError)]  # names the file and why
+    if not any(line.startswith("---") for line in text.splitlines()[1:]):
+        return [read_yaml_file(path, WorkloadError)]
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise WorkloadError(f"{path}: not valid YAML: {exc}") from None
+    return docs or [read_yaml_file(path, WorkloadError)]
+
+
+def _place_service(args: Any, model: Any, flavor: Any, doc: Any, profiles_path: Path, manifests: Sequence[Any]) -> int:
+    """Several Workloads (the replicas of a service), decided in file order by one controller on
+    the in-memory cluster: each one admitted counts for the next, as in a cluster (spread groups)."""
+    from admission.cli._run import configure_logging
+    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+    from admission.kube import PODS, WORKLOADS, ManualClock
+    from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
+
+    configure_logging("warning")
+    port = MemoryCluster(ManualClock(NOW)).load(cluster_objects(model, profiles_for_cluster(doc, model)))
+    for pod in _occupancy_pods(flavor, args.occupancy, args.seed):
+        port.put(PODS, pod)
+    settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
+    ids = iter(range(1, 10**6))
+    controller = Controller(port, settings=settings, clock=port.clock, recorder=Recorder(io.StringIO()), new_id=lambda: f"what-if-{next(ids)}")
+    controller.sync()
+    answers = []
+    for i, manifest in enumerate(manifests):
+        try:
+            view = parse_object(manifest, gpu_resource=flavor.gpu_resource)
+        except WorkloadError as exc:
+            print(f"atoll place: {args.workload} document {i + 1}: {exc}", file=sys.stderr)
+            return 2
+        workload = _kueue_workload(manifest, flavor.name, flavor.gpu_resource, args.profile, args.waited)
+        port.put(WORKLOADS, workload)
+        controller.sync()
+        (verdict,) = controller.process()
+        data = _as_json(verdict, view.key, flavor.name)
+        data["profiles"] = shown(profiles_path)
+        answers.append(data)
+    if args.format == "json":
+        print(json.dumps({"workloads": answers}, indent=2))
+    else:
+        for data in answers:
+            _print_table(data)
     return 0
 
 

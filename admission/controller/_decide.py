@@ -26,9 +26,10 @@ from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_P
 from admission.controller._queueing import SpanCost, hold_reservations, queue_turn, reserve_deadline
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
+from admission.controller._spread import apply_spread, never_message, read_spread
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
-from admission.kube import ADMISSION_CHECKS, Obj, object_key
+from admission.kube import ADMISSION_CHECKS, WORKLOADS, Obj, object_key
 from admission.queue import Need, Outlook
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
@@ -59,6 +60,8 @@ class Verdict:
     relaxed: bool = False
     podset_updates: list[dict[str, Any]] = field(default_factory=list)
     placements: list[PodSetRecord] = field(default_factory=list)
+    links: list[dict[str, Any]] = field(default_factory=list)
+    """Each graph edge as placed (``LinkPlacement.as_dict``), when admitted."""
     why_not: list[WhyNotRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     generation: int = 0
@@ -233,6 +236,8 @@ class Decider:
             v.outcome = "admit"
             v.podset_updates = [u for r in results for u in r.updates]
             v.placements = [p for r in results for p in r.placements]
+            v.links = [link.as_dict() for r in results if r.decision is not None and r.decision.placement is not None
+                       for link in r.decision.placement.links]
             if len(v.podset_updates) > MAX_PODSET_UPDATES:
                 v.notes.append(f"only the first {MAX_PODSET_UPDATES} of {len(v.podset_updates)} podSetUpdates are written (Kueue's limit)")
                 v.podset_updates = v.podset_updates[:MAX_PODSET_UPDATES]
@@ -281,6 +286,17 @@ class Decider:
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
+        try:
+            group = read_spread(obj, view)
+        except WorkloadError as exc:
+            return _FlavorResult(flavor, "reject", str(exc), generation=snap.generation, reserved=reserved)
+        spread = None
+        if group is not None:  # replicas of one service, each its own Workload: leave out the domains the group has filled
+            never = never_message(shared, group, sum(s.count * s.per_pod.gpu for s in specs))
+            if never:
+                return _FlavorResult(flavor, "reject", never, generation=snap.generation, reserved=reserved)
+            spread = apply_spread(snap, shared, group, self._spread_members(flavor, group, view.uid))
+            snap = spread.snapshot
 
         def search(on: Snapshot) -> Decision:
             return decide(on, specs, profile_name=profile_name, profile=profile, now=now, wait=wait, workload_class=cls, links=links,
@@ -289,6 +305,9 @@ class Decider:
         try:
             profile = profile.for_flavor(flavor, shared.level_labels, name=profile_name)  # the levels this flavor has
             found = self._search_robust(shared, snap, search, view, specs, profile, held)
+            if spread is not None and spread.preferred_only and (isinstance(found, _Conflict) or found[0].outcome != "admit"):
+                snap = spread.plain  # a Preferred spread only orders: without a placement clear of the full domains, take one in them
+                found = self._search_robust(shared, snap, search, view, specs, profile, held)
         except ProfileLevelError as exc:
             fix = "" if exc.typo else " (fix the profiles document)"
             return _FlavorResult(flavor, "wait", f"{exc}{fix}; retry in {config_wait}s", "config", config_wait,
@@ -337,6 +356,12 @@ class Decider:
         result = _FlavorResult(flavor, decision.outcome, message, relaxed=decision.relaxed, decision=decision,
                                generation=snap.generation, reserved=reserved, after=snap)
         result.notes.extend(decision.notes)  # Kueue annotations read but not honoured: said in the message, record and Event
+        if spread is not None:
+            result.notes.extend(spread.ignored)
+            if spread.note and decision.outcome == "wait":
+                result.message += f" ({spread.note})"
+            elif spread.note:
+                result.notes.append(spread.note)
         placement = decision.placement
         if placement is not None:
             result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason) for v in placement.why_not[:6]]
@@ -359,6 +384,19 @@ class Decider:
                     ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector,
                     slice_records(ps.slices, selector, snap.level_labels, exact=self._enforcement(flavor) == "exact")))
         return result
+
+    def _spread_members(self, flavor: str, group: Any, uid: str) -> list[list[str]]:
+        """The planned nodes of each admitted replica of ``group`` on ``flavor`` (the ledger's
+        reservations of Workloads the group's selector matches), the Workload deciding left out."""
+        workloads = self.cache.objects[WORKLOADS]
+        nodes: dict[str, list[str]] = {}
+        for r in self.ledger.reservations(flavor):
+            if r.uid == uid:
+                continue
+            obj = workloads.get(r.workload)
+            if obj is not None and group.matches(obj):
+                nodes.setdefault(r.uid, []).extend(n for n, _ in r.planned)
+        return [nodes[k] for k in sorted(nodes)]
 
     def _enforcement(self, flavor: str) -> str:
         settings = self.cache.profiles.flavors.get(flavor) if self.cache.profiles else None

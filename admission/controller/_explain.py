@@ -115,7 +115,7 @@ class Explainer:
             v = self.decider.evaluate(obj, "dry-run", now)
             out["now"] = {"outcome": v.outcome, "message": v.message, "profile": v.profile, "class": v.workload_class,
                           "retry_after": v.retry_after, "why_not": [_slots(w) for w in v.why_not],
-                          "placement": [_slots(p) for p in v.placements], "reserved_gpus": v.reserved_gpus}
+                          "placement": [_slots(p) for p in v.placements], "links": list(v.links), "reserved_gpus": v.reserved_gpus}
         else:
             out["now"] = {"outcome": "none", "message": "Kueue has not reserved quota yet; Atoll decides after QuotaReserved"}
         return out

@@ -558,7 +558,7 @@ class Controller:
             profile=verdict.profile, workload_class=verdict.workload_class, outcome=verdict.outcome, check_state=verdict.state,
             message=verdict.message, placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after,
             attempts=wait.attempts + (1 if verdict.outcome == "wait" else 0), relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3),
-            snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus, notes=list(verdict.notes),
+            snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus, links=list(verdict.links), notes=list(verdict.notes),
             controller=self.identity, lease_term=term,
         ))
 

@@ -126,6 +126,9 @@ class DecisionRecord:
     snapshot_generation: int = 0
     reserved_gpus: int = 0
     """GPUs of earlier admitted, not yet running placements counted as used (the ledger)."""
+    links: Sequence[Mapping[str, Any]] = ()
+    """Each graph edge as placed (``LinkPlacement.as_dict``): its ends, bottleneck level, per-GPU
+    bandwidth and latency there, and what it asked for."""
     notes: Sequence[str] = ()
     """What the decision says beside its outcome, whatever it is: Kueue annotations read but not
     honoured, slices the enforcement does not hold, podSetUpdates left out."""

@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     )
     from admission.simulator._plots import write_plots, write_sweep_plots
     from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, quantities, workload_object
+    from admission.simulator._serving import LLAMA3_70B_FP16, read_azure_llm, serve_on
     from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
     from admission.simulator._sweep import (
         GPU_PERF_TAIL,
@@ -92,6 +93,7 @@ __all__ = [
     "GPU_PERF_TAIL",
     "INVARIANT_KEYS",
     "LINK_MODELS",
+    "LLAMA3_70B_FP16",
     "PROFILES_NAMESPACE",
     "SOURCES",
     "AtollPolicy",
@@ -141,6 +143,7 @@ __all__ = [
     "prepare_workload",
     "profiles_for_cluster",
     "quantities",
+    "read_azure_llm",
     "read_itp",
     "read_openb",
     "read_openb_nodes",
@@ -149,6 +152,7 @@ __all__ = [
     "run_sweep",
     "scale_load",
     "seeds_of",
+    "serve_on",
     "simulate",
     "slice_workload",
     "sliced_jobs",
@@ -167,6 +171,7 @@ __all__ = [
 ]
 
 _LAZY = {"CHECK_NAME": "_port", "GPU_PERF_TAIL": "_sweep", "format_islands": "_compare", "Comparison": "_compare", "MemoryCluster": "_port", "PROFILES_NAMESPACE": "_port", "RunFailed": "_sweep", "Slicing": "_slicing", "SweepSpec": "_sweep", "WorkloadSpec": "_sweep", "available_cores": "_sweep", "cluster_gpus": "_sweep", "cluster_objects": "_port", "compare": "_compare", "comparison_json": "_compare", "format_comparison": "_compare", "format_sweep": "_compare", "parse_loads": "_sweep", "profiles_for_cluster": "_port", "quantities": "_port", "run_sweep": "_sweep", "seeds_of": "_sweep", "slice_workload": "_slicing", "sliced_jobs": "_slicing", "summary_lines": "_compare", "verdict": "_compare", "verdict_lines": "_compare", "with_gpu_perf": "_sweep", "workload_jobs": "_sweep", "workload_object": "_port", "write_plots": "_plots", "write_sweep_plots": "_plots"}
+_LAZY.update({"LLAMA3_70B_FP16": "_serving", "read_azure_llm": "_serving", "serve_on": "_serving"})
 """Names whose modules ``import admission.simulator`` does not load, imported on first use."""
 
 

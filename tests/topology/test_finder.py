@@ -222,18 +222,33 @@ def test_spread_caps_pods_per_domain() -> None:
 
 
 def test_linked_podsets_stay_inside_the_bandwidth_domain() -> None:
-    used = {f"s0c0n{i}": 4 for i in range(3)}  # prefill lands in s0c0 (best fit), decode must follow
+    used = {f"s0c0n{i}": 4 for i in range(3)}  # prefill's best fit is s0c0, which has no room left for decode
     prefill = PodSetRequest("prefill", 1, ResourceVector(gpu=4), required_level=CLIQUE)
     decode = PodSetRequest("decode", 2, ResourceVector(gpu=4), required_level=CLIQUE)
     loose = find_placement(fabric(used), PlacementRequest((prefill, decode)))
     tight = find_placement(fabric(used), PlacementRequest((prefill, decode), (GraphLink("prefill", "decode", min_bandwidth_gbps=1000),)))
-    assert loose.podset("decode").domain_path != ("s0", "s0c0")
-    assert not tight.fits  # s0c0 has one node left: decode cannot stay on NVLink
+    assert loose.podset("prefill").domain_path[:2] == ("s0", "s0c0") and loose.podset("decode").domain_path[:2] != ("s0", "s0c0")
+    # one joint choice: both move to one clique that holds them, not prefill alone in the best fit
+    assert tight.fits and tight.podset("prefill").domain_path[:2] == tight.podset("decode").domain_path[:2] != ("s0", "s0c0")
+    (edge,) = tight.links
+    assert (edge.a, edge.b, edge.level, edge.bandwidth_gbps, edge.latency_us) == ("prefill", "decode", CLIQUE, 1800, 1)
+    assert edge.asked == "≥ 1000 GB/s"
     ok = find_placement(fabric(used), PlacementRequest((prefill, decode), (GraphLink("prefill", "decode", max_level=SPINE),)))
     assert ok.fits and ok.podset("decode").domain_path[0] == "s0"
+    assert ok.links[0].level == SPINE and ok.links[0].bandwidth_gbps == 50 and ok.links[0].asked == f"within {SPINE}"
     decode_rivals = [v.path for v in ok.why_not if v.podset == "decode"]
     assert decode_rivals and all(path[0] == "s0" for path in decode_rivals)  # s1 was never a candidate for decode
-    assert not [v for v in tight.why_not if v.podset == "decode" and v.path != ("s0", "s0c0")]
+
+
+def test_linked_request_no_domain_holds_keeps_the_first_reason() -> None:
+    used = {f"s{s}c{c}n{n}": 4 for s in range(2) for c in range(4) for n in range(2)}  # every clique has 2 free nodes
+    prefill = PodSetRequest("prefill", 1, ResourceVector(gpu=4), required_level=CLIQUE)
+    decode = PodSetRequest("decode", 2, ResourceVector(gpu=4), required_level=CLIQUE)
+    request = PlacementRequest((prefill, decode), (GraphLink("prefill", "decode", min_bandwidth_gbps=1000),))
+    for backend in ("numba", "reference"):
+        p = find_placement(fabric(used), request, backend=backend)  # type: ignore[arg-type]
+        assert not p.fits and "decode" in p.reason and not p.links
+    assert find_placement(fabric(used), PlacementRequest((prefill, decode))).fits  # unlinked, they fit apart
 
 
 def test_unknown_level_is_named() -> None:

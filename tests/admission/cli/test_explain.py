@@ -66,3 +66,12 @@ def test_unknown_workload(fabric: Fabric, capsys: pytest.CaptureFixture[str]) ->
     fabric.install(nodes=False)
     code, _ = explain(fabric, "nobody")
     assert code == 1 and f"Workload {fabric.ns}/nobody not found" in capsys.readouterr().err
+
+
+def test_render_shows_each_edge_of_the_decision_now() -> None:
+    from admission.cli._explain import render
+
+    report = {"workload": "inference/chat", "now": {"outcome": "admit", "message": "Placed", "links": [
+        {"from": "prefill", "to": "decode", "bottleneck_level": "nvidia.com/gpu.clique", "bandwidth_gbps": 1800.0, "latency_us": 1.0,
+         "asked": "≥ 400 GB/s"}]}}
+    assert "edge prefill->decode: 1800 GB/s per GPU, 1 µs, across nvidia.com/gpu.clique (asked ≥ 400 GB/s)" in render(report)

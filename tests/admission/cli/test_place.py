@@ -241,6 +241,11 @@ NVL72_ONLY = {"sliced-training-jobset.yaml"}  # slices of 16 trays × 4 GPUs: ea
 def test_every_bundled_example_on_every_bundled_cluster(cluster: str, flavor: str, example: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["place", "--cluster", cluster, "--flavor", flavor, "--workload", f"config/workloads/{example}", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
+    if "workloads" in out:  # a service of several Workloads: every one admitted, in file order
+        assert len(out["workloads"]) > 1
+        for answer in out["workloads"]:
+            assert answer["profiles"] == OWN_PROFILES[cluster] and answer["outcome"] == "admit", answer["message"]
+        return
     assert out["profiles"] == OWN_PROFILES[cluster]  # the profiles document the cluster model names, picked up without --profiles
     if example in NVL72_ONLY and cluster != "gb200-nvl72-superpod":
         # the manifest's own Kueue annotation asks for more than an 8-GPU island: the answer says so, not "use another profile"
@@ -284,3 +289,34 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(args: list[str], needl
     assert main(["place", "--workload", "config/workloads/training-job.yaml", *args]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"atoll place: {needle}"
+
+
+@pytest.mark.parametrize(("cluster", "flavor"), FLAVORS)
+def test_the_serving_graph_example_shows_its_edge_with_bandwidth_and_bottleneck(cluster: str, flavor: str,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--cluster", cluster, "--flavor", flavor, "--workload", "config/workloads/serving-graph.yaml", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["outcome"] == "admit", out["message"]
+    (edge,) = out["links"]
+    assert (edge["from"], edge["to"], edge["asked"]) == ("prefill", "decode", "≥ 400 GB/s")
+    assert edge["bandwidth_gbps"] >= 400 and edge["bottleneck_level"] in ("nvidia.com/gpu.clique", "kubernetes.io/hostname")
+    assert "edge prefill->decode:" in out["message"]
+    nodes = {n for ps in out["podsets"] for n in ps["nodes"]}
+    assert len(nodes) <= 2  # 8 GPUs: both pools inside one NVLink domain
+    assert main(["place", "--cluster", cluster, "--flavor", flavor, "--workload", "config/workloads/serving-graph.yaml"]) == 0
+    assert f"edge prefill->decode: {edge['bandwidth_gbps']:g} GB/s per GPU" in capsys.readouterr().out
+
+
+def _islands(answer: dict) -> set[str]:
+    return {n.rsplit("-", 1)[0] for ps in answer["podsets"] for n in ps["nodes"]}
+
+
+@pytest.mark.parametrize(("cluster", "flavor"), FLAVORS)
+def test_the_spread_service_example_puts_each_replica_in_its_own_island(cluster: str, flavor: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--cluster", cluster, "--flavor", flavor, "--workload", "config/workloads/spread-service.yaml", "--format", "json"]) == 0
+    answers = json.loads(capsys.readouterr().out)["workloads"]
+    assert [a["workload"] for a in answers] == [f"inference/llama-70b-{i}" for i in range(3)]
+    islands = [_islands(a) for a in answers]
+    assert all(len(i) == 1 for i in islands) and len(set.union(*islands)) == 3  # packed per replica, one replica per island
+    assert not any("spread group" in n for n in answers[0].get("notes", []))
+    assert any("spread group llama-70b, 2 replica(s) admitted: 2 nvidia.com/gpu.clique domain(s) left out" in n for n in answers[2]["notes"])

@@ -93,9 +93,9 @@ def test_cache_stores_slim_nodes_and_workloads() -> None:
 def _examples() -> list[dict[str, Any]]:
     out = [full_workload()]
     for path in sorted(CONFIG.glob("*.yaml")):
-        obj = yaml.safe_load(path.read_text())
-        if obj.get("kind") == "Workload":
-            out.append(obj)
+        for obj in yaml.safe_load_all(path.read_text()):  # a service file holds several Workloads
+            if obj and obj.get("kind") == "Workload":
+                out.append(obj)
     return out
 
 

@@ -1,0 +1,55 @@
+"""``atoll bench serving``: on a busy GB200 with training, Atoll's bandwidth edge keeps every KV
+transfer on NVLink, and count-only placement does not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from admission.cli import main
+from admission.cli._bench_quality import traces_dir
+from admission.cli._bench_serving import FILL, _itp_sizes, busy_gb200, mixed_pool_table, place_serving
+
+
+def test_the_busy_model_is_at_the_stated_occupancy() -> None:
+    state = busy_gb200(0.85, 0, _itp_sizes(traces_dir() / "msft_itp_cluster04_day00-14.csv"))
+    used = 1 - state.snapshot.free_gpus() / state.snapshot.total_gpus()
+    assert 0.8 < used <= 0.85 < FILL
+
+
+def test_atoll_keeps_the_kv_edge_on_nvlink_and_is_never_slower(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "serving", "--occupancies", "0.85", "--seeds", "2", "--skip-mixed", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["rows"]
+    ours, count = row["policies"]["atoll-graph"], row["policies"]["count-only"]
+    assert out["kv_bytes_per_token"] == 320 * 1024 and out["pass"]
+    assert all(e.startswith("gpu.clique@") for e in ours["edges"]) and ours["kv_over_budget"] == 0.0
+    assert ours["ttft_p99_ms"] <= count["ttft_p99_ms"] and ours["ttft_p99_ms"] <= row["policies"]["level-only"]["ttft_p99_ms"]
+
+
+def test_count_only_leaves_the_edge_to_chance_where_atoll_does_not() -> None:
+    sizes = _itp_sizes(traces_dir() / "msft_itp_cluster04_day00-14.csv")
+    crossed = 0
+    for seed in range(3):
+        snap = busy_gb200(0.85, seed, sizes).snapshot
+        prefill, decode = place_serving(snap, "atoll-graph")  # type: ignore[misc]
+        assert len({n.rsplit("-", 1)[0] for n in (*prefill, *decode)}) == 1  # one rack
+        got = place_serving(snap, "count-only")
+        assert got is not None
+        crossed += len({n.rsplit("-", 1)[0] for n in (*got[0], *got[1])}) > 1
+    assert crossed >= 1
+
+
+def test_bad_occupancies_are_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "serving", "--occupancies", "0.99"]) == 2
+    assert "--occupancies" in capsys.readouterr().err
+
+
+def test_the_mixed_pool_places_every_replica_one_per_rack_and_counts_the_gangs_after_them() -> None:
+    table = mixed_pool_table([0])
+    rows = table["rows"]
+    assert rows["no inference"]["replicas"] == 0 and rows["atoll"]["replicas"] == rows["emptiest"]["replicas"] == 16
+    for row in rows.values():
+        assert 0 < row["one_island"] <= row["placed"] <= table["gangs"]
+    assert rows["atoll"]["placed"] < rows["no inference"]["placed"]  # 128 GPUs fewer for training

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from topology import DEFAULT_PERF_BAND
+
 __all__ = [
     "DEFAULT_FABRIC_LINK",
     "DEFAULT_LINKS",
@@ -221,6 +223,9 @@ class SpreadSettings(_Strict):
 class WorkloadClass(_Strict):
     perf_floor: float = Field(default=0.0, ge=0.0, le=10.0, alias="perfFloor")
     uniform_perf: bool = Field(default=False, alias="uniformPerf")
+    perf_band: float = Field(default=DEFAULT_PERF_BAND, ge=0.0, le=0.5, alias="perfBand")
+    """With ``uniformPerf``: domains whose best gang minimum perf is within this share of the
+    best count as equally fast, and the best fit among them wins."""
     spread: SpreadSettings | None = None
 
 

@@ -26,7 +26,7 @@ from topology._model import (
     load_cluster_model,
 )
 from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
-from topology._request import MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
+from topology._request import DEFAULT_PERF_BAND, MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
 from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, RESOURCE_NAMES, ResourceVector, parse_amount, parse_cpu_milli
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CPU",
+    "DEFAULT_PERF_BAND",
     "GPU",
     "HOSTNAME_LABEL",
     "LIMITS",

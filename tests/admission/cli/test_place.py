@@ -59,6 +59,15 @@ def test_bench_finder_reports_identical_outputs(capsys: pytest.CaptureFixture[st
     assert {"p50_ms", "p99_ms", "reference_p99_ms", "speedup_vs_reference"} <= set(row)
 
 
+def test_bench_finder_with_uniform_perf_requests_still_matches_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "finder", "--nodes", "200", "--requests", "60", "--reference-sample", "60", "--uniform-perf", "1",
+                 "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["identical"] is True and row["uniform_perf_share"] == 1.0
+    assert main(["bench", "finder", "--uniform-perf", "2"]) == 2
+    assert "--uniform-perf: a share from 0 to 1" in capsys.readouterr().err
+
+
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fly"]) == 2
     assert "unknown command" in capsys.readouterr().err

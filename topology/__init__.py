@@ -27,7 +27,7 @@ from topology._model import (
 )
 from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
 from topology._request import DEFAULT_PERF_BAND, MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
-from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, RESOURCE_NAMES, ResourceVector, parse_amount, parse_cpu_milli
+from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, RESOURCE_NAMES, ResourceVector, check_accelerator_resource, parse_amount, parse_cpu_milli
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ __all__ = [
     "Toleration",
     "bottleneck_bandwidth",
     "build_kueue_leaves",
+    "check_accelerator_resource",
     "describe_validation_error",
     "fabric_graph",
     "fabric_path",

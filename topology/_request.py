@@ -16,10 +16,11 @@ from topology._resources import ResourceVector
 __all__ = ["DEFAULT_PERF_BAND", "MAX_SLICE_LAYERS", "GraphLink", "PlacementRequest", "PodSetRequest", "SliceLayer", "Spread"]
 
 MAX_SLICE_LAYERS = 3
-DEFAULT_PERF_BAND = 0.03
-"""``uniform_perf`` gangs: domains whose reach (the best minimum perf the gang gets inside them)
-is within this share of the best reach count as equally fast, and the best fit among them wins."""
 """Slice layers one PodSet may ask for (Kueue's multi-layer slices allow 1 to 3)."""
+DEFAULT_PERF_BAND = 0.01
+"""``uniform_perf`` gangs: domains whose reach (the best minimum perf the gang gets inside them)
+is within this share of the best reach count as equally fast, and the best fit among them wins.
+Chosen by measurement (``docs/accelerators.md``): wider bands traded more perf than fit gave back."""
 
 
 @dataclass(frozen=True, slots=True)

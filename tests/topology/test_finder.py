@@ -265,14 +265,16 @@ def test_uniform_perf_ranks_a_domain_by_the_best_minimum_the_gang_can_get_in_it(
 
 
 def test_perf_band_counts_nearly_equal_domains_as_equal_and_then_fits() -> None:
-    slow = {f"s0c0n{i}": 0.99 for i in range(4)}
-    snap = fabric(used={"s0c0n0": 4}, perf=slow)  # s0c0: best fit, 1 % slower than the rest
+    slow = {f"s0c0n{i}": 0.995 for i in range(4)}
+    snap = fabric(used={"s0c0n0": 4}, perf=slow)  # s0c0: best fit, 0.5 % slower than the rest
     banded = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True)).podsets[0]
     exact = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True, perf_band=0.0)).podsets[0]
-    assert banded.domain_path == ("s0", "s0c0") and banded.min_perf == 0.99  # inside the default 3 % band: fit decides
+    assert banded.domain_path == ("s0", "s0c0") and banded.min_perf == 0.995  # inside the default 1 % band: fit decides
     assert exact.domain_path == ("s0", "s0c1") and exact.min_perf == 1.0  # no band: the fastest, then fit, then path
-    slower = fabric(used={"s0c0n0": 4}, perf={f"s0c0n{i}": 0.95 for i in range(4)})  # 5 % slower: outside the band
+    slower = fabric(used={"s0c0n0": 4}, perf={f"s0c0n{i}": 0.97 for i in range(4)})  # 3 % slower: outside the band
     assert find_placement(slower, gang(2, required_level=CLIQUE, uniform_perf=True)).podsets[0].domain_path == ("s0", "s0c1")
+    wide = gang(2, required_level=CLIQUE, uniform_perf=True, perf_band=0.05)  # a class may widen it
+    assert find_placement(slower, wide).podsets[0].domain_path == ("s0", "s0c0")
     assert find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True), backend="reference") == \
         find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True))
 

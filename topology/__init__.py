@@ -27,7 +27,19 @@ from topology._model import (
 )
 from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
 from topology._request import DEFAULT_PERF_BAND, MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
-from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, RESOURCE_NAMES, ResourceVector, check_accelerator_resource, parse_amount, parse_cpu_milli
+from topology._resources import (
+    CPU,
+    GPU,
+    LIMITS,
+    MAX_COUNT,
+    MEMORY,
+    PODS,
+    RESOURCE_NAMES,
+    ResourceVector,
+    check_accelerator_resource,
+    parse_amount,
+    parse_cpu_milli,
+)
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 if TYPE_CHECKING:

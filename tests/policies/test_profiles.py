@@ -209,8 +209,8 @@ def test_a_bad_queue_rule_is_named_by_key_path(rule: str, message: str) -> None:
 
 
 def test_a_class_perf_band_reaches_the_request_and_is_bounded() -> None:
-    from policies._decision import _podset_request
     from policies import podset_spec
+    from policies._decision import _podset_request
     from topology import DEFAULT_PERF_BAND, Level, NodeInfo, ResourceVector, Snapshot
 
     doc = load_profiles("classes: {training: {uniformPerf: true, perfBand: 0.05}, plain: {uniformPerf: true}}\n")

@@ -323,12 +323,12 @@ def test_a_cluster_model_accelerator_that_is_not_a_resource_name_is_one_line_nam
                                                                                              capsys: pytest.CaptureFixture[str]) -> None:
     model = tmp_path / "cluster.yaml"
     model.write_text((CONFIG / "clusters" / "mixed-accelerators.yaml").read_text().replace("gpuResource: amd.com/gpu", "gpuResource: amd gpu")
-                     .replace("profiles: ../kueue/", f"profiles: {CONFIG}/kueue/"))
+                     .replace("profiles: ../", f"profiles: {CONFIG}/"))
     assert main(["place", "--cluster", str(model), "--workload", "config/workloads/amd-training-job.yaml"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "flavors[mi300x].gpuResource: 'amd gpu' is not an accelerator resource name" in err
     doc = tmp_path / "profiles.yaml"
-    doc.write_text((CONFIG / "kueue" / "mixed-accelerators" / "profiles.yaml").read_text().replace("gpuResource: habana.ai/gaudi",
+    doc.write_text((CONFIG / "profiles-mixed-accelerators.yaml").read_text().replace("gpuResource: habana.ai/gaudi",
                                                                                                    "gpuResource: kubernetes.io/gaudi"))
     assert main(["place", "--cluster", "mixed-accelerators", "--profiles", str(doc), "--workload", "config/workloads/amd-training-job.yaml"]) == 2
     err = capsys.readouterr().err.strip()

@@ -101,7 +101,7 @@ class Explainer:
                                "planned_nodes": nodes})
             out["placement"] = placed
         try:
-            view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+            view = parse_workload(obj, gpu_resource=self.cache.gpu_resource)
             flavors = sorted(set(view.flavors.values()))
         except WorkloadError as exc:
             out["error"] = str(exc)

@@ -34,7 +34,7 @@ fuzz: install-test
 	ATOLL_FUZZ_EXAMPLES=10000 $(PYTHON) -m pytest -q -p no:cacheprovider tests/fuzz
 
 # Speed and quality, measured (never asserted in tests): finder, controller on a real apiserver,
-# and placement quality on the public traces in ../shared/traces.
+# and placement quality on the ITP trace shipped in the package (admission/simulator/traces).
 bench: install envtest
 	atoll bench finder --nodes 1000
 	atoll bench finder --nodes 10000

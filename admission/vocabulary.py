@@ -10,6 +10,7 @@ __all__ = [
     "CLASS",
     "CONTROLLER_NAME",
     "DECISION_ID",
+    "DECISION_SCHEMA",
     "ENFORCEMENT",
     "FIRST_WAITED_AT",
     "FLAVOR",
@@ -25,6 +26,11 @@ __all__ = [
 
 CONTROLLER_NAME = "atoll.dev/topology"
 """AdmissionCheck ``spec.controllerName`` Atoll serves, and the reporting component of its Events."""
+
+DECISION_SCHEMA = "atoll.dev/decision/v1"
+"""The ``schema`` of every decision record: its JSON Schema ships as
+``admission/controller/decision-v1.schema.json``. Fields are added within v1 as optional; a field
+removed, renamed or changed in meaning takes a new version."""
 
 # ----------------------------------------------------------------------------- on pods (podSetUpdates)
 

@@ -26,7 +26,7 @@ EXPECTED = {
         "parse_object", "parse_workload", "pod_usage", "read_wait_state", "requeue_request", "rfc3339", "waiting_condition",
     },
     "admission.vocabulary": {
-        "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
+        "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "DECISION_SCHEMA", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
         "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "WAITING_CONDITION",
     },
     "admission.kube": {

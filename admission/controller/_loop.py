@@ -37,6 +37,7 @@ import structlog
 
 from admission.controller._cache import BoundPod, ClusterCache
 from admission.controller._decide import Decider, Verdict
+from admission.controller._domains import decision_inputs
 from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
@@ -502,15 +503,23 @@ class Controller:
         # Retries so far, this one included (Kueue counts a Retry in retryCount only when it evicts)
         wait = read_wait_state(self.cache.objects[WORKLOADS].get(object_key(obj), obj), self._check_names)
         view_queue = f"{meta.get('namespace')}/{(obj.get('spec') or {}).get('queueName', '')}"
+        before = read_wait_state(obj, self._check_names)  # the wait as the decision read it
+        now = self.clock.now()
+        began = before.first_waited_at if before.first_waited_at is not None else (now if verdict.outcome == "wait" else None)
+        flavors = [f for f in verdict.flavor.split(",") if f]
+        topology_of = {f: s.topology for f, s in self.cache.profiles.flavors.items()} if self.cache.profiles is not None else {}
         self.recorder.record(DecisionRecord(
-            decision_id=verdict.decision_id, time=iso_time(self.clock.now()), workload=str(meta.get("name")),
+            decision_id=verdict.decision_id, time=iso_time(now), workload=str(meta.get("name")),
             namespace=str(meta.get("namespace")), uid=uid, local_queue=view_queue,
             cluster_queue=str((status.get("admission") or {}).get("clusterQueue", "")), flavor=verdict.flavor,
             profile=verdict.profile, workload_class=verdict.workload_class, outcome=verdict.outcome, check_state=verdict.state,
             message=verdict.message, placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after,
             attempts=wait.attempts + (1 if verdict.outcome == "wait" else 0), relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3),
             snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus, notes=list(verdict.notes),
-            controller=self.identity, lease_term=term,
+            controller=self.identity, lease_term=term, reason=verdict.reason if verdict.outcome == "wait" else "",
+            first_waited_at=iso_time(began) if began is not None else None,
+            waited_seconds=round(max(now - began, 0.0), 3) if began is not None else 0.0,
+            inputs=decision_inputs(self.cache.objects, obj, flavors, self._config_rv, topology_of),
         ))
 
     GAUGE_SECONDS = 15.0

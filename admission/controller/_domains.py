@@ -1,0 +1,116 @@
+"""The ledger's view of one domain, for decision records: what holds it, and who.
+
+A record names, for the chosen domain and each losing one, the pods admitted Workloads still owe
+there (the ledger's witness counts them on nodes), the GPUs those owed pods reserve, the GPUs
+bound pods hold, and the Workloads behind both. An auditor reads from it why a Workload waited,
+and on whom. Built only for decisions that keep records, after the search: it reads the witness,
+the ledger's reservations and the cache's bound pods, and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from admission.controller._book import Witness
+from admission.controller._cache import BoundPod
+from admission.controller._ledger import Reservation
+from topology import Snapshot
+
+__all__ = ["NOT_ATOLL", "DomainLedger", "decision_inputs"]
+
+NOT_ATOLL = "(pods not placed by Atoll)"
+"""The holder named for bound GPU pods that carry no Atoll decision id."""
+MAX_HOLDERS = 8
+"""Holders listed per domain (the most GPUs first); ``holders`` counts them all."""
+
+
+class DomainLedger:
+    """Owed and bound GPUs per domain of one flavor's snapshot, by the Workload that holds them."""
+
+    def __init__(self, snap: Snapshot, witness: Witness, reservations: Sequence[Reservation], pods: Mapping[str, BoundPod]) -> None:
+        self.snap = snap
+        self._witness = witness
+        self._reservations = reservations
+        self._pods = pods
+        self._index: tuple[dict[int, list[tuple[str, int, int]]], list[tuple[str, Any, int, int]], dict[str, list[tuple[str, int]]]] | None = None
+
+    def _build(self) -> tuple[dict[int, list[tuple[str, int, int]]], list[tuple[str, Any, int, int]], dict[str, list[tuple[str, int]]]]:
+        if self._index is None:
+            owed: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
+            for (r, _), placed in zip(self._witness.rows, self._witness.placed):
+                assert isinstance(r, Reservation)
+                for node, pods in placed:
+                    owed[int(node)].append((r.workload, int(pods), int(pods) * r.per_pod.gpu))
+            short = []
+            for r, _, demand, missing in self._witness.short():
+                assert isinstance(r, Reservation)
+                short.append((r.workload, demand.domain, int(missing), int(missing) * r.per_pod.gpu))
+            by_decision = {r.decision_id: r.workload for r in self._reservations}
+            names = set(self.snap.node_names)
+            bound: dict[str, list[tuple[str, int]]] = defaultdict(list)
+            for pod in self._pods.values():
+                if pod.usage.gpu > 0 and pod.node in names:
+                    bound[pod.node].append((by_decision.get(pod.decision_id, NOT_ATOLL), pod.usage.gpu))
+            self._index = (owed, short, bound)
+        return self._index
+
+    def nodes(self, level_label: str, path: Sequence[str]) -> range | None:
+        """Node indices of the domain at ``level_label`` with this path; None when it has none."""
+        if level_label not in self.snap.level_labels:
+            return None
+        level = self.snap.level_index(level_label)
+        want = tuple(path)
+        for d in range(self.snap.num_domains(level)):
+            if tuple(self.snap.domain_path(level, d)) == want:
+                lo, hi = self.snap.domain_range(level, d)
+                return range(lo, hi)
+        return None
+
+    def view(self, level_label: str, path: Sequence[str]) -> dict[str, Any] | None:
+        """``owed_pods`` and ``reserved_gpus`` (the ledger), ``bound_gpus`` (running pods), and
+        ``workloads``: who holds the domain, the most GPUs first; None for an unknown domain."""
+        span = self.nodes(level_label, path)
+        if span is None:
+            return None
+        owed, short, bound = self._build()
+        who: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+        names = self.snap.node_names
+        for i in span:
+            for workload, pods, gpus in owed.get(i, ()):
+                who[workload][0] += pods
+                who[workload][1] += gpus
+            for workload, gpus in bound.get(names[i], ()):
+                who[workload][2] += gpus
+        if short:
+            lo, hi = span.start, span.stop
+            for workload, domain, pods, gpus in short:  # owed pods with no room: their whole domain counts as full
+                if np.any((domain >= lo) & (domain < hi)):
+                    who[workload][0] += pods
+                    who[workload][1] += gpus
+        holders = sorted(who.items(), key=lambda kv: (-(kv[1][1] + kv[1][2]), kv[0]))
+        return {"owed_pods": sum(v[0] for v in who.values()), "reserved_gpus": sum(v[1] for v in who.values()),
+                "bound_gpus": sum(v[2] for v in who.values()), "holders": len(holders),
+                "workloads": [{"workload": w, "owed_pods": v[0], "reserved_gpus": v[1], "bound_gpus": v[2]}
+                              for w, v in holders[:MAX_HOLDERS]]}
+
+
+def decision_inputs(objects: Mapping[Any, Mapping[str, Any]], workload: Mapping[str, Any], flavors: Sequence[str],
+                    profiles_rv: str | None, topology_of: Mapping[str, str]) -> dict[str, Any]:
+    """The resourceVersions a decision read: the Workload, the profiles ConfigMap, and per flavor
+    its ResourceFlavor and Topology (``objects``: the cache's, by resource; ``topology_of``: flavor →
+    Topology name from the profiles document). Missing objects are left out."""
+    from admission.kube import RESOURCE_FLAVORS, TOPOLOGIES
+
+    def rv(obj: Mapping[str, Any] | None) -> str | None:
+        return str((obj.get("metadata") or {}).get("resourceVersion") or "") or None if obj is not None else None
+
+    out: dict[str, Any] = {"workload": rv(workload), "profiles": profiles_rv}
+    rfs = {f: rv(objects[RESOURCE_FLAVORS].get(f)) for f in flavors}
+    topos = {t: rv(objects[TOPOLOGIES].get(t)) for t in sorted({topology_of[f] for f in flavors if f in topology_of})}
+    out["resource_flavors"] = {k: v for k, v in rfs.items() if v}
+    out["topologies"] = {k: v for k, v in topos.items() if v}
+    return out

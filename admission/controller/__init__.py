@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time, rfc3339
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
+    from admission.controller._schema import record_problems
     from admission.controller._settings import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
     from admission.controller._wait import WAITING_CONDITION, read_wait_state, waiting_condition
     from admission.controller._workloads import (
@@ -101,6 +102,7 @@ _WHERE = {
     "parse_workload": "_workloads",
     "pod_usage": "_cache",
     "read_wait_state": "_wait",
+    "record_problems": "_schema",
     "requeue_request": "_requeue",
 }
 
@@ -152,6 +154,7 @@ __all__ = [
     "parse_workload",
     "pod_usage",
     "read_wait_state",
+    "record_problems",
     "requeue_request",
     "rfc3339",
     "waiting_condition",

@@ -149,9 +149,9 @@ class DecisionRecord:
     """When the current wait began (RFC 3339); None when it never waited."""
     waited_seconds: float = 0.0
     """Time waited so far at this decision: for an admit, the whole wait."""
-    inputs: Mapping[str, Any] = field(default_factory=dict)
+    inputs: Mapping[str, Any] = field(default_factory=lambda: {"workload": None, "profiles": None, "resource_flavors": {}, "topologies": {}})
     """The resourceVersions the decision read: ``workload``, ``profiles`` (the ConfigMap), and per
-    flavor its ``resource_flavors`` and ``topologies`` objects."""
+    flavor its ``resource_flavors`` and ``topologies`` objects (None and empty: not read from a cluster)."""
     schema: str = DECISION_SCHEMA
 
     def as_dict(self) -> dict[str, Any]:

@@ -153,7 +153,9 @@ def timeline(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     next decision, the last wait to its record's own ``waited_seconds`` when nothing follows), and
     the Workloads that blocked it with the decisions that named them."""
     ordered = sorted(records, key=lambda r: (_epoch(r) or 0.0, str(r.get("decision_id"))))
-    rows, per_reason, blocked = [], {}, {}
+    rows: list[dict[str, Any]] = []
+    per_reason: dict[str, float] = {}
+    blocked: dict[str, int] = {}
     for i, r in enumerate(ordered):
         who = _blockers(r)
         for w in who:

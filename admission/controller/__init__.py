@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem, node_info, pod_usage
     from admission.controller._decide import Decider, Verdict
+    from admission.controller._domains import build_record
     from admission.controller._events import EventPoster
     from admission.controller._invariant import OwedPods, Violation, check_invariant
     from admission.controller._ledger import (
@@ -57,6 +58,7 @@ _WHERE = {
     "BoundPod": "_cache",
     "OwedPods": "_invariant",
     "as_workload": "_workloads",
+    "build_record": "_domains",
     "rfc3339": "_records",
     "waiting_condition": "_wait",
     "ANN_DECISION_ID": "_ledger",
@@ -141,6 +143,7 @@ __all__ = [
     "WorkloadError",
     "WorkloadView",
     "as_workload",
+    "build_record",
     "check_entry",
     "check_invariant",
     "condition_true",

@@ -1,4 +1,6 @@
-"""The ledger's view of one domain, for decision records: what holds it, and who.
+"""What a decision record says beyond the verdict: the ledger's view of each domain (what holds
+it, and who), the inputs' resourceVersions and the wait so far; and the record itself
+(``build_record``, for the controller and for offline runs alike).
 
 A record names, for the chosen domain and each losing one, the pods admitted Workloads still owe
 there (the ledger's witness counts them on nodes), the GPUs those owed pods reserve, the GPUs
@@ -16,11 +18,13 @@ from typing import Any
 import numpy as np
 
 from admission.controller._book import Witness
-from admission.controller._cache import BoundPod
+from admission.controller._cache import BoundPod, ClusterCache
 from admission.controller._ledger import Reservation
+from admission.controller._records import DecisionRecord, iso_time
+from admission.controller._wait import read_wait_state
 from topology import Snapshot
 
-__all__ = ["NOT_ATOLL", "DomainLedger", "decision_inputs"]
+__all__ = ["NOT_ATOLL", "DomainLedger", "build_record", "decision_inputs"]
 
 NOT_ATOLL = "(pods not placed by Atoll)"
 """The holder named for bound GPU pods that carry no Atoll decision id."""
@@ -114,3 +118,27 @@ def decision_inputs(objects: Mapping[Any, Mapping[str, Any]], workload: Mapping[
     out["resource_flavors"] = {k: v for k, v in rfs.items() if v}
     out["topologies"] = {k: v for k, v in topos.items() if v}
     return out
+
+
+def build_record(obj: dict[str, Any], verdict: Any, cache: ClusterCache, check_names: frozenset[str], *, now: float, latency: float,
+                 attempts: int, controller: str, term: int | None, profiles_rv: str | None) -> DecisionRecord:
+    """The decision record of ``verdict`` on ``obj`` as it was read for the decision (its wait
+    began at its ``atoll.dev/TopologyWaiting`` condition, else now when it waits now)."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    before = read_wait_state(obj, check_names)
+    began = before.first_waited_at if before.first_waited_at is not None else (now if verdict.outcome == "wait" else None)
+    flavors = [f for f in verdict.flavor.split(",") if f]
+    topology_of = {f: s.topology for f, s in cache.profiles.flavors.items()} if cache.profiles is not None else {}
+    return DecisionRecord(
+        decision_id=verdict.decision_id, time=iso_time(now), workload=str(meta.get("name")), namespace=str(meta.get("namespace")),
+        uid=str(meta.get("uid")), local_queue=f"{meta.get('namespace')}/{(obj.get('spec') or {}).get('queueName', '')}",
+        cluster_queue=str((status.get("admission") or {}).get("clusterQueue", "")), flavor=verdict.flavor, profile=verdict.profile,
+        workload_class=verdict.workload_class, outcome=verdict.outcome, check_state=verdict.state, message=verdict.message,
+        placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after, attempts=attempts,
+        relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3), snapshot_generation=verdict.generation,
+        reserved_gpus=verdict.reserved_gpus, notes=list(verdict.notes), controller=controller, lease_term=term,
+        reason=verdict.reason if verdict.outcome == "wait" else "", first_waited_at=iso_time(began) if began is not None else None,
+        waited_seconds=round(max(now - began, 0.0), 3) if began is not None else 0.0,
+        inputs=decision_inputs(cache.objects, obj, flavors, profiles_rv, topology_of),
+    )

@@ -161,7 +161,9 @@ class DecisionRecord:
 class Recorder:
     """Writes decision records as JSON lines (stdout by default)."""
 
-    def __init__(self, stream: TextIO | None = None, logger: Any = None) -> None:
+    def __init__(self, stream: TextIO | None = None, logger: Any = None, context: Mapping[str, Any] | None = None) -> None:
+        self.context = dict(context or {})
+        """Fields added to every record (an offline run names itself: ``run``)."""
         self.logger = logger or structlog.wrap_logger(
             structlog.PrintLogger(stream or sys.stdout),
             processors=[structlog.processors.JSONRenderer(sort_keys=False, ensure_ascii=False)],
@@ -169,7 +171,7 @@ class Recorder:
         )
 
     def record(self, rec: DecisionRecord) -> None:
-        self.logger.info(DECISION_EVENT, **rec.as_dict())
+        self.logger.info(DECISION_EVENT, **rec.as_dict(), **self.context)
 
 
 def _plain(value: Any) -> Any:

@@ -19,10 +19,11 @@ beside it (so a ledger that forgets owed pods is caught, not trusted).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -35,9 +36,11 @@ from admission.controller import (
     Decider,
     Ledger,
     OwedPods,
+    Recorder,
     Settings,
     Verdict,
     WorkloadView,
+    build_record,
     decode_planned,
     parse_workload,
     pod_usage,
@@ -106,7 +109,8 @@ class DeployedAtoll:
     deployed = True
 
     def __init__(self, name: str, profile_name: str, doc: ProfilesDocument, cluster: ClusterModel, *, scheduler: str = "least-allocated",
-                 enforcement: str | None = None, seed: int = 0, ledger: LedgerFactory | None = None) -> None:
+                 enforcement: str | None = None, seed: int = 0, ledger: LedgerFactory | None = None,
+                 records: TextIO | None = None, run: str = "") -> None:
         self.name = name
         self.profile_name = profile_name
         self.doc = profiles_for_cluster(doc, cluster, enforcement=enforcement)
@@ -120,7 +124,10 @@ class DeployedAtoll:
         self.cache.set_profiles(self.doc)
         self.ledger = (ledger or real_ledger)(self.cache)
         self.cache.pod_listener = self.ledger.pods_changed
-        self.decider = Decider(self.cache, self.ledger, self.settings, explain=False)  # the simulator keeps no decision records
+        # Without ``records`` the simulator keeps no decision records, so verdicts leave out the losing domains
+        self.decider = Decider(self.cache, self.ledger, self.settings, explain=records is not None)
+        self.recorder = Recorder(records, context={"run": run}) if records is not None else None
+        """Decision records of this run (``atoll simulate --records``), as the controller writes them."""
         self.check_names = frozenset({CHECK_NAME})
         self.model = BindingModel(scheduler, seed)
         self.flavor_names = [f.name for f in cluster.flavors]
@@ -188,8 +195,13 @@ class DeployedAtoll:
         view = self.views.get(job) if self.workloads.get(job) is obj else None
         if view is None:  # a Workload not made by ``workload``: read it here
             view = self.views[job] = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        started = time.perf_counter() if self.recorder is not None else 0.0
         verdict = self.decider.evaluate(obj, f"d{job}-{int(entry.get('retryCount') or 0)}", now, view=view)
         self.verdicts += 1
+        if self.recorder is not None:  # the Workload as the decision read it, before the write-back below
+            self.recorder.record(build_record(obj, verdict, self.cache, self.check_names, now=now, latency=time.perf_counter() - started,
+                                              attempts=int(entry.get("retryCount") or 0) + (1 if verdict.outcome == "wait" else 0),
+                                              controller="", term=None, profiles_rv=None))
         condition = waiting_condition(obj, verdict.outcome, now, 1)
         if condition is not None:
             status["conditions"] = [c for c in status["conditions"] if c.get("type") != WAITING_CONDITION] + [condition]

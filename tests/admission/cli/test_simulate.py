@@ -348,3 +348,31 @@ def test_the_bundled_trace_runs_by_name_from_anywhere(capsys: pytest.CaptureFixt
     assert report["jobs"] == 40 and report["trace_format"] == "itp"
     assert report["gpu_perf"] == "tail:0.015:0.01:1.5"  # a bundled cluster gets the measured speed spread by default
     assert "island_block_72" in report["comparisons"][0]["policies"]["kueue-bestfit"]["all_jobs"]
+
+
+def test_records_are_the_controllers_own_one_file_for_every_atoll_run(capsys: pytest.CaptureFixture[str], cluster: str,
+                                                                      tmp_path: Path) -> None:
+    """``--records``: every decision of every Atoll run, each naming its run, each meeting the
+    schema; the parts the runs wrote are joined and gone; other policies write none."""
+    from admission.controller import record_problems
+
+    path = tmp_path / "sim.jsonl"
+    data = run_json(capsys, "--cluster", cluster, "--jobs", "80", "--load", "2", "--seeds", "2", "--workers", "1",
+                    "--policies", "atoll-strict,kueue-bestfit", "--records", str(path))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sim.jsonl", "tiny.yaml"]
+    assert [problem for r in records for problem in record_problems(r)] == []
+    runs = {r["run"] for r in records}
+    assert runs == {"atoll-strict seed 0 load 2", "atoll-strict seed 1 load 2"}
+    first = [r for r in records if r["run"] == "atoll-strict seed 0 load 2"]  # the run the JSON's numbers are of
+    numbers = data["policies"]["atoll-strict"]
+    assert len(first) == round(numbers["decisions_per_job"] * 80)  # one record per decision
+    assert len({r["workload"] for r in first}) == 80 - numbers["jobs_rejected"]  # a job no flavor can ever hold is refused at arrival
+    waits = [r for r in records if r["outcome"] == "wait"]
+    assert waits and all(r["reason"] and r["why_not"] is not None for r in waits)
+    assert any(h["workload"].startswith("sim/job-") for r in waits for w in r["why_not"] for h in (w["ledger"] or {}).get("workloads", []))
+
+
+def test_records_need_an_atoll_policy(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    assert main(["--cluster", cluster, "--jobs", "20", "--policies", "kueue-bestfit", "--records", str(tmp_path / "r.jsonl")]) == 2
+    assert "--records: only Atoll's policies write decision records" in capsys.readouterr().err

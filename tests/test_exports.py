@@ -19,7 +19,7 @@ EXPECTED = {
     "admission.controller": {
         "ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "DECISION_EVENT", "REQUEUE_CONDITION", "WAITING_CONDITION",
         "BoundPod", "ClusterCache", "ConfigSettings", "Controller", "Decider", "DecisionRecord", "DecisionSettings",
-        "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics", "OwedPods", "PodSetRecord",
+        "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics", "MetricsAuthorizer", "OwedPods", "PodSetRecord",
         "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
         "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "build_record", "check_entry", "check_invariant",
         "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from admission.controller._loop import Controller
     from admission.controller._metrics import HttpEndpoints, Metrics
+    from admission.controller._metrics_auth import MetricsAuthorizer
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time, rfc3339
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
     from admission.controller._schema import record_problems
@@ -76,6 +77,7 @@ _WHERE = {
     "KueueSettings": "_settings",
     "Ledger": "_ledger",
     "Metrics": "_metrics",
+    "MetricsAuthorizer": "_metrics_auth",
     "PodSetRecord": "_records",
     "REQUEUE_CONDITION": "_requeue",
     "Recorder": "_records",
@@ -128,6 +130,7 @@ __all__ = [
     "KueueSettings",
     "Ledger",
     "Metrics",
+    "MetricsAuthorizer",
     "OwedPods",
     "PodSetRecord",
     "Recorder",

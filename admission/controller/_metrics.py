@@ -78,6 +78,8 @@ Authorize = Callable[[str | None], tuple[int, str]]
 
 class _Handler(BaseHTTPRequestHandler):
     routes: Mapping[str, Route] = {}
+    timeout = 10.0
+    """Seconds a connection may stay silent (a scraper or probe that connects and sends nothing)."""
 
     def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
         route = self.routes.get(self.path.split("?", 1)[0])
@@ -136,7 +138,8 @@ class HttpEndpoints:
             handler = type("Handler", (_Handler,), {"routes": routes})
             server = ThreadingHTTPServer((bind, port), handler)
             if context is not None:
-                server.socket = context.wrap_socket(server.socket, server_side=True)
+                # the handshake happens in the request's own thread, on its first read, not in the accept loop
+                server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
             self.servers.append(server)
         self.roles = [{role for role, path in (("metrics", "/metrics"), ("health", "/healthz")) if path in routes} for _, routes, _ in plans]
         self._threads: list[threading.Thread] = []

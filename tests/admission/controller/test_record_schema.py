@@ -138,3 +138,13 @@ def test_a_waiting_workloads_record_names_who_holds_each_losing_domain(fabric: F
     (placed,) = admitted["placement"]
     assert placed["ledger"] == {"owed_pods": 0, "reserved_gpus": 0, "bound_gpus": 0, "holders": 0, "workloads": []}
     json.dumps(admitted)
+
+
+def test_the_records_guide_names_every_field_of_the_schema() -> None:
+    guide = (ROOT / "docs" / "records.md").read_text()
+    schema = decision_schema()
+    names = set(schema["properties"]) - {"schema", "event"}
+    for where in ("$defs/podset", "$defs/ledger"):
+        names |= set(_object(schema, where)["properties"])
+    missing = sorted(n for n in names if f"`{n}`" not in guide and f"`{n}[]`" not in guide)
+    assert missing == [], f"docs/records.md does not describe {missing}"

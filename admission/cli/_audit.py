@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from admission.cli._args import Parser
+from admission.cli._bundled import bundled_path
 from admission.controller import DECISION_EVENT, record_problems
 from admission.vocabulary import DECISION_SCHEMA
 
@@ -232,7 +233,7 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
                       "or name a file); Ctrl-D ends the input", file=sys.stderr)
             records = list(read_records(src, tally, where))
         else:
-            with open(args.file, encoding="utf-8") as fh:
+            with open(bundled_path(args.file), encoding="utf-8") as fh:  # config/records/… is found in the package too
                 records = list(read_records(fh, tally, where))
     except OSError as exc:
         print(f"atoll audit: {source}: cannot read: {exc.strerror or exc}", file=sys.stderr)

@@ -366,7 +366,8 @@ def main(argv: Sequence[str]) -> int:
     if args.plots:
         from admission.simulator import write_plots, write_sweep_plots
 
-        paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name)
+        paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name, seed=seeds[0],
+                            load=loads[0])
         if len(loads) > 1:
             paths += write_sweep_plots(cmps, args.plots, title=cluster.name)
         print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)

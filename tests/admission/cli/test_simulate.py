@@ -152,6 +152,33 @@ def test_plots_are_written_and_not_empty(capsys: pytest.CaptureFixture[str], clu
     assert "plots:" in capsys.readouterr().err
 
 
+def test_every_plot_says_which_run_it_shows_and_islands_wrap_into_rows(cluster: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen: dict[str, tuple[list[str], tuple[int, int]]] = {}
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(fig: object, path: object, *args: object, **kw: object) -> None:
+        titles = [ax.get_title() for ax in fig.axes] + ([fig._suptitle.get_text()] if fig._suptitle else [])  # type: ignore[attr-defined]
+        rows = {round(ax.get_position().y0, 3) for ax in fig.axes if ax.get_images()}  # type: ignore[attr-defined]
+        seen[Path(str(path)).name] = (titles, (len(rows), len([a for a in fig.axes if a.get_images()])))  # type: ignore[attr-defined]
+        real_savefig(fig, path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    out = tmp_path / "plots"
+    assert main(["--cluster", cluster, "--jobs", "60", "--seed", "4", "--load", "0.8,1.1", "--seeds", "2", "--workers", "1", "--policies",
+                 "count-only,random,kueue-bestfit,atoll-strict", "--plots", str(out)]) == 0
+    for name in ("jct_cdf.png", "allocation.png", "queue.png", "islands.png"):
+        assert any("seed 4, load 0.8" in t.replace("\n", " ") for t in seen[name][0]), (name, seen[name][0])
+    rows, panels = seen["islands.png"][1]
+    assert panels == 4 and rows == 2  # four heat maps: two rows of up to three, not one strip
+    plt.close("all")
+
+
 def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "30", "--policies", "count-only"]) == 0
     assert capsys.readouterr().err == ""

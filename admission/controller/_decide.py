@@ -300,7 +300,7 @@ class Decider:
                                generation=snap.generation, reserved=reserved, after=snap)
         result.notes.extend(decision.notes)  # Kueue annotations read but not honoured: said in the message, record and Event
         placement = decision.placement
-        domains = DomainLedger(shared, owed, self.ledger.reservations(flavor), self.cache.pods) if self.explain else None
+        domains = DomainLedger(shared, owed, lambda: self.ledger.reservations(flavor), self.cache.pods_on_node) if self.explain else None
         if placement is not None:
             result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason,
                                            domains.view(v.level, v.path) if domains is not None else None)

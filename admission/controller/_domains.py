@@ -12,7 +12,7 @@ the ledger's reservations and the cache's bound pods, and writes nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,46 +33,74 @@ MAX_HOLDERS = 8
 
 
 class DomainLedger:
-    """Owed and bound GPUs per domain of one flavor's snapshot, by the Workload that holds them."""
+    """Owed and bound GPUs per domain of one flavor's snapshot, by the Workload that holds them.
 
-    def __init__(self, snap: Snapshot, witness: Witness, reservations: Sequence[Reservation], pods: Mapping[str, BoundPod]) -> None:
+    Cheap when asked nothing, and then per domain asked: owed pods come from the witness's sparse
+    per-node use (its per-reservation lists are built only when a domain asked has owed pods),
+    bound pods from the cache's pods by node, over the domain's own nodes."""
+
+    def __init__(self, snap: Snapshot, witness: Witness, reservations: Callable[[], Sequence[Reservation]],
+                 pods_on_node: Mapping[str, Mapping[str, BoundPod]]) -> None:
         self.snap = snap
         self._witness = witness
         self._reservations = reservations
-        self._pods = pods
-        self._index: tuple[dict[int, list[tuple[str, int, int]]], list[tuple[str, Any, int, int]], dict[str, list[tuple[str, int]]]] | None = None
+        self._pods_on_node = pods_on_node
+        self._owed_nodes: dict[int, tuple[int, int]] | None = None
+        self._owed_by: dict[int, list[tuple[str, int, int]]] | None = None
+        self._short_rows: list[tuple[str, Any, int, int]] | None = None
+        self._workload_of: dict[str, str] | None = None
+        self._paths: dict[tuple[str, tuple[str, ...]], range | None] = {}
 
-    def _build(self) -> tuple[dict[int, list[tuple[str, int, int]]], list[tuple[str, Any, int, int]], dict[str, list[tuple[str, int]]]]:
-        if self._index is None:
+    def _owed(self) -> dict[int, tuple[int, int]]:
+        """Node → (owed pods, owed GPUs) the witness counts there."""
+        if self._owed_nodes is None:
+            nodes, rows = self._witness.used_rows()
+            self._owed_nodes = {int(n): (int(r[3]), int(r[0])) for n, r in zip(nodes.tolist(), rows.tolist())}
+        return self._owed_nodes
+
+    def _owed_holders(self) -> dict[int, list[tuple[str, int, int]]]:
+        """Node → (Workload, owed pods, owed GPUs) the witness counts there."""
+        if self._owed_by is None:
             owed: dict[int, list[tuple[str, int, int]]] = defaultdict(list)
             for (r, _), placed in zip(self._witness.rows, self._witness.placed):
                 assert isinstance(r, Reservation)
                 for node, pods in placed:
                     owed[int(node)].append((r.workload, int(pods), int(pods) * r.per_pod.gpu))
-            short = []
+            self._owed_by = owed
+        return self._owed_by
+
+    def _short(self) -> list[tuple[str, Any, int, int]]:
+        """(Workload, domain nodes, pods, GPUs) of owed pods that found no room."""
+        if self._short_rows is None:
+            self._short_rows = []
             for r, _, demand, missing in self._witness.short():
                 assert isinstance(r, Reservation)
-                short.append((r.workload, demand.domain, int(missing), int(missing) * r.per_pod.gpu))
-            by_decision = {r.decision_id: r.workload for r in self._reservations}
-            names = set(self.snap.node_names)
-            bound: dict[str, list[tuple[str, int]]] = defaultdict(list)
-            for pod in self._pods.values():
-                if pod.usage.gpu > 0 and pod.node in names:
-                    bound[pod.node].append((by_decision.get(pod.decision_id, NOT_ATOLL), pod.usage.gpu))
-            self._index = (owed, short, bound)
-        return self._index
+                self._short_rows.append((r.workload, demand.domain, int(missing), int(missing) * r.per_pod.gpu))
+        return self._short_rows
+
+    def _workload(self, decision_id: str) -> str:
+        if self._workload_of is None:
+            self._workload_of = {r.decision_id: r.workload for r in self._reservations()}
+        return self._workload_of.get(decision_id, NOT_ATOLL) if decision_id else NOT_ATOLL
 
     def nodes(self, level_label: str, path: Sequence[str]) -> range | None:
         """Node indices of the domain at ``level_label`` with this path; None when it has none."""
-        if level_label not in self.snap.level_labels:
-            return None
-        level = self.snap.level_index(level_label)
-        want = tuple(path)
-        for d in range(self.snap.num_domains(level)):
-            if tuple(self.snap.domain_path(level, d)) == want:
-                lo, hi = self.snap.domain_range(level, d)
-                return range(lo, hi)
-        return None
+        key = (level_label, tuple(path))
+        if key in self._paths:
+            return self._paths[key]
+        found = None
+        if level_label in self.snap.level_labels:
+            level = self.snap.level_index(level_label)
+            index = self.snap.static_cache.get(("record-domain-paths", level))  # cleared with the node structure
+            if not isinstance(index, dict):
+                index = {tuple(self.snap.domain_path(level, d)): d for d in range(self.snap.num_domains(level))}
+                self.snap.static_cache[("record-domain-paths", level)] = index
+            d = index.get(key[1])
+            if d is not None:
+                a, b = self.snap.domain_range(level, d)
+                found = range(a, b)
+        self._paths[key] = found
+        return found
 
     def view(self, level_label: str, path: Sequence[str]) -> dict[str, Any] | None:
         """``owed_pods`` and ``reserved_gpus`` (the ledger), ``bound_gpus`` (running pods), and
@@ -80,21 +108,27 @@ class DomainLedger:
         span = self.nodes(level_label, path)
         if span is None:
             return None
-        owed, short, bound = self._build()
         who: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
-        names = self.snap.node_names
-        for i in span:
-            for workload, pods, gpus in owed.get(i, ()):
-                who[workload][0] += pods
-                who[workload][1] += gpus
-            for workload, gpus in bound.get(names[i], ()):
-                who[workload][2] += gpus
-        if short:
-            lo, hi = span.start, span.stop
-            for workload, domain, pods, gpus in short:  # owed pods with no room: their whole domain counts as full
-                if np.any((domain >= lo) & (domain < hi)):
+        owed_nodes = self._owed()
+        if len(span) <= len(owed_nodes):
+            has_owed = any(i in owed_nodes for i in span)
+        else:
+            has_owed = any(span.start <= i < span.stop for i in owed_nodes)
+        if has_owed:
+            owed = self._owed_holders()
+            for i in span:
+                for workload, pods, gpus in owed.get(i, ()):
                     who[workload][0] += pods
                     who[workload][1] += gpus
+        for workload, domain, pods, gpus in self._short():  # owed pods with no room: their whole domain counts as full
+            if np.any((domain >= span.start) & (domain < span.stop)):
+                who[workload][0] += pods
+                who[workload][1] += gpus
+        names = self.snap.node_names
+        for i in span:
+            for pod in (self._pods_on_node.get(names[i]) or {}).values():
+                if pod.usage.gpu > 0:
+                    who[self._workload(pod.decision_id)][2] += pod.usage.gpu
         holders = sorted(who.items(), key=lambda kv: (-(kv[1][1] + kv[1][2]), kv[0]))
         return {"owed_pods": sum(v[0] for v in who.values()), "reserved_gpus": sum(v[1] for v in who.values()),
                 "bound_gpus": sum(v[2] for v in who.values()), "holders": len(holders),

@@ -2,8 +2,10 @@
 
 A record says what was asked (workload, queues, flavor, profile, class), what was decided
 (outcome, message, placement per PodSet with its domain path), why not elsewhere (the top
-rejected domains with their numbers), and how (latency, snapshot generation, decision id).
-Records go through structlog as one JSON object per line with ``"event": "decision"``; the
+rejected domains with their numbers, and who holds them), and how (latency, snapshot generation,
+decision id, the inputs' resourceVersions). Every record is ``schema: atoll.dev/decision/v1``;
+``decision-v1.schema.json`` beside this module is its contract (fields are only added within a
+version; ``docs/records.md``). Records go through structlog as one JSON object per line with ``"event": "decision"``; the
 logger is injected, so nothing here configures logging globally. The default logger is not the
 global one: auditors need every decision, so the ``--log-level`` filter must not drop records.
 """

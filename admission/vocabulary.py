@@ -10,6 +10,7 @@ __all__ = [
     "CLASS",
     "CONTROLLER_NAME",
     "DECISION_ID",
+    "DECISION_SCHEMA",
     "DRAINING",
     "ENFORCEMENT",
     "FIRST_WAITED_AT",
@@ -30,6 +31,11 @@ __all__ = [
 
 CONTROLLER_NAME = "atoll.dev/topology"
 """AdmissionCheck ``spec.controllerName`` Atoll serves, and the reporting component of its Events."""
+
+DECISION_SCHEMA = "atoll.dev/decision/v1"
+"""The ``schema`` of every decision record: its JSON Schema ships as
+``admission/controller/decision-v1.schema.json``. Fields are added within v1 as optional; a field
+removed, renamed or changed in meaning takes a new version."""
 
 # ----------------------------------------------------------------------------- on pods (podSetUpdates)
 

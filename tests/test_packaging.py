@@ -39,6 +39,8 @@ def test_the_wheel_holds_every_package_and_every_bundled_file(wheel: Path) -> No
     assert packages and [p for p in packages if f"{p}/__init__.py" not in names] == []
     bundled = sorted(p.relative_to(ROOT / "config").as_posix() for p in (ROOT / "config").rglob("*") if p.is_file())
     assert len(bundled) >= 20 and [f for f in bundled if f"admission/_config/{f}" not in names] == []
+    assert "admission/controller/decision-v1.schema.json" in names  # atoll audit checks records against it
+    assert "admission/_config/records/sample-decisions.jsonl" in names
 
 
 def test_commands_run_from_the_installed_wheel_outside_the_repo(wheel: Path, tmp_path: Path) -> None:
@@ -58,3 +60,6 @@ def test_commands_run_from_the_installed_wheel_outside_the_repo(wheel: Path, tmp
     proc = subprocess.run([sys.executable, "-c", script, "baseline", "kueue-bestfit", "config/scenarios/kueue-bestfit-required-rack.yaml"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, check=False)
     assert proc.returncode in (0, 1) and "fits" in json.loads(proc.stdout), proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", script, "audit", "config/records/sample-decisions.jsonl", "--format", "json"],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)) >= 8, proc.stderr[-2000:]  # every sample record meets the shipped schema

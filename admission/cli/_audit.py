@@ -1,7 +1,10 @@
 """``atoll audit``: query decision records (the JSON lines ``atoll run`` writes to stdout).
 
-Lines that are not decision records (other logs, blank lines, text) are skipped, so the
-controller's whole output, or ``kubectl logs`` of it, can be fed in as is.
+Lines that are not decision records (other logs, blank lines, text) are skipped and counted, so
+the controller's whole output, or ``kubectl logs`` of it, can be fed in as is. Every record is
+checked against the shipped schema (``decision-v1.schema.json``): one that fails is named by line
+and field, left out, and makes the exit status 1. ``--timeline`` reads one Workload's decisions
+as a story: in order, the time waited per reason, and the Workloads holding what it needed.
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
 from admission.cli._args import Parser
-from admission.controller import DECISION_EVENT
+from admission.cli._bundled import bundled_path
+from admission.controller import DECISION_EVENT, record_problems
+from admission.vocabulary import DECISION_SCHEMA
 
-__all__ = ["filter_records", "main", "parse_since", "read_records"]
+__all__ = ["check_records", "filter_records", "main", "parse_since", "read_records", "timeline"]
+
+SCHEMA_FILE = "decision-v1.schema.json"
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -44,9 +51,9 @@ def _epoch(record: dict[str, Any]) -> float | None:
         return None
 
 
-def read_records(lines: Iterable[str], tally: list[int] | None = None) -> Iterator[dict[str, Any]]:
+def read_records(lines: Iterable[str], tally: list[int] | None = None, where: list[int] | None = None) -> Iterator[dict[str, Any]]:
     """The decision records among ``lines``; ``tally`` (when given) becomes ``[lines read, lines
-    that held no record]``."""
+    that held no record]``, and ``where`` gets each record's line number."""
     count = tally if tally is not None else [0, 0]
     count[:] = [0, 0]
     for line in lines:
@@ -59,6 +66,8 @@ def read_records(lines: Iterable[str], tally: list[int] | None = None) -> Iterat
             except ValueError:
                 pass
         if isinstance(obj, dict) and obj.get("event") == DECISION_EVENT:
+            if where is not None:
+                where.append(count[0])
             yield obj
         else:
             count[1] += 1
@@ -103,6 +112,89 @@ def _table(records: Sequence[dict[str, Any]], out: IO[str]) -> None:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] + "\n")
 
 
+def check_records(records: Sequence[dict[str, Any]], lines: Sequence[int], err: IO[str], *, shown: int = 5) -> list[dict[str, Any]]:
+    """The records that meet the schema; the others are counted on ``err``, the first ``shown``
+    with their line and the field at fault."""
+    good, bad = [], 0
+    for rec, line in zip(records, lines):
+        problems = record_problems(rec)
+        if not problems:
+            good.append(rec)
+            continue
+        bad += 1
+        if bad <= shown:
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            print(f"atoll audit: line {line}: not a valid {DECISION_SCHEMA} record: {problems[0]}{more}", file=err)
+    if bad:
+        print(f"atoll audit: {bad:,} of {len(records):,} records do not meet {DECISION_SCHEMA} (left out; the schema is "
+              f"admission/controller/{SCHEMA_FILE})", file=err)
+    return good
+
+
+def _seconds(text: str) -> float | None:
+    return _epoch({"time": text})
+
+
+def _hms(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _blockers(r: dict[str, Any]) -> list[str]:
+    """The Workloads holding the losing domains of one decision, the most often named first."""
+    seen: dict[str, int] = {}
+    for w in r.get("why_not") or []:
+        for h in ((w.get("ledger") or {}).get("workloads") or []):
+            seen[str(h.get("workload"))] = seen.get(str(h.get("workload")), 0) + 1
+    return sorted(seen, key=lambda k: (-seen[k], k))
+
+
+def timeline(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One Workload's decisions in time order, the time waited per reason (from each wait to the
+    next decision, the last wait to its record's own ``waited_seconds`` when nothing follows), and
+    the Workloads that blocked it with the decisions that named them."""
+    ordered = sorted(records, key=lambda r: (_epoch(r) or 0.0, str(r.get("decision_id"))))
+    rows: list[dict[str, Any]] = []
+    per_reason: dict[str, float] = {}
+    blocked: dict[str, int] = {}
+    for i, r in enumerate(ordered):
+        who = _blockers(r)
+        for w in who:
+            blocked[w] = blocked.get(w, 0) + 1
+        rows.append({"time": r.get("time"), "outcome": r.get("outcome"), "reason": r.get("reason") or "",
+                     "waited_seconds": r.get("waited_seconds", 0.0), "attempts": r.get("attempts", 0), "decision_id": r.get("decision_id"),
+                     "blocked_by": who, "message": r.get("message", "")})
+        if r.get("outcome") != "wait":
+            continue
+        start, nxt = _epoch(r), (_epoch(ordered[i + 1]) if i + 1 < len(ordered) else None)
+        if start is not None and nxt is not None:
+            reason = str(r.get("reason") or "(none recorded)")
+            per_reason[reason] = per_reason.get(reason, 0.0) + max(nxt - start, 0.0)
+    last = ordered[-1] if ordered else {}
+    total = float(last.get("waited_seconds") or 0.0)
+    return {"workload": f"{last.get('namespace')}/{last.get('workload')}" if ordered else "", "decisions": rows,
+            "waited_seconds": total, "waited_by_reason": per_reason, "blocked_by": blocked,
+            "last_outcome": last.get("outcome")}
+
+
+def _render_timeline(t: dict[str, Any], out: IO[str]) -> None:
+    out.write(f"Workload {t['workload']}: {len(t['decisions'])} decision(s), last {t['last_outcome']}; "
+              f"waited {_hms(t['waited_seconds'])} in all (as of its last decision)\n")
+    header = ("TIME", "OUTCOME", "REASON", "WAITED", "BLOCKED BY", "MESSAGE")
+    rows = [header] + [(str(d["time"]), str(d["outcome"]), d["reason"] or "-", _hms(float(d["waited_seconds"] or 0)),
+                        ", ".join(d["blocked_by"][:3]) + (f" (+{len(d['blocked_by']) - 3})" if len(d["blocked_by"]) > 3 else "") or "-",
+                        _short(str(d["message"]), 90)) for d in t["decisions"]]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    for row in rows:
+        out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] + "\n")
+    if t["waited_by_reason"]:
+        out.write("Waited per reason (from each wait to the next decision): "
+                  + ", ".join(f"{k} {_hms(v)}" for k, v in sorted(t["waited_by_reason"].items(), key=lambda kv: -kv[1])) + "\n")
+    if t["blocked_by"]:
+        out.write("Blocked by (decisions naming them as holders of a losing domain): "
+                  + ", ".join(f"{k} ×{v}" for k, v in sorted(t["blocked_by"].items(), key=lambda kv: (-kv[1], kv[0]))) + "\n")
+
+
 def _short(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -115,11 +207,15 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
     p.add_argument("--queue", help="LocalQueue (NAMESPACE/NAME or NAME) or ClusterQueue")
     p.add_argument("--outcome", choices=("admit", "wait", "reject"))
     p.add_argument("--since", help="records at or after this time: 30m, 2h, 7d, or ISO 8601")
+    p.add_argument("--timeline", action="store_true", help="with --workload: its decisions in order, time waited per reason, and who blocked it")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
     out = stdout or sys.stdout
     if args.workload and "/" not in args.workload:
         print(f"atoll audit: --workload {args.workload!r}: expected NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    if args.timeline and not args.workload:
+        print("atoll audit: --timeline needs --workload NAMESPACE/NAME (a timeline is one Workload's)", file=sys.stderr)
         return 2
     try:
         since = parse_since(args.since, time.time() if now is None else now) if args.since else None
@@ -127,6 +223,7 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
         print(f"atoll audit: {exc}", file=sys.stderr)
         return 2
     tally = [0, 0]
+    where: list[int] = []
     source = "stdin" if args.file == "-" else args.file
     try:
         if args.file == "-":
@@ -134,10 +231,10 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
             if src.isatty():
                 print("atoll audit: waiting for decision records on stdin (pipe them in: kubectl logs deploy/atoll | atoll audit; "
                       "or name a file); Ctrl-D ends the input", file=sys.stderr)
-            records = list(read_records(src, tally))
+            records = list(read_records(src, tally, where))
         else:
-            with open(args.file, encoding="utf-8") as fh:
-                records = list(read_records(fh, tally))
+            with open(bundled_path(args.file), encoding="utf-8") as fh:  # config/records/… is found in the package too
+                records = list(read_records(fh, tally, where))
     except OSError as exc:
         print(f"atoll audit: {source}: cannot read: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -151,10 +248,22 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
         return 1
     if tally[1]:
         print(f"atoll audit: {tally[1]:,} of {tally[0]:,} lines held no decision record (skipped)", file=sys.stderr)
-    chosen = filter_records(records, workload=args.workload, queue=args.queue, outcome=args.outcome, since=since)
+    valid = check_records(records, where, sys.stderr)
+    chosen = filter_records(valid, workload=args.workload, queue=args.queue, outcome=args.outcome, since=since)
+    if args.timeline:
+        if not chosen:
+            print(f"atoll audit: no valid records of {args.workload} in {source}", file=sys.stderr)
+            return 1
+        t = timeline(chosen)
+        if args.format == "json":
+            json.dump(t, out, indent=2, ensure_ascii=False)
+            out.write("\n")
+        else:
+            _render_timeline(t, out)
+        return 1 if len(valid) < len(records) else 0
     if args.format == "json":
         json.dump(chosen, out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:
         _table(chosen, out)
-    return 0
+    return 1 if len(valid) < len(records) else 0

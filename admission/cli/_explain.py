@@ -1,7 +1,10 @@
 """``atoll explain NS/NAME``: why a Workload waits, or where it was placed and why, from the live cluster.
 
 It lists the cluster once (read-only: nothing is written), rebuilds the ledger exactly as the
-controller would, and evaluates the Workload against the current state.
+controller would, and evaluates the Workload against the current state. Two answers, kept apart:
+the reason recorded at decision time (its decision record with ``--records``, else the check entry
+the decision wrote on the Workload), then what Atoll would decide now, which today's state may
+change (an admitted Workload's own placement may no longer fit beside what came since).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ def render(report: dict[str, Any]) -> str:
         for reason, nodes in f["excluded"].items():
             shown = ", ".join(nodes[:8]) + (f" (+{len(nodes) - 8})" if len(nodes) > 8 else "")
             lines.append(f"  left out: {reason}: {shown}")
+    lines.extend(_recorded(report.get("recorded")))
+    lines.append("-- What Atoll would decide now, on today's cluster (not the decision it made then) --")
     now = report.get("now") or {}
     lines.append(f"Decision now: {now.get('outcome')}" + (f" (profile {now['profile']})" if now.get("profile") else ""))
     lines.append(f"  {now.get('message', '')}")
@@ -58,6 +63,42 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _recorded(rec: dict[str, Any] | None) -> list[str]:
+    """The reason recorded at decision time: from a decision record when one was found, else from
+    the check entry the decision wrote on the Workload."""
+    if not rec:
+        return ["-- At decision time: nothing recorded (no Atoll check entry, no record given with --records) --"]
+    what = rec.get("outcome") or rec.get("state")
+    head = f"-- At decision time (from {rec['source']}): {what}"
+    head += f", decision {rec['decision_id']}" if rec.get("decision_id") else ""
+    head += f", {rec['time']}" if rec.get("time") else ""
+    lines = [head + " --", f"  {rec.get('message') or ''}"]
+    if rec.get("waited_seconds"):
+        lines.append(f"  waited {float(rec['waited_seconds']):.0f}s by then" + (f" (reason: {rec['reason']})" if rec.get("reason") else ""))
+    for w in rec.get("why_not") or []:
+        held = [h.get("workload") for h in ((w.get("ledger") or {}).get("workloads") or [])]
+        lines.append(f"  not {'/'.join(w.get('domain_path') or [])} ({w.get('level')}): {w.get('reason')}"
+                     + (f"; held by {', '.join(map(str, held))}" if held else ""))
+    return lines
+
+
+def recorded_from(records_file: str, workload: str, decision_id: str | None) -> dict[str, Any] | None:
+    """The record of the Workload's decision in ``records_file``: the one with ``decision_id``
+    when given and present, else its latest; None when the file holds none of it."""
+    from admission.cli._audit import read_records
+
+    where: list[int] = []
+    with open(records_file, encoding="utf-8") as fh:
+        found = list(read_records(fh, None, where))
+    ns, name = workload.split("/", 1)
+    mine = [(r, line) for r, line in zip(found, where) if r.get("namespace") == ns and r.get("workload") == name]
+    if not mine:
+        return None
+    exact = [m for m in mine if decision_id and m[0].get("decision_id") == decision_id]
+    rec, line = exact[-1] if exact else max(mine, key=lambda m: (str(m[0].get("time")), m[1]))
+    return {**rec, "source": f"the decision record on line {line} of {records_file}"}
+
+
 def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any = None) -> int:
     p = Parser(prog="atoll explain", description="Why a Workload waits, or why it was placed where it was.")
     p.add_argument("workload", help="NAMESPACE/NAME")
@@ -66,6 +107,8 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
     p.add_argument("--configmap", default="atoll-policies")
     p.add_argument("--admission-check", default="atoll-topology", help="'*' for every Atoll check")
     p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    p.add_argument("--records", metavar="FILE", help="decision records (atoll run's log): show the reason recorded at decision time from "
+                                                    "the Workload's record, with the holders of the domains it lost")
     p.add_argument("--format", choices=("text", "json"), default="text")
     args = p.parse_args(list(argv))
     out = stdout or sys.stdout
@@ -96,6 +139,17 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
     except ApiError as exc:
         print(f"atoll explain: {exc}", file=sys.stderr)
         return 1
+    if args.records:
+        try:
+            rec = recorded_from(args.records, args.workload, (report.get("recorded") or {}).get("decision_id"))
+        except OSError as exc:
+            print(f"atoll explain: --records {args.records}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        if rec is None:
+            print(f"atoll explain: --records {args.records}: no decision record of {args.workload}; showing its check entry",
+                  file=sys.stderr)
+        else:
+            report["recorded"] = rec
     if args.format == "json":
         json.dump(report, out, indent=2, default=str)
         out.write("\n")

@@ -11,12 +11,14 @@ So the verdict and the podSetUpdates shown are the ones the controller would wri
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -43,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--waited", type=float, default=0.0, help="seconds the workload has already waited (elastic relaxation)")
     p.add_argument("--occupancy", type=float, default=0.0, help="fill nodes at random to this share of GPUs first (what-if)")
     p.add_argument("--seed", type=int, default=0, help="seed for --occupancy")
+    p.add_argument("--record", metavar="FILE", help="append the decision record (atoll.dev/decision/v1, as atoll run writes it) to FILE")
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
 
@@ -93,10 +96,12 @@ def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, pr
     return obj
 
 
-def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied: Sequence[dict[str, Any]] = ()) -> Any:
+def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied: Sequence[dict[str, Any]] = (),
+                   record_to: TextIO | None = None) -> Any:
     """The controller's verdict on ``workload`` in an in-memory cluster built from ``cluster`` and
     ``doc`` (plus ``occupied`` pods): what ``atoll place`` prints, and what the tests compare with
-    the controller on a real apiserver and the simulator's port."""
+    the controller on a real apiserver and the simulator's port. ``record_to``: where its decision
+    record goes (the controller's own record, offline: no controller, no lease term)."""
     from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
     from admission.kube import PODS, WORKLOADS, ManualClock
     from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
@@ -109,8 +114,13 @@ def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied
     controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(io.StringIO()),
                             new_id=lambda: "what-if")
     controller.sync()
-    return controller.evaluate(controller.cache.objects[WORKLOADS][f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"],
-                               "what-if")
+    obj = controller.cache.objects[WORKLOADS][f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"]
+    started = time.perf_counter()
+    verdict = controller.evaluate(obj, "what-if")
+    if record_to is not None:
+        rec = controller.decision_record(obj, verdict, time.perf_counter() - started)
+        Recorder(record_to).record(dataclasses.replace(rec, controller=""))  # no replica decided it
+    return verdict
 
 
 def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
@@ -197,7 +207,16 @@ def main(argv: Sequence[str]) -> int:
 
     configure_logging("warning")  # the controller's info lines would mix with the answer on stdout
     workload = _kueue_workload(manifest, flavor.name, flavor.gpu_resource, args.profile, args.waited)
-    verdict = place_workload(model, doc, workload, occupied=_occupancy_pods(flavor, args.occupancy, args.seed))
+    try:
+        record_to = open(args.record, "a", encoding="utf-8") if args.record else None  # noqa: SIM115 - closed below
+    except OSError as exc:
+        print(f"atoll place: --record {args.record}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
+        verdict = place_workload(model, doc, workload, occupied=_occupancy_pods(flavor, args.occupancy, args.seed), record_to=record_to)
+    finally:
+        if record_to is not None:
+            record_to.close()
     if verdict.reason == "config":
         print(f"atoll place: {verdict.message}", file=sys.stderr)
         return 2

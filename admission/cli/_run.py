@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -24,7 +25,7 @@ from admission.controller import ConfigSettings, DecisionSettings, KueueSettings
 from admission.kube import LeaderSettings
 from admission.webhook import WebhookSettings
 
-__all__ = ["build_settings", "build_webhook_settings", "configure_logging", "default_namespace", "main", "parser"]
+__all__ = ["build_settings", "build_webhook_settings", "configure_logging", "default_bind", "default_namespace", "main", "parser", "port_or_off"]
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -39,6 +40,24 @@ def default_namespace(env: Mapping[str, str]) -> str:
         return "atoll-system"
 
 
+def port_or_off(text: str) -> int | None:
+    """A port flag's value: 0-65535 (0 = any free port), or ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give 1-65535, 0 for any free port, or off") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: give 1-65535, 0 for any free port, or off")
+    return port
+
+
+def default_bind(env: Mapping[str, str]) -> str:
+    """All addresses inside a pod (the kubelet probes the pod's IP), else loopback only."""
+    return "0.0.0.0" if env.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
+
+
 def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     env = os.environ if env is None else env
     p = Parser(prog="atoll run", description="Run Atoll's Kueue admission-check controller.")
@@ -49,8 +68,18 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--admission-check", default=env.get("ATOLL_ADMISSION_CHECK", "atoll-topology"),
                    help="AdmissionCheck to serve; '*' serves every check whose controllerName is atoll.dev/topology")
     p.add_argument("--gpu-resource", default=env.get("ATOLL_GPU_RESOURCE", "nvidia.com/gpu"))
-    p.add_argument("--metrics-port", type=int, default=int(env.get("ATOLL_METRICS_PORT", "8080")), help="0 = no /metrics")
-    p.add_argument("--health-port", type=int, default=int(env.get("ATOLL_HEALTH_PORT", "8081")), help="0 = no /healthz, /readyz")
+    p.add_argument("--metrics-port", type=port_or_off, default=port_or_off(env.get("ATOLL_METRICS_PORT", "8080")),
+                   help="port of /metrics; 0 = any free port (logged at start), off = not served")
+    p.add_argument("--health-port", type=port_or_off, default=port_or_off(env.get("ATOLL_HEALTH_PORT", "8081")),
+                   help="port of /healthz, /readyz and /leader; 0 = any free port (logged at start), off = not served")
+    p.add_argument("--bind-address", default=env.get("ATOLL_BIND_ADDRESS") or default_bind(env),
+                   help="address the metrics and health ports listen on (default: all addresses in a pod, else 127.0.0.1, so a "
+                        "controller run from a laptop does not publish its metrics)")
+    p.add_argument("--metrics-secure", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_METRICS_SECURE", "false") == "true",
+                   help="serve /metrics over HTTPS to scrapes whose bearer token a TokenReview accepts and a SubjectAccessReview "
+                        "allows to get /metrics (the chart turns it on)")
+    p.add_argument("--metrics-cert-dir", default=env.get("ATOLL_METRICS_CERT_DIR") or None,
+                   help="tls.crt and tls.key for --metrics-secure (default: a self-signed certificate made at start)")
     p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_LEADER_ELECT", "true") != "false",
                    help="elect a leader on a Lease (default on; the chart runs 2 replicas)")
     p.add_argument("--lease-name", default=env.get("ATOLL_LEASE_NAME", "atoll-controller"))
@@ -89,7 +118,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
                             gpu_resource=args.gpu_resource),
         config=ConfigSettings(namespace=args.namespace, configmap=args.configmap),
         leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
-        serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port),
+        serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port, bind_address=args.bind_address,
+                            metrics_secure=args.metrics_secure),
         decisions=DecisionSettings(park_waiting=args.park_waiting),
     )
 
@@ -109,6 +139,24 @@ def configure_logging(level: str) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=lambda *_: structlog.PrintLogger(sys.stderr),  # the stream of the moment, not of start-up
     )
+
+
+def _secure_metrics(args: argparse.Namespace, port: Any) -> dict[str, Any]:
+    """HTTPS and the TokenReview/SubjectAccessReview check for ``/metrics``. Without
+    --metrics-cert-dir a self-signed certificate is made at start (scrapers verify the token's
+    holder, not the server: Prometheus' in-cluster scrape configs skip server verification)."""
+    import ssl
+    import tempfile
+
+    from admission.controller import MetricsAuthorizer
+    from admission.webhook import ensure_serving_cert
+
+    cert_dir = args.metrics_cert_dir or tempfile.mkdtemp(prefix="atoll-metrics-")
+    cert = ensure_serving_cert(cert_dir, ["localhost", socket.gethostname()], generate=args.metrics_cert_dir is None)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(str(cert.cert_file), str(cert.key_file))
+    return {"tls": context, "authorize": MetricsAuthorizer(port)}
 
 
 def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
@@ -157,9 +205,18 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         return (stalled < settings.serve.stall_seconds), f"worker loop last turned {stalled:.1f}s ago"
 
     def ready() -> tuple[bool, str]:
+        """Ready on every replica whose caches serve: the leader and a warm standby once synced (a
+        cold standby lists at takeover, so it is ready as it is); the body names the role."""
+        role = "leader" if running.is_set() else "standby"
+        if not running.is_set() and not warm:
+            return True, "standby (cold: lists the cluster when it leads)"
+        return controller.synced, f"{role}: " + ("caches synced" if controller.synced else "listing the cluster")
+
+    def leading() -> tuple[bool, str]:
+        """``/leader``: 200 only on the replica that leads and decides."""
         if not running.is_set():
-            return True, "standby (not leader)"
-        return controller.synced, "caches synced" if controller.synced else "listing the cluster"
+            return False, "standby: another replica leads"
+        return controller.synced, "leader: " + ("deciding" if controller.synced else "listing the cluster")
 
     webhook = None
     if webhook_settings.port:
@@ -173,9 +230,18 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         except (CertError, OSError) as exc:
             print(f"atoll run: webhook on port {webhook_settings.port}: {exc}", file=sys.stderr)
             return 2
-    endpoints = HttpEndpoints(metrics, alive=alive, ready=ready, bind=settings.serve.bind_address,
-                              metrics_port=settings.serve.metrics_port, health_port=settings.serve.health_port)
+    try:
+        endpoints = HttpEndpoints(metrics, alive=alive, ready=ready, leader=leading, bind=settings.serve.bind_address,
+                                  metrics_port=settings.serve.metrics_port, health_port=settings.serve.health_port,
+                                  **_secure_metrics(args, port) if settings.serve.metrics_secure else {})
+    except (OSError, ValueError, RuntimeError) as exc:  # a port taken, a certificate that cannot be made or read
+        print(f"atoll run: metrics or health port: {exc}", file=sys.stderr)
+        if webhook is not None:
+            webhook.stop()
+        return 2
     endpoints.start()
+    log.info("serving", bind=settings.serve.bind_address, metrics_port=endpoints.port_of("metrics"), health_port=endpoints.port_of("health"),
+             metrics_secure=settings.serve.metrics_secure)
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

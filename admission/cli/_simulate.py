@@ -49,6 +49,7 @@ from admission.simulator import (
     format_comparison,
     format_islands,
     format_sweep,
+    gather_records,
     make_policies,
     parse_bandwidths,
     parse_comm_fraction,
@@ -130,6 +131,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
+    p.add_argument("--records", default=None, metavar="FILE",
+                   help="write the Atoll policies' decision records (atoll.dev/decision/v1, as atoll run writes them, each naming "
+                        "its run) to FILE; read them with atoll audit")
     return p
 
 
@@ -313,9 +317,17 @@ def main(argv: Sequence[str]) -> int:
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=args.parking == "on")
+                         parking=args.parking == "on", records=args.records)
+        if args.records and not any(n.startswith("atoll-") for n in names):
+            raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())
-        records, results = run_sweep(spec, workers=args.workers, progress=progress.start("simulating", "runs"))
+        try:
+            records, results = run_sweep(spec, workers=args.workers, progress=progress.start("simulating", "runs"))
+        finally:
+            if args.records:
+                written = gather_records(args.records, spec.keys())
+        if args.records:
+            print(f"atoll simulate: {written:,} decision records written to {args.records}", file=sys.stderr)
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
         print(f"atoll simulate: {exc}", file=sys.stderr)
         return 2
@@ -354,7 +366,8 @@ def main(argv: Sequence[str]) -> int:
     if args.plots:
         from admission.simulator import write_plots, write_sweep_plots
 
-        paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name)
+        paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name, seed=seeds[0],
+                            load=loads[0])
         if len(loads) > 1:
             paths += write_sweep_plots(cmps, args.plots, title=cluster.name)
         print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)

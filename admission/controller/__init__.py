@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem, node_info, pod_usage
     from admission.controller._decide import Decider, Verdict
+    from admission.controller._domains import build_record
     from admission.controller._events import EventPoster
     from admission.controller._invariant import OwedPods, Violation, check_invariant
     from admission.controller._ledger import (
@@ -36,8 +37,10 @@ if TYPE_CHECKING:
     )
     from admission.controller._loop import Controller
     from admission.controller._metrics import HttpEndpoints, Metrics
+    from admission.controller._metrics_auth import MetricsAuthorizer
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time, rfc3339
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
+    from admission.controller._schema import record_problems
     from admission.controller._settings import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
     from admission.controller._wait import WAITING_CONDITION, read_wait_state, waiting_condition
     from admission.controller._workloads import (
@@ -56,6 +59,7 @@ _WHERE = {
     "BoundPod": "_cache",
     "OwedPods": "_invariant",
     "as_workload": "_workloads",
+    "build_record": "_domains",
     "rfc3339": "_records",
     "waiting_condition": "_wait",
     "ANN_DECISION_ID": "_ledger",
@@ -73,6 +77,7 @@ _WHERE = {
     "KueueSettings": "_settings",
     "Ledger": "_ledger",
     "Metrics": "_metrics",
+    "MetricsAuthorizer": "_metrics_auth",
     "PodSetRecord": "_records",
     "REQUEUE_CONDITION": "_requeue",
     "Recorder": "_records",
@@ -101,6 +106,7 @@ _WHERE = {
     "parse_workload": "_workloads",
     "pod_usage": "_cache",
     "read_wait_state": "_wait",
+    "record_problems": "_schema",
     "requeue_request": "_requeue",
 }
 
@@ -124,6 +130,7 @@ __all__ = [
     "KueueSettings",
     "Ledger",
     "Metrics",
+    "MetricsAuthorizer",
     "OwedPods",
     "PodSetRecord",
     "Recorder",
@@ -139,6 +146,7 @@ __all__ = [
     "WorkloadError",
     "WorkloadView",
     "as_workload",
+    "build_record",
     "check_entry",
     "check_invariant",
     "condition_true",
@@ -152,6 +160,7 @@ __all__ = [
     "parse_workload",
     "pod_usage",
     "read_wait_state",
+    "record_problems",
     "requeue_request",
     "rfc3339",
     "waiting_condition",

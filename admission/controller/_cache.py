@@ -191,6 +191,8 @@ class ClusterCache:
         self.node_problems: dict[str, str] = {}
         self.pods: dict[str, BoundPod] = {}
         """Bound, unfinished pods by uid: what holds node resources."""
+        self.pods_on_node: dict[str, dict[str, BoundPod]] = {}
+        """The same pods by node, then uid (a decision record names who holds a domain's nodes)."""
         self._pods_by_decision: dict[str, dict[str, BoundPod]] = {}
         self.succeeded: dict[str, BoundPod] = {}
         """Pods of Atoll decisions that succeeded, by uid, while they exist (the ledger remembers them
@@ -308,6 +310,7 @@ class ClusterCache:
         changed = self._remove_pod(uid)
         if bound is not None:
             self.pods[uid] = bound
+            self.pods_on_node.setdefault(bound.node, {})[uid] = bound
             self.usage[bound.node] = self.usage.get(bound.node, _NOTHING) + bound.usage
             self._dirty(bound.node, usage_only=True)
         if done is not None:
@@ -331,6 +334,10 @@ class ClusterCache:
         if old is None and done is None:
             return []
         if old is not None:
+            on_node = self.pods_on_node.get(old.node, {})
+            on_node.pop(uid, None)
+            if not on_node:
+                self.pods_on_node.pop(old.node, None)
             have, took = self.usage.get(old.node, _NOTHING), old.usage
             left = ResourceVector(max(0, have.gpu - took.gpu), max(0, have.cpu_milli - took.cpu_milli),
                                   max(0, have.memory_mib - took.memory_mib), max(0, have.pods - took.pods))

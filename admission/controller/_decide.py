@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
+from admission.controller._domains import DomainLedger
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
 from admission.controller._queueing import SpanCost, hold_reservations, queue_turn, reserve_deadline
@@ -363,8 +364,11 @@ class Decider:
             elif spread.note:
                 result.notes.append(spread.note)
         placement = decision.placement
+        domains = DomainLedger(shared, owed, lambda: self.ledger.reservations(flavor), self.cache.pods_on_node) if self.explain else None
         if placement is not None:
-            result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason) for v in placement.why_not[:6]]
+            result.why_not = [WhyNotRecord(v.podset, v.level, list(v.path), v.capacity_pods, v.need_pods, v.reason,
+                                           domains.view(v.level, v.path) if domains is not None else None)
+                              for v in placement.why_not[:6]]
         if decision.outcome == "wait":
             result.retry_after = decision.retry_after_seconds
             result.reason = ("owed-pods" if set_aside else
@@ -379,10 +383,13 @@ class Decider:
                                                               exact=self._enforcement(flavor) == "exact", level=levels.get(ps.name))
                 result.updates.append(update)
                 result.notes.extend(notes)
+                slices = slice_records(ps.slices, selector, snap.level_labels, exact=self._enforcement(flavor) == "exact")
+                if domains is not None:
+                    slices = [{**sl, "ledger": domains.view(sl["level"], sl["domain"])} for sl in slices]
                 result.placements.append(PodSetRecord(
                     ps.name, ps.pods, per_pod[ps.name].gpu, dict(zip(ps.nodes, ps.pods_per_node)), ps.domain_level, list(ps.domain_path),
-                    ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector,
-                    slice_records(ps.slices, selector, snap.level_labels, exact=self._enforcement(flavor) == "exact")))
+                    ps.islands, ps.island_level, round(ps.min_perf, 4), round(ps.max_perf, 4), ps.bottleneck_gbps, selector, slices,
+                    domains.view(ps.domain_level, ps.domain_path) if domains is not None else None))
         return result
 
     def _spread_members(self, flavor: str, group: Any, uid: str) -> list[list[str]]:

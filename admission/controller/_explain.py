@@ -100,6 +100,10 @@ class Explainer:
                 placed.append({"podset": update.get("name"), "decision_id": ann.get(ANN_DECISION_ID), "node_selector": update.get("nodeSelector") or {},
                                "planned_nodes": nodes})
             out["placement"] = placed
+        if entry:  # what the Workload itself keeps of the last decision: the check entry written then
+            ids = sorted({p["decision_id"] for p in out.get("placement") or [] if p.get("decision_id")})
+            out["recorded"] = {"source": "the Workload's check entry", "state": entry.get("state"), "message": entry.get("message") or "",
+                               "time": entry.get("lastTransitionTime"), "decision_id": ids[0] if ids else None}
         try:
             view = parse_workload(obj, gpu_resource=self.cache.gpu_resource)
             flavors = sorted(set(view.flavors.values()))

@@ -38,6 +38,7 @@ import structlog
 
 from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem
 from admission.controller._decide import Decider, Verdict
+from admission.controller._domains import build_record
 from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
@@ -45,7 +46,7 @@ from admission.controller._metrics import Metrics
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
-from admission.controller._records import DecisionRecord, Recorder, iso_time
+from admission.controller._records import DecisionRecord, Recorder
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
 from admission.controller._status import StatusWriter
@@ -535,8 +536,7 @@ class Controller:
             self._queue.move_to_end(key, last=False)
 
     def _after_decision(self, obj: Obj, verdict: Verdict, latency: float, term: int | None = None) -> None:
-        meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid"))
+        uid = str((obj.get("metadata") or {}).get("uid"))
         if verdict.outcome == "wait":
             self._waiting[uid] = verdict.reason
             self._waiting_band[uid] = size_band(verdict.gpus)
@@ -551,20 +551,15 @@ class Controller:
         if verdict.flavor:  # the ledger counted owed pods on these flavors' snapshots
             flavors = verdict.flavor.split(",")
             self.metrics.set_shortfalls(flavors, [s for f in flavors for s in self.ledger.shortfalls_by_flavor.get(f, ())])
-        status = obj.get("status") or {}
+        self.recorder.record(self.decision_record(obj, verdict, latency, term))
+
+    def decision_record(self, obj: Obj, verdict: Verdict, latency: float, term: int | None = None) -> DecisionRecord:
+        """The record of one decision on ``obj`` (what ``atoll place --record`` writes offline, too)."""
         # Retries so far, this one included (Kueue counts a Retry in retryCount only when it evicts)
         wait = read_wait_state(self.cache.objects[WORKLOADS].get(object_key(obj), obj), self._check_names)
-        view_queue = f"{meta.get('namespace')}/{(obj.get('spec') or {}).get('queueName', '')}"
-        self.recorder.record(DecisionRecord(
-            decision_id=verdict.decision_id, time=iso_time(self.clock.now()), workload=str(meta.get("name")),
-            namespace=str(meta.get("namespace")), uid=uid, local_queue=view_queue,
-            cluster_queue=str((status.get("admission") or {}).get("clusterQueue", "")), flavor=verdict.flavor,
-            profile=verdict.profile, workload_class=verdict.workload_class, outcome=verdict.outcome, check_state=verdict.state,
-            message=verdict.message, placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after,
-            attempts=wait.attempts + (1 if verdict.outcome == "wait" else 0), relaxed=verdict.relaxed, latency_ms=round(latency * 1000, 3),
-            snapshot_generation=verdict.generation, reserved_gpus=verdict.reserved_gpus, links=list(verdict.links), notes=list(verdict.notes),
-            controller=self.identity, lease_term=term,
-        ))
+        return build_record(obj, verdict, self.cache, self._check_names, now=self.clock.now(), latency=latency,
+                            attempts=wait.attempts + (1 if verdict.outcome == "wait" else 0), controller=self.identity, term=term,
+                            profiles_rv=self._config_rv)
 
     GAUGE_SECONDS = 15.0
     """How often a flavor's fabric gauges (free GPUs, fragmentation) are measured: each measure

@@ -7,6 +7,7 @@ them, never computed on the scrape thread.
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -93,12 +94,20 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+Route = Callable[[Mapping[str, str]], tuple[int, str, bytes]]
+"""A GET handler: the request's headers (names in lower case) → (status, content type, body)."""
+Authorize = Callable[[str | None], tuple[int, str]]
+"""The ``Authorization`` header (None when absent) → (200, who) or (401/403/500, why)."""
+
+
 class _Handler(BaseHTTPRequestHandler):
-    routes: Mapping[str, Callable[[], tuple[int, str, bytes]]] = {}
+    routes: Mapping[str, Route] = {}
+    timeout = 10.0
+    """Seconds a connection may stay silent (a scraper or probe that connects and sends nothing)."""
 
     def do_GET(self) -> None:  # noqa: N802 - the name http.server dispatches to
         route = self.routes.get(self.path.split("?", 1)[0])
-        code, ctype, body = route() if route else (404, "text/plain", b"not found\n")
+        code, ctype, body = route({k.lower(): v for k, v in self.headers.items()}) if route else (404, "text/plain", b"not found\n")
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -110,35 +119,65 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class HttpEndpoints:
-    """``/metrics`` on one port, ``/healthz`` and ``/readyz`` on another (0 = not served)."""
+    """``/metrics`` on one port; ``/healthz``, ``/readyz`` and ``/leader`` on another.
+
+    A port of None is not served; 0 takes any free port (``ports`` says which). ``/readyz`` is
+    ready on every replica whose caches serve (the leader, and a warm standby once synced);
+    ``/leader`` answers 200 only on the replica that leads and decides. ``authorize`` guards
+    ``/metrics`` (a bearer token checked by TokenReview and SubjectAccessReview), and ``tls``
+    serves it over HTTPS; the health endpoints stay plain for the kubelet's probes."""
 
     def __init__(self, metrics: Metrics, *, alive: Callable[[], tuple[bool, str]], ready: Callable[[], tuple[bool, str]],
-                 bind: str = "0.0.0.0", metrics_port: int = 8080, health_port: int = 8081) -> None:
-        def probe(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[int, str, bytes]]:
-            def answer() -> tuple[int, str, bytes]:
+                 leader: Callable[[], tuple[bool, str]] | None = None, bind: str = "0.0.0.0", metrics_port: int | None = 8080,
+                 health_port: int | None = 8081, authorize: Authorize | None = None, tls: ssl.SSLContext | None = None) -> None:
+        def probe(check: Callable[[], tuple[bool, str]]) -> Route:
+            def answer(_: Mapping[str, str]) -> tuple[int, str, bytes]:
                 ok, why = check()
                 return (200 if ok else 503), "text/plain", (why + "\n").encode()
             return answer
 
-        health = {"/healthz": probe(alive), "/readyz": probe(ready)}
-        exposition = {"/metrics": lambda: (200, CONTENT_TYPE_LATEST, metrics.exposition())}
-        plans: list[tuple[int, Mapping[str, Callable[[], tuple[int, str, bytes]]]]] = []
-        if metrics_port and metrics_port == health_port:
-            plans.append((metrics_port, {**health, **exposition}))
+        def exposition(headers: Mapping[str, str]) -> tuple[int, str, bytes]:
+            if authorize is not None:
+                code, why = authorize(headers.get("authorization"))
+                if code != 200:
+                    return code, "text/plain", (why + "\n").encode()
+            return 200, CONTENT_TYPE_LATEST, metrics.exposition()
+
+        health: dict[str, Route] = {"/healthz": probe(alive), "/readyz": probe(ready)}
+        if leader is not None:
+            health["/leader"] = probe(leader)
+        serving: dict[str, Route] = {"/metrics": exposition}
+        plans: list[tuple[int, Mapping[str, Route], ssl.SSLContext | None]] = []
+        if metrics_port is not None and metrics_port == health_port and metrics_port != 0:
+            if tls is not None:
+                raise ValueError(f"metrics port {metrics_port}: HTTPS metrics need a port of their own, not the health port's")
+            plans.append((metrics_port, {**health, **serving}, None))
         else:
-            if metrics_port:
-                plans.append((metrics_port, exposition))
-            if health_port:
-                plans.append((health_port, health))
+            if metrics_port is not None:
+                plans.append((metrics_port, serving, tls))
+            if health_port is not None:
+                plans.append((health_port, health, None))
         self.servers: list[ThreadingHTTPServer] = []
-        for port, routes in plans:
+        for port, routes, context in plans:
             handler = type("Handler", (_Handler,), {"routes": routes})
-            self.servers.append(ThreadingHTTPServer((bind, port), handler))
+            server = ThreadingHTTPServer((bind, port), handler)
+            if context is not None:
+                # the handshake happens in the request's own thread, on its first read, not in the accept loop
+                server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+            self.servers.append(server)
+        self.roles = [{role for role, path in (("metrics", "/metrics"), ("health", "/healthz")) if path in routes} for _, routes, _ in plans]
         self._threads: list[threading.Thread] = []
 
     @property
     def ports(self) -> list[int]:
         return [int(s.server_address[1]) for s in self.servers]
+
+    def port_of(self, role: str) -> int | None:
+        """The port serving ``metrics`` or ``health`` (after 0 took a free one); None when not served."""
+        for server, served in zip(self.servers, self.roles):
+            if role in served:
+                return int(server.server_address[1])
+        return None
 
     def start(self) -> None:
         for server in self.servers:

@@ -2,8 +2,10 @@
 
 A record says what was asked (workload, queues, flavor, profile, class), what was decided
 (outcome, message, placement per PodSet with its domain path), why not elsewhere (the top
-rejected domains with their numbers), and how (latency, snapshot generation, decision id).
-Records go through structlog as one JSON object per line with ``"event": "decision"``; the
+rejected domains with their numbers, and who holds them), and how (latency, snapshot generation,
+decision id, the inputs' resourceVersions). Every record is ``schema: atoll.dev/decision/v1``;
+``decision-v1.schema.json`` beside this module is its contract (fields are only added within a
+version; ``docs/records.md``). Records go through structlog as one JSON object per line with ``"event": "decision"``; the
 logger is injected, so nothing here configures logging globally. The default logger is not the
 global one: auditors need every decision, so the ``--log-level`` filter must not drop records.
 """
@@ -18,12 +20,15 @@ from typing import Any, TextIO
 
 import structlog
 
+from admission import vocabulary
 from topology import SlicePlacement
 
-__all__ = ["DECISION_EVENT", "DecisionRecord", "PodSetRecord", "Recorder", "WhyNotRecord", "iso_time", "parse_time", "rfc3339",
+__all__ = ["DECISION_EVENT", "DECISION_SCHEMA", "DecisionRecord", "PodSetRecord", "Recorder", "WhyNotRecord", "iso_time", "parse_time", "rfc3339",
            "slice_records", "truncate"]
 
 DECISION_EVENT = "decision"
+DECISION_SCHEMA = vocabulary.DECISION_SCHEMA
+"""Every record's ``schema``; the JSON Schema is ``decision-v1.schema.json`` beside this module."""
 
 
 def rfc3339(epoch: float) -> str:
@@ -66,7 +71,10 @@ class PodSetRecord:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     slices: Sequence[Mapping[str, Any]] = ()
     """Per slice (``slice_records``): index, level, domain, pods, nodes, and whether the written
-    enforcement holds it in its domain."""
+    enforcement holds it in its domain; with the ledger's view of the slice's domain (``ledger``)."""
+    ledger: Mapping[str, Any] | None = None
+    """The ledger's view of the chosen domain at decision time (``DomainLedger.view``): pods that
+    admitted Workloads still owe there, the GPUs they reserve, GPUs bound pods hold, and by whom."""
 
 
 def slice_records(slices: Sequence[SlicePlacement], selector: Mapping[str, str], level_labels: Sequence[str], *,
@@ -98,6 +106,9 @@ class WhyNotRecord:
     capacity_pods: int
     need_pods: int
     reason: str
+    ledger: Mapping[str, Any] | None = None
+    """The ledger's view of this losing domain (``DomainLedger.view``); its ``workloads`` are the
+    Workloads that hold it (owed pods or bound GPUs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +148,16 @@ class DecisionRecord:
     lease_term: int | None = None
     """Its lease term (the Lease's ``leaseTransitions`` of its tenure; None without leader election):
     an auditor sees that no two replicas wrote in one term."""
+    reason: str = ""
+    """Why it waits (no-domain, relax-pending, owed-pods, config, node-lost); empty otherwise."""
+    first_waited_at: str | None = None
+    """When the current wait began (RFC 3339); None when it never waited."""
+    waited_seconds: float = 0.0
+    """Time waited so far at this decision: for an admit, the whole wait."""
+    inputs: Mapping[str, Any] = field(default_factory=lambda: {"workload": None, "profiles": None, "resource_flavors": {}, "topologies": {}})
+    """The resourceVersions the decision read: ``workload``, ``profiles`` (the ConfigMap), and per
+    flavor its ``resource_flavors`` and ``topologies`` objects (None and empty: not read from a cluster)."""
+    schema: str = DECISION_SCHEMA
 
     def as_dict(self) -> dict[str, Any]:
         return _plain(self)  # type: ignore[no-any-return]
@@ -145,7 +166,9 @@ class DecisionRecord:
 class Recorder:
     """Writes decision records as JSON lines (stdout by default)."""
 
-    def __init__(self, stream: TextIO | None = None, logger: Any = None) -> None:
+    def __init__(self, stream: TextIO | None = None, logger: Any = None, context: Mapping[str, Any] | None = None) -> None:
+        self.context = dict(context or {})
+        """Fields added to every record (an offline run names itself: ``run``)."""
         self.logger = logger or structlog.wrap_logger(
             structlog.PrintLogger(stream or sys.stdout),
             processors=[structlog.processors.JSONRenderer(sort_keys=False, ensure_ascii=False)],
@@ -153,7 +176,7 @@ class Recorder:
         )
 
     def record(self, rec: DecisionRecord) -> None:
-        self.logger.info(DECISION_EVENT, **rec.as_dict())
+        self.logger.info(DECISION_EVENT, **rec.as_dict(), **self.context)
 
 
 def _plain(value: Any) -> Any:

@@ -90,10 +90,13 @@ class ServeSettings(_Group):
     """HTTP endpoints."""
 
     bind_address: str = "0.0.0.0"
-    metrics_port: int = Field(default=8080, ge=0, le=65535)
-    """Prometheus ``/metrics`` (0 = not served)."""
-    health_port: int = Field(default=8081, ge=0, le=65535)
-    """``/healthz`` and ``/readyz`` (0 = not served)."""
+    metrics_port: int | None = Field(default=8080, ge=0, le=65535)
+    """Prometheus ``/metrics`` (None = not served, 0 = any free port)."""
+    health_port: int | None = Field(default=8081, ge=0, le=65535)
+    """``/healthz``, ``/readyz`` and ``/leader`` (None = not served, 0 = any free port)."""
+    metrics_secure: bool = False
+    """``/metrics`` over HTTPS, each scrape's bearer token checked by TokenReview and its access to
+    the ``/metrics`` URL by SubjectAccessReview (the chart's default)."""
     stall_seconds: float = Field(default=120.0, gt=0)
     """``/healthz`` fails when the worker loop has not turned for this long (s)."""
 

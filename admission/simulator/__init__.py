@@ -78,6 +78,7 @@ if TYPE_CHECKING:
         WorkloadSpec,
         available_cores,
         cluster_gpus,
+        gather_records,
         parse_loads,
         run_sweep,
         seeds_of,
@@ -132,6 +133,7 @@ __all__ = [
     "format_islands",
     "format_sweep",
     "format_table",
+    "gather_records",
     "make_job",
     "make_policies",
     "offered_load",
@@ -170,7 +172,7 @@ __all__ = [
     "write_sweep_plots",
 ]
 
-_LAZY = {"CHECK_NAME": "_port", "GPU_PERF_TAIL": "_sweep", "format_islands": "_compare", "Comparison": "_compare", "MemoryCluster": "_port", "PROFILES_NAMESPACE": "_port", "RunFailed": "_sweep", "Slicing": "_slicing", "SweepSpec": "_sweep", "WorkloadSpec": "_sweep", "available_cores": "_sweep", "cluster_gpus": "_sweep", "cluster_objects": "_port", "compare": "_compare", "comparison_json": "_compare", "format_comparison": "_compare", "format_sweep": "_compare", "parse_loads": "_sweep", "profiles_for_cluster": "_port", "quantities": "_port", "run_sweep": "_sweep", "seeds_of": "_sweep", "slice_workload": "_slicing", "sliced_jobs": "_slicing", "summary_lines": "_compare", "verdict": "_compare", "verdict_lines": "_compare", "with_gpu_perf": "_sweep", "workload_jobs": "_sweep", "workload_object": "_port", "write_plots": "_plots", "write_sweep_plots": "_plots"}
+_LAZY = {"CHECK_NAME": "_port", "GPU_PERF_TAIL": "_sweep", "format_islands": "_compare", "Comparison": "_compare", "MemoryCluster": "_port", "PROFILES_NAMESPACE": "_port", "RunFailed": "_sweep", "Slicing": "_slicing", "SweepSpec": "_sweep", "WorkloadSpec": "_sweep", "available_cores": "_sweep", "cluster_gpus": "_sweep", "gather_records": "_sweep", "cluster_objects": "_port", "compare": "_compare", "comparison_json": "_compare", "format_comparison": "_compare", "format_sweep": "_compare", "parse_loads": "_sweep", "profiles_for_cluster": "_port", "quantities": "_port", "run_sweep": "_sweep", "seeds_of": "_sweep", "slice_workload": "_slicing", "sliced_jobs": "_slicing", "summary_lines": "_compare", "verdict": "_compare", "verdict_lines": "_compare", "with_gpu_perf": "_sweep", "workload_jobs": "_sweep", "workload_object": "_port", "write_plots": "_plots", "write_sweep_plots": "_plots"}
 _LAZY.update({"LLAMA3_70B_FP16": "_serving", "read_azure_llm": "_serving", "serve_on": "_serving"})
 """Names whose modules ``import admission.simulator`` does not load, imported on first use."""
 

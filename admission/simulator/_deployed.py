@@ -19,10 +19,11 @@ beside it (so a ledger that forgets owed pods is caught, not trusted).
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -35,9 +36,11 @@ from admission.controller import (
     Decider,
     Ledger,
     OwedPods,
+    Recorder,
     Settings,
     Verdict,
     WorkloadView,
+    build_record,
     decode_planned,
     parse_workload,
     pod_usage,
@@ -107,7 +110,8 @@ class DeployedAtoll:
     deployed = True
 
     def __init__(self, name: str, profile_name: str, doc: ProfilesDocument, cluster: ClusterModel, *, scheduler: str = "least-allocated",
-                 enforcement: str | None = None, seed: int = 0, ledger: LedgerFactory | None = None) -> None:
+                 enforcement: str | None = None, seed: int = 0, ledger: LedgerFactory | None = None,
+                 records: TextIO | None = None, run: str = "") -> None:
         self.name = name
         self.profile_name = profile_name
         self.doc = profiles_for_cluster(doc, cluster, enforcement=enforcement)
@@ -121,7 +125,10 @@ class DeployedAtoll:
         self.cache.set_profiles(self.doc)
         self.ledger = (ledger or real_ledger)(self.cache)
         self.cache.pod_listener = self.ledger.pods_changed
-        self.decider = Decider(self.cache, self.ledger, self.settings, explain=False)  # the simulator keeps no decision records
+        # Without ``records`` the simulator keeps no decision records, so verdicts leave out the losing domains
+        self.decider = Decider(self.cache, self.ledger, self.settings, explain=records is not None)
+        self.recorder = Recorder(records, context={"run": run}) if records is not None else None
+        """Decision records of this run (``atoll simulate --records``), as the controller writes them."""
         self.outlook = Outlook()
         """The queue manager's state, fed as the controller's cache would feed it: started when every pod is bound, finished at the end."""
         self.decider.queue = self.outlook
@@ -194,12 +201,17 @@ class DeployedAtoll:
         view = self.views.get(job) if self.workloads.get(job) is obj else None
         if view is None:  # a Workload not made by ``workload``: read it here
             view = self.views[job] = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        started = time.perf_counter() if self.recorder is not None else 0.0
         key = f"{NAMESPACE}/{obj['metadata']['name']}"
         held = self.outlook.reservations.held_by(key)
         verdict = self.decider.evaluate(obj, f"d{job}-{int(entry.get('retryCount') or 0)}", now, view=view)
         if held is not None and self.outlook.reservations.held_by(key) is None:
             self.released.add(self.flavor_names.index(held.flavor))
         self.verdicts += 1
+        if self.recorder is not None:  # the Workload as the decision read it, before the write-back below
+            self.recorder.record(build_record(obj, verdict, self.cache, self.check_names, now=now, latency=time.perf_counter() - started,
+                                              attempts=int(entry.get("retryCount") or 0) + (1 if verdict.outcome == "wait" else 0),
+                                              controller="", term=None, profiles_rv=None))
         condition = waiting_condition(obj, verdict.outcome, now, 1)
         if condition is not None:
             status["conditions"] = [c for c in status["conditions"] if c.get("type") != WAITING_CONDITION] + [condition]

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,8 +57,30 @@ def _grid_matrix(grid: Mapping[str, Any]) -> tuple[npt.NDArray[np.float64], list
     return mat, [p[-1] if p else "(flavor)" for p in rows]
 
 
-def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title: str = "") -> list[Path]:
-    """Write the four PNGs into ``out_dir`` (created if missing); returns their paths."""
+def _wrap(text: str, width: int = 70) -> str:
+    """A title in lines that fit the figure (matplotlib cuts a long one at the edge)."""
+    return textwrap.fill(text, width)
+
+
+def _suffix(title: str, seed: int | None, load: float | None) -> str:
+    """`` — cluster — seed 0, load 0.9``: what a plot of one run shows."""
+    run = ", ".join(x for x in (f"seed {seed}" if seed is not None else "", f"load {load:g}" if load is not None else "") if x)
+    return "".join(f" — {x}" for x in (title, run) if x)
+
+
+def _lower_errors(ys: Sequence[float], err: Sequence[float]) -> list[float]:
+    """The lower half of each interval, cut at 0: a time is never negative."""
+    return [min(e, max(y, 0.0)) for e, y in zip(err, ys)]
+
+
+PANELS_PER_ROW = 3
+"""Island heat maps per row of ``islands.png``: one long strip of them shrinks every panel."""
+
+
+def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title: str = "", seed: int | None = None,
+                load: float | None = None) -> list[Path]:
+    """Write the four PNGs into ``out_dir`` (created if missing); returns their paths. Each names
+    the run it shows (``seed``, ``load``): a sweep plots its first."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,7 +90,7 @@ def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title:
     out.mkdir(parents=True, exist_ok=True)
     origin = min((float(r.arrival[0]) for r in results.values() if r.arrival.size), default=0.0)
     paths: list[Path] = []
-    suffix = f" — {title}" if title else ""
+    suffix = _suffix(title, seed, load)
 
     fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
     for name, r in results.items():
@@ -77,7 +100,7 @@ def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title:
     ax.set_xscale("log")
     ax.set_xlabel("job completion time (s)")
     ax.set_ylabel("share of jobs")
-    ax.set_title(f"JCT CDF{suffix}")
+    ax.set_title(_wrap(f"JCT CDF{suffix}"))
     ax.grid(True, alpha=0.3)
     ax.legend()
     paths.append(out / "jct_cdf.png")
@@ -93,7 +116,7 @@ def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title:
                 ax.step(_hours(t, origin), v, where="post", label=name, linewidth=0.9)
         ax.set_xlabel("simulated time (h)")
         ax.set_ylabel(label)
-        ax.set_title(f"{label}{suffix}")
+        ax.set_title(_wrap(f"{label}{suffix}"))
         ax.grid(True, alpha=0.3)
         ax.legend()
         paths.append(out / fname)
@@ -101,28 +124,29 @@ def write_plots(results: Mapping[str, SimResult], out_dir: str | Path, *, title:
         plt.close(fig)
 
     named = [(name, r) for name, r in results.items() if r.island_grid]
-    flavors = max((len(r.island_grid) for _, r in named), default=0)
-    fig, axes = plt.subplots(max(flavors, 1), max(len(named), 1), figsize=(3.2 * max(len(named), 1) + 1.0, 3.0 * max(flavors, 1) + 0.6),
-                             squeeze=False, layout="constrained")
+    panels = [(name, r, grid) for name, r in named for grid in r.island_grid]
+    cols = max(min(len(panels), PANELS_PER_ROW), 1)
+    rows = max(-(-len(panels) // cols), 1)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols + 1.2, 3.6 * rows + 0.8), squeeze=False, layout="constrained")
     image = None
-    for col, (name, r) in enumerate(named):
-        for row, grid in enumerate(r.island_grid):
-            mat, labels = _grid_matrix(grid)
-            ax = axes[row][col]
-            image = ax.imshow(mat, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
-            when = (r.busiest_time - origin) / 3600.0
-            ax.set_title(f"{name}\n{grid['flavor']} at {when:.1f} h", fontsize=9)
-            ax.set_xlabel(f"{grid['level']} (island)", fontsize=8)
-            if col == 0 and labels and len(labels) <= 16:
-                ax.set_yticks(range(len(labels)), labels, fontsize=7)
-            else:
-                ax.set_yticks([])
-    if not named:
+    for i, (name, r, grid) in enumerate(panels):
+        mat, labels = _grid_matrix(grid)
+        ax = axes[i // cols][i % cols]
+        image = ax.imshow(mat, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+        when = (r.busiest_time - origin) / 3600.0
+        ax.set_title(f"{name}: {grid['flavor']} at {when:.1f} h", fontsize=10)
+        ax.set_xlabel(f"island ({grid['level']}) within its domain", fontsize=9)
+        if labels and len(labels) <= 16:
+            ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        else:
+            ax.set_yticks([])
+    for j in range(len(panels), rows * cols):
+        axes[j // cols][j % cols].set_axis_off()
+    if not panels:
         axes[0][0].text(0.5, 0.5, "no island data recorded", ha="center", va="center")
-        axes[0][0].set_axis_off()
     if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.8, label="GPU occupancy of the island")
-    fig.suptitle(f"island occupancy at the busiest moment{suffix}", fontsize=10)
+        fig.colorbar(image, ax=axes, shrink=0.8, label="GPU occupancy of the island (0 = idle, 1 = full)")
+    fig.suptitle(_wrap(f"island occupancy at the busiest moment{suffix}", 100), fontsize=11)
     paths.append(out / "islands.png")
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
@@ -149,11 +173,12 @@ def write_sweep_plots(comparisons: Sequence[Any], out_dir: str | Path, *, title:
             xs = [c.load for c in cmps]
             ys = [c.figures[p][key].mean / 3600.0 for c in cmps]
             err = [0.0 if np.isnan(c.figures[p][key].half) else c.figures[p][key].half / 3600.0 for c in cmps]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=p)
+            ax.errorbar(xs, ys, yerr=[_lower_errors(ys, err), err], marker="o", capsize=3, label=p)
         seeds = len(cmps[0].seeds) if cmps else 0
         ax.set_xlabel("offered load (share of cluster GPUs)")
         ax.set_ylabel(label)
-        ax.set_title(f"{label} vs load, jobs every policy completed, 95 % interval over {seeds} seeds{suffix}", fontsize=9)
+        ax.set_ylim(bottom=0.0)
+        ax.set_title(_wrap(f"{label} vs load, jobs every policy completed, 95 % interval over {seeds} seeds{suffix}"), fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         paths.append(out / fname)

@@ -135,6 +135,11 @@ class SimSettings:
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
+    records: str | None = None
+    """A file the run's Atoll decision records go to (``atoll simulate --records``; the deployed
+    policies only); None: no records, and verdicts leave out the losing domains."""
+    run_label: str = ""
+    """Its ``run`` field on every record: which run of a sweep wrote it."""
     link_model: str = "calibrated"
     """How a placement's all-reduce is priced (``_cost.LINK_MODELS``): ``calibrated``
     (``_collectives``) or ``flat-ring`` (the pessimistic ring at one rail)."""
@@ -364,9 +369,21 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
               progress: ProgressFn | None, ledger: LedgerFactory | None) -> SimResult:
     wall0 = time.perf_counter()
     deployed: DeployedAtoll | None = None
+    records = None
     if isinstance(policy, AtollPolicy):
+        records = open(settings.records, "w", encoding="utf-8") if settings.records else None  # noqa: SIM115 - closed below
         deployed = DeployedAtoll(policy.name, policy.profile_name, policy.document(), cluster, scheduler=settings.scheduler,
-                                 enforcement=settings.enforcement, seed=settings.seed, ledger=ledger)
+                                 enforcement=settings.enforcement, seed=settings.seed, ledger=ledger, records=records,
+                                 run=settings.run_label)
+    try:
+        return _replay(cluster, work, policy, settings, slowdown, progress, deployed, wall0)
+    finally:
+        if records is not None:
+            records.close()
+
+
+def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, settings: SimSettings, slowdown: SlowdownFn | None,
+            progress: ProgressFn | None, deployed: DeployedAtoll | None, wall0: float) -> SimResult:
     cost = slowdown if slowdown is not None else CostModel(settings.link_model)
     snaps = build_snapshots(cluster)
     fl = [_Flavor(s, island_level_of(s, settings.island_level)) for s in snaps]

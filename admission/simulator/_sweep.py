@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,8 +42,8 @@ from admission.simulator._stats import RunRecord
 from admission.simulator._traces import TraceError, TraceFormat, read_trace, scale_load
 from topology import HOSTNAME_LABEL, ClusterModel, ClusterModelError
 
-__all__ = ["GPU_PERF_TAIL", "RunFailed", "RunKey", "SweepSpec", "WorkloadSpec", "available_cores", "cluster_gpus", "parse_loads", "run_one", "run_sweep",
-           "seeds_of", "shuffle_ties", "with_gpu_perf", "workload_jobs"]
+__all__ = ["GPU_PERF_TAIL", "RunFailed", "RunKey", "SweepSpec", "WorkloadSpec", "available_cores", "cluster_gpus", "gather_records", "parse_loads",
+           "record_part", "run_label", "run_one", "run_sweep", "seeds_of", "shuffle_ties", "with_gpu_perf", "workload_jobs"]
 
 RunKey = tuple[float | None, int, str]
 """(load, seed, policy)."""
@@ -156,6 +157,9 @@ class SweepSpec:
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
     parking: bool = False
     """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
+    records: str | None = None
+    """``atoll simulate --records``: each Atoll run writes its decision records to ``record_part``
+    of this path; ``gather_records`` joins them, in run order, into the file."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -197,6 +201,7 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     policy = make_policies([name], spec.profiles, seed=seed)[0]
     chosen: dict[str, Any] = {"scheduler": spec.scheduler, "enforcement": spec.enforcement}
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
+                           records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),
                            **{k: v for k, v in chosen.items() if v})
     try:
         result = simulate(cluster, work, policy, settings=settings)
@@ -205,6 +210,34 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     record = RunRecord(name, seed, load, result.status.copy(), result.arrival, result.start, result.end, result.gpus,
                        work.duration, summarize(result))
     return key, record, (result if key in spec.keep_results else None)
+
+
+def run_label(key: RunKey) -> str:
+    """A run as its records name it: ``atoll-strict seed 0 load 0.9``."""
+    load, seed, name = key
+    return f"{name} seed {seed}" + ("" if load is None else f" load {load:g}")
+
+
+def record_part(path: str, key: RunKey) -> str:
+    """Where one run writes its records before ``gather_records`` joins them (runs may be in other processes)."""
+    load, seed, name = key
+    return f"{path}.part-{name}-s{seed}-l{'trace' if load is None else f'{load:g}'}"
+
+
+def gather_records(path: str, keys: Iterable[RunKey]) -> int:
+    """Join the runs' record parts into ``path`` in ``keys`` order (removing the parts); the records written."""
+    written = 0
+    with open(path, "w", encoding="utf-8") as out:
+        for key in keys:
+            part = Path(record_part(path, key))
+            if not part.exists():  # a policy that is not Atoll's writes none
+                continue
+            with part.open(encoding="utf-8") as src:
+                for line in src:
+                    out.write(line)
+                    written += 1
+            part.unlink()
+    return written
 
 
 def _worker_init(spec: SweepSpec) -> None:

@@ -80,7 +80,8 @@ def test_the_defaults_render_the_whole_install() -> None:
     """The default profiles use domain enforcement only: no webhook is installed (webhook.enabled auto)."""
     objects = render(release="prod", namespace="gpu-system")
     assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
-        ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRoleBinding", "prod-atoll"),
+        ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRole", "prod-atoll-metrics-reader"),
+        ("ClusterRoleBinding", "prod-atoll"),
         ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"),
         ("PodDisruptionBudget", "prod-atoll"), ("Role", "prod-atoll"), ("RoleBinding", "prod-atoll"),
         ("Service", "prod-atoll-metrics"), ("ServiceAccount", "prod-atoll")]
@@ -88,9 +89,10 @@ def test_the_defaults_render_the_whole_install() -> None:
     assert deployment["spec"]["replicas"] == 2
     assert _container(objects)["args"] == [
         "run", "--namespace=gpu-system", "--configmap=atoll-policies", "--admission-check=atoll-topology", "--gpu-resource=nvidia.com/gpu",
-        "--metrics-port=8080", "--health-port=8081", "--log-level=info", "--leader-elect", "--lease-name=atoll-controller"]
+        "--metrics-port=8080", "--metrics-secure", "--health-port=8081", "--log-level=info", "--leader-elect",
+        "--lease-name=atoll-controller"]
     exact = render(MATRIX["exact"], release="prod", namespace="gpu-system")
-    assert _container(exact)["args"][10:] == [
+    assert _container(exact)["args"][11:] == [
         "--webhook-port=9443", "--webhook-cert-dir=/var/run/atoll/certs", "--webhook-timeout-seconds=5", "--webhook-generate-certs",
         "--webhook-service=prod-webhook", "--webhook-namespace=gpu-system", "--webhook-config=prod-atoll"]
 

@@ -285,3 +285,63 @@ def test_the_webhook_pins_marks_and_the_controller_requeues_with_only_the_charts
     entry = fabric.entry("pinned")
     assert verdict.written and entry["state"] == "Retry" and f"pod {TEAM_NS}/pinned-0-b (podset main" in entry["message"]
     assert fabric.kueue.react(TEAM_NS, "pinned") == "retry"
+
+
+def test_secure_metrics_answer_only_a_token_the_cluster_allows_to_read_them(installed: Installed) -> None:
+    """The chart's default: ``/metrics`` over HTTPS, each scrape's token reviewed by the real
+    apiserver (TokenReview, then SubjectAccessReview for get /metrics) with the chart's own RBAC;
+    a ServiceAccount bound to the chart's metrics-reader role reads them, another does not."""
+    import socket
+
+    import httpx
+
+    core = client.CoreV1Api(installed.admin)
+    [reader] = [r for r in by_kind(installed.objects, "ClusterRole") if r["metadata"]["name"] == f"{SA}-metrics-reader"]
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    tokens = {}
+    for name in ("prometheus", "stranger"):
+        core.create_namespaced_service_account(RELEASE_NS, {"metadata": {"name": name}})
+        tokens[name] = core.create_namespaced_service_account_token(name, RELEASE_NS, {"spec": {"expirationSeconds": 3600}}).status.token
+    client.RbacAuthorizationV1Api(installed.admin).create_cluster_role_binding({
+        "metadata": {"name": "prometheus-reads-atoll"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader["metadata"]["name"]},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": RELEASE_NS}]})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    [deployment] = by_kind(installed.objects, "Deployment")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-secure" in container["args"]
+    argv = [a for a in container["args"][1:] if not a.startswith("--webhook")]
+    argv += ["--kubeconfig", str(installed.kubeconfig), "--metrics-port", str(port), "--health-port", "off", "--identity", "metrics-replica"]
+    stop = threading.Event()
+    result: list[int] = []
+    runner = threading.Thread(target=lambda: result.append(run_main(argv, stop=stop)), daemon=True)
+    runner.start()
+    url = f"https://127.0.0.1:{port}/metrics"
+
+    def get(token: str | None = None) -> httpx.Response:
+        return httpx.get(url, headers={"Authorization": f"Bearer {token}"} if token else {}, verify=False, timeout=10)
+
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and runner.is_alive():
+            try:
+                get()
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        assert get().status_code == 401
+        assert get("not-a-token").status_code == 401
+        refused = get(tokens["stranger"])
+        assert refused.status_code == 403 and f"system:serviceaccount:{RELEASE_NS}:stranger may not get /metrics" in refused.text
+        allowed = get(tokens["prometheus"])
+        assert allowed.status_code == 200 and "atoll_decisions_total" in allowed.text
+        with pytest.raises(httpx.TransportError):
+            httpx.get(url.replace("https://", "http://"), timeout=10)  # plain HTTP is not served
+        assert get(tokens["prometheus"]).status_code == 200  # and the server still serves after it
+    finally:
+        stop.set()
+        runner.join(30)
+        structlog.reset_defaults()
+    assert result == [0]

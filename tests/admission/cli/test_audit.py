@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from admission.cli._audit import filter_records, main, parse_since, read_records
-from admission.controller import DecisionRecord, PodSetRecord, Recorder, iso_time
+from admission.controller import DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time
 
 NOW = 1_800_000_000.0
 
@@ -140,3 +141,56 @@ def test_a_reader_that_goes_away_ends_audit_quietly(tmp_path: Path) -> None:
     proc.stdout.close()  # as `head -1` does
     err = proc.stderr.read().decode() if proc.stderr else ""
     assert proc.wait() == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_record_that_breaks_the_schema_is_named_by_line_and_field_and_fails_the_run(tmp_path: Path,
+                                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    Recorder(out).record(record("a", "admit"))
+    broken = json.loads(out.getvalue())
+    del broken["waited_seconds"]
+    unversioned = {k: v for k, v in json.loads(out.getvalue()).items() if k != "schema"}
+    path = tmp_path / "mixed.log"
+    path.write_text(out.getvalue() + "text\n" + json.dumps(broken) + "\n" + json.dumps(unversioned) + "\n")
+    code, text = run([str(path), "--format", "json"])
+    err = capsys.readouterr().err
+    assert code == 1 and [r["workload"] for r in json.loads(text)] == ["a"]  # the valid record is still shown
+    assert "line 3: not a valid atoll.dev/decision/v1 record: (record): 'waited_seconds' is a required property" in err
+    assert "line 4: not a valid atoll.dev/decision/v1 record: schema: missing" in err
+    assert "2 of 3 records do not meet atoll.dev/decision/v1" in err and "1 of 4 lines held no decision record" in err
+
+
+def _waiting(name: str, age: float, reason: str, blockers: list[str], waited: float) -> DecisionRecord:
+    ledger = {"owed_pods": 2, "reserved_gpus": 8, "bound_gpus": 0, "holders": len(blockers),
+              "workloads": [{"workload": b, "owed_pods": 2, "reserved_gpus": 8, "bound_gpus": 0} for b in blockers]}
+    return dataclasses.replace(record(name, "wait", age=age), reason=reason, waited_seconds=waited, decision_id=f"id-{name}-{age}",
+                               first_waited_at=iso_time(NOW - 3000),
+                               why_not=[WhyNotRecord("main", "clique", ["s0", f"c{i}"], 0, 2, "fits 0 of 2 pods", ledger) for i in range(2)])
+
+
+def test_timeline_orders_one_workloads_decisions_with_time_per_reason_and_its_blockers(tmp_path: Path) -> None:
+    out = io.StringIO()
+    rec = Recorder(out)
+    admitted = dataclasses.replace(record("z", "admit", age=600), waited_seconds=2400.0, first_waited_at=iso_time(NOW - 3000),
+                                   decision_id="id-z-admit")
+    for r in (admitted, _waiting("z", 1800, "owed-pods", ["team-a/y"], 1200.0), _waiting("z", 3000, "no-domain", ["team-a/x", "team-a/y"], 0.0),
+              record("other", "admit", age=100)):  # written out of order, and another Workload between
+        rec.record(r)
+    path = tmp_path / "z.log"
+    path.write_text(out.getvalue())
+    code, text = run([str(path), "--workload", "team-a/z", "--timeline", "--format", "json"])
+    assert code == 0
+    t = json.loads(text)
+    assert [(d["outcome"], d["reason"]) for d in t["decisions"]] == [("wait", "no-domain"), ("wait", "owed-pods"), ("admit", "")]
+    assert t["waited_by_reason"] == {"no-domain": 1200.0, "owed-pods": 1200.0} and t["waited_seconds"] == 2400.0
+    assert t["blocked_by"] == {"team-a/y": 2, "team-a/x": 1}
+    assert t["decisions"][0]["blocked_by"] == ["team-a/x", "team-a/y"]
+    code, table = run([str(path), "--workload", "team-a/z", "--timeline"])
+    assert code == 0 and table.startswith("Workload team-a/z: 3 decision(s), last admit; waited 40m00s in all")
+    assert "Waited per reason (from each wait to the next decision): no-domain 20m00s, owed-pods 20m00s" in table
+    assert "Blocked by (decisions naming them as holders of a losing domain): team-a/y ×2, team-a/x ×1" in table
+
+
+def test_timeline_needs_a_workload(log_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run([str(log_file), "--timeline"])[0] == 2
+    assert "--timeline needs --workload NAMESPACE/NAME" in capsys.readouterr().err

@@ -75,3 +75,34 @@ def test_render_shows_each_edge_of_the_decision_now() -> None:
         {"from": "prefill", "to": "decode", "bottleneck_level": "nvidia.com/gpu.clique", "bandwidth_gbps": 1800.0, "latency_us": 1.0,
          "asked": "≥ 400 GB/s"}]}}
     assert "edge prefill->decode: 1800 GB/s per GPU, 1 µs, across nvidia.com/gpu.clique (asked ≥ 400 GB/s)" in render(report)
+def test_the_reason_recorded_at_decision_time_is_shown_apart_from_the_decision_now(fabric: Fabric, tmp_path: object) -> None:
+    """An admitted Workload whose planned nodes other pods took since: its record says admit (with
+    the losing domains as they were), while the decision now, on today's state, says otherwise."""
+    from pathlib import Path
+
+    fabric.add_nodes(blocks=1, cliques=2)
+    fabric.install(nodes=False)
+    fabric.submit("train", [("main", 2, 4)])
+    run(fabric.controller())
+    entry = fabric.entry("train")
+    decision = entry["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"]
+    for i, node in enumerate(fabric.node_name(0, c, n) for c in range(2) for n in range(2)):  # other pods fill every node since
+        fabric.bind_pod(f"late-{i}", node, 4)
+    records = Path(str(tmp_path)) / "atoll.log"
+    records.write_text("not a record\n" + fabric.records.getvalue())
+
+    code, plain = explain(fabric, "train")
+    assert code == 0
+    assert f"-- At decision time (from the Workload's check entry): Ready, decision {decision}" in plain
+    out = io.StringIO()
+    code = main([f"{fabric.ns}/train", "--namespace", fabric.ns, "--admission-check", fabric.check, "--records", str(records)],
+                stdout=out, api_client=fabric.api)
+    text = out.getvalue()
+    assert code == 0
+    then = text.index(f"-- At decision time (from the decision record on line 2 of {records}): admit, decision {decision}")
+    now = text.index("-- What Atoll would decide now, on today's cluster (not the decision it made then) --")
+    assert then < now and "Decision now: wait" in text[now:]
+    (rec,) = fabric.decision_records()
+    assert rec["why_not"]
+    for w in rec["why_not"]:  # the losing domains as they were, in the recorded section
+        assert f"  not {'/'.join(w['domain_path'])} ({w['level']}): {w['reason']}" in text[then:now]

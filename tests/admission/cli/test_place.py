@@ -367,3 +367,30 @@ def test_a_cluster_model_accelerator_that_is_not_a_resource_name_is_one_line_nam
     assert main(["place", "--cluster", "mixed-accelerators", "--profiles", str(doc), "--workload", "config/workloads/amd-training-job.yaml"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "flavors.gaudi3.gpuResource: 'kubernetes.io/gaudi' is not an accelerator resource name" in err
+def test_place_record_appends_the_controllers_record_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from admission.controller import record_problems
+
+    path = tmp_path / "what-if.jsonl"
+    for extra in ([], ["--occupancy", "0.5"]):
+        assert main(["place", "--workload", str(EXAMPLES / "training-job.yaml"), "--record", str(path), *extra]) == 0
+    admitted, waiting = (json.loads(line) for line in path.read_text().splitlines())
+    assert record_problems(admitted) == [] and record_problems(waiting) == []
+    assert (admitted["outcome"], waiting["outcome"], waiting["reason"]) == ("admit", "wait", "no-domain")
+    assert admitted["controller"] == "" and admitted["lease_term"] is None and admitted["workload"] == "llm-pretrain"
+    assert sum(admitted["placement"][0]["nodes"].values()) == 16
+    holders = {h["workload"] for w in waiting["why_not"] for h in w["ledger"]["workloads"]}
+    assert holders == {"(pods not placed by Atoll)"}  # --occupancy's pods carry no Atoll decision
+    assert main(["place", "--workload", str(EXAMPLES / "training-job.yaml"), "--record", str(tmp_path / "no" / "dir.jsonl")]) == 2
+    assert "--record" in capsys.readouterr().err
+
+
+def test_the_shipped_sample_records_meet_the_schema() -> None:
+    from admission.cli._audit import read_records
+    from admission.controller import record_problems
+
+    sample = Path(__file__).resolve().parents[3] / "config" / "records" / "sample-decisions.jsonl"
+    tally = [0, 0]
+    records = list(read_records(sample.read_text().splitlines(), tally))
+    assert len(records) >= 8 and tally == [len(records), 0]
+    assert [p for r in records for p in record_problems(r)] == []
+    assert {r["outcome"] for r in records} == {"admit", "wait"} and any(r.get("run") for r in records)

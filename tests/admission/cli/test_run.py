@@ -29,6 +29,17 @@ def test_flags_win_over_environment() -> None:
     assert s.kueue.admission_check is None and s.config.configmap == "atoll-policies" and s.leader.enabled
 
 
+def test_ports_take_zero_for_any_free_port_and_off_for_none_and_bind_to_loopback_outside_a_pod(capsys: pytest.CaptureFixture[str]) -> None:
+    s = build_settings(parser({}).parse_args(["--metrics-port", "0", "--health-port", "off"]))
+    assert (s.serve.metrics_port, s.serve.health_port, s.serve.bind_address) == (0, None, "127.0.0.1")
+    s = build_settings(parser({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "ATOLL_METRICS_PORT": "off"}).parse_args([]))
+    assert (s.serve.metrics_port, s.serve.bind_address) == (None, "0.0.0.0")
+    assert build_settings(parser({}).parse_args(["--bind-address", "0.0.0.0"])).serve.bind_address == "0.0.0.0"
+    with pytest.raises(SystemExit):
+        parser({}).parse_args(["--metrics-port", "70000"])
+    assert "70000 is not a port: give 1-65535, 0 for any free port, or off" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("level", ["warning", "error"])
 def test_decision_records_are_written_whatever_the_log_level(level: str, capsys: pytest.CaptureFixture[str]) -> None:
     configure_logging(level)
@@ -115,3 +126,46 @@ def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(cap
     assert build_webhook_settings(args).timeout_seconds == 12
     assert main(["--webhook-timeout-seconds", "31", "--kubeconfig", "/nonexistent"]) == 2
     assert "timeout_seconds" in capsys.readouterr().err
+
+
+def _health(port: int, path: str) -> tuple[int, str]:
+    try:
+        r = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5)
+    except httpx.TransportError as exc:
+        return 0, str(exc)
+    return r.status_code, r.text.strip()
+
+
+def _until(check: Any, seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.apiserver
+def test_two_replicas_are_both_ready_and_only_the_leader_answers_leader(fabric: Fabric, apiserver: Any) -> None:
+    """Two ``atoll run`` replicas on one Lease: ``/readyz`` is 200 on both once their caches sync
+    (the standby's watches serve), ``/leader`` only on the one that holds the Lease; when it stops,
+    the other takes over and answers ``/leader``."""
+    fabric.install()
+    ports = {name: free_port() for name in ("a", "b")}
+    with contextlib.ExitStack() as both:
+        a = contextlib.ExitStack()
+        both.enter_context(a)
+        a.enter_context(atoll_run(fabric, apiserver, "--metrics-port", "off", "--health-port", str(ports["a"]), "--identity", "replica-a",
+                                  "--leader-elect"))
+        assert _until(lambda: _health(ports["a"], "/leader")[0] == 200)
+        both.enter_context(atoll_run(fabric, apiserver, "--metrics-port", "off", "--health-port", str(ports["b"]), "--identity", "replica-b",
+                                     "--leader-elect"))
+        assert _until(lambda: _health(ports["b"], "/readyz") == (200, "standby: caches synced"))
+        assert _health(ports["a"], "/readyz") == (200, "leader: caches synced")
+        assert _health(ports["b"], "/leader") == (503, "standby: another replica leads")
+        assert _health(ports["a"], "/leader") == (200, "leader: deciding")
+        assert submit_until_decided(fabric, "train") == "Ready"
+        a.close()  # replica A stops (and must exit 0); B takes the Lease
+        assert _health(ports["a"], "/readyz")[0] == 0  # A's endpoints went with it
+        assert _until(lambda: _health(ports["b"], "/leader") == (200, "leader: deciding"), 90)
+        assert _health(ports["b"], "/readyz") == (200, "leader: caches synced")

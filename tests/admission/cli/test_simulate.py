@@ -152,6 +152,33 @@ def test_plots_are_written_and_not_empty(capsys: pytest.CaptureFixture[str], clu
     assert "plots:" in capsys.readouterr().err
 
 
+def test_every_plot_says_which_run_it_shows_and_islands_wrap_into_rows(cluster: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seen: dict[str, tuple[list[str], tuple[int, int]]] = {}
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(fig: object, path: object, *args: object, **kw: object) -> None:
+        titles = [ax.get_title() for ax in fig.axes] + ([fig._suptitle.get_text()] if fig._suptitle else [])  # type: ignore[attr-defined]
+        rows = {round(ax.get_position().y0, 3) for ax in fig.axes if ax.get_images()}  # type: ignore[attr-defined]
+        seen[Path(str(path)).name] = (titles, (len(rows), len([a for a in fig.axes if a.get_images()])))  # type: ignore[attr-defined]
+        real_savefig(fig, path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    out = tmp_path / "plots"
+    assert main(["--cluster", cluster, "--jobs", "60", "--seed", "4", "--load", "0.8,1.1", "--seeds", "2", "--workers", "1", "--policies",
+                 "count-only,random,kueue-bestfit,atoll-strict", "--plots", str(out)]) == 0
+    for name in ("jct_cdf.png", "allocation.png", "queue.png", "islands.png"):
+        assert any("seed 4, load 0.8" in t.replace("\n", " ") for t in seen[name][0]), (name, seen[name][0])
+    rows, panels = seen["islands.png"][1]
+    assert panels == 4 and rows == 2  # four heat maps: two rows of up to three, not one strip
+    plt.close("all")
+
+
 def test_no_progress_bar_when_stderr_is_not_a_terminal(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "30", "--policies", "count-only"]) == 0
     assert capsys.readouterr().err == ""
@@ -348,3 +375,31 @@ def test_the_bundled_trace_runs_by_name_from_anywhere(capsys: pytest.CaptureFixt
     assert report["jobs"] == 40 and report["trace_format"] == "itp"
     assert report["gpu_perf"] == "tail:0.015:0.01:1.5"  # a bundled cluster gets the measured speed spread by default
     assert "island_block_72" in report["comparisons"][0]["policies"]["kueue-bestfit"]["all_jobs"]
+
+
+def test_records_are_the_controllers_own_one_file_for_every_atoll_run(capsys: pytest.CaptureFixture[str], cluster: str,
+                                                                      tmp_path: Path) -> None:
+    """``--records``: every decision of every Atoll run, each naming its run, each meeting the
+    schema; the parts the runs wrote are joined and gone; other policies write none."""
+    from admission.controller import record_problems
+
+    path = tmp_path / "sim.jsonl"
+    data = run_json(capsys, "--cluster", cluster, "--jobs", "80", "--load", "2", "--seeds", "2", "--workers", "1",
+                    "--policies", "atoll-strict,kueue-bestfit", "--records", str(path))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sim.jsonl", "tiny.yaml"]
+    assert [problem for r in records for problem in record_problems(r)] == []
+    runs = {r["run"] for r in records}
+    assert runs == {"atoll-strict seed 0 load 2", "atoll-strict seed 1 load 2"}
+    first = [r for r in records if r["run"] == "atoll-strict seed 0 load 2"]  # the run the JSON's numbers are of
+    numbers = data["policies"]["atoll-strict"]
+    assert len(first) == round(numbers["decisions_per_job"] * 80)  # one record per decision
+    assert len({r["workload"] for r in first}) == 80 - numbers["jobs_rejected"]  # a job no flavor can ever hold is refused at arrival
+    waits = [r for r in records if r["outcome"] == "wait"]
+    assert waits and all(r["reason"] and r["why_not"] is not None for r in waits)
+    assert any(h["workload"].startswith("sim/job-") for r in waits for w in r["why_not"] for h in (w["ledger"] or {}).get("workloads", []))
+
+
+def test_records_need_an_atoll_policy(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    assert main(["--cluster", cluster, "--jobs", "20", "--policies", "kueue-bestfit", "--records", str(tmp_path / "r.jsonl")]) == 2
+    assert "--records: only Atoll's policies write decision records" in capsys.readouterr().err

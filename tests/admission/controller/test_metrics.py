@@ -82,6 +82,58 @@ def test_endpoints_answer_and_report_health() -> None:
         endpoints.stop()
 
 
+def test_port_zero_takes_a_free_port_and_none_serves_nothing() -> None:
+    endpoints = HttpEndpoints(Metrics(), alive=lambda: (True, "ok"), ready=lambda: (True, "ok"), bind="127.0.0.1", metrics_port=0,
+                              health_port=0)
+    endpoints.start()
+    try:
+        metrics_port, health_port = endpoints.port_of("metrics"), endpoints.port_of("health")
+        assert metrics_port and health_port and metrics_port != health_port  # two free ports, not one shared
+        assert httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{health_port}/healthz").status_code == 200
+    finally:
+        endpoints.stop()
+    none = HttpEndpoints(Metrics(), alive=lambda: (True, "ok"), ready=lambda: (True, "ok"), metrics_port=None, health_port=None)
+    assert none.servers == [] and none.port_of("metrics") is None
+
+
+def test_leader_answers_apart_from_readiness() -> None:
+    role = {"leading": False}
+    endpoints = HttpEndpoints(Metrics(), alive=lambda: (True, "ok"), ready=lambda: (True, "standby: caches synced"),
+                              leader=lambda: (role["leading"], "leader" if role["leading"] else "standby"), bind="127.0.0.1",
+                              metrics_port=None, health_port=0)
+    endpoints.start()
+    try:
+        base = f"http://127.0.0.1:{endpoints.port_of('health')}"
+        assert httpx.get(f"{base}/readyz").status_code == 200 and httpx.get(f"{base}/leader").status_code == 503
+        role["leading"] = True
+        assert httpx.get(f"{base}/leader").status_code == 200
+    finally:
+        endpoints.stop()
+
+
+def test_metrics_answer_only_what_authorize_allows() -> None:
+    seen: list[str | None] = []
+
+    def authorize(header: str | None) -> tuple[int, str]:
+        seen.append(header)
+        return {None: (401, "no token"), "Bearer good": (200, "prometheus")}.get(header, (403, "not allowed"))
+
+    endpoints = HttpEndpoints(Metrics(), alive=lambda: (True, "ok"), ready=lambda: (True, "ok"), bind="127.0.0.1", metrics_port=0,
+                              health_port=0, authorize=authorize)
+    endpoints.start()
+    try:
+        url = f"http://127.0.0.1:{endpoints.port_of('metrics')}/metrics"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer bad"}).status_code == 403
+        ok = httpx.get(url, headers={"Authorization": "Bearer good"})
+        assert ok.status_code == 200 and "atoll_leader" in ok.text
+        assert seen == [None, "Bearer bad", "Bearer good"]
+        assert httpx.get(f"http://127.0.0.1:{endpoints.port_of('health')}/healthz").status_code == 200  # probes stay open
+    finally:
+        endpoints.stop()
+
+
 def test_every_metric_is_listed_in_the_install_guide() -> None:
     guide = (Path(__file__).parents[3] / "docs" / "install.md").read_text()
     listed = set(re.findall(r"^\| `(atoll_\w+)", guide, re.MULTILINE))

@@ -37,6 +37,15 @@ def control_plane() -> tuple[Binaries, Path]:
     return binaries, ensure_kueue_crds()
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which control plane the apiserver tests run on (the first thing the run prints)."""
+    try:
+        found = find_binaries()
+    except EnvtestError as exc:
+        return f"control plane: none usable ({exc})"
+    return f"control plane: {found.describe()}" if found else "control plane: none built yet"
+
+
 @pytest.hookimpl(trylast=True)  # after -m / -k deselection: only the tests that will run count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wanted = [item for item in items if item.get_closest_marker("apiserver")]

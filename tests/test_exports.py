@@ -32,9 +32,11 @@ EXPECTED = {
         "parse_label_selector",
     },
     "admission.kube.envtest": {
-        "APISERVER_VERSION", "ApiServer", "Binaries", "EnvtestError", "KUEUE_CRD_FILES", "KUEUE_MANIFEST_SHA256", "KUEUE_VERSION",
-        "UNCACHED_RESOURCE", "adapt_for_old_apiservers", "apiserver_cache_dir", "cache_dir", "download_kueue_crds",
-        "ensure_binaries", "ensure_kueue_crds", "find_binaries", "install_kueue_crds", "kueue_crd_dir", "kueue_manifest_url",
+        "APISERVER_VERSION", "ApiServer", "Binaries", "CONTROL_PLANE_VERSION", "EnvtestError", "KUEUE_CRD_FILES",
+        "KUEUE_MANIFEST_SHA256", "KUEUE_NAMESPACE", "KUEUE_VERSION", "KWOK_NODE_ANNOTATION", "KWOK_VERSION", "KueueCluster",
+        "MIN_GO", "UNCACHED_RESOURCE", "adapt_for_old_apiservers", "apiserver_cache_dir", "cache_dir", "control_plane_cache_dir",
+        "download_kueue_crds", "ensure_binaries", "ensure_current", "ensure_kueue_crds", "find_binaries", "find_current",
+        "go_module_dir", "install_kueue_crds", "kueue_crd_dir", "kueue_crd_files", "kueue_manifest_url", "kueue_module_dir",
     },
     "admission.kube.errors": {
         "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "Retryable",

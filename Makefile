@@ -16,7 +16,7 @@ install-test:
 # kube-scheduler, kube-controller-manager, etcd, Kueue, KWOK from their Go modules, once, cached);
 # Debian's 1.20 source package only where no Go 1.26 exists.
 envtest: install
-	$(PYTHON) -m admission.kube.envtest ensure
+	$(PYTHON) -m tests.envtest ensure
 
 lint: install-test
 	lint-imports

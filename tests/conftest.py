@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube.envtest import ApiServer, Binaries, EnvtestError, ensure_kueue_crds, find_binaries, install_kueue_crds
+from tests.envtest import ApiServer, Binaries, EnvtestError, ensure_kueue_crds, find_binaries, install_kueue_crds
 
 SKIP_ENV = "ATOLL_SKIP_APISERVER"
 _MISSING_KEY = pytest.StashKey[str]()
@@ -32,7 +32,7 @@ def control_plane() -> tuple[Binaries, Path]:
     except EnvtestError as exc:
         raise EnvtestError(f"no kube-apiserver: {exc}") from exc
     if binaries is None:
-        raise EnvtestError("no kube-apiserver: run `python -m admission.kube.envtest ensure` (make test does) "
+        raise EnvtestError("no kube-apiserver: run `python -m tests.envtest ensure` (make test does) "
                            "or set KUBEBUILDER_ASSETS to a folder holding kube-apiserver and etcd")
     return binaries, ensure_kueue_crds()
 

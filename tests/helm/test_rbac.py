@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from admission.cli._run import main as run_main
 from admission.controller import REQUEUE_CONDITION, ConfigSettings, Controller, KueueSettings, Recorder, Settings
 from admission.kube import KubePort
-from admission.kube.envtest import ApiServer, install_kueue_crds
+from tests.envtest import ApiServer, install_kueue_crds
 from admission.webhook import MUTATE_PATH, PodPinner, WebhookServer, WebhookSettings, ensure_serving_cert
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, Fabric, planned, profiles_doc, run
 from tests.admission.webhook.conftest import bind, create, fail, kueue_pod, pinned_node

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from admission.kube.envtest import (
+from tests.envtest import (
     CONTROL_PLANE_VERSION,
     KUEUE_CRD_FILES,
     KUEUE_VERSION,
@@ -334,7 +334,7 @@ def test_the_cache_follows_atoll_cache_dir_then_xdg(tmp_path: Path, monkeypatch:
 
 
 def test_a_cached_binary_counts_only_if_built_by_the_current_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from admission.kube.envtest._binaries import _recipe_digest
+    from tests.envtest._binaries import _recipe_digest
 
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
@@ -351,7 +351,7 @@ def test_a_cached_binary_counts_only_if_built_by_the_current_recipe(tmp_path: Pa
 
 
 def test_without_go_nor_root_a_missing_apiserver_is_an_error_saying_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from admission.kube.envtest import _binaries
+    from tests.envtest import _binaries
 
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
@@ -368,7 +368,7 @@ def _fake_current(folder: Path) -> None:
 
 
 def test_the_current_build_counts_only_whole_and_stamped_by_its_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from admission.kube.envtest._binaries import _GO_SCRIPT, _recipe_digest
+    from tests.envtest._binaries import _GO_SCRIPT, _recipe_digest
 
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
@@ -388,7 +388,7 @@ def test_the_current_build_counts_only_whole_and_stamped_by_its_recipe(tmp_path:
 
 
 def test_the_current_build_comes_before_the_debian_fallback_and_after_kubebuilder_assets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from admission.kube.envtest._binaries import _GO_SCRIPT, _recipe_digest
+    from tests.envtest._binaries import _GO_SCRIPT, _recipe_digest
 
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
@@ -409,7 +409,7 @@ def test_the_current_build_comes_before_the_debian_fallback_and_after_kubebuilde
 
 
 def test_building_the_current_control_plane_without_go_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from admission.kube.envtest import _binaries
+    from tests.envtest import _binaries
 
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_binaries, "_go_version", lambda: (1, 24))
@@ -418,7 +418,7 @@ def test_building_the_current_control_plane_without_go_says_what_to_do(tmp_path:
 
 
 def test_the_build_recipe_pins_the_versions_the_python_side_names() -> None:
-    from admission.kube.envtest._binaries import _GO_SCRIPT
+    from tests.envtest._binaries import _GO_SCRIPT
 
     script = _GO_SCRIPT.read_text()
     assert f"kube={CONTROL_PLANE_VERSION} " in script and f"kueue={KUEUE_VERSION} " in script and f"kwok={KWOK_VERSION}\n" in script
@@ -426,7 +426,7 @@ def test_the_build_recipe_pins_the_versions_the_python_side_names() -> None:
 
 def test_ensure_prints_where_the_binaries_and_crds_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str], kueue_crds: Path) -> None:
-    from admission.kube.envtest import __main__ as cli
+    from tests.envtest import __main__ as cli
 
     main = cli.main
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))

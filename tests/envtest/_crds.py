@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from admission.kube.envtest._binaries import EnvtestError, cache_dir, go_module_dir
+from tests.envtest._binaries import EnvtestError, cache_dir, go_module_dir
 
 __all__ = [
     "KUEUE_CRD_FILES",
@@ -79,8 +79,8 @@ def _complete(folder: Path) -> bool:
 
 
 def _shared_copy() -> Path:
-    # admission/kube/envtest/_crds.py -> parents[3] is the repository root, parents[4] the folder holding it
-    return Path(__file__).resolve().parents[4] / "shared" / "kueue"
+    # tests/envtest/_crds.py -> parents[2] is the repository root, parents[3] the folder holding it
+    return Path(__file__).resolve().parents[3] / "shared" / "kueue"
 
 
 def kueue_module_dir(version: str = KUEUE_VERSION) -> Path | None:

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import httpx
 
-from admission.kube.envtest._binaries import Binaries, EnvtestError, ensure_binaries
+from tests.envtest._binaries import Binaries, EnvtestError, ensure_binaries
 
 __all__ = ["UNCACHED_RESOURCE", "ApiServer"]
 

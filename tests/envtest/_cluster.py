@@ -25,9 +25,9 @@ from typing import Any
 import httpx
 import yaml
 
-from admission.kube.envtest._binaries import KWOK_VERSION, Binaries, EnvtestError, go_module_dir
-from admission.kube.envtest._crds import KUEUE_VERSION, install_kueue_crds
-from admission.kube.envtest._server import ApiServer, _free_port, _tail
+from tests.envtest._binaries import KWOK_VERSION, Binaries, EnvtestError, go_module_dir
+from tests.envtest._crds import KUEUE_VERSION, install_kueue_crds
+from tests.envtest._server import ApiServer, _free_port, _tail
 
 __all__ = ["KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "KueueCluster", "kueue_crd_files"]
 
@@ -70,7 +70,7 @@ class KueueCluster:
         missing = [n for n in ("kube_scheduler", "kube_controller_manager", "kueue", "kwok") if getattr(binaries, n) is None]
         if missing:
             raise EnvtestError(f"the control plane at {binaries.kube_apiserver} has no {', '.join(missing)}: real Kueue needs "
-                               "Atoll's own build (`python -m admission.kube.envtest ensure` with Go on PATH), not "
+                               "Atoll's own build (`python -m tests.envtest ensure` with Go on PATH), not "
                                "KUBEBUILDER_ASSETS or the Debian 1.20 fallback")
         self.api = api
         self.binaries = binaries

@@ -1,12 +1,12 @@
 """A real control plane for tests and benchmarks: etcd plus kube-apiserver, with Kueue's CRDs, and
 (from Atoll's own build) kube-scheduler, kube-controller-manager, KWOK and Kueue's manager.
 
-``python -m admission.kube.envtest ensure`` finds or builds the binaries and finds Kueue's CRDs
+``python -m tests.envtest ensure`` finds or builds the binaries and finds Kueue's CRDs
 (CI runs it first); ``ApiServer`` starts them on loopback; ``install_kueue_crds`` loads the CRDs
 into it; ``KueueCluster`` runs real Kueue, the Job controller, the scheduler and KWOK on it.
 """
 
-from admission.kube.envtest._binaries import (
+from tests.envtest._binaries import (
     APISERVER_VERSION,
     CONTROL_PLANE_VERSION,
     KWOK_VERSION,
@@ -22,8 +22,8 @@ from admission.kube.envtest._binaries import (
     find_current,
     go_module_dir,
 )
-from admission.kube.envtest._cluster import KUEUE_NAMESPACE, KWOK_NODE_ANNOTATION, KueueCluster, kueue_crd_files
-from admission.kube.envtest._crds import (
+from tests.envtest._cluster import KUEUE_NAMESPACE, KWOK_NODE_ANNOTATION, KueueCluster, kueue_crd_files
+from tests.envtest._crds import (
     KUEUE_CRD_FILES,
     KUEUE_MANIFEST_SHA256,
     KUEUE_VERSION,
@@ -35,7 +35,7 @@ from admission.kube.envtest._crds import (
     kueue_manifest_url,
     kueue_module_dir,
 )
-from admission.kube.envtest._server import UNCACHED_RESOURCE, ApiServer
+from tests.envtest._server import UNCACHED_RESOURCE, ApiServer
 
 __all__ = [
     "APISERVER_VERSION",

@@ -266,7 +266,7 @@ def ensure_binaries() -> Binaries:
         if os.geteuid() != 0:
             raise EnvtestError(
                 f"no kube-apiserver in {target} and building {APISERVER_VERSION} from Debian's source needs root "
-                "(apt-get): run `python -m admission.kube.envtest ensure` as root once, or set KUBEBUILDER_ASSETS to a "
+                "(apt-get): run `python -m tests.envtest ensure` as root once, or set KUBEBUILDER_ASSETS to a "
                 "folder holding kube-apiserver and etcd (setup-envtest's layout)"
             )
         work = cache_dir() / "build"

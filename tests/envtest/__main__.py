@@ -1,4 +1,4 @@
-"""``python -m admission.kube.envtest ensure``: make sure kube-apiserver, etcd and Kueue's CRDs are
+"""``python -m tests.envtest ensure``: make sure kube-apiserver, etcd and Kueue's CRDs are
 here (CI runs it before the tests, so a bare machine needs no manual step), and print where they are.
 Where Go is new enough, Atoll's own control plane build is made too even when ``KUBEBUILDER_ASSETS``
 names the apiserver: the real-Kueue tier needs its scheduler, controller manager, Kueue and KWOK.
@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
-from admission.kube.envtest._binaries import MIN_GO, EnvtestError, _go_version, ensure_binaries, ensure_current
-from admission.kube.envtest._crds import ensure_kueue_crds
+from tests.envtest._binaries import MIN_GO, EnvtestError, _go_version, ensure_binaries, ensure_current
+from tests.envtest._crds import ensure_kueue_crds
 
-_USAGE = "usage: python -m admission.kube.envtest ensure"
+_USAGE = "usage: python -m tests.envtest ensure"
 
 
 def main(argv: list[str]) -> int:

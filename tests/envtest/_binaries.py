@@ -13,6 +13,7 @@ current recipe (its digest is stamped beside it), so a changed recipe rebuilds s
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -125,6 +126,7 @@ def _system_etcd() -> Path | None:
     return None
 
 
+@functools.cache  # one `go mod download` per module and process
 def go_module_dir(module: str, version: str) -> Path:
     """``module@version`` in Go's module cache, downloaded once and verified by the Go checksum
     database; ``EnvtestError`` when it cannot be had."""

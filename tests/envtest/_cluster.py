@@ -93,7 +93,10 @@ class KueueCluster:
                   f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
         self.api._spawn("kube-controller-manager", [
             str(self.binaries.kube_controller_manager), *common, f"--secure-port={_free_port()}",
-            "--controllers=job,garbage-collector", "--use-service-account-credentials=false",
+            # the Job controller, garbage collection, and node lifecycle (it lifts the not-ready taint the
+            # apiserver puts on every new node once KWOK reports it Ready)
+            "--controllers=job-controller,garbage-collector-controller,node-lifecycle-controller",
+            "--use-service-account-credentials=false",
         ])
         self.api._spawn("kube-scheduler", [str(self.binaries.kube_scheduler), *common, f"--secure-port={_free_port()}"])
         stages = self.api.dir / "kwok-stages.yaml"

@@ -78,11 +78,12 @@ def test_the_six_kueue_crds_are_established_and_serve_v1beta2(kube_client: Any) 
 def test_a_current_apiserver_serves_the_workload_crd_as_kueue_wrote_it(apiserver: ApiServer, kube_client: Any, kueue_crds: Path) -> None:
     import yaml
 
-    served = client.ApiextensionsV1Api(kube_client).read_custom_resource_definition(f"workloads.{GROUP}")
-    served_schema = kube_client.sanitize_for_serialization(served.spec.versions[1].schema.open_api_v3_schema)
+    served = kube_client.sanitize_for_serialization(client.ApiextensionsV1Api(kube_client).read_custom_resource_definition(f"workloads.{GROUP}"))
+    served_schema = served["spec"]["versions"][1]["schema"]["openAPIV3Schema"]
     written = yaml.load((kueue_crds / "kueue.x-k8s.io_workloads.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    if apiserver.binaries.source == "debian-1.20":  # the fallback alone takes them rewritten
-        written = adapt_for_old_apiservers(written)
+    if apiserver.binaries.source == "debian-1.20":
+        pytest.skip("the 1.20 fallback serves the CRDs rewritten at load and pruned of fields it does not know "
+                    "(x-kubernetes-validations among them); this test is about current apiservers")
     assert served_schema == written["spec"]["versions"][1]["schema"]["openAPIV3Schema"]
 
 

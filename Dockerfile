@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Atoll's image: the `atoll` command (controller, webhook, what-if tools) for the Helm chart.
-#   docker build -t registry.example.com/atoll/atoll:0.1.0 .
+#   docker build -t atoll:0.1.0 .      (the chart's default image.repository is atoll, its tag the appVersion)
 # Runs as uid 65532 on a read-only root filesystem; numba's compiled kernels are cached at build
 # and copied to a writable volume by the chart's init container (NUMBA_CACHE_DIR).
 

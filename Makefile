@@ -8,7 +8,7 @@ PIP ?= $(PYTHON) -m pip
 install:
 	$(PIP) install -q -e .
 
-# Plus what the tests need (pytest, hypothesis, import-linter).
+# Plus what the tests and lint need (pytest, hypothesis, import-linter, mypy, ruff).
 install-test:
 	$(PIP) install -q -e ".[test]"
 
@@ -18,8 +18,11 @@ install-test:
 envtest: install
 	$(PYTHON) -m tests.envtest ensure
 
+# Import contracts, static types (mypy strict, [tool.mypy]) and the linter ([tool.ruff]).
 lint: install-test
 	lint-imports
+	$(PYTHON) -m mypy admission topology policies
+	$(PYTHON) -m ruff check admission topology policies tests
 
 # The whole suite. pytest's exit code 5 (no tests collected) is a failure here.
 test: install-test envtest lint
@@ -40,7 +43,12 @@ bench: install envtest
 	atoll bench finder --nodes 50000
 	atoll bench controller --workloads 1000
 	atoll bench controller --workloads 1000 --mode backlog
+	atoll bench webhook --pods 500
+	atoll bench webhook --pods 500 --no-ranked
+	atoll bench failover --goal-seconds 2
 	atoll bench simulate
+	atoll bench collectives
+	atoll bench decide
 	atoll bench quality
 
 # Placements that hold under faults: 200 seeded runs, 20 % of API requests faulted, the controller

@@ -3,16 +3,16 @@
 Pure: no Kubernetes I/O, no clock; ``admission`` supplies the snapshot, the time and the wait state.
 """
 
-from policies._annotations import TopologyHints, annotation_notes, group_problems, read_topology_annotations
+from policies._annotations import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE, TopologyHints, annotation_notes, group_problems, read_topology_annotations
 from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, decide, podset_spec
 from policies._loading import PROFILES_KEY, ProfilesError, load_profiles, load_profiles_file, profiles_from_configmap
 from policies._profiles import (
     DEFAULT_FABRIC_LINK,
     DEFAULT_LINKS,
     FlavorSettings,
-    LinkSettings,
     FragmentationSettings,
     LevelOverrides,
+    LinkSettings,
     Profile,
     ProfilesDocument,
     RetrySettings,
@@ -24,6 +24,8 @@ __all__ = [
     "DEFAULT_FABRIC_LINK",
     "DEFAULT_LINKS",
     "PROFILES_KEY",
+    "SLICE_REQUIRED_TOPOLOGY",
+    "SLICE_SIZE",
     "Decision",
     "FlavorSettings",
     "FragmentationSettings",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -53,7 +53,47 @@ Outcome = Literal["admit", "wait", "reject"]
 
 
 class ProfileLevelError(ValueError):
-    """A profile names a level the flavor's Topology does not have (a config error, not the Workload's)."""
+    """A profile names a level the flavor's Topology does not have (a config error, not the Workload's).
+
+    ``typo`` is ``(flavor's label, profile's label)`` when one is a near match of the other (a
+    misspelt label), and ``typo_in`` says which side looks misspelt: ``"flavor"`` when the
+    profile's label is a well-known one (``nvidia.com/gpu.clique``, ``kubernetes.io/hostname``…),
+    ``"profile"`` when the flavor's is, else ``"either"``. The message then suggests the match.
+    """
+
+    WELL_KNOWN = frozenset({"nvidia.com/gpu.clique", "kubernetes.io/hostname", "topology.kubernetes.io/zone",
+                            "topology.kubernetes.io/region", "cloud.google.com/gce-topology-block", "cloud.google.com/gce-topology-subblock",
+                            "cloud.google.com/gce-topology-host"})
+
+    def __init__(self, message: str, *, wanted: Sequence[str] = (), levels: Sequence[str] = ()) -> None:
+        self.typo: tuple[str, str] | None = None
+        self.typo_in = ""
+        for want in wanted:
+            near = [lv for lv in levels if lv != want and _edits(lv, want) <= max(1, len(want.rsplit("/", 1)[-1]) // 3)]
+            if near:
+                self.typo = (near[0], want)
+                break
+        if self.typo:
+            have, want = self.typo
+            self.typo_in = "flavor" if want in self.WELL_KNOWN else "profile" if have in self.WELL_KNOWN else "either"
+            fix = {"flavor": f"the flavor's level label {have!r} looks misspelt: did you mean {want!r}? Fix the label in the flavor's "
+                             "Topology (or cluster model); it is a configuration error there, not in the profiles",
+                   "profile": f"did you mean the flavor's level {have!r}? Fix the profiles document",
+                   "either": f"the flavor's level {have!r} and the profile's {want!r} differ by a few characters: did you mean one "
+                             "for the other? Fix the misspelt one (the flavor's Topology or the profiles document)"}[self.typo_in]
+            message = f"{message}; {fix}"
+        super().__init__(message)
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance: a misspelt label is a few edits from the right one, where two real
+    labels under one prefix (``…/leaf``, ``…/su``) are as many edits apart as their names are long."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +154,9 @@ class Decision:
     request: PlacementRequest | None = None
     notes: tuple[str, ...] = ()
     """Annotations read but not honoured, each naming the annotation (for the record and an Event)."""
+    widened_to: str | None = None
+    """A strict profile's gang larger than every domain of its ``requiredLevel``: the level whose
+    smallest domain that holds it the Workload waits for instead ("" for the whole flavor)."""
 
 
 def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
@@ -161,7 +204,8 @@ def _check_levels(snapshot: Snapshot, profile_name: str, profile: Profile, podse
     """Raise for a profile level the flavor lacks; return a message for a bad Kueue hint."""
     for key, label in (("requiredLevel", profile.required_level), ("preferredLevel", profile.preferred_level), ("maxSpanLevel", profile.max_span_level)):
         if label and label not in snapshot.level_labels:
-            raise ProfileLevelError(f"profiles.{profile_name}.{key}: flavor {snapshot.flavor} has no level {label!r} (levels: {list(snapshot.level_labels)})")
+            raise ProfileLevelError(f"profiles.{profile_name}.{key}: flavor {snapshot.flavor} has no level {label!r} (levels: {list(snapshot.level_labels)})",
+                                    wanted=(label,), levels=snapshot.level_labels)
     for spec in podsets:
         slice_key = SLICE_CONSTRAINTS if len(spec.slices) > 1 else SLICE_REQUIRED_TOPOLOGY
         hints = [(REQUIRED_TOPOLOGY, spec.required_topology), (PREFERRED_TOPOLOGY, spec.preferred_topology)]
@@ -267,6 +311,8 @@ class _Prepared:
     """Why asking whether one domain can ever hold it failed (a reject, once that is asked)."""
     relaxes: bool = False
     """True: relaxed from the start (a profile with neither a required nor a preferred level)."""
+    widened_to: str | None = None
+    """See ``Decision.widened_to``."""
 
 
 def _prepare(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile,
@@ -295,10 +341,14 @@ def _prepare_now(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name
     def build(mode: tuple[str | None, str | None, str | None], tight: bool = False) -> PlacementRequest:
         return _build(podsets, mode, workload_class, links, profile, snapshot, tight=tight, balanced=balanced)
 
+    widened: str | None = None
     try:
         if profile.required_level:
             tight = loose = build((profile.required_level, None, None))
             relaxes = False
+            if never_fits(snapshot, loose) is not None:
+                tight, widened = _widen(snapshot, profile.required_level, tight, build)
+                loose = tight
         elif profile.preferred_level:
             tight = build((profile.preferred_level, None, None), tight=True)
             loose = build((None, profile.preferred_level, profile.max_span_level))
@@ -315,8 +365,23 @@ def _prepare_now(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name
     try:
         tight_never = tight is not loose and never_fits(snapshot, tight) is not None
     except (PlacementError, ValueError) as exc:
-        return _Prepared(None, tight, loose, False, str(exc), relaxes)
-    return _Prepared(None, tight, loose, tight_never, None, relaxes)
+        return _Prepared(None, tight, loose, False, str(exc), relaxes, widened)
+    return _Prepared(None, tight, loose, tight_never, None, relaxes, widened)
+
+
+def _widen(snapshot: Snapshot, required: str, request: PlacementRequest,
+           build: Callable[[tuple[str | None, str | None, str | None]], PlacementRequest]) -> tuple[PlacementRequest, str | None]:
+    """A strict gang no domain of ``required`` can ever hold waits for the smallest domain that
+    can: the lowest level above ``required`` with a domain that holds it on an empty flavor (the
+    finder then takes the best-fitting domain of that level), else the whole flavor (""). The
+    request unchanged when even the whole flavor never holds it (a reject, with that reason)."""
+    for index in range(snapshot.level_index(required) - 1, -1, -1):
+        label = snapshot.level_labels[index]
+        wider = build((label, None, None))
+        if never_fits(snapshot, wider) is None:
+            return wider, label
+    whole = build((None, None, None))
+    return (whole, "") if never_fits(snapshot, whole) is None else (request, None)
 
 
 def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str, profile: Profile, now: float, wait: WaitState,
@@ -342,8 +407,15 @@ def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str
         placement = find_placement(snapshot, request, explain=explain)
     except (PlacementError, ValueError) as exc:
         return Decision("reject", profile_name, f"invalid request: {exc}")
+    widened = prepared.widened_to
+    if widened is not None:
+        where = f"the smallest {widened} domain that holds it" if widened else "room anywhere in the flavor (no smaller domain holds it)"
+        head = f"larger than every {profile.required_level} domain: placed in {where}; "
+    else:
+        head = ""
     if placement.fits:
-        return Decision("admit", profile_name, _describe_admit(placement), placement, relaxed=relaxed, request=request)
+        return Decision("admit", profile_name, head + _describe_admit(placement), placement, relaxed=relaxed, request=request,
+                        widened_to=widened)
     delay = profile.retry.delay(wait.attempts)
     if not relaxed and profile.relax_after_seconds is not None:
         waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
@@ -351,4 +423,5 @@ def _decide(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name: str
         note = f"; spans allowed after {profile.relax_after_seconds}s of waiting"
     else:
         note = ""
-    return Decision("wait", profile_name, f"{placement.reason}{note}; retry in {delay}s", placement, delay, relaxed, request)
+    return Decision("wait", profile_name, f"{head}{placement.reason}{note}; retry in {delay}s", placement, delay, relaxed, request,
+                    widened_to=widened)

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from policies._profiles import ProfilesDocument
-from topology._documents import describe_validation_error, read_yaml_text
+from topology import describe_validation_error, read_yaml_text
 
 __all__ = ["PROFILES_KEY", "ProfilesError", "load_profiles", "load_profiles_file", "profiles_from_configmap"]
 

@@ -17,6 +17,7 @@ from pydantic import (
     PrivateAttr,
     SerializationInfo,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -25,9 +26,9 @@ __all__ = [
     "DEFAULT_FABRIC_LINK",
     "DEFAULT_LINKS",
     "FlavorSettings",
-    "LinkSettings",
     "FragmentationSettings",
     "LevelOverrides",
+    "LinkSettings",
     "Profile",
     "ProfilesDocument",
     "RetrySettings",
@@ -195,7 +196,7 @@ class Profile(_Strict):
                 value = getattr(overrides, attr)
                 if value and value not in level_labels:
                     raise ProfileLevelError(f"profiles.{label}.flavors.{flavor}.{key}: flavor {flavor} has no level {value!r} "
-                                            f"(levels: {list(level_labels)})")
+                                            f"(levels: {list(level_labels)})", wanted=(value,), levels=level_labels)
                 update[attr] = value
                 continue
             candidates = self._candidates.get(attr) or ((getattr(self, attr),) if getattr(self, attr) else ())
@@ -204,7 +205,7 @@ class Profile(_Strict):
                 what = f"level {candidates[0]!r}" if len(candidates) == 1 else f"level of {list(candidates)}"
                 fix = " (or null: no cap)" if key == "maxSpanLevel" else ""
                 raise ProfileLevelError(f"profiles.{label}.{key}: flavor {flavor} has no {what} (levels: {list(level_labels)}); "
-                                        f"set profiles.{label}.flavors.{flavor}.{key} to one of them{fix}")
+                                        f"set profiles.{label}.flavors.{flavor}.{key} to one of them{fix}", wanted=candidates, levels=level_labels)
             update[attr] = found
         resolved = self.model_copy(update=update)
         resolved._name = label
@@ -251,13 +252,32 @@ _DEFAULT_PROFILES = {
 }
 
 
+class QueueRule(_Strict):
+    """A queue's profile and what its Workloads may ask for instead. ``allowedProfiles`` and
+    ``allowedClasses``, when set, are the only values the ``atoll.dev/profile`` and
+    ``atoll.dev/class`` pod-template annotations may name on this queue; a Workload naming
+    another is Rejected with the rule. Unset: any (the short form ``queue: profile`` is this)."""
+
+    profile: str | None = None
+    allowed_profiles: list[str] | None = Field(default=None, alias="allowedProfiles")
+    allowed_classes: list[str] | None = Field(default=None, alias="allowedClasses")
+
+
 class ProfilesDocument(_Strict):
     default_profile: str = Field(default="elastic", alias="defaultProfile")
     flavors: dict[str, FlavorSettings] = Field(default_factory=dict)
     profiles: dict[str, Profile] = Field(default_factory=lambda: dict(_DEFAULT_PROFILES))
     classes: dict[str, WorkloadClass] = Field(default_factory=dict)
-    queues: dict[str, str] = Field(default_factory=dict)
-    """LocalQueue (``namespace/name``) or ClusterQueue name → profile."""
+    queues: dict[str, QueueRule] = Field(default_factory=dict)
+    """LocalQueue (``namespace/name``) or ClusterQueue name → ``QueueRule``; a bare profile name
+    (``team-a/research: strict``) is the rule with only ``profile`` set."""
+
+    @field_validator("queues", mode="before")
+    @classmethod
+    def _short_queue_form(cls, queues: Any) -> Any:
+        if isinstance(queues, dict):
+            return {k: {"profile": v} if isinstance(v, str) else v for k, v in queues.items()}
+        return queues
 
     @model_validator(mode="after")
     def _references(self) -> ProfilesDocument:
@@ -267,10 +287,39 @@ class ProfilesDocument(_Strict):
             raise ValueError("profiles: at least one profile is needed")
         if self.default_profile not in self.profiles:
             raise ValueError(f"defaultProfile: {self.default_profile!r} is not a profile (have {sorted(self.profiles)})")
-        for queue, profile in self.queues.items():
-            if profile not in self.profiles:
-                raise ValueError(f"queues.{queue}: {profile!r} is not a profile (have {sorted(self.profiles)})")
+        for queue, rule in self.queues.items():
+            if rule.profile is not None and rule.profile not in self.profiles:
+                key = f"queues.{queue}" + ("" if rule.model_fields_set == {"profile"} else ".profile")  # the short form has no .profile
+                raise ValueError(f"{key}: {rule.profile!r} is not a profile (have {sorted(self.profiles)})")
+            for name in rule.allowed_profiles or ():
+                if name not in self.profiles:
+                    raise ValueError(f"queues.{queue}.allowedProfiles: {name!r} is not a profile (have {sorted(self.profiles)})")
+            for name in rule.allowed_classes or ():
+                if name not in self.classes:
+                    raise ValueError(f"queues.{queue}.allowedClasses: {name!r} is not a class (have {sorted(self.classes)})")
+            if rule.profile is not None and rule.allowed_profiles is not None and rule.profile not in rule.allowed_profiles:
+                raise ValueError(f"queues.{queue}.allowedProfiles: {rule.allowed_profiles} leaves out the queue's own profile {rule.profile!r}")
         return self
+
+    def _rule(self, queue: str | None) -> QueueRule | None:
+        return self.queues.get(queue) if queue else None
+
+    def disallowed(self, *, profile: str | None, workload_class: str | None, local_queue: str | None,
+                   cluster_queue: str | None) -> str | None:
+        """Why a Workload's ``atoll.dev/profile`` or ``atoll.dev/class`` annotation breaks a rule
+        of its LocalQueue or ClusterQueue (both bind), naming the rule; None when it breaks none."""
+        for queue in (local_queue, cluster_queue):
+            rule = self._rule(queue)
+            if rule is None:
+                continue
+            if profile and rule.allowed_profiles is not None and profile not in rule.allowed_profiles:
+                return (f"atoll.dev/profile={profile!r} is not allowed on queue {queue} (queues.{queue}.allowedProfiles: "
+                        f"{', '.join(rule.allowed_profiles)}); remove the annotation or name an allowed profile")
+            if workload_class and rule.allowed_classes is not None and workload_class not in rule.allowed_classes:
+                allowed = ", ".join(rule.allowed_classes) or "none"
+                return (f"atoll.dev/class={workload_class!r} is not allowed on queue {queue} (queues.{queue}.allowedClasses: "
+                        f"{allowed}); remove the annotation or name an allowed class")
+        return None
 
     def profile_for(self, *, annotation: str | None, local_queue: str | None, cluster_queue: str | None) -> tuple[str, Profile]:
         """Pod-template annotation first, then the LocalQueue, the ClusterQueue, the default."""
@@ -279,7 +328,7 @@ class ProfilesDocument(_Strict):
                 raise KeyError(f"profile {annotation!r} does not exist (have {sorted(self.profiles)})")
             return annotation, self.profiles[annotation]
         for key in (local_queue, cluster_queue):
-            if key and key in self.queues:
-                name = self.queues[key]
-                return name, self.profiles[name]
+            rule = self._rule(key)
+            if rule is not None and rule.profile is not None:
+                return rule.profile, self.profiles[rule.profile]
         return self.default_profile, self.profiles[self.default_profile]

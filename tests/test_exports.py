@@ -1,5 +1,5 @@
-"""The public surface of each package (engine, policies, simulator, controller, webhook, cluster
-port, commands) is a sorted, importable ``__all__`` pinned here name by name, so any change to a
+"""The public surface of each package (engine, policies, simulator, controller, queue manager,
+webhook, cluster port, commands) is a sorted, importable ``__all__`` pinned here name by name, so any change to a
 public surface shows up in review; admission/ keeps its one-way layering without import cycles."""
 
 from __future__ import annotations
@@ -17,12 +17,17 @@ EXPECTED = {
         "main",
     },
     "admission.controller": {
-        "ANN_DECISION_ID", "ANN_PLANNED_NODES", "ClusterCache", "ConfigSettings", "Controller", "DECISION_EVENT", "Decider",
-        "DecisionRecord", "DecisionSettings", "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics",
-        "PodSetRecord", "REQUEUE_CONDITION", "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall",
-        "Verdict", "Violation", "WAITING_CONDITION", "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView",
-        "check_entry", "check_invariant", "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time",
-        "load_workload_file", "node_info", "parse_object", "parse_workload", "pod_usage", "read_wait_state", "requeue_request",
+        "ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "DECISION_EVENT", "REQUEUE_CONDITION", "WAITING_CONDITION",
+        "BoundPod", "ClusterCache", "ConfigSettings", "Controller", "Decider", "DecisionRecord", "DecisionSettings",
+        "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics", "OwedPods", "PodSetRecord",
+        "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
+        "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "check_entry", "check_invariant",
+        "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",
+        "parse_object", "parse_workload", "pod_usage", "read_wait_state", "requeue_request", "rfc3339", "waiting_condition",
+    },
+    "admission.vocabulary": {
+        "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
+        "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "WAITING_CONDITION",
     },
     "admission.kube": {
         "ADMISSION_CHECKS", "ApiRetrySettings", "CLUSTER_QUEUES", "CONFIGMAPS", "Clock", "ClusterPort", "EVENTS", "KUEUE_GROUP",
@@ -32,35 +37,47 @@ EXPECTED = {
         "parse_label_selector",
     },
     "admission.kube.errors": {
-        "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "Retryable",
-        "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
+        "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "OutOfTime",
+        "Retryable", "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
+    },
+    "admission.queue": {
+        "Need", "WaitingRoom",
     },
     "admission.simulator": {
-        "CostModel", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "Job", "JobKind", "JobShape", "NodeGroup", "NodeMix",
-        "OpenbTrace", "PolicyError", "PreparedWorkload", "SimResult", "SimSettings", "SyntheticParams", "TraceError", "TraceFormat",
-        "default_model_gb", "format_table", "make_job", "make_policies", "offered_load", "prepare_workload", "read_itp",
-        "read_openb", "read_openb_nodes", "read_trace", "ring_allreduce_s", "scale_load", "simulate", "split_into_pods",
-        "step_slowdown", "summarize", "synthetic_jobs",
+        "CHECK_NAME", "COLLECTIVE_CONSTANTS", "GPU_PERF_TAIL", "LINK_MODELS", "DEFAULT_COMM_FRACTION", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",
+        "AtollPolicy", "Comparison", "CostError", "CostModel", "CostParams", "Job", "JobKind", "JobShape", "MemoryCluster",
+        "NodeGroup", "NodeMix", "OpenbTrace", "Policy", "PolicyError", "PreparedWorkload", "RunFailed", "SimResult",
+        "SimSettings", "Slicing", "SweepSpec", "SyntheticParams", "TraceError", "TraceFormat", "WorkloadSpec", "available_cores",
+        "build_snapshots", "cluster_gpus", "cluster_objects", "compare", "comparison_json", "default_model_gb",
+        "calibration_table", "format_comparison", "format_islands", "parse_link_model", "format_sweep", "format_table", "make_job", "make_policies", "offered_load", "parse_bandwidths",
+        "parse_comm_fraction", "parse_loads", "parse_overlap", "prepare_workload", "profiles_for_cluster", "quantities",
+        "read_itp", "read_openb", "read_openb_nodes", "read_trace", "ring_allreduce_s", "run_sweep", "scale_load", "seeds_of",
+        "simulate", "slice_workload", "sliced_jobs", "split_into_pods", "step_slowdown", "summarize", "summary_lines",
+        "synthetic_jobs", "verdict", "verdict_lines", "with_gpu_perf", "workload_jobs", "workload_object", "write_plots",
+        "write_sweep_plots",
     },
     "admission.webhook": {
         "ANN_NODE", "ANN_PREVIOUS", "ANN_REPLACED", "ANN_SLOT", "CaBundlePublisher", "CertError", "MUTATE_PATH",
         "MUTATING_WEBHOOK_CONFIGURATIONS", "PinResult", "PodPinner", "REQUEUE_CONDITION", "ReviewError", "ServingCert", "Webhook",
-        "WebhookServer", "WebhookSettings", "ensure_serving_cert", "merge_ca_bundle", "pod_rank", "service_hosts",
+        "WebhookCache", "WebhookServer", "WebhookSettings", "ensure_serving_cert", "merge_ca_bundle", "pod_rank", "review_time_left",
+        "service_hosts",
     },
     "policies": {
-        "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "Decision", "FlavorSettings", "FragmentationSettings", "LevelOverrides",
-        "LinkSettings", "Outcome", "PROFILES_KEY", "PodSetSpec", "Profile", "ProfileLevelError", "ProfilesDocument",
-        "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState", "WorkloadClass", "annotation_notes", "decide",
-        "group_problems", "load_profiles", "load_profiles_file", "podset_spec", "profiles_from_configmap",
-        "read_topology_annotations",
+        "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "PROFILES_KEY", "SLICE_REQUIRED_TOPOLOGY", "SLICE_SIZE", "Decision",
+        "FlavorSettings", "FragmentationSettings", "LevelOverrides", "LinkSettings", "Outcome", "PodSetSpec", "Profile",
+        "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState",
+        "WorkloadClass", "annotation_notes", "decide", "group_problems", "load_profiles", "load_profiles_file", "podset_spec",
+        "profiles_from_configmap", "read_topology_annotations",
     },
     "topology": {
-        "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink", "HOSTNAME_LABEL", "Level",
-        "MAX_SLICE_LAYERS", "NODE_OPERATORS", "NodeConstraint", "NodeInfo", "NodeRequirement", "Placement", "PlacementError",
+        "CPU", "GPU", "HOSTNAME_LABEL", "LIMITS", "MAX_COUNT", "MAX_SLICE_LAYERS", "MEMORY", "NODE_OPERATORS", "PODS",
+        "RESOURCE_NAMES", "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink",
+        "KueueNode", "Level", "Mode", "NodeConstraint", "NodeInfo", "NodeModel", "NodeRequirement", "Placement", "PlacementError",
         "PlacementRequest", "PodSetPlacement", "PodSetRequest", "ResourceVector", "SliceLayer", "SlicePlacement", "Snapshot",
-        "Spread", "Taint", "Toleration", "bottleneck_bandwidth", "fabric_graph", "fabric_path", "find_placement",
-        "fragmentation_index", "island_free_gpus", "load_cluster_model", "never_fits", "node_is_healthy", "parse_label_int",
-        "untolerated_taints",
+        "Spread", "Taint", "TaintModel", "Toleration", "bottleneck_bandwidth", "build_kueue_leaves", "describe_validation_error",
+        "fabric_graph", "fabric_path", "find_placement", "fragmentation_index", "island_free_gpus", "kueue_place",
+        "load_cluster_model", "load_yaml_model", "never_fits", "node_is_healthy", "parse_amount", "parse_cpu_milli",
+        "parse_label_int", "read_yaml_file", "read_yaml_text", "untolerated_taints",
     },
 }
 

@@ -3,10 +3,15 @@
 No Kubernetes API I/O happens here; ``admission`` feeds it plain records.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from topology._affinity import NODE_OPERATORS, NodeConstraint, NodeRequirement, parse_label_int
 from topology._fabric import bottleneck_bandwidth, fabric_graph, fabric_path
-from topology._fragmentation import fragmentation_index, island_free_gpus
 from topology._finder import Backend, PlacementError, find_placement, never_fits
+from topology._fragmentation import fragmentation_index, island_free_gpus
 from topology._model import (
     HOSTNAME_LABEL,
     ClusterModel,
@@ -14,28 +19,44 @@ from topology._model import (
     FlavorModel,
     Level,
     NodeInfo,
+    NodeModel,
     Taint,
+    TaintModel,
     Toleration,
     load_cluster_model,
 )
 from topology._placement import DomainVerdict, Placement, PodSetPlacement, SlicePlacement
 from topology._request import MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
-from topology._resources import ResourceVector
+from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, RESOURCE_NAMES, ResourceVector, parse_amount, parse_cpu_milli
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
+if TYPE_CHECKING:
+    from topology._documents import describe_validation_error, load_yaml_model, read_yaml_file, read_yaml_text
+    from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
+
 __all__ = [
+    "CPU",
+    "GPU",
     "HOSTNAME_LABEL",
+    "LIMITS",
+    "MAX_COUNT",
     "MAX_SLICE_LAYERS",
+    "MEMORY",
     "NODE_OPERATORS",
+    "PODS",
+    "RESOURCE_NAMES",
     "Backend",
     "ClusterModel",
     "ClusterModelError",
     "DomainVerdict",
     "FlavorModel",
     "GraphLink",
+    "KueueNode",
     "Level",
+    "Mode",
     "NodeConstraint",
     "NodeInfo",
+    "NodeModel",
     "NodeRequirement",
     "Placement",
     "PlacementError",
@@ -48,16 +69,35 @@ __all__ = [
     "Snapshot",
     "Spread",
     "Taint",
+    "TaintModel",
     "Toleration",
     "bottleneck_bandwidth",
+    "build_kueue_leaves",
+    "describe_validation_error",
     "fabric_graph",
     "fabric_path",
     "find_placement",
     "fragmentation_index",
     "island_free_gpus",
+    "kueue_place",
     "load_cluster_model",
+    "load_yaml_model",
     "never_fits",
     "node_is_healthy",
+    "parse_amount",
+    "parse_cpu_milli",
     "parse_label_int",
+    "read_yaml_file",
+    "read_yaml_text",
     "untolerated_taints",
 ]
+
+_LAZY = {"KueueNode": "_kueue_tas", "Mode": "_kueue_tas", "build_kueue_leaves": "_kueue_tas", "describe_validation_error": "_documents", "kueue_place": "_kueue_tas", "load_yaml_model": "_documents", "read_yaml_file": "_documents", "read_yaml_text": "_documents"}
+"""Names whose modules ``import topology`` does not load, imported on first use."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

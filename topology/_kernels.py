@@ -59,7 +59,7 @@ def node_capacity(free, req, eligible, perf, perf_floor, lo, hi, cap):  # type: 
                 if q > 0:
                     f = free[n, r]
                     if f < q:  # no room for one pod (most nodes of a busy fabric): skip the divisions
-                        c = 0
+                        c = np.int64(0)
                         break
                     v = f // q
                     if v < c:
@@ -321,8 +321,8 @@ def _layer_prefix(pc, bounds, bptr, slice_levels, slice_sizes):  # type: ignore[
 
 
 @njit(cache=True)
-def _descend_layers(level, d, need, layer, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap,
-                    protect, take):  # type: ignore[no-untyped-def]
+def _descend_layers(level, d, need, layer, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap,  # type: ignore[no-untyped-def]
+                    protect, take):
     """Place ``need`` units of slice layer ``layer`` inside domain ``d`` at ``level`` (at or
     above the layer's level): children are chosen in units as ``_descend`` does in pods; at the
     layer's level the units become the next layer's (or pods, past the innermost layer)."""

@@ -7,6 +7,7 @@ read the YAML cluster files and name the offending field on bad input.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,13 +108,21 @@ class GenerateStep(_Strict):
 
 
 class PerfModel(_Strict):
-    """Per-node relative GPU throughput (1.0 = fleet median), drawn deterministically."""
+    """Per-node relative GPU throughput (1.0 = fleet median), drawn deterministically.
 
-    distribution: Literal["identical", "normal", "uniform"] = "identical"
+    ``tail``: each GPU draws a body ``normal(mean, stddev)``, except a share ``tailShare`` of
+    slow outliers whose slowdown is uniform between 1 + (``tailWorst`` − 1)/5 and ``tailWorst``
+    (perf = 1/slowdown); a node runs at its slowest GPU (a synchronous job waits for it). The
+    shape of Sinha et al., "Not All GPUs Are Created Equal", SC22: a body a few percent wide
+    (8 % average variation within one SKU, 22 % at most) and outliers up to 1.5× slower."""
+
+    distribution: Literal["identical", "normal", "uniform", "tail"] = "identical"
     mean: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     stddev: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     low: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     high: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    tail_share: float = Field(default=0.0, ge=0, le=1, alias="tailShare", allow_inf_nan=False)
+    tail_worst: float = Field(default=1.5, ge=1, alias="tailWorst", allow_inf_nan=False)
     seed: int = 0
 
 
@@ -224,11 +233,20 @@ class FlavorModel(_Strict):
             labels = dict(self.node_labels)
             for step, value in zip(self.generate, path):
                 labels[step.level] = value
-            nodes.append(NodeInfo(name=path[-1], labels=labels, allocatable=alloc, perf=self._draw_perf(rng)))
+            nodes.append(NodeInfo(name=path[-1], labels=labels, allocatable=alloc, perf=self._draw_perf(rng, max(alloc.gpu, 1))))
         return nodes
 
-    def _draw_perf(self, rng: random.Random) -> float:
+    def _draw_perf(self, rng: random.Random, gpus: int = 1) -> float:
         p = self.perf
+        if p.distribution == "tail":
+            slowest = math.inf
+            for _ in range(gpus):
+                if rng.random() < p.tail_share:
+                    perf = 1.0 / rng.uniform(1.0 + (p.tail_worst - 1.0) / 5.0, p.tail_worst)
+                else:
+                    perf = max(0.05, rng.gauss(p.mean, p.stddev))
+                slowest = min(slowest, perf)
+            return round(slowest, 4)
         if p.distribution == "normal":
             return round(max(0.05, rng.gauss(p.mean, p.stddev)), 4)
         if p.distribution == "uniform":
@@ -241,6 +259,9 @@ class ClusterModel(_Strict):
 
     name: str = Field(min_length=1)
     description: str = ""
+    profiles: str | None = Field(default=None, min_length=1)
+    """The profiles document written for this cluster, relative to this file (commands use it
+    when no ``--profiles`` is given)."""
     flavors: list[FlavorModel] = Field(min_length=1)
 
     @field_validator("flavors")

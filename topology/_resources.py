@@ -13,17 +13,17 @@ from dataclasses import dataclass
 __all__ = [
     "CPU",
     "GPU",
+    "LIMITS",
+    "MAX_COUNT",
     "MEMORY",
     "NUM_RESOURCES",
     "PODS",
-    "LIMITS",
-    "MAX_COUNT",
     "RESOURCE_NAMES",
     "ResourceVector",
     "parse_amount",
+    "parse_count",
     "parse_cpu_milli",
     "parse_memory_mib",
-    "parse_count",
 ]
 
 GPU, CPU, MEMORY, PODS = 0, 1, 2, 3

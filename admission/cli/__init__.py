@@ -28,6 +28,25 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+KERNEL_COMMANDS = frozenset({"simulate", "place", "bench"})
+"""Commands that run the numba placement kernels (compiled on first use, then cached)."""
+
+
+def kernels_cached() -> bool:
+    """Whether numba has cached the placement kernels: its index files sit in ``__pycache__``
+    beside ``topology/_kernels.py``, or under ``NUMBA_CACHE_DIR`` when that is set."""
+    import os
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    spec = find_spec("topology._kernels")
+    if spec is None or spec.origin is None:
+        return True
+    custom = os.environ.get("NUMBA_CACHE_DIR")
+    places = [Path(custom)] if custom else [Path(spec.origin).parent / "__pycache__", Path.home() / ".cache" / "numba"]
+    return any(next(p.rglob("_kernels.*.nbi"), None) is not None for p in places if p.is_dir())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
@@ -35,10 +54,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     name = args[0]
     if name not in COMMANDS:
-        print(f"atoll: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        from admission.cli._args import suggest
+
+        print(f"atoll: unknown command {name!r}{suggest(name, list(COMMANDS))} (atoll --help lists the commands)", file=sys.stderr)
         return 2
+    if name in KERNEL_COMMANDS and not any(a in ("-h", "--help") for a in args) and not kernels_cached():
+        from admission.cli._args import announce_after_parse
+
+        announce_after_parse("atoll: compiling the placement kernels (about 20 s, once; later runs reuse the cache)")
     module = importlib.import_module(COMMANDS[name][0])
-    code: int = module.main(args[1:])
+    try:
+        code: int = module.main(args[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (atoll audit | head): stop quietly, as a shell tool does
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141  # 128 + SIGPIPE, what the shell reports for a tool killed by a closed pipe
     return code
 
 

@@ -6,7 +6,6 @@ controller's whole output, or ``kubectl logs`` of it, can be fed in as is.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import re
@@ -15,7 +14,8 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any
 
-from admission.controller._records import DECISION_EVENT
+from admission.cli._args import Parser
+from admission.controller import DECISION_EVENT
 
 __all__ = ["filter_records", "main", "parse_since", "read_records"]
 
@@ -44,17 +44,24 @@ def _epoch(record: dict[str, Any]) -> float | None:
         return None
 
 
-def read_records(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+def read_records(lines: Iterable[str], tally: list[int] | None = None) -> Iterator[dict[str, Any]]:
+    """The decision records among ``lines``; ``tally`` (when given) becomes ``[lines read, lines
+    that held no record]``."""
+    count = tally if tally is not None else [0, 0]
+    count[:] = [0, 0]
     for line in lines:
+        count[0] += 1
         line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
+        obj: Any = None
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                pass
         if isinstance(obj, dict) and obj.get("event") == DECISION_EVENT:
             yield obj
+        else:
+            count[1] += 1
 
 
 def filter_records(records: Iterable[dict[str, Any]], *, workload: str | None = None, queue: str | None = None,
@@ -102,7 +109,7 @@ def _short(text: str, limit: int) -> str:
 
 
 def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None = None, stdout: IO[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="atoll audit", description="Query Atoll's decision records (JSON lines).")
+    p = Parser(prog="atoll audit", description="Query Atoll's decision records (JSON lines).")
     p.add_argument("file", nargs="?", default="-", help="records file, or - for stdin (default)")
     p.add_argument("--workload", help="NAMESPACE/NAME")
     p.add_argument("--queue", help="LocalQueue (NAMESPACE/NAME or NAME) or ClusterQueue")
@@ -119,15 +126,31 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
     except ValueError as exc:
         print(f"atoll audit: {exc}", file=sys.stderr)
         return 2
+    tally = [0, 0]
+    source = "stdin" if args.file == "-" else args.file
     try:
         if args.file == "-":
-            records = list(read_records(stdin or sys.stdin))
+            src = stdin or sys.stdin
+            if src.isatty():
+                print("atoll audit: waiting for decision records on stdin (pipe them in: kubectl logs deploy/atoll | atoll audit; "
+                      "or name a file); Ctrl-D ends the input", file=sys.stderr)
+            records = list(read_records(src, tally))
         else:
             with open(args.file, encoding="utf-8") as fh:
-                records = list(read_records(fh))
+                records = list(read_records(fh, tally))
     except OSError as exc:
-        print(f"atoll audit: {args.file}: cannot read: {exc.strerror}", file=sys.stderr)
+        print(f"atoll audit: {source}: cannot read: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError:
+        print(f"atoll audit: {source}: not text (decision records are JSON lines)", file=sys.stderr)
+        return 2
+    if not records:
+        lines = "no lines" if tally[0] == 0 else f"none of its {tally[0]:,} line{'s' if tally[0] != 1 else ''} held one"
+        print(f"atoll audit: {source}: no decision records ({lines}); records are the JSON lines with "
+              f"\"event\": \"{DECISION_EVENT}\" that the leader replica of atoll run writes", file=sys.stderr)
+        return 1
+    if tally[1]:
+        print(f"atoll audit: {tally[1]:,} of {tally[0]:,} lines held no decision record (skipped)", file=sys.stderr)
     chosen = filter_records(records, workload=args.workload, queue=args.queue, outcome=args.outcome, since=since)
     if args.format == "json":
         json.dump(chosen, out, indent=2, ensure_ascii=False)

@@ -32,10 +32,25 @@ from pydantic import (
     model_validator,
 )
 
-from topology import HOSTNAME_LABEL, Taint, Toleration
-from topology._documents import load_yaml_model
-from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
-from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, parse_amount, parse_cpu_milli
+from admission.cli._args import Parser
+from topology import (
+    CPU,
+    GPU,
+    HOSTNAME_LABEL,
+    LIMITS,
+    MAX_COUNT,
+    MEMORY,
+    PODS,
+    KueueNode,
+    Mode,
+    Taint,
+    Toleration,
+    build_kueue_leaves,
+    kueue_place,
+    load_yaml_model,
+    parse_amount,
+    parse_cpu_milli,
+)
 
 __all__ = ["ScenarioError", "load_scenario", "main", "run_kueue_bestfit_scenario"]
 
@@ -210,7 +225,7 @@ def run_kueue_bestfit_scenario(path: str | Path) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="atoll baseline",
         description="Place a scenario's request as a baseline would. Exit code: 0 fits, 1 does not fit, 2 bad input.",
     )
@@ -225,7 +240,9 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # argparse has printed the usage
         return int(exc.code) if isinstance(exc.code, int) else 2
     try:
-        out = run_kueue_bestfit_scenario(args.scenario)
+        from admission.cli._bundled import bundled_path
+
+        out = run_kueue_bestfit_scenario(bundled_path(args.scenario))
     except ScenarioError as exc:
         print(f"atoll baseline: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,6 @@ placement costs; both rows and the ratio are printed, with the process's peak RS
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import resource
@@ -33,9 +32,12 @@ from typing import Any
 import numpy as np
 import yaml
 
+from admission import vocabulary
+from admission.cli._args import Parser
+
 __all__ = ["main", "run_bench"]
 
-BLOCK, CLIQUE, POOL = "network.example.com/block", "nvidia.com/gpu.clique", "atoll.dev/bench-pool"
+BLOCK, CLIQUE, POOL = "network.example.com/block", "nvidia.com/gpu.clique", vocabulary.BENCH_POOL
 GPU = "nvidia.com/gpu"
 NS = "atoll-bench"
 NOOP_NS = "atoll-bench-noop"
@@ -57,7 +59,7 @@ def _node(name: str, block: int, island: int, gpus: int) -> tuple[dict[str, Any]
 def _workload(ns: str, name: str, pods: int, gpus: int, profile: str) -> dict[str, Any]:
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": name, "namespace": ns},
             "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": pods, "template": {
-                "metadata": {"annotations": {"atoll.dev/profile": profile}},
+                "metadata": {"annotations": {vocabulary.PROFILE: profile}},
                 "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "registry.example.com/train:1",
                          "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}}}]}}}]}}
 
@@ -117,7 +119,7 @@ def _install(port: Any, islands: int, per_island: int, gpus: int) -> int:
     port.create(RESOURCE_FLAVORS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR},
                                    "spec": {"nodeLabels": {POOL: "bench"}}})
     port.create(ADMISSION_CHECKS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck", "metadata": {"name": CHECK},
-                                   "spec": {"controllerName": "atoll.dev/topology"}})
+                                   "spec": {"controllerName": vocabulary.CONTROLLER_NAME}})
     port.create(CLUSTER_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": CQ}, "spec": {
         "namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU], "flavors": [
             {"name": FLAVOR, "resources": [{"name": GPU, "nominalQuota": islands * per_island * gpus}]}]}],
@@ -243,7 +245,7 @@ def run_bench(workloads: int, *, islands: int = 64, per_island: int = 18, gpus: 
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench controller",
+    p = Parser(prog="atoll bench controller",
                                 description="decisions against a real kube-apiserver: admissions/s and check-Pending → status-written latency")
     p.add_argument("--workloads", type=int, default=1000)
     p.add_argument("--islands", type=int, default=64, help="NVLink islands (8 per block)")

@@ -1,8 +1,9 @@
 """``atoll bench quality``: placement quality on a real trace, and the simulator at scale.
 
-Quality: the Microsoft ITP cluster-04 trace (first 14 days, 4,567 training jobs) from
-``../shared/traces`` (beside the repository; ``ATOLL_TRACES_DIR`` overrides) on the bundled
-GB200 NVL72 and DGX H100 SuperPOD models. For each model:
+Quality: the Microsoft ITP cluster-04 trace (first 14 days, 4,567 training jobs), shipped in the
+package (``admission/simulator/traces``, with its source and MIT licence; ``ATOLL_TRACES_DIR``
+overrides the folder) on the bundled GB200 NVL72 and DGX H100 SuperPOD models, under the
+calibrated link model (``--link-model flat-ring`` for the pessimistic one). For each model:
 
 - a load sweep (offered load 0.7 … 1.3, inter-arrival times scaled) over every policy and
   several seeds (tie-breaks drawn anew per seed; GPU speed varying as measured on real
@@ -35,6 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from admission.cli._args import Parser
+
 __all__ = ["main", "scale_cluster", "traces_dir"]
 
 ITP_FILE = "msft_itp_cluster04_day00-14.csv"
@@ -42,7 +45,8 @@ QUALITY_CLUSTERS = ("gb200-nvl72-superpod", "dgx-h100-superpod")
 QUALITY_LOAD = 0.85
 QUALITY_LOADS = "0.7,0.85,1.0,1.15,1.3"
 QUALITY_SEEDS = 3
-QUALITY_GPU_PERF = "normal:0.02"
+QUALITY_GPU_PERF = "tail:0.015:0.01:1.5"
+"""``_sweep.GPU_PERF_TAIL``: a narrow body plus slow outliers (Sinha et al., SC22), drawn per seed."""
 SENSITIVITY_F = (0.02, 0.05, 0.1, 0.2)
 SENSITIVITY_OVERLAP = (0.0, 0.5)
 SENSITIVITY_LOAD = 1.0
@@ -56,11 +60,13 @@ SPINE, SU, CLIQUE, HOST = "network.example.com/spine", "network.example.com/su",
 
 
 def traces_dir() -> Path:
-    """``$ATOLL_TRACES_DIR``, else ``shared/traces`` beside the repository root."""
+    """``$ATOLL_TRACES_DIR``, else the traces shipped in the package."""
+    from admission.cli._bundled import TRACES_DIR
+
     env = os.environ.get("ATOLL_TRACES_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "traces"
+    return TRACES_DIR
 
 
 def scale_cluster(spines: int = 22, sus: int = 8, racks: int = 8, nodes: int = 18) -> Any:
@@ -91,21 +97,20 @@ def scale_cluster(spines: int = 22, sus: int = 8, racks: int = 8, nodes: int = 1
 
 def _spec(cluster: Any, trace: Path, policies: Sequence[str], doc: Any, loads: Sequence[float], seeds: Sequence[int],
           cost: Any) -> Any:
-    from admission.simulator._sweep import SweepSpec, WorkloadSpec
+    from admission.simulator import SweepSpec, WorkloadSpec
 
     return SweepSpec(cluster, WorkloadSpec(str(trace), "itp"), tuple(policies), doc, tuple(loads), tuple(seeds), cost, QUALITY_GPU_PERF)
 
 
-def sensitivity(cluster: Any, trace: Path, doc: Any, seeds: Sequence[int], workers: int | None) -> dict[str, Any]:
+def sensitivity(cluster: Any, trace: Path, doc: Any, seeds: Sequence[int], workers: int | None,
+                link_model: str = "calibrated") -> dict[str, Any]:
     """``atoll-elastic`` mean JCT ÷ ``kueue-bestfit``'s (common jobs, paired per seed) per f × overlap."""
-    from admission.simulator._compare import compare, verdict
-    from admission.simulator._cost import CostParams
-    from admission.simulator._sweep import run_sweep
+    from admission.simulator import CostParams, compare, run_sweep, verdict
 
     table: dict[str, Any] = {}
     for f in SENSITIVITY_F:
         for o in SENSITIVITY_OVERLAP:
-            cost = CostParams(comm_fraction=((math.inf, f),), overlap={"training": o})
+            cost = CostParams(comm_fraction=((math.inf, f),), overlap={"training": o}, link_model=link_model)
             records, _ = run_sweep(_spec(cluster, trace, SENSITIVITY_POLICIES, doc, (SENSITIVITY_LOAD,), seeds, cost), workers=workers)
             cmp = compare(records, load=SENSITIVITY_LOAD, seeds=seeds, policies=SENSITIVITY_POLICIES, baseline="kueue-bestfit")
             d = cmp.diffs["atoll-elastic"]["mean_jct_s"]
@@ -131,21 +136,20 @@ def format_sensitivity(table: dict[str, Any], title: str) -> str:
 
 
 def binding(cluster: Any, trace: Path, doc: Any, loads: Sequence[float], seeds: Sequence[int], workers: int | None,
-            bindings: Sequence[str]) -> list[Any]:
+            bindings: Sequence[str], link_model: str = "calibrated") -> list[Any]:
     """Atoll under each binding, and ``kueue-bestfit``, compared load by load on the jobs every row
     completed. A row is named ``<policy> <binding>``: ``exact`` pins pods to the planned nodes,
     the others are kube-scheduler models binding inside the ``domain`` selector."""
     from dataclasses import replace
 
-    from admission.simulator._compare import compare
-    from admission.simulator._cost import CostParams
-    from admission.simulator._sweep import run_sweep
+    from admission.simulator import CostParams, compare, run_sweep
 
     records: dict[Any, Any] = {}
-    base, _ = run_sweep(_spec(cluster, trace, ("kueue-bestfit",), doc, loads, seeds, CostParams()), workers=workers)
+    cost = CostParams(link_model=link_model)
+    base, _ = run_sweep(_spec(cluster, trace, ("kueue-bestfit",), doc, loads, seeds, cost), workers=workers)
     records.update(base)
     for b in bindings:
-        spec = replace(_spec(cluster, trace, BINDING_POLICIES, doc, loads, seeds, CostParams()),
+        spec = replace(_spec(cluster, trace, BINDING_POLICIES, doc, loads, seeds, cost),
                        scheduler=None if b == "exact" else b, enforcement="exact" if b == "exact" else "domain")
         runs, _ = run_sweep(spec, workers=workers)
         records.update({(load, seed, f"{p} {b}"): r for (load, seed, p), r in runs.items()})
@@ -174,11 +178,23 @@ def kept_lines(cmps: Sequence[Any], bindings: Sequence[str]) -> list[str]:
 
 def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: str = QUALITY_LOADS, seeds: int = QUALITY_SEEDS,
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
-            binding_loads: str = BINDING_LOADS) -> tuple[dict[str, Any], int]:
+            binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
+            link_model: str = "calibrated") -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles
-    from admission.simulator._compare import compare, comparison_json, format_sweep, summary_lines, verdict_lines
-    from admission.simulator._cost import SOURCES, CostParams
-    from admission.simulator._sweep import cluster_gpus, parse_loads, run_sweep, seeds_of
+    from admission.simulator import (
+        SOURCES,
+        CostParams,
+        cluster_gpus,
+        compare,
+        comparison_json,
+        format_islands,
+        format_sweep,
+        parse_loads,
+        run_sweep,
+        seeds_of,
+        summary_lines,
+        verdict_lines,
+    )
     from policies import load_profiles_file
     from topology import load_cluster_model
 
@@ -189,14 +205,14 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
     doc = load_profiles_file(resolve_profiles(profiles))
     load_list = [x for x in parse_loads(loads) if x is not None]
     seed_list = seeds_of(0, seeds)
-    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF}
-    for name in QUALITY_CLUSTERS:
+    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model}
+    for name in clusters:
         t0 = time.perf_counter()
         cluster = load_cluster_model(resolve_cluster(name))
         report[name] = {}
         if bindings:
             b_loads = [x for x in parse_loads(binding_loads) if x is not None]
-            b_cmps = binding(cluster, trace, doc, b_loads, seed_list, workers, bindings)
+            b_cmps = binding(cluster, trace, doc, b_loads, seed_list, workers, bindings, link_model)
             kept = kept_lines(b_cmps, bindings)
             report[name]["binding"] = {"comparisons": [comparison_json(c) for c in b_cmps], "kept": kept}
             if fmt == "table":
@@ -206,11 +222,11 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
                 print(f"({time.perf_counter() - t0:.1f} s)\n")
         if not with_quality:
             continue
-        records, _ = run_sweep(_spec(cluster, trace, policies, doc, load_list, seed_list, CostParams()), workers=workers)
+        records, _ = run_sweep(_spec(cluster, trace, policies, doc, load_list, seed_list, CostParams(link_model=link_model)), workers=workers)
         cmps = [compare(records, load=load, seeds=seed_list, policies=policies, baseline="kueue-bestfit") for load in load_list]
         sweep_s = time.perf_counter() - t0
         wanted = with_sensitivity and "elastic" in doc.profiles and {"kueue-bestfit", "atoll-elastic"} <= set(policies)
-        sens = sensitivity(cluster, trace, doc, seed_list, workers) if wanted else {}
+        sens = sensitivity(cluster, trace, doc, seed_list, workers, link_model) if wanted else {}
         wall = time.perf_counter() - t0
         jobs = next(iter(records.values())).status.size
         verdicts = verdict_lines(cmps, prefix=f"{name} ")
@@ -222,9 +238,11 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         if fmt == "table":
             gpus = cluster_gpus(cluster)
             print(format_sweep(cmps, title=f"{name}: ITP cluster04 days 0-14, {jobs:,} jobs on {gpus:,} GPUs, GPU perf "
-                                           f"{QUALITY_GPU_PERF}, {len(seed_list)} seeds per load"))
+                                           f"{QUALITY_GPU_PERF}, link model {link_model}, {len(seed_list)} seeds per load"))
             print()
             print("\n".join(verdicts))
+            print()
+            print(format_islands(cmps, title=f"{name}: whole-island availability and the gang slowdown tail"))
             for c in cmps:
                 for line in summary_lines(c):
                     if line.startswith("atoll-"):
@@ -235,7 +253,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
                                                f"{SENSITIVITY_LOAD:g}, {len(seed_list)} seeds; < 1 = Atoll faster"))
             print(f"({sweep_s:.1f} s sweep, {wall:.1f} s in all)\n")
     if fmt == "table":
-        print(f"cost model: {CostParams().describe()}; sources:")
+        print(f"cost model: {CostParams(link_model=link_model).describe()}; sources:")
         print("\n".join(f"  {key}: {text}" for key, text in SOURCES.items()))
         print()
     return report, 0
@@ -245,7 +263,7 @@ def _scale_child(jobs: int, policies: Sequence[str], seed: int, load: float) -> 
     """Runs inside the child process: build, prepare, simulate; report times and peak memory."""
     from admission.cli._bundled import resolve_profiles
     from admission.cli._simulate import load_workload, run_policies
-    from admission.simulator._metrics import summarize
+    from admission.simulator import summarize
 
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     t0 = time.perf_counter()
@@ -280,7 +298,7 @@ def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str, load: float =
     data: dict[str, Any] = json.loads(proc.stdout)
     data["wall_s"] = round(wall, 2)
     if fmt == "table":
-        from admission.simulator._metrics import format_table
+        from admission.simulator import format_table
 
         print(format_table(data["policies"], title=f"scale: {data['jobs']:,} synthetic jobs on {data['cluster']} "
                                                     f"({data['gpus']:,} GPUs, {data['nodes']:,} nodes), load {data['load']}"))
@@ -293,7 +311,7 @@ def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str, load: float =
 
 
 def main(argv: Sequence[str]) -> int:
-    p = argparse.ArgumentParser(prog="atoll bench quality", description="placement quality on the ITP trace, and the simulator at scale")
+    p = Parser(prog="atoll bench quality", description="placement quality on the ITP trace, and the simulator at scale")
     p.add_argument("--policies", default="count-only,random,kueue-bestfit,kueue-required,atoll-strict,atoll-elastic")
     p.add_argument("--loads", default=QUALITY_LOADS, help=f"offered loads of the sweep (default {QUALITY_LOADS})")
     p.add_argument("--seeds", type=int, default=QUALITY_SEEDS, help=f"seeds per load (default {QUALITY_SEEDS})")
@@ -308,10 +326,17 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--scale-jobs", type=int, default=SCALE_JOBS)
     p.add_argument("--scale-policies", default=",".join(SCALE_POLICIES))
     p.add_argument("--scale-load", type=float, default=QUALITY_LOAD, help="offered load of the scale run (above 1 builds a queue)")
+    p.add_argument("--link-model", choices=("calibrated", "flat-ring"), default="calibrated",
+                   help="how a placement's all-reduce is priced (default calibrated; flat-ring: the pessimistic model)")
+    p.add_argument("--clusters", default=",".join(QUALITY_CLUSTERS), help=f"bundled models to run (default {','.join(QUALITY_CLUSTERS)})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(list(argv))
+    clusters = [c for c in args.clusters.split(",") if c]
+    if not clusters or sorted(set(clusters) - set(QUALITY_CLUSTERS)):
+        print(f"atoll bench quality: --clusters: choose from {', '.join(QUALITY_CLUSTERS)}", file=sys.stderr)
+        return 2
     scale_policies = [s for s in args.scale_policies.split(",") if s]
     if args.scale_child:
         print(json.dumps(_scale_child(args.scale_jobs, scale_policies, args.seed, args.scale_load)))
@@ -324,12 +349,13 @@ def main(argv: Sequence[str]) -> int:
         print(f"atoll bench quality: --bindings: unknown {', '.join(unknown)} (choose from {BINDINGS})", file=sys.stderr)
         return 2
     if not args.skip_quality or bindings:
-        from admission.simulator._sweep import RunFailed
+        from admission.simulator import RunFailed
 
         try:
             out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles, loads=args.loads,
                                            seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity,
-                                           with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads)
+                                           with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads,
+                                           clusters=clusters, link_model=args.link_model)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

@@ -6,13 +6,13 @@ controller would, and evaluates the Workload against the current state.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
+from admission.cli._args import Parser
 from admission.cli._run import configure_logging, default_namespace
 
 __all__ = ["main", "render"]
@@ -56,7 +56,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any = None) -> int:
-    p = argparse.ArgumentParser(prog="atoll explain", description="Why a Workload waits, or why it was placed where it was.")
+    p = Parser(prog="atoll explain", description="Why a Workload waits, or why it was placed where it was.")
     p.add_argument("workload", help="NAMESPACE/NAME")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
     p.add_argument("--namespace", default=default_namespace(os.environ), help="namespace of the profiles ConfigMap (default: $ATOLL_NAMESPACE, else atoll-system)")
@@ -70,10 +70,8 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
         print(f"atoll explain: {args.workload!r}: expected NAMESPACE/NAME", file=sys.stderr)
         return 2
 
-    from admission.controller._loop import Controller
-    from admission.controller._records import Recorder
-    from admission.controller._settings import ConfigSettings, KueueSettings, Settings
-    from admission.kube._client import KubePort, api_client_from_kubeconfig
+    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+    from admission.kube import KubePort, api_client_from_kubeconfig
     from admission.kube.errors import ApiError
 
     configure_logging("warning")

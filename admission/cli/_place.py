@@ -11,18 +11,21 @@ So the verdict and the podSetUpdates shown are the ones the controller would wri
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from admission.cli._bundled import resolve_cluster, resolve_profiles
-from admission.controller._workloads import WorkloadError, parse_object
-from policies import ProfilesError, load_profiles_file
-from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model
-from topology._documents import read_yaml_file
+from admission import vocabulary
+from admission.cli._args import Parser
+from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown
+from admission.controller import WorkloadError, parse_object
+from policies import ProfileLevelError, ProfilesError, load_profiles_file
+from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model, read_yaml_file
 
 __all__ = ["main", "place_workload"]
 
@@ -31,11 +34,11 @@ NOW = 1_800_000_000.0
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="atoll place", description="Where would this workload go? (no cluster needed)")
+    p = Parser(prog="atoll place", description="Where would this workload go? (no cluster needed)")
     p.add_argument("--cluster", default=None, help="cluster model file or bundled name (default gb200-nvl72-superpod)")
     p.add_argument("--workload", required=True, help="a Kueue Workload, Job or JobSet manifest (YAML)")
     p.add_argument("--profile", default=None, help="profile name (default: annotation, queue, then defaultProfile)")
-    p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
+    p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--flavor", default=None, help="flavor of the cluster model (default: the first)")
     p.add_argument("--waited", type=float, default=0.0, help="seconds the workload has already waited (elastic relaxation)")
     p.add_argument("--occupancy", type=float, default=0.0, help="fill nodes at random to this share of GPUs first (what-if)")
@@ -47,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 def _occupancy_pods(flavor: Any, share: float, seed: int) -> list[dict[str, Any]]:
     """Other tenants' pods filling each node to ``share`` of its GPUs on average (binomial draws in
     topology path order, so a seed gives the same cluster every time)."""
-    from admission.simulator._port import quantities
+    from admission.simulator import quantities
 
     if share <= 0:
         return []
@@ -66,12 +69,10 @@ def _occupancy_pods(flavor: Any, share: float, seed: int) -> list[dict[str, Any]
 
 def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, profile: str | None, waited: float) -> dict[str, Any]:
     """The Workload Kueue creates for ``manifest``, with quota reserved on ``flavor`` and Atoll's check Pending."""
-    from admission.controller._records import rfc3339
-    from admission.controller._wait import WAITING_CONDITION
-    from admission.controller._workloads import _as_workload
-    from admission.simulator._port import workload_object
+    from admission.controller import WAITING_CONDITION, as_workload, rfc3339
+    from admission.simulator import workload_object
 
-    wl = manifest if manifest.get("kind") not in ("Job", "JobSet") else _as_workload(manifest)
+    wl = manifest if manifest.get("kind") not in ("Job", "JobSet") else as_workload(manifest)
     meta = wl.get("metadata") or {}
     podsets = [dict(ps) for ps in wl["spec"]["podSets"]]
     for ps in podsets:
@@ -79,7 +80,7 @@ def _kueue_workload(manifest: dict[str, Any], flavor: str, gpu_resource: str, pr
         if profile:
             template = dict(ps["template"])
             tmeta = dict(template.get("metadata") or {})
-            tmeta["annotations"] = {**(tmeta.get("annotations") or {}), "atoll.dev/profile": profile}
+            tmeta["annotations"] = {**(tmeta.get("annotations") or {}), vocabulary.PROFILE: profile}
             template["metadata"] = tmeta
             ps["template"] = template
     obj = workload_object(str(meta.get("name", "workload")), podsets, flavor=flavor, namespace=str(meta.get("namespace") or "default"),
@@ -98,26 +99,18 @@ def place_workload(cluster: Any, doc: Any, workload: dict[str, Any], *, occupied
     the controller on a real apiserver and the simulator's port."""
     from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
     from admission.kube import PODS, WORKLOADS, ManualClock
-    from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
+    from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster
 
     port = MemoryCluster(ManualClock(NOW)).load(cluster_objects(cluster, profiles_for_cluster(doc, cluster)))
     for pod in occupied:
         port.put(PODS, pod)
     port.put(WORKLOADS, workload)
     settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
-    controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(_Discard()),
+    controller = Controller(port, settings=settings, clock=port.clock, read_only=True, recorder=Recorder(io.StringIO()),
                             new_id=lambda: "what-if")
     controller.sync()
     return controller.evaluate(controller.cache.objects[WORKLOADS][f"{workload['metadata']['namespace']}/{workload['metadata']['name']}"],
                                "what-if")
-
-
-class _Discard:
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        return None
 
 
 def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
@@ -142,7 +135,7 @@ def _as_json(verdict: Any, workload: str, flavor: str) -> dict[str, Any]:
 
 
 def _print_table(data: dict[str, Any]) -> None:
-    print(f"workload  {data['workload']}  (flavor {data['flavor']}, profile {data['profile']})")
+    print(f"workload  {data['workload']}  (flavor {data['flavor']}, profile {data['profile']} from {data['profiles']})")
     print(f"decision  {data['outcome'].upper()}: {data['message']}")
     for ps in data.get("podsets", []):
         nodes = ps["nodes"]
@@ -159,27 +152,36 @@ def _print_table(data: dict[str, Any]) -> None:
         print("  other domains:")
         for v in data["why_not"]:
             print(f"    {v['podset']}: {'/'.join(v['path'])}: {v['reason']}")
+    for note in data.get("notes", []):
+        print(f"  note: {note}")
 
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     try:
-        model = load_cluster_model(resolve_cluster(args.cluster))
+        if not 0.0 <= args.occupancy <= 1.0:
+            raise WorkloadError(f"--occupancy: a share of GPUs from 0 to 1, got {args.occupancy:g}")
+        if args.waited < 0:
+            raise WorkloadError(f"--waited: seconds already waited, 0 or more, got {args.waited:g}")
+        cluster_path = resolve_cluster(args.cluster)
+        model = load_cluster_model(cluster_path)
         flavor = model.flavor(args.flavor)
-        doc = load_profiles_file(resolve_profiles(args.profiles))
-        manifest = read_yaml_file(args.workload, WorkloadError)
+        profiles_path = resolve_profiles(args.profiles, cluster_path, model)
+        doc = load_profiles_file(profiles_path)
+        manifest = read_yaml_file(bundled_path(args.workload), WorkloadError)
         try:
             view = parse_object(manifest, gpu_resource=flavor.gpu_resource)
         except WorkloadError as exc:
             raise WorkloadError(f"{args.workload}: {exc}") from None
         profile_name, _ = doc.profile_for(annotation=args.profile or view.profile, local_queue=view.local_queue, cluster_queue=None)
         if view.workload_class and view.workload_class not in doc.classes:
-            raise WorkloadError(f"{args.workload}: annotation atoll.dev/class: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
-    except (ClusterModelError, ProfilesError, WorkloadError, KeyError) as exc:
+            raise WorkloadError(f"{args.workload}: annotation {vocabulary.CLASS}: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
+        _check_levels(doc, profile_name, flavor, cluster_path, model, profiles_path)
+    except (ClusterModelError, ProfilesError, ProfileLevelError, WorkloadError, KeyError) as exc:
         print(f"atoll place: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     if not view.podsets:
-        data = {"workload": view.key, "flavor": flavor.name, "profile": profile_name, "outcome": "admit",
+        data = {"workload": view.key, "flavor": flavor.name, "profile": profile_name, "profiles": shown(profiles_path), "outcome": "admit",
                 "message": f"every PodSet has count 0 ({', '.join(view.empty_podsets)}); nothing to place", "relaxed": False}
         _emit(data, args.format)
         return 0
@@ -191,8 +193,55 @@ def main(argv: Sequence[str]) -> int:
     if verdict.reason == "config":
         print(f"atoll place: {verdict.message}", file=sys.stderr)
         return 2
-    _emit(_as_json(verdict, view.key, flavor.name), args.format)
+    data = _as_json(verdict, view.key, flavor.name)
+    data["profiles"] = shown(profiles_path)
+    if verdict.outcome == "reject":
+        note = _manifest_note(view, flavor)
+        if note:
+            notes = data.setdefault("notes", [])
+            assert isinstance(notes, list)
+            notes.append(note)
+    _emit(data, args.format)
     return 0
+
+
+def _check_levels(doc: Any, profile_name: str, flavor: Any, cluster_path: Path, model: Any, profiles_path: Path) -> None:
+    """The chosen profile's levels against the flavor's, before deciding: a misspelt level label in
+    the cluster model is the model's configuration error (with the near match), and a profiles
+    document written for another fabric names the one this cluster model names."""
+    labels = tuple(lv.label for lv in flavor.level_specs())  # the flavor's Topology, as the controller reads it
+    try:
+        doc.profiles[profile_name].for_flavor(flavor.name, labels, name=profile_name)
+    except ProfileLevelError as exc:
+        if exc.typo and exc.typo_in == "flavor":
+            have, want = exc.typo
+            raise ClusterModelError(f"{shown(cluster_path)}: flavors[{flavor.name}].levels: label {have!r} looks misspelt: did you mean "
+                                    f"{want!r}? (profile {profile_name} of {shown(profiles_path)} names {want!r}); a configuration error "
+                                    "in the cluster model: fix the label") from None
+        own = model_profiles(cluster_path, model)
+        if own is not None and own.resolve() != profiles_path.resolve():
+            raise ProfileLevelError(f"{shown(profiles_path)}: {exc}; cluster {model.name} is set up with {shown(own)}: "
+                                    f"use --profiles {shown(own)} (or leave --profiles out)") from None
+        raise ProfileLevelError(f"{shown(profiles_path)}: {exc}") from None
+
+
+def _manifest_note(view: Any, flavor: Any) -> str | None:
+    """For a Reject: the manifest's own topology annotations, which no profile relaxes, and how
+    large the domains they name are on this flavor."""
+    keys = ("kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-slice-required-topology", "kueue.x-k8s.io/podset-group-name",
+            vocabulary.NEAR_MIN_BANDWIDTH_GBPS, vocabulary.NEAR_LEVEL)
+    asked = [f"podSets[{name}] {k}: {t.annotations[k]}" for name, t in view.templates.items() for k in keys if k in t.annotations]
+    if not asked:
+        return None
+    levels = {t.annotations[k] for t in view.templates.values() for k in keys[:2] if k in t.annotations}
+    snapshot = Snapshot(flavor.name, flavor.level_specs(), flavor.build_nodes(), node_level=flavor.node_level())
+    sizes = []
+    for label in sorted(levels & set(snapshot.level_labels)):
+        lvl = snapshot.level_index(label)
+        largest = max(int(snapshot.alloc[a:b, 0].sum()) for a, b in (snapshot.domain_range(lvl, d) for d in range(snapshot.num_domains(lvl))))
+        sizes.append(f"the largest {label} domain of flavor {flavor.name} holds {largest} GPUs")
+    return ("the manifest's own annotations ask for this (" + "; ".join(asked) + "), and no profile relaxes them"
+            + (": " + ", ".join(sizes) if sizes else "") + "; run it on a cluster whose domains are large enough")
 
 
 def _emit(data: dict[str, Any], fmt: str) -> None:

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import structlog
 
-from admission.controller._settings import ConfigSettings, KueueSettings, LeaderSettings, ServeSettings, Settings
-from admission.webhook._settings import WebhookSettings
+from admission.cli._args import Parser
+from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings
+from admission.kube import LeaderSettings
+from admission.webhook import WebhookSettings
 
 __all__ = ["build_settings", "build_webhook_settings", "configure_logging", "default_namespace", "main", "parser"]
 
@@ -39,7 +41,7 @@ def default_namespace(env: Mapping[str, str]) -> str:
 
 def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     env = os.environ if env is None else env
-    p = argparse.ArgumentParser(prog="atoll run", description="Run Atoll's Kueue admission-check controller.")
+    p = Parser(prog="atoll run", description="Run Atoll's Kueue admission-check controller.")
     p.add_argument("--kubeconfig", default=env.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     p.add_argument("--namespace", default=default_namespace(env), help="namespace of the profiles ConfigMap and the leader Lease "
                    "(default: $ATOLL_NAMESPACE, else the pod's namespace, else atoll-system)")
@@ -52,7 +54,13 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_LEADER_ELECT", "true") != "false",
                    help="elect a leader on a Lease (default on; the chart runs 2 replicas)")
     p.add_argument("--lease-name", default=env.get("ATOLL_LEASE_NAME", "atoll-controller"))
+    p.add_argument("--warm-standby", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_WARM_STANDBY", "true") != "false",
+                   help="a standby watches the cluster and compiles its kernels before it leads, so a failover needs no "
+                        "relist (default on; off starts everything at takeover)")
     p.add_argument("--identity", default=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}", help="leader-election identity")
+    p.add_argument("--park-waiting", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_PARK_WAITING", "false") == "true",
+                   help="a Workload waiting for a domain keeps the check Pending (Kueue keeps its quota) and is decided again when "
+                        "room frees, instead of a Retry on the profile's backoff (env ATOLL_PARK_WAITING)")
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
     w.add_argument("--webhook-port", type=int, default=int(env.get("ATOLL_WEBHOOK_PORT", "0")),
@@ -82,6 +90,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         config=ConfigSettings(namespace=args.namespace, configmap=args.configmap),
         leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port),
+        decisions=DecisionSettings(park_waiting=args.park_waiting),
     )
 
 
@@ -113,10 +122,8 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     configure_logging(args.log_level)
     log = structlog.get_logger("atoll.run")
 
-    from admission.controller._loop import Controller
-    from admission.controller._metrics import HttpEndpoints, Metrics
-    from admission.kube._client import KubePort, api_client_from_kubeconfig
-    from admission.kube._leader import LeaderElector
+    from admission.controller import Controller, HttpEndpoints, Metrics
+    from admission.kube import KubePort, LeaderElector, api_client_from_kubeconfig
     from admission.kube.errors import ApiError
 
     try:
@@ -125,20 +132,26 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         print(f"atoll run: cannot load cluster credentials ({args.kubeconfig or 'in-cluster'}): {exc}", file=sys.stderr)
         return 2
     port = KubePort(api, settings.api)
-    elector = LeaderElector(port, namespace=settings.config.namespace, identity=args.identity, settings=settings.leader) \
-        if settings.leader.enabled else None
+    elector = None
+    if settings.leader.enabled:
+        # the elector's own port: one attempt per call, each within the round's renew deadline
+        # (its rounds, every retry period, are its retries)
+        lease_port = KubePort(api, settings.api.model_copy(update={"backoffs": ()}))
+        elector = LeaderElector(lease_port, namespace=settings.config.namespace, identity=args.identity, settings=settings.leader)
+        lease_port.budget = elector.round_budget
     # The controller writes through a port fenced by the lease: no attempt of a write, retries
-    # included, is sent once this replica's term may have ended (the elector and the webhook use
-    # the plain port: the Lease is how the term is kept, and every replica serves the webhook).
-    fenced = KubePort(api, settings.api, fence=elector.valid) if elector is not None else port
+    # included, is sent or waited on past this replica's term (less a margin); the webhook uses
+    # its own port: every replica serves it.
+    fenced = KubePort(api, settings.api, fence=elector.write_window) if elector is not None else port
     metrics = Metrics()
     controller = Controller(fenced, settings=settings, metrics=metrics, identity=args.identity,
                             lease_term=(lambda: elector.term) if elector is not None else None)
     stop = stop or threading.Event()
     running = threading.Event()
+    warm = elector is not None and args.warm_standby
 
     def alive() -> tuple[bool, str]:
-        if not running.is_set():
+        if not running.is_set() and not warm:
             return True, "standby"
         stalled = controller.clock.monotonic() - controller.heartbeat
         return (stalled < settings.serve.stall_seconds), f"worker loop last turned {stalled:.1f}s ago"
@@ -150,11 +163,13 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
 
     webhook = None
     if webhook_settings.port:
-        from admission.webhook import CertError, Webhook
+        from admission.webhook import CertError, Webhook, review_time_left
 
         try:
             # its own retries: an answer must come within the webhook's timeoutSeconds, not after the controller's patience
-            webhook = Webhook(KubePort(api, webhook_settings.api_retry()), webhook_settings).start()
+            # and one budget per review: each attempt and wait asks what is left of it
+            webhook = Webhook(KubePort(api, webhook_settings.api_retry(), deadline=review_time_left), webhook_settings,
+                              watch_port=port).start()
         except (CertError, OSError) as exc:
             print(f"atoll run: webhook on port {webhook_settings.port}: {exc}", file=sys.stderr)
             return 2
@@ -168,7 +183,10 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     def started() -> None:
         running.set()
         metrics.leader.set(1)
-        controller.start()
+        if warm:
+            controller.lead()
+        else:
+            controller.start()
 
     def stopped() -> None:
         controller.stop()
@@ -179,6 +197,8 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
              admission_check=settings.kueue.admission_check or "*", leader_elect=settings.leader.enabled)
     try:
         if elector is not None:
+            if warm:
+                controller.start(leading=False)  # watching and warmed up, deciding once it leads
             elector.run(stop, started, stopped)
             if not stop.is_set():
                 log.error("lost leadership; exiting so a fresh process campaigns again")
@@ -191,6 +211,7 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
         log.error("fatal API error", error=str(exc))
         return 1
     finally:
+        controller.stop()  # a standby that never led stops its watches here
         endpoints.stop()
         if webhook is not None:
             webhook.stop()

@@ -13,31 +13,59 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import TextIO
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
 
-from admission.cli._bundled import resolve_cluster, resolve_profiles
-from admission.simulator._compare import Comparison, compare, comparison_json, format_comparison, format_sweep, summary_lines, verdict_lines
-from admission.simulator._cost import CostError, CostParams, parse_bandwidths, parse_comm_fraction, parse_overlap
-from admission.simulator._jobs import Job
-from admission.simulator._policies import DEFAULT_POLICIES, AtollPolicy, Policy, PolicyError, make_policies
-from admission.simulator._sim import SimResult, SimSettings, build_snapshots, prepare_workload, simulate
-from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
-from admission.simulator._sweep import (
+from admission.cli._args import Parser
+from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
+from admission.simulator import (
+    GPU_PERF_TAIL,
+    INVARIANT_KEYS,
+    LINK_MODELS,
+    AtollPolicy,
+    Comparison,
+    CostError,
+    CostParams,
+    Job,
+    Policy,
+    PolicyError,
     RunFailed,
+    SimResult,
+    SimSettings,
+    Slicing,
     SweepSpec,
+    TraceError,
+    TraceFormat,
     WorkloadSpec,
     available_cores,
+    build_snapshots,
     cluster_gpus,
+    compare,
+    comparison_json,
+    format_comparison,
+    format_islands,
+    format_sweep,
+    make_policies,
+    parse_bandwidths,
+    parse_comm_fraction,
+    parse_link_model,
     parse_loads,
+    parse_overlap,
+    prepare_workload,
     run_sweep,
     seeds_of,
+    simulate,
+    slice_workload,
+    sliced_jobs,
+    summary_lines,
+    verdict_lines,
     with_gpu_perf,
     workload_jobs,
 )
-from admission.simulator._traces import TraceError, TraceFormat
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
@@ -46,17 +74,18 @@ __all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_pe
 DEFAULT_JOBS = 1000
 DEFAULT_LOAD = 1.3
 DEFAULT_SEEDS = 4
-DEFAULT_GPU_PERF = "normal:0.02"
-"""Same-SKU GPU speed spread of the first command: σ 2 % puts the middle 99 % of GPUs within
-≈ ±5 % of the median, the 8 % average variation reported by Sinha et al. (SC22)."""
+DEFAULT_GPU_PERF = GPU_PERF_TAIL
+"""Same-SKU GPU speed of the first command and of trace runs on the bundled models: a narrow
+body plus slow outliers, the shape Sinha et al. (SC22) measured (``_sweep.GPU_PERF_TAIL``)."""
 DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required", "atoll-strict", "atoll-elastic")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
+    p = Parser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
     p.add_argument("--cluster", default=None, help="cluster model file or bundled name (default gb200-nvl72-superpod)")
     p.add_argument("--trace", default=None,
-                   help="trace file: itp CSV, openb pod list CSV, or synthetic parameters (YAML/JSON); omit for the default synthetic workload")
+                   help=f"trace file: itp CSV, openb pod list CSV, or synthetic parameters (YAML/JSON), or a bundled trace "
+                        f"({', '.join(TRACES)}: ITP cluster 04, 14 days, MIT); omit for the default synthetic workload")
     p.add_argument("--trace-format", choices=("itp", "openb", "synthetic"), default=None,
                    help="format of --trace (default: synthetic without --trace, itp with it)")
     p.add_argument("--nodes", default=None, help="openb: the trace's node list CSV (sets the pod split; the fabric is --cluster)")
@@ -72,14 +101,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=None,
                    help=f"how many seeds per configuration (default {DEFAULT_SEEDS} for synthetic workloads, 3 for traces)")
     p.add_argument("--gpu-perf", default=None, metavar="SPEC",
-                   help="per-node relative GPU throughput for every generated flavor: identical, normal:STDDEV, normal:MEAN:STDDEV "
-                        f"or uniform:LOW:HIGH (default {DEFAULT_GPU_PERF} without --cluster and --trace, else as the model says)")
+                   help="per-node relative GPU throughput for every generated flavor: identical, normal:STDDEV, normal:MEAN:STDDEV, "
+                        f"uniform:LOW:HIGH or tail:BODY_STDDEV:SHARE:WORST (default {DEFAULT_GPU_PERF}, drawn anew per seed, on a "
+                        "bundled cluster or without --cluster; a cluster file keeps its own perf)")
     p.add_argument("--cost-comm-fraction", default=None, metavar="SPEC",
                    help="share of an ideal step in all-reduce for multi-GPU training: 0.1, or by size 8:0.05,64:0.1,*:0.15 (default 0.1)")
     p.add_argument("--cost-overlap", default=None, metavar="SPEC",
                    help="share of the all-reduce hidden behind compute: 0.5 (training) or training=0.5,inference=0 (default 0)")
     p.add_argument("--cost-bandwidth", default=None, metavar="LEVEL=GBPS[,...]",
                    help="per-GPU link bandwidth per topology level, e.g. su=400 (default: the cluster model's vendor figures)")
+    p.add_argument("--link-model", default="calibrated", metavar="MODEL",
+                   help=f"how a placement's all-reduce is priced: {' or '.join(LINK_MODELS)} (default calibrated: NCCL's algorithms "
+                        "on aggregated rails, checked against published nccl-tests points by `atoll bench collectives`; flat-ring: "
+                        "every GPU on one rail of the slowest link crossed, the pessimistic end)")
     p.add_argument("--slice-level", default=None, metavar="LEVEL",
                    help="give Kueue's slice annotations (podset-slice-required-topology: LEVEL, podset-slice-size) to every "
                         "training job that no single LEVEL domain of its empty flavor can hold and whose pod count is a multiple "
@@ -88,8 +122,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-size", type=int, default=None, metavar="PODS", help="pods per slice, with --slice-level (e.g. 16)")
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
+    p.add_argument("--parking", choices=("on", "off"), default="off",
+                   help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
+                        "controller's --park-waiting); off (default, as the controller): every wait is a Retry decided again when its "
+                        "backoff ends")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
-    p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
+    p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--plots", default=None, metavar="DIR", help="write PNG plots into DIR")
     return p
@@ -165,20 +203,36 @@ def run_policies(
     return out
 
 
-def _check_profile_levels(policies: Sequence[Policy], snapshots: Sequence[Snapshot]) -> None:
+def _check_profile_levels(policies: Sequence[Policy], snapshots: Sequence[Snapshot], hint: str = "a --profiles document for this cluster") -> None:
     """Fail before any run when an Atoll profile names a level a flavor lacks (decide() would
-    raise the same error mid-run, after the other policies had been simulated)."""
+    raise the same error mid-run, after the other policies had been simulated). A list of levels
+    resolves to the first the flavor has, as the controller resolves it."""
     for policy in policies:
         if not isinstance(policy, AtollPolicy):
             continue
-        prof = policy.profile
-        for key, label in (("requiredLevel", prof.required_level), ("preferredLevel", prof.preferred_level),
-                           ("maxSpanLevel", prof.max_span_level)):
-            for snap in snapshots:
-                if label and label not in snap.level_labels:
-                    raise ProfileLevelError(f"profiles.{policy.profile_name}.{key}: flavor {snap.flavor} has no level {label!r} "
-                                            f"(levels: {list(snap.level_labels)}); pick --policies without {policy.name} "
-                                            "or a --profiles document for this cluster")
+        for snap in snapshots:
+            try:
+                policy.profile.for_flavor(snap.flavor, snap.level_labels, name=policy.profile_name)
+            except ProfileLevelError as exc:
+                raise ProfileLevelError(f"{exc}; pick --policies without {policy.name} or {hint}") from None
+
+
+def too_few_jobs(jobs: Sequence[Job], loads: Sequence[float | None]) -> str | None:
+    """A warning when the jobs arrive over less than twice the mean job's runtime at the highest
+    asked load: the queue then has no time to build before the cluster drains, so the run's wait
+    and GPU use say little about that load (400 ITP jobs at load 1.3 read 0 h wait, 43 % GPU use)."""
+    asked = [x for x in loads if x is not None]
+    if not asked or len(jobs) < 2:
+        return None
+    window = max(j.submit_s for j in jobs) - min(j.submit_s for j in jobs)  # arrivals scale as 1/load
+    window *= (loads[0] or max(asked)) / max(asked)
+    runtime = sum(j.duration_s for j in jobs) / len(jobs)
+    if window >= 2 * runtime:
+        return None
+    need = math.ceil(len(jobs) * 2 * runtime / max(window, 1.0))
+    return (f"{len(jobs):,} jobs at load {max(asked):g} arrive over {window / 3600:.1f} h, less than twice the mean job's runtime "
+            f"({runtime / 3600:.1f} h): the queue has no time to build before the cluster drains, so wait and GPU use understate "
+            f"that load; about --jobs {need:,} would give it room")
 
 
 def _cost_params(args: argparse.Namespace) -> CostParams:
@@ -186,6 +240,7 @@ def _cost_params(args: argparse.Namespace) -> CostParams:
         comm_fraction=parse_comm_fraction(args.cost_comm_fraction) if args.cost_comm_fraction is not None else None,
         overlap=parse_overlap(args.cost_overlap) if args.cost_overlap is not None else None,
         bandwidth_gbps=parse_bandwidths(args.cost_bandwidth) if args.cost_bandwidth is not None else {},
+        link_model=parse_link_model(args.link_model),
     )
 
 
@@ -207,15 +262,16 @@ def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slic
 
 def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
     try:
-        SimSettings(**({"scheduler": scheduler} if scheduler else {}), **({"enforcement": enforcement} if enforcement else {}))
+        chosen: dict[str, Any] = {"scheduler": scheduler, "enforcement": enforcement}
+        SimSettings(**{k: v for k, v in chosen.items() if v})
     except (TypeError, ValueError) as exc:
         raise PolicyError(f"--scheduler/--enforcement: {exc}") from None
 
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
+    args.trace = resolve_trace(args.trace)
     fmt: TraceFormat = args.trace_format or ("synthetic" if args.trace is None else "itp")
-    first_command = args.cluster is None and args.trace is None
     t0 = time.perf_counter()
     try:
         if args.jobs is not None and args.jobs < 1:
@@ -230,24 +286,34 @@ def main(argv: Sequence[str]) -> int:
         seeds = seeds_of(args.seed, args.seeds if args.seeds is not None else (DEFAULT_SEEDS if fmt == "synthetic" else 3))
         cost = _cost_params(args)
         _settings_check(args.scheduler, args.enforcement)
-        cluster = load_cluster_model(resolve_cluster(args.cluster))
-        gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if first_command else None)
+        cluster_path = resolve_cluster(args.cluster)
+        cluster = load_cluster_model(cluster_path)
+        bundled = args.cluster is None or not Path(args.cluster).suffix  # a bundled name, not a file of its own
+        gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if bundled else None)
         if gpu_perf is not None:
             with_gpu_perf(cluster, gpu_perf, args.seed)  # checks the spec before any run
         names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
-        doc = load_profiles_file(resolve_profiles(args.profiles))
+        profiles_path = resolve_profiles(args.profiles, cluster_path, cluster)
+        doc = load_profiles_file(profiles_path)
         policies = make_policies(names, doc, seed=args.seed)
-        _check_profile_levels(policies, build_snapshots(cluster))
+        own = model_profiles(cluster_path, cluster)
+        _check_profile_levels(policies, build_snapshots(cluster),
+                              f"--profiles {shown(own)} (the document cluster {cluster.name} is set up with)" if own else
+                              "a --profiles document for this cluster")
         names = [p.name for p in policies]
         if args.baseline is not None and args.baseline not in names:
             raise PolicyError(f"--baseline: {args.baseline!r} is not among --policies ({', '.join(names)})")
         baseline = args.baseline or ("kueue-bestfit" if "kueue-bestfit" in names else names[0])
         workload = WorkloadSpec(args.trace, fmt, args.nodes, args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None))
         first_jobs = workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
+        warning = too_few_jobs(first_jobs, loads)
+        if warning:
+            print(f"atoll simulate: warning: {warning}", file=sys.stderr)
         slicing = _slicing(args.slice_level, args.slice_size, cluster)
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
-                         slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset())
+                         slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
+                         parking=args.parking == "on")
         progress = _Progress(sys.stderr, sys.stderr.isatty())
         records, results = run_sweep(spec, workers=args.workers, progress=progress.start("simulating", "runs"))
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
@@ -272,17 +338,21 @@ def main(argv: Sequence[str]) -> int:
              f"{len(records)} runs on {min(args.workers or available_cores(), len(records))} cores in {wall:.1f} s")
     if args.format == "json":
         print(json.dumps({
-            "cluster": cluster.name, "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
+            "cluster": cluster.name, "profiles": shown(profiles_path), "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
             "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
+            "runs": [{"load": load, "seed": seed, "policy": name, **{k: records[(load, seed, name)].summary[k] for k in INVARIANT_KEYS}}
+                     for load in loads for seed in seeds for name in names],
             "comparisons": [comparison_json(c) for c in cmps],
             **({"comparisons_vs_" + second: [comparison_json(c) for c in others]} if second else {}),
         }, indent=2))
     else:
         print(_text(cmps, title, cost, others))
+        print(f"profiles: {shown(profiles_path)}")
+        print(_bands(first, seeds[0], loads[0]))
     if args.plots:
-        from admission.simulator._plots import write_plots, write_sweep_plots
+        from admission.simulator import write_plots, write_sweep_plots
 
         paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name)
         if len(loads) > 1:
@@ -298,6 +368,26 @@ def _second_baseline(names: Sequence[str], baseline: str) -> str | None:
     return other if other in names and any(n.startswith("atoll-") for n in names) else None
 
 
+def _bands(first: Mapping[str, Any], seed: int, load: float | None) -> str:
+    """Wait by size band and decisions per job, per policy, on the first run (all its jobs)."""
+    rows = {name: record.summary for name, record in first.items()}
+    bands = list(next(iter(rows.values()))["wait_by_size_band"]) if rows else []
+    head = ["policy", "decisions/job"] + [f"{b} GPUs p95/max wait h" for b in bands]
+
+    def hours(v: Any) -> str:
+        return "–" if v is None else f"{v / 3600:.2f}"
+
+    table = [head] + [[name, f"{s['decisions_per_job']:.2f}" if s.get("decisions_per_job") is not None else "–"]
+                      + [f"{hours(w['p95_wait_s'])} / {hours(w['max_wait_s'])}" + (f" ({w['never_started']} never)" if w["never_started"] else "")
+                         for w in s["wait_by_size_band"].values()] for name, s in rows.items()]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    out = [f"wait by size band, all jobs of seed {seed}" + (f", load {load:g}" if load is not None else "")]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[:1]]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[1:]]
+    return "\n".join(out)
+
+
 def _text(cmps: Sequence[Comparison], title: str, cost: CostParams, others: Sequence[Comparison] = ()) -> str:
     lines: list[str] = []
     if len(cmps) == 1:
@@ -311,5 +401,7 @@ def _text(cmps: Sequence[Comparison], title: str, cost: CostParams, others: Sequ
         lines.append("")
         lines.extend(verdict_lines(cmps))
         lines.extend(verdict_lines(others))
+    lines.append("")
+    lines.append(format_islands(cmps, title="whole-island availability and the gang slowdown tail"))
     lines.append(f"cost model: {cost.describe()}")
     return "\n".join(lines)

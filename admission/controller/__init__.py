@@ -19,12 +19,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from admission.controller._cache import ClusterCache, FlavorProblem, node_info, pod_usage
+    from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem, node_info, pod_usage
     from admission.controller._decide import Decider, Verdict
     from admission.controller._events import EventPoster
-    from admission.controller._invariant import Violation, check_invariant
+    from admission.controller._invariant import OwedPods, Violation, check_invariant
     from admission.controller._ledger import (
         ANN_DECISION_ID,
+        ANN_ENFORCEMENT,
         ANN_PLANNED_NODES,
         Ledger,
         Reservation,
@@ -35,13 +36,14 @@ if TYPE_CHECKING:
     )
     from admission.controller._loop import Controller
     from admission.controller._metrics import HttpEndpoints, Metrics
-    from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time
+    from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time, rfc3339
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
     from admission.controller._settings import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
-    from admission.controller._wait import WAITING_CONDITION, read_wait_state
+    from admission.controller._wait import WAITING_CONDITION, read_wait_state, waiting_condition
     from admission.controller._workloads import (
         WorkloadError,
         WorkloadView,
+        as_workload,
         check_entry,
         condition_true,
         load_workload_file,
@@ -50,6 +52,12 @@ if TYPE_CHECKING:
     )
 
 _WHERE = {
+    "ANN_ENFORCEMENT": "_ledger",
+    "BoundPod": "_cache",
+    "OwedPods": "_invariant",
+    "as_workload": "_workloads",
+    "rfc3339": "_records",
+    "waiting_condition": "_wait",
     "ANN_DECISION_ID": "_ledger",
     "ANN_PLANNED_NODES": "_ledger",
     "ClusterCache": "_cache",
@@ -98,10 +106,12 @@ _WHERE = {
 
 __all__ = [
     "ANN_DECISION_ID",
+    "ANN_ENFORCEMENT",
     "ANN_PLANNED_NODES",
     "DECISION_EVENT",
     "REQUEUE_CONDITION",
     "WAITING_CONDITION",
+    "BoundPod",
     "ClusterCache",
     "ConfigSettings",
     "Controller",
@@ -114,6 +124,7 @@ __all__ = [
     "KueueSettings",
     "Ledger",
     "Metrics",
+    "OwedPods",
     "PodSetRecord",
     "Recorder",
     "RequeueRequest",
@@ -127,6 +138,7 @@ __all__ = [
     "WhyNotRecord",
     "WorkloadError",
     "WorkloadView",
+    "as_workload",
     "check_entry",
     "check_invariant",
     "condition_true",
@@ -141,6 +153,8 @@ __all__ = [
     "pod_usage",
     "read_wait_state",
     "requeue_request",
+    "rfc3339",
+    "waiting_condition",
 ]
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 import structlog
 
+from admission import vocabulary
+from admission.controller._slim import SLIM
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS, Obj, Resource, newer, object_key
 from policies import DEFAULT_FABRIC_LINK, DEFAULT_LINKS, ProfilesDocument
 from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration
@@ -36,7 +38,7 @@ __all__ = [
     "succeeded_pod",
 ]
 
-PERF_ANNOTATION = "atoll.dev/gpu-perf"
+PERF_ANNOTATION = vocabulary.GPU_PERF
 _log = structlog.get_logger("atoll.cache")
 
 
@@ -152,7 +154,7 @@ def _decision_of(obj: Obj) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
-    return str(ann.get("atoll.dev/decision-id", "")), str(labels.get("kueue.x-k8s.io/podset", ""))
+    return str(ann.get(vocabulary.DECISION_ID, "")), str(labels.get("kueue.x-k8s.io/podset", ""))
 
 
 # ----------------------------------------------------------------------------- the cache
@@ -217,6 +219,9 @@ class ClusterCache:
         old = store.get(key)
         if not newer(old, obj):
             return False
+        slim = SLIM.get(resource)
+        if slim is not None:
+            obj = slim(obj)
         store[key] = obj
         if resource == NODES:
             self._upsert_node(obj, old)

@@ -10,6 +10,7 @@ its whole placement, plus the decision id and the planned nodes as annotations.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
@@ -26,6 +28,7 @@ from admission.controller._settings import Settings
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
 from admission.kube import ADMISSION_CHECKS, Obj, object_key
+from admission.queue import Need
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
@@ -33,7 +36,7 @@ __all__ = ["LABEL_DECISION_ID", "MAX_PODSET_UPDATES", "STATE", "Decider", "Verdi
 
 STATE = {"admit": "Ready", "wait": "Retry", "reject": "Rejected"}
 """Decision outcome → Atoll's check state."""
-LABEL_DECISION_ID = "atoll.dev/decision-id"
+LABEL_DECISION_ID = vocabulary.DECISION_ID
 """Pod label Atoll's podSetUpdates add: selects the pods of a placed Workload (the exact-placement
 webhook's objectSelector) without reading annotations."""
 MAX_PODSET_UPDATES = 18
@@ -61,6 +64,10 @@ class Verdict:
     reserved_gpus: int = 0
     decision_id: str = ""
     written: bool = False
+    needs: list[Need] = field(default_factory=list)
+    """Waiting for a domain: per waiting flavor, the room that could change the answer (``Need``:
+    GPUs free in one domain of a level, or the moment an elastic profile may span). Empty when it
+    waits for something else (owed pods, the configuration): then only a timer helps."""
     fabric_after: Callable[[], list[tuple[str, int, float]]] | None = None
     """(flavor, free GPUs, fragmentation index) after this decision, for the gauges: measured
     over the whole flavor, so only when asked (the simulator never asks)."""
@@ -69,9 +76,13 @@ class Verdict:
     def fabric(self) -> list[tuple[str, int, float]]:
         return self.fabric_after() if self.fabric_after is not None else []
 
+    parked: bool = False
+    """A wait for a domain the controller parks (``decisions.park_waiting``): the check stays
+    ``Pending`` so Kueue keeps the quota, and Atoll decides again when what it waits for changes."""
+
     @property
     def state(self) -> str:
-        return STATE[self.outcome]
+        return "Pending" if self.parked and self.outcome == "wait" else STATE[self.outcome]
 
 
 @dataclass
@@ -90,6 +101,7 @@ class _FlavorResult:
     generation: int = 0
     reserved: int = 0
     after: Snapshot | None = None
+    need: Need | None = None
 
 
 class Decider:
@@ -102,6 +114,25 @@ class Decider:
         """False: verdicts leave out the losing domains (``why_not``); outcome, message and
         podSetUpdates are the same (``decide``'s contract). For a caller that keeps no records."""
         self.settings = settings
+        self._shapes: dict[object, object] = {}
+        """PodSet specs and links by value → the one instance decisions use (``read``)."""
+
+    MAX_SHAPES = 8192
+    """Distinct PodSet specs and links kept for ``read`` (all are dropped when it is passed)."""
+
+    def read(self, obj: Obj) -> WorkloadView:
+        """``parse_workload(obj)``, with each PodSet spec and link the one instance of its value.
+
+        The engine remembers a request's derived forms by the identity of these frozen inputs
+        (``Snapshot.remember``); a Workload read afresh for every decision would never find them.
+        Equal values give equal answers, so Workloads of one shape share them, as the
+        simulator's do (it reads each shape once)."""
+        view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        if len(self._shapes) > self.MAX_SHAPES:
+            self._shapes.clear()
+        podsets = tuple(self._shapes.setdefault(s, s) for s in view.podsets)
+        links = tuple(self._shapes.setdefault(lk, lk) for lk in view.links)
+        return dataclasses.replace(view, podsets=podsets, links=links)  # type: ignore[arg-type]
 
     @staticmethod
     def warm_up() -> None:
@@ -126,7 +157,7 @@ class Decider:
         wait = read_wait_state(obj, atoll_check_names(self.cache.objects[ADMISSION_CHECKS], self.settings.kueue))
         try:
             if view is None:
-                view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+                view = self.read(obj)
         except WorkloadError as exc:
             name = object_key(obj) if isinstance(obj.get("metadata"), dict) else "(no metadata)"
             return Verdict("reject", f"Rejected: Workload {name} cannot be read: {exc}", decision_id=decision_id)
@@ -142,6 +173,10 @@ class Decider:
                 return Verdict("reject", f"Rejected: pod template annotation {ANN_CLASS}={view.workload_class!r} names no workload class "
                                          f"(classes: {', '.join(sorted(doc.classes)) or 'none defined'})",
                                profile=profile_name, decision_id=decision_id)
+        broken = doc.disallowed(profile=view.profile, workload_class=view.workload_class, local_queue=view.local_queue,
+                                cluster_queue=view.cluster_queue)
+        if broken:  # an admin's queue rule: the team may not pick another profile or class here
+            return Verdict("reject", f"Rejected: pod template annotation {broken}", profile=profile_name, decision_id=decision_id)
         groups: dict[str, list[PodSetSpec]] = {}
         for spec in view.podsets:
             if spec.per_pod.gpu > 0 and spec.name in view.flavors:
@@ -176,6 +211,8 @@ class Decider:
             v.outcome = "wait"
             v.reason = "config" if any(r.reason == "config" for r in waiting) else waiting[0].reason
             v.retry_after = max(r.retry_after for r in waiting)
+            if all(r.need is not None for r in waiting):
+                v.needs = [r.need for r in waiting if r.need is not None]
             v.message = f"Waiting for placement (profile {v.profile}, attempt {wait.attempts + 1}): " + "; ".join(r.message for r in waiting)
         else:
             v.outcome = "admit"
@@ -230,13 +267,28 @@ class Decider:
             profile = profile.for_flavor(flavor, shared.level_labels, name=profile_name)  # the levels this flavor has
             found = self._search_robust(shared, snap, search, view, specs, profile, held)
         except ProfileLevelError as exc:
-            return _FlavorResult(flavor, "wait", f"{exc} (fix the profiles document); retry in {config_wait}s", "config", config_wait,
+            fix = "" if exc.typo else " (fix the profiles document)"
+            return _FlavorResult(flavor, "wait", f"{exc}{fix}; retry in {config_wait}s", "config", config_wait,
                                  generation=snap.generation, reserved=reserved)
-        if found is None:
+        if isinstance(found, _Conflict):
             delay = profile.retry.delay(wait.attempts)
-            return _FlavorResult(flavor, "wait", f"every placement found shares a nodeSelector domain with pods other admitted "
-                                                 f"Workloads still owe, and the scheduler could give one's room to the other; "
-                                                 f"waiting until they bind; retry in {delay}s", "owed-pods", delay,
+            remedy = (f"flavors.{flavor}.enforcement: exact pins each pod to its planned node, so PodSets cannot trade room"
+                      if self._enforcement(flavor) != "exact" else "")
+            if found.waited_on:  # pods other Workloads owe are in the way: they bind (or go), and the room is settled
+                return _FlavorResult(flavor, "wait", f"every placement found shares a nodeSelector domain with pods admitted Workloads "
+                                                     f"{', '.join(found.waited_on)} still owe, and the scheduler could give one's room "
+                                                     f"to the other; waiting until they bind; retry in {delay}s", "owed-pods", delay,
+                                     generation=snap.generation, reserved=reserved)
+            own = (f"podSets {', '.join(found.podsets)} of this Workload share a nodeSelector domain, and the kube-scheduler could "
+                   f"bind one's pods in the room the other needs")
+            if found.on_empty:  # no event makes this placeable: say so now, with the remedy
+                return _FlavorResult(flavor, "reject", f"{own}, on every placement found even with the flavor empty; no other "
+                                                       f"Workload is involved, so waiting cannot help"
+                                                       + (f"; {remedy}" if remedy else ""), "self-conflict",
+                                     generation=snap.generation, reserved=reserved)
+            return _FlavorResult(flavor, "wait", f"{own}, on every placement the room free now allows (an empty flavor has one "
+                                                 f"where they cannot); no other Workload is waited on; waiting for room"
+                                                 + (f" ({remedy})" if remedy else "") + f"; retry in {delay}s", "no-domain", delay,
                                  generation=snap.generation, reserved=reserved)
         decision, levels, set_aside, snap = found
         message = decision.message
@@ -253,6 +305,8 @@ class Decider:
             result.retry_after = decision.retry_after_seconds
             result.reason = ("owed-pods" if set_aside else
                              "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain")
+            if not set_aside:
+                result.need = _need(flavor, decision, profile, wait, now, shared.level_labels)
         elif decision.outcome == "admit" and placement is not None:
             per_pod = {s.name: s.per_pod for s in specs}
             for ps in placement.podsets:
@@ -282,7 +336,7 @@ class Decider:
             selector = self._selector_at(snap, ps, own if level is None else level)
             if level is not None and level != own:
                 notes.append(f"podSets[{ps.name}]: nodeSelector at {snap.level_labels[level]}, not {ps.domain_level}: pods other "
-                             "admitted Workloads still owe may bind on its planned nodes")
+                             "admitted Workloads (or this Workload's other PodSets) still owe may bind on its planned nodes")
         annotations = {ANN_DECISION_ID: decision_id}
         if exact:
             annotations[ANN_ENFORCEMENT] = "exact"
@@ -306,7 +360,10 @@ class Decider:
             notes.append(f"podSets[{ps.name}]: {len(unheld)} slices share the nodeSelector of one wider domain, so the kube-scheduler "
                          f"may split a slice across {ps.slices[0].level} domains; slices are held exactly only under exact "
                          f"enforcement (flavors.{snap.flavor}.enforcement: exact pins each pod, in slice order, to its planned node)")
-        update: dict[str, Any] = {"name": ps.name, "labels": {LABEL_DECISION_ID: decision_id}}
+        labels = {LABEL_DECISION_ID: decision_id}
+        if exact:  # the webhook's objectSelector: pods of domain flavors never reach it, so an outage cannot block them
+            labels[ANN_ENFORCEMENT] = "exact"
+        update: dict[str, Any] = {"name": ps.name, "labels": labels}
         if selector:
             update["nodeSelector"] = selector
         if annotations:
@@ -314,7 +371,7 @@ class Decider:
         return update, notes, selector
 
     def _search_robust(self, shared: Snapshot, snap: Snapshot, search: Callable[[Snapshot], Decision], view: WorkloadView,
-                       specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> tuple[Decision, dict[str, int], int, Snapshot] | None:
+                       specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> tuple[Decision, dict[str, int], int, Snapshot] | _Conflict:
         """The placement search, kept away from owed pods the scheduler could trade with the new ones.
 
         Without owed pods around, one search. Otherwise the first search runs with the domains
@@ -323,8 +380,8 @@ class Decider:
         (one-node PodSets keep to nodes no multi-node claim reaches; gangs keep to islands with no
         one-node claim): owed work and new work keep to separate domains, which also keeps islands
         whole. A placement that still conflicts sets its domains aside and searches again; the
-        last resort is the plain search with selectors widened up to the profile's level. None:
-        every placement found conflicts (wait until the owed pods bind)."""
+        last resort is the plain search with selectors widened up to the profile's level. A
+        ``_Conflict`` when every placement found conflicts: with whom (``_conflict``)."""
         decision = search(snap)
         if decision.outcome != "admit" or decision.placement is None or (not held.claims.any_live() and len(decision.placement.podsets) < 2):
             return decision, {}, 0, snap
@@ -334,7 +391,8 @@ class Decider:
         plain, first = snap, decision
         wants = []
         for spec in specs:
-            label = spec.required_topology or profile.required_level or profile.preferred_level
+            strict = decision.widened_to if decision.widened_to is not None else profile.required_level  # a gang no island holds
+            label = spec.required_topology or strict or profile.preferred_level
             level = shared.node_level if spec.count == 1 else shared.level_index(label) if label in shared.level_labels else None
             if level is not None and spec.per_pod.gpu > 0:
                 wants.append((level, spec.count, spec.per_pod.gpu))
@@ -352,7 +410,43 @@ class Decider:
                 return decision, levels, len(fresh), snap
             aside = aside | more
         levels = self._robust_levels(shared, first, view, specs, profile, held, widen=True)[0]  # last resort: widen
-        return None if levels is None else (first, levels, 0, plain)
+        if levels is not None:
+            return first, levels, 0, plain
+        return self._conflict(shared, first, search, view, specs, profile, held)
+
+    def _conflict(self, shared: Snapshot, first: Decision, search: Callable[[Snapshot], Decision], view: WorkloadView,
+                  specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> _Conflict:
+        """Who a placement that conflicts on every try conflicts with. With nothing other Workloads
+        owe counted, does it still conflict? No: those Workloads are waited on (named: they bind,
+        and the room is settled). Yes: the Workload's own PodSets can trade room with each other,
+        and waiting on owed pods would wait on nothing; then is there a placement without the
+        conflict on the flavor with every node empty (``on_empty`` False: more room may come)?"""
+        alone = _Holding(ClaimSet.empty(shared.num_nodes), held.free_gpu)
+        assert first.placement is not None
+        podsets = tuple(sorted(ps.name for ps in first.placement.podsets))
+        if self._robust_levels(shared, first, view, specs, profile, alone, widen=True)[0] is not None:
+            return _Conflict(_owed_by(held.claims, self._reach(shared, first, view, specs)), podsets, False)
+        empty = shared.fork()
+        empty.free[:] = empty.alloc
+        decision = search(empty)
+        if decision.outcome == "admit" and decision.placement is not None:
+            free = _Holding(ClaimSet.empty(shared.num_nodes), np.asarray(empty.free[:, 0]))
+            if self._robust_levels(empty, decision, view, specs, profile, free, widen=True)[0] is not None:
+                return _Conflict((), podsets, False)
+        return _Conflict((), podsets, True)
+
+    def _reach(self, snap: Snapshot, decision: Decision, view: WorkloadView, specs: Sequence[PodSetSpec]) -> npt.NDArray[np.bool_]:
+        """The nodes a placement's PodSets may bind on with their own domains' selectors."""
+        assert decision.placement is not None
+        by_name = {s.name: s for s in specs}
+        out = np.zeros(snap.num_nodes, dtype=bool)
+        for ps in decision.placement.podsets:
+            if ps.domain_level not in snap.level_labels or ps.name not in by_name:
+                continue
+            selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
+            selector.update(self._selector_at(snap, ps, snap.level_index(ps.domain_level)))
+            out |= self.ledger.domain_mask(snap, selector.items(), by_name[ps.name].tolerations)
+        return out
 
     def _selector_at(self, snap: Snapshot, ps: PodSetPlacement, level: int) -> dict[str, str]:
         """The nodeSelector naming the PodSet's domain at ``level`` (at or above its own)."""
@@ -380,7 +474,9 @@ class Decider:
         for ps in podsets:
             own = snap.level_index(ps.domain_level)
             top = own
-            for label in (by_name[ps.name].required_topology, profile.required_level,
+            # one pod is on one node whatever its selector: its own required level is no bound on it
+            own_required = by_name[ps.name].required_topology if ps.pods > 1 else None
+            for label in (own_required, profile.required_level,
                           profile.max_span_level if decision.relaxed else profile.preferred_level):
                 if label and label in snap.level_labels:
                     top = min(own, snap.level_index(label))
@@ -391,24 +487,29 @@ class Decider:
             options = [[o[0]] for o in options]
         pick = [0] * len(podsets)
         while True:
-            new = []
-            for ps, opts, k in zip(podsets, options, pick):
+            new: list[Claim] = []
+            owner: list[int] = []  # the PodSet of each new claim
+            for j, (ps, opts, k) in enumerate(zip(podsets, options, pick)):
                 spec = by_name[ps.name]
-                if exact:
-                    mask = np.zeros(snap.num_nodes, dtype=bool)
-                    mask[[snap.node_index[n] for n in ps.nodes]] = True
+                if exact:  # each pod is pinned to its planned node: one claim per node, no pod can move
+                    for node, pods in zip(ps.nodes, ps.pods_per_node):
+                        mask = np.zeros(snap.num_nodes, dtype=bool)
+                        mask[snap.node_index[node]] = True
+                        new.append(Claim(view.key, ps.name, pods, spec.per_pod.gpu, mask))
+                        owner.append(j)
                 else:
                     selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
                     selector.update(self._selector_at(snap, ps, opts[k]))
                     mask = self.ledger.domain_mask(snap, selector.items(), spec.tolerations)
-                new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
+                    new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
+                    owner.append(j)
             near = np.logical_or.reduce([c.mask for c in new]) if new else np.zeros(snap.num_nodes, dtype=bool)
             exposed = exposed_claims(held.free_gpu, held.claims.extend(new), near)
             if not exposed:
                 return {ps.name: opts[k] for ps, opts, k in zip(podsets, options, pick)}, near
             widened = False
             first = len(held.claims)
-            for i in sorted({e - first for e in exposed if e >= first}):
+            for i in sorted({owner[e - first] for e in exposed if e >= first}):
                 if pick[i] + 1 < len(options[i]):
                     pick[i] += 1
                     widened = True
@@ -492,6 +593,25 @@ class Decider:
 
 
 @dataclass(frozen=True, slots=True)
+class _Conflict:
+    """Why every placement found conflicts: the Workloads whose owed pods are in the way
+    (``waited_on``), else the Workload's own PodSets (``podsets``) trade room with each other,
+    now (``on_empty`` False) or even on the flavor with every node empty (True)."""
+
+    waited_on: tuple[str, ...]
+    podsets: tuple[str, ...]
+    on_empty: bool
+
+
+def _owed_by(claims: ClaimSet, reach: npt.NDArray[np.bool_]) -> tuple[str, ...]:
+    """The Workloads owing pods with GPUs on a domain that meets ``reach`` (sorted); all of them
+    when none meets it (they are what the decision waited on)."""
+    live = np.flatnonzero((claims.pods > 0) & (claims.gpu > 0))
+    meets = [i for i in live.tolist() if (claims.mask(i) & reach).any()]
+    return tuple(sorted({claims.who[i][0] for i in (meets or live.tolist())}))
+
+
+@dataclass(frozen=True, slots=True)
 class _Holding:
     """What admitted Workloads still owe on a flavor, for the robustness check."""
 
@@ -514,6 +634,28 @@ def unplaced_podsets(view: WorkloadView, gpu_resource: str) -> list[str]:
             notes.append(f"podSets[{spec.name}]: requests {spec.per_pod.gpu} {gpu_resource} per pod but Kueue assigned no flavor "
                          f"for {gpu_resource} (status.admission.podSetAssignments); not placed by Atoll")
     return notes
+
+
+def _need(flavor: str, decision: Decision, profile: Profile, wait: WaitState, now: float, level_labels: Sequence[str]) -> Need | None:
+    """What a Workload that found no domain waits for (``WaitingRoom``): the widest level any of
+    its PodSets needs one domain of (None: anywhere), the pods of the smallest PodSet and its GPUs a pod,
+    and the moment an elastic profile may span. A bound: more free GPUs is necessary, not enough."""
+    request = decision.request
+    if request is None or not request.podsets:
+        return None
+    levels: list[str | None] = []
+    for ps in request.podsets:
+        if ps.slices or ps.spread is not None or ps.unconstrained:
+            levels.append(None)
+        else:
+            levels.append(ps.required_level or (ps.max_span_level if ps.preferred_level else None))
+    known = [lb for lb in levels if lb is not None and lb in level_labels]
+    level = min(known, key=level_labels.index) if len(known) == len(levels) else None
+    smallest = min(request.podsets, key=lambda ps: (ps.pods * ps.per_pod.gpu, ps.per_pod.gpu))
+    deadline = None
+    if profile.preferred_level and not decision.relaxed and profile.relax_after_seconds is not None:
+        deadline = (wait.first_waited_at if wait.first_waited_at is not None else now) + profile.relax_after_seconds
+    return Need(flavor, level, smallest.pods, smallest.per_pod.gpu, deadline)
 
 
 def _reserve(snap: Snapshot, decision: Decision) -> None:

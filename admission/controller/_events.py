@@ -1,7 +1,9 @@
 """Kubernetes Events about Atoll's decisions and configuration, posted off the decision path.
 
 Best effort: a failed post is logged and never fails a decision. Repeats of the same (object,
-reason, message) bump ``count`` on one Event instead of piling up new ones.
+reason, message) bump ``count`` on one Event instead of piling up new ones. Memory is bounded:
+the repeats remembered are the latest 2,000, and while the API is too slow to take them, at most
+``max_queued`` Events wait to be sent; beyond that new ones are dropped (and counted in the log).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import OrderedDict
 
 import structlog
 
+from admission import vocabulary
 from admission.controller._records import rfc3339, truncate
 from admission.kube import EVENTS, Clock, ClusterPort, Obj, errors, object_key
 
@@ -25,7 +28,11 @@ class EventPoster:
     """core/v1 Events, best effort: a failure is logged, never fails a decision. Repeats of the
     same (object, reason, message) bump ``count`` on one Event instead of piling up new ones."""
 
-    def __init__(self, port: ClusterPort, *, clock: Clock, instance: str, max_chars: int = 1024, default_namespace: str = "default") -> None:
+    MAX_SEEN = 2000
+    """Repeats remembered (the latest ones): a repeat older than that starts a new Event."""
+
+    def __init__(self, port: ClusterPort, *, clock: Clock, instance: str, max_chars: int = 1024, default_namespace: str = "default",
+                 max_queued: int = 10_000) -> None:
         self.port = port
         self.clock = clock
         self.instance = instance
@@ -34,8 +41,9 @@ class EventPoster:
         self._seen: OrderedDict[tuple[str, str, str], tuple[str, str, int]] = OrderedDict()
         self._queue: queue.Queue[tuple[Obj, str, str, str] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self.posted: list[tuple[str, str, str]] = []
-        """(object key, reason, message) of every Event sent, for tests and explain."""
+        self.max_queued = max_queued
+        self.dropped = 0
+        """Events not posted because ``max_queued`` were already waiting."""
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="atoll-events", daemon=True)
@@ -58,6 +66,10 @@ class EventPoster:
         item = (involved, kind, reason, truncate(message, self.max_chars))
         if self._thread is None:
             self._send(*item)
+        elif self._queue.qsize() >= self.max_queued:
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                _log.warning("events dropped: the API is not taking them fast enough", dropped=self.dropped, queued=self.max_queued)
         else:
             self._queue.put(item)
 
@@ -83,7 +95,6 @@ class EventPoster:
                     self.port.patch(EVENTS, name, {"count": count + 1, "lastTimestamp": now}, namespace=ns)
                     self._seen[key] = (ns, name, count + 1)
                     self._seen.move_to_end(key)
-                    self.posted.append((object_key(involved), reason, message))
                     return
                 except errors.NotFound:
                     del self._seen[key]
@@ -95,12 +106,11 @@ class EventPoster:
                                    "namespace": meta.get("namespace"), "uid": meta.get("uid")},
                 "type": kind, "reason": reason, "message": message, "count": 1,
                 "firstTimestamp": now, "lastTimestamp": now,
-                "source": {"component": "atoll"}, "reportingComponent": "atoll.dev/topology", "reportingInstance": self.instance,
+                "source": {"component": "atoll"}, "reportingComponent": vocabulary.CONTROLLER_NAME, "reportingInstance": self.instance,
             })
             self._seen[key] = (namespace, name, 1)
-            if len(self._seen) > 2000:
+            if len(self._seen) > self.MAX_SEEN:
                 self._seen.popitem(last=False)
-            self.posted.append((object_key(involved), reason, message))
         except errors.ApiError as exc:
             _log.warning("event not posted", object=object_key(involved), reason=reason, error=str(exc))
 

@@ -151,7 +151,8 @@ class ClaimSet:
         """One distinct domain's mask."""
         for b in self._blocks:
             if row < b.shape[0]:
-                return b[row]
+                out: npt.NDArray[np.bool_] = b[row]
+                return out
             row -= int(b.shape[0])
         raise IndexError(row)
 
@@ -280,7 +281,7 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
     if near is None:
         focus = np.arange(len(cs))
     else:
-        meets = np.where(single, near[np.maximum(node, 0)], cs.mask_columns(np.flatnonzero(near)).any(axis=1)[dom_m])
+        meets = np.where(single, near[np.maximum(node, 0)], np.asarray(cs.mask_columns(np.flatnonzero(near)).any(axis=1))[dom_m])
         focus = np.flatnonzero(meets)
     out: list[int] = []
     for d in focus.tolist():

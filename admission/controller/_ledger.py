@@ -41,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
+from admission import vocabulary
 from admission.controller._book import Book, Entry, Witness
 from admission.controller._invariant import ClaimSet, Demand, OwedPods, pod_shape
 from admission.controller._workloads import WorkloadError, WorkloadView, check_entry, condition_true, parse_workload
@@ -50,11 +51,12 @@ from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, Toleration
 __all__ = ["ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "Ledger", "Reservation", "Shortfall", "Witness", "decode_planned", "encode_planned",
            "holds_reservation"]
 
-ANN_DECISION_ID = "atoll.dev/decision-id"
-ANN_PLANNED_NODES = "atoll.dev/planned-nodes"
-ANN_ENFORCEMENT = "atoll.dev/enforcement"
-"""Pod annotation ``exact`` when the flavor's enforcement pins each pod to a planned node (the
-webhook does it at pod creation); absent under ``domain`` enforcement."""
+ANN_DECISION_ID = vocabulary.DECISION_ID
+ANN_PLANNED_NODES = vocabulary.PLANNED_NODES
+ANN_ENFORCEMENT = vocabulary.ENFORCEMENT
+"""Pod annotation, and label, ``exact`` when the flavor's enforcement pins each pod to a planned
+node (the webhook does it at pod creation; the label is its objectSelector); absent under
+``domain`` enforcement."""
 _ZIP = "zlib+b64:"
 _log = structlog.get_logger("atoll.ledger")
 
@@ -311,7 +313,7 @@ class Ledger:
             return None
         domain = self._domain(snapshot, r)
         idx = snapshot.node_index
-        prefer = ()
+        prefer: tuple[tuple[int, int], ...] = ()
         if planned and domain.size:  # the domain is ascending: membership by binary search
             nodes = np.array([idx.get(n, -1) for n, _ in planned], dtype=np.int64)
             at = np.minimum(np.searchsorted(domain, nodes), domain.size - 1)

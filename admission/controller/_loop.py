@@ -6,7 +6,11 @@ Workload is queued while it is actionable (``QuotaReserved=True``, not ``Evicted
 or deactivated, Atoll's entry ``Pending``), and while the webhook asks for an admitted one to be
 requeued (``_requeue``); the decision is ``Decider``'s (``_decide``), the write ``StatusWriter``'s
 (``_status``), and the record and metrics are taken here. A write refused
-because the Workload changed since it was read (409) reads it again and decides again at once.
+because the Workload changed since it was read (409) reads it again and decides again at once
+(next, ahead of the queue). The worker never sleeps on a retry: its writes and reads make one
+attempt each, and a transient failure puts the Workload on the delayed queue with its backoff
+(``DecisionSettings.error_requeue_seconds``), so one slow call costs at most one request
+timeout (``Settings.worker_turn_worst_case_seconds``, below the liveness stall limit).
 Tests drive the same code synchronously: ``sync()`` lists everything, ``process()`` decides what
 is queued.
 
@@ -25,23 +29,25 @@ import secrets
 import socket
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
 
-from admission.controller._cache import ClusterCache
+from admission.controller._cache import BoundPod, ClusterCache
 from admission.controller._decide import Decider, Verdict
 from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
+from admission.controller._parking import Parking
 from admission.controller._records import DecisionRecord, Recorder, iso_time
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
 from admission.controller._status import StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
-from admission.controller._watching import Informers, Watch
+from admission.controller._watching import Inbox, Informers, Watch
 from admission.controller._workloads import check_entry, condition_true
 from admission.kube import (
     ADMISSION_CHECKS,
@@ -77,6 +83,13 @@ _log = structlog.get_logger("atoll.controller")
 # ----------------------------------------------------------------------------- the controller
 
 
+def _one_attempt(port: ClusterPort) -> ClusterPort:
+    """``port`` making one attempt per call, when it can retry by itself (``KubePort``, and ports
+    wrapping one, offer ``single_attempt()``); other ports are used as they are."""
+    view = getattr(port, "single_attempt", None)
+    return view() if callable(view) else port
+
+
 class Controller:
     def __init__(
         self,
@@ -106,9 +119,11 @@ class Controller:
         self.cache = ClusterCache(gpu)
         self.ledger = Ledger(gpu, bound=self.cache.bound_pods, node_labels=self.cache.node_labels, succeeded=self.cache.succeeded_pods)
         self.cache.pod_listener = self.ledger.pods_changed
+        self.writes = _one_attempt(port)
+        """The worker's port: one attempt per call (a transient failure is requeued, not slept on)."""
         self.events = EventPoster(port, clock=self.clock, instance=self.identity, max_chars=self.settings.decisions.event_message_max_chars)
         self.decider = Decider(self.cache, self.ledger, self.settings)
-        self.status = StatusWriter(port, cache=self.cache, ledger=self.ledger, settings=self.settings, clock=self.clock,
+        self.status = StatusWriter(self.writes, cache=self.cache, ledger=self.ledger, settings=self.settings, clock=self.clock,
                                    events=self.events, on_written=on_written)
         self.explainer = Explainer(self.cache, self.ledger, self.decider, self.settings)
         self.config_error: str | None = None
@@ -117,12 +132,21 @@ class Controller:
         self._check_names: frozenset[str] = frozenset()
         self._queue: OrderedDict[str, None] = OrderedDict()
         self._delayed: list[tuple[float, str]] = []
+        self._delayed_keys: set[str] = set()
+        """Keys on ``_delayed``: one entry per key, the earliest retry."""
         self._failures: Counter[str] = Counter()
         self._conflicts: Counter[str] = Counter()
         self._waiting: dict[str, str] = {}
-        self._inbox: queue.Queue[tuple[str, Resource, Any]] = queue.Queue()
+        self._gauges_due: dict[str, float] = {}
+        self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
+        self.parking = Parking(self.cache, enabled=self.settings.decisions.park_waiting)
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
+        self._leading = threading.Event()
+        self._active_retry_at: float | None = None
+        self._catch_up_due = False
+        self._active_failures = 0
+        self._leading.set()
         self._threads: list[threading.Thread] = []
         self.heartbeat = self.clock.monotonic()
         cfg = self.settings.config
@@ -158,6 +182,13 @@ class Controller:
         if resource == CONFIGMAPS:
             self._on_configmap(items[0] if items else None)
             return
+        if resource in (PODS, NODES) and len(self.parking.room):  # a relist: what changed since is applied at once
+            nodes = {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}
+            with self._pods_leaving(dict(self.cache.pods)):
+                self.cache.replace_all(resource, items)
+            if resource == NODES and nodes != {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}:
+                self._wake(self.parking.wake_all())
+            return
         self.cache.replace_all(resource, items)
         if resource == ADMISSION_CHECKS:
             self._on_admission_checks()
@@ -168,10 +199,29 @@ class Controller:
             for r in self.ledger.reservations():
                 if r.uid not in live:
                     self.ledger.forget(r.uid)
+            keys = {object_key(o) for o in items}
+            for gone in [k for k in (*self._failures, *self._conflicts) if k not in keys]:
+                self._forget_key(gone)
             for obj in items:
                 self._on_workload(obj)
 
     def _apply_event(self, resource: Resource, event: WatchEvent) -> None:
+        if resource == PODS and len(self.parking.room):
+            uid = str((event.object.get("metadata") or {}).get("uid"))
+            with self._pods_leaving({uid: self.cache.pods[uid]} if uid in self.cache.pods else {}):
+                self._apply_event_now(resource, event)
+        else:
+            self._apply_event_now(resource, event)
+
+    @contextmanager
+    def _pods_leaving(self, before: dict[str, BoundPod]) -> Iterator[None]:
+        """Wake the parked Workloads a domain now has room for, once the pods in ``before`` that
+        stop holding their node (deleted, failed, succeeded) are applied."""
+        yield
+        for node in sorted({bp.node for uid, bp in before.items() if uid not in self.cache.pods}):
+            self._wake(self.parking.node_freed(node))
+
+    def _apply_event_now(self, resource: Resource, event: WatchEvent) -> None:
         obj = event.object
         if event.type == "BOOKMARK":
             return
@@ -182,18 +232,29 @@ class Controller:
             self.cache.delete(resource, obj)
             if resource == WORKLOADS:
                 uid = str((obj.get("metadata") or {}).get("uid"))
+                self.parking.leave(object_key(obj))
+                self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
                 self.ledger.forget(uid)
                 self._waiting.pop(uid, None)
                 self._queue.pop(object_key(obj), None)
+                self._forget_key(object_key(obj))
             elif resource == ADMISSION_CHECKS:
                 self._on_admission_checks()
             return
         if not self.cache.upsert(resource, obj):
             return
+        if resource == NODES:
+            self._wake(self.parking.wake_all())
         if resource == WORKLOADS:
             self._on_workload(obj)
         elif resource == ADMISSION_CHECKS:
             self._on_admission_checks()
+
+    def _forget_key(self, key: str) -> None:
+        """A Workload is gone: its failure and conflict counts go with it (its delayed entry, if
+        any, finds nothing to decide when due)."""
+        self._failures.pop(key, None)
+        self._conflicts.pop(key, None)
 
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
@@ -234,13 +295,14 @@ class Controller:
             self.metrics.config_rejections.labels("configmap").inc()
             _log.error("profiles document rejected; the last good one stays in force" if self.cache.profiles else
                        "profiles document rejected; no valid document yet, Workloads wait", configmap=where, error=str(exc))
-            if not self.read_only:
+            if not self.read_only and self._leading.is_set():
                 self.events.post({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj.get("metadata") or {}}, "Warning",
                                  "InvalidProfiles", f"{exc}\n(the last good document stays in force)" if self.cache.profiles else str(exc))
         else:
             self.config_error = None
             self.cache.set_profiles(doc)
             _log.info("profiles document loaded", configmap=where, profiles=sorted(doc.profiles), flavors=sorted(doc.flavors))
+            self.parking.wake_all()
             for wl in self.cache.objects[WORKLOADS].values():
                 if self._actionable(wl):
                     self._queue[object_key(wl)] = None
@@ -248,9 +310,15 @@ class Controller:
         self._refresh_active()
 
     def _refresh_active(self) -> None:
-        if self.read_only or not self._synced >= {CONFIGMAPS, ADMISSION_CHECKS}:
+        if self.read_only or not self._leading.is_set() or not self._synced >= {CONFIGMAPS, ADMISSION_CHECKS}:
             return
-        self.status.refresh_active(self._check_names, config_error=self.config_error, config_seen=self._config_rv is not None)
+        if self.status.refresh_active(self._check_names, config_error=self.config_error, config_seen=self._config_rv is not None):
+            self._active_retry_at, self._active_failures = None, 0
+            return
+        # a failed write is tried again by the worker's loop on the error backoff, not slept on here
+        delays = self.settings.decisions.error_requeue_seconds
+        self._active_failures += 1
+        self._active_retry_at = self.clock.monotonic() + delays[min(self._active_failures, len(delays)) - 1]
 
     # ------------------------------------------------------------------ decisions
 
@@ -296,24 +364,36 @@ class Controller:
                 out.append(verdict)
         return out
 
+    def _wake(self, keys: list[str]) -> None:
+        """Parked Workloads whose wait may be over: decided again, in the order they were parked."""
+        for key in keys:
+            self._queue[key] = None
+
     def _promote_due(self) -> None:
+        self._wake(self.parking.due(self.clock.now()))
         now = self.clock.monotonic()
         while self._delayed and self._delayed[0][0] <= now:
             _, key = heapq.heappop(self._delayed)
+            self._delayed_keys.discard(key)
             self._queue[key] = None
 
     def _requeue_later(self, key: str) -> None:
         self._failures[key] += 1
         delays = self.settings.decisions.error_requeue_seconds
         delay = delays[min(self._failures[key], len(delays)) - 1]
+        if key in self._delayed_keys:  # already waiting for an earlier retry: no second entry
+            return
+        self._delayed_keys.add(key)
         heapq.heappush(self._delayed, (self.clock.monotonic() + delay, key))
 
     def reconcile(self, key: str) -> Verdict | None:
         """Decide one Workload and write its check entry; None when there is nothing to do."""
         obj = self.cache.objects[WORKLOADS].get(key)
         if obj is None:
+            self.parking.leave(key)
             return None
         if not self._actionable(obj):
+            self.parking.leave(key)
             request = self._requeue_request(obj)
             return self._requeue(key, obj, request) if request is not None else None
         if self.cache.profiles is None:
@@ -321,9 +401,16 @@ class Controller:
             return None
         started = self.clock.monotonic()
         term = self.lease_term()  # the tenure this decision belongs to: a replica's term never changes while it runs
+        if key in self.parking:  # Pending and parked: its own status write or an unrelated change is no reason to decide
+            return None
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
+        verdict.parked = self.parking.parks(verdict)
         if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names)):
             self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
+            if verdict.parked:
+                deadline = self.parking.park(key, verdict)
+                if deadline is not None:
+                    heapq.heappush(self._delayed, (self.clock.monotonic() + max(deadline - self.clock.now(), 0.0), key))
         return verdict
 
     def _requeue(self, key: str, obj: Obj, request: RequeueRequest) -> Verdict:
@@ -367,12 +454,13 @@ class Controller:
     def _decide_again(self, key: str, obj: Obj, exc: errors.Conflict) -> None:
         """The write was refused because the Workload changed after it was read (or another
         manager holds a field): read it again, keep the cache in step, and decide again at once
-        on what is there now (which may be nothing to do: evicted, re-reserved, finished)."""
+        (first in the queue) on what is there now (which may be nothing to do: evicted,
+        re-reserved, finished). A read that fails goes on the error backoff."""
         self._conflicts[key] += 1
         self.metrics.api_write_failures.labels(type(exc).__name__).inc()
         meta = obj.get("metadata") or {}
         try:
-            fresh = self.port.get(WORKLOADS, str(meta.get("name")), namespace=meta.get("namespace"))
+            fresh = self.writes.get(WORKLOADS, str(meta.get("name")), namespace=meta.get("namespace"))
         except errors.NotFound:
             _log.info("workload gone before its decision was written", workload=key)
             self._conflicts.pop(key, None)
@@ -393,6 +481,8 @@ class Controller:
                   read=meta.get("resourceVersion"), current=(fresh.get("metadata") or {}).get("resourceVersion"))
         self.cache.upsert(WORKLOADS, fresh)
         self._on_workload(fresh)
+        if key in self._queue:
+            self._queue.move_to_end(key, last=False)
 
     def _after_decision(self, obj: Obj, verdict: Verdict, latency: float, term: int | None = None) -> None:
         meta = obj.get("metadata") or {}
@@ -404,9 +494,7 @@ class Controller:
         self.metrics.decisions.labels(verdict.outcome).inc()
         self.metrics.decision_latency.observe(latency)
         self.metrics.set_waiting(Counter(self._waiting.values()))
-        for flavor, free, frag in verdict.fabric:
-            self.metrics.free_gpus.labels(flavor).set(free)
-            self.metrics.fragmentation.labels(flavor).set(frag)
+        self._measure_fabric(verdict)
         if verdict.flavor:  # the ledger counted owed pods on these flavors' snapshots
             flavors = verdict.flavor.split(",")
             self.metrics.set_shortfalls(flavors, [s for f in flavors for s in self.ledger.shortfalls_by_flavor.get(f, ())])
@@ -425,6 +513,22 @@ class Controller:
             controller=self.identity, lease_term=term,
         ))
 
+    GAUGE_SECONDS = 15.0
+    """How often a flavor's fabric gauges (free GPUs, fragmentation) are measured: each measure
+    reads the whole flavor, too much to pay on every decision of a large fabric."""
+
+    def _measure_fabric(self, verdict: Verdict) -> None:
+        """Set the fabric gauges of the verdict's flavors after it, when one of them has not been
+        measured for ``GAUGE_SECONDS`` (the first decision on a flavor always measures it)."""
+        now = self.clock.monotonic()
+        flavors = [f for f in verdict.flavor.split(",") if f]
+        if not any(now >= self._gauges_due.get(f, now) for f in flavors):
+            return
+        for flavor, free, frag in verdict.fabric:
+            self.metrics.free_gpus.labels(flavor).set(free)
+            self.metrics.fragmentation.labels(flavor).set(frag)
+            self._gauges_due[flavor] = now + self.GAUGE_SECONDS
+
     # ------------------------------------------------------------------ reading
 
     def evaluate(self, obj: Obj, decision_id: str) -> Verdict:
@@ -441,14 +545,47 @@ class Controller:
 
     # ------------------------------------------------------------------ the loop
 
-    def start(self) -> None:
-        """Watch every resource and decide in a worker thread until ``stop()``."""
+    def start(self, *, leading: bool = True) -> None:
+        """Watch every resource and decide in a worker thread until ``stop()``. ``leading=False``
+        starts a warm standby: its watches keep the cache and ledger current and its kernels are
+        compiled, but it writes and decides nothing until ``lead()``, so a failover needs no
+        relist and no warm-up."""
+        if leading:
+            self._leading.set()
+        else:
+            self._leading.clear()
         self._stop.clear()
         self.events.start()
         self._threads.extend(self.informers.start())
         t = threading.Thread(target=self._work, name="atoll-worker", daemon=True)
         t.start()
         self._threads.append(t)
+
+    def lead(self) -> None:
+        """Start deciding (this replica now holds the lease). A standby reads the Workloads once
+        first (``_catch_up``)."""
+        if not self._leading.is_set():
+            self._catch_up_due = True
+        self._leading.set()
+
+    def _catch_up(self) -> bool:
+        """A standby that now leads reads every Workload once before deciding: its watch may not
+        yet have delivered the previous leader's last decisions, and deciding without them could
+        hand the same nodes out twice. Only newer versions are taken (a watch event may already
+        be ahead of the list). False if the read failed (tried again next turn)."""
+        try:
+            items = self.writes.list(WORKLOADS).items
+        except errors.ApiError as exc:
+            _log.error("workloads not read at takeover; will retry", error=str(exc))
+            return False
+        for obj in items:
+            if self.cache.upsert(WORKLOADS, obj):
+                self._on_workload(obj)
+        return True
+
+    @property
+    def leading(self) -> bool:
+        return self._leading.is_set()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -478,10 +615,12 @@ class Controller:
             self.decider.warm_up()
         except Exception:  # noqa: BLE001 - a failed warm-up only costs the first decision its compile time
             _log.exception("finder warm-up failed")
+        led = False
         while not self._stop.is_set():
             self.heartbeat = self.clock.monotonic()
+            leading = self._leading.is_set()
             try:
-                busy = bool(self._queue) and self.synced
+                busy = bool(self._queue) and self.synced and leading
                 item = self._inbox.get_nowait() if busy else self._inbox.get(timeout=0.2)
                 self._handle(item)
                 while True:
@@ -490,8 +629,15 @@ class Controller:
                 pass
             except Exception:  # noqa: BLE001 - one bad event must not stop the controller
                 _log.exception("event handling failed")
-            if not self.synced:
+            if not self.synced or not leading:
                 continue
+            if self._catch_up_due:
+                if not self._catch_up():
+                    continue
+                self._catch_up_due = False
+            if not led or (self._active_retry_at is not None and self.clock.monotonic() >= self._active_retry_at):
+                led = True  # first turn as leader (a standby writes no condition), or a failed write's retry is due
+                self._refresh_active()
             self._promote_due()
             if self._queue:
                 key, _ = self._queue.popitem(last=False)

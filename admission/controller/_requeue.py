@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from admission import vocabulary
 from admission.controller._ledger import ANN_DECISION_ID, holds_reservation
 from admission.controller._workloads import check_entry
 from admission.kube import Obj
 
 __all__ = ["REQUEUE_CONDITION", "RequeueRequest", "requeue_request"]
 
-REQUEUE_CONDITION = "atoll.dev/RequeueRequested"
+REQUEUE_CONDITION = vocabulary.REQUEUE_CONDITION
 """Workload condition the webhook sets True when a pod lost its node and its domain has no
 replacement with room; its message starts ``decision <id>:`` so a stale one is recognised."""
 

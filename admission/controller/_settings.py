@@ -7,8 +7,9 @@ here: it lives in the hot-reloaded profiles ConfigMap.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from admission import vocabulary
 from admission.kube import ApiRetrySettings, LeaderSettings
 
 __all__ = [
@@ -20,7 +21,7 @@ __all__ = [
     "WatchSettings",
 ]
 
-CONTROLLER_NAME = "atoll.dev/topology"
+CONTROLLER_NAME = vocabulary.CONTROLLER_NAME
 
 
 class _Group(BaseModel):
@@ -66,6 +67,11 @@ class DecisionSettings(_Group):
     incomplete (flavor not mapped, Topology missing): fixing config should not wait long."""
     error_requeue_seconds: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)
     """Delays (s) before re-deciding after a failed write (the last one repeats)."""
+    park_waiting: bool = False
+    """A Workload waiting for a domain keeps Atoll's check ``Pending`` (Kueue keeps its quota,
+    no eviction, no requeue) and is decided again when capacity frees in a domain that could
+    hold it, a node or the profiles change, or its relax deadline passes (``_parking``); False:
+    every wait is a ``Retry`` with the profile's backoff."""
 
 
 
@@ -100,3 +106,20 @@ class Settings(_Group):
     watch: WatchSettings = WatchSettings()
     leader: LeaderSettings = LeaderSettings()
     serve: ServeSettings = ServeSettings()
+
+    @property
+    def worker_turn_worst_case_seconds(self) -> float:
+        """Longest one turn of the worker can wait on the API: it makes one attempt per call
+        (failures are requeued, never slept on), and a turn makes at most three in a row: the
+        AdmissionCheck's condition (one Atoll check), a decision's write, and the re-read after
+        a 409. Computing the decision is not counted."""
+        return 3 * self.api.request_timeout
+
+    @model_validator(mode="after")
+    def _turn_within_stall(self) -> Settings:
+        worst = self.worker_turn_worst_case_seconds
+        if worst >= self.serve.stall_seconds:
+            raise ValueError(f"api.request_timeout ({self.api.request_timeout:g} s) lets one worker turn wait {worst:g} s "
+                             f"(3 attempts), not below serve.stall_seconds ({self.serve.stall_seconds:g} s), so liveness "
+                             f"would kill a busy leader: lower api.request_timeout or raise serve.stall_seconds")
+        return self

@@ -32,7 +32,8 @@ from policies import annotation_notes
 
 __all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "StatusWriter"]
 
-EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Rejected": ("Warning", "TopologyRejected")}
+EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Pending": ("Normal", "TopologyWaiting"),
+                "Rejected": ("Warning", "TopologyRejected")}
 REQUEUE_EVENT_REASON = "TopologyRequeued"
 """Warning Event reason when Atoll asks Kueue to requeue an admitted Workload (a pod lost its node)."""
 ANNOTATION_NOT_HONOURED = "AnnotationNotHonoured"
@@ -128,9 +129,11 @@ class StatusWriter:
         self.ledger.observe(self.cache.objects[WORKLOADS][object_key(out)], names)
         return out
 
-    def refresh_active(self, check_names: Iterable[str], *, config_error: str | None, config_seen: bool) -> None:
+    def refresh_active(self, check_names: Iterable[str], *, config_error: str | None, config_seen: bool) -> bool:
         """Keep ``status.conditions[Active]`` of Atoll's AdmissionChecks true (false, with the
-        reason, while no valid profiles document has ever been read). No write if unchanged."""
+        reason, while no valid profiles document has ever been read). No write if unchanged.
+        False when a write failed (the caller tries again later)."""
+        ok = True
         cfg = self.settings.config
         if self.cache.profiles is not None:
             status, reason = "True", "Active"
@@ -155,4 +158,6 @@ class StatusWriter:
                 self.cache.upsert(ADMISSION_CHECKS, out)
                 _log.info("admission check condition written", name=name, active=status, reason=reason)
             except errors.ApiError as exc:
-                _log.error("admission check condition not written", name=name, error=str(exc))
+                _log.error("admission check condition not written; will retry", name=name, error=str(exc))
+                ok = False
+        return ok

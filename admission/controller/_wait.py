@@ -24,6 +24,7 @@ import functools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from admission import vocabulary
 from admission.controller._records import parse_time, rfc3339
 from admission.controller._settings import KueueSettings
 from admission.kube import Obj
@@ -31,11 +32,11 @@ from policies import WaitState
 
 __all__ = ["ANN_ATTEMPTS", "ANN_FIRST_WAITED", "WAITING_CONDITION", "atoll_check_names", "read_wait_state", "waiting_condition"]
 
-WAITING_CONDITION = "atoll.dev/TopologyWaiting"
+WAITING_CONDITION = vocabulary.WAITING_CONDITION
 """Atoll's condition on ``Workload.status.conditions``: True since the first Retry of the current wait."""
-ANN_FIRST_WAITED = "atoll.dev/first-waited-at"
+ANN_FIRST_WAITED = vocabulary.FIRST_WAITED_AT
 """Written by older releases; ignored (the Workload's owner can write annotations)."""
-ANN_ATTEMPTS = "atoll.dev/attempts"
+ANN_ATTEMPTS = vocabulary.ATTEMPTS
 """Written by older releases; ignored (the Workload's owner can write annotations)."""
 
 

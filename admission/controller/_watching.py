@@ -2,12 +2,21 @@
 and hands everything it sees to one inbox (the worker applies it, so nothing here touches the
 cache). A 410 Gone lists again; any other failure backs off and resumes, so a watcher outlives
 a broken apiserver.
+
+The inbox is coalesced per object, so it holds at most one entry per object plus one list per
+resource however far the worker falls behind: a newer event of an object replaces the one
+waiting (in its place), and a list replaces everything of its resource still waiting. The
+worker then applies the newest state of each object once, which is what applying every event
+in turn would leave in the cache (objects are kept by key, a late event never overwrites a newer
+one). A recreated object (a new uid under the same name) is another object: its predecessor's
+DELETED is kept, so what the ledger holds for the old uid is let go.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,14 +24,57 @@ from typing import Any
 import structlog
 
 from admission.controller._settings import WatchSettings
-from admission.kube import ClusterPort, Resource, WatchStream, errors
+from admission.kube import ClusterPort, Resource, WatchEvent, WatchStream, errors, object_key
 
-__all__ = ["Informers", "Watch"]
+__all__ = ["Inbox", "Informers", "Watch"]
 
 _log = structlog.get_logger("atoll.watch")
 
-Inbox = queue.Queue[tuple[str, Resource, Any]]
-"""("list", resource, items) or ("event", resource, WatchEvent), in the order seen."""
+Item = tuple[str, Resource, Any]
+"""("list", resource, items) or ("event", resource, WatchEvent)."""
+
+
+class Inbox:
+    """What the watches saw and the worker has not applied yet, coalesced per object (module
+    docstring); ``get`` and ``get_nowait`` raise ``queue.Empty`` as ``queue.Queue``'s do."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple[Any, ...], Item] = OrderedDict()
+        self._ready = threading.Condition()
+
+    def put(self, item: Item) -> None:
+        kind, resource, payload = item
+        with self._ready:
+            if kind == "list":
+                for key in [k for k in self._items if k[0] == resource]:
+                    del self._items[key]
+                self._items[(resource,)] = item
+            else:
+                self._items[_event_key(resource, payload)] = item  # a waiting entry keeps its place
+            self._ready.notify()
+
+    def get(self, timeout: float | None = None) -> Item:
+        with self._ready:
+            if not self._ready.wait_for(lambda: bool(self._items), timeout):
+                raise queue.Empty
+            return self._items.popitem(last=False)[1]
+
+    def get_nowait(self) -> Item:
+        with self._ready:
+            if not self._items:
+                raise queue.Empty
+            return self._items.popitem(last=False)[1]
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+
+def _event_key(resource: Resource, event: WatchEvent) -> tuple[Any, ...]:
+    meta = event.object.get("metadata") if isinstance(event.object, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    if event.type == "BOOKMARK" or not meta.get("name"):
+        return (resource, "", event.type)
+    return (resource, object_key(event.object), str(meta.get("uid", "")))
 
 
 @dataclass(frozen=True, slots=True)

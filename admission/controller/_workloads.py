@@ -28,11 +28,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from admission import vocabulary
 from admission.kube import Obj
 from policies import PodSetSpec, podset_spec
-from topology import NODE_OPERATORS, GraphLink, NodeConstraint, NodeRequirement, ResourceVector, Toleration, parse_label_int
-from topology._documents import read_yaml_file
-from topology._resources import LIMITS, MAX_COUNT, RESOURCE_NAMES
+from topology import (
+    LIMITS,
+    MAX_COUNT,
+    NODE_OPERATORS,
+    RESOURCE_NAMES,
+    GraphLink,
+    NodeConstraint,
+    NodeRequirement,
+    ResourceVector,
+    Toleration,
+    parse_label_int,
+    read_yaml_file,
+)
 
 __all__ = [
     "ANN_CLASS",
@@ -43,6 +54,7 @@ __all__ = [
     "PodSetTemplate",
     "WorkloadError",
     "WorkloadView",
+    "as_workload",
     "check_entry",
     "condition_true",
     "load_workload_file",
@@ -50,11 +62,11 @@ __all__ = [
     "parse_workload",
 ]
 
-ANN_PROFILE = "atoll.dev/profile"
-ANN_CLASS = "atoll.dev/class"
-ANN_NEAR = "atoll.dev/near"
-ANN_NEAR_MIN_BW = "atoll.dev/near-min-bandwidth-gbps"
-ANN_NEAR_LEVEL = "atoll.dev/near-level"
+ANN_PROFILE = vocabulary.PROFILE
+ANN_CLASS = vocabulary.CLASS
+ANN_NEAR = vocabulary.NEAR
+ANN_NEAR_MIN_BW = vocabulary.NEAR_MIN_BANDWIDTH_GBPS
+ANN_NEAR_LEVEL = vocabulary.NEAR_LEVEL
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 
@@ -370,7 +382,7 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
     )
 
 
-def _as_workload(obj: dict[str, Any]) -> dict[str, Any]:
+def as_workload(obj: dict[str, Any]) -> dict[str, Any]:
     """A Job or JobSet rewritten as the Workload Kueue would create for it."""
     kind = obj.get("kind")
     meta = obj.get("metadata") or {}
@@ -399,7 +411,7 @@ def parse_object(obj: Any, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadV
     if not isinstance(obj, dict):
         raise WorkloadError("expected a Kubernetes object (a mapping with kind)")
     if obj.get("kind") in ("Job", "JobSet"):
-        obj = _as_workload(obj)
+        obj = as_workload(obj)
     elif obj.get("kind") not in ("Workload", None):
         raise WorkloadError(f"kind: {obj.get('kind')!r} is not supported (Workload, Job, JobSet)")
     return parse_workload(obj, gpu_resource=gpu_resource)

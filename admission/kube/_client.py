@@ -7,8 +7,10 @@ one path: one error mapping, one retry loop, dicts in and out.
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
@@ -104,13 +106,32 @@ class KubePort:
     the settings' backoff list (watches are retried by their caller, which relists)."""
 
     def __init__(self, api: client.ApiClient, settings: ApiRetrySettings | None = None,
-                 sleep: Callable[[float], None] | None = None, fence: Callable[[], bool] | None = None) -> None:
+                 sleep: Callable[[float], None] | None = None, fence: Callable[[], float] | None = None,
+                 budget: Callable[[], float] | None = None, deadline: Callable[[], float | None] | None = None) -> None:
         self.api = api
         self.settings = settings or ApiRetrySettings()
         self._sleep = sleep
         self.fence = fence
-        """Asked before every attempt of a write: False refuses it with ``errors.Fenced`` (a
-        controller replica writes only while its lease term is valid, retries included)."""
+        """Asked before every attempt of a write: the seconds this replica may still write (its
+        lease term's end, less a margin). The attempt's timeout is at most that; 0 or less refuses
+        it with ``errors.Fenced``. So no attempt, retries included, is waited on past the term."""
+        self.budget = budget
+        """Asked before every attempt of any non-watch call: the seconds left for it (the lease's
+        renew deadline, for the elector's port); the attempt's timeout is at most that, and none
+        is sent once it is spent (``errors.NetworkError``)."""
+        self.deadline = deadline
+        """Seconds left for the caller's whole operation (None: no bound), asked before every
+        attempt and, unlike ``budget``, every wait between attempts: an attempt's timeout is at
+        most that, and none starts, nor a wait past it, once it is spent (``errors.OutOfTime``).
+        The webhook bounds a whole admission review this way, whatever calls it makes."""
+        _no_silent_resend(api)
+
+    def single_attempt(self) -> KubePort:
+        """This port (same client, fence and budget) making one attempt per call: for a caller
+        that retries on its own schedule instead of sleeping (the controller's worker)."""
+        view = copy.copy(self)
+        view.settings = self.settings.model_copy(update={"backoffs": ()})
+        return view
 
     # ------------------------------------------------------------------ transport
 
@@ -140,14 +161,38 @@ class KubePort:
     def _json(self, method: str, path: str, operation: str, **kwargs: Any) -> Obj:
         fence = self.fence if method != "GET" else None
 
+        deadline = self.deadline
+
         def call() -> Obj:
-            if fence is not None and not fence():
-                raise errors.Fenced(f"{operation}: not sent: this replica is not the leader (its lease term has lapsed)")
-            resp = self._send(method, path, operation=operation, **kwargs)
+            timeout = self.settings.request_timeout
+            if fence is not None:
+                window = fence()
+                if window <= 0:
+                    raise errors.Fenced(f"{operation}: not sent: this replica is not the leader (its lease term has lapsed)")
+                timeout = min(timeout, window)
+            if self.budget is not None:
+                left = self.budget()
+                if left <= 0:
+                    raise errors.NetworkError(f"{operation}: not sent: its deadline has passed")
+                timeout = min(timeout, left)
+            whole = deadline() if deadline is not None else None
+            if whole is not None:
+                if whole <= 0:
+                    raise errors.OutOfTime(f"{operation}: not sent: the time budget is spent")
+                timeout = min(timeout, whole)
+            resp = self._send(method, path, operation=operation, timeout=timeout, **kwargs)
             out: Obj = json.loads(_read(resp))
             return out
 
         sleep = self._sleep
+        if deadline is not None:
+            plain = sleep or time.sleep
+
+            def sleep(seconds: float) -> None:
+                left = deadline()
+                if left is not None and left <= seconds:
+                    raise errors.OutOfTime(f"{operation}: no retry: the time budget ends before the next attempt")
+                plain(seconds)
         return errors.retry(call, operation=operation, backoffs=self.settings.backoffs,
                             max_retry_after=self.settings.max_retry_after,
                             **({"sleep": sleep} if sleep is not None else {}))
@@ -204,6 +249,21 @@ class KubePort:
         what = f"apply {resource}{'/' + subresource if subresource else ''} {_key(meta.get('namespace'), meta['name'])}"
         return self._json("PATCH", _path(resource, meta.get("namespace"), meta["name"], subresource), what,
                           query=query, body=obj, content_type=_APPLY)
+
+
+def _no_silent_resend(api: client.ApiClient) -> None:
+    """urllib3 re-sends an idempotent request (GET, PUT) whose answer did not come, each time with
+    a fresh timeout: a lease PUT could then land long after its attempt's timeout, and its
+    retries bypass Atoll's own (logged, fenced, budgeted) loop. Connection failures, where
+    nothing was sent, are still retried there; an answer that does not come is Atoll's to retry."""
+    manager = api.rest_client.pool_manager
+    if getattr(manager, "connection_pool_kw", {}).get("retries") is _RETRIES:
+        return
+    manager.connection_pool_kw["retries"] = _RETRIES
+    manager.clear()  # pools made before now keep their own retries
+
+
+_RETRIES = urllib3.Retry(total=3, connect=3, read=0, status=0, other=0, redirect=0, raise_on_status=False)
 
 
 def _key(namespace: str | None, name: str | None) -> str:

@@ -9,7 +9,11 @@ Fencing: ``valid()`` is true only until the renew deadline after the *sending* o
 renewal that succeeded. A standby takes over only after it has seen that renewal unchanged for
 the lease duration, which is longer, and it saw the renewal after it was sent; so a leader that
 writes only while ``valid()`` never writes in another replica's term, however slowly its own
-renewals come back. ``term`` is the Lease's ``leaseTransitions`` of the leader's tenure, which
+renewals come back. A write attempt must also *end* inside the term: ``write_window()`` is the
+time left, less ``write_margin_seconds``, and the controller's port bounds each attempt's timeout
+by it (``KubePort``'s ``fence``). A renewal round is bounded the same way by its renew deadline
+(``round_budget()``, the elector's port's ``budget``; one attempt per call, no retry policy):
+the leader learns of its loss within the deadline, not after a 30 s request. ``term`` is the Lease's ``leaseTransitions`` of the leader's tenure, which
 decision records carry, so a log shows which tenure wrote what.
 """
 
@@ -50,6 +54,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self._last_renew = 0.0
         self._valid_until = 0.0
+        self._round_deadline = 0.0
 
     def _spec(self, transitions: int, acquired: str | None) -> dict[str, Any]:
         now = _micro_time(self.clock.now())
@@ -61,10 +66,23 @@ class LeaderElector:
         last successful renewal (see the module's note on fencing)."""
         return self.is_leader and self.clock.monotonic() < self._valid_until
 
+    def write_window(self) -> float:
+        """Seconds in which a write attempt may still start and must end: to the end of ``valid()``
+        less ``write_margin_seconds``; 0 or less when this replica may not write."""
+        if not self.is_leader:
+            return 0.0
+        return self._valid_until - self.clock.monotonic() - self.settings.write_margin_seconds
+
+    def round_budget(self) -> float:
+        """Seconds left for the calls of the current round: a leader's renewal must land before its
+        term lapses, a campaign within one renew deadline."""
+        return self._round_deadline - self.clock.monotonic()
+
     def try_acquire_or_renew(self) -> bool:
         """One round: create the Lease, renew ours, or take an expired one. True if we lead."""
         name = self.settings.lease_name
         sent = self.clock.monotonic()
+        self._round_deadline = self._valid_until if self.is_leader else sent + self.settings.renew_deadline_seconds
         try:
             lease = self.port.get(LEASES, name, self.namespace)
         except errors.NotFound:

@@ -18,8 +18,12 @@ class ApiRetrySettings(_Group):
     """Retries of one API call that failed transiently (429, 5xx, network)."""
 
     backoffs: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
-    """Waits (s) between attempts; its length is the number of retries (≈8 s in all, shorter
-    than a lease's renew deadline so a flaky apiserver does not cost leadership)."""
+    """Waits (s) between attempts; its length is the number of retries. They add up to under 8 s,
+    but a call may take far longer: each attempt may wait ``request_timeout``, and a server's
+    Retry-After replaces the wait (up to ``max_retry_after``); ``worst_case_seconds`` is the
+    bound (330 s with the defaults). The lease is not renewed on this policy (one attempt per
+    round, within the renew deadline), and a controller's write attempt ends within its lease
+    term (``KubePort``'s ``fence``)."""
     max_retry_after: float = Field(default=30.0, gt=0)
     """Cap (s) on a server's Retry-After, so one answer cannot stall the controller."""
     request_timeout: float = Field(default=30.0, gt=0)
@@ -45,6 +49,10 @@ class LeaderSettings(_Group):
     """The leader gives up (and stops deciding) if it could not renew for this long (s)."""
     retry_period_seconds: float = Field(default=2.0, gt=0)
     """Period (s) of renewal and of a standby's acquisition attempts."""
+    write_margin_seconds: float = Field(default=1.0, ge=0)
+    """A write attempt must end this long (s) before the leader's term may have lapsed (the renew
+    deadline after the sending of its last renewal): room for the server to see the client give
+    up. Below the renew deadline, or the leader could never write."""
 
     @field_validator("renew_deadline_seconds")
     @classmethod
@@ -52,5 +60,14 @@ class LeaderSettings(_Group):
         duration = getattr(info, "data", {}).get("lease_duration_seconds", 15.0)
         if value >= duration:
             raise ValueError(f"renew_deadline_seconds ({value}) must be < lease_duration_seconds ({duration})")
+        return value
+
+    @field_validator("write_margin_seconds")
+    @classmethod
+    def _below_deadline(cls, value: float, info: object) -> float:
+        deadline = getattr(info, "data", {}).get("renew_deadline_seconds", 10.0)
+        if value >= deadline:
+            raise ValueError(f"write_margin_seconds ({value}) must be < renew_deadline_seconds ({deadline}): "
+                             "lower it, or the leader could never write")
         return value
 

@@ -9,6 +9,7 @@
     ├── Gone             410 a watch's resourceVersion was compacted: list again
     ├── Invalid          422 the schema refused what Atoll wrote (a bug, never retried)
     ├── Fenced               not sent: this replica's leadership lapsed (never retried)
+    ├── OutOfTime            not sent: the caller's time budget is spent (never retried)
     └── Retryable            worth another attempt after a pause
         ├── TooManyRequests  429 (honours Retry-After)
         ├── ServerError      5xx (honours Retry-After)
@@ -37,6 +38,7 @@ __all__ = [
     "Invalid",
     "NetworkError",
     "NotFound",
+    "OutOfTime",
     "Retryable",
     "ServerError",
     "TooManyRequests",
@@ -66,6 +68,11 @@ class ApiError(Exception):
 
 class Fenced(ApiError):
     """A write not sent because the replica may no longer write (its lease term ended or may have)."""
+
+
+class OutOfTime(ApiError):
+    """An attempt (or the wait before one) not made because the caller's whole budget is spent
+    (an admission review must answer within the webhook's timeout)."""
 
 
 class BadRequest(ApiError):

@@ -14,15 +14,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from admission.simulator._stats import Concentration, Estimate, RunRecord, common_mask, concentration, estimate, paired, per_seed_figures
+from admission.simulator._stats import (
+    ISLAND_FIGURES,
+    Concentration,
+    Estimate,
+    RunRecord,
+    common_mask,
+    concentration,
+    estimate,
+    paired,
+    per_seed_figures,
+)
 
-__all__ = ["Comparison", "compare", "comparison_json", "dropped_more", "format_comparison", "format_sweep", "policy_verdict", "summary_lines",
-           "verdict", "verdict_lines"]
+__all__ = ["Comparison", "compare", "comparison_json", "dropped_more", "format_comparison", "format_islands", "format_sweep", "policy_verdict",
+           "summary_lines", "verdict", "verdict_lines"]
 
 DEFAULT_BASELINE = "kueue-bestfit"
 _FIGURES = ("mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "gpu_allocation", "gpu_goodput", "mean_slowdown",
             "single_island_share", "fragmentation_mean", "common_jobs", "jobs_rejected", "gpu_hours_rejected", "jobs_unfinished",
-            "gpu_hours_unfinished", "all_mean_jct_s", "all_mean_wait_s", "all_jobs_done")
+            "gpu_hours_unfinished", "all_mean_jct_s", "all_mean_wait_s", "all_jobs_done", *ISLAND_FIGURES)
 _RELATIVE = ("mean_jct_s", "p95_jct_s", "mean_wait_s")
 """Differences in % of the baseline; the others (allocation, goodput, slowdown) as plain differences."""
 _ABSOLUTE = ("gpu_allocation", "gpu_goodput", "mean_slowdown")
@@ -47,7 +57,7 @@ class Comparison:
 def compare(records: Mapping[tuple[float | None, int, str], RunRecord], *, load: float | None, seeds: Sequence[int],
             policies: Sequence[str], baseline: str | None = None) -> Comparison:
     """Aggregate the runs of one load: per seed the common set of all ``policies``, then over seeds."""
-    base = baseline if baseline in policies else (DEFAULT_BASELINE if DEFAULT_BASELINE in policies else policies[0])
+    base = baseline if baseline is not None and baseline in policies else (DEFAULT_BASELINE if DEFAULT_BASELINE in policies else policies[0])
     per_seed: dict[str, list[dict[str, float]]] = {p: [] for p in policies}
     conc: dict[str, list[Concentration]] = {p: [] for p in policies if p != base}
     for seed in seeds:
@@ -70,15 +80,26 @@ def compare(records: Mapping[tuple[float | None, int, str], RunRecord], *, load:
     return Comparison(load, tuple(seeds), tuple(policies), base, figures, per_seed, diffs, conc)
 
 
+NO_INTERVAL_ONE_SEED = "no verdict (1 seed: no interval)"
+NO_INTERVAL_IDENTICAL = "no verdict (seeds identical: no interval)"
+
+
 def verdict(diff: Estimate, *, lower_is_better: bool = True) -> str:
-    """``win`` / ``loss`` when the interval excludes 0, ``tie`` when it holds 0; one seed says so."""
+    """``win`` / ``loss`` when the interval excludes 0, ``tie`` when it holds 0. Without an
+    interval there is no verdict: one seed, or seeds that all gave the same difference (identical
+    GPUs and a trace: every seed is the same run, and "± 0" would call any difference a win)."""
     if not diff.known:
         return "n/a"
+    if diff.mean == 0.0:
+        return "tie"
+    if diff.n < 2 or math.isnan(diff.half):
+        return NO_INTERVAL_ONE_SEED
+    if diff.half <= 1e-9 * abs(diff.mean):
+        return NO_INTERVAL_IDENTICAL
     if diff.holds_zero():
         return "tie"
     better = diff.mean < 0 if lower_is_better else diff.mean > 0
-    word = "win" if better else "loss"
-    return f"{word} (1 seed)" if diff.n < 2 else word
+    return "win" if better else "loss"
 
 
 def _pm(e: Estimate, scale: float = 1.0, spec: str = ".2f", sign: bool = False) -> str:
@@ -196,6 +217,28 @@ def format_sweep(cmps: Sequence[Comparison], *, title: str = "") -> str:
     return _render(_header(unit, True), rows, title, seps) + "\n" + foot
 
 
+def format_islands(cmps: Sequence[Comparison], *, title: str = "") -> str:
+    """Whole-island availability per load and policy: the share of time a free block of G GPUs
+    existed inside one island, the GPU-hours gangs waited stranded by fragmentation (their flavor
+    had the GPUs free, no island did), and the p95 slowdown of multi-GPU jobs; mean ± 95 %."""
+    blocks = [k for k in ISLAND_FIGURES if k.startswith("island_block_")]
+    shown = [k for k in blocks if any(c.figures[p][k].known for c in cmps for p in c.policies)]
+    header = ["load", "policy"] + [f"{k.rsplit('_', 1)[1]}-GPU block %" for k in shown] + ["stranded GPU-h", "p95 gang slowdown"]
+    rows: list[list[str]] = []
+    seps: list[int] = []
+    for c in cmps:
+        if rows:
+            seps.append(len(rows))
+        for p in c.policies:
+            f = c.figures[p]
+            rows.append([f"{c.load:g}" if c.load is not None else "as recorded", p] + [_pm(f[k], 0.01, ".0f") for k in shown]
+                        + [_pm(f["stranded_gpu_hours"], 1.0, ",.0f"), _pm(f["p95_gang_slowdown"], 1.0, ".3f")])
+    foot = ("block %: share of the arrival window in which some island had that many GPUs free"
+            + ("" if len(shown) == len(blocks) else " (sizes no island holds are left out)")
+            + "; stranded: GPU-hours of gangs waiting while their flavor had the GPUs free but no single island did.")
+    return _render(header, rows, title, seps) + "\n" + foot
+
+
 def _pct_text(e: Estimate) -> str:
     return f"{e.mean:+.1f} %" + ("" if math.isnan(e.half) else f" ± {e.half:.1f} %")
 
@@ -267,7 +310,7 @@ def comparison_json(cmp: Comparison) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "common_set": {k: f[k].to_json() for k in ("mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "common_jobs")},
             "all_jobs": {k: f[k].to_json() for k in ("all_mean_jct_s", "all_mean_wait_s", "all_jobs_done", "gpu_allocation", "gpu_goodput",
-                                                    "mean_slowdown", "single_island_share", "fragmentation_mean")},
+                                                    "mean_slowdown", "single_island_share", "fragmentation_mean", *ISLAND_FIGURES)},
             "dropped": {k: f[k].to_json() for k in ("jobs_rejected", "gpu_hours_rejected", "jobs_unfinished", "gpu_hours_unfinished")},
             "per_seed": [{k: (None if math.isnan(v) else round(v, 6)) for k, v in s.items()} for s in cmp.per_seed[p]],
         }

@@ -1,5 +1,14 @@
 """The simulator's job cost model: how much slower a job runs on the placement it got.
 
+Two link models price the all-reduce (``LINK_MODELS``, ``--link-model``). The default,
+``calibrated``, lives in ``_collectives``: NCCL's algorithms on aggregated rails, checked against
+published nccl-tests measurements (coreweave/nccl-tests README, NVIDIA/nccl issue #1801, Voltage
+Park's public H100 benchmarks; ``atoll bench collectives``); its all-reduce times go through
+``slowdown_from_ratio`` below. ``flat-ring``, described next, is the pessimistic end: it prices a
+span across two GB200 racks at one 50 GB/s rail where nccl-tests measure 793 GB/s. Placement
+still matters, by less: Fluidstack's engineering blog reports a 256-GPU job at 412 ms per step
+placed topology-aware, 631 ms first-fit and 905 ms split across pods.
+
 One synchronous step of a job is compute plus a ring all-reduce of its gradients::
 
     step = compute / p  +  A(S, k, B, α)
@@ -56,7 +65,7 @@ The assumptions, their sources and the flags that change them (``CostParams``, `
   f does not grow with the job by itself; the gradient size S does (``default_model_gb``).
 - ``o`` (overlap, ``--cost-overlap``, per workload class): 0 by default, the upper bound of the
   penalty (nothing hidden); the sensitivity table of ``atoll bench quality`` also runs 0.5.
-- Link bandwidths per level (``--cost-bandwidth``): the cluster model's vendor figures per GPU:
+- Link bandwidths per level (``--cost-bandwidth``, both link models): the cluster model's vendor figures per GPU:
   NVLink 4 900 GB/s (H100), NVLink 5 1.8 TB/s (GB200 NVL72), InfiniBand NDR 400 Gb/s = 50 GB/s
   per GPU rail. The ring over the bottleneck link is a *flat* ring: NCCL's rings across nodes use
   every rail of a node at once (one ring per rail), so its measured bus bandwidth across DGX H100
@@ -77,8 +86,13 @@ from admission.simulator._jobs import JOB_KINDS, Job, _unchecked_jobs
 if TYPE_CHECKING:
     from topology import ClusterModel
 
-__all__ = ["SOURCES", "CostError", "CostParams", "apply_bandwidths", "apply_cost", "parse_bandwidths", "parse_comm_fraction",
-           "parse_overlap", "ring_allreduce_s", "step_slowdown"]
+__all__ = ["LINK_MODELS", "SOURCES", "CostError", "CostParams", "apply_bandwidths", "apply_cost", "parse_bandwidths",
+           "parse_comm_fraction", "parse_link_model", "parse_overlap", "ring_allreduce_s", "slowdown_from_ratio", "step_slowdown"]
+
+LINK_MODELS: Final = ("calibrated", "flat-ring")
+"""``calibrated`` (the default): ``_collectives``, NCCL's algorithms on aggregated rails, checked
+against published nccl-tests points; ``flat-ring``: the ring at one rail described above, the
+pessimistic end (``--link-model``)."""
 
 SOURCES: Final[dict[str, str]] = {
     "comm_fraction": "Wang et al., Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning, "
@@ -89,6 +103,11 @@ SOURCES: Final[dict[str, str]] = {
                  "per GPU rail; nccl-tests doc/PERFORMANCE.md for bus bandwidth (algbw × 2(k−1)/k)",
     "gpu_perf": "Sinha et al., Not All GPUs Are Created Equal, SC22 (arXiv 2208.11035): 8 % average (max 22 %) performance "
                 "variation among GPUs of one SKU, outliers up to 1.5x slower than the median",
+    "collectives": "calibrated link model (_collectives): coreweave/nccl-tests README (GB200 NVL72 1/2/20 racks at 8 GB and 512 MB); "
+                   "NVIDIA/nccl issue #1801 (GB200 NVL partitions over InfiniBand, ring and tree); Voltage Park public H100 benchmarks "
+                   "(one node vs 4 nodes); `atoll bench collectives` prints each point with its prediction",
+    "step_times": "Fluidstack engineering blog: a 256-GPU job at 412 ms per step placed topology-aware, 631 ms first-fit, 905 ms split "
+                  "across pods (placement matters, by 1.5-2.2x, not by the flat ring's order of magnitude)",
 }
 """Where each cost assumption comes from (printed by ``atoll bench quality`` and the README)."""
 
@@ -135,10 +154,21 @@ def step_slowdown(
     if ideal <= 0.0:  # model_gb 0 on a zero-latency ideal link: no all-reduce to scale, compute only
         return 1.0 / min_perf
     actual = ring_allreduce_s(job.model_gb, job.gpus, bottleneck_bandwidth_gbps, bottleneck_latency_us)
+    return slowdown_from_ratio(job, min_perf, actual / ideal)
+
+
+def slowdown_from_ratio(job: Job, min_perf: float, ratio: float) -> float:
+    """actual step / ideal step for ``job`` when its all-reduce takes ``ratio`` × the ideal one's
+    (any link model: the flat ring above, or ``_collectives.allreduce`` times)."""
+    if not min_perf > 0.0:
+        raise ValueError(f"job {job.id!r}: min_perf must be > 0, got {min_perf}")
+    f = job.comm_fraction
+    if f == 0.0 or job.gpus <= 1 or job.kind != "training":
+        return 1.0 / min_perf
     o = job.overlap
     if o == 0.0:
-        return 1.0 + (1.0 - f) * (1.0 / min_perf - 1.0) + f * (actual / ideal - 1.0)
-    return _overlapped_step(f, o, min_perf, f * actual / ideal) / _overlapped_step(f, o, 1.0, f)
+        return 1.0 + (1.0 - f) * (1.0 / min_perf - 1.0) + f * (ratio - 1.0)
+    return _overlapped_step(f, o, min_perf, f * ratio) / _overlapped_step(f, o, 1.0, f)
 
 
 def _overlapped_step(f: float, o: float, perf: float, allreduce: float) -> float:
@@ -156,11 +186,13 @@ class CostParams:
 
     ``comm_fraction``: (up to this many GPUs, f) steps in ascending order, the last may be
     ``math.inf``; applies to multi-GPU training jobs. ``overlap``: per workload class.
-    ``bandwidth_gbps``: per-GPU bandwidth per topology level (label, or its last segment)."""
+    ``bandwidth_gbps``: per-GPU bandwidth per topology level (label, or its last segment).
+    ``link_model``: one of ``LINK_MODELS``."""
 
     comm_fraction: tuple[tuple[float, float], ...] | None = None
     overlap: Mapping[str, float] | None = None
     bandwidth_gbps: Mapping[str, float] = field(default_factory=dict)
+    link_model: str = "calibrated"
 
     def fraction_for(self, gpus: int) -> float | None:
         if self.comm_fraction is None:
@@ -176,7 +208,7 @@ class CostParams:
             f"{'≤' + format(int(u)) if math.isfinite(u) else 'larger'}: {v:g}" for u, v in self.comm_fraction)
         o = "0" if self.overlap is None else ", ".join(f"{k} {v:g}" for k, v in sorted(self.overlap.items()))
         bw = ", ".join(f"{k} {v:g} GB/s" for k, v in sorted(self.bandwidth_gbps.items())) or "as the cluster model"
-        return f"comm fraction {f}; overlap {o}; link bandwidth {bw}"
+        return f"link model {self.link_model}; comm fraction {f}; overlap {o}; link bandwidth {bw}"
 
 
 def _number(flag: str, text: str, low: float, high: float) -> float:
@@ -208,6 +240,13 @@ def parse_comm_fraction(spec: str) -> tuple[tuple[float, float], ...]:
     if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
         raise CostError(f"{flag}: {spec!r}: the GPU counts must ascend (8:…,64:…,*:…)")
     return tuple(out)
+
+
+def parse_link_model(spec: str) -> str:
+    """``calibrated`` or ``flat-ring``."""
+    if spec not in LINK_MODELS:
+        raise CostError(f"--link-model: {spec!r} is not one of {', '.join(LINK_MODELS)}")
+    return spec
 
 
 def parse_overlap(spec: str) -> dict[str, float]:

@@ -18,24 +18,35 @@ beside it (so a ledger that forgets owed pods is caught, not trusted).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
 import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from admission.controller import ClusterCache, Decider, Ledger, Settings, Verdict, WorkloadView, decode_planned, parse_workload, pod_usage
-from admission.controller._cache import BoundPod
-from admission.controller._invariant import OwedPods
-from admission.controller._wait import WAITING_CONDITION, waiting_condition
+from admission import vocabulary
+from admission.controller import (
+    WAITING_CONDITION,
+    BoundPod,
+    ClusterCache,
+    Decider,
+    Ledger,
+    OwedPods,
+    Settings,
+    Verdict,
+    WorkloadView,
+    decode_planned,
+    parse_workload,
+    pod_usage,
+    waiting_condition,
+)
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
 from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._scheduler import BindingModel
-from policies import ProfilesDocument
-from policies._annotations import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE
+from policies import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE, ProfilesDocument
 from topology import HOSTNAME_LABEL, ClusterModel, NodeConstraint, ResourceVector, SliceLayer, Snapshot, Toleration
 
 __all__ = ["NAMESPACE", "PODSET", "DeployedAtoll", "LedgerFactory", "node_rows", "real_ledger", "witness_holds"]
@@ -43,7 +54,7 @@ __all__ = ["NAMESPACE", "PODSET", "DeployedAtoll", "LedgerFactory", "node_rows",
 NAMESPACE = "sim"
 PODSET = "main"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
-ANN_DECISION = "atoll.dev/decision-id"
+ANN_DECISION = vocabulary.DECISION_ID
 IntArray = npt.NDArray[np.int64]
 LedgerFactory = Callable[[ClusterCache], Ledger]
 """Builds the ledger on the cache (tests inject a faulty one to show the invariant catches it)."""
@@ -139,9 +150,9 @@ class DeployedAtoll:
         t = self._templates.get(key)
         if t is None:
             q = quantities(per_pod, self.settings.kueue.gpu_resource)
-            ann = {"atoll.dev/profile": self.profile_name}
+            ann = {vocabulary.PROFILE: self.profile_name}
             if kind in self.doc.classes:
-                ann["atoll.dev/class"] = kind
+                ann[vocabulary.CLASS] = kind
             if slices:  # Kueue's slice annotations, as a user writes them (the Decider reads them)
                 ann.update({SLICE_REQUIRED_TOPOLOGY: slices[0].level, SLICE_SIZE: str(slices[0].size)})
             t = self._templates[key] = {"metadata": {"annotations": ann},
@@ -203,10 +214,10 @@ class DeployedAtoll:
             selector = dict(view.templates[spec.name].node_selector)
             selector.update(update.get("nodeSelector") or {})
             ann = update.get("annotations") or {}
-            planned = decode_planned(ann["atoll.dev/planned-nodes"]) if "atoll.dev/planned-nodes" in ann else {}
+            planned = decode_planned(ann[vocabulary.PLANNED_NODES]) if vocabulary.PLANNED_NODES in ann else {}
             terms = spec.node_constraint.terms if spec.node_constraint is not None else None
             podsets.append(_PodSet(spec.name, spec.count, spec.per_pod, tuple(sorted(selector.items())), terms, spec.tolerations,
-                                   planned, str(ann.get(ANN_DECISION, "")), ann.get("atoll.dev/enforcement") == "exact"))
+                                   planned, str(ann.get(ANN_DECISION, "")), ann.get(vocabulary.ENFORCEMENT) == "exact"))
         self.admitted[job] = _Admitted(f"{NAMESPACE}/job-{job}", flavor, obj, podsets)
         self._owing.setdefault(flavor, set()).add(job)
 
@@ -247,7 +258,7 @@ class DeployedAtoll:
         got = []
         req = np.array([ps.per_pod.gpu, ps.per_pod.cpu_milli, ps.per_pod.memory_mib, 1], dtype=np.int64)
         need = req > 0
-        on = {}
+        on: dict[str, int] = {}
         for pod in ps.pods:
             on[pod["spec"]["nodeName"]] = on.get(pod["spec"]["nodeName"], 0) + 1
         for name, want in ps.planned.items():
@@ -282,7 +293,8 @@ class DeployedAtoll:
         ok = snap.eligible_for(ps.tolerations)[base] != 0
         if ps.terms is not None:
             ok &= snap.allowed_by(NodeConstraint((), ps.terms))[base] != 0
-        return base[ok]
+        out: IntArray = base[ok]
+        return out
 
     def _allows(self, snap: Snapshot, ps: _PodSet, nodes: IntArray) -> bool:
         """Are all ``nodes`` in ``domain(snap, ps)``? (Read on those nodes alone.)"""
@@ -315,7 +327,7 @@ class DeployedAtoll:
                            [{"name": "main", "resources": {"requests": dict(requests)}}], {"phase": "Running"})
         labels, annotations, containers, status = ps.template
         name = f"pod-{self._pod_seq}"
-        pod = {"metadata": {"name": name, "namespace": NAMESPACE, "uid": name, "labels": labels, "annotations": annotations},
+        pod: dict[str, Any] = {"metadata": {"name": name, "namespace": NAMESPACE, "uid": name, "labels": labels, "annotations": annotations},
                "spec": {"nodeName": node, "containers": containers}, "status": status}
         ps.pods.append(pod)
         if ps.usage is None:  # every pod of a PodSet asks the same; read the first as the cache would
@@ -425,7 +437,7 @@ class DeployedAtoll:
             for ps in adm.podsets:
                 if ps.bound >= ps.count:
                     continue
-                on = {}
+                on: dict[str, int] = {}
                 for pod in ps.pods:
                     on[pod["spec"]["nodeName"]] = on.get(pod["spec"]["nodeName"], 0) + 1
                 planned = tuple((n, k - min(k, on.get(n, 0))) for n, k in ps.planned.items() if k > on.get(n, 0))
@@ -479,7 +491,7 @@ def _selector_nodes(snap: Snapshot, selector: Sequence[tuple[str, str]]) -> IntA
     return out if out is not None else np.arange(snap.num_nodes, dtype=np.int64)
 
 
-def node_rows(snap: Snapshot, names: Mapping[str, Any]) -> tuple[dict[str, ResourceVector], dict[str, ResourceVector]]:
+def node_rows(snap: Snapshot, names: Iterable[str]) -> tuple[dict[str, ResourceVector], dict[str, ResourceVector]]:
     """Allocatable and bound usage of the named nodes, as ``check_invariant`` reads them."""
     alloc: dict[str, ResourceVector] = {}
     used: dict[str, ResourceVector] = {}

@@ -140,7 +140,7 @@ class Job:
 
 
 def make_job(
-    id: str,
+    id: str,  # noqa: A002 - the Job field it fills
     submit_s: float,
     duration_s: float,
     gpus: int,

@@ -14,6 +14,12 @@ Definitions (the README's table uses them):
 - Slowdown: the cost model's stretch of each completed job (1.0 = ideal placement).
 - Fragmentation: time-weighted mean of ``topology.fragmentation_index`` at the island level,
   sampled over the arrival window.
+- Whole-island availability (``island_block_<G>``): the share of the arrival window (sampled
+  with fragmentation) in which some island had a free block of G GPUs (72, 64, 32, 16; sizes no
+  island can hold are left out). ``stranded_gpu_hours``: GPU-hours of gangs (multi-pod training
+  jobs that fit one island) waiting while their flavor had that many GPUs free but no island did:
+  what fragmentation costs the queue. ``p95_gang_slowdown``: the cost model's p95 stretch of
+  completed multi-GPU jobs (the GPU speed tail lands here: a gang runs at its slowest GPU).
 - Decisions per second: placement calls the policy answered per second of wall time spent in
   them (every call counts, admitted or not).
 """
@@ -27,15 +33,23 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED, SimResult
+from admission.simulator._sim import ISLAND_BLOCKS, STATUS_DONE, STATUS_REJECTED, STATUS_UNFINISHED, SimResult
 
-__all__ = ["JSON_KEYS", "format_table", "summarize", "time_weighted_mean"]
+__all__ = ["INVARIANT_KEYS", "JSON_KEYS", "format_table", "summarize", "time_weighted_mean"]
 
 JSON_KEYS = (
     "mean_jct_s", "p50_jct_s", "p95_jct_s", "mean_wait_s", "p95_wait_s", "gpu_allocation", "gpu_goodput",
-    "single_island_share", "mean_slowdown", "p95_slowdown", "fragmentation_mean", "decisions_per_s",
+    "single_island_share", "mean_slowdown", "p95_slowdown", "p95_gang_slowdown", "fragmentation_mean", "island_block_72",
+    "island_block_64", "island_block_32", "island_block_16", "stranded_gpu_hours", "decisions_per_s",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s",
+    "invariant_checks", "invariant_full_checks", "invariant_violations",
+    "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
 )
+INVARIANT_KEYS = ("invariant_checks", "invariant_full_checks", "invariant_violations")
+"""What a run reports of the no-double-booking invariant (per run in ``atoll simulate``'s JSON)."""
+
+SIZE_BANDS = ((1, 7), (8, 15), (16, 63), (64, None))
+"""GPU-count bands of the wait report: 1-7, 8-15, 16-63, 64+."""
 
 
 def time_weighted_mean(times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], lo: float, hi: float) -> float:
@@ -83,14 +97,52 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "p95_slowdown": _pct(slow, 95),
         "fragmentation_mean": time_weighted_mean(result.frag_times, result.frag_values, float(result.frag_times[0]), frag_hi)
         if result.frag_times.size else 0.0,
+        "p95_gang_slowdown": _pct(result.slowdown[done & (result.gpus > 1)], 95),
+        **_island_figures(result),
         "decisions_per_s": result.decisions / result.decision_seconds if result.decision_seconds > 0 else None,
         "jobs_done": int(done.sum()),
         "jobs_rejected": int((result.status == STATUS_REJECTED).sum()),
         "jobs_unfinished": int((result.status == STATUS_UNFINISHED).sum()),
         "makespan_s": float(np.nanmax(result.end) - result.arrival[0]) if done.any() else None,
         "wall_s": result.wall_seconds,
+        "invariant_checks": result.invariant_checks,
+        "invariant_full_checks": result.invariant_full_checks,
+        "invariant_violations": result.invariant_violations,
+        "decisions_per_job": result.decisions / len(result.status) if len(result.status) else None,
     }
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    rounded: dict[str, Any] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    rounded["wait_by_size_band"] = wait_by_size_band(result)
+    return rounded
+
+
+def wait_by_size_band(result: SimResult) -> dict[str, dict[str, Any]]:
+    """Per size band (``SIZE_BANDS``): jobs, p95 and maximum wait of the jobs that started, and
+    how many never started (a wait with no end, not in the percentiles)."""
+    started = ~np.isnan(result.start)
+    wait = result.start - result.arrival
+    out: dict[str, dict[str, Any]] = {}
+    for lo, hi in SIZE_BANDS:
+        band = (result.gpus >= lo) & ((result.gpus <= hi) if hi is not None else True)
+        w = wait[band & started]
+        out[f"{lo}-{hi}" if hi is not None else f"{lo}+"] = {
+            "jobs": int(band.sum()), "p95_wait_s": None if not w.size else round(float(np.percentile(w, 95)), 3),
+            "max_wait_s": None if not w.size else round(float(w.max()), 3), "never_started": int((band & ~started).sum())}
+    return out
+
+
+def _island_figures(result: SimResult) -> dict[str, Any]:
+    """Whole-island availability per block size and stranded gang GPU-hours (module docstring)."""
+    t = result.frag_times
+    out: dict[str, Any] = {}
+    if not t.size:
+        return {**{f"island_block_{b}": None for b in ISLAND_BLOCKS}, "stranded_gpu_hours": 0.0}
+    lo, hi = float(t[0]), max(result.window[1], float(t[-1]) + 1.0)
+    for b in ISLAND_BLOCKS:
+        v = result.block_free.get(b)
+        out[f"island_block_{b}"] = time_weighted_mean(t, v, lo, hi) if v is not None and v.size == t.size else None
+    s = result.stranded_gpus
+    out["stranded_gpu_hours"] = time_weighted_mean(t, s, lo, hi) * (hi - lo) / 3600.0 if s.size == t.size else 0.0
+    return out
 
 
 def _time_unit(rows: Sequence[Mapping[str, Any]]) -> tuple[str, float]:

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from admission.queue import Need
 from policies import Profile, ProfilesDocument, WaitState, WorkloadClass
 from topology import HOSTNAME_LABEL, PlacementRequest, PodSetRequest, ResourceVector, SliceLayer, Snapshot, never_fits
 
@@ -91,6 +92,8 @@ class Attempt:
     retry_after: float = 0.0
     relaxed: bool = False
     message: str = ""
+    needs: tuple[Need, ...] = ()
+    """A wait for a domain: what could change the answer (the queue manager parks it until then)."""
 
 
 class Policy(Protocol):
@@ -178,7 +181,7 @@ class _KueueView:
     free capacity refreshed from the simulator's snapshot before each evaluation."""
 
     def __init__(self, snapshot: Snapshot, topology_name: str) -> None:
-        from topology._kueue_tas import KueueNode, build_kueue_leaves
+        from topology import KueueNode, build_kueue_leaves
 
         # The snapshot's levels are the flavor's Topology levels (hostname lowest, added if absent).
         nodes = []
@@ -281,13 +284,13 @@ class KueueBestFitPolicy:
             view.dirty.append(nodes)
 
     def attempt(self, snapshot: Snapshot, shape: JobShape, *, now: float, wait: WaitState) -> Attempt:
-        from topology._kueue_tas import kueue_place
+        from topology import kueue_place
 
         view = self._view(snapshot)
         view.sync(snapshot, self._tracked)
         per_pod = {name: q for name, q in zip(_KUEUE_COLUMNS[:3], shape.per_pod.as_tuple()[:3]) if q > 0}
         if shape.kind == "training":
-            sliced = {"slice_level": shape.slices[0].level, "slice_size": shape.slices[0].size} if shape.slices else {}
+            sliced: dict[str, Any] = {"slice_level": shape.slices[0].level, "slice_size": shape.slices[0].size} if shape.slices else {}
             result = kueue_place(view.leaves, shape.pods, per_pod, mode="required" if self.required else "preferred",
                                  level=self._level(snapshot, shape), topology_name=view.topology_name, **sliced)
         else:
@@ -348,7 +351,8 @@ def make_policies(names: Sequence[str], doc: ProfilesDocument, *, seed: int, isl
             out.append(KueueBestFitPolicy(island_level, required=name == "kueue-required"))
         elif name.startswith(ATOLL_PREFIX) and name[len(ATOLL_PREFIX):] in doc.profiles:
             pname = name[len(ATOLL_PREFIX):]
-            out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes), doc=doc))
+            # no attempt(): simulate() runs an Atoll policy as deployed (the controller's decision), not through the protocol
+            out.append(AtollPolicy(name, pname, doc.profiles[pname], dict(doc.classes), doc=doc))  # type: ignore[arg-type]
         else:
             known = list(BASELINES) + [ATOLL_PREFIX + p for p in sorted(doc.profiles)]
             raise PolicyError(f"--policies: unknown policy {name!r}; choose from {', '.join(known)}")

@@ -33,6 +33,12 @@ Atoll, as modelled
     allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
     Decisions take no simulated time.
 
+    With ``SimSettings.parking`` (the controller's ``decisions.park_waiting``) a Workload that waits for a domain is parked
+    instead (``admission.queue.WaitingRoom``): Atoll's check stays ``Pending``, so Kueue keeps its
+    quota reserved and neither evicts nor requeues it, and it is decided again only when capacity
+    is freed in a domain of its level that now has the GPUs it needs, or when its profile may
+    span. Waits for other reasons (owed pods, the configuration) stay Retries with their delay.
+
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
 placement's nodes in one numpy step. A policy with a ``capacity_changed(snapshot, nodes)``
@@ -49,15 +55,17 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from admission.simulator._cost import step_slowdown
-from admission.simulator._jobs import Job, split_into_pods
 from admission.controller import Violation, check_invariant
+from admission.queue import WaitingRoom
+from admission.simulator._cost import LINK_MODELS
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
+from admission.simulator._jobs import Job, split_into_pods
+from admission.simulator._placement_cost import CostModel
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
 from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState
@@ -65,6 +73,7 @@ from topology import ClusterModel, FlavorModel, ResourceVector, Snapshot, fragme
 
 __all__ = [
     "ENFORCEMENTS",
+    "ISLAND_BLOCKS",
     "SCHEDULERS",
     "STATUS_DONE",
     "STATUS_REJECTED",
@@ -81,12 +90,15 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job], float]
+SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job, IntArray], float]
+"""(snapshot, nodes, shape, job, pods per node) → slowdown: ``CostModel`` or a stand-in."""
 ProgressFn = Callable[[int, int], None]
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
+ISLAND_BLOCKS = (72, 64, 32, 16)
+"""Block sizes (GPUs) whose availability inside one island is sampled (``SimResult.block_free``)."""
 ENFORCEMENTS = ("domain", "exact")
-_COMPLETE, _RETRY, _BIND = 0, 1, 2
+_COMPLETE, _RETRY, _BIND, _DEADLINE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,11 +127,20 @@ class SimSettings:
     """``domain`` or ``exact``; None: what the profiles document says for each flavor."""
     seed: int = 0
     """Seed of the scheduler model's ties (same seed, same run)."""
+    parking: bool = False
+    """Atoll's waits for a domain park the Workload (check ``Pending``, quota kept) until what it
+    waits for changes, as the controller does with ``decisions.park_waiting``; False (the
+    controller's default): every wait is a Retry decided again when its delay ends."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
+    link_model: str = "calibrated"
+    """How a placement's all-reduce is priced (``_cost.LINK_MODELS``): ``calibrated``
+    (``_collectives``) or ``flat-ring`` (the pessimistic ring at one rail)."""
 
     def __post_init__(self) -> None:
+        if self.link_model not in LINK_MODELS:
+            raise ValueError(f"link_model: {self.link_model!r} is not one of {', '.join(LINK_MODELS)}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
         if self.enforcement not in (None, *ENFORCEMENTS):
@@ -180,7 +201,19 @@ class SimResult:
     """First and last arrival: the span over which load is offered."""
     busiest_time: float = math.nan
     island_grid: list[dict[str, Any]] = field(default_factory=list)
+    block_free: dict[int, FloatArray] = field(default_factory=dict)
+    """Per block size (``ISLAND_BLOCKS``, GPUs): 1.0 at each fragmentation sample when some island
+    of some flavor had that many GPUs free, else 0.0; only sizes some island can hold."""
+    stranded_gpus: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """At each fragmentation sample: GPUs of the waiting gangs (multi-pod training jobs that fit
+    one island when empty) whose flavor had enough GPUs free, but no island with that many."""
     """Per flavor at the busiest moment: {flavor, level, parents, used, total} (see _plots)."""
+    invariant_checks: int = 0
+    """Events after which the no-double-booking invariant was checked (an Atoll policy only)."""
+    invariant_full_checks: int = 0
+    """Of those, checks the ledger's own witness could not settle, run from scratch (``check_invariant``)."""
+    invariant_violations: int = 0
+    """Violations found: 0 in a finished run (the first violation stops it: ``InvariantViolation``)."""
 
 
 # --------------------------------------------------------------------------------- preparing
@@ -260,57 +293,15 @@ def _fits_empty(snapshot: Snapshot, shape: JobShape) -> bool:
 # --------------------------------------------------------------------------------- running
 
 
-class CostModel:
-    """``_cost.step_slowdown`` for a placement on a snapshot.
-
-    The bottleneck link is that of the lowest common domain of the placement's nodes (one node:
-    the node's own link). The ideal link is that of the lowest level one of whose domains can hold
-    the job on the empty flavor: the island link for a gang that fits an island, the node link for
-    a one-pod job, a wider level for a job bigger than any island (an unavoidable span is not a
-    slowdown). Min perf is the slowest chosen node's.
-    """
-
-    def __init__(self) -> None:
-        self._ideal: dict[tuple[int, JobShape], int] = {}
-
-    def ideal_level(self, snapshot: Snapshot, shape: JobShape) -> int:
-        key = (id(snapshot.node_names), shape)
-        level = self._ideal.get(key)
-        if level is None:
-            level = self._ideal[key] = _ideal_level(snapshot, shape)
-        return level
-
-    def __call__(self, snapshot: Snapshot, nodes: IntArray, shape: JobShape, job: Job) -> float:
-        lo, hi = int(nodes.min()), int(nodes.max())
-        level = 0
-        for lv in range(snapshot.node_level, -1, -1):
-            if snapshot.node_dom[lv, lo] == snapshot.node_dom[lv, hi]:
-                level = lv
-                break
-        ideal = self.ideal_level(snapshot, shape)
-        return step_slowdown(job, float(snapshot.perf[nodes].min()), float(snapshot.bandwidth_gbps[level]), float(snapshot.latency_us[level]),
-                             float(snapshot.bandwidth_gbps[ideal]), float(snapshot.latency_us[ideal]))
-
-
-def _ideal_level(snapshot: Snapshot, shape: JobShape) -> int:
-    req = np.array(shape.per_pod.as_tuple()[:3] + (1,), dtype=np.int64)
-    mask = req > 0
-    cap = (snapshot.alloc[:, mask] // req[mask]).min(axis=1)
-    cap[snapshot.eligible == 0] = 0
-    for lv in range(snapshot.node_level, -1, -1):
-        starts = snapshot.bounds[snapshot.bptr[lv]: snapshot.bptr[lv + 1] - 1]
-        if int(np.add.reduceat(cap, starts).max()) >= shape.pods:
-            return lv
-    return 0
-
-
 class InvariantViolation(RuntimeError):
     """Admitted pods were promised room that is not there: the simulation stops here."""
 
-    def __init__(self, policy: str, now: float, violations: Sequence[Violation]) -> None:
+    def __init__(self, policy: str, now: float, violations: Sequence[Violation], checks: int = 0) -> None:
         who = sorted({w for v in violations for w in v.workloads})
         lines = "; ".join(f"[{v.kind}] {v.message}" for v in violations[:5])
-        super().__init__(f"{policy}: invariant violated at t={now:.0f} s, Workloads {', '.join(who) or '(none named)'}: {lines}")
+        super().__init__(f"{policy}: invariant violated at t={now:.0f} s (check {checks}), {len(violations)} violations, "
+                         f"Workloads {', '.join(who) or '(none named)'}: {lines}")
+        self.checks = checks
         self.policy = policy
         self.now = now
         self.violations = tuple(violations)
@@ -373,7 +364,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     if isinstance(policy, AtollPolicy):
         deployed = DeployedAtoll(policy.name, policy.profile_name, policy.document(), cluster, scheduler=settings.scheduler,
                                  enforcement=settings.enforcement, seed=settings.seed, ledger=ledger)
-    cost = slowdown if slowdown is not None else CostModel()
+    cost = slowdown if slowdown is not None else CostModel(settings.link_model)
     snaps = build_snapshots(cluster)
     fl = [_Flavor(s, island_level_of(s, settings.island_level)) for s in snaps]
     total_gpus = sum(f.nominal for f in fl)
@@ -408,6 +399,11 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
     next_sample = window[0]
     times, alloc_t, useful_t, pend_t = array("d"), array("d"), array("d"), array("d")
     frag_t, frag_v = array("d"), array("d")
+    island_cap = max((_largest_island(f) for f in fl), default=0)
+    blocks = {b: array("d") for b in ISLAND_BLOCKS if b <= island_cap}
+    stranded_t = array("d")
+    retrying: dict[tuple[int, int], int] = {}
+    """(flavor, shape) → jobs waiting on an admission-check retry timer (out of Kueue's queue meanwhile)."""
     busiest = -1
     busiest_time = math.nan
     grid: list[dict[str, Any]] = []
@@ -415,10 +411,26 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
 
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
+    room = WaitingRoom() if deployed is not None and settings.parking else None
+    parked_gpus = np.zeros(len(fl), dtype=np.int64)
+
+    def wake(keys: list[Any]) -> None:
+        """Parked jobs leave the room: their quota goes back to the queue they rejoin (in arrival order)."""
+        for j in keys:
+            fi = int(work.flavor[j])
+            gpus = shape_gpus[int(shape_of[j])]
+            fl[fi].used -= gpus
+            parked_gpus[fi] -= gpus
+            enqueue(j)
+
+    checks = [0, 0]  # invariant checks, and those run from scratch
 
     def check(fi: int, now: float) -> None:
         """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
-        if deployed is None or not deployed.owing(fi):
+        if deployed is None:
+            return
+        checks[0] += 1
+        if not deployed.owing(fi):
             return
         snap = fl[fi].snapshot
         if deployed.holds(fi, snap):
@@ -428,14 +440,15 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
             return
         names = {n for o in owed for n in o.domain} | {n for o in owed for n, _ in o.witness if n in snap.node_index}
         alloc, used = node_rows(snap, sorted(names))
+        checks[1] += 1
         found = check_invariant(alloc, used, owed)
         if found:
-            raise InvariantViolation(policy.name, now, found)
+            raise InvariantViolation(policy.name, now, found, checks[0])
 
     def start_job(j: int, fi: int, shape: JobShape, nodes: IntArray, pods: IntArray, now: float) -> None:
         nonlocal seq, running_gpus, useful_gpus
         f = fl[fi]
-        s = float(cost(f.snapshot, nodes, shape, work.jobs[j]))
+        s = float(cost(f.snapshot, nodes, shape, work.jobs[j], pods))
         placed[j] = (nodes, pods)
         start[j] = now
         slow[j] = s
@@ -509,9 +522,19 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                     capacity_changed(snap, att.nodes)
                 start_job(j, fi, shape, att.nodes, att.pods, now)
             elif att.outcome == "wait":
+                retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
                 if math.isnan(first_wait[j]):
                     first_wait[j] = now
                 attempts[j] += 1
+                if room is not None and att.needs:  # parked: Pending, its quota kept
+                    need = att.needs[0]
+                    room.park(j, need)
+                    f.used += shape.gpus
+                    parked_gpus[fi] += shape.gpus
+                    if need.deadline is not None:
+                        heapq.heappush(events, (max(need.deadline, now + 1.0), seq, _DEADLINE, j))
+                        seq += 1
+                    continue
                 heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
                 seq += 1
             else:  # reject
@@ -532,6 +555,13 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                 if not bind(j, fi, now):
                     blocked.setdefault(fi, []).append(j)
                 continue
+            if kind == _DEADLINE:
+                assert room is not None
+                due = room.due(now)
+                if due:
+                    wake(due)
+                    touched.update(int(work.flavor[cast(int, k)]) for k in due)  # the room keys jobs by index
+                continue
             if kind == _COMPLETE:
                 nodes, pods = placed.pop(j)
                 shape = shapes[int(shape_of[j])][1]
@@ -546,11 +576,15 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
                         blocked[fi] = still
                 f.used -= shape.gpus
                 f.version += 1
+                if room is not None and len(room):
+                    wake(room.freed(f.snapshot, nodes))
                 end[j] = now
                 status[j] = STATUS_DONE
                 running_gpus -= shape.gpus
                 useful_gpus -= shape.gpus / float(slow[j])
             else:
+                sid = int(shape_of[j])
+                retrying[(fi, sid)] -= 1
                 enqueue(j)
             touched.add(fi)
         while nxt < n and arr[nxt] == now:
@@ -572,6 +606,10 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         if now >= next_sample and now <= window[1]:
             frag_t.append(now)
             frag_v.append(_fragmentation(fl, settings.reference_gang_gpus))
+            best, stranded = _island_blocks(fl, shape_gpus, shape_fits, retrying)
+            for b, out in blocks.items():
+                out.append(1.0 if best >= b else 0.0)
+            stranded_t.append(stranded)
             next_sample = now + sample_every
         if settings.record_islands and running_gpus > busiest:
             busiest = running_gpus
@@ -589,7 +627,9 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         times=np.frombuffer(times), allocated=np.frombuffer(alloc_t), useful=np.frombuffer(useful_t),
         pending=np.frombuffer(pend_t), frag_times=np.frombuffer(frag_t), frag_values=np.frombuffer(frag_v),
         decisions=decisions, decision_seconds=decision_s, wall_seconds=time.perf_counter() - wall0, window=window,
-        busiest_time=busiest_time, island_grid=grid,
+        busiest_time=busiest_time, island_grid=grid, invariant_checks=checks[0], invariant_full_checks=checks[1],
+        block_free={b: np.frombuffer(v) for b, v in blocks.items()},
+        stranded_gpus=np.frombuffer(stranded_t),
     )
 
 
@@ -601,7 +641,7 @@ def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape,
         planned = np.array([0], dtype=np.int64)
         return Attempt("admit", planned, planned, relaxed=v.relaxed, message=v.message)
     if v.outcome == "wait":
-        return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message)
+        return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message, needs=tuple(v.needs))
     return Attempt("reject", message=v.message)
 
 
@@ -630,6 +670,38 @@ def _fragmentation(fl: Sequence[_Flavor], reference_gpus: int) -> float:
             total += free * fragmentation_index(f.snapshot, f.island, reference_gpus)
             weight += free
     return total / weight if weight else 0.0
+
+
+def _largest_island(f: _Flavor) -> int:
+    """GPUs of the biggest island of the flavor (healthy nodes)."""
+    snap = f.snapshot
+    alloc = np.where(snap.eligible.astype(bool), snap.alloc[:, 0], 0)
+    b = snap.bounds[snap.bptr[f.island]: snap.bptr[f.island + 1]]
+    pc = np.concatenate(([0], np.cumsum(alloc)))
+    return int((pc[b[1:]] - pc[b[:-1]]).max()) if b.size > 1 else 0
+
+
+def _island_blocks(fl: Sequence[_Flavor], shape_gpus: Sequence[int], shape_fits: Sequence[bool], retrying: dict[tuple[int, int], int]) -> tuple[int, float]:
+    """The largest free block inside one island over all flavors, and the GPUs of waiting gangs
+    stranded by fragmentation: their flavor has as many GPUs free, no island does."""
+    best = 0
+    stranded = 0.0
+    for fi, f in enumerate(fl):
+        free = island_free_gpus(f.snapshot, f.island)
+        top = int(free.max()) if free.size else 0
+        total = int(free.sum())
+        best = max(best, top)
+        if total <= top:
+            continue
+        for sid, q in f.queues.items():
+            g = shape_gpus[sid]
+            if shape_fits[sid] and top < g <= total:
+                stranded += g * len(q)
+        for (rf, sid), count in retrying.items():
+            g = shape_gpus[sid]
+            if rf == fi and count and shape_fits[sid] and top < g <= total:
+                stranded += g * count
+    return best, stranded
 
 
 def _island_grid(f: _Flavor) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED, STATUS_UNFINI
 
 __all__ = [
     "EQUAL_JCT_S",
+    "ISLAND_FIGURES",
     "Concentration",
     "Estimate",
     "RunRecord",
@@ -43,6 +44,9 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 EQUAL_JCT_S: Final = 1.0
+ISLAND_FIGURES: Final = ("p95_gang_slowdown", "island_block_72", "island_block_64", "island_block_32", "island_block_16",
+                         "stranded_gpu_hours")
+"""Per-run figures of whole-island availability and the gang slowdown tail (``_metrics``)."""
 """Two JCTs of one job closer than this (seconds) count as equal."""
 
 _T975: Final = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
@@ -159,7 +163,7 @@ def per_seed_figures(record: RunRecord, common: npt.NDArray[np.bool_]) -> dict[s
         "all_mean_wait_s": _num(s.get("mean_wait_s")),
         "all_jobs_done": float(done.sum()),
         **{k: _num(s.get(k)) for k in ("gpu_allocation", "gpu_goodput", "single_island_share", "mean_slowdown", "p95_slowdown",
-                                      "fragmentation_mean")},
+                                      "fragmentation_mean", *ISLAND_FIGURES)},
     }
 
 

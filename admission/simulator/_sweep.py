@@ -15,7 +15,8 @@ the cluster with a seeded permutation of the children of every domain: the same 
 identical, every such order gives the very same run: ties among identical nodes change nothing,
 and the seeds then vary only what else is seeded (synthetic workloads, the scheduler model's
 ties, the random policy). Seed 0 keeps the model's order. GPU perf (``--gpu-perf``) is drawn
-once from ``perf_seed``: the cluster stays the same machine in every seed.
+anew per seed (from ``perf_seed + seed``): which GPUs are the slow outliers is itself luck, so a
+seed is another machine of the same make, and intervals include it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from admission.simulator._stats import RunRecord
 from admission.simulator._traces import TraceError, TraceFormat, read_trace, scale_load
 from topology import HOSTNAME_LABEL, ClusterModel, ClusterModelError
 
-__all__ = ["RunFailed", "RunKey", "SweepSpec", "WorkloadSpec", "available_cores", "cluster_gpus", "parse_loads", "run_one", "run_sweep",
+__all__ = ["GPU_PERF_TAIL", "RunFailed", "RunKey", "SweepSpec", "WorkloadSpec", "available_cores", "cluster_gpus", "parse_loads", "run_one", "run_sweep",
            "seeds_of", "shuffle_ties", "with_gpu_perf", "workload_jobs"]
 
 RunKey = tuple[float | None, int, str]
@@ -86,7 +87,7 @@ def shuffle_ties(cluster: ClusterModel, seed: int) -> ClusterModel:
     """The same fabric with the children of every domain in a seeded order (module docstring)."""
     if seed == 0:
         return cluster
-    from topology._model import NodeModel
+    from topology import NodeModel, TaintModel
 
     rng = np.random.default_rng([seed, 0x71E5])
     flavors = []
@@ -122,7 +123,7 @@ def shuffle_ties(cluster: ClusterModel, seed: int) -> ClusterModel:
             node_labels = dict(node.labels) | {lb: v for lb, v in zip(labels, new_path) if lb in node.labels or lb == HOSTNAME_LABEL}
             models.append(NodeModel(name=new_path[-1], labels=node_labels, allocatable=_kube(node.allocatable, flavor.gpu_resource),
                                     used=_kube(node.used, flavor.gpu_resource), ready=node.ready, unschedulable=node.unschedulable,
-                                    taints=[{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints], perf=node.perf))
+                                    taints=[TaintModel.model_validate({"key": t.key, "value": t.value, "effect": t.effect}) for t in node.taints], perf=node.perf))
         flavors.append(flavor.model_copy(update={"generate": [], "nodes": models}))
     return cluster.model_copy(update={"flavors": flavors})
 
@@ -146,13 +147,15 @@ class SweepSpec:
     gpu_perf: str | None = None
     """``--gpu-perf`` spec; None keeps the cluster model's perf."""
     perf_seed: int = 0
-    """Seed of the perf draw (the same in every run: one physical cluster)."""
+    """Added to each run's seed to seed its perf draw (every seed draws its own GPUs)."""
     scheduler: str | None = None
     enforcement: str | None = None
     slicing: Slicing | None = None
     """Kueue slice annotations on jobs larger than one island (``_slicing``); None: no slices."""
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
+    parking: bool = False
+    """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -174,7 +177,7 @@ def _prepared(spec: SweepSpec, load: float | None, seed: int) -> tuple[ClusterMo
     if hit is None:
         cluster = apply_bandwidths(spec.cluster, spec.cost)
         if spec.gpu_perf is not None:
-            cluster = with_gpu_perf(cluster, spec.gpu_perf, spec.perf_seed)
+            cluster = with_gpu_perf(cluster, spec.gpu_perf, spec.perf_seed + seed)
         cluster = shuffle_ties(cluster, seed)
         jobs = apply_cost(workload_jobs(cluster, spec.workload, load, seed), spec.cost)
         work = prepare_workload(cluster, jobs)
@@ -192,9 +195,9 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     load, seed, name = key
     cluster, work = _prepared(spec, load, seed)
     policy = make_policies([name], spec.profiles, seed=seed)[0]
-    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed,
-                           **({"scheduler": spec.scheduler} if spec.scheduler else {}),
-                           **({"enforcement": spec.enforcement} if spec.enforcement else {}))
+    chosen: dict[str, Any] = {"scheduler": spec.scheduler, "enforcement": spec.enforcement}
+    settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
+                           **{k: v for k, v in chosen.items() if v})
     try:
         result = simulate(cluster, work, policy, settings=settings)
     except InvariantViolation as exc:
@@ -254,13 +257,22 @@ def run_sweep(
     return records, results
 
 
+GPU_PERF_TAIL = "tail:0.015:0.01:1.5"
+"""The default GPU speed model of the first command, traces and the bench: per GPU a body
+normal(1, 1.5 %) (across a thousand GPUs its range is ≈ 10 %, near the 8 % average variation
+Sinha et al., SC22, measured within one SKU) and 1 % slow outliers, 1.1–1.5× slower (the study's
+outliers reach 1.5×; their share is this model's assumption); a node runs at its slowest GPU."""
+
+
 def with_gpu_perf(cluster: ClusterModel, spec: str, seed: int = 0) -> ClusterModel:
     """The cluster with every flavor's per-node perf drawn from ``spec`` (explicit nodes keep theirs).
 
-    GPUs of one SKU differ in speed; this is how a run asks what that costs each policy."""
+    ``identical``, ``normal:[MEAN:]STDDEV``, ``uniform:LOW:HIGH`` or ``tail[:BODY_STDDEV:SHARE:WORST]``
+    (``GPU_PERF_TAIL``). GPUs of one SKU differ in speed; this is how a run asks what that costs
+    each policy."""
     from pydantic import ValidationError
 
-    from topology._documents import describe_validation_error
+    from topology import describe_validation_error
 
     kind, _, rest = spec.partition(":")
     try:
@@ -274,8 +286,12 @@ def with_gpu_perf(cluster: ClusterModel, spec: str, seed: int = 0) -> ClusterMod
         params = {"mean": numbers[0] if len(numbers) == 2 else 1.0, "stddev": numbers[-1]}
     elif kind == "uniform" and len(numbers) == 2:
         params = {"low": numbers[0], "high": numbers[1]}
+    elif kind == "tail" and len(numbers) in (0, 3):
+        body, share, worst = numbers or [float(x) for x in GPU_PERF_TAIL.split(":")[1:]]
+        params = {"stddev": body, "tailShare": share, "tailWorst": worst}
     else:
-        raise ClusterModelError(f"--gpu-perf: {spec!r} is not identical, normal:STDDEV, normal:MEAN:STDDEV or uniform:LOW:HIGH")
+        raise ClusterModelError(f"--gpu-perf: {spec!r} is not identical, normal:STDDEV, normal:MEAN:STDDEV, uniform:LOW:HIGH "
+                                "or tail:BODY_STDDEV:SHARE:WORST")
     if kind == "uniform" and not 0 < params["low"] <= params["high"]:
         raise ClusterModelError(f"--gpu-perf: {spec!r}: uniform needs 0 < LOW ≤ HIGH")
     flavors = []

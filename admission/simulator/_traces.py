@@ -5,7 +5,8 @@ the first bad row with a ``TraceError`` naming file, line and column::
 
     msft_itp.csv:17: column num_gpu: 'abc' is not an integer
 
-Formats (column names as published; see the traces README under ``../shared/traces``):
+Formats (column names as published; the ITP window ships with its source and licence in
+``admission/simulator/traces``):
 
 ``itp`` (Microsoft ITP / ElasticFlow): ``job_id``, ``submission_time``, ``duration``, ``num_gpu``.
     All training. Node shape is not published: pods follow ``split_into_pods`` with the

@@ -6,7 +6,9 @@ Rooms: ``_pin`` (slots, ranks and the JSON patch; pure), ``_cluster`` (what it r
 cluster port, and the one Workload condition it writes), ``_handler`` (AdmissionReview in and
 out, the choice of slot and node), ``_claims`` (slots handed to pods not stored yet, shared by
 every replica through a Lease), ``_server`` (HTTPS), ``_certs`` (serving certificate and
-caBundle), ``_serve`` (the whole webhook for ``atoll run``), ``_settings``. It imports the
+caBundle), ``_serve`` (the whole webhook for ``atoll run``), ``_settings``, ``_cache`` (pods, nodes
+and exact Workloads, fed by watches: an admission call reads memory), ``_budget`` (one time
+budget per review). It imports the
 controller's readers and the cluster port; only ``admission.cli`` imports it.
 
 Exports load on first use: ``atoll run`` without a webhook port never imports ``cryptography``.
@@ -18,6 +20,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from admission.webhook._budget import review_time_left
+    from admission.webhook._cache import WebhookCache
     from admission.webhook._certs import CertError, ServingCert, ensure_serving_cert, merge_ca_bundle, service_hosts
     from admission.webhook._cluster import REQUEUE_CONDITION
     from admission.webhook._handler import PinResult, PodPinner, ReviewError
@@ -41,11 +45,13 @@ _WHERE = {
     "ReviewError": "_handler",
     "ServingCert": "_certs",
     "Webhook": "_serve",
+    "WebhookCache": "_cache",
     "WebhookServer": "_server",
     "WebhookSettings": "_settings",
     "ensure_serving_cert": "_certs",
     "merge_ca_bundle": "_certs",
     "pod_rank": "_pin",
+    "review_time_left": "_budget",
     "service_hosts": "_certs",
 }
 
@@ -64,11 +70,13 @@ __all__ = [
     "ReviewError",
     "ServingCert",
     "Webhook",
+    "WebhookCache",
     "WebhookServer",
     "WebhookSettings",
     "ensure_serving_cert",
     "merge_ca_bundle",
     "pod_rank",
+    "review_time_left",
     "service_hosts",
 ]
 

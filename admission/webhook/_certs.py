@@ -25,9 +25,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CertError", "ServingCert", "ensure_serving_cert", "merge_ca_bundle", "service_hosts"]
+__all__ = ["CertError", "ServingCert", "ensure_serving_cert", "fingerprint", "merge_ca_bundle", "renew_before", "service_hosts"]
 
 _RENEW_BEFORE = dt.timedelta(days=30)
+"""A generated certificate is made anew once less than this, or a third of its lifetime (cert-manager's
+default ``renewBefore``), whichever is shorter, is left."""
 _CA_DAYS = 3650
 MAX_BUNDLE_CAS = 4
 """CAs kept in a caBundle: two replicas and their predecessors during a rolling restart."""
@@ -107,10 +109,27 @@ def _generate(hosts: Sequence[str], days: int, now: dt.datetime) -> tuple[bytes,
     return ca.public_bytes(serialization.Encoding.PEM), cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+def renew_before(cert: x509.Certificate) -> dt.timedelta:
+    """How long before its expiry a generated certificate is made anew."""
+    return min(_RENEW_BEFORE, (cert.not_valid_after_utc - cert.not_valid_before_utc) / 3)
+
+
+def fingerprint(*files: Path) -> bytes:
+    """The files' contents, hashed: changes when any is rewritten (a mounted Secret's update
+    swaps a symlink, so the paths stay and the contents change); empty when one is unreadable."""
+    digest = hashes.Hash(hashes.SHA256())
+    try:
+        for f in files:
+            digest.update(f.read_bytes())
+    except OSError:
+        return b""
+    return digest.finalize()
+
+
 def ensure_serving_cert(cert_dir: str | Path, hosts: Sequence[str], *, generate: bool, days: int = 365,
                         now: dt.datetime | None = None) -> ServingCert:
     """``tls.crt``/``tls.key`` in ``cert_dir``; with ``generate``, made (with ``ca.crt``) when absent,
-    within 30 days of expiry, or not covering ``hosts``."""
+    near expiry (``renew_before``), or not covering ``hosts``."""
     if not hosts:
         raise CertError("webhook certificate: no host names to make it for (set --webhook-service and --webhook-namespace)")
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -123,7 +142,7 @@ def ensure_serving_cert(cert_dir: str | Path, hosts: Sequence[str], *, generate:
             if not generate:
                 raise CertError(f"{crt}: not a PEM certificate ({exc})") from None
             current = None
-        fresh = current is not None and current.not_valid_after_utc - now > _RENEW_BEFORE and _covers(current, hosts)
+        fresh = current is not None and current.not_valid_after_utc - now > renew_before(current) and _covers(current, hosts)
         if not generate or fresh:
             return ServingCert(crt, key, ca.read_bytes() if ca.exists() else None, generated=False)
     elif not generate:

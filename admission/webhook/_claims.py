@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 
 from admission.kube import LEASES, Clock, ClusterPort, Obj, errors
+from admission.webhook._budget import review_time_left
 
 __all__ = ["ANN_CLAIMS", "SlotClaims"]
 
@@ -50,6 +51,9 @@ class SlotClaims:
         slots under ``prefix`` claimed and not expired; the chosen slot is recorded before this
         returns. None (nothing recorded) when ``choose`` finds none."""
         for _ in range(_RETRIES):
+            left = review_time_left()
+            if left is not None and left <= 0:
+                raise errors.OutOfTime(f"update leases {self.namespace}/{self.name}: slot claim not done within the review's time budget")
             lease = self._read()
             now = self.clock.now()
             meta = lease.setdefault("metadata", {})

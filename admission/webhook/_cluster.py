@@ -1,7 +1,5 @@
-"""What the webhook reads from the cluster (through the port) to pin a pod, and the one thing it writes.
-
-Every answer is derived from API state read at the moment (a quorum list: no resourceVersion),
-so a restarted webhook answers as the old one would have:
+"""What the webhook reads from its watch-fed cache (``_cache``) to pin a pod, and the one thing
+it writes through the port. An admission call makes no LIST and no GET:
 
 - the pods of one decision and PodSet: which slots live pods hold (``atoll.dev/slot``), and the
   dead pods that held a slot before (the node a recreated pod came from);
@@ -26,13 +24,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from admission.controller._cache import node_info, pod_usage
-from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, decode_planned
-from admission.controller._requeue import REQUEUE_CONDITION
-from admission.controller._workloads import WorkloadError, condition_true, parse_workload
-from admission.kube import NODES, PODS, WORKLOADS, ClusterPort, Obj, errors
-from admission.webhook._pin import ANN_NODE, LABEL_DECISION_ID, LABEL_PODSET, ExactPod, is_live
-from topology import ResourceVector, untolerated_taints
+from admission.controller import ANN_DECISION_ID, REQUEUE_CONDITION, pod_usage
+from admission.kube import WORKLOADS, ClusterPort, Obj, errors
+from admission.webhook._cache import WebhookCache
+from admission.webhook._pin import LABEL_DECISION_ID, LABEL_PODSET, ExactPod, is_live
+from topology import NodeInfo, ResourceVector, untolerated_taints
 
 __all__ = ["REQUEUE_CONDITION", "ClusterReader", "Room"]
 
@@ -58,48 +54,41 @@ class Room:
     """Labels (key and value) it shares with the node it replaces: more means nearer in the fabric."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Owed:
-    decision: str
-    podset: str
-    planned: dict[str, int]
-    per_pod: ResourceVector
-
-
 class ClusterReader:
-    """Reads for one admission request at a time; holds no state between requests."""
+    """Reads for one admission request from the cache; holds no state between requests. Without a
+    cache it can only write (``request_requeue``, finding the Workload by a namespaced read)."""
 
-    def __init__(self, port: ClusterPort, gpu_resource: str = "nvidia.com/gpu", field_manager: str = "atoll-webhook") -> None:
+    def __init__(self, port: ClusterPort, gpu_resource: str = "nvidia.com/gpu", field_manager: str = "atoll-webhook",
+                 cache: WebhookCache | None = None) -> None:
         self.port = port
         self.gpu_resource = gpu_resource
         self.field_manager = field_manager
+        self._cache = cache
+
+    @property
+    def cache(self) -> WebhookCache:
+        if self._cache is None:
+            raise RuntimeError("ClusterReader: reads need the webhook's cache")
+        return self._cache
 
     # ------------------------------------------------------------------ pods and nodes
 
     def podset_pods(self, pod: ExactPod) -> list[Obj]:
-        """Every pod (live or not) of the pod's decision and PodSet in its namespace. The apiserver
-        selects the decision's pods (its label), so the answer never reads the whole namespace."""
-        out = []
-        for p in self.port.list(PODS, namespace=pod.namespace, label_selector=f"{LABEL_DECISION_ID}={pod.decision_id}").items:
-            labels = (p.get("metadata") or {}).get("labels") or {}
-            if labels.get(LABEL_PODSET, "") == pod.podset:  # an absent PodSet label reads as "", which no selector says
-                out.append(p)
-        return out
+        """Every pod (live or not) of the pod's decision and PodSet in its namespace."""
+        return self.cache.podset_pods(pod.namespace, pod.decision_id, pod.podset)
 
     def node(self, name: str) -> Obj | None:
-        try:
-            return self.port.get(NODES, name)
-        except errors.NotFound:
-            return None
+        return self.cache.node(name)
 
     def health_problem(self, name: str, pod: ExactPod) -> str:
         """Why node ``name`` cannot take the pod now ("" when it can, room aside)."""
-        return self.problem_of(self.node(name), name, pod)
-
-    def problem_of(self, node: Obj | None, name: str, pod: ExactPod) -> str:
-        if node is None:
+        read = self.cache.node_info(name)
+        if read is None:
             return f"node {name} is gone"
-        info, problem = node_info(node, self.gpu_resource)
+        return self._problem(read, name, pod)
+
+    def _problem(self, read: tuple[NodeInfo | None, str], name: str, pod: ExactPod) -> str:
+        info, problem = read
         if info is None:
             return problem or f"node {name} is unreadable"
         if problem:
@@ -123,40 +112,42 @@ class ClusterReader:
     # ------------------------------------------------------------------ room
 
     def rooms(self, pod: ExactPod, candidates: Sequence[str], *, replaced: str, skip: Iterable[str] = (),
-              own_slot_node: str | None = None) -> list[Room]:
+              own_slot_node: str | None = None, own_slot: int | None = None, now: float = 0.0) -> list[Room]:
         """Free capacity on each candidate for ``pod``. ``skip``: names of pods not to count (the
         recreated pod's dead predecessors, whose resources free as they go). ``own_slot_node``: the
-        planned node of the slot the pod takes (not owed twice)."""
+        planned node of the slot the pod takes (not owed twice). Pods this process pinned that the
+        cache does not show yet count as pinned there (``own_slot``'s own earlier pin aside);
+        ``now``: monotonic seconds, for their expiry."""
         skipped = set(skip)
-        unbound = [p for p in self.port.list(PODS, field_selector="spec.nodeName=").items if is_live(p)]
-        owed = self._owed_exact()
+        owed = self.cache.owed()
         replaced_labels = set(((self.node(replaced) or {}).get("metadata") or {}).get("labels", {}).items())
         out = []
         for name in candidates:
-            node = self.node(name)
-            if node is None:
-                continue
-            info, _ = node_info(node, self.gpu_resource)
+            read = self.cache.node_info(name)
+            info = read[0] if read is not None else None
             if info is None:
                 continue
-            bound = [p for p in self.port.list(PODS, field_selector=f"spec.nodeName={name}").items
-                     if (p.get("metadata") or {}).get("name") not in skipped]
+            bound = [p for p in self.cache.pods_on(name) if (p.get("metadata") or {}).get("name") not in skipped]
             used = ResourceVector()
             for p in bound:
                 held = pod_usage(p, self.gpu_resource)
                 if held is not None:
                     used = used + held.usage
-            here = [p for p in unbound if ((p.get("metadata") or {}).get("annotations") or {}).get(ANN_NODE) == name]
+            here = [p for p in self.cache.pinned_unbound(name) if (p.get("metadata") or {}).get("name") not in skipped]
             for p in here:
                 used = used + self.pod_requests(p)
             live_here = Counter(_decision_podset(p) for p in [*bound, *here] if is_live(p))
+            for decision, podset, slot, need in self.cache.pending_on(name, now):
+                if (decision, podset, slot) != (pod.decision_id, pod.podset, own_slot):
+                    used = used + need
+                    live_here[(decision, podset)] += 1
             for o in owed:
                 k = o.planned.get(name, 0) - live_here[(o.decision, o.podset)]
                 if (o.decision, o.podset) == (pod.decision_id, pod.podset) and own_slot_node == name:
                     k -= 1
                 if k > 0:
                     used = used + (o.per_pod + _ONE_POD).scaled(k)
-            labels = set(((node.get("metadata") or {}).get("labels") or {}).items())
+            labels = set(info.labels.items())
             out.append(Room(name, _minus(info.allocatable, used), len(labels & replaced_labels)))
         return out
 
@@ -167,45 +158,23 @@ class ClusterReader:
         """Nodes whose labels match the pod's nodeSelector (its domain), sorted by name."""
         want = dict(pod.node_selector)
         names = []
-        for node in self.port.list(NODES).items:
+        for node in self.cache.nodes():
             meta = node.get("metadata") or {}
             labels = meta.get("labels") or {}
             if all(labels.get(k) == v for k, v in want.items()):
                 names.append(str(meta.get("name")))
         return sorted(names)
 
-    def _owed_exact(self) -> list[_Owed]:
-        """PodSets of admitted Workloads under exact enforcement, with their planned nodes."""
-        out = []
-        for wl in self.port.list(WORKLOADS).items:
-            if not condition_true(wl, "QuotaReserved") or condition_true(wl, "Finished") or condition_true(wl, "Evicted"):
-                continue
-            if (wl.get("spec") or {}).get("active", True) is False:
-                continue
-            updates = [u for c in (wl.get("status") or {}).get("admissionChecks") or [] if c.get("state") == "Ready"
-                       for u in c.get("podSetUpdates") or []
-                       if (u.get("annotations") or {}).get(ANN_ENFORCEMENT) == "exact"]
-            if not updates:
-                continue
-            try:
-                specs = {s.name: s.per_pod for s in parse_workload(wl, gpu_resource=self.gpu_resource).podsets}
-            except WorkloadError:
-                continue
-            for u in updates:
-                ann = u.get("annotations") or {}
-                try:
-                    planned = decode_planned(str(ann.get(ANN_PLANNED_NODES, "")))
-                except ValueError:
-                    continue
-                name = str(u.get("name"))
-                out.append(_Owed(str(ann.get(ANN_DECISION_ID, "")), name, planned, specs.get(name, ResourceVector())))
-        return out
-
     # ------------------------------------------------------------------ the mark
 
     def workload_of(self, pod: ExactPod) -> Obj | None:
         """The Workload whose Atoll decision the pod carries: Kueue's ``kueue.x-k8s.io/workload``
-        annotation when present, else the one in the namespace whose check entry has the id."""
+        annotation when that Workload has the decision, else the one in the namespace whose check
+        entry has the id (from the cache; without one, one namespaced read)."""
+        if self._cache is not None:
+            names = self._cache.workloads_with_decision(pod.namespace, pod.decision_id)
+            name = pod.workload if pod.workload in names else next(iter(names), None)
+            return None if name is None else {"metadata": {"name": name, "namespace": pod.namespace}}
         if pod.workload:
             try:
                 wl = self.port.get(WORKLOADS, pod.workload, pod.namespace)

@@ -2,10 +2,11 @@
 
 For a pod carrying ``atoll.dev/decision-id`` and ``atoll.dev/enforcement: exact``:
 
-1. its slot: its rank if free, else the first free planned slot (``_pin``), free meaning held by no
-   live pod of the same decision and PodSet (read from the apiserver) and, for pods without a
-   rank, claimed by no other request whose pod is not stored yet (``_claims``: shared by all
-   replicas through the apiserver);
+1. its slot: its rank, always (stable: a recreated pod with that rank takes the slot back, and no
+   other pod asks for it, so it needs no claim); a pod without a rank takes the first free
+   planned slot (``_pin``), free meaning held by no live pod of the same decision and PodSet (in
+   the watch-fed cache, ``_cache``) and claimed by no other request whose pod is not stored yet
+   (``_claims``: shared by all replicas through the apiserver);
 2. its node: the node the slot's last pod ran on (a recreated pod goes back) or, for a slot's
    first pod, the slot's planned node; if that node is unhealthy for the pod (not Ready,
    cordoned, untolerated NoSchedule/NoExecute taint) or, for a recreated pod, full, a
@@ -20,7 +21,9 @@ For a pod carrying ``atoll.dev/decision-id`` and ``atoll.dev/enforcement: exact`
 
 Pods without exact enforcement, and requests that are not a pod CREATE, are allowed unchanged.
 A lock per decision and PodSet serializes the choice inside a process (fewer conflicting writes);
-the claims serialize it across replicas.
+the claims serialize it across replicas. A review has one time budget (``_budget``): a share of
+the webhook's timeout for everything it waits on; when it is spent the pod is refused (503) and
+its controller creates it again.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from typing import Any
 import structlog
 
 from admission.kube import Clock, ClusterPort, Obj, SystemClock, errors
+from admission.webhook._budget import review_budget, review_time_left
+from admission.webhook._cache import WebhookCache
 from admission.webhook._claims import SlotClaims
 from admission.webhook._cluster import ClusterReader, Room
 from admission.webhook._pin import (
@@ -102,12 +107,46 @@ def latest(before: list[Obj]) -> Obj | None:
 class PodPinner:
     """Answers AdmissionReviews for pods; safe to call from many threads."""
 
-    def __init__(self, port: ClusterPort, settings: WebhookSettings | None = None, clock: Clock | None = None) -> None:
+    def __init__(self, port: ClusterPort, settings: WebhookSettings | None = None, clock: Clock | None = None,
+                 cache: WebhookCache | None = None) -> None:
+        """``cache``: a started one to share; without it the pinner makes its own, started at the
+        first exact pod (a pod it leaves alone never touches the cluster) and stopped by ``close()``."""
         self.settings = settings or WebhookSettings()
         self.clock = clock or SystemClock()
-        self.reader = ClusterReader(port, self.settings.gpu_resource, self.settings.field_manager)
+        self._own_cache = cache is None
+        self.cache = cache or WebhookCache(port, self.settings.gpu_resource)
+        self._started = cache is not None
+        self._start_lock = threading.Lock()
+        self.reader = ClusterReader(port, self.settings.gpu_resource, self.settings.field_manager, self.cache)
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
+        self._room_lock = threading.Lock()
         self.claims = SlotClaims(port, self.settings.namespace, self.settings.claims_lease, self.clock, self.settings.claim_seconds)
+
+    @property
+    def budget_seconds(self) -> float:
+        """The whole review's budget: ``api_share`` of the webhook's timeout (the rest is margin
+        for the answer's way back)."""
+        return self.settings.timeout_seconds * self.settings.api_share
+
+    def close(self) -> None:
+        """Stop the cache this pinner made (a shared one is its owner's to stop)."""
+        with self._start_lock:
+            if self._own_cache and self._started:
+                self.cache.stop()
+                self._started = False
+
+    def start(self, timeout: float) -> bool:
+        """Start the cache now (not at the first exact pod) and wait up to ``timeout`` s for its first
+        list; True once it has one."""
+        with self._start_lock:
+            if not self._started:
+                self.cache.start()
+                self._started = True
+        return self.cache.wait_synced(timeout)
+
+    def _cache_synced(self) -> bool:
+        left = review_time_left()
+        return self.start(self.budget_seconds if left is None else left)
 
     # ------------------------------------------------------------------ the review
 
@@ -124,7 +163,8 @@ class PodPinner:
                               "(set admissionReviewVersions: [v1] in the MutatingWebhookConfiguration)")
         request = _get(doc, "request", dict, "AdmissionReview")
         uid = _get(request, "uid", str, "request")
-        result = self.admit(request)
+        with review_budget(self.clock, self.budget_seconds):
+            result = self.admit(request)
         response: dict[str, Any] = {"uid": uid, "allowed": result.allowed}
         if result.patch:
             response["patchType"] = "JSONPatch"
@@ -154,6 +194,11 @@ class PodPinner:
             return PinResult()  # pinned already (a reinvocation): nothing to add
         if (pod.get("spec") or {}).get("nodeName"):
             return PinResult(warnings=["atoll: not pinned: the pod names its node itself (spec.nodeName)"])
+        if not self._cache_synced():
+            why = f" (last error: {self.cache.last_error})" if self.cache.last_error else ""
+            _log.warning("cluster cache not synced; pod refused", pod=exact.display, decision=exact.decision_id, error=self.cache.last_error)
+            return PinResult(allowed=False, code=503, message=f"atoll: cannot pin the pod to a planned node: the webhook has not read "
+                                                              f"the cluster yet{why}; its controller will create it again")
         try:
             return self.pin(exact, pod, str(request.get("uid")), dry_run=request.get("dryRun") is True)
         except errors.ApiError as exc:
@@ -172,23 +217,31 @@ class PodPinner:
         and marks no Workload."""
         with self._lock((exact.namespace, exact.decision_id, exact.podset)):
             pods = self.reader.podset_pods(exact)
-            taken = taken_slots(exact.slots, [p for p in pods if is_live(p)])
             how: list[str] = []
-
-            def choose(unavailable: set[int]) -> int | None:
-                slot, why = choose_slot(exact, unavailable)
-                how[:] = [why]
-                return slot
-
-            if dry_run or (exact.rank is not None and exact.rank not in taken):
-                slot = choose(taken)  # a rank names one pod: no other pod asks for its slot
+            if exact.rank is not None:
+                # stable: the rank names one pod, so no other pod asks for its slot (no claim), and every
+                # other pod of the slot came before it, live or not (the cache may not show a failure yet)
+                slot, how = exact.rank, [f"rank {exact.rank}"]
+                before = [p for p in pods if slot_of(p, len(exact.slots)) == slot and _name(p) != exact.name]
             else:
-                slot = self.claims.claim(f"{exact.namespace}/{exact.decision_id}/{exact.podset}/", taken, choose)
-            if slot is None:
-                _log.warning("no free planned slot; pod left in its domain", pod=exact.display, decision=exact.decision_id, why=how[0])
-                return PinResult(warnings=[f"atoll: not pinned to a node: {how[0]}; the pod may run on any node of its domain"])
-            before = [p for p in pods if not is_live(p) and slot_of(p, len(exact.slots)) == slot]
-            result = self._place(exact, pod, slot, before, dry_run=dry_run)
+                taken = taken_slots(exact.slots, [p for p in pods if is_live(p)])
+
+                def choose(unavailable: set[int]) -> int | None:
+                    chosen, why = choose_slot(exact, unavailable)
+                    how[:] = [why]
+                    return chosen
+
+                found = choose(taken) if dry_run else self.claims.claim(f"{exact.namespace}/{exact.decision_id}/{exact.podset}/", taken, choose)
+                if found is None:
+                    _log.warning("no free planned slot; pod left in its domain", pod=exact.display, decision=exact.decision_id, why=how[0])
+                    return PinResult(warnings=[f"atoll: not pinned to a node: {how[0]}; the pod may run on any node of its domain"])
+                slot = found
+                before = [p for p in pods if not is_live(p) and slot_of(p, len(exact.slots)) == slot]
+            with self._room_lock:  # a room given is noted before the next pod looks for one
+                result = self._place(exact, pod, slot, before, dry_run=dry_run)
+                if result.node and not dry_run:
+                    self.cache.note_pin((exact.namespace, exact.decision_id, exact.podset, slot), result.node,
+                                        self.reader.pod_requests(pod), self.clock.monotonic() + self.settings.claim_seconds)
         _log.info("pod pinned", pod=exact.display, decision=exact.decision_id, podset=exact.podset, slot=slot, how=how[0],
                   node=result.node, replaced=result.replaced or None, request=request_uid)
         return result
@@ -203,7 +256,8 @@ class PodPinner:
         need = self.reader.pod_requests(pod)
         problem = self.reader.health_problem(old, exact)
         if not problem and last is not None:  # a recreated pod: its node may have been given away meanwhile
-            rooms = self.reader.rooms(exact, [old], replaced=old, skip=skip, own_slot_node=planned)
+            rooms = self.reader.rooms(exact, [old], replaced=old, skip=skip, own_slot_node=planned, own_slot=slot,
+                                      now=self.clock.monotonic())
             if not rooms or not self.reader.fits(rooms[0], need):
                 problem = f"node {old} has no room for the pod"
         annotations = {ANN_SLOT: str(slot), ANN_NODE: old}
@@ -211,7 +265,7 @@ class PodPinner:
             annotations[ANN_PREVIOUS] = _name(last)
         if not problem:
             return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot)
-        pick = self._replacement(exact, old, need, skip, planned)
+        pick = self._replacement(exact, old, need, skip, planned, slot)
         if pick is not None:
             annotations.update({ANN_NODE: pick.node, ANN_REPLACED: old})
             return PinResult(patch=pin_patch(pod, pick.node, annotations), node=pick.node, slot=slot, replaced=old,
@@ -231,12 +285,13 @@ class PodPinner:
         return PinResult(patch=pin_patch(pod, old, annotations), node=old, slot=slot,
                          warnings=[f"atoll: {problem}; no replacement in domain {selector}; the pod waits for it; {asked}"])
 
-    def _replacement(self, exact: ExactPod, old: str, need: ResourceVector, skip: list[str], planned: str) -> Room | None:
+    def _replacement(self, exact: ExactPod, old: str, need: ResourceVector, skip: list[str], planned: str, slot: int) -> Room | None:
         if not exact.node_selector:  # no domain recorded: any node would leave the flavor's fabric
             return None
         candidates = [n for n in self.reader.domain_nodes(exact) if n != old and not self.reader.health_problem(n, exact)]
         if not candidates:
             return None
-        fitting = [r for r in self.reader.rooms(exact, candidates, replaced=old, skip=skip, own_slot_node=planned)
+        fitting = [r for r in self.reader.rooms(exact, candidates, replaced=old, skip=skip, own_slot_node=planned, own_slot=slot,
+                                                now=self.clock.monotonic())
                    if self.reader.fits(r, need)]
         return min(fitting, key=lambda r: (-r.shared_labels, r.free.gpu - need.gpu, r.node), default=None)

@@ -3,6 +3,9 @@
 The standard library's threaded HTTP server with TLS; the handshake runs in the request's
 thread (never in the accept loop, so one slow client cannot stall the others), and every
 socket has a timeout. HTTP/1.1 keep-alive, as the apiserver's webhook client uses it.
+
+The serving certificate can be swapped while serving (``reload_certificate``): each new
+connection's handshake uses the context current when it arrives; open connections keep theirs.
 """
 
 from __future__ import annotations
@@ -102,15 +105,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(answer).encode(), "application/json")
 
 
+def _context(cert_file: str | Path, key_file: str | Path) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(cert_file), str(key_file))
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
 class WebhookServer:
     """``start()`` serves on ``bind:port`` (port 0: any free one, see ``.port``) until ``stop()``."""
 
     def __init__(self, pinner: PodPinner, cert_file: str | Path, key_file: str | Path, *, bind: str = "0.0.0.0", port: int = 9443,
                  max_body: int = 8 * 1024 * 1024) -> None:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(str(cert_file), str(key_file))
-        ctx.set_alpn_protocols(["http/1.1"])
+        self.cert_file, self.key_file = Path(cert_file), Path(key_file)
+        ctx = _context(cert_file, key_file)
         server_class = _TlsServer6 if ":" in bind else _TlsServer
         self._server = server_class((bind, port), _Handler, bind_and_activate=False)
         self._server.ssl_context = ctx
@@ -122,6 +131,11 @@ class WebhookServer:
     def port(self) -> int:
         return int(self._server.server_address[1])
 
+    def reload_certificate(self) -> None:
+        """Serve the certificate and key now in the files to every new connection. ``ssl.SSLError``
+        or ``OSError`` (a half-written or mismatched pair) leaves the current one in place."""
+        self._server.ssl_context = _context(self.cert_file, self.key_file)
+
     def start(self) -> WebhookServer:
         self._server.server_bind()
         self._server.server_activate()
@@ -131,8 +145,10 @@ class WebhookServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving, and the pinner's own cache with it."""
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(10)
             self._thread = None
         self._server.server_close()
+        self._server.pinner.close()

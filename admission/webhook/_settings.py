@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from admission.kube._settings import ApiRetrySettings
+from admission.kube import ApiRetrySettings
 
 __all__ = ["WebhookSettings"]
 
@@ -31,7 +31,12 @@ class WebhookSettings(BaseModel):
     config: str = "atoll-webhook"
     """MutatingWebhookConfiguration whose caBundle gets the generated CA."""
     cert_days: int = Field(default=365, gt=0, le=3650)
-    """Validity (days) of a generated serving certificate; one within 30 days of expiry is made anew at start."""
+    """Validity (days) of a generated serving certificate; one with less than a third of that (at
+    most 30 days) left is made anew, at start and while serving."""
+    cert_check_seconds: float = Field(default=10.0, gt=0)
+    """How often (s) the serving certificate is checked while serving: changed files (a rotation
+    by cert-manager) are served to new connections; a generated one near expiry is made anew,
+    its CA put into the caBundle first."""
     ca_bundle_recheck_seconds: float = Field(default=60.0, gt=0)
     """How often (s) the caBundle is checked and our CA put back (an upgrade may have reset it)."""
     gpu_resource: str = "nvidia.com/gpu"

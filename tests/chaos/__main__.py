@@ -8,14 +8,14 @@ import sys
 
 import structlog
 
+from tests.chaos.harness import RunConfig
+from tests.chaos.runner import run_many
 from tests.envtest import (
     ApiServer,
     find_binaries,
     install_kueue_crds,
     kueue_crd_dir,
 )
-from tests.chaos.harness import RunConfig
-from tests.chaos.runner import run_many
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,11 +23,19 @@ the chance to decide what is left:
 - ``duplicate_decisions``: decision records beyond one per quota reservation Kueue made;
 - ``dual_leaders`` (with ``replicas``: two controllers electing a leader on a Lease, the leader
   killed at random): decision records of one lease term written by two replicas, records written
-  with no term, and moments when two live replicas both held a valid term.
+  with no term, and moments when two live replicas both held a valid term;
+- ``writes_outside_term`` (with ``replicas``): writes the apiserver received from a replica
+  when the Lease's history says it did not hold the Lease. The proxy timestamps each write as
+  it forwards it and as the server answers, and each Lease write the server accepted, with the
+  holder it answered; a write must reach the server after its sender's hold of the Lease was
+  accepted, and be answered before any other replica's Lease write was sent
+  (``writes_outside_term``). Terms are real (the short ``LEASE``); a replica killed in-process
+  is a paused one: a write it had in flight still lands unless its timeout ends it first.
 """
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import os
@@ -76,7 +84,7 @@ from tests.chaos.actors import (
     gpus_of,
     phase_of,
 )
-from tests.chaos.proxy import FaultProxy
+from tests.chaos.proxy import FaultProxy, Received
 from tests.kube_objects import (
     GROUP,
     VERSION,
@@ -93,7 +101,7 @@ from tests.kube_objects import (
 )
 from topology import ResourceVector
 
-__all__ = ["Crash", "CrashingPort", "RunConfig", "RunResult", "run_once"]
+__all__ = ["Crash", "CrashingPort", "RunConfig", "RunResult", "run_once", "writes_outside_term"]
 
 
 NESTED = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
@@ -120,6 +128,12 @@ class CrashingPort:
         self.dead = threading.Event()
         self.crashes: Counter[str] = Counter()
         self._lock = threading.Lock()
+
+    def single_attempt(self) -> CrashingPort:
+        """The same port, dying with it, making one attempt per call (the controller's worker's view)."""
+        view = copy.copy(self)
+        view.port = self.port.single_attempt()
+        return view
 
     def kill(self, where: str = "random-time") -> None:
         if not self.dead.is_set():
@@ -195,6 +209,10 @@ class RunConfig:
     fail_rate: float = 0.05
     """Chance per harness tick that a running pod of an admitted Workload fails and its job
     controller creates a replacement (``actors``): its slot is owed again until the replacement binds."""
+    slow_seconds: tuple[float, float] = (0.05, 0.4)
+    """How long the proxy holds a request drawn ``slow`` (s, uniform)."""
+    faults: tuple[str, ...] | None = None
+    """Only these faults (None: all of them)."""
     settle_seconds: float = 1.0
     process: bool = False
     """Run the controller as an ``atoll run`` process killed with SIGKILL (instead of in-process,
@@ -224,14 +242,19 @@ class RunResult:
     replacements_bound: int = 0
     dual_leaders: int = 0
     takeovers: int = 0
+    writes_received: int = 0
+    """Writes of the replicas the apiserver received (the timeline the term audit read)."""
+    writes_outside_term: int = 0
     violations: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders)
+        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders
+                    or self.writes_outside_term)
 
 
-LEASE = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=1.5, renew_deadline_seconds=1.0, retry_period_seconds=0.1)
+LEASE = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=1.5, renew_deadline_seconds=1.0, retry_period_seconds=0.1,
+                      write_margin_seconds=0.2)
 """Short terms, so a killed leader is replaced within a run's chaos phase."""
 
 
@@ -246,11 +269,46 @@ class _Replica:
     thread: threading.Thread
 
 
-def _client(host: str, token: str) -> client.ApiClient:
+AGENT = "atoll-chaos/"
+"""User-Agent prefix of a replica's requests (then its identity): how the proxy's timeline names the sender."""
+
+
+def _client(host: str, token: str, identity: str | None = None) -> client.ApiClient:
     cfg = client.Configuration()
     cfg.host = host
     cfg.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    if identity is not None:
+        api.user_agent = AGENT + identity
+    return api
+
+
+def writes_outside_term(timeline: list[Received], identity_prefix: str) -> list[str]:
+    """Writes of replicas (User-Agent ``AGENT`` + identity starting with ``identity_prefix``) the
+    apiserver received outside their sender's hold of the Lease, by the server's own history:
+    the last Lease write it accepted before the write arrived must name the sender, and no Lease
+    write naming another holder may have been sent before the write was answered. Conservative:
+    a write that overlaps a takeover in any way counts."""
+    mine = [w for w in timeline if w.agent.startswith(AGENT + identity_prefix)]
+    leases = sorted((w for w in mine if w.lease and w.lease_holder is not None and w.answered is not None),
+                    key=lambda w: w.answered or 0.0)
+    out = []
+    for w in mine:
+        if w.lease:
+            continue
+        who = w.agent.removeprefix(AGENT)
+        end = w.answered if w.answered is not None else float("inf")
+        before = [lease for lease in leases if (lease.answered or 0.0) <= w.sent]
+        if not before or before[-1].lease_holder != who:
+            holder = before[-1].lease_holder if before else "nobody"
+            out.append(f"{who} {w.method} {w.path} reached the server while the Lease named {holder!r}")
+            continue
+        taken = [lease for lease in leases if lease.lease_holder != who and (lease.answered or 0.0) > (before[-1].answered or 0.0)
+                 and lease.sent < end]
+        if taken:
+            out.append(f"{who} {w.method} {w.path} answered {end - taken[0].sent:.3f}s after {taken[0].lease_holder!r} "
+                       f"sent its Lease write (term {taken[0].lease_term})")
+    return out
 
 
 class ChaosRun:
@@ -273,6 +331,7 @@ class ChaosRun:
         self._restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._replicas: list[_Replica] = []
+        self._timeline_from = len(proxy.timeline) if proxy is not None else 0
         self._terms_seen: set[int] = set()
         self._dir = Path(tempfile.mkdtemp(prefix="atoll-chaos-"))
 
@@ -340,15 +399,19 @@ class ChaosRun:
         through a port fenced by the elector's term; both ports die together when it is killed."""
         self._restarts += 1
         identity = f"chaos-{self.ns}-{self._restarts}"
-        api = _client(self.proxy.url, self.token)
+        api = _client(self.proxy.url, self.token, identity)
         rng = random.Random(self.rng.random())
-        lease_port = CrashingPort(KubePort(api, settings=self.settings().api), rng, 0.0)
+        lease_kube = KubePort(api, settings=self.settings().api.model_copy(update={"backoffs": ()}))
+        lease_port = CrashingPort(lease_kube, rng, 0.0)
         elector = LeaderElector(lease_port, namespace=self.ns, identity=identity, settings=LEASE)
-        ctrl_port = CrashingPort(KubePort(api, settings=self.settings().api, fence=elector.valid), random.Random(rng.random()), crash_rate)
+        lease_kube.budget = elector.round_budget
+        ctrl_port = CrashingPort(KubePort(api, settings=self.settings().api, fence=elector.write_window), random.Random(rng.random()),
+                                 crash_rate)
         ctrl = self.controller_factory(ctrl_port, settings=self.settings(), recorder=self.recorder, identity=identity,
                                        lease_term=lambda: elector.term)
         stop = threading.Event()
-        thread = threading.Thread(target=elector.run, args=(stop, ctrl.start, lambda: ctrl.stop(timeout=2.0)), daemon=True,
+        ctrl.start(leading=False)  # a warm standby, as `atoll run` starts one
+        thread = threading.Thread(target=elector.run, args=(stop, ctrl.lead, lambda: ctrl.stop(timeout=2.0)), daemon=True,
                                   name=f"elector-{identity}")
         self._replicas.append(_Replica(identity, ctrl, elector, (lease_port, ctrl_port), stop, thread))
         thread.start()
@@ -366,11 +429,13 @@ class ChaosRun:
             self.result.kills.update(Counter({k: v for k, v in rep.ports[1].crashes.items() if k != "random-time"}))
         self._replicas.remove(rep)
 
-    def _replica_tick(self) -> None:
-        """Restart the dead, kill the leader at ``kill_rate``, and look for two valid terms at once."""
+    def _replica_tick(self, *, chaos: bool = True) -> None:
+        """Restart the dead, kill the leader at ``kill_rate`` (``chaos``), and look for two valid
+        terms at once. Also while settling: a replica that could not renew in time steps down and
+        ends, and is restarted, as its pod would be."""
         for rep in list(self._replicas):
             if any(p.dead.is_set() for p in rep.ports) or not rep.thread.is_alive():
-                self._kill_replica(rep)
+                self._kill_replica(rep, count=chaos)
         valid = [rep for rep in self._replicas if rep.elector.valid()]
         if len(valid) > 1:
             self.result.dual_leaders += 1
@@ -380,9 +445,9 @@ class ChaosRun:
                 self._terms_seen.add(rep.elector.term)
                 self.result.takeovers += 1
         leader = next((rep for rep in self._replicas if rep.elector.is_leader), None)
-        if leader is not None and self.rng.random() < self.cfg.kill_rate:
+        if chaos and leader is not None and self.rng.random() < self.cfg.kill_rate:
             self._kill_replica(leader)
-        self._start(self.cfg.crash_rate)
+        self._start(self.cfg.crash_rate if chaos else 0.0)
 
     def _spawn(self) -> None:
         """``atoll run`` through the proxy; its decision records (stdout) go to a file per process."""
@@ -480,6 +545,8 @@ class ChaosRun:
         deadline = time.monotonic() + 20.0
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
+            if self.cfg.replicas:
+                self._replica_tick(chaos=False)
             wls = self._tick(bind=False)
             busy = any(actionable(wl, self.check) or (entry_of(wl, self.check) or {}).get("state") in ("Retry", "Rejected")
                        and not _evicted(wl) for wl in wls)
@@ -518,6 +585,11 @@ class ChaosRun:
                 if len(who) > 1:
                     r.dual_leaders += len(who) - 1
                     r.violations.append(f"lease term {term} written by {sorted(who)}")
+            timeline = self.proxy.timeline[self._timeline_from:]
+            r.writes_received = sum(1 for w in timeline if not w.lease and w.agent.startswith(f"{AGENT}chaos-{self.ns}-"))
+            late = writes_outside_term(timeline, f"chaos-{self.ns}-")
+            r.writes_outside_term = len(late)
+            r.violations.extend(late[:5])
 
         ctrl = Controller(KubePort(self.api), settings=self.settings(), recorder=Recorder(io.StringIO()))
         ctrl.sync()
@@ -637,6 +709,7 @@ def run_once(api: client.ApiClient, token: str, proxy: FaultProxy, ns: str, conf
         threading.excepthook = previous
         run._kill(count=False)
     run.cleanup()
+    proxy.clear_timeline()  # audited; the next run starts its own
     shutil.rmtree(run._dir, ignore_errors=True)
     result.faults = Counter(proxy.injected) - before
     return result

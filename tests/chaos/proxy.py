@@ -9,12 +9,18 @@ passed through. Every request is forwarded unchanged unless the seeded dice say 
 - ``lost-answer`` (writes): forwarded, then answered ``503``, so the write happened but the
   client believes it failed (what a dropped connection after commit looks like);
 - ``409`` (writes): a Conflict without forwarding, as if someone wrote first;
-- ``slow``: forwarded after a delay;
+- ``slow``: held for a while, as the apiserver's priority-and-fairness queue holds a request,
+  then forwarded; like that queue, it drops a request whose client has gone meanwhile (timed
+  out and closed its connection): the server never sees it;
 - on watches: ``watch-drop`` (the stream ends after a few events), ``watch-truncate`` (half an
   event, then the connection breaks) and ``watch-gone`` (an ``ERROR`` event with code 410, the
   way the apiserver ends a watch whose resourceVersion is too old).
 
 Bounded: the proxy stops itself after ``max_seconds`` and closes every stream it holds.
+
+``timeline`` records every write the apiserver received, as the proxy forwards it: when it was
+sent on, when the server's answer came back, who sent it (the client's User-Agent), and for a
+Lease the holder and term the server answered. The chaos audit compares the two histories.
 """
 
 from __future__ import annotations
@@ -22,23 +28,45 @@ from __future__ import annotations
 import http.client
 import json
 import random
+import select
 import socket
 import ssl
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["FAULTS", "FaultProxy"]
+__all__ = ["FAULTS", "FaultProxy", "Received"]
 
 REQUEST_FAULTS = ("500", "503", "slow")
 WRITE_FAULTS = ("409", "lost-answer")
 WATCH_FAULTS = ("watch-drop", "watch-truncate", "watch-gone", "500")
 FAULTS = tuple(sorted(set(REQUEST_FAULTS + WRITE_FAULTS + WATCH_FAULTS)))
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection", "content-length"}
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One write the apiserver received: forwarded at ``sent``, answered at ``answered``
+    (``time.monotonic()`` of this process; None if no answer came)."""
+
+    sent: float
+    answered: float | None
+    method: str
+    path: str
+    agent: str
+    status: int
+    lease_holder: str | None = None
+    """For a Lease write the server accepted: the holder it now names ("" for none)."""
+    lease_term: int | None = None
+
+    @property
+    def lease(self) -> bool:
+        return "/leases" in self.path
 
 
 def _status(code: int, reason: str, message: str) -> bytes:
@@ -50,7 +78,8 @@ class FaultProxy:
     """``with FaultProxy(host, port, ca_file, seed=1, rate=0.2) as proxy: proxy.url``."""
 
     def __init__(self, upstream_host: str, upstream_port: int, ca_file: Path | str, *, seed: int = 0, rate: float = 0.2,
-                 max_seconds: float = 600.0, slow_seconds: tuple[float, float] = (0.05, 0.4)) -> None:
+                 max_seconds: float = 600.0, slow_seconds: tuple[float, float] = (0.05, 0.4),
+                 faults: tuple[str, ...] | None = None) -> None:
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"rate: {rate} is not within [0, 1]")
         self.upstream = (upstream_host, upstream_port)
@@ -61,6 +90,11 @@ class FaultProxy:
         """False forwards everything untouched (the end of a run, when the system is let settle)."""
         self.max_seconds = max_seconds
         self.slow_seconds = slow_seconds
+        self.faults = faults
+        """Only these faults are drawn (None: all that fit the request)."""
+        self.timeline: list[Received] = []
+        self.dropped = 0
+        """Slow requests dropped because their client had gone (never forwarded)."""
         self.injected: Counter[str] = Counter()
         self.requests = 0
         self._lock = threading.Lock()
@@ -123,6 +157,10 @@ class FaultProxy:
             if not self.enabled or self.rng.random() >= self.rate:
                 return None
             choices = WATCH_FAULTS if watch else REQUEST_FAULTS + (WRITE_FAULTS if write else ())
+            if self.faults is not None:
+                choices = tuple(f for f in choices if f in self.faults)
+                if not choices:
+                    return None
             fault = self.rng.choice(choices)
             self.injected[fault] += 1
             return fault
@@ -134,6 +172,14 @@ class FaultProxy:
     def randint(self, lo: int, hi: int) -> int:
         with self._lock:
             return self.rng.randint(lo, hi)
+
+    def clear_timeline(self) -> None:
+        with self._lock:
+            self.timeline = []
+
+    def received(self, write: Received) -> None:
+        with self._lock:
+            self.timeline.append(write)
 
     def connect(self, timeout: float | None) -> http.client.HTTPSConnection:
         conn = http.client.HTTPSConnection(*self.upstream, context=self.tls, timeout=timeout)
@@ -167,7 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
     owner: FaultProxy
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
         return
 
     def do_GET(self) -> None:
@@ -204,19 +250,32 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if fault == "slow":
             time.sleep(self.owner.uniform(*self.owner.slow_seconds))
+            if self._client_gone():
+                with self.owner._lock:
+                    self.owner.dropped += 1
+                self.close_connection = True
+                return
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
         try:
             conn = self.owner.connect(None if watch else 30.0)
         except OSError:
             self._answer(503, _status(503, "ServiceUnavailable", "proxy stopping"))
             return
+        sent = time.monotonic()
         try:
             conn.request(self.command, self.path, body=body, headers=headers)
-            resp = conn.getresponse()
+            try:
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException):
+                if write:
+                    self.owner.received(Received(sent, None, self.command, self.path, self.headers.get("User-Agent") or "", 0))
+                raise
             if watch and resp.status == 200:
                 self._stream(resp, fault)
                 return
             data = resp.read()
+            if write:
+                self.owner.received(_received(sent, self.command, self.path, self.headers.get("User-Agent") or "", resp.status, data))
             if fault == "lost-answer":
                 self._answer(503, _status(503, "ServiceUnavailable", "injected: the answer was lost after the write"))
                 return
@@ -226,6 +285,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         finally:
             self.owner.release(conn)
+
+    def _client_gone(self) -> bool:
+        """Has the client closed its connection (it sends nothing else while it waits)?"""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _answer(self, code: int, data: bytes, content_type: str = "application/json") -> None:
         self.send_response(code)
@@ -268,3 +335,15 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._chunk(line)
             sent += 1
+
+
+def _received(sent: float, method: str, path: str, agent: str, status: int, data: bytes) -> Received:
+    answered = time.monotonic()
+    if "/leases" not in path or not 200 <= status < 300:
+        return Received(sent, answered, method, path, agent, status)
+    try:
+        spec = json.loads(data).get("spec") or {}
+    except (ValueError, AttributeError):
+        spec = {}
+    return Received(sent, answered, method, path, agent, status, str(spec.get("holderIdentity") or ""),
+                    int(spec.get("leaseTransitions") or 0))

@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.envtest import ApiServer
 from tests.chaos.harness import RunConfig, RunResult, run_once
 from tests.chaos.proxy import FaultProxy
+from tests.envtest import ApiServer
 
 __all__ = ["Summary", "run_many"]
 
@@ -40,6 +40,10 @@ class Summary:
     replacements_bound: int = 0
     dual_leaders: int = 0
     takeovers: int = 0
+    writes_received: int = 0
+    writes_outside_term: int = 0
+    dropped_slow: int = 0
+    """Slow requests the proxy dropped because their client had given up."""
     replicas: bool = False
     failed_runs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -47,17 +51,18 @@ class Summary:
         self.runs += 1
         for name in ("double_booked", "unplaceable_owed", "lost", "duplicate_decisions", "ledger_mismatch", "admissions",
                      "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "pods_failed",
-                     "replacements_bound", "dual_leaders", "takeovers"):
+                     "replacements_bound", "dual_leaders", "takeovers", "writes_received", "writes_outside_term"):
             setattr(self, name, getattr(self, name) + getattr(r, name))
         self.faults.update(r.faults)
         self.kills.update(r.kills)
         if not r.clean or r.ledger_mismatch:
             self.failed_runs.append({"seed": seed, "violations": r.violations[:5], "lost": r.lost,
-                                     "duplicate_decisions": r.duplicate_decisions})
+                                     "duplicate_decisions": r.duplicate_decisions, "writes_outside_term": r.writes_outside_term})
 
     @property
     def clean(self) -> bool:
-        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders)
+        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders
+                    or self.writes_outside_term)
 
     def as_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "fault_rate": self.fault_rate, "shapes": self.shapes, "double_booked": self.double_booked,
@@ -68,14 +73,16 @@ class Summary:
                 "kills": dict(self.kills), "pods_bound": self.bound, "pods_bound_on_others_plan": self.bound_on_others_plan,
                 "preemptions": self.preemptions, "pods_failed": self.pods_failed, "replacements_bound": self.replacements_bound,
                 "dual_leaders": self.dual_leaders, "replicas": self.replicas,
-                "leader_takeovers": self.takeovers, "wall_seconds": round(self.wall_seconds, 1),
+                "leader_takeovers": self.takeovers, "writes_received": self.writes_received,
+                "writes_outside_term": self.writes_outside_term, "dropped_slow": self.dropped_slow, "wall_seconds": round(self.wall_seconds, 1),
                 "peak_rss_mib": peak_rss_mib(), "failed_runs": self.failed_runs[:10]}
 
     def line(self) -> str:
         d = self.as_dict()
         return (f"runs={self.runs} shapes={self.shapes} faults={round(self.fault_rate * 100)}% double_booked={self.double_booked} "
                 f"unplaceable_owed={self.unplaceable_owed} lost={self.lost} duplicate_decisions={self.duplicate_decisions} "
-                + (f"dual_leaders={self.dual_leaders} leader_takeovers={self.takeovers} " if self.replicas else "") +
+                + (f"dual_leaders={self.dual_leaders} leader_takeovers={self.takeovers} writes_outside_term={self.writes_outside_term}/"
+                   f"{self.writes_received} " if self.replicas else "") +
                 f"admissions={self.admissions} admissions/s={d['admissions_per_s']} injected={d['faults_injected']}/{self.requests} "
                 f"kills={sum(self.kills.values())} pods_failed={self.pods_failed} replacements_bound={self.replacements_bound} "
                 f"peak_rss={d['peak_rss_mib']}MiB")
@@ -96,7 +103,7 @@ def run_many(server: ApiServer, runs: int, config: RunConfig, *, prefix: str = "
     summary = Summary(fault_rate=config.fault_rate, shapes=config.shapes, replicas=config.replicas)
     started = time.monotonic()
     with FaultProxy("127.0.0.1", server.port, server.ca_file, seed=config.seed, rate=config.fault_rate,
-                    max_seconds=runs * (config.seconds + 60.0) + 60.0) as proxy:
+                    max_seconds=runs * (config.seconds + 60.0) + 60.0, slow_seconds=config.slow_seconds, faults=config.faults) as proxy:
         for i in range(runs):
             seed = config.seed + i
             kw = {"controller_factory": controller_factory} if controller_factory else {}
@@ -105,5 +112,6 @@ def run_many(server: ApiServer, runs: int, config: RunConfig, *, prefix: str = "
             if progress is not None:
                 progress(i + 1, result)
         summary.requests = proxy.requests
+        summary.dropped_slow = proxy.dropped
     summary.wall_seconds = time.monotonic() - started
     return summary

@@ -18,7 +18,8 @@ from admission.controller import Controller
 from admission.controller._invariant import ClaimSet
 from tests.admission.fabric import Fabric, planned, run
 from tests.chaos.actors import FAILED_NODE, NodeSpec, Scheduler, admitted
-from tests.chaos.harness import ChaosRun, RunConfig, unplaceable_pods
+from tests.chaos.harness import AGENT, ChaosRun, RunConfig, unplaceable_pods, writes_outside_term
+from tests.chaos.proxy import Received
 from tests.chaos.runner import run_many
 from topology import ResourceVector
 
@@ -50,19 +51,45 @@ def test_two_replicas_with_the_leader_killed_never_write_in_one_term(apiserver: 
     assert summary.takeovers >= 3 and summary.decisions > 0, summary.json()  # leaders were replaced (2 runs, 3+ tenures) and decided
 
 
-def test_the_term_audit_catches_a_replica_that_writes_without_its_lease(apiserver: Any) -> None:
-    """The audit is not blind: replicas whose writes are not fenced and whose records name one term
-    for every tenure look like two leaders in one term."""
-    config = RunConfig(seed=31, fault_rate=0.0, seconds=6.0, kill_rate=0.06, shapes="nested", replicas=True)
+SLOW_SERVER = {"fault_rate": 0.4, "faults": ("slow",), "slow_seconds": (0.5, 3.0), "workloads": 16, "seconds": 8.0}
+"""A server that holds 40% of requests for 0.5 to 3 s, longer than the gap between a term's end
+and a standby's takeover (0.5 s with the chaos ``LEASE``): renewals lapse, leaders change often,
+and a write sent near a term's end reaches the server late unless its attempt ended first."""
 
-    def unfenced(port: Any, **kwargs: Any) -> Controller:
-        port.port.fence = None
-        kwargs["lease_term"] = lambda: 0
-        return Controller(port, **kwargs)
 
-    summary = run_many(apiserver, 1, config, prefix="chaos-unfenced", controller_factory=unfenced)
-    assert summary.takeovers >= 2, summary.json()  # a second tenure: the precondition for two writers in one named term
-    assert summary.dual_leaders > 0, summary.json()
+def _write(sent: float, answered: float | None, who: str, *, lease_holder: str | None = None) -> Received:
+    path = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/atoll" if lease_holder is not None else "/apis/kueue.x-k8s.io/v1beta2/workloads/w/status"
+    return Received(sent, answered, "PUT" if lease_holder is not None else "PATCH", path, AGENT + who, 200, lease_holder=lease_holder,
+                    lease_term=1 if lease_holder == "chaos-x-a" else 2)
+
+
+def test_the_term_audit_reads_the_servers_timeline() -> None:
+    """The audit is not blind: a write the server received after another replica's Lease write,
+    or before its sender held the Lease at all, counts; one inside the sender's hold does not.
+    (Runs that make a deposed leader's attempt outlive its term depend on timing; the audit's
+    rule itself is checked here on a timeline of the server's own shape.)"""
+    a_holds = _write(0.0, 0.01, "chaos-x-a", lease_holder="chaos-x-a")
+    b_takes = _write(2.0, 2.01, "chaos-x-b", lease_holder="chaos-x-b")
+    inside = _write(1.0, 1.05, "chaos-x-a")
+    overlapping = _write(1.9, 2.5, "chaos-x-a")  # sent in a's term, answered after b's Lease write was sent
+    late = _write(3.0, 3.02, "chaos-x-a")  # reached the server while the Lease named b
+    before_any = _write(-1.0, -0.9, "chaos-x-b")
+    other_run = _write(3.0, 3.02, "chaos-y-a")  # another namespace's replica: not this run's
+    found = writes_outside_term([a_holds, inside, overlapping, b_takes, late, before_any, other_run], "chaos-x-")
+    assert len(found) == 3, found
+    assert any("answered 0.500s after 'chaos-x-b'" in f for f in found)
+    assert any("while the Lease named 'chaos-x-b'" in f for f in found)
+    assert any("while the Lease named 'nobody'" in f for f in found)
+    assert writes_outside_term([a_holds, inside, b_takes], "chaos-x-") == []
+
+
+def test_write_attempts_bounded_by_the_term_never_land_outside_it(apiserver: Any) -> None:
+    config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, **SLOW_SERVER)  # type: ignore[arg-type]
+    summary = run_many(apiserver, 2, config, prefix="chaos-bounded")
+    assert summary.takeovers >= 2 and summary.writes_received > 0 and summary.decisions > 0, summary.json()
+    assert summary.dropped_slow > 0, summary.json()  # attempts did end while the server held them
+    assert summary.writes_outside_term == 0, summary.json()
+    assert summary.clean, summary.json()
 
 
 def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:

@@ -134,7 +134,7 @@ class KueueCluster:
         path = self.api.dir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(config))
         env = {**os.environ, "KUBECONFIG": kubeconfig}
-        log = open(self.api.dir / "kueue.log", "wb")
+        log = open(self.api.dir / "kueue.log", "wb")  # noqa: SIM115 - open while Kueue runs; closed with the apiserver's logs
         self.api._logs.append(log)
         proc = subprocess.Popen([str(self.binaries.kueue), f"--config={path}", "--zap-log-level=2"], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)

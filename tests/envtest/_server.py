@@ -90,7 +90,7 @@ class ApiServer:
         return self
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "wb")
+        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - open while the process runs; closed in stop()
         self._logs.append(log)
         self._procs.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)))
 

@@ -4,10 +4,13 @@ kube-apiserver (server-side dry run) with Kueue's CRDs loaded."""
 
 from __future__ import annotations
 
+import base64
+import json
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from admission.cli._run import parser as run_parser
 from admission.webhook import WebhookSettings
@@ -36,10 +39,12 @@ CUSTOM_PROFILES = {  # a mapping, not a string; its own ConfigMap name
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
     "webhook-off": {"webhook": {"enabled": False}},
+    "webhook-on": {"webhook": {"enabled": True}},
     "exact": {"profiles": {"document": EXACT_DOC}},
     "custom-profiles": {"profiles": CUSTOM_PROFILES, "webhook": {"enabled": False}},
-    "cert-manager": {"webhook": {"certs": {"mode": "cert-manager"}}},
-    "cert-manager-issuer": {"webhook": {"certs": {"mode": "cert-manager", "issuer": {"kind": "ClusterIssuer", "name": "corp-ca"}},
+    "cert-manager": {"profiles": {"document": EXACT_DOC}, "webhook": {"certs": {"mode": "cert-manager"}}},
+    "cert-manager-issuer": {"profiles": {"document": EXACT_DOC},
+                            "webhook": {"certs": {"mode": "cert-manager", "issuer": {"kind": "ClusterIssuer", "name": "corp-ca"}},
                                         "failurePolicy": "Ignore", "namespaceSelector": {"matchLabels": {"gpu": "yes"}}}},
     "single-replica": {"replicas": 1, "leaderElection": {"enabled": False}, "podDisruptionBudget": {"enabled": False},
                        "metrics": {"service": {"enabled": False}}, "admissionCheck": {"create": False}},
@@ -72,23 +77,33 @@ def test_every_case_lints_and_renders(case: str) -> None:
 
 
 def test_the_defaults_render_the_whole_install() -> None:
+    """The default profiles use domain enforcement only: no webhook is installed (webhook.enabled auto)."""
     objects = render(release="prod", namespace="gpu-system")
     assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
         ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRoleBinding", "prod-atoll"),
-        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"), ("MutatingWebhookConfiguration", "prod-atoll"),
+        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"),
         ("PodDisruptionBudget", "prod-atoll"), ("Role", "prod-atoll"), ("RoleBinding", "prod-atoll"),
-        ("Service", "prod-atoll-metrics"), ("Service", "prod-webhook"), ("ServiceAccount", "prod-atoll")]
+        ("Service", "prod-atoll-metrics"), ("ServiceAccount", "prod-atoll")]
     [deployment] = by_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert _container(objects)["args"] == [
         "run", "--namespace=gpu-system", "--configmap=atoll-policies", "--admission-check=atoll-topology", "--gpu-resource=nvidia.com/gpu",
-        "--metrics-port=8080", "--health-port=8081", "--log-level=info", "--leader-elect", "--lease-name=atoll-controller",
+        "--metrics-port=8080", "--health-port=8081", "--log-level=info", "--leader-elect", "--lease-name=atoll-controller"]
+    exact = render(MATRIX["exact"], release="prod", namespace="gpu-system")
+    assert _container(exact)["args"][10:] == [
         "--webhook-port=9443", "--webhook-cert-dir=/var/run/atoll/certs", "--webhook-timeout-seconds=5", "--webhook-generate-certs",
         "--webhook-service=prod-webhook", "--webhook-namespace=gpu-system", "--webhook-config=prod-atoll"]
 
 
+@pytest.mark.parametrize(("case", "installed"), [("defaults", False), ("exact", True), ("webhook-on", True), ("webhook-off", False)])
+def test_the_webhook_is_installed_only_when_a_flavor_uses_exact_or_it_is_forced_on(case: str, installed: bool) -> None:
+    objects = render(MATRIX[case])
+    assert bool(by_kind(objects, "MutatingWebhookConfiguration")) is installed
+    assert any(f.startswith("--webhook-port") for f in _flags(objects)) is installed
+
+
 def test_the_pods_are_hardened_and_numba_caches_on_a_writable_volume() -> None:
-    objects = render()
+    objects = render(MATRIX["exact"])
     [deployment] = by_kind(objects, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
@@ -108,13 +123,15 @@ def test_the_pods_are_hardened_and_numba_caches_on_a_writable_volume() -> None:
 
 
 def test_the_webhook_follows_the_agreed_contract() -> None:
-    objects = render(release="prod", namespace="gpu-system")
+    objects = render(MATRIX["exact"], release="prod", namespace="gpu-system")
     [service] = [s for s in by_kind(objects, "Service") if s["metadata"]["name"] == "prod-webhook"]
     assert service["spec"]["ports"] == [{"name": "https", "port": 443, "targetPort": "webhook", "protocol": "TCP"}]
     assert {p["name"]: p["containerPort"] for p in _container(objects)["ports"]}["webhook"] == 9443
     [config] = by_kind(objects, "MutatingWebhookConfiguration")
     [hook] = config["webhooks"]
-    assert hook["objectSelector"] == {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"}]}
+    # only pods of exact flavors: a domain-placed pod (decision-id label alone) never waits on the webhook
+    assert hook["objectSelector"] == {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"},
+                                                           {"key": "atoll.dev/enforcement", "operator": "In", "values": ["exact"]}]}
     assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "Namespaced"}]
     # the webhook writes outside dry runs (claims Lease, requeue condition) and nothing under one
     assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("Fail", "NoneOnDryRun", ["v1"], 5)
@@ -129,9 +146,10 @@ def _lease_rules(objects: list[dict[str, Any]]) -> list[tuple[tuple[str, ...], t
 
 
 @pytest.mark.parametrize(("values", "names"), [
-    ({}, ("atoll-controller", WebhookSettings().claims_lease)),
+    ({"profiles": {"document": EXACT_DOC}}, ("atoll-controller", WebhookSettings().claims_lease)),
+    ({}, ("atoll-controller",)),
     ({"webhook": {"enabled": False}}, ("atoll-controller",)),
-    ({"replicas": 1, "leaderElection": {"enabled": False}}, (WebhookSettings().claims_lease,)),
+    ({"replicas": 1, "leaderElection": {"enabled": False}, "webhook": {"enabled": True}}, (WebhookSettings().claims_lease,)),
     ({"replicas": 1, "leaderElection": {"enabled": False}, "webhook": {"enabled": False}}, ()),
 ])
 def test_the_role_grants_exactly_the_leases_in_use(values: dict[str, Any], names: tuple[str, ...]) -> None:
@@ -173,7 +191,7 @@ def test_the_configmap_holds_a_valid_profiles_document(case: str) -> None:
     doc = load_profiles(configmap["data"]["profiles.yaml"])
     assert f"--configmap={configmap['metadata']['name']}" in _container(objects)["args"]
     if case == "custom-profiles":
-        assert configmap["metadata"]["name"] == "team-policies" and doc.queues == {"team-a/research": "wide"}
+        assert configmap["metadata"]["name"] == "team-policies" and {q: r.profile for q, r in doc.queues.items()} == {"team-a/research": "wide"}
     if case == "exact":
         assert doc.flavors["gb200"].enforcement == "exact" and by_kind(objects, "MutatingWebhookConfiguration")
 
@@ -189,7 +207,8 @@ def test_a_changed_profiles_document_does_not_roll_the_pods_but_other_values_do(
 
 @pytest.mark.parametrize(("values", "message"), [
     ({"webhook": {"enabled": False}, "profiles": {"document": EXACT_DOC}},
-     "profiles.document: flavors.gb200.enforcement is exact, which needs the webhook: set webhook.enabled=true"),
+     "profiles.document: flavors.gb200.enforcement is exact, which needs the webhook: set webhook.enabled=auto or true"),
+    ({"webhook": {"enabled": "yes"}}, 'webhook.enabled: "yes" is not auto, true or false'),
     ({"webhook": {"certs": {"mode": "vault"}}}, 'webhook.certs.mode: "vault" is not generate or cert-manager'),
     ({"webhook": {"failurePolicy": "Retry"}}, 'webhook.failurePolicy: "Retry" is not Fail or Ignore'),
     ({"webhook": {"timeoutSeconds": 31}}, "webhook.timeoutSeconds: 31 must be between 1 and 30"),
@@ -274,3 +293,69 @@ def test_a_dry_run_does_catch_a_broken_object(kube_client: Any, namespace: str) 
     with pytest.raises(DynamicApiError) as err:
         apply(kube_client, check, dry_run=True)
     assert err.value.status == 422 and "controllerName" in str(err.value.body)
+
+
+@pytest.mark.apiserver
+def test_under_gitops_a_resync_keeps_the_ca_bundle_the_process_wrote(kube_client: Any, namespace: str) -> None:
+    """``helm template`` and Argo CD render without a cluster, so ``lookup`` finds nothing: the
+    generate mode's configuration is rendered without a caBundle field at all. Applied server-side
+    (as Argo CD's ServerSideApply and Flux do), the field stays owned by the process that wrote it,
+    so a re-sync of the same manifest leaves it in place."""
+    from admission.kube import KubePort
+    from admission.webhook import MUTATING_WEBHOOK_CONFIGURATIONS, CaBundlePublisher, ensure_serving_cert
+
+    values = {"profiles": {"document": EXACT_DOC}, "webhook": {"namespaceSelector": {"matchLabels": {"atoll.dev/no-such": "namespace"}}}}
+    [config] = by_kind(render(values, release=f"g{abs(hash(namespace)) % 10_000}", namespace=namespace), "MutatingWebhookConfiguration")
+    assert "caBundle" not in config["webhooks"][0]["clientConfig"]  # nothing for an applier to own
+    port = KubePort(kube_client)
+    name = config["metadata"]["name"]
+    port.apply(MUTATING_WEBHOOK_CONFIGURATIONS, config, field_manager="argocd-controller")
+    try:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as certs:
+            ca = ensure_serving_cert(certs, ["x"], generate=True).ca_pem
+        assert ca is not None and CaBundlePublisher(port, name, ca).publish_once()
+        port.apply(MUTATING_WEBHOOK_CONFIGURATIONS, config, field_manager="argocd-controller")  # the next sync
+        live = port.get(MUTATING_WEBHOOK_CONFIGURATIONS, name)
+        assert base64.b64decode(live["webhooks"][0]["clientConfig"]["caBundle"]) == ca
+    finally:
+        client.AdmissionregistrationV1Api(kube_client).delete_mutating_webhook_configuration(name)
+@pytest.mark.parametrize(("values", "where", "what"), [
+    ({"replicsa": 3}, "at ''", "additional properties 'replicsa' not allowed"),
+    ({"image": {"repo": "corp/atoll"}}, "at '/image'", "additional properties 'repo' not allowed"),
+    ({"webhook": {"certs": {"mod": "generate"}}}, "at '/webhook/certs'", "additional properties 'mod' not allowed"),
+    ({"logLevel": "verbose"}, "at '/logLevel'", "value must be one of 'debug', 'info', 'warning', 'error'"),
+    ({"metrics": {"port": "8080"}}, "at '/metrics/port'", "got string, want integer"),
+])
+def test_values_the_schema_does_not_know_fail_rendering(values: dict[str, Any], where: str, what: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as err:
+        render(values)
+    assert f"- {where}: {what}" in str(err.value)
+
+
+def _keys(values: dict[str, Any], prefix: str = "") -> set[str]:
+    out = set()
+    for key, value in values.items():
+        out.add(prefix + key)
+        if isinstance(value, dict) and value and key not in FREE_FORM:
+            out |= _keys(value, f"{prefix}{key}.")
+    return out
+
+
+FREE_FORM = {"resources", "podSecurityContext", "securityContext", "nodeSelector", "affinity", "podAnnotations", "podLabels",
+             "annotations", "namespaceSelector", "issuer"}
+
+
+def test_the_schema_names_every_value_and_only_those() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def described(node: dict[str, Any], prefix: str = "") -> set[str]:
+        out = set()
+        for key, sub in node.get("properties", {}).items():
+            out.add(prefix + key)
+            if sub.get("properties"):
+                out |= described(sub, f"{prefix}{key}.")
+        return out
+
+    assert _keys(yaml.safe_load((CHART / "values.yaml").read_text())) == described(schema)

@@ -1,7 +1,7 @@
 """The Kueue sample setups in config/kueue/<setup>/ (Topology, ResourceFlavors, ClusterQueue with
-admissionChecksStrategy, LocalQueues, the AdmissionCheck, example jobs) are created on a real
-apiserver with Kueue's CRDs, hang together (every name a file refers to exists), and the chart
-with the setup's profiles document passes a server-side dry run."""
+admissionChecksStrategy, LocalQueues, example jobs) are created on a real apiserver with Kueue's
+CRDs, hang together (every name a file refers to exists, the AdmissionCheck being the chart's),
+and the chart with the setup's profiles document passes a server-side dry run."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def test_every_name_a_setup_refers_to_exists(setup: str) -> None:
     kueue, jobs = _docs(setup, "kueue.yaml"), _docs(setup, "jobs.yaml")
     profiles = load_profiles_file(SAMPLES / setup / "profiles.yaml")
     topologies, flavors = _kind(kueue, "Topology"), _kind(kueue, "ResourceFlavor")
-    [check] = _kind(kueue, "AdmissionCheck").values()
+    assert _kind(kueue, "AdmissionCheck") == {}  # one owner: the chart
+    [check] = [o for o in render() if o["kind"] == "AdmissionCheck"]
     assert check["spec"]["controllerName"] == CHECK_CONTROLLER
     for cq in _kind(kueue, "ClusterQueue").values():
         queued = {f["name"] for group in cq["spec"]["resourceGroups"] for f in group["flavors"]}
@@ -101,8 +102,10 @@ def test_a_setup_is_created_on_the_apiserver(setup: str, kube_client: Any, names
         assert out["metadata"]["uid"], obj["metadata"]["name"]
         created.append(obj)
         kinds.append(obj["kind"])
-    assert {"Topology", "ResourceFlavor", "AdmissionCheck", "ClusterQueue", "LocalQueue", "Job"} <= set(kinds)
-    # Atoll's chart with this setup's profiles (its AdmissionCheck is the setup's own here)
-    values = {"profiles": {"document": (SAMPLES / setup / "profiles.yaml").read_text()}, "admissionCheck": {"create": False}}
-    for obj in render(for_server(kube_client, values), release="sample", namespace=namespace):
+    assert {"Topology", "ResourceFlavor", "ClusterQueue", "LocalQueue", "Job"} <= set(kinds) and "AdmissionCheck" not in kinds
+    # Atoll's chart with this setup's profiles, the AdmissionCheck the ClusterQueue lists included
+    values = {"profiles": {"document": (SAMPLES / setup / "profiles.yaml").read_text()}}
+    rendered = render(for_server(kube_client, values), release="sample", namespace=namespace)
+    assert [o["metadata"]["name"] for o in rendered if o["kind"] == "AdmissionCheck"] == ["atoll-topology"]
+    for obj in rendered:
         apply(kube_client, obj, dry_run=True)

@@ -26,11 +26,11 @@ from kubernetes.client.exceptions import ApiException
 from admission.cli._run import main as run_main
 from admission.controller import REQUEUE_CONDITION, ConfigSettings, Controller, KueueSettings, Recorder, Settings
 from admission.kube import KubePort
-from tests.envtest import ApiServer, install_kueue_crds
-from admission.webhook import MUTATE_PATH, PodPinner, WebhookServer, WebhookSettings, ensure_serving_cert
+from admission.webhook import MUTATE_PATH, PodPinner, WebhookServer, WebhookSettings, ensure_serving_cert, review_time_left
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, Fabric, planned, profiles_doc, run
-from tests.admission.webhook.conftest import bind, create, fail, kueue_pod, pinned_node
+from tests.admission.webhook.conftest import bind, create, fail, kueue_pod, pinned_node, settle
 from tests.conftest import control_plane
+from tests.envtest import ApiServer, install_kueue_crds
 from tests.helm.chart import apply, by_kind, for_server, render
 from tests.kube_objects import GROUP, VERSION, cluster_queue, local_queue, resource_flavor, topology
 
@@ -77,7 +77,9 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(fabric.cq, fabric.flavor, 1000, fabric.check))
         custom.create_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "localqueues", local_queue(TEAM_NS, "lq", fabric.cq))
         # the chart as a user installs it; only the AdmissionCheck's name and the profiles match this fabric
-        values = {"admissionCheck": {"name": fabric.check}, "profiles": {"document": yaml.safe_dump(profiles_doc(fabric.flavor, fabric.topology))}}
+        # the webhook forced on: the profiles start under domain enforcement and a test switches them to exact
+        values = {"admissionCheck": {"name": fabric.check}, "profiles": {"document": yaml.safe_dump(profiles_doc(fabric.flavor, fabric.topology))},
+                  "webhook": {"enabled": True}}
         objects = render(for_server(admin, values), release=RELEASE, namespace=RELEASE_NS)
         for obj in objects:
             apply(admin, obj)
@@ -203,13 +205,14 @@ def test_the_webhook_may_read_and_patch_its_own_configuration_only(installed: In
 
 
 @pytest.fixture(scope="module")
-def webhook(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookServer]:
+def webhook(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodPinner]:
     """The webhook as ``atoll run`` serves it, reading and writing with the chart's ServiceAccount
     token, and the chart's MutatingWebhookConfiguration as rendered, its Service swapped for this
     process's loopback URL (no kube-proxy here) with the CA it serves."""
     cert = ensure_serving_cert(tmp_path_factory.mktemp("webhook-certs"), ["127.0.0.1"], generate=True)
     assert cert.ca_pem is not None
-    pinner = PodPinner(KubePort(installed.atoll), WebhookSettings(namespace=RELEASE_NS))
+    pinner = PodPinner(KubePort(installed.atoll, deadline=review_time_left), WebhookSettings(namespace=RELEASE_NS))
+    assert pinner.start(60)
     server = WebhookServer(pinner, cert.cert_file, cert.key_file, bind="127.0.0.1", port=0).start()
     admission = client.AdmissionregistrationV1Api(installed.admin)
     [config] = by_kind(installed.objects, "MutatingWebhookConfiguration")
@@ -218,7 +221,7 @@ def webhook(installed: Installed, tmp_path_factory: pytest.TempPathFactory) -> I
     body["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{server.port}{MUTATE_PATH}",
                                            "caBundle": base64.b64encode(cert.ca_pem).decode()}
     admission.replace_mutating_webhook_configuration(config["metadata"]["name"], body)
-    yield server
+    yield pinner
     server.stop()
     admission.delete_mutating_webhook_configuration(config["metadata"]["name"])  # no other test's pod may wait on it
 
@@ -240,7 +243,7 @@ def _lease_version(installed: Installed) -> str | None:
 
 
 def test_the_webhook_pins_marks_and_the_controller_requeues_with_only_the_charts_permissions(installed: Installed,
-                                                                                             webhook: WebhookServer) -> None:
+                                                                                             webhook: PodPinner) -> None:
     fabric = installed.fabric
     exact = profiles_doc(fabric.flavor, fabric.topology, flavors={fabric.flavor: {"topology": fabric.topology, "enforcement": "exact"}})
     client.CoreV1Api(installed.admin).patch_namespaced_config_map("atoll-policies", RELEASE_NS, {"data": {"profiles.yaml": yaml.safe_dump(exact)}})
@@ -267,6 +270,7 @@ def test_the_webhook_pins_marks_and_the_controller_requeues_with_only_the_charts
     lost = pinned_node(pods[0]) or ""
     fail(fabric, "pinned-0")
     fabric.core.patch_node(lost, {"spec": {"unschedulable": True}})
+    settle(webhook, fabric.port, TEAM_NS)  # the webhook reads a watch-fed cache
     version = _lease_version(installed)
     assert pinned_node(_dry_run(installed, kueue_pod(fabric, "pinned", "pinned-0-dry"))) == lost
     assert REQUEUE_CONDITION not in {c["type"] for c in fabric.workload("pinned")["status"]["conditions"]}  # the dry run marked nothing

@@ -57,10 +57,34 @@ def test_strict_waits_with_growing_backoff_when_no_island_is_free() -> None:
     assert delays == [30, 60, 120, 120]
 
 
-def test_strict_rejects_what_no_island_can_ever_hold() -> None:
-    d = run(cluster(), gang(5), "strict")
-    assert d.outcome == "reject"
-    assert "never fits" in d.message and "largest fits 4" in d.message
+def test_strict_places_a_gang_larger_than_every_island_in_the_smallest_domain_that_holds_it() -> None:
+    d = run(cluster(), gang(5), "strict")  # 20 GPUs; islands hold 16, SUs 32
+    assert d.outcome == "admit" and d.widened_to == SU and d.placement is not None
+    ps = d.placement.podsets[0]
+    assert ps.domain_level == SU and "larger than every nvidia.com/gpu.clique domain" in d.message
+    assert sorted({n[:4] for n in ps.nodes}) == ["u0c0", "u0c1"] and ps.bottleneck_gbps == 50  # one island whole, one split
+    whole = run(cluster(), gang(9), "strict")  # 36 GPUs: more than an SU, fits the 64-GPU flavor
+    assert whole.outcome == "admit" and whole.widened_to == "" and whole.placement is not None
+    assert len({n[:4] for n in whole.placement.podsets[0].nodes}) == 3
+
+
+def test_strict_waits_for_the_smallest_domain_rather_than_rejecting() -> None:
+    snap = cluster(used=4)  # 3 free nodes per island, 6 per SU
+    assert run(snap, gang(5), "strict").outcome == "admit"
+    busy = cluster(used=4)
+    for node in ("u0c0n1", "u0c1n1", "u1c0n1", "u1c1n1"):
+        busy.reserve(node, ResourceVector(gpu=4))  # 2 free nodes per island, 4 per SU
+    d = run(busy, gang(5), "strict", wait=WaitState(0.0, 2))
+    assert d.outcome == "wait" and d.widened_to == SU and d.retry_after_seconds == 120
+    assert "larger than every nvidia.com/gpu.clique domain" in d.message and "network.example.com/su" in d.message
+
+
+def test_strict_rejects_only_what_the_whole_flavor_can_never_hold() -> None:
+    d = run(cluster(), gang(17), "strict")  # 68 GPUs on a 64-GPU flavor
+    assert d.outcome == "reject" and d.widened_to is None
+    assert "never fits" in d.message and "only 16 pods fit in flavor f" in d.message
+    own = run(cluster(), gang(9, required_topology=SU), "strict")  # a PodSet's own required level is not widened
+    assert own.outcome == "reject" and "never fits" in own.message
 
 
 def test_elastic_waits_for_one_island_then_spans_after_relax_time() -> None:
@@ -134,7 +158,7 @@ def test_inference_spread_works_under_strict_and_elastic_profiles() -> None:
 
 @pytest.mark.parametrize(
     ("used", "pods", "profile", "cls", "outcome"),
-    [(0, 4, "strict", None, "admit"), (4, 4, "strict", None, "wait"), (0, 5, "strict", None, "reject"),
+    [(0, 4, "strict", None, "admit"), (4, 4, "strict", None, "wait"), (0, 17, "strict", None, "reject"),
      (4, 4, "elastic", None, "wait"), (4, 6, "elastic", None, "admit"), (0, 3, "elastic", "inference", "admit"), (0, 4, "anywhere", "training", "admit")],
 )
 def test_without_explanations_the_decision_is_the_same_minus_the_losing_domains(
@@ -146,7 +170,7 @@ def test_without_explanations_the_decision_is_the_same_minus_the_losing_domains(
     assert full.outcome == lean.outcome == outcome
     assert (full.message, full.retry_after_seconds, full.relaxed) == (lean.message, lean.retry_after_seconds, lean.relaxed)
     if outcome != "admit":  # a wait or reject still says why, with the numbers
-        assert re.search(r"\d+ pods .* the largest fits \d+", lean.message), lean.message
+        assert re.search(r"\d+ pods .* (the largest fits|only) \d+", lean.message), lean.message
     if full.placement is not None and full.outcome != "reject":
         assert lean.placement is not None and full.placement.podsets == lean.placement.podsets
         assert full.placement.reason == lean.placement.reason and not lean.placement.why_not

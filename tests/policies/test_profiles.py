@@ -4,6 +4,8 @@ still lacks."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -141,3 +143,66 @@ def test_a_dumped_document_loads_back_with_its_lists_of_levels() -> None:
     again = load_profiles(dumped)
     assert again.profiles["elastic"].for_flavor("a100", A100).max_span_level == "network.example.com/leaf"
     assert doc.model_dump()["profiles"]["elastic"]["max_span_level"] == ["network.example.com/su", "network.example.com/leaf"]
+
+
+@pytest.mark.parametrize(("wanted", "levels", "typo", "side", "needle"), [
+    ("nvidia.com/gpu.clique", ["network.example.com/su", "nvidia.com/gpu.cliqeu", "kubernetes.io/hostname"],
+     ("nvidia.com/gpu.cliqeu", "nvidia.com/gpu.clique"), "flavor",
+     "the flavor's level label 'nvidia.com/gpu.cliqeu' looks misspelt: did you mean 'nvidia.com/gpu.clique'? Fix the label in the flavor's"),
+    ("nvidia.com/gpu.cliqe", ["network.example.com/su", "nvidia.com/gpu.clique", "kubernetes.io/hostname"],
+     ("nvidia.com/gpu.clique", "nvidia.com/gpu.cliqe"), "profile", "did you mean the flavor's level 'nvidia.com/gpu.clique'? Fix the profiles"),
+    ("example.com/rackk", ["example.com/rack", "kubernetes.io/hostname"], ("example.com/rack", "example.com/rackk"), "either",
+     "did you mean one for the other?"),
+    ("example.com/rack", ["network.example.com/su", "kubernetes.io/hostname"], None, "", ""),
+    ("network.example.com/su", ["network.example.com/leaf", "kubernetes.io/hostname"], None, "", ""),  # two real labels, not a typo
+])
+def test_a_near_miss_level_suggests_the_match_and_which_side_looks_misspelt(wanted: str, levels: list[str], typo: tuple[str, str] | None,
+                                                                            side: str, needle: str) -> None:
+    strict = load_profiles(f"defaultProfile: s\nprofiles:\n  s: {{requiredLevel: {wanted}}}\n").profiles["s"]
+    with pytest.raises(ProfileLevelError) as err:
+        strict.for_flavor("f", levels)
+    assert (err.value.typo, err.value.typo_in) == (typo, side)
+    assert needle in str(err.value) and str(err.value).startswith(f"profiles.s.requiredLevel: flavor f has no level {wanted!r}")
+    assert ("did you mean" in str(err.value)) == (typo is not None)
+
+
+RULES = """
+defaultProfile: elastic
+profiles:
+  strict: {requiredLevel: nvidia.com/gpu.clique}
+  elastic: {preferredLevel: nvidia.com/gpu.clique}
+classes:
+  training: {perfFloor: 0.9}
+  inference: {}
+queues:
+  team-a/research: {profile: strict, allowedProfiles: [strict], allowedClasses: [training]}
+  team-b/dev: elastic
+  gpu-cq: {allowedProfiles: [strict, elastic]}
+"""
+
+
+def test_queue_rules_name_what_a_team_may_not_pick() -> None:
+    doc = load_profiles(RULES)
+    assert doc.profile_for(annotation=None, local_queue="team-a/research", cluster_queue=None)[0] == "strict"
+    assert doc.profile_for(annotation=None, local_queue="team-b/dev", cluster_queue="gpu-cq")[0] == "elastic"  # the short form
+    assert doc.profile_for(annotation=None, local_queue="team-c/x", cluster_queue="gpu-cq")[0] == "elastic"  # a rule without a profile
+    assert doc.disallowed(profile="elastic", workload_class=None, local_queue="team-a/research", cluster_queue=None) == (
+        "atoll.dev/profile='elastic' is not allowed on queue team-a/research (queues.team-a/research.allowedProfiles: strict); "
+        "remove the annotation or name an allowed profile")
+    assert "atoll.dev/class='inference' is not allowed on queue team-a/research" in str(
+        doc.disallowed(profile=None, workload_class="inference", local_queue="team-a/research", cluster_queue=None))
+    assert doc.disallowed(profile="strict", workload_class="training", local_queue="team-a/research", cluster_queue="gpu-cq") is None
+    assert doc.disallowed(profile="strict", workload_class="inference", local_queue="team-b/dev", cluster_queue="gpu-cq") is None
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ("{profile: strict, allowedProfiles: [elastic]}", "queues.q.allowedProfiles: ['elastic'] leaves out the queue's own profile 'strict'"),
+    ("{profile: gold, allowedClasses: [training]}", "queues.q.profile: 'gold' is not a profile"),
+    ("gold", "queues.q: 'gold' is not a profile"),
+    ("{allowedProfiles: [gold]}", "queues.q.allowedProfiles: 'gold' is not a profile"),
+    ("{allowedClasses: [batch]}", "queues.q.allowedClasses: 'batch' is not a class (have ['inference', 'training'])"),
+    ("{profile: strict, allowedProfile: [strict]}", "queues.q.allowedProfile: unknown key"),
+])
+def test_a_bad_queue_rule_is_named_by_key_path(rule: str, message: str) -> None:
+    with pytest.raises(ProfilesError, match=re.escape(message)):
+        load_profiles(RULES.split("queues:")[0] + f"queues:\n  q: {rule}\n")

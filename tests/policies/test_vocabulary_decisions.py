@@ -66,9 +66,13 @@ def test_slice_size_5_on_32_pods_is_rejected_with_both_numbers() -> None:
         assert "kueue.x-k8s.io/podset-slice-size" in d.message
 
 
-def test_strict_without_slices_still_rejects_a_gang_larger_than_an_island() -> None:
-    d = decide(gb200(), [PodSetSpec("workers", 32, ResourceVector(gpu=4))], profile_name="strict", profile=PROFILES.profiles["strict"], now=0.0)
-    assert d.outcome == "reject" and "largest fits 18" in d.message
+def test_strict_without_slices_places_a_gang_larger_than_an_island_in_one_scalable_unit() -> None:
+    snap = gb200()
+    d = decide(snap, [PodSetSpec("workers", 32, ResourceVector(gpu=4))], profile_name="strict", profile=PROFILES.profiles["strict"], now=0.0)
+    assert d.outcome == "admit" and d.widened_to == SU and d.placement is not None
+    ps = d.placement.podsets[0]
+    assert sorted(pods_per_clique(snap, ps.nodes, ps.pods_per_node).values()) == [14, 18]  # one island whole, the rest in one more
+    assert ps.domain_level == SU and not ps.slices
 
 
 def test_elastic_waits_for_one_island_when_the_slices_could_share_one() -> None:

@@ -41,16 +41,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- end -}}
 
+{{/* Non-empty when the webhook is installed: webhook.enabled true, or auto and a flavor of the
+profiles document uses enforcement: exact (only those pods are ever sent to it). */}}
+{{- define "atoll.webhookEnabled" -}}
+{{- $mode := toString .Values.webhook.enabled -}}
+{{- if eq $mode "true" -}}
+true
+{{- else if eq $mode "auto" -}}
+{{- $doc := include "atoll.profilesDocument" . | fromYaml -}}
+{{- range $flavor, $settings := ($doc.flavors | default dict) -}}
+{{- if eq (toString (get ($settings | default dict) "enforcement")) "exact" -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Fail early on values that cannot work together. */}}
 {{- define "atoll.validate" -}}
 {{- $doc := include "atoll.profilesDocument" . | fromYaml -}}
 {{- if hasKey $doc "Error" -}}
 {{- fail (printf "profiles.document: not YAML: %s" (get $doc "Error")) -}}
 {{- end -}}
-{{- if not .Values.webhook.enabled -}}
+{{- if not (has (toString .Values.webhook.enabled) (list "true" "false" "auto")) -}}
+{{- fail (printf "webhook.enabled: %q is not auto, true or false" (toString .Values.webhook.enabled)) -}}
+{{- end -}}
+{{- if eq (toString .Values.webhook.enabled) "false" -}}
 {{- range $flavor, $settings := ($doc.flavors | default dict) -}}
 {{- if eq (toString (get ($settings | default dict) "enforcement")) "exact" -}}
-{{- fail (printf "profiles.document: flavors.%s.enforcement is exact, which needs the webhook: set webhook.enabled=true or use enforcement: domain" $flavor) -}}
+{{- fail (printf "profiles.document: flavors.%s.enforcement is exact, which needs the webhook: set webhook.enabled=auto or true, or use enforcement: domain" $flavor) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -95,3 +95,48 @@ def test_since_forms() -> None:
     assert parse_since("2d", NOW) == NOW - 172800
     assert parse_since("2027-01-15T08:00:00", NOW) == parse_since("2027-01-15T08:00:00Z", NOW)
     assert filter_records([{"time": "garbage"}], since=0.0) == []
+
+
+def test_a_file_without_records_says_how_many_lines_held_none_and_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = tmp_path / "README.md"
+    text.write_text("# a heading\n\nsome prose\n{\"event\": \"profiles loaded\"}\n")
+    code, out = run([str(text)])
+    assert code == 1 and out == ""
+    assert f"atoll audit: {text}: no decision records (none of its 4 lines held one)" in capsys.readouterr().err
+    code, out = run([], stdin="")
+    assert code == 1 and "atoll audit: stdin: no decision records (no lines)" in capsys.readouterr().err
+
+
+def test_skipped_lines_are_counted_beside_the_records(log_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run([str(log_file)])
+    assert code == 0 and out.count("team-a/a") == 2
+    assert capsys.readouterr().err == "atoll audit: 3 of 7 lines held no decision record (skipped)\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_on_stdin_is_told_what_audit_waits_for(log_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    assert main([], now=NOW, stdin=_Terminal(log_file.read_text()), stdout=out) == 0
+    assert capsys.readouterr().err.startswith("atoll audit: waiting for decision records on stdin (pipe them in: kubectl logs")
+
+
+def test_a_reader_that_goes_away_ends_audit_quietly(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = io.StringIO()
+    rec = Recorder(out)
+    for i in range(3000):  # far more than a pipe buffer holds
+        rec.record(record(f"w{i}", "admit"))
+    path = tmp_path / "atoll.log"
+    path.write_text(out.getvalue())
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from admission.cli import main; sys.exit(main(sys.argv[1:]))",
+                             "audit", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[3])
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"TIME")
+    proc.stdout.close()  # as `head -1` does
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    assert proc.wait() == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -9,12 +9,34 @@ import pytest
 from admission.cli import _bench_quality as bq
 
 
-def test_traces_dir_is_beside_the_repository_unless_overridden(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_trace_ships_in_the_package_unless_overridden(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("ATOLL_TRACES_DIR", raising=False)
-    repo = Path(bq.__file__).resolve().parents[2]
-    assert bq.traces_dir() == repo.parent / "shared" / "traces"
+    package = Path(bq.__file__).resolve().parents[1] / "simulator" / "traces"
+    assert bq.traces_dir() == package
     monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
     assert bq.traces_dir() == tmp_path
+
+
+def test_the_bundled_trace_is_the_public_window_with_its_source_and_licence() -> None:
+    from admission.cli._bundled import TRACES_DIR, resolve_trace
+    from admission.simulator import read_itp
+
+    trace = TRACES_DIR / bq.ITP_FILE
+    jobs = read_itp(str(trace))
+    assert len(jobs) == 4567 and sum(j.gpus > 8 for j in jobs) == 120
+    readme = (TRACES_DIR / "README.md").read_text()
+    assert "microsoft/elasticflow-traces" in readme and "277ed24d0e908c31a1c98145819e2e3853d8ac00" in readme and "MIT" in readme
+    assert (TRACES_DIR / "LICENSE-elasticflow-traces").read_text().startswith("MIT License")
+    assert resolve_trace("itp-cluster04") == str(trace) == resolve_trace(bq.ITP_FILE)
+    assert resolve_trace("no/such.csv") == "no/such.csv" and resolve_trace(None) is None
+
+
+def test_the_package_data_includes_the_trace() -> None:
+    import tomllib
+
+    data = tomllib.loads((Path(bq.__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    globs = data["tool"]["setuptools"]["package-data"]["admission.simulator"]
+    assert {"traces/*.csv", "traces/*.md", "traces/LICENSE-*"} <= set(globs)
 
 
 def test_scale_cluster_is_a_gb200_fabric_of_the_asked_size() -> None:
@@ -45,7 +67,23 @@ def test_quality_run_prints_the_sweep_verdicts_and_sensitivity_per_cluster(monke
         assert f"{name}: ITP cluster04 days 0-14, 60 jobs" in out
         assert f"{name} load 0.8: atoll-strict" in out and f"{name} load 1.2: atoll-strict" in out
         assert f"{name}: atoll-elastic mean JCT ÷ kueue-bestfit's" in out
+        assert f"{name}: whole-island availability and the gang slowdown tail" in out
     assert "top 1/10 % share" in out and "better/worse/equal" in out
+    assert "link model calibrated" in out and "stranded GPU-h" in out and "p95 gang slowdown" in out
+
+
+def test_the_pessimistic_link_model_and_one_cluster_on_request(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    assert bq.main(["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-elastic", "--loads", "1.2",
+                    "--seeds", "1", "--workers", "1", "--link-model", "flat-ring", "--clusters", "dgx-h100-superpod"]) == 0
+    out = capsys.readouterr().out
+    assert "dgx-h100-superpod: ITP cluster04" in out and "gb200-nvl72-superpod: ITP" not in out
+    assert "link model flat-ring" in out
+    assert bq.main(["--skip-scale", "--clusters", "tpu-pod"]) == 2
+    assert "--clusters: choose from" in capsys.readouterr().err
 
 
 def test_binding_table_runs_atoll_under_each_binding_on_the_same_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from admission.cli import main as atoll
-from admission.cli._simulate import main
-from admission.cli._simulate import DEFAULT_SIM_POLICIES
+from admission.cli._simulate import DEFAULT_SIM_POLICIES, main
 
 CLUSTER = """
 name: tiny
@@ -163,6 +162,20 @@ def test_the_atoll_command_dispatches_simulate(capsys: pytest.CaptureFixture[str
     assert json.loads(capsys.readouterr().out)["jobs"] == 20
 
 
+def test_json_reports_the_invariant_checks_and_violations_of_every_run(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "20", "--policies", "atoll-strict,kueue-bestfit", "--seeds", "2",
+                 "--workers", "1", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    runs = {(r["seed"], r["policy"]): r for r in out["runs"]}
+    assert set(runs) == {(s, p) for s in out["seeds"] for p in ("atoll-strict", "kueue-bestfit")}
+    for seed in out["seeds"]:
+        atoll_run, kueue_run = runs[(seed, "atoll-strict")], runs[(seed, "kueue-bestfit")]
+        assert atoll_run["invariant_checks"] > 0 and atoll_run["invariant_violations"] == 0
+        assert 0 <= atoll_run["invariant_full_checks"] <= atoll_run["invariant_checks"]
+        assert kueue_run["invariant_checks"] == 0  # no Atoll ledger, no Atoll promise to check
+    assert out["policies"]["atoll-strict"]["invariant_checks"] == runs[(out["seeds"][0], "atoll-strict")]["invariant_checks"]
+
+
 def test_progress_bar_draws_on_a_terminal_stream() -> None:
     import io
 
@@ -180,11 +193,27 @@ def test_progress_bar_draws_on_a_terminal_stream() -> None:
 
 def test_a_profile_level_the_cluster_lacks_fails_before_any_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "flat.yaml"
-    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/leaf"))
+    path.write_text(CLUSTER.replace("network.example.com/su", "network.example.com/pod"))
     assert main(["--cluster", str(path), "--jobs", "10", "--policies", "count-only,atoll-elastic"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert "profiles.elastic.maxSpanLevel: flavor gb200 has no level 'network.example.com/su'" in captured.err
+    assert ("profiles.elastic.maxSpanLevel: flavor gb200 has no level of ['network.example.com/su', 'network.example.com/leaf']"
+            in captured.err and "pick --policies without atoll-elastic or a --profiles document for this cluster" in captured.err)
+
+
+def test_the_mixed_cluster_runs_with_the_profiles_its_model_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--cluster", "config/clusters/mixed-a100-h100.yaml", "--jobs", "40", "--seeds", "1", "--policies",
+                 "kueue-bestfit,atoll-strict,atoll-elastic", "--workers", "1", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["profiles"] == "config/kueue/mixed-a100-h100/profiles.yaml" and set(out["policies"]) == {"kueue-bestfit", "atoll-strict",
+                                                                                                          "atoll-elastic"}
+
+
+def test_a_list_of_span_levels_resolves_per_flavor_with_the_sample_profiles(capsys: pytest.CaptureFixture[str]) -> None:
+    # the sample's elastic caps spans at [su, leaf]: the mixed cluster's flavors have leaf, which is enough
+    assert main(["--cluster", "mixed-a100-h100", "--profiles", "config/profiles.yaml", "--jobs", "40", "--seeds", "1", "--policies",
+                 "atoll-elastic", "--workers", "1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profiles"] == "config/profiles.yaml"
 
 
 def test_a_load_list_is_one_sweep_table_with_plots_against_load(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
@@ -261,3 +290,61 @@ def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.
 def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str, argv: list[str], message: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "10", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> None:
+    from admission.cli._simulate import too_few_jobs
+    from admission.simulator._jobs import make_job
+
+    def jobs(n: int, gap_s: float) -> list:
+        return [make_job(f"j{i}", i * gap_s, 3600.0, 8, 8) for i in range(n)]
+
+    warning = too_few_jobs(jobs(10, 100.0), [1.3])  # arrivals over 900 s, each job runs an hour
+    assert warning is not None and warning.startswith("10 jobs at load 1.3 arrive over 0.2 h, less than twice the mean job's runtime (1.0 h)")
+    assert "about --jobs 80 would give it room" in warning
+    assert too_few_jobs(jobs(10, 1000.0), [1.3]) is None  # 9,000 s of arrivals: enough
+    assert too_few_jobs(jobs(10, 1000.0), [0.5, 2.0]) is not None  # the sweep's highest load packs them 4x closer
+    assert too_few_jobs(jobs(10, 100.0), [None]) is None  # a trace as recorded: no load was asked
+
+
+def test_a_run_with_too_few_jobs_warns_on_stderr(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "3", "--seeds", "1", "--policies", "count-only", "--workers", "1"]) == 0
+    assert "atoll simulate: warning: 3 jobs at load 1.3 arrive over" in capsys.readouterr().err
+
+
+def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported(
+        capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
+    trace = tmp_path / "itp.csv"
+    trace.write_text(ITP)
+    args = ("--cluster", cluster, "--trace", str(trace), "--trace-format", "itp", "--load", "1.3", "--seeds", "1",
+            "--policies", "atoll-strict,atoll-elastic")
+    parked = run_json(capsys, *args, "--parking", "on")["policies"]
+    retried = run_json(capsys, *args)["policies"]
+    for name in ("atoll-strict", "atoll-elastic"):
+        assert 1.0 <= parked[name]["decisions_per_job"] < retried[name]["decisions_per_job"]
+        assert list(parked[name]["wait_by_size_band"]) == ["1-7", "8-15", "16-63", "64+"]
+        assert parked[name]["wait_by_size_band"]["16-63"]["jobs"] == 10  # every fourth job has 16 GPUs
+    assert main(list(args)) == 0
+    out = capsys.readouterr().out
+    assert "wait by size band, all jobs of seed 0, load 1.3" in out and "16-63 GPUs p95/max wait h" in out
+
+
+def test_link_model_flag_picks_the_pessimistic_ring_and_refuses_unknown_models(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    args = ("--cluster", cluster, "--jobs", "60", "--policies", "count-only", "--seeds", "1")
+    calibrated = run_json(capsys, *args)
+    flat = run_json(capsys, *args, "--link-model", "flat-ring")
+    assert calibrated["cost"].startswith("link model calibrated;") and flat["cost"].startswith("link model flat-ring;")
+    # count-only scatters gangs over islands: one rail per GPU costs more than aggregated rails
+    assert flat["policies"]["count-only"]["mean_slowdown"] > calibrated["policies"]["count-only"]["mean_slowdown"]
+    assert main([*args, "--link-model", "mesh"]) == 2
+    assert "--link-model: 'mesh' is not one of calibrated, flat-ring" in capsys.readouterr().err
+
+
+def test_the_bundled_trace_runs_by_name_from_anywhere(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # no ../shared, no repository around
+    report = run_json(capsys, "--cluster", "dgx-h100-superpod", "--trace", "itp-cluster04", "--jobs", "40", "--policies",
+                      "kueue-bestfit", "--seeds", "1", "--load", "1.0")
+    assert report["jobs"] == 40 and report["trace_format"] == "itp"
+    assert report["gpu_perf"] == "tail:0.015:0.01:1.5"  # a bundled cluster gets the measured speed spread by default
+    assert "island_block_72" in report["comparisons"][0]["policies"]["kueue-bestfit"]["all_jobs"]

@@ -81,7 +81,7 @@ def test_reload_changes_the_profile_of_a_queue(fabric: Fabric) -> None:
     ctrl = fabric.controller()
     fabric.submit("wide", [("main", 4, 4)])
     (verdict,) = run(ctrl)
-    assert verdict.outcome == "reject"  # default strict: 16 GPUs never fit one 8-GPU island
+    assert verdict.profile == "strict" and verdict.outcome != "reject"  # the default; 16 GPUs: larger than an island, not the flavor
 
     fabric.set_profiles(profiles_doc(fabric.flavor, fabric.topology, queues={f"{fabric.ns}/lq": "elastic"}))
     fabric.submit("wide-2", [("main", 4, 4)])
@@ -117,3 +117,44 @@ def test_profile_level_missing_from_the_topology_is_a_config_wait(fabric: Fabric
     fabric.submit("w", [("main", 1, 4)])
     (verdict,) = run(fabric.controller())
     assert verdict.reason == "config" and "profiles.strict.requiredLevel" in fabric.entry("w")["message"]
+
+
+def test_a_misspelt_profile_level_names_the_near_match_on_the_topology(fabric: Fabric) -> None:
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"] = {"requiredLevel": "nvidia.com/gpu.cliqe"}
+    fabric.install(profiles=doc)
+    fabric.submit("w", [("main", 1, 4)])
+    (verdict,) = run(fabric.controller())
+    message = fabric.entry("w")["message"]
+    assert verdict.reason == "config" and "profiles.strict.requiredLevel: flavor" in message
+    assert "did you mean the flavor's level 'nvidia.com/gpu.clique'? Fix the profiles document" in message
+    assert message.count("profiles document") == 1  # the near match replaces the generic hint
+
+
+def test_a_queue_rule_rejects_a_profile_the_team_may_not_pick(fabric: Fabric) -> None:
+    lq = f"{fabric.ns}/lq"
+    fabric.install(profiles=profiles_doc(fabric.flavor, fabric.topology, defaultProfile="elastic",
+                                         queues={lq: {"profile": "strict", "allowedProfiles": ["strict"]}}))
+    fabric.submit("override", [("main", 1, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+    fabric.submit("plain", [("main", 1, 4)])
+    fabric.submit("same", [("main", 1, 4)], podset_annotations={"main": {"atoll.dev/profile": "strict"}})
+    verdicts = run(fabric.controller())
+    entry = fabric.entry("override")
+    assert entry["state"] == "Rejected"
+    assert (f"atoll.dev/profile='elastic' is not allowed on queue {lq} (queues.{lq}.allowedProfiles: strict); "
+            "remove the annotation or name an allowed profile") in entry["message"]
+    assert fabric.entry("plain")["state"] == "Ready" and fabric.entry("same")["state"] == "Ready"
+    assert sorted((v.outcome, v.profile) for v in verdicts) == [("admit", "strict"), ("admit", "strict"), ("reject", "elastic")]
+
+
+def test_a_cluster_queue_rule_binds_every_local_queue_and_classes_too(fabric: Fabric) -> None:
+    fabric.install(profiles=profiles_doc(fabric.flavor, fabric.topology, queues={
+        f"{fabric.ns}/lq": "elastic",  # the short form still works; the ClusterQueue's rule binds as well
+        fabric.cq: {"allowedClasses": [], "allowedProfiles": ["strict", "elastic"]}}))
+    fabric.submit("classy", [("main", 1, 4)], podset_annotations={"main": {"atoll.dev/class": "training"}})
+    fabric.submit("strict", [("main", 1, 4)], podset_annotations={"main": {"atoll.dev/profile": "strict"}})
+    verdicts = run(fabric.controller())
+    assert fabric.entry("classy")["state"] == "Rejected"
+    assert f"atoll.dev/class='training' is not allowed on queue {fabric.cq} (queues.{fabric.cq}.allowedClasses: none)" \
+        in fabric.entry("classy")["message"]
+    assert fabric.entry("strict")["state"] == "Ready" and sorted(v.profile for v in verdicts) == ["elastic", "strict"]

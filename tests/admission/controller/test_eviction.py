@@ -122,7 +122,7 @@ def test_backoff_grows_once_per_reservation_across_kueue_writes(fabric: Fabric) 
 def test_a_rejected_workload_is_deactivated_and_never_decided_again(fabric: Fabric) -> None:
     fabric.install()
     ctrl = fabric.controller()
-    fabric.submit("huge", [("main", 3, 4)])  # 12 GPUs: larger than any island
+    fabric.submit("huge", [("main", 9, 4)])  # 36 GPUs: larger than the 32-GPU flavor
     (verdict,) = run(ctrl)
     assert verdict.outcome == "reject"
     assert fabric.kueue.react(fabric.ns, "huge") == "rejected"

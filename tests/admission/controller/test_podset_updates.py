@@ -53,7 +53,7 @@ def test_atoll_owns_only_its_own_entry_and_condition(fabric: Fabric) -> None:
     fabric.install()
     ctrl = fabric.controller()
     fabric.submit("ok", [("main", 2, 4)])
-    fabric.submit("huge", [("main", 5, 4)])
+    fabric.submit("huge", [("main", 9, 4)])  # 36 GPUs: more than the whole 32-GPU flavor, rejected
     run(ctrl)
     for name in ("ok", "huge"):
         (mine,) = [m for m in fabric.workload(name)["metadata"]["managedFields"] if m["manager"] == "atoll"]

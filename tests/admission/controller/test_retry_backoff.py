@@ -1,6 +1,7 @@
 """Transient API failures are retried on the settings' backoff list (Retry-After obeyed, attempt
-n/N logged, the last error re-raised); nothing sleeps for real. Failed writes requeue the
-Workload on the decision backoff, measured on the injected clock."""
+n/N logged, the last error re-raised); nothing sleeps for real. The controller's worker never
+sleeps on a retry: failed writes and failed re-reads requeue the Workload on the decision
+backoff, measured on the injected clock; a write refused with 409 is decided again at once."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from admission.controller import Controller, DecisionSettings, KueueSettings, Settings, Verdict
-from admission.kube import NODES, WORKLOADS, ApiRetrySettings, KubePort, ManualClock, errors
+from admission.kube import NODES, WORKLOADS, ApiRetrySettings, KubePort, ManualClock, Obj, Resource, errors
 from policies import ProfilesDocument
+from tests.admission.fabric import Fabric
 
 
 class Flaky:
@@ -114,3 +116,87 @@ def test_failed_write_requeues_on_the_decision_backoff(monkeypatch: pytest.Monke
     ctrl.process()
     assert ctrl.port.applies == 3  # type: ignore[attr-defined]
     assert ctrl.metrics.registry.get_sample_value("atoll_api_write_failures_total", {"error": "ServerError"}) == 3
+
+
+def unreachable(slept: list[float]) -> KubePort:
+    """A real adapter whose apiserver refuses every connection; retries would sleep into ``slept``."""
+    from kubernetes import client
+
+    cfg = client.Configuration()
+    cfg.host = "https://127.0.0.1:1"
+    cfg.verify_ssl = False
+    return KubePort(client.ApiClient(cfg), ApiRetrySettings(backoffs=(1.0, 2.0, 4.0), request_timeout=2), sleep=slept.append)
+
+
+def queued_controller(port: Any, monkeypatch: pytest.MonkeyPatch, clock: ManualClock) -> Controller:
+    settings = Settings(kueue=KueueSettings(admission_check="c"), decisions=DecisionSettings(error_requeue_seconds=(5.0, 20.0)))
+    ctrl = Controller(port, settings=settings, clock=clock)
+    monkeypatch.setattr(ctrl, "_actionable", lambda obj: True)
+    monkeypatch.setattr(ctrl.decider, "evaluate", lambda obj, did, now: Verdict("admit", "ok", decision_id=did))
+    ctrl.cache.profiles = ProfilesDocument()
+    ctrl.cache.objects[WORKLOADS]["ns/w"] = {
+        "metadata": {"name": "w", "namespace": "ns", "uid": "u", "resourceVersion": "1"},
+        "status": {"admissionChecks": [{"name": "c", "state": "Pending"}]}}
+    ctrl._check_names = frozenset({"c"})
+    ctrl._queue["ns/w"] = None
+    return ctrl
+
+
+def test_a_failed_write_is_requeued_not_slept_on_in_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    clock = ManualClock()
+    ctrl = queued_controller(unreachable(slept), monkeypatch, clock)
+    ctrl.process()
+    assert slept == []  # one attempt, no backoff inside the worker
+    assert ctrl.pending() == [] and ctrl._delayed == [(clock.monotonic() + 5.0, "ns/w")]
+    assert ctrl.metrics.registry.get_sample_value("atoll_api_write_failures_total", {"error": "NetworkError"}) == 1
+
+
+class ConflictThenUnreachable(KubePort):
+    """The apply is refused with 409 (the Workload changed); the re-read finds no apiserver."""
+
+    def apply(self, resource: Resource, obj: Obj, **kw: Any) -> Obj:
+        raise errors.Conflict("the object has been modified", status=409)
+
+
+def test_a_failed_re_read_after_a_conflict_is_requeued_not_slept_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    clock = ManualClock()
+    base = unreachable(slept)
+    port = ConflictThenUnreachable(base.api, base.settings, sleep=slept.append)
+    ctrl = queued_controller(port, monkeypatch, clock)
+    ctrl.process()
+    assert slept == []
+    assert ctrl.pending() == [] and [key for _, key in ctrl._delayed] == ["ns/w"]
+
+
+@pytest.mark.apiserver
+def test_a_write_refused_with_409_is_decided_again_at_once_ahead_of_the_queue(fabric: Fabric) -> None:
+    """A changed before its decision was written; it is decided again on its current state
+    before B, which was queued behind it, as the controller's docstring says."""
+    fabric.install()
+    fabric.submit("a", [("main", 1, 4)])
+    fabric.submit("b", [("main", 1, 4)])
+    ctrl = fabric.controller()
+    ctrl.sync()
+    assert ctrl.pending() == [f"{fabric.ns}/a", f"{fabric.ns}/b"]
+    fabric.custom.patch_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", fabric.ns, "workloads", "a",
+                                                 {"metadata": {"labels": {"touched": "yes"}}})  # the cached copy is stale now
+    ctrl.process()
+    records = fabric.decision_records()
+    assert [r["workload"] for r in records] == ["a", "b"]
+    assert fabric.entry("a")["state"] == fabric.entry("b")["state"] == "Ready"
+    assert ctrl.metrics.registry.get_sample_value("atoll_api_write_failures_total", {"error": "Conflict"}) == 1
+
+
+def test_a_failed_admission_check_condition_is_retried_later_not_slept_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from admission.kube import ADMISSION_CHECKS, CONFIGMAPS
+
+    slept: list[float] = []
+    clock = ManualClock()
+    ctrl = queued_controller(unreachable(slept), monkeypatch, clock)
+    ctrl._synced.update({CONFIGMAPS, ADMISSION_CHECKS})
+    ctrl._refresh_active()
+    assert slept == [] and ctrl._active_retry_at == clock.monotonic() + 5.0
+    ctrl._refresh_active()
+    assert slept == [] and ctrl._active_retry_at == clock.monotonic() + 20.0  # the error backoff's next step

@@ -73,13 +73,27 @@ def test_no_free_island_retries_with_growing_delay(fabric: Fabric) -> None:
     assert "only 0 pods fit" in entry["message"] or "largest fits 0" in entry["message"]
 
 
-def test_larger_than_any_island_is_rejected_with_numbers(fabric: Fabric) -> None:
+def test_larger_than_any_island_is_placed_in_the_smallest_block_that_holds_it(fabric: Fabric) -> None:
     fabric.install()
-    fabric.submit("huge", [("main", 3, 4)])
+    fabric.submit("big", [("main", 3, 4)])  # 12 GPUs: more than an 8-GPU island, less than a 16-GPU block
+    (verdict,) = run(fabric.controller())
+    entry = fabric.entry("big")
+    assert entry["state"] == "Ready" and verdict.outcome == "admit"
+    (label, block), = entry["podSetUpdates"][0]["nodeSelector"].items()
+    nodes = planned(entry)
+    assert label == BLOCK and sum(nodes.values()) == 3
+    assert {n[:n.rindex("c")] for n in nodes} == {block}  # {ns}-b{block}c{clique}n{i}: every pod in that block
+    assert len({n[:n.rindex("n")] for n in nodes}) == 2  # over both of its islands
+    assert f"larger than every {CLIQUE} domain" in entry["message"]
+
+
+def test_larger_than_the_flavor_is_rejected_with_numbers(fabric: Fabric) -> None:
+    fabric.install()
+    fabric.submit("huge", [("main", 9, 4)])  # 36 GPUs on a 32-GPU flavor
     (verdict,) = run(fabric.controller())
     entry = fabric.entry("huge")
     assert entry["state"] == "Rejected" and verdict.outcome == "reject"
-    assert "3 pods × 4 GPU" in entry["message"] and "largest fits 2" in entry["message"] and CLIQUE in entry["message"]
+    assert "9 pods × 4 GPU" in entry["message"] and "only 8 pods fit" in entry["message"]
     assert [e.reason for e in fabric.events_for("huge")] == ["TopologyRejected"]
     assert "podSetUpdates" not in entry
 
@@ -120,7 +134,7 @@ def test_long_messages_are_cut_to_the_configured_length(fabric: Fabric) -> None:
     from admission.controller import DecisionSettings
 
     fabric.install()
-    fabric.submit("huge", [("main", 3, 4)])
+    fabric.submit("huge", [("main", 9, 4)])
     settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(message_max_chars=80)})
     (verdict,) = run(fabric.controller(settings=settings))
     message = fabric.entry("huge")["message"]

@@ -68,10 +68,14 @@ def test_changes_flow_through_watches_to_decisions(fabric: Fabric) -> None:
         assert wait_until(lambda: fabric.entry("late-arrival")["state"] == "Ready")
         fabric.set_profiles("profiles: {strict: {requiredLevel: a, preferredLevel: b}}\n")
         assert wait_until(lambda: ctrl.config_error is not None and "not both" in ctrl.config_error)
-        assert wait_until(lambda: ctrl.heartbeat > 0)
+        beat = ctrl.heartbeat  # set at construction: only a later beat shows the worker is alive
+        fabric.clock.advance(1.0)
+        assert wait_until(lambda: ctrl.heartbeat > beat)
+        threads = list(ctrl._threads)  # stop() empties the list: keep the threads to check them after
+        assert "atoll-worker" in {t.name for t in threads} and all(t.is_alive() for t in threads)
     finally:
         ctrl.stop()
-    assert all(not t.is_alive() for t in ctrl._threads)
+    assert threads and not any(t.is_alive() for t in threads)
 
 
 def test_gone_relists_and_errors_back_off(fabric: Fabric) -> None:
@@ -88,3 +92,68 @@ def test_gone_relists_and_errors_back_off(fabric: Fabric) -> None:
         ctrl.stop()
     assert port.lists[WORKLOADS] == 2  # the expired watch made it list again
     assert port.lists[NODES] == 2  # the failed list was retried after a backoff
+
+
+def active_condition(fabric: Fabric) -> dict[str, Any] | None:
+    ac = fabric.custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "admissionchecks", fabric.check)
+    return next((c for c in (ac.get("status") or {}).get("conditions") or [] if c["type"] == "Active"), None)
+
+
+def test_a_warm_standby_watches_but_writes_and_decides_only_once_it_leads(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller()
+    ctrl.start(leading=False)
+    try:
+        assert ctrl.wait_synced(30)  # listed and watching before it leads: a takeover needs no relist
+        fabric.submit("waits-for-its-leader", [("main", 1, 4)])
+        key = f"{fabric.ns}/waits-for-its-leader"
+        assert wait_until(lambda: key in ctrl.pending())  # its watch saw the Workload
+        time.sleep(0.5)
+        assert fabric.entry("waits-for-its-leader")["state"] == "Pending" and fabric.decision_records() == []
+        assert active_condition(fabric) is None  # a standby writes nothing, not even the check's condition
+        ctrl.lead()
+        assert wait_until(lambda: fabric.entry("waits-for-its-leader")["state"] == "Ready")
+        assert wait_until(lambda: (active_condition(fabric) or {}).get("status") == "True")
+    finally:
+        ctrl.stop()
+
+
+class Deaf(ScriptedPort):
+    """The real adapter whose watches and lists fail once ``deaf`` is set (the writes still work)."""
+
+    deaf = False
+
+    def list(self, resource: Resource, **kw: Any) -> Any:
+        if self.deaf:
+            raise errors.ServerError("watch cache lagging", status=503)
+        return super().list(resource, **kw)
+
+    def watch(self, resource: Resource, rv: str, **kw: Any) -> Any:
+        if self.deaf:
+            raise errors.ServerError("watch cache lagging", status=503)
+        return super().watch(resource, rv, **kw)
+
+
+def test_a_standby_that_takes_over_reads_the_workloads_its_watch_has_not_delivered_yet(fabric: Fabric) -> None:
+    """The previous leader's last decision may not have come down the standby's watch yet: at
+    takeover the standby reads the Workloads once, so it never hands out that decision's node."""
+    fabric.install(nodes=False)
+    fabric.add_node(0, 0, 0)  # one 4-GPU node
+    fabric.submit("a", [("main", 1, 4)])
+    fabric.submit("b", [("main", 1, 4)])
+    port = Deaf(fabric.port)
+    ctrl = Controller(port, settings=fast(fabric), clock=fabric.clock)  # type: ignore[arg-type]
+    ctrl.start(leading=False)
+    try:
+        assert ctrl.wait_synced(30) and wait_until(lambda: len(ctrl.pending()) == 2)
+        port.deaf = True
+        ctrl.informers.close()  # nothing more comes down its watches
+        old = fabric.controller()
+        old.sync()
+        old.reconcile(f"{fabric.ns}/b")  # the old leader's last decision: b on the only node
+        assert fabric.entry("b")["state"] == "Ready" and fabric.entry("a")["state"] == "Pending"
+        ctrl.lead()
+        assert wait_until(lambda: fabric.entry("a")["state"] != "Pending", timeout=15)
+        assert fabric.entry("a")["state"] == "Retry"  # it knew b holds the node
+    finally:
+        ctrl.stop()

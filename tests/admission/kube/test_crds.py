@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.envtest import KUEUE_CRD_FILES, KUEUE_VERSION, EnvtestError, adapt_for_old_apiservers, ensure_kueue_crds
-from tests.envtest import _crds
+from tests.envtest import KUEUE_CRD_FILES, KUEUE_VERSION, EnvtestError, _crds, adapt_for_old_apiservers, ensure_kueue_crds
 
 REPO = Path(__file__).resolve().parents[3]
 

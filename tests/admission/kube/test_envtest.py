@@ -80,7 +80,7 @@ def test_a_current_apiserver_serves_the_workload_crd_as_kueue_wrote_it(apiserver
 
     served = kube_client.sanitize_for_serialization(client.ApiextensionsV1Api(kube_client).read_custom_resource_definition(f"workloads.{GROUP}"))
     served_schema = served["spec"]["versions"][1]["schema"]["openAPIV3Schema"]
-    written = yaml.load((kueue_crds / "kueue.x-k8s.io_workloads.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    written = yaml.load((kueue_crds / "kueue.x-k8s.io_workloads.yaml").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     if apiserver.binaries.source == "debian-1.20":
         pytest.skip("the 1.20 fallback serves the CRDs rewritten at load and pruned of fields it does not know "
                     "(x-kubernetes-validations among them); this test is about current apiservers")
@@ -295,7 +295,7 @@ def test_the_workload_crd_adaptation_leaves_no_empty_default_nor_anyof(kueue_crd
     import yaml
 
     path = kueue_crds / "kueue.x-k8s.io_workloads.yaml"
-    original = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    original = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     assert any(n.get("default") == "" for n in _nodes(original)), "the file itself must stay as Kueue ships it"
     adapted = adapt_for_old_apiservers(copy.deepcopy(original))
     assert not [n for n in _nodes(adapted) if n.get("default") == "" or "anyOf" in n]

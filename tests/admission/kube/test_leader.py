@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kubernetes import client
 
-from admission.kube import LEASES, KubePort, LeaderElector, LeaderSettings, ManualClock
+from admission.kube import CONFIGMAPS, LEASES, ApiRetrySettings, KubePort, LeaderElector, LeaderSettings, ManualClock, errors
+from tests.chaos.proxy import FaultProxy
+from tests.envtest import ApiServer
 
 pytestmark = pytest.mark.apiserver
 
@@ -103,12 +108,109 @@ def test_validity_counts_from_when_the_renewal_was_sent_not_when_its_answer_came
 
 
 def test_a_fenced_port_refuses_writes_but_not_reads(kube_client: Any, namespace: str) -> None:
-    from admission.kube import CONFIGMAPS, errors
-
-    allowed = [True]
-    port = KubePort(kube_client, fence=lambda: allowed[0])
+    window = [10.0]
+    port = KubePort(kube_client, fence=lambda: window[0])
     port.create(CONFIGMAPS, {"metadata": {"name": "fenced", "namespace": namespace}, "data": {"a": "1"}})
-    allowed[0] = False
+    window[0] = 0.0
     with pytest.raises(errors.Fenced, match="not the leader"):
         port.patch(CONFIGMAPS, "fenced", {"data": {"a": "2"}}, namespace)
     assert port.get(CONFIGMAPS, "fenced", namespace)["data"] == {"a": "1"}  # nothing was sent
+
+
+def test_the_write_window_is_the_term_less_the_margin(kube_client: Any, namespace: str) -> None:
+    clock = ManualClock()
+    settings = SETTINGS.model_copy(update={"write_margin_seconds": 1.5})
+    a = LeaderElector(KubePort(kube_client), namespace=namespace, identity="replica-a", settings=settings, clock=clock)
+    assert a.write_window() == 0.0  # not leading: no write
+    assert a.try_acquire_or_renew()
+    assert a.write_window() == pytest.approx(10 - 1.5)
+    clock.advance(8.4)
+    assert a.write_window() == pytest.approx(0.1) and a.valid()
+    clock.advance(0.2)
+    assert a.write_window() < 0 and a.valid()  # still in its term, but a write could not end inside it
+
+
+def test_the_write_margin_must_leave_room_to_write() -> None:
+    with pytest.raises(ValueError, match="write_margin_seconds .* must be < renew_deadline_seconds"):
+        LeaderSettings(renew_deadline_seconds=2, write_margin_seconds=2)
+
+
+# ------------------------------------------------------------------ attempts bounded in real time
+
+SLOW = 2.0
+"""Seconds the proxy holds each request before the apiserver sees it (as a busy server's queue would)."""
+
+
+@pytest.fixture
+def slow_proxy(apiserver: ApiServer) -> Iterator[FaultProxy]:
+    with FaultProxy("127.0.0.1", apiserver.port, apiserver.ca_file, rate=1.0, faults=("slow",), slow_seconds=(SLOW, SLOW),
+                    max_seconds=60) as proxy:
+        yield proxy
+
+
+def through(proxy: FaultProxy, apiserver: ApiServer) -> client.ApiClient:
+    cfg = client.Configuration()
+    cfg.host = proxy.url
+    cfg.api_key = {"authorization": f"Bearer {apiserver.token}"}
+    return client.ApiClient(cfg)
+
+
+def test_a_write_attempt_ends_before_the_term_and_the_server_never_sees_it(apiserver: Any, kube_client: Any, namespace: str,
+                                                                            slow_proxy: FaultProxy) -> None:
+    """A write sent with 0.8 s of term left, to a server that takes 2 s to get to it: the client
+    gives up inside the term and the server drops it, instead of applying it after the term."""
+    direct = KubePort(kube_client)
+    direct.create(CONFIGMAPS, {"metadata": {"name": "late", "namespace": namespace}, "data": {"a": "1"}})
+    ends = time.monotonic() + 0.8
+    port = KubePort(through(slow_proxy, apiserver), ApiRetrySettings(backoffs=(0.05,), request_timeout=10.0),
+                    fence=lambda: ends - time.monotonic())
+    started = time.monotonic()
+    with pytest.raises(errors.Fenced):  # the attempt timed out at the window's end; the retry was not sent
+        port.patch(CONFIGMAPS, "late", {"data": {"a": "2"}}, namespace)
+    assert time.monotonic() - started < 1.5
+    time.sleep(SLOW + 0.5 - (time.monotonic() - started))  # past when the server would have applied it
+    assert direct.get(CONFIGMAPS, "late", namespace)["data"] == {"a": "1"}
+    assert slow_proxy.dropped == 1 and slow_proxy.timeline == []
+
+
+def test_a_renewal_round_ends_within_the_renew_deadline(apiserver: Any, namespace: str, slow_proxy: FaultProxy) -> None:
+    """The elector's port as ``atoll run`` wires it: one attempt per call, bounded by the round's
+    deadline. A leader whose renewals are stuck knows it by its renew deadline (not after a
+    30 s request and its retries), and its late renewal never lands."""
+    settings = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=3, renew_deadline_seconds=1.5,
+                              retry_period_seconds=0.1, write_margin_seconds=0.2)
+    lease_port = KubePort(through(slow_proxy, apiserver), ApiRetrySettings().model_copy(update={"backoffs": ()}))
+    a = LeaderElector(lease_port, namespace=namespace, identity="replica-a", settings=settings)
+    lease_port.budget = a.round_budget
+    slow_proxy.enabled = False
+    assert a.try_acquire_or_renew()
+    renewed = time.monotonic()
+    slow_proxy.enabled = True  # every request now waits 2 s in the server's queue
+    with pytest.raises(errors.NetworkError):
+        a.try_acquire_or_renew()
+    assert time.monotonic() - renewed < settings.renew_deadline_seconds + 0.3
+    assert not a.valid()
+    time.sleep(SLOW + 0.3)
+    assert slow_proxy.dropped == 1 and [w for w in slow_proxy.timeline if w.lease] == [w for w in slow_proxy.timeline]
+    assert len(slow_proxy.timeline) == 1  # only the first, fast acquisition reached the server
+
+
+def test_run_steps_down_within_the_renew_deadline_when_renewals_hang(apiserver: Any, namespace: str, slow_proxy: FaultProxy) -> None:
+    settings = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=3, renew_deadline_seconds=1.5,
+                              retry_period_seconds=0.1, write_margin_seconds=0.2)
+    lease_port = KubePort(through(slow_proxy, apiserver), ApiRetrySettings().model_copy(update={"backoffs": ()}))
+    a = LeaderElector(lease_port, namespace=namespace, identity="replica-a", settings=settings)
+    lease_port.budget = a.round_budget
+    slow_proxy.enabled = False
+    stop, times = threading.Event(), {}
+
+    def started() -> None:
+        times["started"] = time.monotonic()
+        slow_proxy.enabled = True
+
+    thread = threading.Thread(target=a.run, args=(stop, started, lambda: times.setdefault("stopped", time.monotonic())), daemon=True)
+    thread.start()
+    thread.join(10)
+    stop.set()
+    assert not thread.is_alive() and "stopped" in times
+    assert times["stopped"] - times["started"] < settings.renew_deadline_seconds + 0.5

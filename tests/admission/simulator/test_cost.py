@@ -122,3 +122,23 @@ def test_cost_params_apply_by_size_and_class_and_to_named_levels() -> None:
     assert [lv.bandwidth_gbps for lv in apply_bandwidths(model, params).flavors[0].levels] == [400.0, 900.0]
     with pytest.raises(CostError, match="no level 'spine'"):
         apply_bandwidths(model, CostParams(bandwidth_gbps={"spine": 1.0}))
+
+
+def test_link_model_is_parsed_and_named_in_the_description() -> None:
+    from admission.simulator._cost import CostError, CostParams, parse_link_model
+
+    assert parse_link_model("flat-ring") == "flat-ring"
+    with pytest.raises(CostError, match="--link-model: 'mesh' is not one of calibrated, flat-ring"):
+        parse_link_model("mesh")
+    assert CostParams().describe().startswith("link model calibrated;")
+    assert CostParams(link_model="flat-ring").describe().startswith("link model flat-ring;")
+
+
+def test_slowdown_from_ratio_is_the_step_formula_for_any_link_model() -> None:
+    from admission.simulator._cost import slowdown_from_ratio
+
+    gang = make_job("g", 0.0, 100.0, 16, 4)
+    assert slowdown_from_ratio(gang, 1.0, 1.0) == 1.0
+    assert slowdown_from_ratio(gang, 1.0, 3.0) == pytest.approx(1.0 + gang.comm_fraction * 2.0)
+    assert slowdown_from_ratio(gang, 0.5, 1.0) == pytest.approx(1.0 + (1.0 - gang.comm_fraction))
+    assert slowdown_from_ratio(make_job("one", 0.0, 100.0, 1, 4), 0.8, 50.0) == pytest.approx(1.25)

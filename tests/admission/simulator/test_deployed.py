@@ -66,6 +66,7 @@ def test_the_invariant_catches_a_ledger_that_forgets_pods_bound_elsewhere_under_
     assert err.value.workloads == ("sim/job-1",)
     assert {v.kind for v in err.value.violations} == {"uncounted"}
     assert "sim/job-1 podSets[main]: 2 pods owed, the witness counts 0" in str(err.value)
+    assert err.value.checks >= 1 and f"(check {err.value.checks}), 1 violations" in str(err.value)
 
 
 def test_the_real_ledger_runs_the_same_jobs_clean_under_the_adversarial_scheduler() -> None:
@@ -73,6 +74,9 @@ def test_the_real_ledger_runs_the_same_jobs_clean_under_the_adversarial_schedule
     res = simulate(model, work, policy, settings=settings)
     assert res.status.tolist() == [STATUS_DONE, STATUS_DONE]
     assert res.start.tolist() == [0.0, 0.0]
+    # checked after every bind and release, and owed pods made the ledger's witness do the work
+    assert res.invariant_checks >= 4 and res.invariant_violations == 0
+    assert 0 <= res.invariant_full_checks <= res.invariant_checks
 
 
 def test_under_exact_enforcement_pods_go_to_their_planned_nodes_so_even_the_forgetful_ledger_holds() -> None:

@@ -63,7 +63,18 @@ def test_summary_numbers_match_a_hand_computation() -> None:
     assert s["decisions_per_s"] == pytest.approx(20.0)
     assert (s["jobs_done"], s["jobs_rejected"], s["jobs_unfinished"]) == (3, 1, 0)
     assert s["makespan_s"] == pytest.approx(230.0)
+    assert s["decisions_per_job"] == pytest.approx(10 / 4)
     assert set(JSON_KEYS) == set(s)
+
+
+def test_wait_is_reported_by_size_band_with_the_jobs_that_never_started() -> None:
+    bands = summarize(result(gpus=np.array([8, 12, 4, 64]), start=np.array([5.0, 30.0, 20.0, np.nan])))["wait_by_size_band"]
+    assert list(bands) == ["1-7", "8-15", "16-63", "64+"]
+    assert bands["1-7"] == {"jobs": 1, "p95_wait_s": 0.0, "max_wait_s": 0.0, "never_started": 0}
+    assert bands["8-15"]["jobs"] == 2 and bands["8-15"]["max_wait_s"] == 20.0
+    assert bands["8-15"]["p95_wait_s"] == pytest.approx(np.percentile([5.0, 20.0], 95))
+    assert bands["16-63"] == {"jobs": 0, "p95_wait_s": None, "max_wait_s": None, "never_started": 0}
+    assert bands["64+"] == {"jobs": 1, "p95_wait_s": None, "max_wait_s": None, "never_started": 1}
 
 
 def test_no_gang_that_fits_an_island_gives_no_share_rather_than_a_fake_100() -> None:

@@ -122,9 +122,11 @@ def test_atoll_elastic_spans_only_after_the_relax_time() -> None:
     assert after.outcome == "admit" and after.relaxed and after.placements[0].islands == 2
 
 
-def test_atoll_rejects_what_can_never_fit_its_profile() -> None:
+def test_atoll_places_a_gang_no_island_holds_in_one_su_and_rejects_only_what_never_fits_the_flavor() -> None:
     atoll = deployed("atoll-strict")
     v = atoll.decide(0, atoll.workload(0, 0, 5, ResourceVector(gpu=4, pods=1), "training"), 0.0)
+    assert v.outcome == "admit" and v.placements[0].domain_level == SU and "larger than every" in v.message
+    v = atoll.decide(1, atoll.workload(1, 0, 17, ResourceVector(gpu=4, pods=1), "training"), 0.0)
     assert v.outcome == "reject" and "never fits" in v.message
 
 

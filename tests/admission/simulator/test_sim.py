@@ -50,7 +50,7 @@ def cluster(sus: int = 2, racks: int = 2, nodes: int = 4, used: dict[str, int] |
     return ClusterModel.model_validate({"name": "test", "flavors": [flavor]})
 
 
-def run(model: ClusterModel, jobs: list[Job], policy: str, **settings: float):
+def run(model: ClusterModel, jobs: list[Job], policy: str, **settings: float | bool):
     work = prepare_workload(model, jobs)
     (pol,) = make_policies([policy], DOC, seed=11)
     return simulate(model, work, pol, settings=SimSettings(**settings))
@@ -123,10 +123,13 @@ def test_every_job_completes_after_its_duration_and_gpus_never_overflow() -> Non
 def test_elastic_spans_exactly_at_the_relax_time_and_not_before() -> None:
     # each island keeps one node busy for good: a 16-GPU gang (4 nodes) fits no island
     model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
-    res = run(model, [job(0.0, 100.0, 16)], "atoll-elastic")
-    assert res.start[0] == pytest.approx(300.0)  # retries at 15, 45, 105, 225, then capped to land on 300
+    res = run(model, [job(0.0, 100.0, 16)], "atoll-elastic", parking=True)
+    assert res.start[0] == pytest.approx(300.0)  # parked at 0, woken by its relax deadline
     assert res.relaxed[0] and res.islands[0] == 2
-    assert res.attempts[0] == 5
+    assert res.attempts[0] == 1 and res.decisions == 2  # nothing else happened in between: no decision in between
+    retries = run(model, [job(0.0, 100.0, 16)], "atoll-elastic")
+    assert retries.start[0] == pytest.approx(300.0)  # retries at 15, 45, 105, 225, then capped to land on 300
+    assert retries.attempts[0] == 5 and retries.decisions == 6
 
 
 def test_strict_waits_forever_for_an_island_that_never_frees_and_is_reported_unfinished() -> None:
@@ -135,14 +138,45 @@ def test_strict_waits_forever_for_an_island_that_never_frees_and_is_reported_unf
     assert res.status[0] == STATUS_UNFINISHED and np.isnan(res.start[0])
 
 
-def test_strict_retries_after_its_backoff_not_when_capacity_frees() -> None:
+def test_strict_parked_is_decided_again_when_an_island_frees_and_retries_only_after_backoff() -> None:
     # a 16-GPU blocker fills island r0 until t=100; r1 and r2 each have a busy node, so the
     # 16-GPU gang arriving at t=1 has quota (24 GPUs free) but no island
     model = cluster(sus=1, racks=3, used={"u0r1n0": 4, "u0r2n0": 4})
     jobs = [job(0.0, 100.0, 16), job(1.0, 50.0, 16)]
+    parked = run(model, jobs, "atoll-strict", parking=True)
+    assert parked.start[1] == pytest.approx(100.0)  # parked at 1, woken when r0 frees
+    assert parked.attempts[1] == 1 and parked.islands[1] == 1 and parked.decisions == 3
     strict = run(model, jobs, "atoll-strict")
     assert strict.start[1] == pytest.approx(1.0 + 30 + 60 + 120)  # Retries at 31 and 91 fail; 211 admits
     assert strict.attempts[1] == 3 and strict.islands[1] == 1
+
+
+def test_a_parked_workload_is_decided_again_only_at_events_that_could_change_its_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from admission.simulator._deployed import DeployedAtoll
+
+    seen: list[tuple[int, float]] = []
+    decide = DeployedAtoll.decide
+
+    def recording(self: DeployedAtoll, j: int, obj: dict, now: float):  # type: ignore[no-untyped-def]
+        seen.append((j, now))
+        return decide(self, j, obj, now)
+
+    monkeypatch.setattr(DeployedAtoll, "decide", recording)
+    jobs = busy_workload()
+    res = run(cluster(), jobs, "atoll-strict", parking=True)
+    assert (res.status == STATUS_DONE).all()
+    ends = set(res.end[res.status == STATUS_DONE].tolist())
+    first: set[int] = set()
+    again = 0
+    for j, now in seen:
+        if j in first:  # decided again: only when a job ended at that instant (capacity freed)
+            assert now in ends, (j, now)
+            again += 1
+        first.add(j)
+    assert again > 20  # the stream does queue
+    monkeypatch.setattr(DeployedAtoll, "decide", decide)
+    retries = run(cluster(), jobs, "atoll-strict")
+    assert res.decisions < retries.decisions
 
 
 def test_a_job_blocked_by_quota_is_retried_when_capacity_frees() -> None:
@@ -198,11 +232,21 @@ defaultProfile: strict
     assert res.gang_fits_island.tolist() == [False, True]  # replicas are not gangs
 
 
-def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not() -> None:
+@pytest.mark.parametrize("link_model", ["calibrated", "flat-ring"])
+def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not(link_model: str) -> None:
+    from admission.simulator._collectives import Island, allreduce
+
     model = cluster(sus=2, racks=1, nodes=4, used={"u0r0n0": 4, "u1r0n0": 4})  # no island holds 4 nodes
-    res = run(model, [job(0.0, 1000.0, 16), job(0.0, 1000.0, 8), job(0.0, 1000.0, 1)], "count-only")
+    gang = job(0.0, 1000.0, 16)
+    res = run(model, [gang, job(0.0, 1000.0, 8), job(0.0, 1000.0, 1)], "count-only", link_model=link_model)
     assert res.islands.tolist() == [2, 1, 1]
-    assert res.slowdown[0] > 1.5  # crossed the 50 GB/s SU link instead of NVLink
+    if link_model == "flat-ring":
+        assert res.slowdown[0] > 1.5  # every GPU on one 50 GB/s rail instead of NVLink
+    else:  # 12 + 4 GPUs: four channels of 50 GB/s across the SU, against NVLS in one island
+        nvlink = Island(nvlink_gbps=900.0, nvlink_latency_us=5.0, nic_gbps=50.0, cross_latency_us=5.0)
+        ratio = allreduce(gang.model_gb, [12, 4], nvlink).time_s / allreduce(gang.model_gb, [16], nvlink).time_s
+        assert res.slowdown[0] == pytest.approx(1.0 + gang.comm_fraction * (ratio - 1.0))
+        assert 1.1 < res.slowdown[0] < 1.5
     assert res.slowdown[1] == 1.0 and res.slowdown[2] == 1.0
     assert res.end[0] - res.start[0] == pytest.approx(1000.0 * res.slowdown[0])
 
@@ -249,3 +293,26 @@ def test_settings_name_the_field_of_an_unknown_scheduler_or_enforcement() -> Non
         SimSettings(scheduler="fastest")
     with pytest.raises(ValueError, match="enforcement: 'pinned'.*exact"):
         SimSettings(enforcement="pinned")
+
+
+def test_a_gang_waiting_for_one_island_while_the_gpus_sit_free_in_two_is_counted_as_stranded() -> None:
+    from admission.simulator._metrics import summarize
+
+    # each island keeps one node busy for good: 12 + 12 GPUs free, a 16-GPU gang fits neither
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(600.0, 10.0, 1)]
+    elastic = summarize(run(model, jobs, "atoll-elastic"))  # waits 300 s for one island, then spans
+    bestfit = summarize(run(model, jobs, "kueue-bestfit"))  # spans at once
+    assert elastic["stranded_gpu_hours"] == pytest.approx(16 * 300 / 3600)
+    assert bestfit["stranded_gpu_hours"] == 0.0
+    assert elastic["island_block_16"] == 0.0  # no island ever had 16 GPUs free
+    assert elastic["island_block_72"] is None and elastic["island_block_32"] is None  # no island holds that many
+    assert elastic["p95_gang_slowdown"] > 1.0  # the span is charged
+
+
+def test_island_blocks_are_sampled_while_whole_islands_sit_free() -> None:
+    from admission.simulator._metrics import summarize
+
+    jobs = [job(float(t), 50.0, 4) for t in range(0, 1000, 100)]  # one node at a time: an island always stays empty
+    s = summarize(run(cluster(sus=1, racks=2), jobs, "kueue-bestfit"))
+    assert s["island_block_16"] == 1.0 and s["stranded_gpu_hours"] == 0.0

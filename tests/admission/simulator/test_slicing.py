@@ -134,11 +134,23 @@ def test_atoll_reads_the_slice_annotations_on_the_workload_and_keeps_every_slice
     assert all(len(set().union(*slices)) >= 2 for slices in seen)
 
 
-def test_without_slices_a_strict_profile_rejects_the_jobs_no_island_holds() -> None:
+def test_without_slices_a_strict_profile_places_the_jobs_no_island_holds_in_one_scalable_unit(monkeypatch: pytest.MonkeyPatch) -> None:
     model = cluster()
     work = prepare_workload(model, workload())
+    placed: list[str] = []
+    decide = DeployedAtoll.decide
+
+    def recording(self: DeployedAtoll, j: int, obj: dict[str, Any], now: float) -> Any:
+        verdict = decide(self, j, obj, now)
+        if verdict.outcome == "admit" and obj["spec"]["podSets"][0]["count"] > 6:
+            (ps,) = verdict.placements
+            placed.append(ps.domain_level)
+        return verdict
+
+    monkeypatch.setattr(DeployedAtoll, "decide", recording)
     (pol,) = make_policies(["atoll-strict"], DOC, seed=1)
     res = simulate(model, work, pol)
     big = np.asarray([work.shapes[s][1].pods > 6 for s in work.shape.tolist()])
     assert big.sum() > 20
-    assert (res.status[big] != STATUS_DONE).all()
+    assert (res.status[big] == STATUS_DONE).all()  # never rejected for being larger than an island
+    assert len(placed) == big.sum() and set(placed) == {SU}

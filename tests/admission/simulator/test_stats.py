@@ -50,7 +50,7 @@ def test_a_policy_that_ran_less_work_gets_no_verdict_even_when_the_rest_queued_l
     runs = {(None, s, p): record(p, jct if p == "kueue-bestfit" else faster, seed=s, rejected=(3, 4) if p == "atoll-strict" else ())
             for s in range(3) for p in ("kueue-bestfit", "atoll-strict")}
     cmp = compare(runs, load=None, seeds=range(3), policies=["kueue-bestfit", "atoll-strict"])
-    assert verdict(cmp.diffs["atoll-strict"]["mean_jct_s"]) == "win"  # the raw paired difference
+    assert verdict(cmp.diffs["atoll-strict"]["mean_jct_s"]) == "no verdict (seeds identical: no interval)"  # every seed is the same run
     assert policy_verdict(cmp, "atoll-strict") == "dropped work"  # what the table and the summary say
     (line,) = summary_lines(cmp)
     assert "(a win)" not in line and "no verdict" in line
@@ -62,7 +62,13 @@ def test_a_difference_inside_its_interval_is_a_tie_and_outside_is_not() -> None:
     steady = paired([90.0, 91.0, 89.0, 90.5], [100.0, 100.0, 100.0, 100.0])
     assert not steady.holds_zero() and verdict(steady) == "win"
     assert verdict(paired([110.0, 111.0, 109.0], [100.0, 100.0, 100.0])) == "loss"
-    assert verdict(Estimate(-3.0, math.nan, 1)) == "win (1 seed)" and verdict(Estimate(0.0, math.nan, 1)) == "tie"
+    assert verdict(Estimate(-3.0, math.nan, 1)) == "no verdict (1 seed: no interval)" and verdict(Estimate(0.0, math.nan, 1)) == "tie"
+
+
+def test_seeds_that_all_gave_the_same_difference_get_no_verdict() -> None:
+    same = paired([99.8, 99.8, 99.8], [100.0, 100.0, 100.0])  # -0.2 % on every seed: the interval reads ± 0.0
+    assert same.half == 0.0 and verdict(same) == "no verdict (seeds identical: no interval)"
+    assert verdict(paired([99.8, 99.7, 99.8], [100.0, 100.0, 100.0])) == "win"  # a real, if tiny, spread
 
 
 def test_interval_is_students_t_over_seeds() -> None:
@@ -80,7 +86,8 @@ def test_one_job_driving_the_whole_win_is_named() -> None:
     assert (c.better, c.worse, c.equal, c.driven_by) == (1, 0, 199, 1)
     assert c.top1_share == pytest.approx(1.0) and c.net_s == pytest.approx(180_000.0)
     noisy = [j + (-5.0 if i % 2 else 5.0) for i, j in enumerate(pol_jct)]  # the others move a little either way
-    cmp = compare({(None, s, p): record(p, base_jct if p == "kueue-bestfit" else noisy, seed=s)
+    seeded = [[j + 10.0 * s if i == 199 else j for i, j in enumerate(noisy)] for s in range(3)]  # seeds differ a little
+    cmp = compare({(None, s, p): record(p, base_jct if p == "kueue-bestfit" else seeded[s], seed=s)
                    for s in range(3) for p in ("kueue-bestfit", "atoll-elastic")},
                   load=None, seeds=range(3), policies=["kueue-bestfit", "atoll-elastic"])
     (line,) = summary_lines(cmp)

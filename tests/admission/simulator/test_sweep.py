@@ -107,3 +107,44 @@ def test_shuffled_ties_keep_a_missing_level_label_missing() -> None:
         assert sum("rack" not in n.labels for n in shuffled) == 1
         sizes = Counter(n.labels["rack"] for n in shuffled if "rack" in n.labels)
         assert set(sizes) == {"r0", "r1"} and sorted(sizes.values()) == [2, 3]  # the same racks, maybe under each other's name
+
+
+def test_the_tail_model_draws_a_narrow_body_and_slow_outliers_per_gpu() -> None:
+    import statistics
+
+    from topology import ClusterModelError
+
+    model = ClusterModel.model_validate({"name": "t", "flavors": [{
+        "name": "f", "topology": "t", "levels": [{"label": "r"}],
+        "nodeAllocatable": {"nvidia.com/gpu": 1, "cpu": "8", "memory": "8Gi", "pods": 10},
+        "generate": [{"level": "r", "count": 20}, {"level": "kubernetes.io/hostname", "count": 500}]}]})
+    one_gpu = [n.perf for n in with_gpu_perf(model, "tail:0.015:0.01:1.5", seed=1).flavors[0].build_nodes()]
+    outliers = [p for p in one_gpu if p < 1 / 1.1 + 1e-9]
+    assert 40 <= len(outliers) <= 170  # 1 % of 10,000 GPUs, with room for the draw (and the body's far tail)
+    assert min(one_gpu) >= 1 / 1.5 - 1e-4
+    body = [p for p in one_gpu if p > 0.93]
+    assert statistics.pstdev(body) == pytest.approx(0.015, rel=0.1)
+    with pytest.raises(ClusterModelError, match="tail:BODY_STDDEV:SHARE:WORST"):
+        with_gpu_perf(model, "tail:0.01")
+
+
+def test_a_node_runs_at_its_slowest_gpu_so_big_nodes_meet_the_tail_more_often() -> None:
+    def nodes(gpus: int) -> list[float]:
+        model = ClusterModel.model_validate({"name": "t", "flavors": [{
+            "name": "f", "topology": "t", "levels": [{"label": "r"}],
+            "nodeAllocatable": {"nvidia.com/gpu": gpus, "cpu": "8", "memory": "8Gi", "pods": 10},
+            "generate": [{"level": "r", "count": 10}, {"level": "kubernetes.io/hostname", "count": 300}]}]})
+        return [n.perf for n in with_gpu_perf(model, "tail:0.015:0.02:1.5", seed=2).flavors[0].build_nodes()]
+
+    slow = lambda perfs: sum(p < 1 / 1.1 + 1e-9 for p in perfs) / len(perfs)  # noqa: E731
+    assert slow(nodes(8)) > 3 * slow(nodes(1))  # 1 − 0.98⁸ ≈ 15 % of 8-GPU nodes vs 2 % of 1-GPU nodes
+
+
+def test_each_seed_draws_its_own_gpus() -> None:
+    from admission.simulator._sweep import _prepared
+
+    spec = SweepSpec(ClusterModel.model_validate(CLUSTER), WorkloadSpec(None, "synthetic", jobs=20), ("count-only",),
+                     ProfilesDocument.model_validate(PROFILES),
+                     gpu_perf="tail:0.015:0.05:1.5")
+    speeds = [sorted(n.perf for f in _prepared(spec, None, seed)[0].flavors for n in f.build_nodes()) for seed in (0, 1, 0)]
+    assert speeds[0] != speeds[1] and speeds[0] == speeds[2]

@@ -102,3 +102,20 @@ def test_arguments_are_checked() -> None:
         synthetic_jobs(-1, 0, 8)
     with pytest.raises(ValueError, match="gpus_per_node must be ≥ 1"):
         synthetic_jobs(10, 0, 0)
+
+
+def test_the_bundled_small_jobs_stream_spans_14_days_with_a_64_gpu_gang_about_every_8_hours() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from admission.simulator import scale_load
+
+    path = Path(__file__).resolve().parents[3] / "config/streams/small-jobs-with-gangs.yaml"
+    params = SyntheticParams.model_validate(yaml.safe_load(path.read_text()))
+    jobs = scale_load(synthetic_jobs(42_671, 0, 4, params), 2304, 0.95)
+    span_h = (jobs[-1].submit_s - jobs[0].submit_s) / 3600
+    gangs = sum(j.gpus == 64 for j in jobs)
+    assert 13.5 * 24 < span_h < 14.5 * 24
+    assert 7 < span_h / gangs < 9
+    assert sum(j.gpus <= 8 for j in jobs) == len(jobs) - gangs

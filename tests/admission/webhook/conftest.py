@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from admission.kube import PODS
+from admission.kube import NODES, PODS, ClusterPort, object_key
 from admission.webhook import MUTATE_PATH, PodPinner, ServingCert, WebhookServer, WebhookSettings, ensure_serving_cert
 from tests.admission.fabric import Fabric, profiles_doc, run
 
@@ -37,6 +38,17 @@ def pinner(fabric: Fabric) -> PodPinner:
     return PodPinner(fabric.port, WebhookSettings(namespace=fabric.ns))
 
 
+def settle(pinner: PodPinner, port: ClusterPort, namespace: str, timeout: float = 30.0) -> None:
+    """Wait until the webhook's watch-fed cache holds every pod of ``namespace`` and every node as
+    the apiserver has them now. The webhook reads the cluster as an informer does, a watch delay
+    behind; a test that changes a node or a pod and at once creates a pod whose pin depends on it
+    waits here first, as a real controller's retry would. Started if it was not yet."""
+    assert pinner.start(timeout), f"the webhook's cache did not list the cluster: {pinner.cache.last_error}"
+    for resource, namespace_or_none in ((PODS, namespace), (NODES, None)):
+        for obj in port.list(resource, namespace=namespace_or_none).items:
+            assert pinner.cache.wait_seen(resource, obj, timeout), f"the webhook's cache never saw {object_key(obj)}"
+
+
 @dataclass
 class Served:
     """A running webhook (restartable on the same port) and the certificate it serves."""
@@ -45,11 +57,18 @@ class Served:
     cert: ServingCert
     server: WebhookServer | None = None
     port: int = 0
+    pinner: PodPinner | None = None
 
     def start(self) -> None:
-        self.server = WebhookServer(pinner(self.fabric), self.cert.cert_file, self.cert.key_file, bind="127.0.0.1",
-                                    port=self.port).start()
+        self.pinner = pinner(self.fabric)
+        assert self.pinner.start(60), f"the webhook's cache did not list the cluster: {self.pinner.cache.last_error}"
+        self.server = WebhookServer(self.pinner, self.cert.cert_file, self.cert.key_file, bind="127.0.0.1", port=self.port).start()
         self.port = self.server.port
+
+    def settle(self) -> None:
+        """The webhook's cache has caught up with the test namespace's pods and the nodes."""
+        assert self.pinner is not None
+        settle(self.pinner, self.fabric.port, self.fabric.ns)
 
     def stop(self) -> None:
         if self.server is not None:
@@ -74,8 +93,20 @@ def served(fabric: Fabric, cert: ServingCert) -> Iterator[Served]:
     s.stop()
 
 
+@functools.cache
+def chart_object_selector() -> dict[str, Any]:
+    """The objectSelector of the chart's MutatingWebhookConfiguration, as rendered for a flavor under exact enforcement."""
+    from tests.helm.chart import by_kind, render
+
+    doc = "flavors:\n  gb200: {topology: nvl72-fabric, enforcement: exact}\n"
+    [config] = by_kind(render({"profiles": {"document": doc}}), "MutatingWebhookConfiguration")
+    selector: dict[str, Any] = config["webhooks"][0]["objectSelector"]
+    return selector
+
+
 def webhook_configuration(name: str, url: str, ca_pem: bytes, namespace: str, *, timeout: int = 10) -> dict[str, Any]:
-    """What the chart installs, with a URL instead of a Service and the test's namespace only."""
+    """What the chart installs (its objectSelector as rendered), with a URL instead of a Service and
+    the test's namespace only."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration", "metadata": {"name": name},
         "webhooks": [{
@@ -83,7 +114,7 @@ def webhook_configuration(name: str, url: str, ca_pem: bytes, namespace: str, *,
             "failurePolicy": "Fail", "timeoutSeconds": timeout, "reinvocationPolicy": "Never",
             "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}],
-            "objectSelector": {"matchExpressions": [{"key": "atoll.dev/decision-id", "operator": "Exists"}]},
+            "objectSelector": copy.deepcopy(chart_object_selector()),
             "namespaceSelector": {"matchLabels": {NS_LABEL: namespace}},
         }],
     }

@@ -111,7 +111,9 @@ def test_two_replicas_answering_one_gang_at_once_give_distinct_slots_before_any_
     claimed through the apiserver, so a second replica (its own process state) never repeats one."""
     exact_fabric(fabric)
     admit(fabric, "gang", [("main", 4, 2)])
-    second = WebhookServer(pinner(fabric), served.cert.cert_file, served.cert.key_file, bind="127.0.0.1", port=0).start()
+    replica = pinner(fabric)
+    assert replica.start(60)
+    second = WebhookServer(replica, served.cert.cert_file, served.cert.key_file, bind="127.0.0.1", port=0).start()
     pods = [kueue_pod(fabric, "gang", "") for _ in range(5)]
     for p in pods:
         del p["metadata"]["name"]

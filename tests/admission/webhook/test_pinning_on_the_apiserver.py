@@ -58,6 +58,7 @@ def test_a_pod_recreated_after_a_failure_returns_to_its_healthy_node(fabric: Fab
     first = create(fabric, kueue_pod(fabric, "train", "train-0-a", labels={INDEX: "0"}))
     bind(fabric, "train-0-a", pinned_node(first) or "")
     fail(fabric, "train-0-a")
+    served.settle()  # the webhook reads a watch-fed cache
     again = create(fabric, kueue_pod(fabric, "train", "train-0-b", labels={INDEX: "0"}))
     assert pinned_node(again) == slots[0] == pinned_node(first)
     assert ANN_REPLACED not in again["metadata"]["annotations"]
@@ -76,6 +77,7 @@ def test_a_pod_recreated_after_its_node_was_cordoned_goes_to_a_replacement_in_it
         bind(fabric, f"train-{i}-a", pinned_node(pod) or "")
     fail(fabric, "train-0-a")
     fabric.core.patch_node(slots[0], {"spec": {"unschedulable": True}})  # the node is drained after the failure
+    served.settle()  # the webhook reads a watch-fed cache
     again = create(fabric, kueue_pod(fabric, "train", "train-0-b", labels={INDEX: "0"}))
     spare = pinned_node(again)
     assert spare not in (None, *slots)  # the other planned node is full with pod 1
@@ -88,6 +90,7 @@ def test_a_pod_recreated_after_its_node_was_cordoned_goes_to_a_replacement_in_it
     bind(fabric, "train-0-b", spare)
     fail(fabric, "train-0-b")
     fabric.core.patch_node(spare, {"spec": {"unschedulable": True}})
+    served.settle()
     last = create(fabric, kueue_pod(fabric, "train", "train-0-c", labels={INDEX: "0"}))
     assert pinned_node(last) == spare  # it waits on its node; runs if the node comes back
     conditions = {c["type"]: c for c in fabric.workload("train")["status"].get("conditions") or []}
@@ -129,6 +132,20 @@ def test_with_the_webhook_down_unlabelled_pods_are_created_and_exact_pods_wait(f
     assert pinned_node(create(fabric, kueue_pod(fabric, "train", "train-0", labels={INDEX: "0"}))) == slots_of(fabric, "train")[0]
 
 
+def test_with_the_webhook_down_domain_placed_pods_are_still_created(fabric: Fabric, served: Served, register) -> None:
+    """An Atoll outage never blocks pods placed under domain enforcement: the chart's objectSelector
+    does not match them (they carry the decision id, not the exact-enforcement label)."""
+    fabric.install()  # domain enforcement
+    admit(fabric, "train", [("main", 2, 4)])
+    register(served.url)
+    served.stop()  # Atoll is down; failurePolicy Fail
+    update = fabric.entry("train")["podSetUpdates"][0]
+    assert "atoll.dev/enforcement" not in update["labels"]
+    pods = [create(fabric, kueue_pod(fabric, "train", f"train-{i}", labels={INDEX: str(i)})) for i in range(2)]
+    assert [p["metadata"]["labels"]["atoll.dev/decision-id"] for p in pods] == [update["labels"]["atoll.dev/decision-id"]] * 2
+    assert all(p["spec"]["nodeSelector"] == update["nodeSelector"] and pinned_node(p) is None for p in pods)
+
+
 def test_a_taint_the_pod_tolerates_keeps_it_on_its_node_and_one_it_does_not_moves_it(fabric: Fabric, served: Served,
                                                                                        register) -> None:
     exact_fabric(fabric, per_clique=4)
@@ -142,6 +159,7 @@ def test_a_taint_the_pod_tolerates_keeps_it_on_its_node_and_one_it_does_not_move
         fail(fabric, f"train-{i}-a")
     for node in slots:
         fabric.core.patch_node(node, {"spec": {"taints": [{"key": "maintenance", "value": "soon", "effect": "NoSchedule"}]}})
+    served.settle()  # the webhook reads a watch-fed cache
     tolerant = kueue_pod(fabric, "train", "train-0-b", labels={INDEX: "0"})
     tolerant["spec"]["tolerations"] = [toleration]
     assert pinned_node(create(fabric, tolerant)) == slots[0]

@@ -1,0 +1,44 @@
+"""The argument parser every ``atoll`` command uses: a mistake gets one line naming the flag,
+with the nearest real option ("did you mean --occupancy?"), not a page of usage."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+__all__ = ["Parser", "announce_after_parse", "suggest"]
+
+_pending: list[str] = []
+
+
+def announce_after_parse(line: str) -> None:
+    """Print ``line`` to stderr once the command's arguments parse. A note such as "compiling the
+    kernels" belongs to a run that will happen; a mistyped flag gets its one error line alone."""
+    _pending.append(line)
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """`` (did you mean X?)`` for the nearest of ``choices``, else ``""``."""
+    near = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean {near[0]}?" if near else ""
+
+
+class Parser(argparse.ArgumentParser):
+    def parse_args(self, args: Sequence[str] | None = None, namespace: None = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed = super().parse_args(args, namespace)
+        while _pending:
+            sys.stderr.write(_pending.pop(0) + "\n")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        hint = ""
+        if message.startswith("unrecognized arguments:"):
+            flags = [w for w in message.split(":", 1)[1].split() if w.startswith("-")]
+            options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+            hint = next((h for h in (suggest(f.split("=", 1)[0], options) for f in flags) if h), "")
+        _pending.clear()
+        sys.stderr.write(f"{self.prog}: {message}{hint} ({self.prog} --help lists the options)\n")
+        raise SystemExit(2)

@@ -1,0 +1,343 @@
+"""``atoll bench decide``: the controller's own decision at fleet scale, on the in-memory port.
+
+A generated GB200 NVL72 fabric (racks of 18 nodes × 4 GPUs, 8 racks per scalable unit, 8 units
+per spine) is cut to ``--nodes`` Nodes and loaded into ``MemoryCluster`` with Atoll's
+ResourceFlavor, Topology, AdmissionCheck and profiles ConfigMap, one running pod of another
+tenant on most nodes (60-90 % of each rack's GPUs in use), and ``--pending`` Workloads Kueue has
+reserved quota for with Atoll's check Pending (ITP-shaped synthetic jobs, 1 to 512 GPUs). The
+objects look like a real fleet's: Nodes carry the kubelet's image list, addresses, node info and
+``managedFields``; Workloads carry a full pod template (image, command, environment, volumes)
+and ``managedFields``.
+
+The controller runs as deployed (decision records rendered, Events posted from their own
+thread, metrics kept, writes through the port): ``sync()`` lists everything once, then
+``Controller.reconcile`` decides ``--decisions`` of the pending Workloads one at a time. Each
+admitted Workload's pods bind on their planned nodes before the next decision, as the watch
+would deliver them. Reported: the decision time (p50, p99, max: one ``reconcile``, the
+write's preparation and the record included, the time spent inside the port left out, as an
+apiserver round trip is not the controller's work). ``p50_ms``/``p99_ms`` are the worker
+thread's CPU time, so that other processes sharing the machine do not count; ``wall_*`` is the
+same span on the wall clock (equal on an idle machine), and ``with_port_*`` the wall clock with
+the port's time in. Also the outcomes, the peak RSS of the whole process (the in-memory
+apiserver's own copies of every object included; ``rss_port_mb`` is the process with the port
+loaded, before the controller lists it, ``rss_synced_mb`` after), and the time to build the
+cluster and to list it into the controller. Events are posted from their thread and taken by
+the port without being kept. Decision ids are numbered, so ``verdicts_sha256`` (over each
+verdict's Workload, outcome, message and podSetUpdates, in order) compares two versions' verdicts.
+
+Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is missed.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import resource
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from admission import vocabulary
+from admission.cli._args import Parser
+from admission.kube import EVENTS
+
+__all__ = ["fleet_cluster", "main", "run_decide"]
+
+SPINE, SU, CLIQUE, HOST = "network.example.com/spine", "network.example.com/su", "nvidia.com/gpu.clique", "kubernetes.io/hostname"
+GPU = "nvidia.com/gpu"
+NODES_PER_RACK, RACKS_PER_SU, SUS_PER_SPINE = 18, 8, 8
+NODES_PER_SPINE = NODES_PER_RACK * RACKS_PER_SU * SUS_PER_SPINE
+NAMESPACES = 40
+IMAGES_PER_NODE = 24
+
+
+def fleet_cluster(nodes: int) -> Any:
+    """The GB200 NVL72 fabric with at least ``nodes`` nodes (whole spines; the bench keeps the first ``nodes``)."""
+    from admission.cli._bench_quality import scale_cluster
+
+    return scale_cluster(spines=max(1, -(-nodes // NODES_PER_SPINE)), sus=SUS_PER_SPINE, racks=RACKS_PER_SU, nodes=NODES_PER_RACK)
+
+
+def _kubelet_node(obj: dict[str, Any], i: int) -> dict[str, Any]:
+    """A Node as a kubelet, the GPU operator and node-feature-discovery leave it."""
+    meta, status = obj["metadata"], obj["status"]
+    name = meta["name"]
+    meta["labels"].update({
+        "beta.kubernetes.io/arch": "arm64", "kubernetes.io/arch": "arm64", "beta.kubernetes.io/os": "linux", "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": "gb200-nvl72-tray", "nvidia.com/gpu.count": "4", "nvidia.com/gpu.memory": "189471",
+        "nvidia.com/gpu.family": "blackwell", "nvidia.com/cuda.driver.major": "570", "nvidia.com/mig.capable": "false",
+        "feature.node.kubernetes.io/cpu-model.vendor_id": "ARM", "topology.kubernetes.io/zone": f"zone-{i % 3}",
+    })
+    meta["annotations"] = {**meta.get("annotations", {}), "node.alpha.kubernetes.io/ttl": "0",
+                           "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+                           "nfd.node.kubernetes.io/feature-labels": "cpu-model.vendor_id,nvidia.com/gpu.family"}
+    meta["managedFields"] = [
+        {"manager": "kubelet", "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:labels": {f"f:{k}": {} for k in meta["labels"]}},
+                      "f:status": {"f:allocatable": {f"f:{k}": {} for k in status["allocatable"]},
+                                   "f:images": {}, "f:nodeInfo": {"f:kubeletVersion": {}}}}},
+        {"manager": "nfd-worker", "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{k}": {} for k in meta["annotations"]}}}},
+    ]
+    status["addresses"] = [{"type": "InternalIP", "address": f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"},
+                           {"type": "Hostname", "address": name}]
+    status["nodeInfo"] = {"architecture": "arm64", "containerRuntimeVersion": "containerd://2.0.4", "kernelVersion": "6.8.0-1021-nvidia-64k",
+                          "kubeProxyVersion": "", "kubeletVersion": "v1.33.2", "operatingSystem": "linux",
+                          "osImage": "Ubuntu 24.04.2 LTS", "machineID": f"{i:032x}", "systemUUID": f"{i:08x}-0000-4000-8000-{i:012x}",
+                          "bootID": f"{i:08x}-boot"}
+    status["images"] = [{"names": [f"registry.example.com/team-{k}/trainer@sha256:{(i * 31 + k):064x}",
+                                   f"registry.example.com/team-{k}/trainer:v{k}.{i % 7}"], "sizeBytes": 9_000_000_000 + k}
+                        for k in range(IMAGES_PER_NODE)]
+    status["conditions"] = [{"type": t, "status": "False", "reason": f"Kubelet{t}", "message": f"kubelet has no {t}",
+                             "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                            for t in ("MemoryPressure", "DiskPressure", "PIDPressure")] + [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+         "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    status["daemonEndpoints"] = {"kubeletEndpoint": {"Port": 10250}}
+    return obj
+
+
+def _template(job: Any, k: int, profile: str) -> dict[str, Any]:
+    """The pod template a training or serving job's Workload carries."""
+    req = {GPU: str(job.gpus_per_pod), "cpu": str(max(1, job.gpus_per_pod * 16)), "memory": f"{max(1, job.gpus_per_pod * 200)}Gi"}
+    return {
+        "metadata": {"labels": {"app": job.id, "team": f"team-{k % NAMESPACES}"},
+                     "annotations": {vocabulary.PROFILE: profile, **({vocabulary.CLASS: job.kind} if job.kind == "inference" else {})}},
+        "spec": {
+            "restartPolicy": "Never", "serviceAccountName": "trainer",
+            "containers": [{
+                "name": "trainer", "image": "registry.example.com/llm/trainer:2026.01", "imagePullPolicy": "IfNotPresent",
+                "command": ["torchrun"], "args": ["--nnodes", str(job.pods), "--nproc-per-node", str(job.gpus_per_pod), "train.py",
+                                                  "--config", f"/etc/config/{job.id}.yaml"],
+                "env": [{"name": f"NCCL_VAR_{k}", "value": str(k)} for k in range(8)]
+                       + [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                "ports": [{"containerPort": 29500, "name": "rendezvous", "protocol": "TCP"}],
+                "resources": {"requests": req, "limits": {GPU: req[GPU]}},
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "shm", "mountPath": "/dev/shm"},
+                                 {"name": "config", "mountPath": "/etc/config"}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}},
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}},
+                        {"name": "config", "configMap": {"name": "trainer-config"}}],
+            "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
+def _workload(job: Any, k: int, profile: str) -> dict[str, Any]:
+    from admission.simulator import CHECK_NAME, workload_object
+
+    ns = f"team-{k % NAMESPACES}"
+    obj = workload_object(f"job-{k:06d}", [{"name": "main", "count": job.pods, "template": _template(job, k, profile)}], flavor="gb200",
+                          namespace=ns, queue="training", cluster_queue="gpu-cq", gpu_resource=GPU, check=CHECK_NAME, uid=f"wl-{k:06d}")
+    meta = obj["metadata"]
+    meta["labels"] = {"kueue.x-k8s.io/job-uid": f"job-uid-{k:06d}"}
+    meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": f"job-{k:06d}", "uid": f"job-uid-{k:06d}",
+                                "controller": True, "blockOwnerDeletion": True}]
+    meta["managedFields"] = [
+        {"manager": "kueue", "operation": "Update", "apiVersion": "kueue.x-k8s.io/v1beta2", "time": "2026-01-01T00:00:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:podSets": {}, "f:queueName": {}, "f:priority": {}}}},
+        {"manager": "kueue-admission", "operation": "Apply", "apiVersion": "kueue.x-k8s.io/v1beta2", "time": "2026-01-01T00:00:00Z",
+         "fieldsType": "FieldsV1", "subresource": "status",
+         "fieldsV1": {"f:status": {"f:admission": {"f:clusterQueue": {}, "f:podSetAssignments": {}}, "f:conditions": {}}}},
+    ]
+    obj["spec"]["priority"] = 0
+    obj["status"]["resourceRequests"] = [{"name": "main", "resources": {GPU: str(job.gpus)}}]
+    return obj
+
+
+def _resident_pods(names: Sequence[str], seed: int) -> list[dict[str, Any]]:
+    """One running pod of another tenant per node: each rack draws its share of GPUs in use (60-90 %)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    share = 0.0
+    for i, name in enumerate(names):
+        if i % NODES_PER_RACK == 0:
+            share = float(rng.uniform(0.6, 0.9))
+        used = int(rng.binomial(4, share))
+        if used:
+            out.append({"metadata": {"name": f"resident-{name}", "namespace": "tenant", "uid": f"resident-{name}"},
+                        "spec": {"nodeName": name, "containers": [{"name": "main", "resources": {"requests": {GPU: str(used)}}}]},
+                        "status": {"phase": "Running"}})
+    return out
+
+
+class _TimedPort:
+    """The in-memory port as the controller sees it, with the time the worker spends inside it
+    counted (an apiserver round trip, not the controller's work), and Events taken without being
+    kept (the Event thread's writes cost the apiserver, not the controller)."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+        self.worker = threading.get_ident()
+        self.seconds = 0.0
+        self.cpu_seconds = 0.0
+        self.events = 0
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.port, name)
+
+        def timed(resource: Any, *args: Any, **kw: Any) -> Any:
+            if resource == EVENTS:
+                self.events += 1
+                return args[0] if name == "create" else {}
+            if threading.get_ident() != self.worker:
+                return call(resource, *args, **kw)
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return call(resource, *args, **kw)
+            finally:
+                self.seconds += time.perf_counter() - t
+                self.cpu_seconds += time.thread_time() - c
+
+        return timed
+
+
+class _Discard:
+    """Where the records go: rendered as deployed, then dropped."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def _rss_mb() -> float:
+    """Resident set size now (MB), from /proc; the peak where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[str, Any]:
+    """Build the fleet in memory, list it into a controller, and time ``decisions`` reconciles."""
+    from admission.cli._bundled import resolve_profiles
+    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+    from admission.kube import NODES, PODS, WORKLOADS, ManualClock
+    from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, synthetic_jobs
+    from policies import load_profiles_file
+
+    t0 = time.perf_counter()
+    cluster = fleet_cluster(nodes)
+    doc = profiles_for_cluster(load_profiles_file(resolve_profiles(None)), cluster)
+    port = MemoryCluster(ManualClock(1_767_225_600.0))
+    kept: list[str] = []
+    for res, obj in cluster_objects(cluster, doc):
+        if res == NODES:
+            if len(kept) >= nodes:
+                continue
+            kept.append(obj["metadata"]["name"])
+            obj = _kubelet_node(obj, len(kept))
+        port.put(res, obj)
+    for pod in _resident_pods(kept, seed):
+        port.put(PODS, pod)
+    jobs = synthetic_jobs(pending, seed, gpus_per_node=4)
+    for k, job in enumerate(jobs):
+        port.put(WORKLOADS, _workload(job, k, "elastic"))
+    del jobs
+    gc.collect()
+    build_s = time.perf_counter() - t0
+    rss_port = _rss_mb()
+
+    settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
+    timed = _TimedPort(port)
+    ids = iter(range(1, 1 << 62))
+    controller = Controller(timed, settings=settings, clock=port.clock, recorder=Recorder(_Discard()), identity="bench",  # type: ignore[arg-type]
+                            new_id=lambda: f"bench-{next(ids)}")
+    t1 = time.perf_counter()
+    controller.sync()
+    gc.collect()
+    sync_s = time.perf_counter() - t1
+    rss_synced = _rss_mb()
+    queued = controller.pending()
+    controller.decider.warm_up()
+    controller.events.start()
+    own, wall, total = [], [], []
+    digest = hashlib.sha256()
+    outcomes = {"admit": 0, "wait": 0, "reject": 0}
+    pod_seq = 0
+    try:
+        for key in queued[:decisions]:
+            in_port, cpu_in_port = timed.seconds, timed.cpu_seconds
+            t, c = time.perf_counter(), time.thread_time()
+            verdict = controller.reconcile(key)
+            took, cpu = time.perf_counter() - t, time.thread_time() - c
+            total.append(took)
+            wall.append(took - (timed.seconds - in_port))
+            own.append(cpu - (timed.cpu_seconds - cpu_in_port))
+            if verdict is None:
+                continue
+            outcomes[verdict.outcome] += 1
+            digest.update(json.dumps([key, verdict.outcome, verdict.message, verdict.podset_updates], sort_keys=True).encode())
+            if verdict.outcome == "admit":  # the scheduler binds the pods on their planned nodes; the watch delivers them
+                with controller.cache.pods_at_once():
+                    for placed, update in zip(verdict.placements, verdict.podset_updates):
+                        for node, count in placed.nodes.items():
+                            for _ in range(count):
+                                pod_seq += 1
+                                controller.cache.upsert(PODS, {
+                                    "metadata": {"name": f"bench-pod-{pod_seq}", "namespace": "bench", "uid": f"bench-pod-{pod_seq}",
+                                                 "labels": {"kueue.x-k8s.io/podset": placed.podset},
+                                                 "annotations": dict(update.get("annotations") or {})},
+                                    "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {
+                                        "requests": {GPU: str(placed.gpus_per_pod)}}}]},
+                                    "status": {"phase": "Running"}})
+    finally:
+        controller.events.stop()
+    arr, walls, whole = (np.array(v) if v else np.zeros(1) for v in (own, wall, total))
+
+    def ms(a: Any, q: float) -> float:
+        return round(float(np.percentile(a, q)) * 1e3, 3)
+
+    return {
+        "nodes": len(kept), "gpus": 4 * len(kept), "pending": pending, "decisions": len(own), **outcomes,
+        "p50_ms": ms(arr, 50), "p99_ms": ms(arr, 99), "max_ms": round(float(arr.max()) * 1e3, 3),
+        "verdicts_sha256": digest.hexdigest()[:16],
+        "wall_p50_ms": ms(walls, 50), "wall_p99_ms": ms(walls, 99), "wall_max_ms": round(float(walls.max()) * 1e3, 3),
+        "with_port_p50_ms": ms(whole, 50), "with_port_p99_ms": ms(whole, 99), "events": timed.events,
+        "build_s": round(build_s, 1), "sync_s": round(sync_s, 1),
+        "rss_port_mb": round(rss_port, 1), "rss_synced_mb": round(rss_synced, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }
+
+
+def main(argv: Sequence[str]) -> int:
+    p = Parser(prog="atoll bench decide",
+                                description="the controller's own decision (reconcile, records on) at fleet scale on the in-memory port")
+    p.add_argument("--nodes", type=int, default=25_344, help="GB200 nodes (4 GPUs each); default: the 25,344-node fabric")
+    p.add_argument("--pending", type=int, default=50_000, help="Workloads with quota reserved and Atoll's check Pending")
+    p.add_argument("--decisions", type=int, default=2_000, help="of the pending Workloads, how many to decide (timed)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--goal-p99-ms", type=float, default=10.0, help="PASS when the p99 decision takes at most this long")
+    p.add_argument("--goal-rss-mb", type=float, default=4096.0, help="PASS when the process's peak RSS stays at or below this")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    args = p.parse_args(list(argv))
+    if args.nodes < NODES_PER_RACK:
+        print(f"atoll bench decide: --nodes must be ≥ {NODES_PER_RACK} (one rack), got {args.nodes}", file=sys.stderr)
+        return 2
+    if args.pending < 1 or args.decisions < 1:
+        print("atoll bench decide: --pending and --decisions must be ≥ 1", file=sys.stderr)
+        return 2
+    row = run_decide(args.nodes, args.pending, min(args.decisions, args.pending), args.seed)
+    ok = row["p99_ms"] <= args.goal_p99_ms and row["peak_rss_mb"] <= args.goal_rss_mb
+    row["goal"] = {"p99_ms": args.goal_p99_ms, "peak_rss_mb": args.goal_rss_mb, "met": ok}
+    if args.format == "json":
+        print(json.dumps(row))
+    else:
+        shown = {k: v for k, v in row.items() if k != "goal"}
+        print(" | ".join(shown))
+        print(" | ".join(str(v) for v in shown.values()))
+        print(f"{'PASS' if ok else 'FAIL'} decide: p99 {row['p99_ms']} ms (goal ≤ {args.goal_p99_ms:g}), "
+              f"peak RSS {row['peak_rss_mb']:.0f} MB (goal ≤ {args.goal_rss_mb:g})")
+    return 0 if ok else 1

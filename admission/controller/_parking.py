@@ -1,0 +1,75 @@
+"""The controller's side of the waiting room (``admission.queue``): which Workloads are parked,
+and which cluster events wake them.
+
+With ``decisions.park_waiting`` (``atoll run --park-waiting``) a Workload that waits for a domain keeps Atoll's check
+``Pending`` (with the reason in its message and ``atoll.dev/TopologyWaiting=True``) instead of
+going to ``Retry``. Kueue then keeps its quota reserved and neither evicts nor requeues it, as
+for any check still at work (its own ProvisioningRequest check waits the same way), and Atoll
+decides it again itself when something it waits for changes:
+
+- a pod stops holding a node (deleted, failed or succeeded): the Workloads parked on that node's flavor
+  that one domain holding the node now has room for (``WaitingRoom.freed``);
+- an admitted Workload goes away before its pods bound: every Workload parked on its flavors;
+- a node or the profiles document changes: every parked Workload;
+- an elastic profile's relax deadline passes (``due``).
+
+After a restart or a leader change the room is empty and every Pending Workload is decided once
+more, then parked again: the room is rebuilt from API state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from admission.controller._cache import ClusterCache, FlavorProblem
+from admission.controller._decide import Verdict
+from admission.queue import WaitingRoom
+
+__all__ = ["Parking"]
+
+
+class Parking:
+    def __init__(self, cache: ClusterCache, *, enabled: bool) -> None:
+        self.cache = cache
+        self.enabled = enabled
+        self.room = WaitingRoom()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.room
+
+    def parks(self, verdict: Verdict) -> bool:
+        """Whether this verdict parks its Workload (a wait for a domain, parking on)."""
+        return self.enabled and verdict.outcome == "wait" and bool(verdict.needs)
+
+    def park(self, key: str, verdict: Verdict) -> float | None:
+        """Park ``key`` with the verdict's need; its deadline (epoch seconds), if any."""
+        need = verdict.needs[0]
+        self.room.park(key, need)
+        return need.deadline
+
+    def leave(self, key: str) -> None:
+        self.room.leave(key)
+
+    def due(self, now: float) -> list[str]:
+        return [str(k) for k in self.room.due(now)]
+
+    def wake_all(self) -> list[str]:
+        return [str(k) for k in self.room.wake_all()]
+
+    def wake_flavors(self, flavors: Iterable[str]) -> list[str]:
+        return [str(k) for f in sorted(set(flavors)) for k in self.room.wake_flavor(f)]
+
+    def node_freed(self, node: str) -> list[str]:
+        """A pod stopped holding ``node``: the parked Workloads a domain holding it now has room for."""
+        if not len(self.room):
+            return []
+        out: list[str] = []
+        for flavor in sorted(self.room.flavors()):
+            try:
+                snap = self.cache.snapshot(flavor)
+            except (FlavorProblem, ValueError):
+                out.extend(self.wake_flavors([flavor]))
+                continue
+            if node in snap.node_index:
+                out.extend(str(k) for k in self.room.freed(snap, [snap.node_index[node]]))
+        return out

@@ -1,0 +1,92 @@
+"""What the controller's cache keeps of a Node or a Workload: only the fields Atoll reads.
+
+A GPU fleet's Nodes carry the kubelet's image list, addresses, node info and ``managedFields``,
+and Kueue's Workloads a full pod template (images, commands, environment, volumes) and
+``managedFields``; none of it is read by a decision, and kept for 25,000 Nodes and 50,000
+Workloads it would be most of the controller's memory. ``ClusterCache.upsert`` stores the slim
+copy (``atoll bench decide`` reports the RSS; ``test_slim`` checks that the decision reads the
+same from it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from admission.kube import NODES, WORKLOADS, Obj
+
+__all__ = ["SLIM", "slim_node", "slim_workload"]
+
+ATOLL_PREFIX = "atoll.dev/"
+_NODE_META = ("name", "uid", "resourceVersion", "generation", "labels")
+_WORKLOAD_META = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations")
+_TEMPLATE_SPEC = ("containers", "initContainers", "overhead", "nodeSelector", "affinity", "tolerations")
+_CONTAINER = ("name", "resources")
+
+
+def slim_node(obj: Obj) -> Obj:
+    """A Node with only what Atoll reads (``node_info``, ``flavor_nodes``, ``newer``): name,
+    version, labels, Atoll's own annotations (``atoll.dev/gpu-perf``), taints, unschedulable,
+    allocatable and the Ready condition. ``managedFields``, the kubelet's image list, addresses
+    and node info are dropped on ingest: on a GPU fleet they are most of a Node's bytes."""
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    status = obj.get("status")
+    out: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
+    if isinstance(meta, dict):
+        slim = {k: meta[k] for k in _NODE_META if k in meta}
+        ann = meta.get("annotations")
+        if isinstance(ann, dict) and any(str(k).startswith(ATOLL_PREFIX) for k in ann):
+            slim["annotations"] = {k: v for k, v in ann.items() if str(k).startswith(ATOLL_PREFIX)}
+        out["metadata"] = slim
+    elif meta is not None:
+        out["metadata"] = meta
+    if isinstance(spec, dict):
+        out["spec"] = {k: spec[k] for k in ("taints", "unschedulable") if k in spec}
+    elif spec is not None:
+        out["spec"] = spec
+    if isinstance(status, dict):
+        slim = {k: status[k] for k in ("allocatable",) if k in status}
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            slim["conditions"] = [c for c in conditions if not isinstance(c, dict) or c.get("type") == "Ready"]
+        elif conditions is not None:
+            slim["conditions"] = conditions
+        out["status"] = slim
+    elif status is not None:
+        out["status"] = status
+    return out
+
+
+def slim_workload(obj: Obj) -> Obj:
+    """A Workload with only what Atoll reads: its identity, version, labels and annotations, its
+    status, and of each PodSet's pod template
+    the metadata, the containers' names and resources, overhead, nodeSelector, node affinity and
+    tolerations. ``managedFields``, images, commands, environment and volumes are dropped on
+    ingest. Anything malformed is kept as it is, so ``parse_workload`` names it as before."""
+    out: Obj = dict(obj)
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        out["metadata"] = {k: meta[k] for k in _WORKLOAD_META if k in meta}
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("podSets"), list):
+        out["spec"] = {**spec, "podSets": [_slim_podset(ps) for ps in spec["podSets"]]}
+    return out
+
+
+def _slim_podset(ps: Any) -> Any:
+    if not isinstance(ps, dict) or not isinstance(ps.get("template"), dict) or not isinstance(ps["template"].get("spec"), dict):
+        return ps
+    template, tspec = ps["template"], ps["template"]["spec"]
+    slim: dict[str, Any] = {k: tspec[k] for k in _TEMPLATE_SPEC if k in tspec}
+    for key in ("containers", "initContainers"):
+        containers = slim.get(key)
+        if isinstance(containers, list):
+            slim[key] = [{k: c[k] for k in _CONTAINER if k in c} if isinstance(c, dict) else c for c in containers]
+    affinity = slim.get("affinity")
+    if isinstance(affinity, dict):
+        slim["affinity"] = {k: affinity[k] for k in ("nodeAffinity",) if k in affinity}
+    return {**ps, "template": {**template, "spec": slim}}
+
+
+SLIM = {NODES: slim_node, WORKLOADS: slim_workload}
+"""Resource → what the cache keeps of its objects (resources not named are kept whole)."""

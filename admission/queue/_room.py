@@ -1,0 +1,162 @@
+"""The waiting room: Workloads that wait for a domain, parked until something they wait for changes.
+
+Pure state, no clock and no API: the controller and the simulator feed it the same events and
+ask it the same questions, so both re-decide the same Workloads at the same moments.
+
+A Workload waits for room in one domain of a level (its profile's island level, the level a
+strict gang was widened to, or the span level once an elastic profile has relaxed), or anywhere
+in the flavor. It is parked with that ``Need`` and, if its profile relaxes on time, the
+deadline at which it may span. It is woken, and decided again, only when
+
+- capacity is freed in a domain of its level that now has at least the GPUs it needs there
+  (fewer free GPUs than that is a proof it still cannot fit, so nothing is lost by not asking);
+- its deadline passes (``due``);
+- anything else changes that the GPU count cannot see (a node, the profiles, what admitted
+  Workloads still owe): ``wake_flavor`` or ``wake_all``.
+
+So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
+with Workloads it found inadmissible: they are parked until a cluster event can change the
+answer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from topology import Snapshot
+
+__all__ = ["Need", "WaitingRoom"]
+
+
+@dataclass(frozen=True, slots=True)
+class Need:
+    """What a parked Workload waits for on one flavor: room for ``pods`` pods of ``gpus_per_pod``
+    GPUs in one domain of ``level`` (a level label; None: anywhere in the flavor), or
+    ``deadline`` (epoch seconds, None: none)."""
+
+    flavor: str
+    level: str | None
+    pods: int
+    gpus_per_pod: int
+    deadline: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.pods * self.gpus_per_pod
+
+
+class WaitingRoom:
+    """Parked Workloads by flavor and level, sorted by the GPUs they need (``Need``)."""
+
+    def __init__(self) -> None:
+        self._needs: dict[Hashable, Need] = {}
+        self._by_level: dict[tuple[str, str | None, int], list[tuple[int, int, Hashable]]] = {}
+        self._deadlines: list[tuple[float, int, Hashable]] = []
+        self._seq = 0
+        self._order: dict[Hashable, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._needs)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._needs
+
+    def need(self, key: Hashable) -> Need | None:
+        return self._needs.get(key)
+
+    def flavors(self) -> set[str]:
+        """The flavors some parked Workload waits on."""
+        return {fl for fl, _, _ in self._by_level}
+
+    def park(self, key: Hashable, need: Need) -> None:
+        """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need."""
+        self.leave(key)
+        self._seq += 1
+        self._needs[key] = need
+        self._order[key] = self._seq
+        bisect.insort(self._by_level.setdefault((need.flavor, need.level, need.gpus_per_pod), []), (need.pods, self._seq, key))
+        if need.deadline is not None:
+            heapq.heappush(self._deadlines, (need.deadline, self._seq, key))
+
+    def leave(self, key: Hashable) -> Need | None:
+        """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked."""
+        need = self._needs.pop(key, None)
+        if need is None:
+            return None
+        seq = self._order.pop(key)
+        row = self._by_level[(need.flavor, need.level, need.gpus_per_pod)]
+        i = bisect.bisect_left(row, (need.pods, seq))
+        while i < len(row) and row[i][1] != seq:
+            i += 1
+        del row[i]
+        if not row:
+            del self._by_level[(need.flavor, need.level, need.gpus_per_pod)]
+        return need  # its deadline entry is dropped lazily by ``due``
+
+    def due(self, now: float) -> list[Hashable]:
+        """Parked Workloads whose deadline is at or before ``now``; they leave the room."""
+        out = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, seq, key = heapq.heappop(self._deadlines)
+            if self._order.get(key) == seq:
+                self.leave(key)
+                out.append(key)
+        return out
+
+    def next_deadline(self) -> float | None:
+        while self._deadlines and self._order.get(self._deadlines[0][2]) != self._deadlines[0][1]:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def freed(self, snapshot: Snapshot, nodes: Iterable[int] | npt.NDArray[np.int64]) -> list[Hashable]:
+        """Capacity was freed on ``nodes`` of ``snapshot``'s flavor (its ``free`` already counts
+        it): the parked Workloads of that flavor that a domain holding one of those nodes now has
+        room for, counted in whole pods of their GPUs per pod. They leave the room, oldest first."""
+        rows = np.unique(np.asarray(list(nodes) if not isinstance(nodes, np.ndarray) else nodes, dtype=np.int64))
+        if not rows.size:
+            return []
+        flavor = snapshot.flavor
+        woken: list[tuple[int, Hashable]] = []
+        for (fl, level, per_pod), row in list(self._by_level.items()):
+            if fl != flavor or not row:
+                continue
+            most = self._most_pods(snapshot, level, per_pod, rows)
+            stop = bisect.bisect_right(row, (most, float("inf")))
+            woken.extend((seq, key) for _, seq, key in row[:stop])
+        for _, key in sorted(woken, key=lambda sk: sk[0]):
+            self.leave(key)
+        return [key for _, key in sorted(woken, key=lambda sk: sk[0])]
+
+    def wake_flavor(self, flavor: str) -> list[Hashable]:
+        """Every Workload parked on ``flavor`` (a change the GPU counts cannot see), oldest first."""
+        keys = sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor)
+        for _, key in keys:
+            self.leave(key)
+        return [key for _, key in keys]
+
+    def wake_all(self) -> list[Hashable]:
+        keys = sorted((seq, k) for k, seq in self._order.items())
+        for _, key in keys:
+            self.leave(key)
+        return [key for _, key in keys]
+
+    @staticmethod
+    def _most_pods(snapshot: Snapshot, level: str | None, per_pod: int, rows: npt.NDArray[np.int64]) -> int:
+        """The most pods of ``per_pod`` GPUs one domain of ``level`` among those holding ``rows``
+        has free GPUs for. Every node counts (a tainted one is open to a PodSet that tolerates
+        it), and only GPUs: a bound, never an answer."""
+        gpus = snapshot.free[:, 0] // max(per_pod, 1)
+        if level is None or level not in snapshot.level_labels:
+            return int(gpus.sum())
+        lv = snapshot.level_index(level)
+        most = 0
+        for d in np.unique(snapshot.node_dom[lv, rows]).tolist():
+            lo, hi = snapshot.domain_range(lv, int(d))
+            most = max(most, int(gpus[lo:hi].sum()))
+        return most

@@ -1,0 +1,31 @@
+"""``atoll bench decide`` on a small fleet: the controller's reconcile decides the pending
+Workloads as deployed, the row says how, and a missed goal exits 1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from admission.cli._bench_decide import main
+
+
+def test_bench_decides_and_reports_the_row(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--nodes", "144", "--pending", "40", "--decisions", "25", "--format", "json", "--goal-p99-ms", "1e9"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["nodes"] == 144 and row["gpus"] == 576 and row["pending"] == 40
+    assert row["decisions"] == 25 and row["admit"] + row["wait"] + row["reject"] == 25 and row["admit"] > 0
+    assert row["events"] >= row["admit"]  # a change of state posts an Event
+    assert 0 < row["p50_ms"] <= row["p99_ms"] <= row["max_ms"]
+    assert row["peak_rss_mb"] >= row["rss_synced_mb"] > 0
+    assert row["goal"] == {"p99_ms": 1e9, "peak_rss_mb": 4096.0, "met": True}
+
+
+def test_a_missed_goal_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--nodes", "72", "--pending", "5", "--decisions", "5", "--goal-rss-mb", "1"]) == 1
+    assert "FAIL decide:" in capsys.readouterr().out
+
+
+def test_too_few_nodes_is_refused_with_the_field_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--nodes", "5"]) == 2
+    assert "--nodes must be ≥ 18" in capsys.readouterr().err

@@ -1,0 +1,102 @@
+"""The controller's own decision at fleet scale: Workloads of one shape share the engine's
+remembered answers although each is read afresh (``Decider.read``), and the whole-flavor fabric
+gauges are measured periodically, not on every decision. Verdicts are those of a Decider that
+reads every Workload on its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import policies._decision as engine
+from admission.controller import ConfigSettings, Controller, Decider, KueueSettings, Recorder, Settings, parse_workload
+from admission.kube import WORKLOADS, ManualClock
+from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, workload_object
+from policies import load_profiles_file
+from topology import load_cluster_model
+
+CONFIG = Path(__file__).resolve().parents[3] / "config"
+
+
+class Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+def template(gpus: int, profile: str = "strict") -> dict[str, Any]:
+    return {"metadata": {"annotations": {"atoll.dev/profile": profile}},
+            "spec": {"containers": [{"name": "c", "image": "img", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
+def controller(*workloads: dict[str, Any]) -> Controller:
+    cluster = load_cluster_model(CONFIG / "clusters" / "gb200-nvl72-superpod.yaml")
+    doc = profiles_for_cluster(load_profiles_file(CONFIG / "profiles.yaml"), cluster)
+    port = MemoryCluster(ManualClock(1_767_225_600.0)).load(cluster_objects(cluster, doc))
+    for w in workloads:
+        port.put(WORKLOADS, w)
+    settings = Settings(kueue=KueueSettings(admission_check=CHECK_NAME), config=ConfigSettings(namespace=PROFILES_NAMESPACE))
+    ids = iter(range(10**6))
+    ctrl = Controller(port, settings=settings, clock=port.clock, recorder=Recorder(Discard()),  # type: ignore[arg-type]
+                      new_id=lambda: f"d{next(ids)}")
+    ctrl.sync()
+    return ctrl
+
+
+def gang(name: str, pods: int, gpus: int) -> dict[str, Any]:
+    return workload_object(name, [{"name": "main", "count": pods, "template": template(gpus)}], flavor="gb200", namespace="team")
+
+
+def test_workloads_of_one_shape_share_the_engines_remembered_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctrl = controller(*(gang(f"w{i}", 2, 4) for i in range(4)), gang("other", 3, 4))
+    prepared: list[Any] = []
+    real = engine._prepare_now
+
+    def counted(*args: Any, **kw: Any) -> Any:
+        prepared.append(args[1])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(engine, "_prepare_now", counted)
+    verdicts = ctrl.process()
+    assert [v.outcome for v in verdicts] == ["admit"] * 5
+    assert len(prepared) == 2  # one per shape, not one per Workload
+
+
+def test_read_is_parse_workload_with_one_instance_per_value() -> None:
+    ctrl = controller()
+    a, b = gang("a", 2, 4), gang("b", 2, 4)
+    va, vb = ctrl.decider.read(a), ctrl.decider.read(b)
+    assert va == parse_workload(a) and vb == parse_workload(b)
+    assert va.podsets[0] is vb.podsets[0]
+    assert ctrl.decider.read(gang("c", 3, 4)).podsets[0] is not va.podsets[0]
+
+
+def test_verdicts_are_those_of_a_decider_reading_each_workload_alone() -> None:
+    shapes = [(2, 4), (1, 2), (2, 4), (18, 4), (1, 2), (36, 4), (2, 4), (1, 1)]
+    ctrl = controller(*(gang(f"w{i}", p, g) for i, (p, g) in enumerate(shapes)))
+    fresh = Decider(ctrl.cache, ctrl.ledger, ctrl.settings)
+    fresh.read = lambda obj: parse_workload(obj)  # type: ignore[method-assign]
+    for key in ctrl.pending():
+        obj = ctrl.cache.objects[WORKLOADS][key]
+        mine, theirs = ctrl.decider.evaluate(obj, "d", 0.0), fresh.evaluate(obj, "d", 0.0)
+        assert (mine.outcome, mine.message, mine.podset_updates, mine.why_not) == (theirs.outcome, theirs.message, theirs.podset_updates,
+                                                                                   theirs.why_not)
+        assert ctrl.reconcile(key) is not None
+
+
+def test_fabric_gauges_are_measured_periodically_not_per_decision() -> None:
+    ctrl = controller(gang("a", 18, 4), gang("b", 18, 4), gang("c", 18, 4))
+    free = ctrl.metrics.free_gpus.labels("gb200")
+    total = ctrl.cache.snapshot("gb200").total_gpus()
+    key_a, key_b, key_c = ctrl.pending()
+    assert ctrl.reconcile(key_a).outcome == "admit"  # type: ignore[union-attr]
+    assert free._value.get() == total - 72  # the first decision on a flavor measures it
+    assert ctrl.reconcile(key_b).outcome == "admit"  # type: ignore[union-attr]
+    assert free._value.get() == total - 72  # within the period: not measured again
+    ctrl.clock.advance(Controller.GAUGE_SECONDS)  # type: ignore[attr-defined]
+    assert ctrl.reconcile(key_c).outcome == "admit"  # type: ignore[union-attr]
+    assert free._value.get() == total - 3 * 72

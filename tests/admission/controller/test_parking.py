@@ -1,0 +1,91 @@
+"""Parking (``decisions.park_waiting``): a Workload waiting for a domain keeps Atoll's check
+Pending, is not decided again as time passes or on its own writes, and is decided again when a
+pod leaving a node gives one domain room for it, when its relax deadline passes, or after a
+restart (the room is rebuilt from API state)."""
+
+from __future__ import annotations
+
+import pytest
+
+from admission.controller import DecisionSettings
+from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, run
+
+pytestmark = pytest.mark.apiserver
+
+
+def parking(fabric: Fabric):  # type: ignore[no-untyped-def]
+    settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True)})
+    return fabric.controller(settings=settings)
+
+
+def busy(fabric: Fabric) -> None:
+    """Every island keeps one of its two 4-GPU nodes busy; island b0c0's busy node holds two 2-GPU pods."""
+    fabric.bind_pod("busy-b0c0-a", fabric.node_name(0, 0, 0), 2)
+    fabric.bind_pod("busy-b0c0-b", fabric.node_name(0, 0, 0), 2)
+    for b, c in ((0, 1), (1, 0), (1, 1)):
+        fabric.bind_pod(f"busy-b{b}c{c}", fabric.node_name(b, c, 0), 4)
+
+
+def test_a_parked_strict_gang_is_decided_again_only_when_an_island_has_room(fabric: Fabric) -> None:
+    fabric.install()
+    busy(fabric)
+    ctrl = parking(fabric)
+    fabric.submit("gang", [("main", 2, 4)])  # 8 GPUs: one whole island
+    (first,) = run(ctrl)
+    entry = fabric.entry("gang")
+    assert first.outcome == "wait" and first.parked and entry["state"] == "Pending" and "requeueAfterSeconds" not in entry
+    assert "largest fits 1" in entry["message"]
+    cond = [c for c in fabric.workload("gang")["status"]["conditions"] if c["type"] == "atoll.dev/TopologyWaiting"]
+    assert [c["status"] for c in cond] == ["True"]
+    rv = fabric.workload("gang")["metadata"]["resourceVersion"]
+    fabric.clock.advance(3600)  # far past any backoff: time alone decides nothing
+    assert run(ctrl) == []
+    fabric.core.delete_namespaced_pod("busy-b1c1", fabric.ns, grace_period_seconds=0)  # island b1c1 now has two free nodes
+    fabric.core.delete_namespaced_pod("busy-b0c0-a", fabric.ns, grace_period_seconds=0)  # b0c0: 2 GPUs freed, still no room for a second pod
+    (woken,) = run(ctrl)
+    entry = fabric.entry("gang")
+    assert woken.outcome == "admit" and entry["state"] == "Ready"
+    assert entry["podSetUpdates"][0]["nodeSelector"] == {CLIQUE: fabric.clique(1, 1)}
+    assert fabric.workload("gang")["metadata"]["resourceVersion"] != rv
+    assert len(fabric.decision_records()) == 2
+
+
+def test_freed_room_too_small_for_the_gang_wakes_nothing(fabric: Fabric) -> None:
+    fabric.install()
+    busy(fabric)
+    ctrl = parking(fabric)
+    fabric.submit("gang", [("main", 2, 4)])
+    run(ctrl)
+    fabric.core.delete_namespaced_pod("busy-b0c0-a", fabric.ns, grace_period_seconds=0)  # node b0c0n0 keeps 2 GPUs busy: one free node in b0c0
+    assert run(ctrl) == [] and len(fabric.decision_records()) == 1
+    fabric.finish_pod("busy-b0c0-b")  # a pod that succeeds stops holding its node too
+    (woken,) = run(ctrl)
+    assert woken.outcome == "admit" and fabric.entry("gang")["podSetUpdates"][0]["nodeSelector"] == {CLIQUE: fabric.clique(0, 0)}
+
+
+def test_a_restart_decides_a_parked_workload_once_and_parks_it_again(fabric: Fabric) -> None:
+    fabric.install()
+    busy(fabric)
+    fabric.submit("gang", [("main", 2, 4)])
+    run(parking(fabric))
+    again = parking(fabric)  # a new leader: empty room, the Workload still Pending
+    (verdict,) = run(again)
+    assert verdict.outcome == "wait" and fabric.entry("gang")["state"] == "Pending"
+    assert run(again) == [] and len(fabric.decision_records()) == 2
+
+
+def test_an_elastic_gang_parked_before_its_relax_time_spans_when_the_deadline_passes(fabric: Fabric) -> None:
+    fabric.install()
+    busy(fabric)
+    ctrl = parking(fabric)
+    fabric.submit("gang", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+    (first,) = run(ctrl)
+    assert first.outcome == "wait" and first.reason == "relax-pending" and fabric.entry("gang")["state"] == "Pending"
+    fabric.clock.advance(299)
+    assert run(ctrl) == []
+    fabric.clock.advance(1)
+    (late,) = run(ctrl)
+    entry = fabric.entry("gang")
+    assert late.outcome == "admit" and late.relaxed and entry["state"] == "Ready"
+    (label, _), = entry["podSetUpdates"][0]["nodeSelector"].items()
+    assert label == BLOCK and len(planned(entry)) == 2

@@ -1,0 +1,75 @@
+"""The waiting room: a parked Workload is woken only by freed room that could hold it, by its
+deadline, or by a change the GPU counts cannot see; oldest first."""
+
+from __future__ import annotations
+
+from admission.queue import Need, WaitingRoom
+from topology import Level, NodeInfo, ResourceVector, Snapshot
+
+SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
+
+
+def cluster() -> Snapshot:
+    """2 SUs × 2 islands × 4 nodes × 4 GPUs, every GPU in use."""
+    nodes = [NodeInfo(f"u{u}c{c}n{n}", {SU: f"u{u}", CLIQUE: f"u{u}c{c}"}, ResourceVector(4, 1000, 1000, 10), ResourceVector(gpu=4))
+             for u in range(2) for c in range(2) for n in range(4)]
+    return Snapshot("f", [Level(SU, 50), Level(CLIQUE, 1800)], nodes)
+
+
+def free(snap: Snapshot, *names: str, gpus: int = 4) -> list[int]:
+    for name in names:
+        snap.release(name, ResourceVector(gpu=gpus))
+    return [snap.node_index[n] for n in names]
+
+
+def test_freed_room_wakes_only_what_one_domain_of_its_level_could_now_hold() -> None:
+    snap, room = cluster(), WaitingRoom()
+    room.park("gang3", Need("f", CLIQUE, 3, 4))
+    room.park("gang2", Need("f", CLIQUE, 2, 4))
+    room.park("wide", Need("f", SU, 6, 4))
+    room.park("other-flavor", Need("g", CLIQUE, 1, 4))
+    assert room.freed(snap, free(snap, "u0c0n0")) == []  # one free node in u0c0: nothing needs only one
+    assert room.freed(snap, free(snap, "u0c1n0")) == []  # one in each island of u0: still no island with two
+    assert room.freed(snap, free(snap, "u0c0n1")) == ["gang2"]  # u0c0 has two free nodes
+    assert "gang3" in room and "wide" in room and len(room) == 3
+    assert room.freed(snap, free(snap, "u1c0n0", "u1c0n1")) == []  # u1 has 2 free nodes; gang3 waits for 3 in one island
+    assert room.freed(snap, free(snap, "u0c1n1", "u0c1n2", "u0c1n3")) == ["gang3", "wide"]  # u0c1: 4 free; u0: 6 free
+
+
+def test_pods_are_counted_whole_not_as_scattered_gpus() -> None:
+    snap, room = cluster(), WaitingRoom()
+    room.park("two-by-four", Need("f", CLIQUE, 2, 4))
+    freed = free(snap, "u0c0n0", "u0c0n1", "u0c0n2", gpus=2)  # 6 free GPUs in u0c0, but no node with 4
+    assert room.freed(snap, freed) == []
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1", gpus=2)) == ["two-by-four"]
+
+
+def test_anywhere_in_the_flavor_counts_every_node() -> None:
+    snap, room = cluster(), WaitingRoom()
+    room.park("spread", Need("f", None, 3, 4))
+    assert room.freed(snap, free(snap, "u0c0n0", "u1c1n3")) == []
+    assert room.freed(snap, free(snap, "u1c0n2")) == ["spread"]
+
+
+def test_deadlines_wake_in_order_and_a_workload_parked_again_keeps_only_its_new_need() -> None:
+    room = WaitingRoom()
+    room.park("a", Need("f", CLIQUE, 2, 4, deadline=300.0))
+    room.park("b", Need("f", CLIQUE, 2, 4, deadline=200.0))
+    room.park("a", Need("f", CLIQUE, 2, 4, deadline=500.0))  # decided again: the old deadline no longer counts
+    assert room.next_deadline() == 200.0
+    assert room.due(299.0) == ["b"]
+    assert room.due(499.0) == [] and room.next_deadline() == 500.0
+    assert room.due(500.0) == ["a"] and len(room) == 0
+
+
+def test_leaving_and_waking_everything() -> None:
+    room = WaitingRoom()
+    for key, flavor in (("x", "f"), ("y", "g"), ("z", "f")):
+        room.park(key, Need(flavor, CLIQUE, 1, 4, deadline=10.0))
+    assert room.flavors() == {"f", "g"}
+    assert room.leave("y") == Need("g", CLIQUE, 1, 4, deadline=10.0) and room.leave("y") is None
+    assert room.flavors() == {"f"}
+    assert room.wake_flavor("f") == ["x", "z"] and len(room) == 0
+    assert room.due(100.0) == []  # deadlines of Workloads that left are dropped
+    room.park("w", Need("g", SU, 2, 1))
+    assert room.wake_all() == ["w"]

@@ -34,6 +34,7 @@ __all__ = ["KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "KueueCluster", "kueue_crd
 KUEUE_NAMESPACE = "kueue-system"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 """KWOK manages the nodes annotated ``kwok.x-k8s.io/node: fake`` (its convention)."""
+_WEBHOOK_SECRET = "kueue-webhook-server-cert"
 
 # KWOK's own stages: nodes turn Ready and heartbeat through Leases; bound pods turn Running; deleted
 # pods go. Its pod-complete stage is left out, so a Job's pods run until the test ends them.
@@ -87,7 +88,11 @@ class KueueCluster:
         kwok_module = go_module_dir("sigs.k8s.io/kwok", KWOK_VERSION)
         api_client = self.api.api_client()
         self._install_crds(api_client, kueue_module / "config" / "components" / "crd")
-        client.CoreV1Api(api_client).create_namespace({"metadata": {"name": KUEUE_NAMESPACE}})
+        core = client.CoreV1Api(api_client)
+        core.create_namespace({"metadata": {"name": KUEUE_NAMESPACE}})
+        # the empty Secret Kueue's default install creates: its certificate rotator fills it, and
+        # stops the manager at start when it is missing
+        core.create_namespaced_secret(KUEUE_NAMESPACE, {"metadata": {"name": _WEBHOOK_SECRET}})
         kubeconfig = str(self.api.kubeconfig_path)
         common = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                   f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
@@ -118,18 +123,38 @@ class KueueCluster:
         for name, conversion in _conversion_patches(crd_root).items():
             ext.patch_custom_resource_definition(name, {"spec": {"conversion": conversion}})
 
+    def _mount_certs(self, certs: Path) -> bool:
+        """What a kubelet does for Kueue's pod: the Secret its certificate rotator fills, written as
+        files into its certificate folder (the rotator waits for them there). True once written."""
+        import base64
+
+        from kubernetes import client
+
+        secret = client.CoreV1Api(self.api.api_client()).read_namespaced_secret(_WEBHOOK_SECRET, KUEUE_NAMESPACE)
+        data = secret.data or {}
+        if not all(k in data for k in ("tls.crt", "tls.key", "ca.crt")):
+            return False
+        certs.mkdir(parents=True, exist_ok=True)
+        for name in ("ca.crt", "tls.key", "tls.crt"):  # the certificate last: its presence is what the rotator looks for
+            (certs / name).write_bytes(base64.b64decode(data[name]))
+        return True
+
     def _start_kueue(self, kubeconfig: str) -> None:
         self.health_port = _free_port()
+        certs = self.api.dir / "kueue-certs"
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": KUEUE_NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
             "metrics": {"bindAddress": f"127.0.0.1:{_free_port()}"},
-            "webhook": {"host": "127.0.0.1", "port": _free_port(), "certDir": str(self.api.dir / "kueue-certs")},
+            "webhook": {"host": "127.0.0.1", "port": _free_port(), "certDir": str(certs)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": True, "webhookServiceName": "kueue-webhook-service",
-                                       "webhookSecretName": "kueue-webhook-server-cert"},
+                                       "webhookSecretName": _WEBHOOK_SECRET},
             "clientConnection": {"qps": 300, "burst": 500},
             "integrations": {"frameworks": list(self.frameworks)},
+            # its visibility API server delegates authentication to an in-cluster config, which a
+            # process outside a pod has not; nothing here reads that API
+            "featureGates": {"VisibilityOnDemand": False},
         }
         path = self.api.dir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -141,7 +166,9 @@ class KueueCluster:
         self.api._procs.append(("kueue", proc))
         deadline = time.monotonic() + self.start_timeout
         last = "no answer yet"
+        mounted = False
         while time.monotonic() < deadline:
+            mounted = mounted or self._mount_certs(certs)
             for name, p in self.api._procs:
                 if p.poll() is not None:
                     raise EnvtestError(f"{name} exited with {p.returncode} while Kueue started; its log ends:\n"

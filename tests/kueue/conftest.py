@@ -187,7 +187,7 @@ class Live:
         ctrl = Controller(KubePort(self.client), settings=settings)
         ctrl.start()
         try:
-            assert ctrl.wait_synced(60)
+            assert ctrl.wait_synced(600), "Atoll never listed the cluster"  # a cold numba cache compiles its kernels first
             yield ctrl
         finally:
             ctrl.stop()
@@ -260,15 +260,20 @@ def model_job(name: str, new_name: str, **changes: Any) -> dict[str, Any]:
     (job,) = [d for d in model_documents("jobs.yaml") if d["metadata"]["name"] == name]
     job = copy.deepcopy(job)
     job["metadata"]["name"] = new_name
+    for container in job["spec"]["template"]["spec"]["containers"]:  # quantities are strings to the API client
+        for kind in ("requests", "limits"):
+            resources = container.get("resources", {}).get(kind) or {}
+            resources.update({k: str(v) for k, v in resources.items()})
     job["spec"].update(changes)
     return job
 
 
-def model_profiles(**profile_changes: dict[str, Any]) -> dict[str, Any]:
-    """config/kueue/gb200-nvl72/profiles.yaml with ``domain`` enforcement (this tier runs no
-    webhook to pin pods, so Atoll's claim is the nodeSelector's domain) and any profile changes."""
+def model_profiles(enforcement: str = "domain", **profile_changes: dict[str, Any]) -> dict[str, Any]:
+    """config/kueue/gb200-nvl72/profiles.yaml with ``domain`` enforcement (only the exact test
+    serves the webhook that pins pods; elsewhere Atoll's claim is the nodeSelector's domain) and
+    any profile changes."""
     doc: dict[str, Any] = yaml.safe_load((MODEL / "profiles.yaml").read_text())
-    doc["flavors"]["gb200-nvl72"]["enforcement"] = "domain"
+    doc["flavors"]["gb200-nvl72"]["enforcement"] = enforcement
     for name, change in profile_changes.items():
         doc["profiles"][name] = {**doc["profiles"][name], **change}
     return doc
@@ -298,6 +303,10 @@ def live() -> Iterator[Live]:
                 live.custom.create_cluster_custom_object(GROUP, VERSION, plural, doc)
         live.core.create_namespace({"metadata": {"name": ATOLL_NS}})
         live.set_profiles(model_profiles())
+        # the chart's AdmissionCheck; Atoll's controller marks it Active, and only then is the ClusterQueue
+        live.custom.create_cluster_custom_object(GROUP, VERSION, "admissionchecks", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AdmissionCheck", "metadata": {"name": CHECK},
+            "spec": {"controllerName": "atoll.dev/topology"}})
         for b in range(BLOCKS):
             for r in range(RACKS):
                 for n in range(TRAYS):
@@ -306,6 +315,12 @@ def live() -> Iterator[Live]:
             any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
             and not any(t.key.startswith("node.kubernetes.io/") for t in (n.spec.taints or []))
             for n in live.core.list_node(label_selector="type=kwok").items))
-        wait_for("the ClusterQueue to be active", lambda: is_true(
-            live.custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "gb200-training"), "Active"))
+        with live.controller():
+            try:
+                wait_for("the ClusterQueue to be active", lambda: is_true(
+                    live.custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "gb200-training"), "Active"))
+            except BaseException:
+                cq = live.custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "gb200-training")
+                ac = live.custom.get_cluster_custom_object(GROUP, VERSION, "admissionchecks", CHECK)
+                pytest.fail(f"ClusterQueue inactive: {condition(cq, 'Active')}; AdmissionCheck: {condition(ac, 'Active')}")
         yield live

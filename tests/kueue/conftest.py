@@ -319,7 +319,7 @@ def live() -> Iterator[Live]:
             try:
                 wait_for("the ClusterQueue to be active", lambda: is_true(
                     live.custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "gb200-training"), "Active"))
-            except BaseException:
+            except pytest.fail.Exception:
                 cq = live.custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", "gb200-training")
                 ac = live.custom.get_cluster_custom_object(GROUP, VERSION, "admissionchecks", CHECK)
                 pytest.fail(f"ClusterQueue inactive: {condition(cq, 'Active')}; AdmissionCheck: {condition(ac, 'Active')}")

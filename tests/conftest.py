@@ -66,6 +66,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if config.get_verbosity() < 0:  # -q prints no header: name the control plane at the end instead
+        terminalreporter.write_line(pytest_report_header(config))
     skipped = config.stash.get(_SKIPPED_KEY, 0)
     if not skipped:
         return

@@ -12,9 +12,11 @@ install:
 install-test:
 	$(PIP) install -q -e ".[test]"
 
-# A real kube-apiserver (KUBEBUILDER_ASSETS, or built once from Debian's source package and cached).
+# A real control plane: KUBEBUILDER_ASSETS for the apiserver, and Atoll's own build (kube-apiserver,
+# kube-scheduler, kube-controller-manager, etcd, Kueue, KWOK from their Go modules, once, cached);
+# Debian's 1.20 source package only where no Go 1.26 exists.
 envtest: install
-	$(PYTHON) -m admission.kube.envtest ensure
+	$(PYTHON) -m tests.envtest ensure
 
 # Import contracts, static types (mypy strict, [tool.mypy]) and the linter ([tool.ruff]).
 lint: install-test

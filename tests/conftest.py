@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from admission.kube.envtest import ApiServer, Binaries, EnvtestError, ensure_kueue_crds, find_binaries, install_kueue_crds
+from tests.envtest import ApiServer, Binaries, EnvtestError, ensure_kueue_crds, find_binaries, install_kueue_crds
 
 SKIP_ENV = "ATOLL_SKIP_APISERVER"
 _MISSING_KEY = pytest.StashKey[str]()
@@ -32,9 +32,18 @@ def control_plane() -> tuple[Binaries, Path]:
     except EnvtestError as exc:
         raise EnvtestError(f"no kube-apiserver: {exc}") from exc
     if binaries is None:
-        raise EnvtestError("no kube-apiserver: run `python -m admission.kube.envtest ensure` (make test does) "
+        raise EnvtestError("no kube-apiserver: run `python -m tests.envtest ensure` (make test does) "
                            "or set KUBEBUILDER_ASSETS to a folder holding kube-apiserver and etcd")
     return binaries, ensure_kueue_crds()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which control plane the apiserver tests run on (the first thing the run prints)."""
+    try:
+        found = find_binaries()
+    except EnvtestError as exc:
+        return f"control plane: none usable ({exc})"
+    return f"control plane: {found.describe()}" if found else "control plane: none built yet"
 
 
 @pytest.hookimpl(trylast=True)  # after -m / -k deselection: only the tests that will run count
@@ -57,6 +66,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if config.get_verbosity() < 0:  # -q prints no header: name the control plane at the end instead
+        terminalreporter.write_line(pytest_report_header(config))
     skipped = config.stash.get(_SKIPPED_KEY, 0)
     if not skipped:
         return

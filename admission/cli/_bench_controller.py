@@ -1,6 +1,6 @@
 """``atoll bench controller``: the controller against a real kube-apiserver with Kueue's CRDs.
 
-It starts etcd and kube-apiserver (``admission.kube.envtest``), creates a GB200-like fabric (Nodes,
+It starts etcd and kube-apiserver (``tests.envtest``: it runs from a clone of the repository), creates a GB200-like fabric (Nodes,
 a Topology, a ResourceFlavor, the AdmissionCheck, a ClusterQueue, the profiles ConfigMap),
 then plays Kueue for N Workloads (create, reserve quota, check Pending) while the controller
 runs its watch loop, and measures each Workload from its Pending entry being written to
@@ -223,7 +223,7 @@ def run_bench(workloads: int, *, islands: int = 64, per_island: int = 18, gpus: 
               timeout: float = 600.0) -> dict[str, Any]:
     """The no-op controller, then Atoll's, on the same apiserver, fabric and Workload shapes."""
     from admission.kube import KubePort
-    from admission.kube.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
+    from tests.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir  # a clone's test infrastructure
 
     crds = kueue_crd_dir()
     if crds is None:
@@ -259,8 +259,12 @@ def main(argv: Sequence[str]) -> int:
     if args.workloads < 1 or args.islands < 1 or args.nodes_per_island < 1:
         print("atoll bench controller: --workloads, --islands and --nodes-per-island must be ≥ 1", file=sys.stderr)
         return 2
-    from admission.kube.envtest import EnvtestError
-
+    try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
+        from tests.envtest import EnvtestError
+    except ImportError:
+        print("atoll bench controller: it starts the test control plane of Atoll's repository (tests/envtest): run it from "
+              "the root of a clone, after `make envtest`", file=sys.stderr)
+        return 1
     try:
         row = run_bench(args.workloads, islands=args.islands, per_island=args.nodes_per_island, gpus=args.gpus_per_node,
                         mode=args.mode, seed=args.seed, timeout=args.timeout)

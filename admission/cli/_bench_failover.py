@@ -76,7 +76,7 @@ def _one_mode(warm: bool, *, islands: int, per_island: int, backlog: int, repeat
               workdir: Path) -> list[dict[str, Any]]:
     from admission.cli._bench_controller import NS, _install, _install_namespace, _reserve, _workload
     from admission.kube import WORKLOADS, KubePort
-    from admission.kube.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
+    from tests.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
 
     crds = kueue_crd_dir()
     if crds is None:
@@ -158,7 +158,12 @@ def main(argv: Sequence[str]) -> int:
     if min(args.islands, args.nodes_per_island, args.repeat) < 1 or args.workloads < 0:
         print("atoll bench failover: --islands, --nodes-per-island and --repeat must be ≥ 1, --workloads ≥ 0", file=sys.stderr)
         return 2
-    from admission.kube.envtest import EnvtestError
+    try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
+        from tests.envtest import EnvtestError
+    except ImportError:
+        print("atoll bench failover: it starts the test control plane of Atoll's repository (tests/envtest): run it from "
+              "the root of a clone, after `make envtest`", file=sys.stderr)
+        return 1
 
     try:
         out = run_failover(islands=args.islands, per_island=args.nodes_per_island, backlog=args.workloads, repeat=args.repeat,

@@ -1,7 +1,7 @@
 """``atoll bench webhook``: a burst of recreated pods through the exact-placement webhook, called by
 a real kube-apiserver.
 
-It starts etcd and kube-apiserver (``admission.kube.envtest``) with Kueue's CRDs, creates one
+It starts etcd and kube-apiserver (``tests.envtest``: it runs from a clone of the repository) with Kueue's CRDs, creates one
 NVLink-island-like domain of 4-GPU nodes (the planned ones plus spares), serves the webhook on
 loopback with a generated certificate and registers it as the chart does (same objectSelector,
 ``failurePolicy: Fail``, ``timeoutSeconds``). Then, as after a node failure:
@@ -131,8 +131,8 @@ def run_bench(pods: int, *, failed_nodes: int, spares: int, clients: int, ranked
     to bottom; its pieces of cluster setup are the helpers above."""
     from admission.controller import encode_planned
     from admission.kube import PODS, KubePort, errors
-    from admission.kube.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
     from admission.webhook import ANN_NODE, PodPinner, WebhookCache, WebhookServer, WebhookSettings, ensure_serving_cert, review_time_left
+    from tests.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
 
     crds = kueue_crd_dir()
     if crds is None:
@@ -255,7 +255,12 @@ def main(argv: Sequence[str]) -> int:
         print("atoll bench webhook: --pods and --clients must be ≥ 1, --failed-nodes between 0 and --pods, --spares ≥ 0, "
               "--timeout-seconds between 1 and 30", file=sys.stderr)
         return 2
-    from admission.kube.envtest import EnvtestError
+    try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
+        from tests.envtest import EnvtestError
+    except ImportError:
+        print("atoll bench webhook: it starts the test control plane of Atoll's repository (tests/envtest): run it from "
+              "the root of a clone, after `make envtest`", file=sys.stderr)
+        return 1
 
     try:
         row = run_bench(args.pods, failed_nodes=args.failed_nodes, spares=spares, clients=args.clients, ranked=args.ranked,

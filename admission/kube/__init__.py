@@ -5,8 +5,8 @@ real adapter ``KubePort`` is the one place that imports the ``kubernetes`` clien
 loaded only when asked for (the client costs about 0.4 s to import, which ``atoll place`` and
 ``atoll simulate`` need not pay). ``parse_label_selector`` reads label selectors as the
 apiserver does (for ports that answer ``list`` in memory); ``errors`` maps API failures to
-Atoll's own; ``LeaderElector`` holds a Lease; ``envtest`` starts a real kube-apiserver for tests
-and benchmarks.
+Atoll's own; ``LeaderElector`` holds a Lease. The test control plane is test infrastructure, in
+the repository's ``tests/envtest``.
 """
 
 from __future__ import annotations

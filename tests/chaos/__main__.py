@@ -8,14 +8,14 @@ import sys
 
 import structlog
 
-from admission.kube.envtest import (
+from tests.chaos.harness import RunConfig
+from tests.chaos.runner import run_many
+from tests.envtest import (
     ApiServer,
     find_binaries,
     install_kueue_crds,
     kueue_crd_dir,
 )
-from tests.chaos.harness import RunConfig
-from tests.chaos.runner import run_many
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
     crds, binaries = kueue_crd_dir(), find_binaries()
     if crds is None or binaries is None:
-        print("no kube-apiserver or Kueue CRDs: run `python -m admission.kube.envtest ensure` (make envtest)", file=sys.stderr)
+        print("no kube-apiserver or Kueue CRDs: run `python -m tests.envtest ensure` (make envtest)", file=sys.stderr)
         return 2
     config = RunConfig(seed=args.seed, fault_rate=args.fault_rate, seconds=args.seconds, workloads=args.workloads,
                        shapes=args.shapes, process=args.process, kill_rate=args.kill_rate, replicas=args.replicas,

@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from admission.kube.envtest import ApiServer
 from tests.chaos.harness import RunConfig, RunResult, run_once
 from tests.chaos.proxy import FaultProxy
+from tests.envtest import ApiServer
 
 __all__ = ["Summary", "run_many"]
 

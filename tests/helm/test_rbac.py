@@ -26,11 +26,11 @@ from kubernetes.client.exceptions import ApiException
 from admission.cli._run import main as run_main
 from admission.controller import REQUEUE_CONDITION, ConfigSettings, Controller, KueueSettings, Recorder, Settings
 from admission.kube import KubePort
-from admission.kube.envtest import ApiServer, install_kueue_crds
 from admission.webhook import MUTATE_PATH, PodPinner, WebhookServer, WebhookSettings, ensure_serving_cert, review_time_left
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, Fabric, planned, profiles_doc, run
 from tests.admission.webhook.conftest import bind, create, fail, kueue_pod, pinned_node, settle
 from tests.conftest import control_plane
+from tests.envtest import ApiServer, install_kueue_crds
 from tests.helm.chart import apply, by_kind, for_server, render
 from tests.kube_objects import GROUP, VERSION, cluster_queue, local_queue, resource_flavor, topology
 

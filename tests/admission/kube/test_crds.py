@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.kube.envtest import KUEUE_CRD_FILES, KUEUE_VERSION, EnvtestError, _crds, adapt_for_old_apiservers, ensure_kueue_crds
+from tests.envtest import KUEUE_CRD_FILES, KUEUE_VERSION, EnvtestError, _crds, adapt_for_old_apiservers, ensure_kueue_crds
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -81,7 +81,16 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reference_crds: Pa
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(_crds, "_shared_copy", lambda: tmp_path / "no-shared")
+    monkeypatch.setattr(_crds, "_module_crds", lambda: None)  # no Kueue Go module either
     return tmp_path
+
+
+def test_without_atoll_kueue_crds_they_come_untouched_from_the_kueue_go_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ATOLL_KUEUE_CRDS", raising=False)
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path / "cache"))
+    module = _crds.kueue_module_dir()
+    assert module is not None and module.name == f"kueue@{KUEUE_VERSION}"  # Go's module cache: checked against go.sum's database
+    assert ensure_kueue_crds() == module / "config" / "components" / "crd" / "bases"
 
 
 def test_the_pinned_manifest_is_downloaded_once_checked_and_split(isolated: Path, server: _Served, manifest: bytes,

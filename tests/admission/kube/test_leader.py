@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client
 
 from admission.kube import CONFIGMAPS, LEASES, ApiRetrySettings, KubePort, LeaderElector, LeaderSettings, ManualClock, errors
-from admission.kube.envtest import ApiServer
 from tests.chaos.proxy import FaultProxy
+from tests.envtest import ApiServer
 
 pytestmark = pytest.mark.apiserver
 

@@ -3,24 +3,28 @@
 Where they come from, first found wins (``ensure_kueue_crds``):
 
 1. ``$ATOLL_KUEUE_CRDS``: a folder holding the six files (an error if it does not);
-2. Atoll's cache, ``<cache>/kueue/<KUEUE_VERSION>/`` (see ``cache_dir``);
-3. Kueue's published release manifest for ``KUEUE_VERSION``, downloaded once, checked against
+2. the Kueue Go module ``sigs.k8s.io/kueue@KUEUE_VERSION`` (``go mod download``, which the Go
+   checksum database verifies): its ``config/components/crd/bases``, untouched;
+3. Atoll's cache, ``<cache>/kueue/<KUEUE_VERSION>/`` (see ``cache_dir``);
+4. Kueue's published release manifest for ``KUEUE_VERSION``, downloaded once, checked against
    its pinned sha256 (``KUEUE_MANIFEST_SHA256``, or ``$ATOLL_KUEUE_SHA256``), split into the six
    files and cached; without a pinned digest nothing is downloaded;
-4. ``shared/kueue`` beside the repository, an offline copy.
+5. ``shared/kueue`` beside the repository, an offline copy.
 
-Kubernetes 1.20 refuses the Workload CRD as generated: ``default: ""`` is invalid there, and a
+A current apiserver takes the CRDs as Kueue generates them. Only the Kubernetes 1.20 fallback
+needs them rewritten at load (``install_kueue_crds`` asks the server its version): 1.20 refuses the Workload CRD as generated: ``default: ""`` is invalid there, and a
 list-map key must then be required. Its server-side-apply type builder also cannot read the
 ``anyOf`` generated for int-or-string fields; it then treats every list of the CRD as atomic, so
 ``status.admissionChecks`` would not merge by name. All three are fixed at load time by walking
 the schema, and a release manifest's conversion webhook (Kueue's own, which no test runs) is
-dropped; the files are never edited. Newer apiservers accept the result too.
+dropped; the files are never edited.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from admission.kube.envtest._binaries import EnvtestError, cache_dir
+from tests.envtest._binaries import EnvtestError, cache_dir, go_module_dir
 
 __all__ = [
     "KUEUE_CRD_FILES",
@@ -40,6 +44,7 @@ __all__ = [
     "install_kueue_crds",
     "kueue_crd_dir",
     "kueue_manifest_url",
+    "kueue_module_dir",
 ]
 
 KUEUE_CRD_FILES = (
@@ -74,8 +79,23 @@ def _complete(folder: Path) -> bool:
 
 
 def _shared_copy() -> Path:
-    # admission/kube/envtest/_crds.py -> parents[3] is the repository root, parents[4] the folder holding it
-    return Path(__file__).resolve().parents[4] / "shared" / "kueue"
+    # tests/envtest/_crds.py -> parents[2] is the repository root, parents[3] the folder holding it
+    return Path(__file__).resolve().parents[3] / "shared" / "kueue"
+
+
+def kueue_module_dir(version: str = KUEUE_VERSION) -> Path | None:
+    """Kueue's Go module at ``version`` in Go's module cache, downloaded once and verified by the Go
+    checksum database (``go mod download``); None without Go or when it cannot be had."""
+    try:
+        return go_module_dir("sigs.k8s.io/kueue", version)
+    except (EnvtestError, OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _module_crds() -> Path | None:
+    module = kueue_module_dir()
+    folder = module / "config" / "components" / "crd" / "bases" if module else None
+    return folder if folder is not None and _complete(folder) else None
 
 
 def _cached() -> Path:
@@ -142,6 +162,9 @@ def ensure_kueue_crds(*, download: bool = True) -> Path:
             raise EnvtestError(f"ATOLL_KUEUE_CRDS={folder}: missing {', '.join(missing)}; point it at Kueue's "
                                "config/components/crd/bases or unset it")
         return folder
+    module = _module_crds()
+    if module is not None:
+        return module
     cached = _cached()
     if _complete(cached):
         return cached
@@ -207,23 +230,34 @@ def adapt_for_old_apiservers(crd: dict[str, Any]) -> dict[str, Any]:
     return crd
 
 
-def _load(path: Path) -> dict[str, Any]:
+def _load(path: Path, adapt: bool) -> dict[str, Any]:
     # libyaml when present: the Workload CRD is ~1 MB of YAML, ~10x faster to parse in C
     crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
         raise ValueError(f"{path}: expected one CustomResourceDefinition document")
-    return adapt_for_old_apiservers(crd)
+    return adapt_for_old_apiservers(crd) if adapt else crd
 
 
-def install_kueue_crds(api_client: Any, crd_dir: Path, timeout: float = 60.0) -> list[str]:
-    """Create (or replace) the six Kueue CRDs and wait until each is Established and its
-    resource answers a list; returns the CRD names."""
+def _server_needs_adapting(api_client: Any) -> bool:
+    """True for an apiserver older than 1.25 (the 1.20 fallback), which refuses the CRDs as generated."""
+    from kubernetes import client
+
+    info = client.VersionApi(api_client).get_code()
+    minor = int("".join(ch for ch in str(info.minor) if ch.isdigit()) or 0)
+    return (int(info.major), minor) < (1, 25)
+
+
+def install_kueue_crds(api_client: Any, crd_dir: Path, timeout: float = 60.0, files: tuple[str, ...] = KUEUE_CRD_FILES) -> list[str]:
+    """Create (or replace) Kueue's CRDs (the six Atoll uses unless ``files`` names others) and wait
+    until each is Established and its resource answers a list; returns the CRD names. They load
+    as written on a current apiserver, adapted (``adapt_for_old_apiservers``) on 1.20."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
     ext: Any = client.ApiextensionsV1Api(api_client)  # bodies are plain dicts, as loaded from YAML
     custom = client.CustomObjectsApi(api_client)
-    crds = [_load(crd_dir / f) for f in KUEUE_CRD_FILES]
+    adapt = _server_needs_adapting(api_client)
+    crds = [_load(crd_dir / f, adapt) for f in files]
     for crd in crds:
         try:
             ext.create_custom_resource_definition(crd)

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import httpx
 
-from admission.kube.envtest._binaries import Binaries, EnvtestError, ensure_binaries
+from tests.envtest._binaries import Binaries, EnvtestError, ensure_binaries
 
 __all__ = ["UNCACHED_RESOURCE", "ApiServer"]
 
@@ -36,6 +36,15 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def _older_than(version: str, minor: int) -> bool:
+    """True when ``version`` (``v1.20.2``) is a 1.x release before 1.``minor``; an unknown version is taken as current."""
+    parts = version.lstrip("v").split(".")
+    try:
+        return parts[0] == "1" and int(parts[1]) < minor
+    except (IndexError, ValueError):
+        return False
 
 
 def _tail(path: Path, chars: int = 4000) -> str:
@@ -105,10 +114,12 @@ class ApiServer:
                 raise EnvtestError(f"openssl {args[0]} failed making the service-account key: {done.stderr.strip()}")
         (d / "tokens.csv").write_text(f'{self.token},atoll-test,atoll-test,"system:masters"\n')
         self.port = _free_port()
+        # the insecure port is gone since 1.24; before that it must be turned off
+        insecure = ["--insecure-port=0"] if _older_than(self.binaries.version, 24) else []
         self._spawn("apiserver", [
-            str(self.binaries.kube_apiserver), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            str(self.binaries.kube_apiserver), *insecure, f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.port}",
-            "--insecure-port=0", f"--cert-dir={d / 'certs'}", f"--token-auth-file={d / 'tokens.csv'}",
+            f"--cert-dir={d / 'certs'}", f"--token-auth-file={d / 'tokens.csv'}",
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={pub}",
             f"--service-account-signing-key-file={key}", f"--service-cluster-ip-range={_SERVICE_CIDR}",
             f"--authorization-mode={'RBAC' if self.rbac else 'AlwaysAllow'}",

@@ -1,0 +1,193 @@
+"""Real Kueue on a test apiserver: kube-controller-manager (the Job controller), kube-scheduler,
+KWOK (fake nodes that heartbeat, pods that go Running once bound) and Kueue's manager, all from
+the current control plane build (``ensure_current``).
+
+Kueue runs with its own internal certificate management, as a default install does: it makes its
+webhook certificate, stores it in a Secret of ``kueue-system`` and injects the CA into the
+conversion webhooks of its CRDs. So the CRDs are installed as Kueue's own kustomization builds
+them: every file of its ``crd/bases``, untouched, plus the conversion-webhook patches its
+``crd/kustomization.yaml`` lists, named as its default overlay names them (``kueue-`` prefix,
+namespace ``kueue-system``). No apiserver webhook points at Kueue (its service has no route on a
+test machine): clients and Kueue both speak v1beta2, the storage version, so no conversion is
+ever asked for, and Jobs are created suspended, as Kueue's own Job webhook would leave them.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.envtest._binaries import KWOK_VERSION, Binaries, EnvtestError, go_module_dir
+from tests.envtest._crds import KUEUE_VERSION, install_kueue_crds
+from tests.envtest._server import ApiServer, _free_port, _tail
+
+__all__ = ["KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "KueueCluster", "kueue_crd_files"]
+
+KUEUE_NAMESPACE = "kueue-system"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+"""KWOK manages the nodes annotated ``kwok.x-k8s.io/node: fake`` (its convention)."""
+_WEBHOOK_SECRET = "kueue-webhook-server-cert"
+
+# KWOK's own stages: nodes turn Ready and heartbeat through Leases; bound pods turn Running; deleted
+# pods go. Its pod-complete stage is left out, so a Job's pods run until the test ends them.
+_KWOK_STAGES = ("kustomize/stage/node/fast/node-initialize.yaml",
+                "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+                "kustomize/stage/pod/fast/pod-ready.yaml", "kustomize/stage/pod/fast/pod-delete.yaml")
+
+
+def kueue_crd_files(bases: Path) -> tuple[str, ...]:
+    """Every CRD file of Kueue's ``crd/bases``, sorted."""
+    return tuple(sorted(p.name for p in bases.glob("kueue.x-k8s.io_*.yaml")))
+
+
+def _conversion_patches(crd_root: Path) -> dict[str, dict[str, Any]]:
+    """CRD name -> ``spec.conversion`` of the patches Kueue's crd/kustomization.yaml applies, with
+    the service named as its default overlay names it."""
+    kustomization = yaml.safe_load((crd_root / "kustomization.yaml").read_text())
+    patches: dict[str, dict[str, Any]] = {}
+    for entry in kustomization.get("patches") or []:
+        patch = yaml.safe_load((crd_root / entry["path"]).read_text())
+        conversion = copy.deepcopy(patch["spec"]["conversion"])
+        service = conversion["webhook"]["clientConfig"]["service"]
+        service["name"], service["namespace"] = f"kueue-{service['name']}", KUEUE_NAMESPACE
+        patches[patch["metadata"]["name"]] = conversion
+    return patches
+
+
+class KueueCluster:
+    """``with KueueCluster(api) as cluster:``: the Job controller, the scheduler, KWOK and Kueue
+    running against ``api`` (an ``ApiServer`` started from a current build) until the block ends."""
+
+    def __init__(self, api: ApiServer, *, frameworks: tuple[str, ...] = ("batch/job",), start_timeout: float = 180.0) -> None:
+        binaries: Binaries = api.binaries
+        missing = [n for n in ("kube_scheduler", "kube_controller_manager", "kueue", "kwok") if getattr(binaries, n) is None]
+        if missing:
+            raise EnvtestError(f"the control plane at {binaries.kube_apiserver} has no {', '.join(missing)}: real Kueue needs "
+                               "Atoll's own build (`python -m tests.envtest ensure` with Go on PATH), not "
+                               "KUBEBUILDER_ASSETS or the Debian 1.20 fallback")
+        self.api = api
+        self.binaries = binaries
+        self.frameworks = frameworks
+        self.start_timeout = start_timeout
+        self.health_port = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> KueueCluster:
+        from kubernetes import client
+
+        kueue_module = go_module_dir("sigs.k8s.io/kueue", KUEUE_VERSION)
+        kwok_module = go_module_dir("sigs.k8s.io/kwok", KWOK_VERSION)
+        api_client = self.api.api_client()
+        self._install_crds(api_client, kueue_module / "config" / "components" / "crd")
+        core = client.CoreV1Api(api_client)
+        core.create_namespace({"metadata": {"name": KUEUE_NAMESPACE}})
+        # the empty Secret Kueue's default install creates: its certificate rotator fills it, and
+        # stops the manager at start when it is missing
+        core.create_namespaced_secret(KUEUE_NAMESPACE, {"metadata": {"name": _WEBHOOK_SECRET}})
+        kubeconfig = str(self.api.kubeconfig_path)
+        common = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
+                  f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
+        self.api._spawn("kube-controller-manager", [
+            str(self.binaries.kube_controller_manager), *common, f"--secure-port={_free_port()}",
+            # the Job controller, garbage collection, and node lifecycle (it lifts the not-ready taint the
+            # apiserver puts on every new node once KWOK reports it Ready)
+            "--controllers=job-controller,garbage-collector-controller,node-lifecycle-controller",
+            "--use-service-account-credentials=false",
+        ])
+        self.api._spawn("kube-scheduler", [str(self.binaries.kube_scheduler), *common, f"--secure-port={_free_port()}"])
+        stages = self.api.dir / "kwok-stages.yaml"
+        stages.write_text("\n---\n".join((kwok_module / s).read_text() for s in _KWOK_STAGES))
+        self.api._spawn("kwok", [
+            str(self.binaries.kwok), f"--kubeconfig={kubeconfig}", f"--config={stages}", "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake", f"--server-address=127.0.0.1:{_free_port()}",
+        ])
+        self._start_kueue(kubeconfig)
+        return self
+
+    def _install_crds(self, api_client: Any, crd_root: Path) -> None:
+        from kubernetes import client
+
+        bases = crd_root / "bases"
+        files = kueue_crd_files(bases)
+        install_kueue_crds(api_client, bases, files=files)
+        ext: Any = client.ApiextensionsV1Api(api_client)
+        for name, conversion in _conversion_patches(crd_root).items():
+            ext.patch_custom_resource_definition(name, {"spec": {"conversion": conversion}})
+
+    def _mount_certs(self, certs: Path) -> bool:
+        """What a kubelet does for Kueue's pod: the Secret its certificate rotator fills, written as
+        files into its certificate folder (the rotator waits for them there). True once written."""
+        import base64
+
+        from kubernetes import client
+
+        secret = client.CoreV1Api(self.api.api_client()).read_namespaced_secret(_WEBHOOK_SECRET, KUEUE_NAMESPACE)
+        data = secret.data or {}
+        if not all(k in data for k in ("tls.crt", "tls.key", "ca.crt")):
+            return False
+        certs.mkdir(parents=True, exist_ok=True)
+        for name in ("ca.crt", "tls.key", "tls.crt"):  # the certificate last: its presence is what the rotator looks for
+            (certs / name).write_bytes(base64.b64decode(data[name]))
+        return True
+
+    def _start_kueue(self, kubeconfig: str) -> None:
+        self.health_port = _free_port()
+        certs = self.api.dir / "kueue-certs"
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{_free_port()}"},
+            "webhook": {"host": "127.0.0.1", "port": _free_port(), "certDir": str(certs)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": True, "webhookServiceName": "kueue-webhook-service",
+                                       "webhookSecretName": _WEBHOOK_SECRET},
+            "clientConnection": {"qps": 300, "burst": 500},
+            "integrations": {"frameworks": list(self.frameworks)},
+            # its visibility API server delegates authentication to an in-cluster config, which a
+            # process outside a pod has not; nothing here reads that API
+            "featureGates": {"VisibilityOnDemand": False},
+        }
+        path = self.api.dir / "kueue-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        env = {**os.environ, "KUBECONFIG": kubeconfig}
+        log = open(self.api.dir / "kueue.log", "wb")  # noqa: SIM115 - open while Kueue runs; closed with the apiserver's logs
+        self.api._logs.append(log)
+        proc = subprocess.Popen([str(self.binaries.kueue), f"--config={path}", "--zap-log-level=2"], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        self.api._procs.append(("kueue", proc))
+        deadline = time.monotonic() + self.start_timeout
+        last = "no answer yet"
+        mounted = False
+        while time.monotonic() < deadline:
+            mounted = mounted or self._mount_certs(certs)
+            for name, p in self.api._procs:
+                if p.poll() is not None:
+                    raise EnvtestError(f"{name} exited with {p.returncode} while Kueue started; its log ends:\n"
+                                       f"{_tail(self.api.dir / f'{name}.log')}")
+            try:
+                r = httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2)
+                if r.status_code == 200:
+                    return
+                last = f"/readyz answered HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = f"/readyz: {exc}"
+            time.sleep(0.5)
+        raise EnvtestError(f"Kueue not ready after {self.start_timeout}s ({last}); its log ends:\n{_tail(self.api.dir / 'kueue.log')}")
+
+    def __enter__(self) -> KueueCluster:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """The processes end with the ``ApiServer`` that runs them."""
+
+    def log(self, name: str = "kueue") -> str:
+        return _tail(self.api.dir / f"{name}.log", 20000)

@@ -46,6 +46,7 @@ bench: install envtest
 	atoll bench webhook --pods 500
 	atoll bench webhook --pods 500 --no-ranked
 	atoll bench failover --goal-seconds 2
+	atoll bench kueue --nodes 640 --workloads 2000
 	atoll bench simulate
 	atoll bench collectives
 	atoll bench decide

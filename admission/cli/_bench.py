@@ -214,14 +214,14 @@ def _collectives_main(argv: Sequence[str]) -> int:
 
 
 _OTHERS = {"controller": "admission.cli._bench_controller", "decide": "admission.cli._bench_decide",
-           "failover": "admission.cli._bench_failover", "quality": "admission.cli._bench_quality", "serving": "admission.cli._bench_serving",
+           "failover": "admission.cli._bench_failover", "kueue": "admission.cli._bench_kueue", "quality": "admission.cli._bench_quality", "serving": "admission.cli._bench_serving",
            "webhook": "admission.cli._bench_webhook"}
 
 
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: atoll bench {finder,simulate,collectives,controller,decide,failover,quality,serving,webhook} [options]")
+        print("usage: atoll bench {finder,simulate,collectives,controller,decide,failover,kueue,quality,serving,webhook} [options]")
         return 0 if args else 2
     if args[0] == "finder":
         return _finder_main(args[1:])
@@ -232,5 +232,5 @@ def main(argv: Sequence[str]) -> int:
     if args[0] in _OTHERS:
         code: int = importlib.import_module(_OTHERS[args[0]]).main(args[1:])
         return code
-    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, collectives, controller, decide, failover, quality, serving, webhook)", file=sys.stderr)
+    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, collectives, controller, decide, failover, kueue, quality, serving, webhook)", file=sys.stderr)
     return 2

@@ -15,9 +15,13 @@ Score, per model (``SCHEDULERS``):
 - ``least-allocated``: the default kube-scheduler. NodeResourcesFit's default scoring strategy is
   ``LeastAllocated`` over ``cpu`` and ``memory`` with weight 1 each (NodeResourcesFitArgs,
   kubescheduler.config.k8s.io/v1; extended resources such as ``nvidia.com/gpu`` are not scored
-  unless listed), plus the default NodeResourcesBalancedAllocation score on the same resources;
-  each score is an integer in [0, 100] (``(allocatable - requested) * 100 / allocatable``), and
-  the scheduler picks at random among the nodes with the highest total (``selectHost``).
+  unless listed), plus the default NodeResourcesBalancedAllocation score on the same resources.
+  Both are integers in [0, 100] computed as kube-scheduler 1.36 computes them: per resource
+  ``(allocatable - requested) * 100 / allocatable`` in integer division, averaged; balance
+  ``(1 - |cpu share - memory share| / 2) * 100`` truncated, scored as the change the pod makes
+  (``50 + (50 + after - before) / 2``). The scheduler picks at random among the nodes with the
+  highest total (``selectHost``). tests/kueue/test_agreement_scheduler.py holds this against the
+  real kube-scheduler.
 - ``most-allocated``: bin packing as the Kubernetes "Resource Bin Packing" page configures it:
   ``MostAllocated`` over ``cpu`` 1, ``memory`` 1 and ``nvidia.com/gpu`` 3.
 - ``random``: any feasible node, uniformly.
@@ -80,6 +84,15 @@ class BindingModel:
             cand = fit
         return [(n, out[n]) for n in order]
 
+    def best_nodes(self, free: IntArray, alloc: IntArray, allowed: IntArray, per_pod: Sequence[int]) -> IntArray:
+        """The nodes among ``allowed`` this model scores equally best for one more pod of shape
+        ``per_pod`` (a scored model; every feasible node otherwise), empty when none fits: the
+        set the scheduler draws from. ``free`` is not changed."""
+        req = np.array([per_pod[0], per_pod[1], per_pod[2], 1], dtype=np.int64)
+        fit, best = _fit_and_best(free, alloc, np.ascontiguousarray(allowed, dtype=np.int64), req, _SCORED.get(self.name, 0))
+        out: IntArray = fit[best] if best.size else fit
+        return out
+
     def _pick(self, fit: IntArray, free: IntArray, alloc: IntArray, req: IntArray, own: IntArray | None,
               others: IntArray | None) -> int:
         """The unscored models: any feasible node (random), or the adversary's order."""
@@ -104,6 +117,25 @@ def _share(alloc, free, req):  # type: ignore[no-untyped-def]
     cap = alloc if alloc > 1 else np.int64(1)
     v = (alloc - free + req) * 100 // cap
     return v if v < 100 else np.int64(100)
+
+
+@njit(cache=True)
+def _least(alloc, requested):  # type: ignore[no-untyped-def]
+    """NodeResourcesFit's leastRequestedScore: unused share in whole percent, rounded down."""
+    if alloc <= 0 or requested > alloc:
+        return np.int64(0)
+    return (alloc - requested) * 100 // alloc
+
+
+@njit(cache=True)
+def _balance(cpu_alloc, cpu_requested, mem_alloc, mem_requested):  # type: ignore[no-untyped-def]
+    """NodeResourcesBalancedAllocation's balancedResourceScore over cpu and memory: ``(1 - std) *
+    100`` truncated, std = half the gap between the two requested fractions (float64, as Go)."""
+    if cpu_alloc <= 0 or mem_alloc <= 0:
+        return np.int64(100)
+    fc = min(cpu_requested / cpu_alloc, 1.0)
+    fm = min(mem_requested / mem_alloc, 1.0)
+    return np.int64((1.0 - abs(fc - fm) / 2.0) * 100.0)
 
 
 @njit(cache=True)
@@ -132,13 +164,20 @@ def _fit_and_best(free, alloc, cand, req, scored):  # type: ignore[no-untyped-de
     top = np.int64(-(1 << 62))
     for j in range(k):
         i = fit[j]
-        gpu = _share(alloc[i, 0], free[i, 0], req[0])
-        cpu = _share(alloc[i, 1], free[i, 1], req[1])
-        mem = _share(alloc[i, 2], free[i, 2], req[2])
-        balanced = 100 - abs(cpu - mem) // 2
-        if scored == 1:
-            fit_score = (200 - cpu - mem) // 2
+        cpu_before, mem_before = alloc[i, 1] - free[i, 1], alloc[i, 2] - free[i, 2]
+        with_pod = _balance(alloc[i, 1], cpu_before + req[1], alloc[i, 2], mem_before + req[2])
+        without = _balance(alloc[i, 1], cpu_before, alloc[i, 2], mem_before)
+        balanced = 50 + (50 + with_pod - without) // 2  # the change the pod makes to the node's balance
+        if req[1] == 0 and req[2] == 0:
+            balanced = 0  # a best-effort pod: the plugin skips scoring
+        if scored == 1:  # LeastAllocated counts a pod without a request as 100m CPU and 200MiB
+            cpu_pod = req[1] if req[1] > 0 else np.int64(100)
+            mem_pod = req[2] if req[2] > 0 else np.int64(200)
+            fit_score = (_least(alloc[i, 1], cpu_before + cpu_pod) + _least(alloc[i, 2], mem_before + mem_pod)) // 2
         else:
+            gpu = _share(alloc[i, 0], free[i, 0], req[0])
+            cpu = _share(alloc[i, 1], free[i, 1], req[1])
+            mem = _share(alloc[i, 2], free[i, 2], req[2])
             fit_score = (cpu + mem + 3 * gpu) // 5  # weights cpu 1, memory 1, nvidia.com/gpu 3
         score[j] = fit_score + balanced
         if score[j] > top:

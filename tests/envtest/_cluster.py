@@ -89,10 +89,10 @@ class KueueCluster:
         api_client = self.api.api_client()
         self._install_crds(api_client, kueue_module / "config" / "components" / "crd")
         core = client.CoreV1Api(api_client)
-        core.create_namespace({"metadata": {"name": KUEUE_NAMESPACE}})
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=KUEUE_NAMESPACE)))
         # the empty Secret Kueue's default install creates: its certificate rotator fills it, and
         # stops the manager at start when it is missing
-        core.create_namespaced_secret(KUEUE_NAMESPACE, {"metadata": {"name": _WEBHOOK_SECRET}})
+        core.create_namespaced_secret(KUEUE_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=_WEBHOOK_SECRET)))
         kubeconfig = str(self.api.kubeconfig_path)
         common = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                   f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]

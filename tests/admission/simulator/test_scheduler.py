@@ -61,13 +61,24 @@ def test_an_unknown_model_is_named() -> None:
         BindingModel("kind", 0)
 
 
+def balance_as_arrays(alloc: np.ndarray, requested: np.ndarray) -> np.ndarray:
+    """kube-scheduler 1.36's balancedResourceScore over cpu and memory, on arrays."""
+    frac = np.minimum(requested[:, 1:3] / alloc[:, 1:3], 1.0)
+    return ((1.0 - np.abs(frac[:, 0] - frac[:, 1]) / 2.0) * 100.0).astype(np.int64)
+
+
 def scores_as_arrays(free: np.ndarray, alloc: np.ndarray, fit: np.ndarray, req: np.ndarray, name: str) -> np.ndarray:
     """The scheduler's scores written as whole-array arithmetic (the twin of ``_fit_and_best``)."""
     cap = np.maximum(alloc[fit], 1)
-    share = np.minimum((alloc[fit] - free[fit] + req) * 100 // cap, 100)
-    balanced = 100 - np.abs(share[:, 1] - share[:, 2]) // 2
+    before = alloc[fit] - free[fit]
+    share = np.minimum((before + req) * 100 // cap, 100)
+    balanced = 50 + (50 + balance_as_arrays(cap, before + req) - balance_as_arrays(cap, before)) // 2
+    if req[1] == 0 and req[2] == 0:
+        balanced = np.zeros_like(balanced)
     if name == "least-allocated":
-        return (200 - share[:, 1] - share[:, 2]) // 2 + balanced
+        pod = np.array([0, req[1] or 100, req[2] or 200, 0])
+        least = (cap - before - pod) * 100 // cap
+        return (least[:, 1] + least[:, 2]) // 2 + balanced
     weights = {1: 1, 2: 1, 0: 3}  # cpu, memory, nvidia.com/gpu
     return sum(w * share[:, r] for r, w in weights.items()) // sum(weights.values()) + balanced
 

@@ -1,0 +1,332 @@
+"""``atoll bench kueue``: Kueue's own TAS performance shape on the test control plane, Kueue's
+TAS alone against Kueue plus Atoll's check, in the same run.
+
+It starts the current control plane of ``tests.envtest`` (etcd, kube-apiserver, the Job
+controller, kube-scheduler, KWOK and real Kueue: it runs from a clone of the repository) and
+makes two identical pools of KWOK nodes, one per arm, shaped as Kueue's TAS performance test
+(test/performance/scheduler/configs/tas: racks of 64 nodes of 96 CPUs and 256Gi, one block),
+with 8 GPUs per node: every pod also asks one GPU, since Atoll places GPU pods (a CPU-only
+PodSet needs no placement, and Atoll admits it at once):
+
+- ``tas``: a ResourceFlavor with ``topologyName``; Kueue's TAS assigns every Workload.
+- ``atoll``: a ResourceFlavor without it, mapped to the same Topology in Atoll's profiles, and
+  Atoll's AdmissionCheck on its ClusterQueues; Atoll's controller (in-process) places.
+
+Each arm has ``--queues`` ClusterQueues in one cohort (nominal 20 CPUs each, borrowing up to 100),
+a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second: Kueue's
+classes (small 2 x 500m for 200 ms, medium 4 x 1250m for 500 ms, large 8 x 2500m for 1 s, in
+its 7:2:1 mix), half required and half preferred at the rack level (Atoll: the strict and the
+elastic profile). A runner marks each Workload Finished its runtime after it is admitted, as
+Kueue's performance runner does, so quota turns over.
+
+Time to admission is from the create call to the Workload's first ``Admitted=True`` seen on a
+watch; admissions/s from the first create to the last admission of the arm. Goal: Atoll's mean
+time to admission at most ``--goal-ratio`` (1.10) times Kueue's alone; the command exits 1 when
+it is missed or a Workload is not admitted within ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import io
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import yaml
+
+from admission import vocabulary
+from admission.cli._args import Parser
+
+__all__ = ["CLASSES", "main", "run_bench"]
+
+GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
+POOL, ARM_LABEL = vocabulary.BENCH_POOL, "atoll.dev/bench-arm"
+TOPOLOGY, CHECK, ATOLL_NS = "bench-topology", "atoll-topology", "atoll-system"
+ARMS = ("tas", "atoll")
+GPU = "nvidia.com/gpu"
+NODES_PER_RACK = 64
+CLASSES = (("small", 2, "500m", 0.2, 0.7), ("medium", 4, "1250m", 0.5, 0.2), ("large", 8, "2500m", 1.0, 0.1))
+"""Kueue's TAS performance classes: (name, pods, CPU per pod, runtime s, share of Workloads)."""
+
+
+def _node(arm: str, i: int) -> dict[str, Any]:
+    from tests.envtest import KWOK_NODE_ANNOTATION
+
+    name = f"{arm}-r{i // NODES_PER_RACK:02d}-n{i % NODES_PER_RACK:02d}"
+    res = {"cpu": "96", "memory": "256Gi", "pods": "110", GPU: "8"}
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                         "labels": {BLOCK: "b0", RACK: f"{arm}-r{i // NODES_PER_RACK:02d}", HOST: name, POOL: arm, "type": "kwok"}},
+            "status": {"allocatable": res, "capacity": res}}
+
+
+def _install(port: Any, nodes: int, queues: int) -> None:
+    """Nodes, the Topology, both flavors, the AdmissionCheck, the cohorts' ClusterQueues,
+    namespaces and LocalQueues, and Atoll's profiles."""
+    from admission.kube import ADMISSION_CHECKS, CLUSTER_QUEUES, CONFIGMAPS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, Resource
+
+    namespaces = Resource("", "v1", "namespaces", "Namespace", False)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda a_i: port.create(NODES, _node(*a_i)), [(a, i) for a in ARMS for i in range(nodes)]))
+    kueue = {"apiVersion": f"{GROUP}/{VERSION}"}
+    port.create(TOPOLOGIES, {**kueue, "kind": "Topology", "metadata": {"name": TOPOLOGY},
+                             "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]}})
+    port.create(RESOURCE_FLAVORS, {**kueue, "kind": "ResourceFlavor", "metadata": {"name": "tas"},
+                                   "spec": {"nodeLabels": {POOL: "tas"}, "topologyName": TOPOLOGY}})
+    port.create(RESOURCE_FLAVORS, {**kueue, "kind": "ResourceFlavor", "metadata": {"name": "atoll"}, "spec": {"nodeLabels": {POOL: "atoll"}}})
+    port.create(ADMISSION_CHECKS, {**kueue, "kind": "AdmissionCheck", "metadata": {"name": CHECK},
+                                   "spec": {"controllerName": vocabulary.CONTROLLER_NAME}})
+    for arm in ARMS:
+        port.create(namespaces, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"bench-{arm}"}})
+        for q in range(queues):
+            spec: dict[str, Any] = {
+                "cohortName": f"{arm}-cohort", "namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+                "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [{"coveredResources": ["cpu", GPU], "flavors": [
+                    {"name": arm, "resources": [{"name": "cpu", "nominalQuota": 20, "borrowingLimit": 100},
+                                                {"name": GPU, "nominalQuota": 8 * nodes}]}]}]}
+            if arm == "atoll":
+                spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": CHECK, "onFlavors": ["atoll"]}]}
+            port.create(CLUSTER_QUEUES, {**kueue, "kind": "ClusterQueue", "metadata": {"name": f"{arm}-cq-{q}"}, "spec": spec})
+            port.create(LOCAL_QUEUES, {**kueue, "kind": "LocalQueue", "metadata": {"name": f"lq-{q}", "namespace": f"bench-{arm}"},
+                                       "spec": {"clusterQueue": f"{arm}-cq-{q}"}})
+    port.create(namespaces, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ATOLL_NS}})
+    doc = {"defaultProfile": "strict", "flavors": {"atoll": {"topology": TOPOLOGY}},
+           "profiles": {"strict": {"requiredLevel": RACK}, "elastic": {"preferredLevel": RACK, "maxSpanLevel": BLOCK}}}
+    port.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "atoll-policies", "namespace": ATOLL_NS},
+                             "data": {"profiles.yaml": yaml.safe_dump(doc)}})
+
+
+def _workload(arm: str, name: str, queue: int, pods: int, cpu: str, required: bool) -> dict[str, Any]:
+    podset: dict[str, Any] = {"name": "main", "count": pods, "template": {"metadata": {}, "spec": {
+        "restartPolicy": "Never",
+        "containers": [{"name": "c", "image": "registry.example.com/bench/pause:1", "resources": {"requests": {"cpu": cpu, GPU: "1"}, "limits": {GPU: "1"}}}]}}}
+    if arm == "tas":
+        podset["topologyRequest"] = {"required" if required else "preferred": RACK}
+    else:
+        podset["template"]["metadata"]["annotations"] = {vocabulary.PROFILE: "strict" if required else "elastic"}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload",
+            "metadata": {"name": name, "namespace": f"bench-{arm}", "labels": {ARM_LABEL: arm}},
+            "spec": {"queueName": f"lq-{queue}", "podSets": [podset]}}
+
+
+class _Runner:
+    """Watches the bench Workloads: records each first ``Admitted=True`` and marks the Workload
+    Finished its runtime later (Kueue then releases its quota)."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+        self.admitted: dict[str, float] = {}
+        self.runtime: dict[str, float] = {}
+        self.due: list[tuple[float, str]] = []
+        self.cv = threading.Condition()
+        self.done = threading.Event()
+        self.stream: Any = None
+        self.threads = [threading.Thread(target=self._watch, daemon=True), threading.Thread(target=self._finish, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _watch(self) -> None:
+        from admission.kube import WORKLOADS
+
+        rv = self.port.list(WORKLOADS).resource_version
+        while not self.done.is_set():
+            try:
+                self.stream = self.port.watch(WORKLOADS, rv, timeout_seconds=30)
+                for ev in self.stream:
+                    obj = ev.object
+                    rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                    if ev.type not in ("ADDED", "MODIFIED") or ARM_LABEL not in (obj["metadata"].get("labels") or {}):
+                        continue
+                    key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+                    conds = (obj.get("status") or {}).get("conditions") or []
+                    if key not in self.admitted and any(c["type"] == "Admitted" and c["status"] == "True" for c in conds):
+                        now = time.monotonic()
+                        with self.cv:
+                            self.admitted[key] = now
+                            heapq.heappush(self.due, (now + self.runtime.get(key, 0.0), key))
+                            self.cv.notify_all()
+                    if self.done.is_set():
+                        return
+            except Exception:  # noqa: BLE001 - a dropped watch: resume from the last version seen
+                time.sleep(0.2)
+
+    def _finish(self) -> None:
+        from admission.kube import WORKLOADS
+
+        while not self.done.is_set():
+            with self.cv:
+                while not self.done.is_set() and (not self.due or self.due[0][0] > time.monotonic()):
+                    self.cv.wait(0.05 if self.due else 0.5)
+                if self.done.is_set():
+                    return
+                _, key = heapq.heappop(self.due)
+            ns, name = key.split("/", 1)
+            t = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload", "metadata": {"name": name, "namespace": ns},
+                    "status": {"conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded",
+                                               "message": "the bench runner finished it", "lastTransitionTime": t}]}}
+            try:
+                self.port.apply(WORKLOADS, body, field_manager="bench-runner", subresource="status")
+            except Exception as exc:  # noqa: BLE001 - the Workload stays admitted (its arm's quota stays used): say so
+                print(f"atoll bench kueue: could not finish {key}: {exc}", file=sys.stderr)
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.stream is not None:
+            self.stream.close()
+        with self.cv:
+            self.cv.notify_all()
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+def _row(arm: str, created: dict[str, float], admitted: dict[str, float], classes: dict[str, str]) -> dict[str, Any]:
+    keys = [k for k in created if k.startswith(f"bench-{arm}/")]
+    done = [k for k in keys if k in admitted]
+    tta = np.array([admitted[k] - created[k] for k in done]) * 1000.0
+    span = (max(admitted[k] for k in done) - min(created[k] for k in keys)) if done else 0.0
+    row: dict[str, Any] = {"arm": arm, "workloads": len(keys), "admitted": len(done),
+                           "admissions_per_s": round(len(done) / span, 2) if span > 0 else 0.0}
+    for q, v in (("mean", tta.mean() if tta.size else None), ("p50", np.percentile(tta, 50) if tta.size else None),
+                 ("p90", np.percentile(tta, 90) if tta.size else None), ("max", tta.max() if tta.size else None)):
+        row[f"tta_{q}_ms"] = round(float(v), 1) if v is not None else None
+    for name, *_ in CLASSES:
+        sel = np.array([admitted[k] - created[k] for k in done if classes[k] == name]) * 1000.0
+        row[f"tta_{name}_ms"] = round(float(sel.mean()), 1) if sel.size else None
+    return row
+
+
+def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0) -> dict[str, Any]:
+    """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm."""
+    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+    from admission.kube import NODES, WORKLOADS, KubePort
+    from admission.kube.errors import ApiError
+    from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
+
+    binaries = find_current()
+    if binaries is None:
+        raise EnvtestError("the current control plane build is missing (kube-scheduler, kube-controller-manager, Kueue, KWOK): "
+                           "run `python -m tests.envtest ensure` with Go 1.26+ on PATH")
+    rng = np.random.default_rng(seed)
+    shares = np.array([c[4] for c in CLASSES])
+    draws = [(CLASSES[int(rng.choice(len(CLASSES), p=shares / shares.sum()))], bool(rng.random() < 0.5)) for _ in range(workloads)]
+    load_before = os.getloadavg()
+    with ApiServer(binaries) as api:
+        KueueCluster(api).start()
+        port = KubePort(api.api_client())
+        _install(port, nodes, queues)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            listed = port.list(NODES, label_selector="type=kwok").items
+            if len(listed) == 2 * nodes and all(
+                    any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions") or [])
+                    and not (n.get("spec") or {}).get("taints") for n in listed):
+                break
+            time.sleep(1)
+        else:
+            raise TimeoutError(f"the {2 * nodes} KWOK nodes were not Ready and untainted within 300s")
+        ctrl = Controller(port, settings=Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS)),
+                          recorder=Recorder(io.StringIO()))
+        ctrl.decider.warm_up()
+        ctrl.start()
+        if not ctrl.wait_synced(60):
+            raise TimeoutError("Atoll's controller did not finish its initial list within 60s")
+        runner = _Runner(port)
+        created: dict[str, float] = {}
+        classes: dict[str, str] = {}
+        failed: list[str] = []
+        lock = threading.Lock()
+
+        def submit(arm: str, i: int) -> None:
+            (name, pods, cpu, runtime, _), required = draws[i]
+            key = f"bench-{arm}/w{i:05d}"
+            with runner.cv:
+                runner.runtime[key] = runtime
+            body = _workload(arm, f"w{i:05d}", i % queues, pods, cpu, required)
+            t = time.monotonic()
+            try:
+                port.create(WORKLOADS, body)
+            except ApiError as exc:  # an apiserver too loaded to answer: the Workload is counted as not created
+                print(f"atoll bench kueue: could not create {key}: {exc}", file=sys.stderr)
+                with lock:
+                    failed.append(key)
+                return
+            with lock:
+                created[key], classes[key] = t, name
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            futures = []
+            for i in range(workloads):
+                wait = started + i / rate - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):  # neither arm always first
+                    futures.append(pool.submit(submit, arm, i))
+            for f in futures:
+                f.result()  # a create that failed ends the run, named
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and len(runner.admitted) < 2 * workloads:
+            time.sleep(0.2)
+        runner.stop()
+        ctrl.stop()
+        with runner.cv:
+            admitted = dict(runner.admitted)
+    rows = {arm: _row(arm, created, admitted, classes) for arm in ARMS}
+    tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
+    return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
+            "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
+            "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+            "cores": os.cpu_count()}
+
+
+def main(argv: Sequence[str]) -> int:
+    p = Parser(prog="atoll bench kueue",
+               description="Kueue's TAS performance shape on real Kueue: Kueue TAS alone vs Kueue plus Atoll's check, one run")
+    p.add_argument("--nodes", type=int, default=640, help="KWOK nodes per arm (racks of 64; Kueue's TAS test has 640)")
+    p.add_argument("--workloads", type=int, default=2000, help="Workloads per arm")
+    p.add_argument("--queues", type=int, default=3, help="ClusterQueues per arm, all in the arm's cohort")
+    p.add_argument("--rate", type=float, default=10.0, help="Workloads created per second per arm")
+    p.add_argument("--goal-ratio", type=float, default=1.10, help="Atoll's mean time to admission over Kueue TAS's, at most")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for admissions after the last create")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    args = p.parse_args(list(argv))
+    if args.nodes < 1 or args.workloads < 1 or args.queues < 1 or args.rate <= 0:
+        print("atoll bench kueue: --nodes, --workloads and --queues must be ≥ 1 and --rate > 0", file=sys.stderr)
+        return 2
+    try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
+        from tests.envtest import EnvtestError
+    except ImportError:
+        print("atoll bench kueue: it starts the test control plane of Atoll's repository (tests/envtest): run it from "
+              "the root of a clone, after `make envtest`", file=sys.stderr)
+        return 1
+    try:
+        out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout)
+    except (EnvtestError, TimeoutError) as exc:
+        print(f"atoll bench kueue: {exc}", file=sys.stderr)
+        return 1
+    ratio = out["tta_ratio"]
+    met = (ratio is not None and ratio <= args.goal_ratio and not out["not_created"]
+           and all(r["admitted"] == r["workloads"] for r in out["rows"]))
+    if args.format == "json":
+        print(json.dumps({**out, "goal_ratio": args.goal_ratio, "goal_met": met}))
+    else:
+        columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_max_ms",
+                   *(f"tta_{c[0]}_ms" for c in CLASSES))
+        print(" | ".join(columns))
+        for r in out["rows"]:
+            print(" | ".join(str(r[c]) for c in columns))
+        print(f"atoll / kueue-tas mean time to admission: {ratio} (goal ≤ {args.goal_ratio}: {'met' if met else 'MISSED'}); "
+              f"{out['nodes_per_arm']} KWOK nodes per arm, {out['queues_per_arm']} ClusterQueues per cohort, "
+              f"{out['rate_per_s']} Workloads/s per arm; {out['not_created']} creates failed; load {out['load_before']} → {out['load_after']} on {out['cores']} cores")
+    return 0 if met else 1

@@ -142,6 +142,10 @@ def _install_namespace(port: Any, ns: str) -> None:
 class _NoopDecider:
     """Admits every Workload at once with no placement: the write path's cost alone."""
 
+    def __init__(self) -> None:
+        self.holds: dict[str, dict[str, tuple[str, ...]]] = {}
+        """No domain is ever held for preemption (the controller reads this as it reads the Decider's)."""
+
     @staticmethod
     def warm_up() -> None:
         return None

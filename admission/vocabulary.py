@@ -6,6 +6,7 @@ from __future__ import annotations
 
 __all__ = [
     "ATTEMPTS",
+    "BENCH_ARM",
     "BENCH_POOL",
     "CLASS",
     "CONTROLLER_NAME",
@@ -84,6 +85,8 @@ ATTEMPTS = "atoll.dev/attempts"
 
 # ----------------------------------------------------------------------------- on nodes
 
+BENCH_ARM = "atoll.dev/bench-arm"
+"""Node label of ``atoll bench kueue``: which arm (Kueue TAS alone, or Kueue with Atoll) a KWOK node serves."""
 BENCH_POOL = "atoll.dev/bench-pool"
 """Node label ``atoll bench controller`` gives its nodes (its ResourceFlavor selects on it)."""
 GPU_PERF = "atoll.dev/gpu-perf"

@@ -26,7 +26,7 @@ EXPECTED = {
         "parse_object", "parse_workload", "pod_usage", "read_wait_state", "record_problems", "requeue_request", "rfc3339", "waiting_condition",
     },
     "admission.vocabulary": {
-        "ATTEMPTS", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "DECISION_SCHEMA", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
+        "ATTEMPTS", "BENCH_ARM", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "DECISION_SCHEMA", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
         "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "REQUEUE_CONDITION", "SPREAD_GROUP", "SPREAD_LEVEL",
         "SPREAD_MAX_PER_DOMAIN", "SPREAD_REPLICAS", "WAITING_CONDITION",
         "DRAINING",

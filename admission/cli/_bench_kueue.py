@@ -48,7 +48,7 @@ __all__ = ["CLASSES", "main", "run_bench"]
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/topology-rack", "kubernetes.io/hostname"
-POOL, ARM_LABEL = vocabulary.BENCH_POOL, "atoll.dev/bench-arm"
+POOL, ARM_LABEL = vocabulary.BENCH_POOL, vocabulary.BENCH_ARM
 TOPOLOGY, CHECK, ATOLL_NS = "bench-topology", "atoll-topology", "atoll-system"
 ARMS = ("tas", "atoll")
 GPU = "nvidia.com/gpu"

@@ -308,7 +308,8 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
         "with_port_p50_ms": ms(whole, 50), "with_port_p99_ms": ms(whole, 99), "events": timed.events,
         "build_s": round(build_s, 1), "sync_s": round(sync_s, 1),
         "rss_port_mb": round(rss_port, 1), "rss_synced_mb": round(rss_synced, 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        # the kernel syncs ru_maxrss from per-thread counters lazily, so it can trail a VmRSS sample
+        "peak_rss_mb": round(max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, rss_port, rss_synced, _rss_mb()), 1),
     }
 
 

@@ -14,8 +14,9 @@ FP16) is placed three ways:
   topology: same domain or anywhere).
 - ``count-only``: quota alone, each PodSet on any nodes (least free first, Kueue's unconstrained).
 
-The 10-minute window of the Azure LLM inference trace (conversation service, shipped with its
-source and licence) is replayed against each placement (``simulator._serving``). The table gives
+The first ten minutes (2,863 requests) of the Azure LLM inference trace 2023, conversation
+service (Azure/AzurePublicDataset, CC BY 4.0; read from ``../shared/traces`` or
+``$ATOLL_TRACES_DIR``, not shipped in the package) are replayed against each placement (``simulator._serving``). The table gives
 p50 and p99 TTFT and the share of requests whose KV transfer exceeds the budget: one decode step
 (a transfer longer than that delays the first token by more than the time of one token).
 Exits 1 when ``atoll-graph``'s p99 TTFT is above another policy's in a row (on the seeds every
@@ -31,9 +32,11 @@ racks left wholly free and the share of those gangs placed in one NVLink island.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +45,9 @@ from admission.cli._args import Parser
 
 __all__ = ["BusyState", "busy_gb200", "main", "mixed_pool_table", "place_serving", "serving_table"]
 
-AZURE_FILE = "azure_llm_conv_2023-11-16_1815-1825.csv"
+AZURE_FILE = "azure_llm_conv_2023-11-16_before1845.csv"
+AZURE_REQUESTS = 2863
+"""The window replayed: the trace's first 2,863 requests, 18:15:46–18:25:46 (ten minutes)."""
 ITP_FILE = "msft_itp_cluster04_day00-14.csv"
 CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
 POLICIES = ("atoll-graph", "level-only", "count-only")
@@ -123,11 +128,23 @@ def place_serving(snapshot: Any, policy: str) -> tuple[tuple[str, ...], tuple[st
     return p.podset("prefill").nodes, p.podset("decode").nodes
 
 
+def azure_trace() -> Path:
+    """The Azure LLM inference trace (Azure/AzurePublicDataset, CC BY 4.0): ``$ATOLL_TRACES_DIR``,
+    else ``../shared/traces`` beside the repository. It is not shipped in the package."""
+    env = os.environ.get("ATOLL_TRACES_DIR")
+    here = Path(env).expanduser() if env else Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+    path = here / AZURE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{AZURE_FILE} not found in {here}: put the Azure LLM inference trace 2023 "
+                                "(Azure/AzurePublicDataset) there, or set ATOLL_TRACES_DIR to its folder")
+    return path
+
+
 def serving_table(occupancies: Sequence[float], seeds: Sequence[int]) -> dict[str, Any]:
     from admission.cli._bench_quality import traces_dir
     from admission.simulator import LLAMA3_70B_FP16, read_azure_llm, serve_on
 
-    requests = read_azure_llm(traces_dir() / AZURE_FILE)
+    requests = read_azure_llm(azure_trace(), AZURE_REQUESTS)
     sizes = _itp_sizes(traces_dir() / ITP_FILE)
     rows = []
     budget = 0.0
@@ -297,7 +314,11 @@ def main(argv: Sequence[str]) -> int:
     if not occupancies or any(not 0.0 <= o <= FILL for o in occupancies) or args.seeds < 1:
         print(f"atoll bench serving: --occupancies: shares from 0 to {FILL}; --seeds: 1 or more", file=sys.stderr)
         return 2
-    table = serving_table(occupancies, list(range(args.seeds)))
+    try:
+        table = serving_table(occupancies, list(range(args.seeds)))
+    except FileNotFoundError as exc:
+        print(f"atoll bench serving: {exc}", file=sys.stderr)
+        return 2
     misses = _misses(table)
     table["pass"] = not misses
     if not args.skip_mixed:

@@ -171,8 +171,9 @@ class Requests:
     output: npt.NDArray[np.float64]
 
 
-def read_azure_llm(path: Path) -> Requests:
-    """The Azure LLM inference trace 2023 (columns TIMESTAMP, ContextTokens, GeneratedTokens)."""
+def read_azure_llm(path: Path, limit: int | None = None) -> Requests:
+    """The Azure LLM inference trace 2023 (columns TIMESTAMP, ContextTokens, GeneratedTokens);
+    ``limit``: its first requests only."""
     times, prompt, output = [], [], []
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
@@ -180,6 +181,8 @@ def read_azure_llm(path: Path) -> Requests:
         if header != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
             raise ValueError(f"{path.name}: expected the header TIMESTAMP,ContextTokens,GeneratedTokens, got {header}")
         for line, row in enumerate(reader, start=2):
+            if limit is not None and line - 2 >= limit:
+                break
             try:
                 stamp = dt.datetime.strptime(row[0][:26], "%Y-%m-%d %H:%M:%S.%f")
                 times.append(stamp.timestamp())

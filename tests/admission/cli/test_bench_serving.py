@@ -4,6 +4,7 @@ transfer on NVLink, and count-only placement does not."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,16 @@ def test_the_busy_model_is_at_the_stated_occupancy() -> None:
     assert 0.8 < used <= 0.85 < FILL
 
 
+def _has_azure() -> bool:
+    from admission.cli._bench_serving import azure_trace
+
+    try:
+        return azure_trace().is_file()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not _has_azure(), reason="the Azure LLM trace is not in ../shared/traces (set ATOLL_TRACES_DIR)")
 def test_atoll_keeps_the_kv_edge_on_nvlink_and_is_never_slower(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "serving", "--occupancies", "0.85", "--seeds", "2", "--skip-mixed", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -39,6 +50,14 @@ def test_count_only_leaves_the_edge_to_chance_where_atoll_does_not() -> None:
         assert got is not None
         crossed += len({n.rsplit("-", 1)[0] for n in (*got[0], *got[1])}) > 1
     assert crossed >= 1
+
+
+def test_a_missing_azure_trace_is_one_line_naming_where_to_put_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    assert main(["bench", "serving", "--occupancies", "0.85", "--seeds", "1", "--skip-mixed"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "azure_llm_conv_2023-11-16_before1845.csv not found in" in err and "ATOLL_TRACES_DIR" in err
 
 
 def test_bad_occupancies_are_named(capsys: pytest.CaptureFixture[str]) -> None:

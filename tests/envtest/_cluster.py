@@ -27,7 +27,7 @@ import yaml
 
 from tests.envtest._binaries import KWOK_VERSION, Binaries, EnvtestError, go_module_dir
 from tests.envtest._crds import KUEUE_VERSION, install_kueue_crds
-from tests.envtest._server import ApiServer, _free_port, _tail
+from tests.envtest._server import ApiServer, _free_port, _tail, die_with_parent
 
 __all__ = ["KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "KueueCluster", "kueue_crd_files"]
 
@@ -162,7 +162,7 @@ class KueueCluster:
         log = open(self.api.dir / "kueue.log", "wb")  # noqa: SIM115 - open while Kueue runs; closed with the apiserver's logs
         self.api._logs.append(log)
         proc = subprocess.Popen([str(self.binaries.kueue), f"--config={path}", "--zap-log-level=2"], stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
         self.api._procs.append(("kueue", proc))
         deadline = time.monotonic() + self.start_timeout
         last = "no answer yet"

@@ -4,16 +4,21 @@ The apiserver listens with TLS only, on a certificate it makes for itself at sta
 also carries the issuing CA, so clients verify against it: ``ca_file``). It authenticates one
 static bearer token and authorizes everything (``AlwaysAllow``) unless RBAC is asked for.
 Nothing outlives the context: both processes are stopped and the temp dir removed
-(``ATOLL_ENVTEST_KEEP=1`` keeps it, logs included, for a post-mortem).
+(``ATOLL_ENVTEST_KEEP=1`` keeps it, logs included, for a post-mortem). Nothing outlives the test
+process either: a run killed by a signal runs no ``finally``, so every process started here asks
+the kernel to kill it when its parent dies (``die_with_parent``).
 """
 
 from __future__ import annotations
 
 import base64
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -25,10 +30,23 @@ import httpx
 
 from tests.envtest._binaries import Binaries, EnvtestError, ensure_binaries
 
-__all__ = ["UNCACHED_RESOURCE", "ApiServer"]
+__all__ = ["UNCACHED_RESOURCE", "ApiServer", "die_with_parent"]
 
 _SERVICE_CIDR = "10.0.0.0/24"
 UNCACHED_RESOURCE = "podtemplates"
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` for a child that must not outlive this process: on Linux, SIGKILL when the
+    thread that started it dies (``prctl(PR_SET_PDEATHSIG)``). A pytest run killed with SIGTERM runs
+    no fixture teardown, and an etcd or kube-apiserver left behind keeps its ports and its CPU.
+    Every caller starts its servers from the main thread, which lives as long as the process.
+    Elsewhere than Linux it does nothing; ``stop()`` still ends the processes on a normal exit."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _free_port() -> int:
@@ -92,7 +110,8 @@ class ApiServer:
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - open while the process runs; closed in stop()
         self._logs.append(log)
-        self._procs.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)))
+        self._procs.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                                              preexec_fn=die_with_parent)))
 
     def _start_etcd(self) -> None:
         self.etcd_port, peer = _free_port(), _free_port()

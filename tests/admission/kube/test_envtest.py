@@ -448,3 +448,53 @@ def test_ensure_prints_where_the_binaries_and_crds_are(tmp_path: Path, monkeypat
     assert main(["ensure"]) == 0
     assert "NOT READY, and ATOLL_SKIP_APISERVER=1 skips the apiserver tests" in capsys.readouterr().err
     assert main([]) == 2
+
+
+_STARTS_AND_WAITS = """
+import sys, time
+from tests.envtest import ApiServer
+api = ApiServer().start()
+print(" ".join(str(p.pid) for _, p in api._procs), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@needs_apiserver
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process state from /proc (Linux)")
+def test_servers_die_with_a_test_process_killed_by_a_signal() -> None:
+    """SIGTERM runs no fixture teardown; etcd and the apiserver must still not outlive the run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH", "")]))}
+    pids: list[int] = []
+    proc = subprocess.Popen([sys.executable, "-c", _STARTS_AND_WAITS], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=env, cwd=root, text=True)
+    try:
+        assert proc.stdout is not None
+        pids += [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids), f"the child did not start both servers: {pids}"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [p for p in pids if _alive(p)], "etcd or kube-apiserver outlived the process that started it"
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in pids:  # what a failure left behind
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -10,13 +10,12 @@ change (an admitted Workload's own placement may no longer fit beside what came 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
 from admission.cli._args import Parser
-from admission.cli._run import configure_logging, default_namespace
+from admission.cli._reader import add_cluster_args, read_only_controller
 
 __all__ = ["main", "render"]
 
@@ -102,11 +101,7 @@ def recorded_from(records_file: str, workload: str, decision_id: str | None) -> 
 def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any = None) -> int:
     p = Parser(prog="atoll explain", description="Why a Workload waits, or why it was placed where it was.")
     p.add_argument("workload", help="NAMESPACE/NAME")
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
-    p.add_argument("--namespace", default=default_namespace(os.environ), help="namespace of the profiles ConfigMap (default: $ATOLL_NAMESPACE, else atoll-system)")
-    p.add_argument("--configmap", default="atoll-policies")
-    p.add_argument("--admission-check", default="atoll-topology", help="'*' for every Atoll check")
-    p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    add_cluster_args(p)
     p.add_argument("--records", metavar="FILE", help="decision records (atoll run's log): show the reason recorded at decision time from "
                                                     "the Workload's record, with the holders of the domains it lost")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -116,20 +111,11 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
         print(f"atoll explain: {args.workload!r}: expected NAMESPACE/NAME", file=sys.stderr)
         return 2
 
-    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
-    from admission.kube import KubePort, api_client_from_kubeconfig
     from admission.kube.errors import ApiError
 
-    configure_logging("warning")
-    settings = Settings(kueue=KueueSettings(admission_check=None if args.admission_check in ("*", "") else args.admission_check,
-                                            gpu_resource=args.gpu_resource),
-                        config=ConfigSettings(namespace=args.namespace, configmap=args.configmap))
-    try:
-        api = api_client or api_client_from_kubeconfig(args.kubeconfig)
-    except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message
-        print(f"atoll explain: cannot load cluster credentials: {exc}", file=sys.stderr)
+    controller = read_only_controller(args, "atoll explain", api_client)
+    if controller is None:
         return 2
-    controller = Controller(KubePort(api, settings.api), settings=settings, read_only=True, recorder=Recorder(sys.stderr))
     try:
         controller.sync()
         report = controller.explain(args.workload)

@@ -7,13 +7,12 @@ would, and asks each waiting Workload's decision now, as ``atoll explain`` does 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Sequence
 from typing import IO, Any
 
 from admission.cli._args import Parser
-from admission.cli._run import configure_logging, default_namespace
+from admission.cli._reader import add_cluster_args, read_only_controller
 
 __all__ = ["main", "render"]
 
@@ -45,29 +44,16 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
     p = Parser(prog="atoll queue", description="The Workloads waiting on Atoll's check, and why, per domain in plain words.")
     p.add_argument("--flavor", default=None, help="only Workloads assigned this ResourceFlavor")
     p.add_argument("--queue", default=None, help="only Workloads of this LocalQueue (NAME or NAMESPACE/NAME) or ClusterQueue")
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None, help="kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)")
-    p.add_argument("--namespace", default=default_namespace(os.environ), help="namespace of the profiles ConfigMap (default: $ATOLL_NAMESPACE, else atoll-system)")
-    p.add_argument("--configmap", default="atoll-policies")
-    p.add_argument("--admission-check", default="atoll-topology", help="'*' for every Atoll check")
-    p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    add_cluster_args(p)
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
     out = stdout or sys.stdout
 
-    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
-    from admission.kube import KubePort, api_client_from_kubeconfig
     from admission.kube.errors import ApiError
 
-    configure_logging("warning")
-    settings = Settings(kueue=KueueSettings(admission_check=None if args.admission_check in ("*", "") else args.admission_check,
-                                            gpu_resource=args.gpu_resource),
-                        config=ConfigSettings(namespace=args.namespace, configmap=args.configmap))
-    try:
-        api = api_client or api_client_from_kubeconfig(args.kubeconfig)
-    except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message
-        print(f"atoll queue: cannot load cluster credentials: {exc}", file=sys.stderr)
+    controller = read_only_controller(args, "atoll queue", api_client)
+    if controller is None:
         return 2
-    controller = Controller(KubePort(api, settings.api), settings=settings, read_only=True, recorder=Recorder(sys.stderr))
     try:
         controller.sync()
         rows = controller.waiting_line(flavor=args.flavor, queue=args.queue)

@@ -1,0 +1,30 @@
+"""The read-only cluster view ``atoll explain`` and ``atoll queue`` share: its flags and its failure."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from admission.cli._reader import add_cluster_args, read_only_controller
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_cluster_args(p)
+    return p.parse_args(list(argv))
+
+
+def test_the_flags_default_to_the_checks_and_configmaps_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ATOLL_NAMESPACE", raising=False)
+    args = _args()
+    assert (args.namespace, args.configmap, args.admission_check, args.gpu_resource) == (
+        "atoll-system", "atoll-policies", "atoll-topology", "nvidia.com/gpu")
+
+
+def test_unloadable_credentials_give_none_and_one_line_naming_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    assert read_only_controller(_args("--kubeconfig", str(missing)), "atoll queue") is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("atoll queue: cannot load cluster credentials:")

@@ -5,13 +5,16 @@ ITP trace's GPU counts fill it to 97 % of its GPUs, placed as ``atoll-elastic`` 
 random gangs end until the stated occupancy is left (so the free room is scattered as it is in
 a cluster that has run for a while). On that state, one disaggregated serving Workload (the
 bundled ``serving-graph.yaml``: prefill 1 pod × 4 GPUs, decode 2 pods × 2 GPUs, Llama-3-70B
-FP16) is placed three ways:
+FP16) is placed four ways:
 
 - ``atoll-graph``: Atoll's bandwidth edge (``atoll.dev/near`` + ``near-min-bandwidth-gbps: 400``):
   one joint choice, decode inside the domain that gives prefill ≥ 400 GB/s; Retry when none has room.
 - ``level-only``: Kueue's ``podset-group-name`` (both PodSets in one NVLink domain), falling back
   to each PodSet on its own preferred island when no domain holds both (Kueue's preferred
   topology: same domain or anywhere).
+- ``kueue-bestfit``: Kueue's TAS as the simulator's ``kueue-bestfit`` policy has it
+  (``topology._kueue_tas``): each PodSet with ``podset-preferred-topology`` at the NVLink level,
+  placed in order, decode seeing prefill's pods as used; nothing ties the two PodSets together.
 - ``count-only``: quota alone, each PodSet on any nodes (least free first, Kueue's unconstrained).
 
 The first ten minutes (2,863 requests) of the Azure LLM inference trace 2023, conversation
@@ -50,7 +53,7 @@ AZURE_REQUESTS = 2863
 """The window replayed: the trace's first 2,863 requests, 18:15:46–18:25:46 (ten minutes)."""
 ITP_FILE = "msft_itp_cluster04_day00-14.csv"
 CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
-POLICIES = ("atoll-graph", "level-only", "count-only")
+POLICIES = ("atoll-graph", "level-only", "kueue-bestfit", "count-only")
 OCCUPANCIES = "0.75,0.85,0.9"
 FILL = 0.97
 PREFILL, DECODE_PODS, DECODE_GPUS = 4, 2, 2
@@ -119,6 +122,8 @@ def place_serving(snapshot: Any, policy: str) -> tuple[tuple[str, ...], tuple[st
         p = find_placement(snapshot, PlacementRequest(podsets(required_level=CLIQUE, group="serving")), explain=False)
         if not p.fits:
             p = find_placement(snapshot, PlacementRequest(podsets(preferred_level=CLIQUE, max_span_level=SU)), explain=False)
+    elif policy == "kueue-bestfit":
+        return _kueue_bestfit(snapshot)
     elif policy == "count-only":
         p = find_placement(snapshot, PlacementRequest(podsets(unconstrained=True)), explain=False)
     else:
@@ -126,6 +131,31 @@ def place_serving(snapshot: Any, policy: str) -> tuple[tuple[str, ...], tuple[st
     if not p.fits:
         return None
     return p.podset("prefill").nodes, p.podset("decode").nodes
+
+
+def _kueue_bestfit(snapshot: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """Both PodSets placed by Kueue's TAS model, each preferred at the NVLink level, in order:
+    Kueue's leaves over the snapshot's nodes, their free capacity the snapshot's, decode placed
+    after prefill's pods are taken from it (as Kueue assumes a Workload's earlier PodSets)."""
+    from topology import KueueNode, build_kueue_leaves, kueue_place
+
+    columns = ("nvidia.com/gpu", "cpu", "memory", "pods")  # the snapshot's columns under Kueue's names
+    names = [str(n) for n in snapshot.node_names]
+    nodes = [KueueNode(name, dict(zip(snapshot.level_labels, snapshot.paths[i])), dict(zip(columns, (int(v) for v in snapshot.alloc[i]))),
+                       ready=bool(snapshot.eligible[i])) for i, name in enumerate(names)]
+    leaves = build_kueue_leaves(snapshot.level_labels, nodes)
+    for i, name in enumerate(names):
+        leaves.add_usage(leaves.leaf_of(name), dict(zip(columns, (int(a - f) for a, f in zip(snapshot.alloc[i], snapshot.free[i])))))
+    leaf_names = {leaf: name for name, leaf in leaves.node_leaf.items()}
+    placed: list[tuple[str, ...]] = []
+    for pods, gpus in ((1, PREFILL), (DECODE_PODS, DECODE_GPUS)):
+        per_pod = {"nvidia.com/gpu": gpus}
+        result = kueue_place(leaves, pods, per_pod, mode="preferred", level=CLIQUE, topology_name=snapshot.flavor)
+        if not result.fits:
+            return None
+        leaves.add_placement(result, per_pod)
+        placed.append(tuple(sorted(leaf_names[int(i)] for i in result.leaf_indices)))
+    return placed[0], placed[1]
 
 
 def azure_trace() -> Path:
@@ -277,13 +307,13 @@ def _misses(table: dict[str, Any]) -> list[str]:
 def _print_table(table: dict[str, Any]) -> None:
     print(f"serving: {table['model']} ({table['kv_bytes_per_token'] / 1024:g} KiB KV per token), {table['requests']:,} requests of "
           f"{table['trace']}; prefill {PREFILL} GPUs, decode {DECODE_PODS}×{DECODE_GPUS} GPUs on a busy GB200 NVL72 with training")
-    print(f"{'occupancy':>9}  {'policy':<11}  {'placed':>6}  {'waits':>5}  {'p50 TTFT ms':>11}  {'p99 TTFT ms':>11}  {'p99 KV ms':>9}  "
+    print(f"{'occupancy':>9}  {'policy':<13}  {'placed':>6}  {'waits':>5}  {'p50 TTFT ms':>11}  {'p99 TTFT ms':>11}  {'p99 KV ms':>9}  "
           f"{'KV>budget':>9}  edges")
     for row in table["rows"]:
         for policy, d in row["policies"].items():
             def num(v: Any, spec: str) -> str:
                 return "-" if v is None else format(v, spec)
-            print(f"{row['occupancy']:>9.2f}  {policy:<11}  {d['placed']:>6}  {d['waits']:>5}  {num(d['ttft_p50_ms'], '.2f'):>11}  "
+            print(f"{row['occupancy']:>9.2f}  {policy:<13}  {d['placed']:>6}  {d['waits']:>5}  {num(d['ttft_p50_ms'], '.2f'):>11}  "
                   f"{num(d['ttft_p99_ms'], '.2f'):>11}  {num(d['kv_p99_ms'], '.3f'):>9}  "
                   f"{num(None if d['kv_over_budget'] is None else 100 * d['kv_over_budget'], '.1f') + '%':>9}  {', '.join(d['edges'])}")
         print(f"{'':>9}  (TTFT and KV over the {row['common_seeds']} of {row['seeds']} seeds every policy placed; "

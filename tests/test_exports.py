@@ -36,7 +36,7 @@ EXPECTED = {
         "KUEUE_VERSION", "KubePort", "KubeWatch", "LEASES", "LOCAL_QUEUES", "LabelSelector", "LeaderElector", "LeaderSettings",
         "ListResult", "ManualClock", "NODES", "Obj", "PODS", "RESOURCE_FLAVORS", "Resource", "SystemClock", "TOPOLOGIES",
         "WORKLOADS", "WatchEvent", "WatchStream", "api_client_from_kubeconfig", "errors", "newer", "object_key",
-        "parse_label_selector",
+        "parse_label_selector", "reflect",
     },
     "admission.kube.errors": {
         "ApiError", "BadRequest", "Conflict", "Fenced", "Forbidden", "Gone", "Invalid", "NetworkError", "NotFound", "OutOfTime",

@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from admission.controller._settings import WatchSettings
-from admission.kube import ClusterPort, Resource, WatchEvent, WatchStream, errors, object_key
+from admission.kube import ClusterPort, Resource, WatchEvent, WatchStream, object_key, reflect
 
 __all__ = ["Inbox", "Informers", "Watch"]
 
@@ -113,36 +113,14 @@ class Informers:
                 stream.close()
 
     def _run(self, w: Watch) -> None:
-        backoffs = self.settings.error_backoffs
-        failures = 0
-        rv: str | None = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    result = self.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector)
-                    self.inbox.put(("list", w.resource, result.items))
-                    rv = result.resource_version
-                stream = self.port.watch(w.resource, rv, namespace=w.namespace, field_selector=w.field_selector,
-                                         timeout_seconds=self.settings.timeout_seconds)
-                with self._lock:
-                    self._streams[w.resource] = stream
-                if self._stop.is_set():
-                    stream.close()
-                    return
-                for event in stream:
-                    version = (event.object.get("metadata") or {}).get("resourceVersion")
-                    if version:
-                        rv = str(version)
-                    self.inbox.put(("event", w.resource, event))
-                    failures = 0
-            except errors.Gone:
-                _log.info("watch expired; listing again", resource=str(w.resource))
-                rv = None
-            except Exception as exc:  # noqa: BLE001 - a watcher must outlive any failure; it backs off and resumes
-                if self._stop.is_set():
-                    return
-                delay = backoffs[min(failures, len(backoffs) - 1)]
-                failures += 1
-                _log.warning("list/watch failed; backing off", resource=str(w.resource), attempt=failures, delay_s=delay, error=str(exc))
-                self._stop.wait(delay)
+        def gone() -> None:
+            _log.info("watch expired; listing again", resource=str(w.resource))
 
+        def failed(exc: Exception, attempt: int, delay: float) -> None:
+            _log.warning("list/watch failed; backing off", resource=str(w.resource), attempt=attempt, delay_s=delay, error=str(exc))
+
+        reflect(self.port, w.resource, namespace=w.namespace, field_selector=w.field_selector,
+                on_list=lambda listed: self.inbox.put(("list", w.resource, listed.items)),
+                on_event=lambda event: self.inbox.put(("event", w.resource, event)),
+                stop=self._stop, backoffs=self.settings.error_backoffs, timeout_seconds=self.settings.timeout_seconds,
+                streams=self._streams, lock=self._lock, on_gone=gone, on_error=failed)

@@ -41,6 +41,7 @@ from admission.kube._port import (
     newer,
     object_key,
 )
+from admission.kube._reflector import reflect
 from admission.kube._selectors import LabelSelector, parse_label_selector
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ __all__ = [
     "newer",
     "object_key",
     "parse_label_selector",
+    "reflect",
 ]
 
 _LAZY = {"KubePort": "_client", "KubeWatch": "_client", "api_client_from_kubeconfig": "_client",

@@ -41,7 +41,7 @@ from admission.controller import (
     node_info,
     parse_workload,
 )
-from admission.kube import NODES, PODS, WORKLOADS, ClusterPort, Obj, Resource, errors, newer, object_key
+from admission.kube import NODES, PODS, WORKLOADS, ClusterPort, ListResult, Obj, Resource, WatchEvent, newer, object_key, reflect
 from admission.webhook._pin import ANN_NODE, ANN_PREVIOUS, ANN_SLOT, ANN_WORKLOAD, LABEL_DECISION_ID, LABEL_PODSET, is_live
 from topology import NodeInfo, ResourceVector
 
@@ -226,48 +226,27 @@ class WebhookCache:
             return self._changed.wait_for(seen, timeout)
 
     def _run(self, resource: Resource, apply: Callable[[str, Obj | None], None]) -> None:
-        failures = 0
-        rv: str | None = None
-        while not self._stop.is_set():
-            try:
-                if rv is None:
-                    listed = self.port.list(resource)
-                    self._replace_all(resource, listed.items, apply)
-                    rv = listed.resource_version
-                    self.last_error = ""
-                    self._synced[resource].set()
-                stream = self.port.watch(resource, rv, timeout_seconds=self.watch_timeout)
-                with self._lock:
-                    self._streams[resource] = stream
-                if self._stop.is_set():
-                    stream.close()
-                    return
-                for event in stream:
-                    version = (event.object.get("metadata") or {}).get("resourceVersion")
-                    if version:
-                        rv = str(version)
-                    if event.type == "BOOKMARK":
-                        continue
-                    key = object_key(event.object)
-                    with self._lock:
-                        self.events += 1
-                        if event.type == "DELETED":
-                            apply(key, None)
-                        else:
-                            apply(key, event.object)
-                        self._changed.notify_all()
-                    failures = 0
-            except errors.Gone:
-                rv = None
-            except Exception as exc:  # noqa: BLE001 - a watcher must outlive any failure; it backs off and resumes
-                if self._stop.is_set():
-                    return
-                delay = self.backoffs[min(failures, len(self.backoffs) - 1)]
-                failures += 1
-                self.last_error = f"{resource}: {exc}"
-                _log.warning("webhook cache: list/watch failed; backing off", resource=str(resource), attempt=failures, delay_s=delay,
-                             error=str(exc))
-                self._stop.wait(delay)
+        def listed(result: ListResult) -> None:
+            self._replace_all(resource, result.items, apply)
+            self.last_error = ""
+            self._synced[resource].set()
+
+        def event(ev: WatchEvent) -> None:
+            if ev.type == "BOOKMARK":
+                return
+            key = object_key(ev.object)
+            with self._lock:
+                self.events += 1
+                apply(key, None if ev.type == "DELETED" else ev.object)
+                self._changed.notify_all()
+
+        def failed(exc: Exception, attempt: int, delay: float) -> None:
+            self.last_error = f"{resource}: {exc}"
+            _log.warning("webhook cache: list/watch failed; backing off", resource=str(resource), attempt=attempt, delay_s=delay,
+                         error=str(exc))
+
+        reflect(self.port, resource, on_list=listed, on_event=event, stop=self._stop, backoffs=self.backoffs,
+                timeout_seconds=self.watch_timeout, streams=self._streams, lock=self._lock, on_error=failed)
 
     def _replace_all(self, resource: Resource, items: list[Obj], apply: Callable[[str, Obj | None], None]) -> None:
         with self._lock:

@@ -33,7 +33,7 @@ def test_atoll_keeps_the_kv_edge_on_nvlink_and_is_never_slower(capsys: pytest.Ca
     assert main(["bench", "serving", "--occupancies", "0.85", "--seeds", "2", "--skip-mixed", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     (row,) = out["rows"]
-    ours, count = row["policies"]["atoll-graph"], row["policies"]["count-only"]
+    ours = row["policies"]["atoll-graph"]
     assert out["kv_bytes_per_token"] == 320 * 1024 and out["pass"]
     assert all(e.startswith("gpu.clique@") for e in ours["edges"]) and ours["kv_over_budget"] == 0.0
     assert all(ours["ttft_p99_ms"] <= row["policies"][p]["ttft_p99_ms"] for p in ("level-only", "kueue-bestfit", "count-only"))

@@ -127,8 +127,8 @@ class KueueCluster:
         return self
 
     def _start_jobset(self, api_client: Any, kubeconfig: str) -> None:
-        """JobSet's CRD from its module, untouched, and its controller, ready (its webhook server
-        listening) before Kueue starts."""
+        """JobSet's CRD from its module, untouched and established, then its controller, ready (its
+        webhook server listening) before Kueue starts."""
         from kubernetes import client
 
         from admission.webhook import ensure_serving_cert
@@ -136,6 +136,12 @@ class KueueCluster:
         crd = yaml.safe_load((go_module_dir("sigs.k8s.io/jobset", JOBSET_VERSION) / _JOBSET_CRD).read_text())
         ext: Any = client.ApiextensionsV1Api(api_client)
         ext.create_custom_resource_definition(crd)
+        deadline = time.monotonic() + self.start_timeout
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])):
+            if time.monotonic() > deadline:
+                raise EnvtestError(f"JobSet's CRD not established after {self.start_timeout}s")
+            time.sleep(0.2)
         certs = self.api.dir / "jobset-certs"
         ensure_serving_cert(certs, ["127.0.0.1", "localhost"], generate=True)
         self.jobset_health_port = _free_port()
@@ -152,12 +158,6 @@ class KueueCluster:
         self.api._spawn("jobset", [str(self.binaries.jobset), f"--config={path}", f"--kubeconfig={kubeconfig}",
                                    "--metrics-bind-address=0", "--zap-log-level=2"])
         self._wait_ready("jobset", self.jobset_health_port)
-        deadline = time.monotonic() + self.start_timeout
-        while not any(c.type == "Established" and c.status == "True"
-                      for c in (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])):
-            if time.monotonic() > deadline:
-                raise EnvtestError(f"JobSet's CRD not established after {self.start_timeout}s")
-            time.sleep(0.2)
 
     def _wait_ready(self, name: str, port: int, step: Any = None) -> None:
         """Until ``name``'s ``/readyz`` on ``port`` answers 200 (``step()`` runs on each poll); fails

@@ -90,7 +90,7 @@ EXPECTED = {
 # Test infrastructure (not shipped): pinned the same way, outside the product packages.
 TEST_INFRA = {
     "tests.envtest": {
-        "APISERVER_VERSION", "ApiServer", "Binaries", "CONTROL_PLANE_VERSION", "EnvtestError", "KUEUE_CRD_FILES",
+        "APISERVER_VERSION", "ApiServer", "Binaries", "CONTROL_PLANE_VERSION", "EnvtestError", "JOBSET_FRAMEWORK", "JOBSET_VERSION", "KUEUE_CRD_FILES",
         "KUEUE_MANIFEST_SHA256", "KUEUE_NAMESPACE", "KUEUE_VERSION", "KWOK_NODE_ANNOTATION", "KWOK_VERSION", "KueueCluster",
         "MIN_GO", "UNCACHED_RESOURCE", "adapt_for_old_apiservers", "apiserver_cache_dir", "cache_dir", "control_plane_cache_dir",
         "download_kueue_crds", "ensure_binaries", "ensure_current", "ensure_kueue_crds", "find_binaries", "find_current",

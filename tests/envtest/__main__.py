@@ -1,7 +1,7 @@
 """``python -m tests.envtest ensure``: make sure kube-apiserver, etcd and Kueue's CRDs are
 here (CI runs it before the tests, so a bare machine needs no manual step), and print where they are.
 Where Go is new enough, Atoll's own control plane build is made too even when ``KUBEBUILDER_ASSETS``
-names the apiserver: the real-Kueue tier needs its scheduler, controller manager, Kueue and KWOK.
+names the apiserver: the real-Kueue tier needs its scheduler, controller manager, Kueue, KWOK and JobSet.
 With ``ATOLL_SKIP_APISERVER=1`` a missing piece is reported and not an error (the test run then
 skips the apiserver tests loudly)."""
 
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
         print(f"envtest: {exc}", file=sys.stderr)
         return 1
     print(f"{found.describe()}\netcd: {found.etcd}\nKueue CRDs: {crds}")
-    for name in ("kube_scheduler", "kube_controller_manager", "kueue", "kwok"):
+    for name in ("kube_scheduler", "kube_controller_manager", "kueue", "kwok", "jobset"):
         path = getattr(current or found, name)
         if path is not None:
             print(f"{name.replace('_', '-')}: {path}")

@@ -3,11 +3,13 @@
 Order: ``KUBEBUILDER_ASSETS`` (the envtest convention: kube-apiserver and etcd from there), then
 the current control plane in Atoll's cache (``$ATOLL_CACHE_DIR``, else ``$XDG_CACHE_HOME/atoll``,
 else ``~/.cache/atoll``): kube-apiserver, kube-scheduler and kube-controller-manager
-``CONTROL_PLANE_VERSION``, etcd, Kueue's manager and KWOK, all built from their Go modules by
-``build-control-plane.sh`` (needs Go ``MIN_GO`` or newer). Only where no such Go toolchain exists
+``CONTROL_PLANE_VERSION``, etcd, Kueue's manager and KWOK, built from their Go modules by
+``build-control-plane.sh``, and JobSet's controller ``JOBSET_VERSION``, built by ``build-jobset.sh``
+(both need Go ``MIN_GO`` or newer). Only where no such Go toolchain exists
 does it fall back to kube-apiserver ``APISERVER_VERSION`` built from Debian's ``kubernetes``
 source package, with Debian's ``etcd-server``. A cached build counts only if it was made by the
-current recipe (its digest is stamped beside it), so a changed recipe rebuilds stale caches.
+current recipe (its digest is stamped beside it), so a changed recipe rebuilds stale caches. Each
+recipe has its own stamp: a changed or added recipe rebuilds its own programs, not the others.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 __all__ = [
     "APISERVER_VERSION",
     "CONTROL_PLANE_VERSION",
+    "JOBSET_VERSION",
     "KWOK_VERSION",
     "MIN_GO",
     "Binaries",
@@ -48,11 +51,19 @@ CONTROL_PLANE_VERSION = "v1.36.2"
 """kube-apiserver, kube-scheduler and kube-controller-manager built from k8s.io/kubernetes."""
 KWOK_VERSION = "v0.8.0"
 """KWOK, built with the control plane; its stages are read from the same module."""
+JOBSET_VERSION = "v0.12.0"
+"""JobSet's controller: the release Kueue v0.19.2's go.mod requires; its CRD is read from the same module."""
 MIN_GO = (1, 26)
 _SCRIPT = Path(__file__).with_name("build-kube-apiserver.sh")
 _GO_SCRIPT = Path(__file__).with_name("build-control-plane.sh")
-_CURRENT = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kueue", "kwok")
+_JOBSET_SCRIPT = Path(__file__).with_name("build-jobset.sh")
 _STAMP = "recipe.sha256"
+_PARTS: tuple[tuple[Path, str, tuple[str, ...]], ...] = (
+    (_GO_SCRIPT, _STAMP, ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kueue", "kwok")),
+    (_JOBSET_SCRIPT, "jobset.sha256", ("jobset",)),
+)
+"""The current build's recipes: each script, its stamp's name and the programs it makes."""
+_CURRENT = tuple(name for _, _, names in _PARTS for name in names)
 _DEBIAN_ETCD = Path("/usr/bin/etcd")
 
 
@@ -63,7 +74,7 @@ class EnvtestError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Binaries:
     """Where the control plane's programs are. Only a current build (``source == "go-modules"``)
-    has the scheduler, controller manager, Kueue and KWOK."""
+    has the scheduler, controller manager, Kueue, KWOK and JobSet."""
 
     kube_apiserver: Path
     etcd: Path
@@ -73,6 +84,7 @@ class Binaries:
     kube_controller_manager: Path | None = None
     kueue: Path | None = None
     kwok: Path | None = None
+    jobset: Path | None = None
 
     def describe(self) -> str:
         """One line naming the control plane, as the test run prints it."""
@@ -166,17 +178,25 @@ def _from_assets(folder: Path) -> Binaries:
     return Binaries(api, etcd, _version_of(api))
 
 
+def _stale_parts(folder: Path) -> list[tuple[Path, str, tuple[str, ...]]]:
+    """The recipes whose programs are missing from ``folder`` or not stamped with their digest."""
+    stale: list[tuple[Path, str, tuple[str, ...]]] = []
+    for script, stamp_name, names in _PARTS:
+        stamp = folder / stamp_name
+        if (not all(_executable(folder / n) for n in names) or not stamp.is_file()
+                or stamp.read_text().strip() != _recipe_digest(script)):
+            stale.append((script, stamp_name, names))
+    return stale
+
+
 def find_current() -> Binaries | None:
     """The current control plane from Atoll's cache (whatever ``KUBEBUILDER_ASSETS`` says), or None."""
     folder = control_plane_cache_dir()
-    stamp = folder / _STAMP
+    if _stale_parts(folder):
+        return None
     paths = {name: folder / name for name in _CURRENT}
-    if not all(_executable(p) for p in paths.values()):
-        return None
-    if not stamp.is_file() or stamp.read_text().strip() != _recipe_digest(_GO_SCRIPT):
-        return None
     return Binaries(paths["kube-apiserver"], paths["etcd"], CONTROL_PLANE_VERSION, "go-modules", paths["kube-scheduler"],
-                    paths["kube-controller-manager"], paths["kueue"], paths["kwok"])
+                    paths["kube-controller-manager"], paths["kueue"], paths["kwok"], paths["jobset"])
 
 
 def _cached_apiserver() -> Path | None:
@@ -211,7 +231,8 @@ def _run_logged(cmd: list[str], log: Path, what: str) -> None:
 
 def ensure_current() -> Binaries:
     """The current control plane from Atoll's cache, built from Go modules once if needed (a file
-    lock keeps two processes from building at once; the second waits and finds the first's)."""
+    lock keeps two processes from building at once; the second waits and finds the first's). Only
+    the recipes whose stamps are stale run: adding JobSet to a cache holding the rest builds JobSet alone."""
     found = find_current()
     if found:
         return found
@@ -231,13 +252,13 @@ def ensure_current() -> Binaries:
         work.parent.mkdir(parents=True, exist_ok=True)
         log = cache_dir() / f"control-plane-{CONTROL_PLANE_VERSION}.log"
         log.unlink(missing_ok=True)
-        print(f"envtest: building the control plane {CONTROL_PLANE_VERSION} (kube-apiserver, kube-scheduler, "
-              f"kube-controller-manager, etcd, Kueue, KWOK) from Go modules into {target} (about 30 minutes on 2 cores "
-              f"the first time; log: {log})", file=sys.stderr, flush=True)
-        (target / _STAMP).unlink(missing_ok=True)
-        _run_logged(["bash", str(_GO_SCRIPT), str(target), str(work)], log, "building the control plane")
-        (target / _STAMP).write_text(_recipe_digest(_GO_SCRIPT) + "\n")
-        shutil.rmtree(work, ignore_errors=True)
+        for script, stamp_name, names in _stale_parts(target):
+            print(f"envtest: building {', '.join(names)} ({script.name}) from Go modules into {target} (the whole control "
+                  f"plane takes about 30 minutes on 2 cores the first time; log: {log})", file=sys.stderr, flush=True)
+            (target / stamp_name).unlink(missing_ok=True)
+            _run_logged(["bash", str(script), str(target), str(work)], log, f"building {', '.join(names)}")
+            (target / stamp_name).write_text(_recipe_digest(script) + "\n")
+            shutil.rmtree(work, ignore_errors=True)
     found = find_current()
     if found is None:
         raise EnvtestError(f"the control plane is still missing from {target} after the build; see {log}")

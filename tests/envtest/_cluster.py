@@ -1,6 +1,7 @@
 """Real Kueue on a test apiserver: kube-controller-manager (the Job controller), kube-scheduler,
 KWOK (fake nodes that heartbeat, pods that go Running once bound) and Kueue's manager, all from
-the current control plane build (``ensure_current``).
+the current control plane build (``ensure_current``); with the JobSet framework, JobSet's
+controller too.
 
 Kueue runs with its own internal certificate management, as a default install does: it makes its
 webhook certificate, stores it in a Secret of ``kueue-system`` and injects the CA into the
@@ -10,6 +11,11 @@ them: every file of its ``crd/bases``, untouched, plus the conversion-webhook pa
 namespace ``kueue-system``). No apiserver webhook points at Kueue (its service has no route on a
 test machine): clients and Kueue both speak v1beta2, the storage version, so no conversion is
 ever asked for, and Jobs are created suspended, as Kueue's own Job webhook would leave them.
+
+JobSet's CRD is its module's ``crd/bases`` file, untouched (one version, v1alpha2, so the
+conversion patch its kustomization adds is never called and is left out). Its controller serves
+its webhooks on loopback with a certificate made here, and no apiserver webhook points at them
+either: JobSets are submitted suspended and with the fields JobSet's defaulting webhook would set.
 """
 
 from __future__ import annotations
@@ -25,16 +31,19 @@ from typing import Any
 import httpx
 import yaml
 
-from tests.envtest._binaries import KWOK_VERSION, Binaries, EnvtestError, go_module_dir
+from tests.envtest._binaries import JOBSET_VERSION, KWOK_VERSION, Binaries, EnvtestError, go_module_dir
 from tests.envtest._crds import KUEUE_VERSION, install_kueue_crds
 from tests.envtest._server import ApiServer, _free_port, _tail, die_with_parent
 
-__all__ = ["KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "KueueCluster", "kueue_crd_files"]
+__all__ = ["JOBSET_FRAMEWORK", "KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "KueueCluster", "kueue_crd_files"]
 
 KUEUE_NAMESPACE = "kueue-system"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 """KWOK manages the nodes annotated ``kwok.x-k8s.io/node: fake`` (its convention)."""
 _WEBHOOK_SECRET = "kueue-webhook-server-cert"
+JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
+"""Kueue's name for its JobSet integration; with it in ``frameworks``, JobSet's controller runs too."""
+_JOBSET_CRD = "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
 
 # KWOK's own stages: nodes turn Ready and heartbeat through Leases; bound pods turn Running; deleted
 # pods go. Its pod-complete stage is left out, so a Job's pods run until the test ends them.
@@ -68,7 +77,8 @@ class KueueCluster:
 
     def __init__(self, api: ApiServer, *, frameworks: tuple[str, ...] = ("batch/job",), start_timeout: float = 180.0) -> None:
         binaries: Binaries = api.binaries
-        missing = [n for n in ("kube_scheduler", "kube_controller_manager", "kueue", "kwok") if getattr(binaries, n) is None]
+        needed = ("kube_scheduler", "kube_controller_manager", "kueue", "kwok") + (("jobset",) if JOBSET_FRAMEWORK in frameworks else ())
+        missing = [n for n in needed if getattr(binaries, n) is None]
         if missing:
             raise EnvtestError(f"the control plane at {binaries.kube_apiserver} has no {', '.join(missing)}: real Kueue needs "
                                "Atoll's own build (`python -m tests.envtest ensure` with Go on PATH), not "
@@ -78,6 +88,7 @@ class KueueCluster:
         self.frameworks = frameworks
         self.start_timeout = start_timeout
         self.health_port = 0
+        self.jobset_health_port = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -110,8 +121,65 @@ class KueueCluster:
             str(self.binaries.kwok), f"--kubeconfig={kubeconfig}", f"--config={stages}", "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake", f"--server-address=127.0.0.1:{_free_port()}",
         ])
+        if JOBSET_FRAMEWORK in self.frameworks:  # before Kueue: it sets up the integrations whose CRDs it finds
+            self._start_jobset(api_client, kubeconfig)
         self._start_kueue(kubeconfig)
         return self
+
+    def _start_jobset(self, api_client: Any, kubeconfig: str) -> None:
+        """JobSet's CRD from its module, untouched and established, then its controller, ready (its
+        webhook server listening) before Kueue starts."""
+        from kubernetes import client
+
+        from admission.webhook import ensure_serving_cert
+
+        crd = yaml.safe_load((go_module_dir("sigs.k8s.io/jobset", JOBSET_VERSION) / _JOBSET_CRD).read_text())
+        ext: Any = client.ApiextensionsV1Api(api_client)
+        ext.create_custom_resource_definition(crd)
+        deadline = time.monotonic() + self.start_timeout
+        while not any(c.type == "Established" and c.status == "True"
+                      for c in (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])):
+            if time.monotonic() > deadline:
+                raise EnvtestError(f"JobSet's CRD not established after {self.start_timeout}s")
+            time.sleep(0.2)
+        certs = self.api.dir / "jobset-certs"
+        ensure_serving_cert(certs, ["127.0.0.1", "localhost"], generate=True)
+        self.jobset_health_port = _free_port()
+        config = {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+            "webhook": {"host": "127.0.0.1", "port": _free_port(), "certDir": str(certs)},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.jobset_health_port}"},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "clientConnection": {"qps": 300, "burst": 500},
+        }
+        path = self.api.dir / "jobset-config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.api._spawn("jobset", [str(self.binaries.jobset), f"--config={path}", f"--kubeconfig={kubeconfig}",
+                                   "--metrics-bind-address=0", "--zap-log-level=2"])
+        self._wait_ready("jobset", self.jobset_health_port)
+
+    def _wait_ready(self, name: str, port: int, step: Any = None) -> None:
+        """Until ``name``'s ``/readyz`` on ``port`` answers 200 (``step()`` runs on each poll); fails
+        naming the program, or any of the cluster's programs that exited meanwhile."""
+        deadline = time.monotonic() + self.start_timeout
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if step is not None:
+                step()
+            for other, p in self.api._procs:
+                if p.poll() is not None:
+                    raise EnvtestError(f"{other} exited with {p.returncode} while {name} started; its log ends:\n"
+                                       f"{_tail(self.api.dir / f'{other}.log')}")
+            try:
+                r = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+                if r.status_code == 200:
+                    return
+                last = f"/readyz answered HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                last = f"/readyz: {exc}"
+            time.sleep(0.5)
+        raise EnvtestError(f"{name} not ready after {self.start_timeout}s ({last}); its log ends:\n{_tail(self.api.dir / f'{name}.log')}")
 
     def _install_crds(self, api_client: Any, crd_root: Path) -> None:
         from kubernetes import client
@@ -164,24 +232,11 @@ class KueueCluster:
         proc = subprocess.Popen([str(self.binaries.kueue), f"--config={path}", "--zap-log-level=2"], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, preexec_fn=die_with_parent)
         self.api._procs.append(("kueue", proc))
-        deadline = time.monotonic() + self.start_timeout
-        last = "no answer yet"
-        mounted = False
-        while time.monotonic() < deadline:
-            mounted = mounted or self._mount_certs(certs)
-            for name, p in self.api._procs:
-                if p.poll() is not None:
-                    raise EnvtestError(f"{name} exited with {p.returncode} while Kueue started; its log ends:\n"
-                                       f"{_tail(self.api.dir / f'{name}.log')}")
-            try:
-                r = httpx.get(f"http://127.0.0.1:{self.health_port}/readyz", timeout=2)
-                if r.status_code == 200:
-                    return
-                last = f"/readyz answered HTTP {r.status_code}"
-            except httpx.HTTPError as exc:
-                last = f"/readyz: {exc}"
-            time.sleep(0.5)
-        raise EnvtestError(f"Kueue not ready after {self.start_timeout}s ({last}); its log ends:\n{_tail(self.api.dir / 'kueue.log')}")
+        mounted = [False]
+
+        def mount() -> None:
+            mounted[0] = mounted[0] or self._mount_certs(certs)
+        self._wait_ready("kueue", self.health_port, mount)
 
     def __enter__(self) -> KueueCluster:
         return self.start()

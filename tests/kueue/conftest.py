@@ -1,6 +1,7 @@
 """The real-Kueue tier: one control plane of its own (so Kueue never meets the Workloads the other
-tests play Kueue for), with Kueue's manager, the Job controller, kube-scheduler and KWOK nodes
-labelled like the bundled GB200 NVL72 model, and the Kueue objects of config/kueue/gb200-nvl72.
+tests play Kueue for), with Kueue's manager (its Job and JobSet integrations), JobSet's controller,
+the Job controller, kube-scheduler and KWOK nodes labelled like the bundled GB200 NVL72 model, and
+the Kueue objects of config/kueue/gb200-nvl72.
 
 Atoll's controller runs in-process per test (``Live.controller``), as the other apiserver tests
 run it. Every wait is for a state read from the API, with a generous bound, never a sleep that
@@ -24,9 +25,10 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from admission.controller import ConfigSettings, Controller, KueueSettings, Settings
+from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
 from admission.kube import KubePort
 from tests.envtest import (
+    JOBSET_FRAMEWORK,
     KWOK_NODE_ANNOTATION,
     ApiServer,
     EnvtestError,
@@ -181,10 +183,11 @@ class Live:
             self.core.create_namespaced_config_map(ATOLL_NS, body)
 
     @contextmanager
-    def controller(self) -> Iterator[Controller]:
-        """Atoll's controller, in-process on a real clock, serving config/kueue's AdmissionCheck."""
+    def controller(self, recorder: Recorder | None = None) -> Iterator[Controller]:
+        """Atoll's controller, in-process on a real clock, serving config/kueue's AdmissionCheck
+        (its decision records to ``recorder``, else to stdout)."""
         settings = Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS))
-        ctrl = Controller(KubePort(self.client), settings=settings)
+        ctrl = Controller(KubePort(self.client), settings=settings, recorder=recorder)
         ctrl.start()
         try:
             assert ctrl.wait_synced(600), "Atoll never listed the cluster"  # a cold numba cache compiles its kernels first
@@ -289,7 +292,7 @@ def live() -> Iterator[Live]:
                     "KWOK): run `python -m tests.envtest ensure` with Go 1.26+ on PATH")
     with ApiServer(binaries) as api:
         try:
-            cluster = KueueCluster(api).start()
+            cluster = KueueCluster(api, frameworks=("batch/job", JOBSET_FRAMEWORK)).start()
         except EnvtestError as exc:
             pytest.fail(str(exc))
         live = Live(api, cluster, api.api_client())

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.envtest import (
     CONTROL_PLANE_VERSION,
+    JOBSET_VERSION,
     KUEUE_CRD_FILES,
     KUEUE_VERSION,
     KWOK_VERSION,
@@ -365,9 +366,13 @@ def test_without_go_nor_root_a_missing_apiserver_is_an_error_saying_what_to_do(t
 
 
 def _fake_current(folder: Path) -> None:
+    """The seven programs, with JobSet's recipe stamped (the rest's stamp is each test's business)."""
+    from tests.envtest._binaries import _JOBSET_SCRIPT, _recipe_digest
+
     folder.mkdir(parents=True)
-    for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kueue", "kwok"):
+    for name in ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "etcd", "kueue", "kwok", "jobset"):
         _fake_binary(folder / name, f"{name} v1.36.2")
+    (folder / "jobset.sha256").write_text(_recipe_digest(_JOBSET_SCRIPT) + "\n")
 
 
 def test_the_current_build_counts_only_whole_and_stamped_by_its_recipe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -384,10 +389,42 @@ def test_the_current_build_counts_only_whole_and_stamped_by_its_recipe(tmp_path:
     (folder / "recipe.sha256").write_text(_recipe_digest(_GO_SCRIPT) + "\n")
     found = find_binaries()
     assert found is not None and found.source == "go-modules" and found.version == CONTROL_PLANE_VERSION
-    assert (found.kube_scheduler, found.kueue, found.kwok) == (folder / "kube-scheduler", folder / "kueue", folder / "kwok")
+    assert (found.kube_scheduler, found.kueue, found.kwok, found.jobset) == (folder / "kube-scheduler", folder / "kueue", folder / "kwok",
+                                                                             folder / "jobset")
     assert found.describe() == f"kube-apiserver {CONTROL_PLANE_VERSION} (built from Go modules): {folder / 'kube-apiserver'}"
+    (folder / "jobset.sha256").write_text("0" * 64 + "\n")
+    assert find_binaries() is None  # JobSet's own recipe stamps it
+    _fake_binary(folder / "jobset", "jobset v0.12.0")
     (folder / "kwok").unlink()
-    assert find_binaries() is None  # all six programs or none
+    assert find_binaries() is None  # all seven programs or none
+
+
+def test_a_new_or_changed_recipe_rebuilds_its_own_programs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache holding the control plane but no JobSet (or JobSet from an older recipe) runs
+    build-jobset.sh alone: kube-apiserver, Kueue and the rest are neither rebuilt nor touched."""
+    from tests.envtest import _binaries
+
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("ATOLL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_binaries, "_go_version", lambda: (1, 26))
+    folder = control_plane_cache_dir()
+    _fake_current(folder)
+    (folder / "recipe.sha256").write_text(_binaries._recipe_digest(_binaries._GO_SCRIPT) + "\n")
+    (folder / "jobset").unlink()
+    (folder / "jobset.sha256").write_text("0" * 64 + "\n")  # an older recipe's stamp
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if p.name not in ("jobset", "jobset.sha256")}
+    ran: list[str] = []
+
+    def build(cmd: list[str], log: Path, what: str) -> None:
+        ran.append(Path(cmd[1]).name)
+        _fake_binary(Path(cmd[2]) / "jobset", "jobset v0.12.0")
+    monkeypatch.setattr(_binaries, "_run_logged", build)
+    found = ensure_current()
+    assert ran == ["build-jobset.sh"]
+    assert found.jobset == folder / "jobset" and found.kueue == folder / "kueue"
+    assert (folder / "jobset.sha256").read_text().strip() == _binaries._recipe_digest(_binaries._JOBSET_SCRIPT)
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir() if p.name not in ("jobset", "jobset.sha256")} == before
+    assert ensure_current() == found and ran == ["build-jobset.sh"]  # stamped: nothing runs again
 
 
 def test_the_current_build_comes_before_the_debian_fallback_and_after_kubebuilder_assets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -421,10 +458,12 @@ def test_building_the_current_control_plane_without_go_says_what_to_do(tmp_path:
 
 
 def test_the_build_recipe_pins_the_versions_the_python_side_names() -> None:
-    from tests.envtest._binaries import _GO_SCRIPT
+    from tests.envtest._binaries import _GO_SCRIPT, _JOBSET_SCRIPT
 
     script = _GO_SCRIPT.read_text()
     assert f"kube={CONTROL_PLANE_VERSION} " in script and f"kueue={KUEUE_VERSION} " in script and f"kwok={KWOK_VERSION}\n" in script
+    jobset = _JOBSET_SCRIPT.read_text()  # JobSet is built against the Kueue the control plane runs
+    assert f"jobset={JOBSET_VERSION}\n" in jobset and f"kueue={KUEUE_VERSION}\n" in jobset
 
 
 def test_ensure_prints_where_the_binaries_and_crds_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

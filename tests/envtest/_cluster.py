@@ -112,6 +112,9 @@ class KueueCluster:
             # the Job controller, garbage collection, and node lifecycle (it lifts the not-ready taint the
             # apiserver puts on every new node once KWOK reports it Ready)
             "--controllers=job-controller,garbage-collector-controller,node-lifecycle-controller",
+            # a KWOK heartbeat late on two loaded cores must not turn a node NotReady (and tainted
+            # unreachable) in the middle of a test that counts on every node
+            "--node-monitor-grace-period=300s",
             "--use-service-account-credentials=false",
         ])
         self.api._spawn("kube-scheduler", [str(self.binaries.kube_scheduler), *common, f"--secure-port={_free_port()}"])

@@ -87,6 +87,13 @@ def test_least_allocated_picks_what_the_real_kube_scheduler_picks(live: Live, na
     names = [n.metadata.name for n in nodes]
     index = {name: i for i, name in enumerate(names)}
     labels = [n.metadata.labels for n in nodes]
+
+    def others_gone() -> bool:
+        """No pod of another test holds or may yet take a KWOK node: the model starts from these
+        nodes' allocatable minus this test's own pods, so anything else there skews every pick."""
+        return not [p for p in live.core.list_pod_for_all_namespaces().items if p.metadata.namespace != NS
+                    and p.status.phase not in ("Succeeded", "Failed") and (not p.spec.node_name or p.spec.node_name in index)]
+    wait_for("the tier's other pods gone from the KWOK nodes", others_gone)
     alloc = np.array([[int(parse_quantity(n.status.allocatable[r])) for r in ("nvidia.com/gpu", "cpu")]
                       + [int(parse_quantity(n.status.allocatable["memory"])) // MIB, int(n.status.allocatable["pods"])]
                       for n in nodes], dtype=np.int64)

@@ -109,6 +109,18 @@ def test_a_workload_without_a_limit_never_backfills_even_after_a_restart(fabric:
     assert long.outcome == "wait"
 
 
+def test_reservations_are_bounded_per_flavor_before_and_after_a_restart(fabric: Fabric) -> None:
+    ctrl = reserving(fabric)  # maxReservationsPerFlavor defaults to 1: the first gang holds it
+    submit(fabric, "second", 2)
+    (second,) = run(ctrl)
+    assert second.outcome == "wait" and f"no reservation: flavor {fabric.flavor} holds its 1 already" in second.message
+    assert condition(fabric, "second", RESERVED_CONDITION) is None
+    ctrl.stop()
+    again = fabric.controller()
+    again.sync()
+    assert [r.holder for r in mine(fabric, again)] == [f"{fabric.ns}/gang"]
+
+
 def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:
     doc = profiles_doc(fabric.flavor, fabric.topology)
     doc["profiles"]["strict"]["preemptDomain"] = "on"

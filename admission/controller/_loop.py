@@ -46,6 +46,7 @@ from admission.controller._metrics import Metrics
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
+from admission.controller._queue_state import QueueState
 from admission.controller._records import DecisionRecord, Recorder
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
@@ -70,7 +71,7 @@ from admission.kube import (
     errors,
     object_key,
 )
-from admission.queue import NO_HINTS, Plan, QueueHints, draining_domains, size_band
+from admission.queue import Plan, QueueHints, draining_domains, size_band
 from policies import ProfilesError, profiles_from_configmap
 
 __all__ = ["Controller"]
@@ -132,6 +133,9 @@ class Controller:
                                    events=self.events, on_written=on_written)
         self.explainer = Explainer(self.cache, self.ledger, self.decider, self.settings)
         self.preemptor = Preemptor(self.cache, self.ledger, port)
+        self.queue_state = QueueState(self.cache, self.ledger, self.decider.holds)
+        """The queue manager's state fed from the cache, and kept on the Workloads (``_queue_state``)."""
+        self.decider.queue = self.queue_state.outlook
         self.config_error: str | None = None
         """The latest profiles-document problem (None when the latest document is in force)."""
         self._config_rv: str | None = None
@@ -145,7 +149,7 @@ class Controller:
         self._waiting: dict[str, str] = {}
         self._waiting_band: dict[str, str] = {}
         """uid → size band of each waiting Workload (``size_band``), for the gauge by reason and band."""
-        self.queue_hints: QueueHints = NO_HINTS
+        self.queue_hints: QueueHints = self.queue_state
         """Reservations and expected starts, for ``atoll queue`` and the gauges (``QueueHints``)."""
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
@@ -210,6 +214,7 @@ class Controller:
             for r in self.ledger.reservations():
                 if r.uid not in live:
                     self.ledger.forget(r.uid)
+            self.queue_state.relisted(items)
             keys = {object_key(o) for o in items}
             for gone in [k for k in (*self._failures, *self._conflicts) if k not in keys]:
                 self._forget_key(gone)
@@ -248,8 +253,7 @@ class Controller:
                 self.ledger.forget(uid)
                 self._waiting.pop(uid, None)
                 self._waiting_band.pop(uid, None)
-                for held in self.decider.holds.values():
-                    held.pop(uid, None)
+                self.queue_state.gone(obj)
                 self._queue.pop(object_key(obj), None)
                 self._forget_key(object_key(obj))
             elif resource == ADMISSION_CHECKS:
@@ -273,6 +277,7 @@ class Controller:
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
         self.ledger.observe(current, self._check_names)
+        self.queue_state.observe(current, self._check_names)
         if self._actionable(current) or self._requeue_request(current) is not None:
             self._queue[object_key(current)] = None
 
@@ -420,7 +425,8 @@ class Controller:
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         verdict.parked = self.parking.parks(verdict)
         plan = self._preemption(obj, verdict)
-        if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names)):
+        if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(
+                obj, verdict, self._check_names, self.queue_state.conditions(obj, verdict.outcome, plan, self.clock.now()))):
             self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
             if plan is not None:
                 self._preempt(obj, plan)

@@ -56,9 +56,10 @@ class StatusWriter:
         self.events = events
         self.on_written = on_written
 
-    def write(self, obj: Obj, verdict: Verdict, check_names: Iterable[str]) -> None:
+    def write(self, obj: Obj, verdict: Verdict, check_names: Iterable[str], extra: Iterable[dict[str, Any]] = ()) -> None:
         """Apply the verdict as Atoll's check entry, with the wait condition, in one write that
-        holds only if ``obj`` is still the current Workload; nothing if unchanged.
+        holds only if ``obj`` is still the current Workload; nothing if unchanged. ``extra``: more
+        of Atoll's conditions to apply with it (the queue manager's reservation and hold).
 
         Raises ``errors.Conflict`` when the Workload changed since ``obj`` was read."""
         meta = obj.get("metadata") or {}
@@ -76,13 +77,17 @@ class StatusWriter:
         condition = waiting_condition(obj, verdict.outcome, now, meta.get("generation"))
         have = next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == (condition or {}).get("type")), None)
         same = all(current.get(k) == entry.get(k) for k in ("state", "message", "podSetUpdates", "requeueAfterSeconds"))
+        extra = list(extra)
+        kept = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+        same = same and all(all(kept.get(c["type"], {}).get(k) == c.get(k) for k in ("status", "reason", "message", "lastTransitionTime"))
+                            for c in extra)
         if same and (condition is None or (have is not None and all(have.get(k) == condition.get(k)
                                                                    for k in ("status", "reason", "lastTransitionTime")))):
             return
 
         status: dict[str, Any] = {"admissionChecks": [entry]}
-        if condition is not None:
-            status["conditions"] = [condition]
+        if condition is not None or extra:
+            status["conditions"] = ([condition] if condition is not None else []) + extra
         out = self._apply(obj, names, status)
         verdict.written = True
         if self.on_written is not None:

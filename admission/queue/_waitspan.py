@@ -38,8 +38,9 @@ class WaitOrSpan:
     def describe(self) -> str:
         wait = (f"expected wait for one domain {self.wait_s:.0f}s ± {self.wait_error_s:.0f}s ({self.domain})"
                 if self.wait_s is not None else "expected wait for one domain unknown (no runtime learned for what runs there)")
-        if self.span_slowdown is None:
-            span = "no span found now"
+        if self.span_slowdown is None:  # none found, or no cost model to price it (the controller has none)
+            span = ("no span priced now" if self.runtime_s is None else
+                    f"no span priced now; expected runtime {self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
         elif self.runtime_s is None:
             span = f"best span slows it {self.span_slowdown:.3f}×, its runtime unknown"
         else:

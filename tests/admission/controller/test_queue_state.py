@@ -1,0 +1,220 @@
+"""The queue manager fed by the controller on the real apiserver: a gang's reservation is written
+on its Workload and a new controller rebuilds the same one (no placement lands on the reserved
+nodes except by backfill); a preemption hold survives a restart; runtimes are learned from
+Finished Workloads, again after a restart from those the API still shows; the wait-or-span
+numbers reach the check, the decision record and ``explain``; ``atoll queue`` names the
+reservation and the expected start."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.controller._queue_state import HELD_CONDITION, RESERVED_CONDITION
+from admission.controller._records import rfc3339
+from admission.queue import Reservation
+from tests.admission.fabric import GROUP, VERSION, Fabric, planned, profiles_doc, run
+from tests.kube_objects import _kueue_conditions, apply_workload_status, set_condition, workload
+
+pytestmark = pytest.mark.apiserver
+
+LIMIT = 3600
+
+
+def submit(fabric: Fabric, name: str, pods: int, *, limit: int | None = None, priority: int | None = None) -> None:
+    manifest = workload(fabric.ns, name, [("main", pods, 4)])
+    if limit is not None:
+        manifest["spec"]["maximumExecutionTimeSeconds"] = limit
+    if priority is not None:
+        manifest["spec"]["priority"] = priority
+    fabric.kueue.create(manifest)
+    fabric.kueue.reserve_quota(fabric.ns, name, fabric.cq, fabric.flavor)
+
+
+def condition(fabric: Fabric, name: str, kind: str) -> dict[str, Any] | None:
+    return next((c for c in fabric.workload(name)["status"].get("conditions") or [] if c["type"] == kind), None)
+
+
+def mine(fabric: Fabric, ctrl: Any) -> list[Reservation]:
+    """The reservations ``ctrl`` holds for this test's Workloads (the apiserver is shared)."""
+    return [r for r in ctrl.queue_state.outlook.reservations.all() if r.holder.startswith(f"{fabric.ns}/")]
+
+
+def reserving(fabric: Fabric) -> Any:
+    """Four cliques of 8 GPUs: three full, one half full with a Workload that ends within the hour;
+    a 2 × 4-GPU gang then waits, and reserves (reserveAfterSeconds 0) the half-full clique."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0}
+    fabric.install(doc)
+    ctrl = fabric.controller()
+    for i in range(3):
+        submit(fabric, f"full-{i}", 2)
+    submit(fabric, "half", 1, limit=LIMIT)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
+    submit(fabric, "gang", 2)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait"
+    return ctrl
+
+
+def test_a_reservation_is_written_and_a_new_controller_holds_the_same(fabric: Fabric) -> None:
+    ctrl = reserving(fabric)
+    key = f"{fabric.ns}/gang"
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    half = set(planned(fabric.entry("half")))
+    assert held is not None and held.gpus == 8 and half < {n for n, _ in held.nodes}  # the clique with the fewest GPUs to drain
+    started = ctrl.queue_state.outlook.running(f"{fabric.ns}/half")
+    assert started is not None and held.expected_free == started.started + LIMIT
+    cond = condition(fabric, "gang", RESERVED_CONDITION)
+    assert cond is not None and cond["status"] == "True" and Reservation.decode(key, cond["message"]) == held
+    assert "reserves 8 GPUs on 2 nodes" in fabric.entry("gang")["message"]
+
+    ctrl.stop()
+    again = fabric.controller()
+    again.sync()
+    assert mine(fabric, again) == mine(fabric, ctrl) == [held]
+    reserved = {n for n, _ in held.nodes}
+    free = reserved - half
+    submit(fabric, "small", 1)  # no limit: the only free node is reserved, so it waits
+    (small,) = run(again)
+    assert small.outcome == "wait"
+    submit(fabric, "short", 1, limit=600)  # ends long before the half-full clique is expected free: backfills
+    (short,) = run(again)
+    assert short.outcome == "admit" and set(planned(fabric.entry("short"))) == free
+    assert again.queue_state.outlook.reservations.held_by(key) == held  # backfill takes nothing from the gang
+
+
+def test_the_reservation_ends_when_the_gang_is_placed(fabric: Fabric) -> None:
+    ctrl = reserving(fabric)
+    fabric.finish("half")
+    fabric.requeue("gang")
+    (placed,) = run(ctrl)
+    assert placed.outcome == "admit"
+    assert ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang") is None
+    cond = condition(fabric, "gang", RESERVED_CONDITION)
+    assert cond is not None and cond["status"] == "False"
+    fresh = fabric.controller()
+    fresh.sync()
+    assert not mine(fabric, fresh)
+
+
+def test_a_workload_without_a_limit_never_backfills_even_after_a_restart(fabric: Fabric) -> None:
+    ctrl = reserving(fabric)
+    ctrl.stop()
+    again = fabric.controller()
+    again.sync()
+    submit(fabric, "long", 1, limit=2 * LIMIT)  # ends after the expected free time: no backfill
+    (long,) = run(again)
+    assert long.outcome == "wait"
+
+
+def test_reservations_are_bounded_per_flavor_before_and_after_a_restart(fabric: Fabric) -> None:
+    ctrl = reserving(fabric)  # maxReservationsPerFlavor defaults to 1: the first gang holds it
+    submit(fabric, "second", 2)
+    (second,) = run(ctrl)
+    assert second.outcome == "wait" and f"no reservation: flavor {fabric.flavor} holds its 1 already" in second.message
+    assert condition(fabric, "second", RESERVED_CONDITION) is None
+    ctrl.stop()
+    again = fabric.controller()
+    again.sync()
+    assert [r.holder for r in mine(fabric, again)] == [f"{fabric.ns}/gang"]
+
+
+def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["preemptDomain"] = "on"
+    fabric.install(doc)
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq,
+                                              {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})
+    ctrl = fabric.controller()
+    for i in range(4):
+        submit(fabric, f"low-{i}", 2, priority=0)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
+    where = {f"low-{i}": set(planned(fabric.entry(f"low-{i}"))) for i in range(4)}
+    submit(fabric, "gang", 2, priority=100)
+    assert [v.outcome for v in run(ctrl)] == ["wait"]
+    (victim,) = [f"low-{i}" for i in range(4) if fabric.entry(f"low-{i}")["state"] == "Retry"]
+    cond = condition(fabric, "gang", HELD_CONDITION)
+    assert cond is not None and cond["status"] == "True" and set(where[victim]) <= set(cond["message"].split('"'))
+    ctrl.stop()
+
+    again = fabric.controller()
+    again.sync()
+    assert again.decider.holds[fabric.flavor] == ctrl.decider.holds[fabric.flavor] and len(ctrl.decider.holds[fabric.flavor]) == 1
+    held = again.queue_hints.held(str(fabric.workload("gang")["metadata"]["uid"]))
+    assert held is not None and held.kind == "preemption"
+    fabric.requeue(victim)  # Kueue evicts it and reserves again: its old clique is held for the gang
+    assert [v.outcome for v in run(again)] == ["wait"]
+    fabric.requeue("gang")
+    assert [v.outcome for v in run(again)] == ["admit"]
+    assert set(planned(fabric.entry("gang"))) == where[victim]
+    assert not any(again.decider.holds.values())
+    cond = condition(fabric, "gang", HELD_CONDITION)
+    assert cond is not None and cond["status"] == "False"
+
+
+def finished_at(fabric: Fabric, name: str, admitted: float, finished: float) -> None:
+    """Kueue's Admitted and Finished conditions at the given times."""
+    wl = fabric.workload(name)
+    conditions = _kueue_conditions(wl)
+    set_condition(conditions, "Admitted", "True", "Admitted", "The workload is admitted", rfc3339(admitted), 1)
+    set_condition(conditions, "Finished", "True", "Succeeded", "Job finished successfully", rfc3339(finished), 1)
+    apply_workload_status(fabric.custom, fabric.ns, name, {"conditions": conditions})
+
+
+def test_runtimes_are_learned_from_finished_workloads_and_again_after_a_restart(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller()
+    for i in range(3):
+        submit(fabric, f"done-{i}", 2)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 3
+    t0 = fabric.clock.now()
+    for i, seconds in enumerate((1000, 2000, 3000)):
+        finished_at(fabric, f"done-{i}", t0, t0 + seconds)
+    run(ctrl)
+    est = ctrl.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 8)
+    assert est is not None and est.samples == 3 and est.seconds == pytest.approx(2000.0) and est.error == pytest.approx(1000.0)
+    assert len(ctrl.queue_state.outlook) == 0  # nothing runs any more
+    run(ctrl)  # a relist learns nothing twice
+    assert ctrl.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 8).samples == 3  # type: ignore[union-attr]
+    again = fabric.controller()
+    again.sync()
+    est2 = again.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 8)
+    assert est2 is not None and (est2.samples, est2.seconds) == (3, est.seconds)
+
+
+def test_explain_the_record_and_atoll_queue_show_the_wait_or_span_numbers(fabric: Fabric) -> None:
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["elastic"]["queueing"] = {"waitOrSpan": True, "reserveAfterSeconds": 0}
+    fabric.install(doc)
+    ctrl = fabric.controller()
+    for i in range(3):  # three cliques full for two hours, one half full for one
+        submit(fabric, f"full-{i}", 2, limit=2 * LIMIT)
+    submit(fabric, "half", 1, limit=LIMIT)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
+    manifest = workload(fabric.ns, "gang", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+    manifest["spec"]["maximumExecutionTimeSeconds"] = 7200
+    fabric.kueue.create(manifest)
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait"
+    said = f"wait or span: expected wait for one domain {LIMIT}s ± 0s"
+    assert said in verdict.message and "expected runtime 7200s ± 0s" in verdict.message  # its own maximumExecutionTimeSeconds
+    assert "relaxAfterSeconds decides" in verdict.message  # the controller has no cost model to price a span
+    (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang"]
+    assert said in record["message"]
+    explained = ctrl.explain(f"{fabric.ns}/gang")
+    assert said in explained["check"]["message"] and "reserves 8 GPUs" in explained["check"]["message"]
+    (row,) = [r for r in ctrl.waiting_line() if r["workload"] == f"{fabric.ns}/gang"]
+    held = ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang")
+    assert held is not None and row["held"]["kind"] == "reservation" and row["held"]["domain"] == "/".join(held.path)
+    assert row["expected_start"] is not None
+
+
+def test_a_hold_reads_back_as_written_and_anything_else_reads_as_none() -> None:
+    from admission.controller._queue_state import decode_hold, encode_hold
+
+    assert decode_hold(encode_hold("f", "lvl", "b0c1", ["n2", "n1"])) == ("f", "lvl", "b0c1", ("n1", "n2"))
+    for bad in ("", "{", "[]", '{"flavor": "f"}', '{"flavor": "f", "nodes": "n1"}'):
+        assert decode_hold(bad) is None

@@ -20,7 +20,13 @@ elastic profile). A runner marks each Workload Finished its runtime after it is 
 Kueue's performance runner does, so quota turns over.
 
 Time to admission is from the create call to the Workload's first ``Admitted=True`` seen on a
-watch; admissions/s from the first create to the last admission of the arm. Goal: Atoll's mean
+watch; admissions/s from the first create to the last admission of the arm. The same watch
+times each stage (``--format json`` carries them; the table shows their means): create →
+``QuotaReserved=True`` (Kueue's scheduler), → Atoll's check ``Ready`` (Atoll's share: it sees
+the reservation, places and writes the check's state; Atoll's arm only), → ``Admitted=True``
+(the extra reconcile Kueue itself needs after a check turns Ready; Kueue's TAS arm admits on
+reservation). Creates and the runner's status writes are retried on a loaded apiserver's
+errors (429, 5xx, timeouts), up to ``RETRIES`` times with backoff. Goal: Atoll's mean
 time to admission at most ``--goal-ratio`` (1.10) times Kueue's alone; the command exits 1 when
 it is missed or a Workload is not admitted within ``--timeout``.
 """
@@ -75,7 +81,7 @@ def _install(port: Any, nodes: int, queues: int) -> None:
 
     namespaces = Resource("", "v1", "namespaces", "Namespace", False)
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda a_i: port.create(NODES, _node(*a_i)), [(a, i) for a in ARMS for i in range(nodes)]))
+        list(pool.map(lambda a_i: _retry(lambda: port.create(NODES, _node(*a_i)), create=True), [(a, i) for a in ARMS for i in range(nodes)]))
     kueue = {"apiVersion": f"{GROUP}/{VERSION}"}
     port.create(TOPOLOGIES, {**kueue, "kind": "Topology", "metadata": {"name": TOPOLOGY},
                              "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]}})
@@ -125,6 +131,8 @@ class _Runner:
     def __init__(self, port: Any) -> None:
         self.port = port
         self.admitted: dict[str, float] = {}
+        self.reserved: dict[str, float] = {}
+        self.ready: dict[str, float] = {}
         self.runtime: dict[str, float] = {}
         self.due: list[tuple[float, str]] = []
         self.cv = threading.Condition()
@@ -147,9 +155,15 @@ class _Runner:
                     if ev.type not in ("ADDED", "MODIFIED") or ARM_LABEL not in (obj["metadata"].get("labels") or {}):
                         continue
                     key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
-                    conds = (obj.get("status") or {}).get("conditions") or []
+                    status = obj.get("status") or {}
+                    conds = status.get("conditions") or []
+                    now = time.monotonic()
+                    if key not in self.reserved and any(c["type"] == "QuotaReserved" and c["status"] == "True" for c in conds):
+                        self.reserved[key] = now
+                    if key not in self.ready and any(a.get("name") == CHECK and a.get("state") == "Ready"
+                                                     for a in status.get("admissionChecks") or []):
+                        self.ready[key] = now
                     if key not in self.admitted and any(c["type"] == "Admitted" and c["status"] == "True" for c in conds):
-                        now = time.monotonic()
                         with self.cv:
                             self.admitted[key] = now
                             heapq.heappush(self.due, (now + self.runtime.get(key, 0.0), key))
@@ -175,7 +189,7 @@ class _Runner:
                     "status": {"conditions": [{"type": "Finished", "status": "True", "reason": "Succeeded",
                                                "message": "the bench runner finished it", "lastTransitionTime": t}]}}
             try:
-                self.port.apply(WORKLOADS, body, field_manager="bench-runner", subresource="status")
+                _retry(lambda b=body: self.port.apply(WORKLOADS, b, field_manager="bench-runner", subresource="status"))
             except Exception as exc:  # noqa: BLE001 - the Workload stays admitted (its arm's quota stays used): say so
                 print(f"atoll bench kueue: could not finish {key}: {exc}", file=sys.stderr)
 
@@ -189,7 +203,43 @@ class _Runner:
             t.join(timeout=10)
 
 
-def _row(arm: str, created: dict[str, float], admitted: dict[str, float], classes: dict[str, str]) -> dict[str, Any]:
+RETRIES = 5
+
+
+def _retry(call: Any, *, create: bool = False) -> Any:
+    """``call()``, again after 0.5, 1, 2, 4 s when a loaded apiserver throttles (429), fails (5xx)
+    or gives no answer; other errors (a 422) at once. A create retried after no answer may
+    have landed the first time: its 409 then counts as done."""
+    from admission.kube.errors import ApiError
+
+    for attempt in range(RETRIES):
+        try:
+            return call()
+        except ApiError as exc:
+            if create and attempt > 0 and exc.status == 409:
+                return None
+            if attempt == RETRIES - 1 or exc.status not in (0, 408, 429, 500, 502, 503, 504):
+                raise
+        except (TimeoutError, OSError):
+            if attempt == RETRIES - 1:
+                raise
+        time.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _stages(keys: list[str], created: dict[str, float], reserved: dict[str, float], ready: dict[str, float],
+            admitted: dict[str, float]) -> dict[str, float | None]:
+    """Mean ms of each stage over the Workloads that passed both its ends."""
+    out: dict[str, float | None] = {}
+    for name, a, b in (("create_to_reserved", created, reserved), ("reserved_to_ready", reserved, ready),
+                       ("ready_to_admitted", ready, admitted), ("reserved_to_admitted", reserved, admitted)):
+        d = [1000.0 * (b[k] - a[k]) for k in keys if k in a and k in b]
+        out[f"{name}_ms"] = round(float(np.mean(d)), 1) if d else None
+    return out
+
+
+def _row(arm: str, created: dict[str, float], admitted: dict[str, float], classes: dict[str, str],
+         reserved: dict[str, float] | None = None, ready: dict[str, float] | None = None) -> dict[str, Any]:
     keys = [k for k in created if k.startswith(f"bench-{arm}/")]
     done = [k for k in keys if k in admitted]
     tta = np.array([admitted[k] - created[k] for k in done]) * 1000.0
@@ -197,11 +247,13 @@ def _row(arm: str, created: dict[str, float], admitted: dict[str, float], classe
     row: dict[str, Any] = {"arm": arm, "workloads": len(keys), "admitted": len(done),
                            "admissions_per_s": round(len(done) / span, 2) if span > 0 else 0.0}
     for q, v in (("mean", tta.mean() if tta.size else None), ("p50", np.percentile(tta, 50) if tta.size else None),
-                 ("p90", np.percentile(tta, 90) if tta.size else None), ("max", tta.max() if tta.size else None)):
+                 ("p90", np.percentile(tta, 90) if tta.size else None), ("p99", np.percentile(tta, 99) if tta.size else None),
+                 ("max", tta.max() if tta.size else None)):
         row[f"tta_{q}_ms"] = round(float(v), 1) if v is not None else None
     for name, *_ in CLASSES:
         sel = np.array([admitted[k] - created[k] for k in done if classes[k] == name]) * 1000.0
         row[f"tta_{name}_ms"] = round(float(sel.mean()), 1) if sel.size else None
+    row.update(_stages(keys, created, reserved or {}, ready or {}, admitted))
     return row
 
 
@@ -254,7 +306,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
             body = _workload(arm, f"w{i:05d}", i % queues, pods, cpu, required)
             t = time.monotonic()
             try:
-                port.create(WORKLOADS, body)
+                _retry(lambda: port.create(WORKLOADS, body), create=True)
             except ApiError as exc:  # an apiserver too loaded to answer: the Workload is counted as not created
                 print(f"atoll bench kueue: could not create {key}: {exc}", file=sys.stderr)
                 with lock:
@@ -280,8 +332,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
         runner.stop()
         ctrl.stop()
         with runner.cv:
-            admitted = dict(runner.admitted)
-    rows = {arm: _row(arm, created, admitted, classes) for arm in ARMS}
+            admitted, reserved, ready = dict(runner.admitted), dict(runner.reserved), dict(runner.ready)
+    rows = {arm: _row(arm, created, admitted, classes, reserved, ready) for arm in ARMS}
     tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
             "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
@@ -321,8 +373,9 @@ def main(argv: Sequence[str]) -> int:
     if args.format == "json":
         print(json.dumps({**out, "goal_ratio": args.goal_ratio, "goal_met": met}))
     else:
-        columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_max_ms",
-                   *(f"tta_{c[0]}_ms" for c in CLASSES))
+        columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
+                   "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
+                   "ready_to_admitted_ms")
         print(" | ".join(columns))
         for r in out["rows"]:
             print(" | ".join(str(r[c]) for c in columns))

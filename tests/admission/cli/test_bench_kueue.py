@@ -3,10 +3,13 @@ come from the create and admission times, and the Workloads are what each arm as
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from admission import vocabulary
-from admission.cli._bench_kueue import RACK, _row, _workload, main
+from admission.cli._bench_kueue import RACK, _retry, _row, _workload, main
+from admission.kube.errors import ApiError
 
 
 @pytest.mark.parametrize("flag", ["--nodes=0", "--workloads=0", "--queues=0", "--rate=0"])
@@ -34,3 +37,46 @@ def test_kueues_arm_asks_its_tas_and_atolls_arm_asks_a_profile() -> None:
     assert atoll["template"]["metadata"]["annotations"] == {vocabulary.PROFILE: "elastic"}
     assert tas["count"] == atoll["count"] == 4
     assert tas["template"]["spec"] == atoll["template"]["spec"]
+
+
+def test_the_row_splits_time_to_admission_into_kueues_and_atolls_stages() -> None:
+    created = {"bench-atoll/w0": 10.0, "bench-atoll/w1": 20.0}
+    reserved = {"bench-atoll/w0": 10.1, "bench-atoll/w1": 20.3}
+    ready = {"bench-atoll/w0": 10.4}  # w1's check never turned Ready: it is left out of the stages that need it
+    admitted = {"bench-atoll/w0": 10.6}
+    row = _row("atoll", created, admitted, {"bench-atoll/w0": "small", "bench-atoll/w1": "small"}, reserved, ready)
+    assert row["create_to_reserved_ms"] == 200.0  # (100 + 300) / 2
+    assert row["reserved_to_ready_ms"] == 300.0 and row["ready_to_admitted_ms"] == 200.0
+    assert row["reserved_to_admitted_ms"] == 500.0
+    assert _row("tas", {}, {}, {})["reserved_to_ready_ms"] is None
+
+
+def test_p99_is_the_tail_of_time_to_admission() -> None:
+    created = {f"bench-tas/w{i}": 0.0 for i in range(100)}
+    admitted = {k: (10.0 if k == "bench-tas/w99" else 0.1) for k in created}
+    row = _row("tas", created, admitted, dict.fromkeys(created, "small"))
+    assert row["tta_p50_ms"] == 100.0 and row["tta_p99_ms"] > 100.0 and row["tta_max_ms"] == 10000.0
+
+
+def test_retry_survives_a_loaded_apiserver_and_counts_a_landed_create(monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr("admission.cli._bench_kueue.time.sleep", slept.append)
+    answers: Iterator[Exception | str] = iter([ApiError("busy", status=429), ApiError("no answer", status=0), "ok"])
+
+    def call() -> str:
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    assert _retry(call) == "ok" and slept == [0.5, 1.0]
+    landed = iter([ApiError("no answer", status=0), ApiError("exists", status=409)])
+    assert _retry(lambda: (_ for _ in ()).throw(next(landed)), create=True) is None  # the first create had landed
+    with pytest.raises(ApiError, match="invalid"):  # a bad body is not retried
+        _retry(lambda: (_ for _ in ()).throw(ApiError("invalid", status=422)))
+    with pytest.raises(ApiError, match="exists"):  # a 409 on the first try is a real conflict
+        _retry(lambda: (_ for _ in ()).throw(ApiError("exists", status=409)), create=True)
+    slept.clear()
+    with pytest.raises(ApiError):
+        _retry(lambda: (_ for _ in ()).throw(ApiError("down", status=503)))
+    assert slept == [0.5, 1.0, 2.0, 4.0]  # RETRIES tries, then the error

@@ -24,6 +24,8 @@ die() { echo "build.sh: $*" >&2; exit 1; }
 [ -n "$version" ] || die "no version in $repo/pyproject.toml"
 digest() { sha256sum | cut -c1-64; }
 stamped() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
+clock=$(date +%s) start=$(date +%s)
+lap() { local now; now=$(date +%s); echo "build.sh: $1 in $(( now - clock )) s" >&2; clock=$now; }
 mkdir -p "$cache"
 exec 9> "$cache/lock"
 flock 9  # one build at a time; a second waiter then finds the first one's result
@@ -52,18 +54,18 @@ build_tools() {
   echo "$tools_key" > "$cache/tools/stamp"
   rm -rf "$work"
 }
-stamped "$cache/tools/stamp" "$tools_key" || build_tools
+stamped "$cache/tools/stamp" "$tools_key" || { build_tools; lap "built umoci and runc"; }
 umoci="$cache/tools/umoci"
 if [ "${1:-}" = tools ]; then echo "$cache/tools"; exit 0; fi
 [ "$(id -u)" = 0 ] || die "needs root: debootstrap and chroot create files owned by other users"
 
 # ------------------------------------------------------------------ the Debian base layer
-start=$(date +%s)
 base_key=$(digest < "$here/rootfs.sh")
 if ! stamped "$cache/base/stamp" "$base_key"; then
   echo "build.sh: building the Debian base layer (rootfs.sh)" >&2
   "$here/rootfs.sh" "$cache/base/rootfs.tar"
   echo "$base_key" > "$cache/base/stamp"
+  lap "built the Debian base layer"
 fi
 
 # ------------------------------------------------------------------ Atoll's layer, then the image
@@ -81,6 +83,7 @@ else
   (cd "$repo" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - "${sources[@]}") | tar -xf - -C "$work/src"
   "$python" -m pip wheel -q --disable-pip-version-check --wheel-dir "$work/wheels" "$work/src" > "$work/pip.log" 2>&1 \
     || { tail -20 "$work/pip.log" >&2; die "pip wheel of Atoll and its dependencies failed (log above)"; }
+  lap "built the wheels"
   root="$work/rootfs"
   mkdir -p "$root"
   tar --numeric-owner -xf "$cache/base/rootfs.tar" -C "$root"
@@ -90,9 +93,10 @@ else
   cp -r "$work/src/config" "$root/tmp/atoll-config"
   # Install, compile, warm numba's cache (every example workload on every bundled cluster, as
   # the Dockerfile does: the kernels get compiled for the argument types the controller uses),
-  # and add the unprivileged user; in a mount namespace whose /proc goes away with it.
-  unshare --mount --fork sh -ec '
+  # and add the unprivileged user; in a private mount namespace whose /proc and /dev go away with it.
+  unshare --mount --propagation private --fork sh -ec '
     mount -t proc proc "$1/proc"
+    mount --rbind /dev "$1/dev"
     exec chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root PYTHONDONTWRITEBYTECODE=1 sh -ec "
       python3 -m venv /opt/atoll/venv
       /opt/atoll/venv/bin/pip install -q --no-index --no-compile --disable-pip-version-check --find-links /tmp/atoll-wheels atoll
@@ -111,9 +115,10 @@ else
       rm -rf /tmp/atoll-wheels /tmp/atoll-config /root/.cache
     "
   ' sh "$root" > "$work/install.log" 2>&1 || { tail -30 "$work/install.log" >&2; die "installing Atoll into the image failed (log above)"; }
+  lap "installed Atoll and compiled its kernels"
   # Atoll's layer: what the install made or changed (the base layer is never edited, so there is
   # nothing to white out).
-  (cd "$root" && find . -newer "$work/marker" ! -path . ! -path './proc/*' ! -path './tmp/*' | LC_ALL=C sort) > "$work/layer.list"
+  (cd "$root" && find . -newer "$work/marker" ! -path . ! -path './dev/*' ! -path './proc/*' ! -path './tmp/*' | LC_ALL=C sort) > "$work/layer.list"
   tar --no-recursion --numeric-owner --format=posix --pax-option=delete=atime,delete=ctime -C "$root" -cf "$work/atoll.tar" -T "$work/layer.list"
   rm -rf "$root"
 
@@ -137,6 +142,7 @@ else
   rm -rf "$layout"
   mv "$oci" "$layout"
   echo "$image_key" > "$cache/oci.stamp"
+  lap "assembled the layout"
   echo "build.sh: built in $(( $(date +%s) - start )) s" >&2
 fi
 size=$(du -sb "$layout/blobs" | cut -f1)

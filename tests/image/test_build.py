@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import socket
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,25 @@ def test_the_image_is_the_dockerfiles_runtime_stage_and_the_charts_default_image
     version = re.search(r'^version = "(.*)"$', (ROOT / "pyproject.toml").read_text(), re.M)
     assert version and image.tag == chart["appVersion"] == version.group(1) and defaults["tag"] == ""
     assert defaults["repository"] == run["Labels"]["org.opencontainers.image.title"]
+
+
+def _members(image: Image, layer: int) -> dict[str, tarfile.TarInfo]:
+    algo, _, hexd = image.manifest()["layers"][layer]["digest"].partition(":")
+    with tarfile.open(image.layout / "blobs" / algo / hexd, "r:gz") as tar:
+        return {m.name.removeprefix("./"): m for m in tar.getmembers()}
+
+
+def test_atolls_layer_holds_only_atoll_and_its_user_and_the_base_names_no_machine(image: Image) -> None:
+    ours = _members(image, 1)
+    outside = sorted(name for name in ours if not name.startswith(("opt/atoll/", "scratch")) and name not in
+                     ("etc", "etc/passwd", "etc/group", "etc/shadow", "etc/gshadow", "opt", "tmp"))
+    assert outside == []
+    assert {"opt/atoll/venv/bin/atoll", "opt/atoll/venv/bin/python"} <= set(ours) and not any("/pip/" in n for n in ours)
+    assert any(n.startswith("opt/atoll/numba-cache/") and n.endswith(".nbi") for n in ours)
+    algo, _, hexd = image.manifest()["layers"][0]["digest"].partition(":")
+    with tarfile.open(image.layout / "blobs" / algo / hexd, "r:gz") as tar:
+        names = {n: tar.extractfile(f"./etc/{n}").read().decode() for n in ("hostname", "resolv.conf", "apt/sources.list")}  # type: ignore[union-attr]
+    assert names == {"hostname": "localhost\n", "resolv.conf": "", "apt/sources.list": ""}
 
 
 def test_the_entrypoint_answers_as_the_unprivileged_user_on_a_read_only_root(bundle: Bundle) -> None:

@@ -18,11 +18,11 @@ install-test:
 envtest: install
 	$(PYTHON) -m tests.envtest ensure
 
-# Atoll's OCI image without a Docker engine (image/build.sh): a Debian base layer by debootstrap,
+# Atoll's OCI image without a Docker engine (helm/image/build.sh): a Debian base layer by debootstrap,
 # Atoll's wheel and numba's compiled kernels in a second layer, assembled by umoci (built from its
 # Go module); kept in Atoll's cache and reused while the tree is unchanged.
 image:
-	image/build.sh
+	helm/image/build.sh
 
 # The image run with runc: its entrypoint, and the chart's pod against the test apiserver. Not part
 # of `make test`: a cold build takes longer than the rest of the suite allows (docs/install.md).

@@ -1,4 +1,4 @@
-"""Build (or reuse) Atoll's OCI image with ``image/build.sh`` and run containers of it with runc.
+"""Build (or reuse) Atoll's OCI image with ``helm/image/build.sh`` and run containers of it with runc.
 
 The image is unpacked once by umoci into a runtime bundle: its ``config.json`` is the image's own
 configuration (entrypoint, user, environment, working directory) as a runtime spec. Each
@@ -22,7 +22,7 @@ from typing import Any
 from tests.envtest import cache_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "image" / "build.sh"
+BUILD = ROOT / "helm" / "image" / "build.sh"
 BUILD_TIMEOUT = 3600  # a cold build compiles umoci, runc and numba's kernels on a loaded machine
 
 
@@ -59,10 +59,10 @@ class Image:
 
 
 def build() -> Image:
-    """``image/build.sh``: builds what changed, reuses the rest; its last line is ``LAYOUT:TAG (N MB compressed)``."""
+    """``helm/image/build.sh``: builds what changed, reuses the rest; its last line is ``LAYOUT:TAG (N MB compressed)``."""
     done = subprocess.run([str(BUILD)], capture_output=True, text=True, timeout=BUILD_TIMEOUT, cwd=ROOT)
     if done.returncode != 0:
-        raise RuntimeError(f"image/build.sh failed ({done.returncode}):\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"helm/image/build.sh failed ({done.returncode}):\n{done.stderr[-4000:]}")
     where = done.stdout.strip().splitlines()[-1].split(" ")[0]
     layout, _, tag = where.rpartition(":")
     return Image(Path(layout), tag, cache_dir() / "image" / "tools")

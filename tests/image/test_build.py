@@ -1,4 +1,4 @@
-"""``image/build.sh``'s image, run with runc: it is what the Dockerfile describes, its entrypoint
+"""``helm/image/build.sh``'s image, run with runc: it is what the Dockerfile describes, its entrypoint
 answers on a read-only root as the unprivileged user, and the chart's pod (its init container, then
 ``atoll run`` with the chart's arguments) starts against the test apiserver, reaches ``/readyz``,
 decides a Workload and stops cleanly."""

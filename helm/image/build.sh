@@ -11,7 +11,7 @@
 # Needs root (debootstrap, chroot), Go 1.26 and a C compiler (runc), pip, and apt's Debian mirror.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(dirname "$here")
+repo=$(cd "$here/../.." && pwd)
 umoci_version=v0.6.0
 runc_version=v1.5.2
 python=${PYTHON:-python3}
@@ -126,9 +126,9 @@ else
   "$umoci" init --layout "$oci"
   "$umoci" new --image "$oci:$version"
   "$umoci" raw add-layer --compress gzip --image "$oci:$version" \
-    --history.created_by "debootstrap --variant=minbase bookworm, python3 (image/rootfs.sh)" "$cache/base/rootfs.tar"
+    --history.created_by "debootstrap --variant=minbase bookworm, python3 (helm/image/rootfs.sh)" "$cache/base/rootfs.tar"
   "$umoci" raw add-layer --compress gzip --image "$oci:$version" \
-    --history.created_by "atoll $version in /opt/atoll/venv, numba kernels in /opt/atoll/numba-cache (image/build.sh)" "$work/atoll.tar"
+    --history.created_by "atoll $version in /opt/atoll/venv, numba kernels in /opt/atoll/numba-cache (helm/image/build.sh)" "$work/atoll.tar"
   # The Dockerfile's runtime stage: non-root, its venv first on PATH, numba's cache on the
   # writable scratch volume the chart mounts, `atoll run` by default.
   "$umoci" config --image "$oci:$version" --no-history \

@@ -16,6 +16,10 @@ usage per node) and recomputes only what does:
 So the witness is the one ``place_owed`` builds, at a cost that follows the changes, not the
 backlog (a property test compares the two on random histories). A reservation planned beyond
 what it owes (a planned total above the admitted count) falls back to ``place_owed`` itself.
+
+Why this module is longer than the others: the book's state (entries, per-node planned sums,
+the over-booked set) and the three steps that keep it in step with the snapshot (sync, claim,
+witness) must change together; split, each half would reach into the other's arrays.
 """
 
 from __future__ import annotations

@@ -6,6 +6,12 @@ Workload's GPU PodSets are placed together on the flavor's snapshot forked with 
 Workloads still hold; the per-flavor answers combine into one verdict (any reject rejects, any
 wait waits, else admit). An admitted PodSet gets the nodeSelector of the lowest domain that holds
 its whole placement, plus the decision id and the planned nodes as annotations.
+
+Why this module is longer than the others: one decision runs, in order, the profile, the
+snapshot forked with what admitted Workloads hold, the spread and queue turns, the search that
+must stay robust to what the scheduler may still bind, and the podSetUpdates; each step reads
+what the one before left in the same ``Decider``. The parts that stand alone already live in
+rooms of their own (``_queueing``, ``_spread``, ``_records``, ``_invariant``, ``_domains``).
 """
 
 from __future__ import annotations

@@ -13,10 +13,14 @@ from topology._affinity import NodeConstraint
 from topology._model import Toleration
 from topology._resources import ResourceVector
 
-__all__ = ["MAX_SLICE_LAYERS", "GraphLink", "PlacementRequest", "PodSetRequest", "SliceLayer", "Spread"]
+__all__ = ["DEFAULT_PERF_BAND", "MAX_SLICE_LAYERS", "GraphLink", "PlacementRequest", "PodSetRequest", "SliceLayer", "Spread"]
 
 MAX_SLICE_LAYERS = 3
 """Slice layers one PodSet may ask for (Kueue's multi-layer slices allow 1 to 3)."""
+DEFAULT_PERF_BAND = 0.01
+"""``uniform_perf`` gangs: domains whose reach (the best minimum perf the gang gets inside them)
+is within this share of the best reach count as equally fast, and the best fit among them wins.
+Chosen by measurement (``docs/accelerators.md``): wider bands traded more perf than fit gave back."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,7 @@ class PodSetRequest:
     one domain of ``slices[0].level``; the slices together obey the required/preferred level,
     which must be at or above the slice level. ``unconstrained``: any nodes, least free first
     (no level). ``balanced``: a span gives each island the same share (±1 pod or slice).
+    ``perf_band`` (with ``uniform_perf``): reaches within this share of the best count as equal.
     ``group``: PodSets with the same group name share one domain of their (common) level.
     """
 
@@ -77,6 +82,7 @@ class PodSetRequest:
     max_span_level: str | None = None
     perf_floor: float = 0.0
     uniform_perf: bool = False
+    perf_band: float = DEFAULT_PERF_BAND
     spread: Spread | None = None
     tolerations: tuple[Toleration, ...] = ()
     node_constraint: NodeConstraint | None = None
@@ -95,6 +101,8 @@ class PodSetRequest:
             raise ValueError(f"podSets[{self.name}]: set required_level or preferred_level, not both")
         if not 0.0 <= self.perf_floor <= 10.0:
             raise ValueError(f"podSets[{self.name}].perfFloor must be within [0, 10], got {self.perf_floor}")
+        if not 0.0 <= self.perf_band <= 0.5:
+            raise ValueError(f"podSets[{self.name}].perfBand must be within [0, 0.5], got {self.perf_band}")
 
     def _check_shape(self) -> None:
         where = f"podSets[{self.name}]"

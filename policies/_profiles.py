@@ -252,8 +252,12 @@ class WorkloadClass(_Strict):
     perf_floor: float = Field(default=0.0, ge=0.0, le=10.0, alias="perfFloor")
     uniform_perf: bool = Field(default=False, alias="uniformPerf")
     perf_band: float = Field(default=DEFAULT_PERF_BAND, ge=0.0, le=0.5, alias="perfBand")
-    """With ``uniformPerf``: domains whose best gang minimum perf is within this share of the
+    """With ``perfRank: reach``: domains whose best gang minimum perf is within this share of the
     best count as equally fast, and the best fit among them wins."""
+    perf_rank: Literal["min", "reach"] = Field(default="min", alias="perfRank")
+    """With ``uniformPerf``: ``min`` (the default) ranks domains by the minimum perf of all their
+    usable nodes; ``reach`` by the best minimum perf the gang can get inside each, within
+    ``perfBand`` (``docs/accelerators.md`` gives the measurements that say when each wins)."""
     spread: SpreadSettings | None = None
 
 

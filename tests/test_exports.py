@@ -76,7 +76,7 @@ EXPECTED = {
         "profiles_from_configmap", "read_topology_annotations",
     },
     "topology": {
-        "CPU", "DEFAULT_PERF_BAND", "GPU", "HOSTNAME_LABEL", "LIMITS", "MAX_COUNT", "MAX_SLICE_LAYERS", "MEMORY", "NODE_OPERATORS", "PODS",
+        "CPU", "DEFAULT_PERF_BAND", "GPU", "HOSTNAME_LABEL", "LIMITS", "MAX_COUNT", "MAX_SLICE_LAYERS", "MEMORY", "NODE_OPERATORS", "PERF_RANKS", "PODS",
         "RESOURCE_NAMES", "Backend", "ClusterModel", "ClusterModelError", "DomainVerdict", "FlavorModel", "GraphLink",
         "KueueNode", "Level", "LinkPlacement", "Mode", "NodeConstraint", "NodeInfo", "NodeModel", "NodeRequirement", "Placement", "PlacementError",
         "PlacementRequest", "PodSetPlacement", "PodSetRequest", "ResourceVector", "SliceLayer", "SlicePlacement", "Snapshot",

@@ -26,7 +26,7 @@ from topology._model import (
     load_cluster_model,
 )
 from topology._placement import DomainVerdict, LinkPlacement, Placement, PodSetPlacement, SlicePlacement
-from topology._request import DEFAULT_PERF_BAND, MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
+from topology._request import DEFAULT_PERF_BAND, MAX_SLICE_LAYERS, PERF_RANKS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
 from topology._resources import (
     CPU,
     GPU,
@@ -56,6 +56,7 @@ __all__ = [
     "MAX_SLICE_LAYERS",
     "MEMORY",
     "NODE_OPERATORS",
+    "PERF_RANKS",
     "PODS",
     "RESOURCE_NAMES",
     "Backend",

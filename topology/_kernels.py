@@ -12,19 +12,20 @@ Candidate order for one domain ("best fit"): domains that are not empty before e
 perf spread, then lower index (topology path order). For a span: fewer islands, then not
 empty, then less left over, then perf, then index. Same inputs → same outputs.
 
-Perf first (uniform-perf gangs) ranks a domain by its reach: the best minimum perf the gang can
-get inside it (its fastest nodes that hold the gang, ``_reach_perf``), not the minimum of all its
-usable nodes. Reaches within the perf band of the best count as equal, and the best fit among
-them wins (smaller capacity, then higher reach, then index): continuous perf values never tie,
-so without the band fit would never be looked at.
+Perf first (uniform-perf gangs) ranks a domain by the minimum perf of all its usable nodes, then
+smaller perf spread, then best fit. With ``PERF_REACH`` (32, a class's ``perfRank: reach``) it
+ranks a domain by its reach instead: the best minimum perf the gang can get inside it (its
+fastest nodes that hold the gang, ``_reach_perf``). Reaches within the perf band of the best
+count as equal, and the best fit among them wins (smaller capacity, then higher reach, then
+index): continuous perf values never tie, so without the band fit would never be looked at.
 
 ``protect`` is a bit set: 1 = protect empty domains, 2 = first fit (one-domain choices take
 the first fitting domain in path order instead of the best fit), 4 = perf first (uniform-perf
 gangs: one-domain choices rank higher min perf and smaller spread before capacity, and a
 split takes the fastest children whole, so the slowest nodes are the ones left out), 8 =
 balanced (a span gives every island the same share, ±1 unit), 16 = least free first (every
-level is filled from its least free child up, the last one partly: unconstrained placement).
-Bits 16 and up (``protect >> PERF_BAND_SHIFT``) hold the perf band in thousandths: a reach at
+level is filled from its least free child up, the last one partly: unconstrained placement),
+32 = rank perf first by reach (``PERF_REACH``). Bits 16 and up (``protect >> PERF_BAND_SHIFT``) hold the perf band in thousandths: a reach at
 least ``best × (1 − band)`` is as good as the best.
 
 Slices: ``slice_levels``/``slice_sizes`` (outermost layer first, up to 3 layers) cut the PodSet
@@ -39,13 +40,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "MODE_UNCONSTRAINED", "PERF_BAND_SHIFT", "capacity_summary", "node_capacity",
+__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "MODE_UNCONSTRAINED", "PERF_BAND_SHIFT", "PERF_REACH", "capacity_summary", "node_capacity",
            "place_podset"]
 
 MODE_REQUIRED = 0
 MODE_PREFERRED = 1
 MODE_SPREAD = 2
 MODE_UNCONSTRAINED = 3
+PERF_REACH = 32
+"""With perf first (4): rank by reach inside the perf band, not by the domain's minimum."""
 PERF_BAND_SHIFT = 16
 """``protect >> PERF_BAND_SHIFT`` is the perf band in thousandths (see the module's docstring)."""
 
@@ -246,7 +249,7 @@ def _best_fit_perf(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect
 def _best_fit(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, skip, unit):  # type: ignore[no-untyped-def]
     """The best-fit domain among [d0, d1) at ``level`` whose capacity covers ``need`` (units of
     ``unit`` pods); -1 if none."""
-    if (protect & 4) != 0:
+    if (protect & 36) == 36:
         return _best_fit_perf(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, skip, unit)
     base = bptr[level]
     best = -1
@@ -263,6 +266,20 @@ def _best_fit(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, ski
         if c < need:
             continue
         em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
+        if (protect & 4) != 0:  # perf first by the domain's minimum: highest min perf, smallest spread, then best fit
+            m, sp = _perf_stats(perf, cap, s, e)
+            if best >= 0:
+                if em > be:
+                    continue
+                if em == be:
+                    if m < bm or (m == bm and (sp > bs or (sp == bs and c >= bc))):
+                        continue
+            best = d
+            be = em
+            bc = c
+            bm = m
+            bs = sp
+            continue
         if (protect & 2) != 0:  # first fit: path order, empty domains still last if protected
             if best < 0 or em < be:
                 best = d

@@ -30,6 +30,7 @@ class _View:
         self.perf_first = bool(protect & 4)
         self.balanced = bool(protect & 8)
         self.least_free = bool(protect & 16)
+        self.reach_first = bool(protect & 4) and bool(protect & 32)
         self.band = (protect >> 16) / 1000.0
         n = len(free_l)
         self.cap = [0] * n
@@ -84,11 +85,12 @@ class _View:
 
     def best_fit(self, level: int, domains: range, need: int, skip: set[int], u: list[int] | None = None, unit: int = 1) -> int:
         """Smallest sort key wins: (empty, capacity, -min perf, spread, index) for best fit;
-        (empty, out of the perf band, capacity, -reach, index) for perf first; (empty, index)
+        (empty, -min perf, spread, capacity, index) for perf first; (empty, out of the perf
+        band, capacity, -reach, index) for perf first by reach; (empty, index)
         for first fit. Capacity is in pods, or in the units (of ``unit`` pods) of the prefix sums ``u``."""
         pc = self.pc if u is None else u
         fitting = [d for d in domains if d not in skip and pc[self.rng(level, d)[1]] - pc[self.rng(level, d)[0]] >= need]
-        if self.perf_first:
+        if self.reach_first:
             reach = {d: self.reach(*self.rng(level, d), need * unit) for d in fitting}
             top: dict[int, float] = {}
             for d in fitting:
@@ -100,8 +102,11 @@ class _View:
             s, e = self.rng(level, d)
             c = pc[e] - pc[s]
             empty = self.empty_flag(s, e)
-            if self.perf_first:
+            if self.reach_first:
                 key: tuple[float, ...] = (empty, 1 if reach[d] < top[empty] * (1.0 - self.band) else 0, c, -reach[d], d)
+            elif self.perf_first:
+                m, sp = self.stats(s, e)
+                key = (empty, -m, sp, c, d)
             elif self.first_fit:
                 key = (empty, d)
             else:

@@ -234,6 +234,22 @@ def test_a_class_perf_band_reaches_the_request_and_is_bounded() -> None:
         load_profiles("classes: {training: {uniformPerf: true, perfBand: 0.7}}\n")
 
 
+def test_a_class_perf_rank_defaults_to_min_reaches_the_request_and_is_checked() -> None:
+    from policies import podset_spec
+    from policies._decision import _podset_request
+    from topology import Level, NodeInfo, ResourceVector, Snapshot
+
+    doc = load_profiles("classes: {fast: {uniformPerf: true, perfRank: reach}, plain: {uniformPerf: true}}\n")
+    snap = Snapshot("f", [Level("nvidia.com/gpu.clique", 1800, 1)],
+                    [NodeInfo("n0", {"nvidia.com/gpu.clique": "c0"}, ResourceVector(4, 1000, 1000, 10))])
+    spec = podset_spec("main", 2, ResourceVector(gpu=1), {})
+    mode = ("nvidia.com/gpu.clique", None, None)
+    assert _podset_request(spec, mode, doc.classes["fast"], snap, tight=False, balanced=False).perf_rank == "reach"
+    assert _podset_request(spec, mode, doc.classes["plain"], snap, tight=False, balanced=False).perf_rank == "min"
+    with pytest.raises(ProfilesError, match=r"classes\.fast\.perfRank: Input should be 'min' or 'reach'"):
+        load_profiles("classes: {fast: {uniformPerf: true, perfRank: fastest}}\n")
+
+
 def test_a_flavor_names_its_accelerator_and_a_bad_name_is_refused_naming_the_field() -> None:
     doc = load_profiles("flavors: {a: {topology: t}, m: {topology: t, gpuResource: amd.com/gpu}, g: {topology: t, gpuResource: habana.ai/gaudi}}\n")
     assert doc.accelerators("nvidia.com/gpu") == ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")

@@ -362,7 +362,7 @@ def test_a_cluster_model_accelerator_that_is_not_a_resource_name_is_one_line_nam
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "flavors[mi300x].gpuResource: 'amd gpu' is not an accelerator resource name" in err
     doc = tmp_path / "profiles.yaml"
-    doc.write_text((CONFIG / "profiles-mixed-accelerators.yaml").read_text().replace("gpuResource: habana.ai/gaudi",
+    doc.write_text((CONFIG / "kueue" / "mixed-accelerators" / "profiles.yaml").read_text().replace("gpuResource: habana.ai/gaudi",
                                                                                                    "gpuResource: kubernetes.io/gaudi"))
     assert main(["place", "--cluster", "mixed-accelerators", "--profiles", str(doc), "--workload", "config/workloads/amd-training-job.yaml"]) == 2
     err = capsys.readouterr().err.strip()

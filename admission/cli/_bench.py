@@ -63,7 +63,7 @@ def synthetic_requests(count: int, seed: int, uniform_share: float = 0.0) -> lis
             span = SU if rng.random() < 0.5 else SPINE
             ps = PodSetRequest(f"r{k}", pods, ResourceVector(gpu=per), preferred_level=CLIQUE, max_span_level=span, perf_floor=floor)
         if uniform[k]:
-            ps = dataclasses.replace(ps, uniform_perf=True)
+            ps = dataclasses.replace(ps, uniform_perf=True, perf_rank=("min", "reach")[k % 2])  # both rankings, alternately
         out.append(PlacementRequest((ps,), protect_empty_domains=bool(rng.random() < 0.5)))
     return out
 

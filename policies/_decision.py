@@ -32,6 +32,7 @@ from policies._annotations import (
 )
 from policies._profiles import Profile, WorkloadClass
 from topology import (
+    DEFAULT_PERF_BAND,
     GraphLink,
     NodeConstraint,
     Placement,
@@ -190,6 +191,8 @@ def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, 
         max_span_level=span if preferred else None,
         perf_floor=cls.perf_floor if cls else 0.0,
         uniform_perf=cls.uniform_perf if cls else False,
+        perf_band=cls.perf_band if cls else DEFAULT_PERF_BAND,
+        perf_rank=cls.perf_rank if cls else "min",
         spread=spread,
         tolerations=spec.tolerations,
         node_constraint=spec.node_constraint,

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from topology import DEFAULT_PERF_BAND, check_accelerator_resource
+
 __all__ = [
     "DEFAULT_FABRIC_LINK",
     "DEFAULT_LINKS",
@@ -249,6 +251,13 @@ class SpreadSettings(_Strict):
 class WorkloadClass(_Strict):
     perf_floor: float = Field(default=0.0, ge=0.0, le=10.0, alias="perfFloor")
     uniform_perf: bool = Field(default=False, alias="uniformPerf")
+    perf_band: float = Field(default=DEFAULT_PERF_BAND, ge=0.0, le=0.5, alias="perfBand")
+    """With ``perfRank: reach``: domains whose best gang minimum perf is within this share of the
+    best count as equally fast, and the best fit among them wins."""
+    perf_rank: Literal["min", "reach"] = Field(default="min", alias="perfRank")
+    """With ``uniformPerf``: ``min`` (the default) ranks domains by the minimum perf of all their
+    usable nodes; ``reach`` by the best minimum perf the gang can get inside each, within
+    ``perfBand`` (``docs/accelerators.md`` gives the measurements that say when each wins)."""
     spread: SpreadSettings | None = None
 
 
@@ -265,6 +274,14 @@ class FlavorSettings(_Strict):
     enforcement: Literal["domain", "exact"] = "domain"
     links: dict[str, LinkSettings] = Field(default_factory=dict)
     """Link model per level label; levels not listed use Atoll's defaults (see DEFAULT_LINKS)."""
+    gpu_resource: str | None = Field(default=None, alias="gpuResource")
+    """The accelerator resource this flavor's nodes offer and its pods request (``amd.com/gpu``,
+    ``habana.ai/gaudi``, …); unset: the controller's ``--gpu-resource``."""
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _accelerator_name(cls, value: str | None) -> str | None:
+        return value if value is None else check_accelerator_resource(value)
 
 
 DEFAULT_LINKS: dict[str, tuple[float, float]] = {
@@ -328,6 +345,11 @@ class ProfilesDocument(_Strict):
             if rule.profile is not None and rule.allowed_profiles is not None and rule.profile not in rule.allowed_profiles:
                 raise ValueError(f"queues.{queue}.allowedProfiles: {rule.allowed_profiles} leaves out the queue's own profile {rule.profile!r}")
         return self
+
+    def accelerators(self, default: str) -> tuple[str, ...]:
+        """Every accelerator resource a flavor of this document offers: ``default`` (the
+        controller's ``--gpu-resource``, for flavors that name none) first, then the others sorted."""
+        return (default, *sorted({f.gpu_resource for f in self.flavors.values() if f.gpu_resource and f.gpu_resource != default}))
 
     def _rule(self, queue: str | None) -> QueueRule | None:
         return self.queues.get(queue) if queue else None

@@ -26,8 +26,20 @@ from topology._model import (
     load_cluster_model,
 )
 from topology._placement import DomainVerdict, LinkPlacement, Placement, PodSetPlacement, SlicePlacement
-from topology._request import MAX_SLICE_LAYERS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
-from topology._resources import CPU, GPU, LIMITS, MAX_COUNT, MEMORY, PODS, RESOURCE_NAMES, ResourceVector, parse_amount, parse_cpu_milli
+from topology._request import DEFAULT_PERF_BAND, MAX_SLICE_LAYERS, PERF_RANKS, GraphLink, PlacementRequest, PodSetRequest, SliceLayer, Spread
+from topology._resources import (
+    CPU,
+    GPU,
+    LIMITS,
+    MAX_COUNT,
+    MEMORY,
+    PODS,
+    RESOURCE_NAMES,
+    ResourceVector,
+    check_accelerator_resource,
+    parse_amount,
+    parse_cpu_milli,
+)
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 if TYPE_CHECKING:
@@ -36,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CPU",
+    "DEFAULT_PERF_BAND",
     "GPU",
     "HOSTNAME_LABEL",
     "LIMITS",
@@ -43,6 +56,7 @@ __all__ = [
     "MAX_SLICE_LAYERS",
     "MEMORY",
     "NODE_OPERATORS",
+    "PERF_RANKS",
     "PODS",
     "RESOURCE_NAMES",
     "Backend",
@@ -74,6 +88,7 @@ __all__ = [
     "Toleration",
     "bottleneck_bandwidth",
     "build_kueue_leaves",
+    "check_accelerator_resource",
     "describe_validation_error",
     "fabric_graph",
     "fabric_path",

@@ -245,6 +245,8 @@ def _run(kernel: Callable[..., Any], snapshot: Snapshot, free: np.ndarray, ps: P
          flags: int, take: np.ndarray, cap: np.ndarray, *, mode: int | None = None, span: int | None = None) -> tuple[int, int, int]:
     """One kernel call for one PodSet on ``free``, confined to nodes ``[lo, hi)``."""
     flags |= (4 if ps.uniform_perf else 0) | (8 if ps.balanced else 0) | (16 if shape.mode == _kernels.MODE_UNCONSTRAINED else 0)
+    if ps.uniform_perf and ps.perf_rank == "reach":
+        flags |= _kernels.PERF_REACH | (round(ps.perf_band * 1000) << _kernels.PERF_BAND_SHIFT)
     ok, lvl, dom = kernel(
         free, snapshot.alloc, _per_pod(ps), _eligible(snapshot, ps), snapshot.perf, float(ps.perf_floor),
         snapshot.bounds, snapshot.bptr, snapshot.node_dom, lo, hi, ps.pods,

@@ -12,12 +12,21 @@ Candidate order for one domain ("best fit"): domains that are not empty before e
 perf spread, then lower index (topology path order). For a span: fewer islands, then not
 empty, then less left over, then perf, then index. Same inputs → same outputs.
 
+Perf first (uniform-perf gangs) ranks a domain by the minimum perf of all its usable nodes, then
+smaller perf spread, then best fit. With ``PERF_REACH`` (32, a class's ``perfRank: reach``) it
+ranks a domain by its reach instead: the best minimum perf the gang can get inside it (its
+fastest nodes that hold the gang, ``_reach_perf``). Reaches within the perf band of the best
+count as equal, and the best fit among them wins (smaller capacity, then higher reach, then
+index): continuous perf values never tie, so without the band fit would never be looked at.
+
 ``protect`` is a bit set: 1 = protect empty domains, 2 = first fit (one-domain choices take
 the first fitting domain in path order instead of the best fit), 4 = perf first (uniform-perf
 gangs: one-domain choices rank higher min perf and smaller spread before capacity, and a
 split takes the fastest children whole, so the slowest nodes are the ones left out), 8 =
 balanced (a span gives every island the same share, ±1 unit), 16 = least free first (every
-level is filled from its least free child up, the last one partly: unconstrained placement).
+level is filled from its least free child up, the last one partly: unconstrained placement),
+32 = rank perf first by reach (``PERF_REACH``). Bits 16 and up (``protect >> PERF_BAND_SHIFT``) hold the perf band in thousandths: a reach at
+least ``best × (1 − band)`` is as good as the best.
 
 Slices: ``slice_levels``/``slice_sizes`` (outermost layer first, up to 3 layers) cut the PodSet
 into units of ``slice_sizes[0]`` pods, each unit inside one domain of ``slice_levels[0]``; an
@@ -31,12 +40,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "MODE_UNCONSTRAINED", "capacity_summary", "node_capacity", "place_podset"]
+__all__ = ["MODE_PREFERRED", "MODE_REQUIRED", "MODE_SPREAD", "MODE_UNCONSTRAINED", "PERF_BAND_SHIFT", "PERF_REACH", "capacity_summary", "node_capacity",
+           "place_podset"]
 
 MODE_REQUIRED = 0
 MODE_PREFERRED = 1
 MODE_SPREAD = 2
 MODE_UNCONSTRAINED = 3
+PERF_REACH = 32
+"""With perf first (4): rank by reach inside the perf band, not by the domain's minimum."""
+PERF_BAND_SHIFT = 16
+"""``protect >> PERF_BAND_SHIFT`` is the perf band in thousandths (see the module's docstring)."""
 
 _BIG = np.int64(1) << np.int64(50)
 _PICK_MAX = 16  # a spread of at most this many pods picks its domains one by one instead of sorting them
@@ -151,8 +165,92 @@ def _perf_stats(perf, cap, s, e):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True)
-def _best_fit(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, skip):  # type: ignore[no-untyped-def]
-    """The best-fit domain among [d0, d1) at ``level`` whose capacity covers ``need``; -1 if none."""
+def _reach_perf(perf, cap, s, e, need):  # type: ignore[no-untyped-def]
+    """The best minimum perf ``need`` pods can get on the nodes of [s, e): the slowest of the
+    fastest nodes that hold them (fastest first, ties by index); the minimum of all usable
+    nodes when they are all needed."""
+    n = 0
+    total = np.int64(0)
+    mn = 1e300
+    for i in range(s, e):
+        if cap[i] > 0:
+            n += 1
+            total += cap[i]
+            if perf[i] < mn:
+                mn = perf[i]
+    if n == 0:
+        return 0.0
+    if total <= need:
+        return mn
+    vals = np.empty(n, dtype=np.float64)
+    caps = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(s, e):
+        if cap[i] > 0:
+            vals[k] = perf[i]
+            caps[k] = cap[i]
+            k += 1
+    order = np.argsort(-vals, kind="mergesort")
+    acc = np.int64(0)
+    for t in range(n):
+        j = order[t]
+        acc += caps[j]
+        if acc >= need:
+            return vals[j]
+    return mn
+
+
+@njit(cache=True)
+def _best_fit_perf(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, skip, unit):  # type: ignore[no-untyped-def]
+    """Perf first: among the domains of [d0, d1) whose capacity covers ``need`` (units of
+    ``unit`` pods), not empty before empty (when protected), then reach inside the band of the
+    best reach of that kind, then smaller capacity, then higher reach, then index; -1 if none."""
+    base = bptr[level]
+    band = (protect >> PERF_BAND_SHIFT) / 1000.0
+    reach = np.full(d1 - d0, -1.0)
+    top = np.full(2, -1.0)
+    for d in range(d0, d1):
+        if skip[d - d0] != 0:
+            continue
+        s = bounds[base + d]
+        e = bounds[base + d + 1]
+        if pc[e] - pc[s] < need:
+            continue
+        g = _reach_perf(perf, cap, s, e, need * unit)
+        reach[d - d0] = g
+        em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
+        if g > top[em]:
+            top[em] = g
+    best = -1
+    be = 0
+    bo = 0
+    bc = np.int64(0)
+    bg = 0.0
+    for d in range(d0, d1):
+        g = reach[d - d0]
+        if g < 0.0:
+            continue
+        s = bounds[base + d]
+        e = bounds[base + d + 1]
+        c = pc[e] - pc[s]
+        em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
+        out = 1 if g < top[em] * (1.0 - band) else 0
+        if best >= 0 and (em > be or (em == be and (out > bo or (out == bo and (c > bc or (c == bc and g <= bg)))))):
+            continue
+        best = d
+        be = em
+        bo = out
+        bc = c
+        bg = g
+    return best
+
+
+@njit(cache=True)
+def _best_fit(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, skip, unit):  # type: ignore[no-untyped-def]
+    """The best-fit domain among [d0, d1) at ``level`` whose capacity covers ``need`` (units of
+    ``unit`` pods); -1 if none."""
+    if (protect & 36) == 36:
+        return _best_fit_perf(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, skip, unit)
     base = bptr[level]
     best = -1
     be = 0
@@ -168,7 +266,7 @@ def _best_fit(level, d0, d1, need, bounds, bptr, pc, pu, perf, cap, protect, ski
         if c < need:
             continue
         em = 1 if ((protect & 1) != 0 and pu[e] - pu[s] == e - s) else 0
-        if (protect & 4) != 0:  # perf first: highest min perf, smallest spread, then best fit
+        if (protect & 4) != 0:  # perf first by the domain's minimum: highest min perf, smallest spread, then best fit
             m, sp = _perf_stats(perf, cap, s, e)
             if best >= 0:
                 if em > be:
@@ -225,7 +323,7 @@ def _children(level, d, bounds, bptr, node_dom, n_nodes):  # type: ignore[no-unt
 
 
 @njit(cache=True)
-def _pick_child(level, c0, c1, rem, bounds, bptr, upc, pu, perf, cap, protect, used):  # type: ignore[no-untyped-def]
+def _pick_child(level, c0, c1, rem, bounds, bptr, upc, pu, perf, cap, protect, used, unit):  # type: ignore[no-untyped-def]
     """Next child of [c0, c1) at ``level`` for ``rem`` units: ``(j, False)`` when child ``j``
     takes the rest (best fit), ``(j, True)`` when ``j`` is to be taken whole (the largest; the
     fastest for perf first), ``(-1, True)`` when none is left. Least free first takes the
@@ -240,7 +338,7 @@ def _pick_child(level, c0, c1, rem, bounds, bptr, upc, pu, perf, cap, protect, u
                 small = k
                 smallc = ck
         return small, small < 0 or smallc < rem
-    j = _best_fit(level, c0, c1, rem, bounds, bptr, upc, pu, perf, cap, protect, used)
+    j = _best_fit(level, c0, c1, rem, bounds, bptr, upc, pu, perf, cap, protect, used, unit)
     if j >= 0:
         return j, False
     big = -1
@@ -277,7 +375,7 @@ def _descend(level, d, need, bounds, bptr, node_dom, pc, pu, perf, cap, protect,
         used = np.zeros(c1 - c0, dtype=np.uint8)
         rem = need
         while True:
-            j, whole = _pick_child(level + 1, c0, c1, rem, bounds, bptr, pc, pu, perf, cap, protect, used)
+            j, whole = _pick_child(level + 1, c0, c1, rem, bounds, bptr, pc, pu, perf, cap, protect, used, 1)
             if j < 0:
                 return False
             if not whole:
@@ -364,7 +462,7 @@ def _descend_layers(level, d, need, layer, slice_levels, slice_sizes, upc, bound
         used = np.zeros(c1 - c0, dtype=np.uint8)
         rem = need
         while rem > 0:
-            j, whole = _pick_child(level + 1, c0, c1, rem, bounds, bptr, u, pu, perf, cap, protect, used)
+            j, whole = _pick_child(level + 1, c0, c1, rem, bounds, bptr, u, pu, perf, cap, protect, used, slice_sizes[layer])
             if j < 0:
                 return False
             got = rem
@@ -527,7 +625,7 @@ def place_podset(  # type: ignore[no-untyped-def]
 
     nd = bptr[target + 1] - bptr[target] - 1
     skip = np.zeros(nd, dtype=np.uint8)
-    d = _best_fit(target, 0, nd, units, bounds, bptr, u, pu, perf, cap, protect, skip)
+    d = _best_fit(target, 0, nd, units, bounds, bptr, u, pu, perf, cap, protect, skip, pods // units)
     if d >= 0:
         _fill(target, d, units, slice_levels, slice_sizes, upc, bounds, bptr, node_dom, pc, pu, perf, cap, protect, take)
         return 1, target, d

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from topology._documents import load_yaml_model
-from topology._resources import ResourceVector
+from topology._resources import ResourceVector, check_accelerator_resource
 
 __all__ = [
     "HOSTNAME_LABEL",
@@ -152,6 +152,7 @@ class FlavorModel(_Strict):
     name: str = Field(min_length=1)
     topology: str = Field(min_length=1)
     gpu_resource: str = Field(default="nvidia.com/gpu", alias="gpuResource")
+    """The accelerator resource this flavor's nodes offer and its pods request (``amd.com/gpu``, ``habana.ai/gaudi``, …)."""
     gpu_model: str = Field(default="", alias="gpuModel")
     node_labels: dict[str, str] = Field(default_factory=dict, alias="nodeLabels")
     levels: list[LevelModel] = Field(min_length=1)
@@ -160,6 +161,11 @@ class FlavorModel(_Strict):
     generate: list[GenerateStep] = Field(default_factory=list)
     perf: PerfModel = PerfModel()
     nodes: list[NodeModel] = Field(default_factory=list)
+
+    @field_validator("gpu_resource")
+    @classmethod
+    def _accelerator_name(cls, value: str) -> str:
+        return check_accelerator_resource(value)
 
     @field_validator("levels")
     @classmethod

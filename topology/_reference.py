@@ -30,6 +30,8 @@ class _View:
         self.perf_first = bool(protect & 4)
         self.balanced = bool(protect & 8)
         self.least_free = bool(protect & 16)
+        self.reach_first = bool(protect & 4) and bool(protect & 32)
+        self.band = (protect >> 16) / 1000.0
         n = len(free_l)
         self.cap = [0] * n
         for i in range(n):
@@ -71,27 +73,44 @@ class _View:
     def rng_or_all(self, level: int, d: int) -> tuple[int, int]:
         return (0, len(self.cap)) if level < 0 else self.rng(level, d)
 
-    def best_fit(self, level: int, domains: range, need: int, skip: set[int], u: list[int] | None = None) -> int:
+    def reach(self, s: int, e: int, need: int) -> float:
+        """The best minimum perf ``need`` pods can get on [s, e): fastest nodes first, ties by index."""
+        usable = sorted((i for i in range(s, e) if self.cap[i] > 0), key=lambda i: -self.perf[i])
+        acc = 0
+        for i in usable:
+            acc += self.cap[i]
+            if acc >= need:
+                return self.perf[i]
+        return self.perf[usable[-1]] if usable else 0.0
+
+    def best_fit(self, level: int, domains: range, need: int, skip: set[int], u: list[int] | None = None, unit: int = 1) -> int:
         """Smallest sort key wins: (empty, capacity, -min perf, spread, index) for best fit;
-        (empty, -min perf, spread, capacity, index) for perf first; (empty, index) for first fit.
-        Capacity is in pods, or in the units of the prefix sums ``u``."""
+        (empty, -min perf, spread, capacity, index) for perf first; (empty, out of the perf
+        band, capacity, -reach, index) for perf first by reach; (empty, index)
+        for first fit. Capacity is in pods, or in the units (of ``unit`` pods) of the prefix sums ``u``."""
         pc = self.pc if u is None else u
+        fitting = [d for d in domains if d not in skip and pc[self.rng(level, d)[1]] - pc[self.rng(level, d)[0]] >= need]
+        if self.reach_first:
+            reach = {d: self.reach(*self.rng(level, d), need * unit) for d in fitting}
+            top: dict[int, float] = {}
+            for d in fitting:
+                em = self.empty_flag(*self.rng(level, d))
+                top[em] = max(top.get(em, -1.0), reach[d])
         best_key: tuple[float, ...] | None = None
         best = -1
-        for d in domains:
-            if d in skip:
-                continue
+        for d in fitting:
             s, e = self.rng(level, d)
             c = pc[e] - pc[s]
-            if c < need:
-                continue
-            m, sp = self.stats(s, e)
             empty = self.empty_flag(s, e)
-            if self.perf_first:
-                key: tuple[float, ...] = (empty, -m, sp, c, d)
+            if self.reach_first:
+                key: tuple[float, ...] = (empty, 1 if reach[d] < top[empty] * (1.0 - self.band) else 0, c, -reach[d], d)
+            elif self.perf_first:
+                m, sp = self.stats(s, e)
+                key = (empty, -m, sp, c, d)
             elif self.first_fit:
                 key = (empty, d)
             else:
+                m, sp = self.stats(s, e)
                 key = (empty, c, -m, sp, d)
             if best_key is None or key < best_key:
                 best_key, best = key, d
@@ -102,7 +121,7 @@ class _View:
         for i in range(s, e):
             self.take[i] += self.cap[i]
 
-    def pick_child(self, level: int, kids: range, rem: int, used: set[int], u: list[int]) -> tuple[int, bool]:
+    def pick_child(self, level: int, kids: range, rem: int, used: set[int], u: list[int], unit: int = 1) -> tuple[int, bool]:
         """(child, False) when it takes the rest (best fit); (child, True) to take it whole: the
         largest, the fastest for perf first; (-1, True) if none. Least free first: the smallest
         child, whole unless it covers the rest."""
@@ -116,7 +135,7 @@ class _View:
                 return -1, True
             c, k = min(small)
             return k, c < rem
-        j = self.best_fit(level, kids, rem, used, u)
+        j = self.best_fit(level, kids, rem, used, u, unit)
         if j >= 0:
             return j, False
 
@@ -190,7 +209,7 @@ class _View:
             used: set[int] = set()
             rem = need
             while rem > 0:
-                j, whole = self.pick_child(level + 1, kids, rem, used, u)
+                j, whole = self.pick_child(level + 1, kids, rem, used, u, slice_sizes[layer])
                 if j < 0:
                     return False
                 got = rem
@@ -279,7 +298,7 @@ def _place(v: _View, pods: int, mode: int, target: int, span: int, spread_level:
             return 0, target, -1
     if mode == MODE_UNCONSTRAINED:
         return (1, -1, 0) if _fill(v, -1, 0, units, layers) else (0, target, -1)
-    d = v.best_fit(target, range(v.count(target)), units, set(), u)
+    d = v.best_fit(target, range(v.count(target)), units, set(), u, pods // units)
     if d >= 0:
         _fill(v, target, d, units, layers)
         return 1, target, d

@@ -13,10 +13,19 @@ from topology._affinity import NodeConstraint
 from topology._model import Toleration
 from topology._resources import ResourceVector
 
-__all__ = ["MAX_SLICE_LAYERS", "GraphLink", "PlacementRequest", "PodSetRequest", "SliceLayer", "Spread"]
+__all__ = ["DEFAULT_PERF_BAND", "MAX_SLICE_LAYERS", "PERF_RANKS", "GraphLink", "PlacementRequest", "PodSetRequest", "SliceLayer", "Spread"]
 
 MAX_SLICE_LAYERS = 3
 """Slice layers one PodSet may ask for (Kueue's multi-layer slices allow 1 to 3)."""
+DEFAULT_PERF_BAND = 0.01
+"""``uniform_perf`` gangs ranked by reach (``perf_rank="reach"``): domains whose reach (the best
+minimum perf the gang gets inside them) is within this share of the best reach count as equally
+fast, and the best fit among them wins. Chosen by measurement (``docs/accelerators.md``): wider
+bands traded more perf than fit gave back."""
+PERF_RANKS = ("min", "reach")
+"""How ``uniform_perf`` ranks the domains it may take: ``min`` (the default) by the minimum perf of
+all their usable nodes, then perf spread, then fit; ``reach`` by the best minimum perf the gang
+can get inside each, within ``perf_band``, then fit (``docs/accelerators.md`` says when each wins)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +75,8 @@ class PodSetRequest:
     one domain of ``slices[0].level``; the slices together obey the required/preferred level,
     which must be at or above the slice level. ``unconstrained``: any nodes, least free first
     (no level). ``balanced``: a span gives each island the same share (±1 pod or slice).
+    ``perf_rank`` (with ``uniform_perf``): ``min`` or ``reach`` (see ``PERF_RANKS``); ``perf_band``
+    (with ``perf_rank="reach"``): reaches within this share of the best count as equal.
     ``group``: PodSets with the same group name share one domain of their (common) level.
     """
 
@@ -77,6 +88,8 @@ class PodSetRequest:
     max_span_level: str | None = None
     perf_floor: float = 0.0
     uniform_perf: bool = False
+    perf_band: float = DEFAULT_PERF_BAND
+    perf_rank: str = "min"
     spread: Spread | None = None
     tolerations: tuple[Toleration, ...] = ()
     node_constraint: NodeConstraint | None = None
@@ -95,6 +108,10 @@ class PodSetRequest:
             raise ValueError(f"podSets[{self.name}]: set required_level or preferred_level, not both")
         if not 0.0 <= self.perf_floor <= 10.0:
             raise ValueError(f"podSets[{self.name}].perfFloor must be within [0, 10], got {self.perf_floor}")
+        if not 0.0 <= self.perf_band <= 0.5:
+            raise ValueError(f"podSets[{self.name}].perfBand must be within [0, 0.5], got {self.perf_band}")
+        if self.perf_rank not in PERF_RANKS:
+            raise ValueError(f"podSets[{self.name}].perfRank must be one of {', '.join(PERF_RANKS)}, got {self.perf_rank!r}")
 
     def _check_shape(self) -> None:
         where = f"podSets[{self.name}]"

@@ -20,6 +20,7 @@ __all__ = [
     "PODS",
     "RESOURCE_NAMES",
     "ResourceVector",
+    "check_accelerator_resource",
     "parse_amount",
     "parse_count",
     "parse_cpu_milli",
@@ -36,6 +37,22 @@ LIMITS = (4096, 10**9, 2**30, MAX_COUNT)
 """Sane upper bounds per resource, in hot-path units: 4096 GPUs, a million cores (in milli-cores),
 1 PiB of memory (in MiB), a million pods. Anything above is a typo or an attack; bounding it
 keeps every product in the finder (pods × per-pod amount) far inside int64."""
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_ACCELERATOR = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})+/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def check_accelerator_resource(value: str, field: str = "") -> str:
+    """``value`` if it is an extended resource name an accelerator device plugin can offer
+    (``vendor-domain/name``: ``nvidia.com/gpu``, ``amd.com/gpu``, ``habana.ai/gaudi``); else a
+    ValueError (naming ``field`` when given; a pydantic validator leaves it to the location). Kubernetes' own names (``cpu``, ``kubernetes.io/...``) are refused."""
+    domain, _, name = value.partition("/")
+    if (not _ACCELERATOR.fullmatch(value) or len(domain) > 253 or len(name) > 63 or domain == "kubernetes.io"
+            or domain.endswith(".kubernetes.io") or domain == "requests"):
+        raise ValueError(f"{field + ': ' if field else ''}{value!r} is not an accelerator resource name: give the device plugin's extended resource, "
+                         "vendor-domain/name (e.g. nvidia.com/gpu, amd.com/gpu, habana.ai/gaudi)")
+    return value
+
 
 # ASCII only: ``[0-9]`` (never ``\d``, which takes any Unicode digit); the whole string must match.
 _QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?", re.ASCII)
@@ -141,11 +158,17 @@ class ResourceVector:
         return ResourceVector(self.gpu * factor, self.cpu_milli * factor, self.memory_mib * factor, self.pods * factor)
 
     @classmethod
-    def from_kube(cls, resources: dict[str, object], gpu_resource: str, what: str) -> ResourceVector:
+    def from_kube(cls, resources: dict[str, object], gpu_resource: str | tuple[str, ...], what: str) -> ResourceVector:
         """Read a Kubernetes resource map (allocatable, requests); unknown keys are ignored. Every
-        amount is bounded by ``LIMITS`` (the error names the field)."""
+        amount is bounded by ``LIMITS`` (the error names the field). ``gpu_resource`` may name
+        several accelerator resources (one per flavor kind): the GPU column is their sum, so a
+        node or pod counts the accelerator it has."""
+        names = (gpu_resource,) if isinstance(gpu_resource, str) else gpu_resource
+        gpu = 0
+        for name in names:
+            gpu += parse_count(resources.get(name, 0), f"{what}.{name}", LIMITS[GPU])
         return cls(
-            gpu=parse_count(resources.get(gpu_resource, 0), f"{what}.{gpu_resource}", LIMITS[GPU]),
+            gpu=gpu,
             cpu_milli=parse_cpu_milli(resources.get("cpu", 0), f"{what}.cpu", LIMITS[CPU]),
             memory_mib=parse_memory_mib(resources.get("memory", 0), f"{what}.memory", LIMITS[MEMORY]),
             pods=parse_count(resources.get("pods", 0), f"{what}.pods", LIMITS[PODS]),

@@ -4,6 +4,7 @@ live in their own modules."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -43,10 +44,13 @@ def synthetic_fabric(nodes: int, seed: int) -> Snapshot:
     return Snapshot("bench", levels, out, node_level=Level("kubernetes.io/hostname", 1800, 0.5))
 
 
-def synthetic_requests(count: int, seed: int) -> list[PlacementRequest]:
+def synthetic_requests(count: int, seed: int, uniform_share: float = 0.0) -> list[PlacementRequest]:
     """Mixed requests, 1 to 512 GPUs: up to an island's 72 GPUs half required, half preferred;
-    bigger ones preferred at the island level with spans bounded by the SU or the spine."""
+    bigger ones preferred at the island level with spans bounded by the SU or the spine.
+    ``uniform_share`` of them (drawn from their own stream, so the mix is the same) ask for
+    uniform perf, the ranking that sorts each candidate domain's nodes by perf."""
     rng = np.random.default_rng(seed + 1)
+    uniform = np.random.default_rng(seed + 2).random(count) < uniform_share
     out = []
     for k in range(count):
         gpus = int(rng.choice(SIZES, p=SIZE_WEIGHTS / SIZE_WEIGHTS.sum()))
@@ -58,13 +62,15 @@ def synthetic_requests(count: int, seed: int) -> list[PlacementRequest]:
         else:
             span = SU if rng.random() < 0.5 else SPINE
             ps = PodSetRequest(f"r{k}", pods, ResourceVector(gpu=per), preferred_level=CLIQUE, max_span_level=span, perf_floor=floor)
+        if uniform[k]:
+            ps = dataclasses.replace(ps, uniform_perf=True, perf_rank=("min", "reach")[k % 2])  # both rankings, alternately
         out.append(PlacementRequest((ps,), protect_empty_domains=bool(rng.random() < 0.5)))
     return out
 
 
-def bench_finder(nodes: int, requests: int, reference_sample: int, seed: int) -> dict[str, Any]:
+def bench_finder(nodes: int, requests: int, reference_sample: int, seed: int, uniform_share: float = 0.0) -> dict[str, Any]:
     snap = synthetic_fabric(nodes, seed)
-    reqs = synthetic_requests(requests, seed)
+    reqs = synthetic_requests(requests, seed, uniform_share)
     t0 = time.perf_counter()
     find_placement(snap, reqs[0])  # jit compile (or load from the on-disk cache)
     compile_s = time.perf_counter() - t0
@@ -89,6 +95,7 @@ def bench_finder(nodes: int, requests: int, reference_sample: int, seed: int) ->
         "gpus": snap.total_gpus(),
         "free_gpu_share": round(snap.free_gpus() / snap.total_gpus(), 3),
         "requests": len(reqs),
+        "uniform_perf_share": uniform_share,
         "fits": int(sum(r.fits for r in results)),
         "compile_s": round(compile_s, 3),
         "p50_ms": round(float(np.percentile(lat, 50)) * 1e3, 4),
@@ -108,12 +115,16 @@ def _finder_main(argv: Sequence[str]) -> int:
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--reference-sample", type=int, default=200, help="requests also run on the (slow) reference finder")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--uniform-perf", type=float, default=0.0, metavar="SHARE", help="share of requests that ask for uniform perf (default 0)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
     if args.nodes < NODES_PER_RACK or args.requests < 1:
         print("atoll bench finder: --nodes must be ≥ 18 and --requests ≥ 1", file=sys.stderr)
         return 2
-    _print_row(bench_finder(args.nodes, args.requests, args.reference_sample, args.seed), args.format)
+    if not 0.0 <= args.uniform_perf <= 1.0:
+        print(f"atoll bench finder: --uniform-perf: a share from 0 to 1, got {args.uniform_perf:g}", file=sys.stderr)
+        return 2
+    _print_row(bench_finder(args.nodes, args.requests, args.reference_sample, args.seed, args.uniform_perf), args.format)
     return 0
 
 

@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", required=True, help="a Kueue Workload, Job or JobSet manifest (YAML)")
     p.add_argument("--profile", default=None, help="profile name (default: annotation, queue, then defaultProfile)")
     p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
-    p.add_argument("--flavor", default=None, help="flavor of the cluster model (default: the first)")
+    p.add_argument("--flavor", default=None, help="flavor of the cluster model (default: the first whose accelerator the workload requests)")
     p.add_argument("--waited", type=float, default=0.0, help="seconds the workload has already waited (elastic relaxation)")
     p.add_argument("--occupancy", type=float, default=0.0, help="fill nodes at random to this share of GPUs first (what-if)")
     p.add_argument("--seed", type=int, default=0, help="seed for --occupancy")
@@ -180,10 +180,10 @@ def main(argv: Sequence[str]) -> int:
             raise WorkloadError(f"--waited: seconds already waited, 0 or more, got {args.waited:g}")
         cluster_path = resolve_cluster(args.cluster)
         model = load_cluster_model(cluster_path)
-        flavor = model.flavor(args.flavor)
+        manifests = _manifests(bundled_path(args.workload))
+        flavor = model.flavor(args.flavor) if args.flavor else _requested_flavor(model, manifests[0])
         profiles_path = resolve_profiles(args.profiles, cluster_path, model)
         doc = load_profiles_file(profiles_path)
-        manifests = _manifests(bundled_path(args.workload))
         if len(manifests) > 1:
             return _place_service(args, model, flavor, doc, profiles_path, manifests)
         manifest = manifests[0]
@@ -286,6 +286,20 @@ def _place_service(args: Any, model: Any, flavor: Any, doc: Any, profiles_path: 
         for data in answers:
             _print_table(data)
     return 0
+
+
+def _requested_flavor(model: Any, manifest: Any) -> Any:
+    """The first flavor whose accelerator resource (``gpuResource``) the manifest's pods request;
+    the first flavor when they request none of them (or the manifest does not parse: the caller's
+    own parse then names the field)."""
+    for flavor in model.flavors:
+        try:
+            view = parse_object(manifest, gpu_resource=flavor.gpu_resource)
+        except WorkloadError:
+            break
+        if any(ps.per_pod.gpu > 0 for ps in view.podsets):
+            return flavor
+    return model.flavor(None)
 
 
 def _check_levels(doc: Any, profile_name: str, flavor: Any, cluster_path: Path, model: Any, profiles_path: Path) -> None:

@@ -109,6 +109,9 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     w.add_argument("--webhook-timeout-seconds", type=int,
                    default=int(env.get("ATOLL_WEBHOOK_TIMEOUT_SECONDS", str(WebhookSettings().timeout_seconds))),
                    help="timeoutSeconds of that configuration (1-30); the webhook's API calls and their retries end within it")
+    w.add_argument("--accelerator-resources", default=env.get("ATOLL_ACCELERATOR_RESOURCES", ""),
+                   help="comma-separated accelerator resources the webhook counts as GPUs besides --gpu-resource: "
+                        "those the profiles document's flavors name (gpuResource), e.g. amd.com/gpu,habana.ai/gaudi")
     return p
 
 
@@ -128,7 +131,8 @@ def build_webhook_settings(args: argparse.Namespace) -> WebhookSettings:
     """The webhook's settings; pydantic's ValidationError names the bad field."""
     return WebhookSettings(port=args.webhook_port, cert_dir=args.webhook_cert_dir, generate_certs=args.webhook_generate_certs,
                            service=args.webhook_service, namespace=args.webhook_namespace or args.namespace,
-                           config=args.webhook_config, gpu_resource=args.gpu_resource, timeout_seconds=args.webhook_timeout_seconds)
+                           config=args.webhook_config, gpu_resource=args.gpu_resource, timeout_seconds=args.webhook_timeout_seconds,
+                           accelerators=tuple(a.strip() for a in args.accelerator_resources.split(",") if a.strip()))
 
 
 def configure_logging(level: str) -> None:

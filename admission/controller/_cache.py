@@ -63,7 +63,7 @@ class FlavorProblem(Exception):
 # ----------------------------------------------------------------------------- nodes and pods
 
 
-def node_info(obj: Obj, gpu_resource: str) -> tuple[NodeInfo | None, str | None]:
+def node_info(obj: Obj, gpu_resource: str | tuple[str, ...]) -> tuple[NodeInfo | None, str | None]:
     """A Node as the engine sees it, and the problem that keeps it from being a candidate.
 
     A malformed ``atoll.dev/gpu-perf`` makes only this node ineligible (it stays in the fabric,
@@ -113,7 +113,7 @@ _NOTHING = ResourceVector()
 """No usage (a node without bound pods)."""
 
 
-def _container_sum(containers: Iterable[Mapping[str, Any]], gpu_resource: str, what: str) -> ResourceVector:
+def _container_sum(containers: Iterable[Mapping[str, Any]], gpu_resource: str | tuple[str, ...], what: str) -> ResourceVector:
     total = ResourceVector()
     for c in containers:
         res = c.get("resources") or {}
@@ -123,7 +123,7 @@ def _container_sum(containers: Iterable[Mapping[str, Any]], gpu_resource: str, w
     return total
 
 
-def pod_usage(obj: Obj, gpu_resource: str) -> BoundPod | None:
+def pod_usage(obj: Obj, gpu_resource: str | tuple[str, ...]) -> BoundPod | None:
     """What a bound, unfinished pod holds on its node (requests, as the scheduler counts them)."""
     spec = obj.get("spec") or {}
     node = spec.get("nodeName")
@@ -181,7 +181,11 @@ class ClusterCache:
     """Objects by kind and key, plus derived node usage and per-flavor snapshots."""
 
     def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:
-        self.gpu_resource = gpu_resource
+        self.default_gpu_resource = gpu_resource
+        """The controller's ``--gpu-resource``: the accelerator of flavors the profiles document gives none."""
+        self.gpu_resource: tuple[str, ...] = (gpu_resource,)
+        """Every accelerator resource a flavor offers (``ProfilesDocument.accelerators``): a node's
+        and a pod's GPU column is their sum, so each flavor counts its own kind."""
         self.objects: dict[Resource, dict[str, Obj]] = {r: {} for r in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS, WORKLOADS)}
         self.nodes: dict[str, NodeInfo] = {}
         self.node_problems: dict[str, str] = {}
@@ -252,9 +256,18 @@ class ClusterCache:
         elif resource in (RESOURCE_FLAVORS, TOPOLOGIES) and old is not None:
             self.invalidate()
 
-    def set_profiles(self, doc: ProfilesDocument | None) -> None:
+    def set_profiles(self, doc: ProfilesDocument | None) -> bool:
+        """Put ``doc`` in force. True when it changes the accelerator resources: the nodes are
+        read again here, and the caller relists the pods (their requests are not kept)."""
         self.profiles = doc
         self.invalidate()
+        names = doc.accelerators(self.default_gpu_resource) if doc is not None else (self.default_gpu_resource,)
+        if names == self.gpu_resource:
+            return False
+        self.gpu_resource = names
+        for obj in list(self.objects[NODES].values()):
+            self._upsert_node(obj, obj)
+        return True
 
     def invalidate(self) -> None:
         """Drop every snapshot; the next ``snapshot()`` rebuilds it."""

@@ -147,7 +147,7 @@ class Decider:
         (``Snapshot.remember``); a Workload read afresh for every decision would never find them.
         Equal values give equal answers, so Workloads of one shape share them, as the
         simulator's do (it reads each shape once)."""
-        view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+        view = parse_workload(obj, gpu_resource=self.cache.gpu_resource)
         if len(self._shapes) > self.MAX_SHAPES:
             self._shapes.clear()
         podsets = tuple(self._shapes.setdefault(s, s) for s in view.podsets)
@@ -205,7 +205,7 @@ class Decider:
                 groups.setdefault(view.other_flavors[spec.name], []).append(spec)
         base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id)
         placed_here = {s.name for specs in groups.values() for s in specs}
-        base.notes = [n for n in unplaced_podsets(view, self.settings.kueue.gpu_resource)
+        base.notes = [n for n in unplaced_podsets(view, self.cache.gpu_resource)
                       if not any(n.startswith(f"podSets[{name}]:") for name in placed_here)]
         base.gpus = sum(s.count * s.per_pod.gpu for s in view.podsets)
         if not groups:
@@ -714,16 +714,18 @@ _MAX_SET_ASIDE = 3
 """Times a placement is searched again with the domains it shared with owed pods set aside."""
 
 
-def unplaced_podsets(view: WorkloadView, gpu_resource: str) -> list[str]:
+def unplaced_podsets(view: WorkloadView, gpu_resource: str | tuple[str, ...]) -> list[str]:
     """Why each PodSet Atoll does not place is left alone, one note per PodSet: count 0, no GPUs
     requested, or GPUs requested while Kueue assigned no flavor for the GPU resource."""
+    every = gpu_resource if isinstance(gpu_resource, str) else " or ".join(gpu_resource)
     notes = [f"podSets[{name}]: count 0, nothing to place" for name in view.empty_podsets]
     for spec in view.podsets:
+        own = view.accelerators.get(spec.name, every)
         if spec.per_pod.gpu <= 0:
-            notes.append(f"podSets[{spec.name}]: requests no {gpu_resource}; needs no placement")
+            notes.append(f"podSets[{spec.name}]: requests no {every}; needs no placement")
         elif spec.name not in view.flavors:
-            notes.append(f"podSets[{spec.name}]: requests {spec.per_pod.gpu} {gpu_resource} per pod but Kueue assigned no flavor "
-                         f"for {gpu_resource} (status.admission.podSetAssignments); not placed by Atoll")
+            notes.append(f"podSets[{spec.name}]: requests {spec.per_pod.gpu} {own} per pod but Kueue assigned no flavor "
+                         f"for {own} (status.admission.podSetAssignments); not placed by Atoll")
     return notes
 
 

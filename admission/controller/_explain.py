@@ -105,7 +105,7 @@ class Explainer:
             out["recorded"] = {"source": "the Workload's check entry", "state": entry.get("state"), "message": entry.get("message") or "",
                                "time": entry.get("lastTransitionTime"), "decision_id": ids[0] if ids else None}
         try:
-            view = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+            view = parse_workload(obj, gpu_resource=self.cache.gpu_resource)
             flavors = sorted(set(view.flavors.values()))
         except WorkloadError as exc:
             out["error"] = str(exc)

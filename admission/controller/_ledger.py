@@ -150,7 +150,7 @@ class Ledger:
     """Owed pods by Workload and PodSet, kept up to date as Workloads and pods change; ``apply``
     turns them into a witness assignment on one flavor's snapshot."""
 
-    def __init__(self, gpu_resource: str = "nvidia.com/gpu", bound: Bound | None = None,
+    def __init__(self, gpu_resource: str | tuple[str, ...] = "nvidia.com/gpu", bound: Bound | None = None,
                  node_labels: NodeLabels | None = None, succeeded: Succeeded | None = None) -> None:
         self.gpu_resource = gpu_resource
         self.bound: Bound = bound or (lambda _decision: {})

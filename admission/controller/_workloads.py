@@ -127,6 +127,8 @@ class WorkloadView:
     other_flavors: Mapping[str, str] = field(default_factory=dict)
     """PodSet name → the ResourceFlavor Kueue assigned to its other resources (cpu first), for
     PodSets with no GPU flavor: a PodSet requesting no GPU on an Atoll flavor is placed too."""
+    accelerators: Mapping[str, str] = field(default_factory=dict)
+    """PodSet name → the accelerator resource its pods request (``nvidia.com/gpu``, ``amd.com/gpu``, …)."""
 
     @property
     def key(self) -> str:
@@ -257,7 +259,7 @@ def _decimal(text: str) -> float | None:
     return float(text) if _DECIMAL.fullmatch(text.strip()) else None
 
 
-def _pod_resources(spec: dict[str, Any], where: str, gpu_resource: str) -> ResourceVector:
+def _pod_resources(spec: dict[str, Any], where: str, gpu_resource: str | tuple[str, ...]) -> ResourceVector:
     """Sum of container requests (limits stand in for a missing request), at least each init container."""
     total = ResourceVector()
     containers = _get(spec, "containers", where, list)
@@ -317,7 +319,18 @@ def _one_of(values: dict[str, str | None], key: str, where: str) -> str | None:
     return found.pop() if found else None
 
 
-def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+def _accelerator(spec: dict[str, Any], where: str, gpu_resource: str | tuple[str, ...]) -> str:
+    """The accelerator resource a pod template requests, among those flavors offer (the first
+    it requests a non-zero amount of; the first of them when it requests none)."""
+    if isinstance(gpu_resource, str):
+        return gpu_resource
+    for name in gpu_resource[1:]:
+        if _pod_resources(spec, where, name).gpu > 0:
+            return name
+    return gpu_resource[0]
+
+
+def parse_workload(obj: dict[str, Any], *, gpu_resource: str | tuple[str, ...] = "nvidia.com/gpu") -> WorkloadView:
     """A v1beta2 Workload. Counts come from the admission (partial admission) when present."""
     meta = _get(obj, "metadata", "workload")
     name = _get(meta, "name", "metadata", str)
@@ -328,16 +341,15 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
     assigned = {}
     flavors: dict[str, str] = {}
     others: dict[str, str] = {}
+    assigned_flavors: dict[str, dict[str, Any]] = {}
+    accelerators: dict[str, str] = {}
     for i, psa in enumerate(_get(admission, "podSetAssignments", "status.admission", list, [])):
         where = f"status.admission.podSetAssignments[{i}]"
         ps_name = _get(psa, "name", where, str)
         if "count" in psa and psa["count"] is not None:
             assigned[ps_name] = _count(psa, "count", where)
         fl = _get(psa, "flavors", where, dict, {})
-        if gpu_resource in fl:
-            flavors[ps_name] = str(fl[gpu_resource])
-        elif fl:
-            others[ps_name] = str(fl.get("cpu") or fl[sorted(fl)[0]])
+        assigned_flavors[ps_name] = fl
     raw = _get(spec, "podSets", "spec", list)
     if not raw:
         raise WorkloadError("spec.podSets: at least one PodSet is required")
@@ -357,7 +369,12 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         annotations = {str(k): str(v) for k, v in _get(tmeta, "annotations", f"{where}.template.metadata", dict, {}).items()}
         labels = {str(k): str(v) for k, v in _get(tmeta, "labels", f"{where}.template.metadata", dict, {}).items()}
         selector = {str(k): str(v) for k, v in _get(tspec, "nodeSelector", f"{where}.template.spec", dict, {}).items()}
-        per_pod = _pod_resources(tspec, f"{where}.template.spec", gpu_resource)
+        accelerator = accelerators[ps_name] = _accelerator(tspec, f"{where}.template.spec", gpu_resource)
+        per_pod = _pod_resources(tspec, f"{where}.template.spec", accelerator)
+        if accelerator in assigned_flavors.get(ps_name, {}):  # the flavor Kueue chose for the PodSet's accelerator
+            flavors[ps_name] = str(assigned_flavors[ps_name][accelerator])
+        elif fl := assigned_flavors.get(ps_name, {}):  # no accelerator flavor: the one of its other resources (cpu first)
+            others[ps_name] = str(fl.get("cpu") or fl[sorted(fl)[0]])
         tolerations = _tolerations(tspec, f"{where}.template.spec")
         constraint = _node_constraint(tspec, f"{where}.template.spec")
         if count == 0:
@@ -386,6 +403,7 @@ def parse_workload(obj: dict[str, Any], *, gpu_resource: str = "nvidia.com/gpu")
         annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
         empty_podsets=tuple(empty),
         other_flavors=others,
+        accelerators=accelerators,
     )
 
 
@@ -413,7 +431,7 @@ def as_workload(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": meta, "spec": {"queueName": queue, "podSets": podsets}}
 
 
-def parse_object(obj: Any, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+def parse_object(obj: Any, *, gpu_resource: str | tuple[str, ...] = "nvidia.com/gpu") -> WorkloadView:
     """A Workload, Job or JobSet manifest."""
     if not isinstance(obj, dict):
         raise WorkloadError("expected a Kubernetes object (a mapping with kind)")
@@ -424,7 +442,7 @@ def parse_object(obj: Any, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadV
     return parse_workload(obj, gpu_resource=gpu_resource)
 
 
-def load_workload_file(path: str | Path, *, gpu_resource: str = "nvidia.com/gpu") -> WorkloadView:
+def load_workload_file(path: str | Path, *, gpu_resource: str | tuple[str, ...] = "nvidia.com/gpu") -> WorkloadView:
     path = Path(path)
     obj = read_yaml_file(path, WorkloadError)
     try:

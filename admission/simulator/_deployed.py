@@ -89,6 +89,8 @@ class _PodSet:
     """What the cache reads from each of its pods (``pod_usage``), read once."""
     template: tuple[dict[str, str], dict[str, str], list[dict[str, Any]], dict[str, str]] | None = None
     """Labels, annotations, containers and status every pod of the PodSet carries (shared: never written)."""
+    resource: str = "nvidia.com/gpu"
+    """The accelerator resource its pods request: its flavor's ``gpuResource``."""
 
 
 @dataclass
@@ -137,6 +139,8 @@ class DeployedAtoll:
         self.check_names = frozenset({CHECK_NAME})
         self.model = BindingModel(scheduler, seed)
         self.flavor_names = [f.name for f in cluster.flavors]
+        self.flavor_resources = [f.gpu_resource for f in cluster.flavors]
+        """Each flavor's accelerator resource (``gpuResource``): its jobs' pods request it."""
         self.exact = {f.name: self.doc.flavors[f.name].enforcement == "exact" for f in cluster.flavors}
         self.workloads: dict[int, dict[str, Any]] = {}
         self.admitted: dict[int, _Admitted] = {}
@@ -145,9 +149,9 @@ class DeployedAtoll:
         self._templates: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._domains: dict[tuple[int, tuple[tuple[str, str], ...]], IntArray] = {}
         self._pod_seq = 0
-        self._requests: dict[ResourceVector, dict[str, str]] = {}
+        self._requests: dict[tuple[ResourceVector, str], dict[str, str]] = {}
         """A pod's requests per shape, as the pod template writes them."""
-        self._usage: dict[ResourceVector, ResourceVector] = {}
+        self._usage: dict[tuple[ResourceVector, str], ResourceVector] = {}
         """What the cache reads from a pod of each shape (``pod_usage``)."""
         self._views: dict[tuple[Any, ...], WorkloadView] = {}
         """Shape → its Workload read once (``read``)."""
@@ -158,11 +162,11 @@ class DeployedAtoll:
 
     # ------------------------------------------------------------------ Kueue's Workload
 
-    def _template(self, per_pod: ResourceVector, kind: str, slices: tuple[SliceLayer, ...] = ()) -> dict[str, Any]:
-        key = (per_pod, kind, slices)
+    def _template(self, per_pod: ResourceVector, kind: str, slices: tuple[SliceLayer, ...] = (), resource: str = "nvidia.com/gpu") -> dict[str, Any]:
+        key = (per_pod, kind, slices, resource)
         t = self._templates.get(key)
         if t is None:
-            q = quantities(per_pod, self.settings.kueue.gpu_resource)
+            q = quantities(per_pod, resource)
             ann = {vocabulary.PROFILE: self.profile_name}
             if kind in self.doc.classes:
                 ann[vocabulary.CLASS] = kind
@@ -178,8 +182,9 @@ class DeployedAtoll:
         obj = self.workloads.get(job)
         if obj is None:
             key = (flavor, pods, per_pod, kind, slices)
-            obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind, slices)}],
-                                                        flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}")
+            obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind, slices, self.flavor_resources[flavor])}],
+                                                        flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}",
+                                                        gpu_resource=self.flavor_resources[flavor])
             self.views[job] = self.read(obj, key)
         return obj
 
@@ -188,7 +193,7 @@ class DeployedAtoll:
         shape is read once (``test_deployed`` compares the two)."""
         view = self._views.get(key)
         if view is None:
-            view = self._views[key] = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+            view = self._views[key] = parse_workload(obj, gpu_resource=self.cache.gpu_resource)
         meta = obj["metadata"]
         return dataclasses.replace(view, name=meta["name"], uid=meta["uid"])
 
@@ -200,7 +205,7 @@ class DeployedAtoll:
         entry = status["admissionChecks"][0]
         view = self.views.get(job) if self.workloads.get(job) is obj else None
         if view is None:  # a Workload not made by ``workload``: read it here
-            view = self.views[job] = parse_workload(obj, gpu_resource=self.settings.kueue.gpu_resource)
+            view = self.views[job] = parse_workload(obj, gpu_resource=self.cache.gpu_resource)
         started = time.perf_counter() if self.recorder is not None else 0.0
         key = f"{NAMESPACE}/{obj['metadata']['name']}"
         held = self.outlook.reservations.held_by(key)
@@ -239,7 +244,8 @@ class DeployedAtoll:
             planned = decode_planned(ann[vocabulary.PLANNED_NODES]) if vocabulary.PLANNED_NODES in ann else {}
             terms = spec.node_constraint.terms if spec.node_constraint is not None else None
             podsets.append(_PodSet(spec.name, spec.count, spec.per_pod, tuple(sorted(selector.items())), terms, spec.tolerations,
-                                   planned, str(ann.get(ANN_DECISION, "")), ann.get(vocabulary.ENFORCEMENT) == "exact"))
+                                   planned, str(ann.get(ANN_DECISION, "")), ann.get(vocabulary.ENFORCEMENT) == "exact",
+                                   resource=view.accelerators.get(spec.name, self.flavor_resources[flavor])))
         self.admitted[job] = _Admitted(f"{NAMESPACE}/job-{job}", flavor, obj, podsets)
         self._owing.setdefault(flavor, set()).add(job)
 
@@ -349,9 +355,9 @@ class DeployedAtoll:
     def _create_pod(self, ps: _PodSet, node: str) -> None:
         self._pod_seq += 1
         if ps.template is None:
-            requests = self._requests.get(ps.per_pod)
+            requests = self._requests.get((ps.per_pod, ps.resource))
             if requests is None:
-                requests = self._requests[ps.per_pod] = quantities(ps.per_pod, self.settings.kueue.gpu_resource)
+                requests = self._requests[(ps.per_pod, ps.resource)] = quantities(ps.per_pod, ps.resource)
             ps.template = ({PODSET_LABEL: ps.name}, {ANN_DECISION: ps.decision_id},
                            [{"name": "main", "resources": {"requests": dict(requests)}}], {"phase": "Running"})
         labels, annotations, containers, status = ps.template
@@ -360,11 +366,11 @@ class DeployedAtoll:
                "spec": {"nodeName": node, "containers": containers}, "status": status}
         ps.pods.append(pod)
         if ps.usage is None:  # every pod of a PodSet asks the same; read the first as the cache would
-            read = self._usage.get(ps.per_pod)
+            read = self._usage.get((ps.per_pod, ps.resource))
             if read is None:  # pods of one shape ask the same: each shape is read once
-                got = pod_usage(pod, self.settings.kueue.gpu_resource)
+                got = pod_usage(pod, self.cache.gpu_resource)
                 assert got is not None
-                read = self._usage[ps.per_pod] = got.usage
+                read = self._usage[(ps.per_pod, ps.resource)] = got.usage
             ps.usage = BoundPod(node, read, ps.decision_id, ps.name)
         assert ps.usage is not None
         u = ps.usage

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from admission import vocabulary
+from admission.controller import KueueSettings
 from admission.kube import (
     ADMISSION_CHECKS,
     CONFIGMAPS,
@@ -280,7 +281,8 @@ def _flavor_labels(cluster: ClusterModel, flavor: FlavorModel) -> dict[str, str]
 
 def profiles_for_cluster(doc: ProfilesDocument, cluster: ClusterModel, *, enforcement: str | None = None) -> ProfilesDocument:
     """The document an admin would install for this cluster: every flavor mapped to its Topology
-    with the model's links per level; ``enforcement`` (when given) for every flavor, else what
+    with the model's links per level and its accelerator resource (``gpuResource``, when not the
+    controller's default); ``enforcement`` (when given) for every flavor, else what
     the document says (``domain`` for a flavor it does not name)."""
     flavors = dict(doc.flavors)
     for f in cluster.flavors:
@@ -289,8 +291,9 @@ def profiles_for_cluster(doc: ProfilesDocument, cluster: ClusterModel, *, enforc
         node = f.node_level()
         links.setdefault(node.label, LinkSettings(bandwidthGBps=node.bandwidth_gbps, latencyUs=node.latency_us))
         links.update(have.links if have is not None else {})
+        resource = have.gpu_resource if have is not None and have.gpu_resource else f.gpu_resource
         flavors[f.name] = FlavorSettings(topology=f.topology, enforcement=enforcement or (have.enforcement if have else "domain"),  # type: ignore[arg-type]
-                                         links=links)
+                                         links=links, **({"gpuResource": resource} if resource != KueueSettings().gpu_resource else {}))
     return doc.model_copy(update={"flavors": flavors})
 
 

@@ -62,7 +62,7 @@ class Owed:
     per_pod: ResourceVector
 
 
-def owed_of(wl: Obj, gpu_resource: str) -> list[Owed]:
+def owed_of(wl: Obj, gpu_resource: str | tuple[str, ...]) -> list[Owed]:
     """The exact PodSets an admitted Workload (quota reserved, not finished, evicted or
     deactivated, Atoll's check Ready) still has planned nodes for."""
     if not condition_true(wl, "QuotaReserved") or condition_true(wl, "Finished") or condition_true(wl, "Evicted"):
@@ -153,7 +153,7 @@ class _Index:
 class WebhookCache:
     """Watch-fed pods, nodes and exact Workloads; ``start()`` once, ``wait_synced()`` before reading."""
 
-    def __init__(self, port: ClusterPort, gpu_resource: str = "nvidia.com/gpu", *, watch_timeout: int = 300,
+    def __init__(self, port: ClusterPort, gpu_resource: str | tuple[str, ...] = "nvidia.com/gpu", *, watch_timeout: int = 300,
                  backoffs: Sequence[float] = (0.5, 1.0, 2.0, 5.0, 10.0)) -> None:
         self.port = port
         self.gpu_resource = gpu_resource

@@ -58,7 +58,7 @@ class ClusterReader:
     """Reads for one admission request from the cache; holds no state between requests. Without a
     cache it can only write (``request_requeue``, finding the Workload by a namespaced read)."""
 
-    def __init__(self, port: ClusterPort, gpu_resource: str = "nvidia.com/gpu", field_manager: str = "atoll-webhook",
+    def __init__(self, port: ClusterPort, gpu_resource: str | tuple[str, ...] = "nvidia.com/gpu", field_manager: str = "atoll-webhook",
                  cache: WebhookCache | None = None) -> None:
         self.port = port
         self.gpu_resource = gpu_resource

@@ -114,10 +114,10 @@ class PodPinner:
         self.settings = settings or WebhookSettings()
         self.clock = clock or SystemClock()
         self._own_cache = cache is None
-        self.cache = cache or WebhookCache(port, self.settings.gpu_resource)
+        self.cache = cache or WebhookCache(port, self.settings.resources())
         self._started = cache is not None
         self._start_lock = threading.Lock()
-        self.reader = ClusterReader(port, self.settings.gpu_resource, self.settings.field_manager, self.cache)
+        self.reader = ClusterReader(port, self.settings.resources(), self.settings.field_manager, self.cache)
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
         self._room_lock = threading.Lock()
         self.claims = SlotClaims(port, self.settings.namespace, self.settings.claims_lease, self.clock, self.settings.claim_seconds)

@@ -116,7 +116,7 @@ class Webhook:
         self.cert = ensure_serving_cert(s.cert_dir, service_hosts(s.service, s.namespace), generate=s.generate_certs, days=s.cert_days,
                                         now=self._now())
         self._served = fingerprint(self.cert.cert_file, self.cert.key_file)
-        self.cache = WebhookCache(self.watch_port, s.gpu_resource).start()  # warm before the first review
+        self.cache = WebhookCache(self.watch_port, s.resources()).start()  # warm before the first review
         self.server = WebhookServer(PodPinner(self.cluster, s, self.clock, self.cache), self.cert.cert_file, self.cert.key_file,
                                     bind=s.bind_address, port=s.port, max_body=s.max_body_bytes).start()
         if s.generate_certs and self.cert.ca_pem is not None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from admission.kube import ApiRetrySettings
+from topology import check_accelerator_resource
 
 __all__ = ["WebhookSettings"]
 
@@ -41,6 +42,10 @@ class WebhookSettings(BaseModel):
     """How often (s) the caBundle is checked and our CA put back (an upgrade may have reset it)."""
     gpu_resource: str = "nvidia.com/gpu"
     """Extended resource counted as GPUs when checking a replacement node's room."""
+    accelerators: tuple[str, ...] = ()
+    """Further accelerator resources counted as GPUs besides ``gpu_resource``: those the profiles
+    document's flavors name (``gpuResource``: ``amd.com/gpu``, ``habana.ai/gaudi``, …), so a
+    replacement node of such a flavor shows its room (``atoll run --accelerator-resources``)."""
     claim_seconds: float = Field(default=30.0, gt=0)
     """How long (s) a slot handed to a pod that is not stored yet stays claimed: the apiserver
     stores the pod right after admission (webhook timeouts are at most 30 s); a pod refused later
@@ -56,6 +61,16 @@ class WebhookSettings(BaseModel):
     api_share: float = Field(default=0.8, gt=0, lt=1)
     """Share of ``timeout_seconds`` one API call may take with its retries; the rest is margin
     for the review's own work and the answer's way back."""
+
+    @field_validator("accelerators")
+    @classmethod
+    def _accelerator_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_accelerator_resource(v) for v in value)
+
+    def resources(self) -> str | tuple[str, ...]:
+        """What counts as GPUs: ``gpu_resource`` alone, or it and then ``accelerators``."""
+        extra = tuple(a for a in dict.fromkeys(self.accelerators) if a != self.gpu_resource)
+        return (self.gpu_resource, *extra) if extra else self.gpu_resource
 
     def api_retry(self) -> ApiRetrySettings:
         """Retries of one API call that end within ``api_share`` of the timeout: three attempts,

@@ -28,8 +28,8 @@ def _kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
-def test_the_three_setups_are_there() -> None:
-    assert SETUPS == ["dgx-h100", "gb200-nvl72", "mixed-a100-h100"]
+def test_the_four_setups_are_there() -> None:
+    assert SETUPS == ["dgx-h100", "gb200-nvl72", "mixed-a100-h100", "mixed-accelerators"]
     assert sorted(p.name for p in SAMPLES.iterdir()) == SETUPS  # one place per setup: no loose sample beside them
     for setup in SETUPS:
         assert {p.name for p in (SAMPLES / setup).iterdir()} == {"kueue.yaml", "jobs.yaml", "profiles.yaml"}

@@ -218,3 +218,42 @@ def test_preempt_domain_is_off_by_default_and_reads_yamls_bare_on_and_off() -> N
     assert [mode(v) for v in (None, "on", "off", "dry-run", '"on"')] == ["off", "on", "off", "dry-run", "on"]
     with pytest.raises(ProfilesError, match=r"profiles.yaml: profiles.s.preemptDomain: Input should be 'off', 'dry-run' or 'on'"):
         mode("always")
+def test_a_class_perf_band_reaches_the_request_and_is_bounded() -> None:
+    from policies import podset_spec
+    from policies._decision import _podset_request
+    from topology import DEFAULT_PERF_BAND, Level, NodeInfo, ResourceVector, Snapshot
+
+    doc = load_profiles("classes: {training: {uniformPerf: true, perfBand: 0.05}, plain: {uniformPerf: true}}\n")
+    snap = Snapshot("f", [Level("nvidia.com/gpu.clique", 1800, 1)],
+                    [NodeInfo("n0", {"nvidia.com/gpu.clique": "c0"}, ResourceVector(4, 1000, 1000, 10))])
+    spec = podset_spec("main", 2, ResourceVector(gpu=1), {})
+    mode = ("nvidia.com/gpu.clique", None, None)
+    assert _podset_request(spec, mode, doc.classes["training"], snap, tight=False, balanced=False).perf_band == 0.05
+    assert _podset_request(spec, mode, doc.classes["plain"], snap, tight=False, balanced=False).perf_band == DEFAULT_PERF_BAND
+    with pytest.raises(ProfilesError, match=r"classes\.training\.perfBand"):
+        load_profiles("classes: {training: {uniformPerf: true, perfBand: 0.7}}\n")
+
+
+def test_a_class_perf_rank_defaults_to_min_reaches_the_request_and_is_checked() -> None:
+    from policies import podset_spec
+    from policies._decision import _podset_request
+    from topology import Level, NodeInfo, ResourceVector, Snapshot
+
+    doc = load_profiles("classes: {fast: {uniformPerf: true, perfRank: reach}, plain: {uniformPerf: true}}\n")
+    snap = Snapshot("f", [Level("nvidia.com/gpu.clique", 1800, 1)],
+                    [NodeInfo("n0", {"nvidia.com/gpu.clique": "c0"}, ResourceVector(4, 1000, 1000, 10))])
+    spec = podset_spec("main", 2, ResourceVector(gpu=1), {})
+    mode = ("nvidia.com/gpu.clique", None, None)
+    assert _podset_request(spec, mode, doc.classes["fast"], snap, tight=False, balanced=False).perf_rank == "reach"
+    assert _podset_request(spec, mode, doc.classes["plain"], snap, tight=False, balanced=False).perf_rank == "min"
+    with pytest.raises(ProfilesError, match=r"classes\.fast\.perfRank: Input should be 'min' or 'reach'"):
+        load_profiles("classes: {fast: {uniformPerf: true, perfRank: fastest}}\n")
+
+
+def test_a_flavor_names_its_accelerator_and_a_bad_name_is_refused_naming_the_field() -> None:
+    doc = load_profiles("flavors: {a: {topology: t}, m: {topology: t, gpuResource: amd.com/gpu}, g: {topology: t, gpuResource: habana.ai/gaudi}}\n")
+    assert doc.accelerators("nvidia.com/gpu") == ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")
+    assert doc.accelerators("amd.com/gpu") == ("amd.com/gpu", "habana.ai/gaudi")
+    for bad in ("gpu", "cpu", "kubernetes.io/gpu", "amd.com/", "Amd.com/gpu", "amd com/gpu"):
+        with pytest.raises(ProfilesError, match=r"flavors\.m\.gpuResource: .* is not an accelerator resource name"):
+            load_profiles(f"flavors: {{m: {{topology: t, gpuResource: '{bad}'}}}}\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from topology import GraphLink, Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, SliceLayer, Snapshot, Spread, Taint, Toleration
+from topology import PERF_RANKS, GraphLink, Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, SliceLayer, Snapshot, Spread, Taint, Toleration
 
 LEVELS = ("zone", "spine", "clique")
 
@@ -51,18 +51,20 @@ def podset_requests(draw: st.DrawFn, snapshot: Snapshot, name: str = "main") -> 
     kind = draw(st.sampled_from(["required", "preferred", "none", "spread"]))
     floor = draw(st.sampled_from([0.0, 0.0, 0.9, 1.0]))
     uniform = draw(st.booleans())
+    band = draw(st.sampled_from([0.0, 0.03, 0.06, 0.2]))  # with the strategy's perf values: in band and out of it
+    rank = draw(st.sampled_from(PERF_RANKS))
     tol = (Toleration("gpu-broken", "Exists"),) if draw(st.integers(0, 3)) == 0 else ()  # lifts the drawn taint
     if kind == "required":
-        return PodSetRequest(name, pods, per_pod, required_level=draw(st.sampled_from(labels)), perf_floor=floor, uniform_perf=uniform, tolerations=tol)
+        return PodSetRequest(name, pods, per_pod, required_level=draw(st.sampled_from(labels)), perf_floor=floor, uniform_perf=uniform, perf_band=band, perf_rank=rank, tolerations=tol)
     if kind == "preferred":
         target = draw(st.integers(0, len(labels) - 1))
         span = draw(st.integers(0, target))
-        return PodSetRequest(name, pods, per_pod, preferred_level=labels[target], max_span_level=labels[span], perf_floor=floor, uniform_perf=uniform, tolerations=tol)
+        return PodSetRequest(name, pods, per_pod, preferred_level=labels[target], max_span_level=labels[span], perf_floor=floor, uniform_perf=uniform, perf_band=band, perf_rank=rank, tolerations=tol)
     if kind == "spread":
         level = draw(st.integers(1, len(labels) - 1)) if len(labels) > 1 else 0
         scope = draw(st.sampled_from([None] + labels[:level]))
         return PodSetRequest(name, pods, per_pod, required_level=scope, spread=Spread(labels[level], draw(st.integers(1, 3))), perf_floor=floor, tolerations=tol)
-    return PodSetRequest(name, pods, per_pod, perf_floor=floor, uniform_perf=uniform, tolerations=tol)
+    return PodSetRequest(name, pods, per_pod, perf_floor=floor, uniform_perf=uniform, perf_band=band, perf_rank=rank, tolerations=tol)
 
 
 @st.composite
@@ -99,11 +101,13 @@ def vocabulary_podsets(draw: st.DrawFn, snapshot: Snapshot, name: str = "main") 
     balanced = draw(st.booleans())
     floor = draw(st.sampled_from([0.0, 0.0, 0.9]))
     uniform = draw(st.booleans())
+    band = draw(st.sampled_from([0.0, 0.03, 0.06, 0.2]))  # with the strategy's perf values: in band and out of it
+    rank = draw(st.sampled_from(PERF_RANKS))
     target = draw(st.integers(0, len(labels) - 1))
     sliced = kind == "slice-only" or (kind != "unconstrained" and draw(st.booleans())) or (kind == "unconstrained" and draw(st.booleans()))
     slices = draw(slice_layers(snapshot, target if kind in ("required", "preferred") else 0)) if sliced else ()
     pods = (slices[0].size if slices else 1) * draw(st.integers(1, 8))
-    common = dict(perf_floor=floor, uniform_perf=uniform, slices=slices, balanced=balanced)
+    common = dict(perf_floor=floor, uniform_perf=uniform, perf_band=band, perf_rank=rank, slices=slices, balanced=balanced)
     if kind == "required":
         return PodSetRequest(name, pods, per_pod, required_level=labels[target], **common)  # type: ignore[arg-type]
     if kind == "preferred":

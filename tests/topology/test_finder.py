@@ -264,16 +264,50 @@ def test_first_fit_takes_path_order_when_best_fit_is_off() -> None:
     assert first.podsets[0].domain_path == ("s0", "s0c0")
 
 
-def test_uniform_perf_maximises_the_gang_minimum() -> None:
-    # s0c0 is the best fit (one node busy) but holds a 0.8 node; s0c1 is all 1.0
+def test_uniform_perf_ranks_a_domain_by_the_minimum_of_its_usable_nodes_by_default() -> None:
+    # s0c0 is the best fit (one node busy) and holds a 0.8 node; s0c1 is all 1.0
+    snap = fabric(used={"s0c0n0": 4}, perf={"s0c0n1": 0.8})
+    plain = find_placement(snap, gang(2, required_level=CLIQUE)).podsets[0]
+    uniform = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True)).podsets[0]
+    assert plain.domain_path == ("s0", "s0c0") and plain.min_perf == 0.8  # path order reaches the slow node
+    # the default ranks s0c0 by its slow node, though two pods would get 1.0 in it: the all-fast island wins
+    assert uniform.domain_path == ("s0", "s0c1") and uniform.min_perf == 1.0
+    assert find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True), backend="reference").podsets[0] == uniform
+    # the band only counts with perf_rank="reach": the same 0.5 % slower best fit loses by default
+    slow = fabric(used={"s0c0n0": 4}, perf={f"s0c0n{i}": 0.995 for i in range(4)})
+    assert find_placement(slow, gang(2, required_level=CLIQUE, uniform_perf=True, perf_band=0.05)).podsets[0].domain_path == ("s0", "s0c1")
+    with pytest.raises(ValueError, match=r"podSets\[workers\]\.perfRank must be one of min, reach"):
+        gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="fastest")
+
+
+def test_perf_rank_reach_ranks_a_domain_by_the_best_minimum_the_gang_can_get_in_it() -> None:
+    # s0c0 is the best fit (one node busy) and holds a 0.8 node; s0c1 is all 1.0
     snap = fabric(used={"s0c0n0": 4}, perf={"s0c0n1": 0.8})
     plain = find_placement(snap, gang(2, required_level=CLIQUE))
-    uniform = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True))
+    uniform = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="reach"))
     assert plain.podsets[0].domain_path == ("s0", "s0c0") and plain.podsets[0].min_perf == 0.8  # path order reaches the slow node
-    assert uniform.podsets[0].min_perf == 1.0 and uniform.podsets[0].domain_path == ("s0", "s0c1")  # the uniformly fast island
-    # a 3-pod gang in s0c0 must use the slow node; uniform perf moves it to a fast island instead
+    # two pods get 1.0 in s0c0 too (its two fast free nodes): the slow node does not count against it, fit wins
+    assert uniform.podsets[0].domain_path == ("s0", "s0c0") and uniform.podsets[0].min_perf == 1.0
+    assert set(uniform.podsets[0].nodes) == {"s0c0n2", "s0c0n3"}
+    # three pods in s0c0 must use the slow node; uniform perf moves them to a fast island instead
     assert find_placement(snap, gang(3, required_level=CLIQUE)).podsets[0].min_perf == 0.8
-    assert find_placement(snap, gang(3, required_level=CLIQUE, uniform_perf=True)).podsets[0].min_perf == 1.0
+    three = find_placement(snap, gang(3, required_level=CLIQUE, uniform_perf=True, perf_rank="reach")).podsets[0]
+    assert three.min_perf == 1.0 and three.domain_path == ("s0", "s0c1")
+
+
+def test_perf_rank_reach_with_a_band_counts_nearly_equal_domains_as_equal_and_then_fits() -> None:
+    slow = {f"s0c0n{i}": 0.995 for i in range(4)}
+    snap = fabric(used={"s0c0n0": 4}, perf=slow)  # s0c0: best fit, 0.5 % slower than the rest
+    banded = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="reach")).podsets[0]
+    exact = find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="reach", perf_band=0.0)).podsets[0]
+    assert banded.domain_path == ("s0", "s0c0") and banded.min_perf == 0.995  # inside the default 1 % band: fit decides
+    assert exact.domain_path == ("s0", "s0c1") and exact.min_perf == 1.0  # no band: the fastest, then fit, then path
+    slower = fabric(used={"s0c0n0": 4}, perf={f"s0c0n{i}": 0.97 for i in range(4)})  # 3 % slower: outside the band
+    assert find_placement(slower, gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="reach")).podsets[0].domain_path == ("s0", "s0c1")
+    wide = gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="reach", perf_band=0.05)  # a class may widen it
+    assert find_placement(slower, wide).podsets[0].domain_path == ("s0", "s0c0")
+    assert find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="reach"), backend="reference") == \
+        find_placement(snap, gang(2, required_level=CLIQUE, uniform_perf=True, perf_rank="reach"))
 
 
 def test_uniform_perf_leaves_the_slowest_nodes_out_inside_an_island() -> None:

@@ -59,6 +59,15 @@ def test_bench_finder_reports_identical_outputs(capsys: pytest.CaptureFixture[st
     assert {"p50_ms", "p99_ms", "reference_p99_ms", "speedup_vs_reference"} <= set(row)
 
 
+def test_bench_finder_with_uniform_perf_requests_still_matches_the_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "finder", "--nodes", "200", "--requests", "60", "--reference-sample", "60", "--uniform-perf", "1",
+                 "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["identical"] is True and row["uniform_perf_share"] == 1.0
+    assert main(["bench", "finder", "--uniform-perf", "2"]) == 2
+    assert "--uniform-perf: a share from 0 to 1" in capsys.readouterr().err
+
+
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fly"]) == 2
     assert "unknown command" in capsys.readouterr().err
@@ -320,8 +329,44 @@ def test_the_spread_service_example_puts_each_replica_in_its_own_island(cluster:
     assert all(len(i) == 1 for i in islands) and len(set.union(*islands)) == 3  # packed per replica, one replica per island
     assert not any("spread group" in n for n in answers[0].get("notes", []))
     assert any("spread group llama-70b, 2 replica(s) admitted: 2 nvidia.com/gpu.clique domain(s) left out" in n for n in answers[2]["notes"])
+def test_the_bundled_amd_example_is_placed_on_its_own_flavor(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--cluster", "mixed-accelerators", "--workload", "config/workloads/amd-training-job.yaml", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["flavor"] == "mi300x" and out["outcome"] == "admit"  # the flavor whose accelerator its pods request
+    (ps,) = out["podsets"]
+    assert ps["nodes"] == {"mi300x-l0-c0-n0": 4} and ps["bottleneck_gbps"] == 448
+    # the same manifest on the H100 flavor requests none of its accelerator: Kueue would not assign it there
+    assert main(["place", "--cluster", "mixed-accelerators", "--flavor", "h100", "--workload", "config/workloads/amd-training-job.yaml",
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "podsets" not in out and any("requests 2 amd.com/gpu per pod but Kueue assigned no flavor for amd.com/gpu" in n for n in out["notes"])
 
 
+def test_a_gaudi_job_goes_to_the_gaudi_flavor_and_nvidia_jobs_stay_on_h100(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gaudi = (CONFIG / "workloads" / "amd-training-job.yaml").read_text().replace("amd.com/gpu", "habana.ai/gaudi")
+    (tmp_path / "gaudi.yaml").write_text(gaudi)
+    assert main(["place", "--cluster", "mixed-accelerators", "--workload", str(tmp_path / "gaudi.yaml"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["flavor"] == "gaudi3" and out["outcome"] == "admit" and out["podsets"][0]["bottleneck_gbps"] == 525
+    assert main(["place", "--cluster", "mixed-accelerators", "--workload", _job(tmp_path, "", parallelism=2, gpus="8"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["flavor"] == "h100" and out["outcome"] == "admit"
+
+
+def test_a_cluster_model_accelerator_that_is_not_a_resource_name_is_one_line_naming_the_field(tmp_path: Path,
+                                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "cluster.yaml"
+    model.write_text((CONFIG / "clusters" / "mixed-accelerators.yaml").read_text().replace("gpuResource: amd.com/gpu", "gpuResource: amd gpu")
+                     .replace("profiles: ../", f"profiles: {CONFIG}/"))
+    assert main(["place", "--cluster", str(model), "--workload", "config/workloads/amd-training-job.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "flavors[mi300x].gpuResource: 'amd gpu' is not an accelerator resource name" in err
+    doc = tmp_path / "profiles.yaml"
+    doc.write_text((CONFIG / "kueue" / "mixed-accelerators" / "profiles.yaml").read_text().replace("gpuResource: habana.ai/gaudi",
+                                                                                                   "gpuResource: kubernetes.io/gaudi"))
+    assert main(["place", "--cluster", "mixed-accelerators", "--profiles", str(doc), "--workload", "config/workloads/amd-training-job.yaml"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "flavors.gaudi3.gpuResource: 'kubernetes.io/gaudi' is not an accelerator resource name" in err
 def test_place_record_appends_the_controllers_record_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from admission.controller import record_problems
 

@@ -128,6 +128,16 @@ def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(cap
     assert "timeout_seconds" in capsys.readouterr().err
 
 
+def test_the_webhook_counts_the_accelerator_resources_it_is_given_and_refuses_a_bad_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_webhook_settings(parser({}).parse_args([])).resources() == "nvidia.com/gpu"
+    args = parser({"ATOLL_ACCELERATOR_RESOURCES": "amd.com/gpu"}).parse_args(["--accelerator-resources", "amd.com/gpu, habana.ai/gaudi"])
+    assert build_webhook_settings(args).resources() == ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")
+    env = parser({"ATOLL_ACCELERATOR_RESOURCES": "amd.com/gpu"}).parse_args([])
+    assert build_webhook_settings(env).resources() == ("nvidia.com/gpu", "amd.com/gpu")
+    assert main(["--accelerator-resources", "AMD/gpu", "--kubeconfig", "/nonexistent"]) == 2
+    assert "accelerators" in capsys.readouterr().err
+
+
 def _health(port: int, path: str) -> tuple[int, str]:
     try:
         r = httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5)

@@ -167,3 +167,33 @@ def test_pod_changes_made_at_once_are_told_once_per_decision_after_the_last() ->
         assert told == []
         assert c.bound_pods("d2") == {"": {"n0": 1, "n1": 1}}  # the cache itself is current inside
     assert told == ["d2", "d3", "d1"]
+
+
+def _amd(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` (a node or a pod) with its nvidia.com/gpu amounts offered or requested as amd.com/gpu."""
+    import json
+
+    return json.loads(json.dumps(doc).replace('"nvidia.com/gpu"', '"amd.com/gpu"'))
+
+
+def test_each_flavor_counts_its_own_accelerator_resource() -> None:
+    c = cache("flavors: {gpu: {topology: fabric}, amd: {topology: fabric, gpuResource: amd.com/gpu}}\n")
+    assert c.gpu_resource == ("nvidia.com/gpu", "amd.com/gpu")  # the controller's default first
+    c.upsert(RESOURCE_FLAVORS, {"metadata": {"name": "amd"}, "spec": {"nodeLabels": {"pool": "m"}}})
+    for i in range(2):
+        c.upsert(NODES, _amd(node(f"m{i}", "m0", pool="m")))
+    c.upsert(PODS, _amd(pod("p1", "m0", 3)))
+    c.upsert(PODS, pod("p2", "n0", 1))
+    amd, nvidia = c.snapshot("amd"), c.snapshot("gpu")
+    assert amd.node_names == ("m0", "m1") and amd.total_gpus() == 8 and amd.free_gpus() == 5
+    assert nvidia.total_gpus() == 16 and nvidia.free_gpus() == 15
+
+
+def test_a_document_that_adds_an_accelerator_reads_the_nodes_again() -> None:
+    c = cache()
+    c.upsert(RESOURCE_FLAVORS, {"metadata": {"name": "amd"}, "spec": {"nodeLabels": {"pool": "m"}}})
+    c.upsert(NODES, _amd(node("m0", "m0", pool="m")))
+    assert c.nodes["m0"].allocatable.gpu == 0  # amd.com/gpu is nobody's accelerator yet
+    assert c.set_profiles(load_profiles("flavors: {gpu: {topology: fabric}, amd: {topology: fabric, gpuResource: amd.com/gpu}}\n"))
+    assert c.nodes["m0"].allocatable.gpu == 4 and c.snapshot("amd").total_gpus() == 4
+    assert not c.set_profiles(load_profiles("flavors: {gpu: {topology: fabric}, amd: {topology: fabric, gpuResource: amd.com/gpu}}\n"))

@@ -180,3 +180,37 @@ def test_the_fabric_gauges_count_an_admitted_placement_as_used_and_a_wait_as_not
     waiting = atoll.decider.evaluate(atoll.workload(1, 0, 3, per_pod, "training"), "d1", 0.0)
     assert waiting.outcome == "wait"
     assert [(f, free) for f, free, _ in waiting.fabric] == [("f", 8)]  # the first one's owed pods, nothing new
+
+
+def test_each_flavor_s_jobs_request_its_own_accelerator_through_the_deployed_controller() -> None:
+    """On the bundled mixed-accelerator cluster, an MI300X job's Workload and pods request
+    amd.com/gpu and a Gaudi job's habana.ai/gaudi, Kueue's assignment names that resource, and the
+    controller's cache and ledger count them on the flavor's nodes."""
+    from pathlib import Path
+
+    from admission.controller import parse_workload
+    from policies import load_profiles_file
+    from topology import load_cluster_model
+
+    config = Path(__file__).resolve().parents[3] / "config"
+    model = load_cluster_model(config / "clusters" / "mixed-accelerators.yaml")
+    doc = load_profiles_file(config / "kueue" / "mixed-accelerators" / "profiles.yaml")
+    deployed = DeployedAtoll("atoll-strict", "strict", doc, model)
+    assert deployed.cache.gpu_resource == ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")
+    per_pod = ResourceVector(gpu=2, cpu_milli=8000, memory_mib=65536, pods=1)
+    for job, (name, resource) in enumerate([("h100", "nvidia.com/gpu"), ("mi300x", "amd.com/gpu"), ("gaudi3", "habana.ai/gaudi")]):
+        flavor = deployed.flavor_names.index(name)
+        obj = deployed.workload(job, flavor, 4, per_pod, "training")
+        requests = obj["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]
+        assert requests[resource] == "2" and set(requests) & {"nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi"} == {resource}
+        assert obj["status"]["admission"]["podSetAssignments"][0]["flavors"] == {resource: name}
+        assert deployed.views[job] == parse_workload(obj, gpu_resource=deployed.cache.gpu_resource)
+        assert deployed.views[job].podsets[0].per_pod.gpu == 2
+        assert deployed.decide(job, obj, 0.0).outcome == "admit"
+        snap = Snapshot(name, model.flavors[flavor].level_specs(), model.flavors[flavor].build_nodes())
+        assert sum(k for _, k in deployed.bind(job, snap)) == 4
+        pods = [p for ps in deployed.admitted[job].podsets for p in ps.pods]
+        assert all(p["spec"]["containers"][0]["resources"]["requests"][resource] == "2" for p in pods)
+        held = sum(deployed.cache.pods[p["metadata"]["uid"]].usage.gpu for p in pods)
+        assert held == 8  # the cache reads the flavor's resource on its pods: a controller counting only nvidia.com/gpu read 0
+        assert deployed.ledger.owed(deployed.cache.snapshot(name)) == []

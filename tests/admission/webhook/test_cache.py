@@ -172,3 +172,33 @@ def test_two_pods_answered_before_the_watch_shows_either_never_get_the_same_room
     finally:
         replica.close()
     assert len(set(nodes)) == 2 and not set(nodes) & set(slots), nodes
+
+
+def test_accelerators_of_other_flavors_count_as_gpus_when_the_settings_name_them(fabric: Fabric) -> None:
+    """A flavor whose gpuResource is amd.com/gpu: the webhook sees its nodes' room and its pods'
+    requests only when ``accelerators`` names the resource (``atoll run --accelerator-resources``)."""
+    from admission.webhook._cluster import ClusterReader
+    from tests.kube_objects import create_node, node
+
+    name = f"{fabric.ns}-amd0"
+    amd = json.loads(json.dumps(node(name, {"atoll.dev/test-pool": f"{fabric.ns}-amd"}, 8)).replace('"nvidia.com/gpu"', '"amd.com/gpu"'))
+    create_node(fabric.core, amd)
+    fabric.core.create_namespaced_pod(fabric.ns, {"metadata": {"name": "amd-tenant", "namespace": fabric.ns}, "spec": {
+        "nodeName": name, "containers": [{"name": "c", "image": "registry.example.com/x:1",
+                                          "resources": {"requests": {"amd.com/gpu": "3"}, "limits": {"amd.com/gpu": "3"}}}]}})
+    settings = WebhookSettings(namespace=fabric.ns, accelerators=("amd.com/gpu", "habana.ai/gaudi"))
+    assert settings.resources() == ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")
+    assert WebhookSettings().resources() == "nvidia.com/gpu"
+    with pytest.raises(ValueError, match="accelerators"):
+        WebhookSettings(accelerators=("cpu",))
+    for resources, gpus, held in ((settings.resources(), 8, 3), (WebhookSettings().resources(), 0, 0)):
+        cache = WebhookCache(fabric.port, resources).start()
+        try:
+            assert cache.wait_synced(30)
+            pod = fabric.port.get(PODS, "amd-tenant", fabric.ns)
+            assert cache.wait_seen(PODS, pod, 30)
+            info = (cache.node_info(name) or (None, ""))[0]
+            assert info is not None and info.allocatable.gpu == gpus
+            assert ClusterReader(fabric.port, resources, cache=cache).pod_requests(pod).gpu == held
+        finally:
+            cache.stop()

@@ -41,8 +41,8 @@ Atoll, as modelled
     Kueue counts a Workload's quota as used from ``QuotaReserved`` on, checks pending or not
     (``addOrUpdateWorkloadWithoutLock`` in ``pkg/cache/scheduler/cache.go``, v0.19.2), so a
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
-    parked Workloads give it back when the oldest queued job is blocked on quota alone and theirs
-    would let it in: their wait becomes a Retry (newest parked first; a Workload holding a
+    parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
+    would let it in and the flavor has its GPUs free: their wait becomes a Retry (newest parked first; a Workload holding a
     reservation keeps its place), Kueue evicts them and they are decided again after the delay.
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
@@ -459,8 +459,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             enqueue(j)
 
     def yield_quota(fi: int, now: float) -> None:
-        """The oldest queued job blocked on quota alone, that the parked jobs' quota would let in,
-        gets it: parked jobs turn their wait into a Retry (newest parked first, a job holding a
+        """The oldest queued job blocked on quota alone, that the parked jobs' quota would let in
+        and whose GPUs the flavor has free, gets it: parked jobs turn their wait into a Retry (newest parked first, a job holding a
         reservation never) until it fits. Kueue then evicts them and releases their quota; they
         are decided again after the delay."""
         nonlocal seq
@@ -470,8 +470,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         if not heads:
             return
         want = shape_gpus[int(shape_of[min(heads)])]
-        if want > free + parked_gpus[fi]:
-            return
+        if want > free + parked_gpus[fi] or want > int(f.snapshot.free[:, 0].sum()):
+            return  # their quota would not let it in, or the flavor lacks the GPUs anyway: it would only wait in their place
         for j in reversed(list(parked[fi])):
             if want <= f.nominal - f.used:
                 break

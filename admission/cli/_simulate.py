@@ -125,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
     p.add_argument("--parking", choices=("on", "off"), default="off",
                    help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
-                        "controller's --park-waiting); off (default, as the controller): every wait is a Retry decided again when its "
+                        "controller's --park-waiting), and gives its quota back as a Retry when the oldest queued job is blocked on "
+                        "quota its quota would let in; off (default, as the controller): every wait is a Retry decided again when its "
                         "backoff ends")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")

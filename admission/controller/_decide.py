@@ -37,7 +37,7 @@ from admission.controller._spread import apply_spread, never_message, read_sprea
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Obj, object_key
-from admission.queue import Need, Outlook
+from admission.queue import Need, Outlook, span_stamp
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
 from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
 
@@ -348,8 +348,12 @@ class Decider:
                 got = self._search_robust(shared, searched, lambda on: decide(on, specs, profile_name=profile_name, profile=profile, now=now,
                                           wait=relax, workload_class=cls, links=links, explain=False), view, specs, profile, held)
                 return None if isinstance(got, _Conflict) or got[0].outcome != "admit" else got
+            def stamp() -> tuple[object, ...] | None:  # what span_search reads; owed claims in play: not kept
+                return None if held.claims.any_live() else span_stamp(
+                    view.uid, profile, tuple(specs), searched.node_names, searched.free, searched.eligible,
+                    searched.perf, tuple(sorted((k, tuple(v)) for k, v in searched.taint_blocked.items())), held.free_gpu)
             turn, span = queue_turn(self.queue, key, searched, specs, profile, wait, now, decision, blocked, obj, span_search,
-                                    lambda f: f[0] if f is not None else decision, self.span_cost)
+                                    lambda f: f[0] if f is not None else decision, self.span_cost, stamp)
             turn_note = turn.note
             if span is not None:
                 decision, levels, set_aside, snap = span

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from admission.queue import Need, Outlook, Reservation, WaitOrSpan, choose_target, domain_outlook, soonest, weigh
 from policies import Decision, PodSetSpec, Profile, WaitState
@@ -59,10 +59,14 @@ class QueueTurn:
 def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSetSpec], profile: Profile, wait: WaitState, now: float,
                decision: Decision, blocked: Mapping[str, int], obj: Mapping[str, Any],
                span_search: Callable[[], Found | None], span_decision: Callable[[Found], Decision],
-               span_cost: SpanCost | None) -> tuple[QueueTurn, Found | None]:
+               span_cost: SpanCost | None, stamp: Callable[[], tuple[object, ...] | None] | None = None) -> tuple[QueueTurn, Found | None]:
     """For a Workload that waits: hold or refresh its reservation once it has waited
     ``reserveAfterSeconds``, and weigh waiting against the best span. The span found (to admit)
-    when spanning is cheaper, else None."""
+    when spanning is cheaper, else None.
+
+    The best span's slowdown is kept in ``outlook.spans`` under ``stamp()`` (what the search reads;
+    None: not kept) and reused while the stamp is unchanged; the span is searched again only to
+    admit it. Without a cost model there is nothing to weigh, and no span is searched."""
     q = profile.queueing
     turn = QueueTurn()
     if not q.wait_or_span and q.reserve_after_seconds is None:
@@ -92,15 +96,26 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     if q.wait_or_span and profile.preferred_level and not decision.relaxed:
         best = soonest(outlooks)
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
-        span = span_search()
-        placed = span_decision(span) if span is not None else None
-        slowdown = span_cost(snap, placed) if span_cost is not None and placed is not None and placed.outcome == "admit" else None
+        span: Found | None = None
+        searched = False
+        mark = stamp() if stamp is not None and span_cost is not None else None
+        priced = outlook.spans.get(key, mark) if mark is not None else outlook.spans.MISS
+        if priced is not outlook.spans.MISS:
+            slowdown = cast("float | None", priced)
+        elif span_cost is None:
+            slowdown = None
+        else:
+            span, searched = span_search(), True
+            placed = span_decision(span) if span is not None else None
+            slowdown = span_cost(snap, placed) if placed is not None and placed.outcome == "admit" else None
+            if mark is not None:
+                outlook.spans.put(key, mark, slowdown)
         where = "/".join(best.path) if best is not None else ""
         turn.weighed = weigh(None if best is None or best.free_at is None else best.free_at - now, best.error if best else 0.0, where,
                              slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error)
         notes.append(turn.weighed.describe())
         if turn.weighed.choice == "span":
-            found = span
+            found = span if searched else span_search()
     turn.note = "; ".join(notes)
     return turn, found
 

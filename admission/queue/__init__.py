@@ -10,7 +10,7 @@ from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_pre
 from admission.queue._reserve import Reservation, Reservations, choose_target, restore
 from admission.queue._room import Need, WaitingRoom
 from admission.queue._seeing import NO_HINTS, REASONS, SIZE_BANDS, Block, Held, QueueHints, draining_domains, largest_block, plain_reason, size_band
-from admission.queue._waitspan import WaitOrSpan, weigh
+from admission.queue._waitspan import SpanPrices, WaitOrSpan, span_stamp, weigh
 
 __all__ = [
     "NO_HINTS",
@@ -31,6 +31,7 @@ __all__ = [
     "Reservations",
     "Running",
     "RuntimeEstimator",
+    "SpanPrices",
     "WaitOrSpan",
     "WaitingRoom",
     "choose_target",
@@ -42,5 +43,6 @@ __all__ = [
     "restore",
     "size_band",
     "soonest",
+    "span_stamp",
     "weigh",
 ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -58,10 +58,14 @@ class RuntimeEstimator:
     def __init__(self, min_samples: int = 3) -> None:
         self.min_samples = min_samples
         self._stats: dict[tuple[str | None, int | None], list[float]] = {}
+        self._answers: dict[tuple[str | None, int], Estimate | None] = {}
+        """``estimate``'s learned answers by (queue, band) until the next ``learn``: a decision
+        asks once per running Workload, and the answers change only when something is learned."""
 
     def learn(self, queue: str | None, gpus: int, seconds: float) -> None:
         if not math.isfinite(seconds) or seconds < 0:
             return
+        self._answers.clear()
         band = band_of(gpus)
         for key in ((queue, band), (None, band), (queue, None), (None, None)):
             s = self._stats.setdefault(key, [0.0, 0.0, 0.0])
@@ -76,12 +80,19 @@ class RuntimeEstimator:
         if limit is not None and limit > 0:
             return Estimate(float(limit), 0.0, 0, "limit")
         band = band_of(gpus)
+        try:
+            return self._answers[(queue, band)]
+        except KeyError:
+            pass
+        answer = None
         for key, source in (((queue, band), f"queue {queue}, {_band_name(band)} GPUs"), ((None, band), f"all queues, {_band_name(band)} GPUs"),
                             ((queue, None), f"queue {queue}"), ((None, None), "all queues")):
             s = self._stats.get(key)
             if s is not None and s[0] >= self.min_samples:
-                return Estimate(s[1], math.sqrt(s[2] / (s[0] - 1)) if s[0] > 1 else 0.0, int(s[0]), source)
-        return None
+                answer = Estimate(s[1], math.sqrt(s[2] / (s[0] - 1)) if s[0] > 1 else 0.0, int(s[0]), source)
+                break
+        self._answers[(queue, band)] = answer
+        return answer
 
 
 def _band_name(band: int) -> str:
@@ -99,10 +110,11 @@ class Running:
     started: float
     queue: str | None = None
     limit: float | None = None
+    gpus: int = field(init=False, repr=False, compare=False)
+    """The GPUs it holds, summed once (every decision reads it for every running Workload)."""
 
-    @property
-    def gpus(self) -> int:
-        return sum(g for _, g in self.nodes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", sum(g for _, g in self.nodes))
 
     def expected_end(self, estimator: RuntimeEstimator, now: float) -> tuple[float, float] | None:
         """(expected end, its error), or None when nothing is known about its runtime."""

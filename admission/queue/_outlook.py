@@ -1,5 +1,6 @@
 """What the queue manager knows beyond the waiting room: what runs where and since when, the
-runtimes learned from what finished, and the reservations held.
+runtimes learned from what finished, the reservations held, and the best spans priced for
+waiting Workloads (``SpanPrices``).
 
 Pure state, fed by the controller's cache or the simulator's cluster alike (``started`` when a
 Workload's pods are all bound, ``finished`` when it ends, ``forget`` when it goes otherwise), so
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from admission.queue._estimate import Running, RuntimeEstimator
 from admission.queue._reserve import Reservations
+from admission.queue._waitspan import SpanPrices
 
 __all__ = ["Outlook"]
 
@@ -20,6 +22,7 @@ class Outlook:
     def __init__(self, min_samples: int = 3) -> None:
         self.estimator = RuntimeEstimator(min_samples)
         self.reservations = Reservations()
+        self.spans = SpanPrices()
         self._running: dict[str, Running] = {}
         self._by_flavor: dict[str, dict[str, Running]] = {}
 
@@ -31,6 +34,7 @@ class Outlook:
         self._running[key] = running
         self._by_flavor.setdefault(running.flavor, {})[key] = running
         self.reservations.release(key)
+        self.spans.forget(key)
 
     def running(self, key: str) -> Running | None:
         return self._running.get(key)

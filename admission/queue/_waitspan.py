@@ -11,10 +11,14 @@ once it has passed, ``decide`` spans whatever this says.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["WaitOrSpan", "weigh"]
+import numpy as np
+
+__all__ = ["SpanPrices", "WaitOrSpan", "span_stamp", "weigh"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,3 +71,54 @@ def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown:
     if span_slowdown is not None and wait_s is not None and runtime_s is not None:
         choice = "span" if wait_s > runtime_s * max(span_slowdown - 1.0, 0.0) else "wait"
     return WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, choice)
+
+
+def span_stamp(*parts: object) -> tuple[object, ...]:
+    """What a span search reads, as a stamp: each array by a digest of its bytes, anything else as
+    it is (compared with ``==``). Equal stamps, equal searches."""
+    out: list[object] = []
+    for part in parts:
+        if isinstance(part, np.ndarray):
+            out.append(hashlib.blake2b(np.ascontiguousarray(part).tobytes(), digest_size=16).digest())
+        else:
+            out.append(part)
+    return tuple(out)
+
+
+_MISS = object()
+
+
+class SpanPrices:
+    """The best span's slowdown per Workload (None: no span, or not priced), with the stamp of what
+    its search read; reused while the stamp is unchanged. At most ``limit`` Workloads are kept
+    (the oldest priced go first)."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._prices: dict[Hashable, tuple[tuple[object, ...], float | None]] = {}
+        self._limit = limit
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._prices)
+
+    def get(self, key: Hashable, stamp: tuple[object, ...]) -> object:
+        """The slowdown priced for ``key`` on ``stamp`` (a float or None), or ``SpanPrices.MISS``."""
+        entry = self._prices.get(key)
+        if entry is None or entry[0] != stamp:
+            self.misses += 1
+            return _MISS
+        self.hits += 1
+        return entry[1]
+
+    def put(self, key: Hashable, stamp: tuple[object, ...], slowdown: float | None) -> None:
+        self._prices.pop(key, None)
+        if len(self._prices) >= self._limit:
+            del self._prices[next(iter(self._prices))]
+        self._prices[key] = (stamp, slowdown)
+
+    def forget(self, key: Hashable) -> None:
+        """``key`` is admitted or gone: its price is dropped."""
+        self._prices.pop(key, None)
+
+    MISS = _MISS

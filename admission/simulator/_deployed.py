@@ -417,6 +417,10 @@ class DeployedAtoll:
         self.released.clear()
         return out
 
+    def reserving(self, job: int) -> bool:
+        """Does ``job`` hold a reservation (first in line on its domain)?"""
+        return self.outlook.reservations.held_by(f"{NAMESPACE}/job-{job}") is not None
+
     def reserved_idle(self, flavor: int, snap: Snapshot) -> int:
         """GPUs reservations on ``flavor`` hold idle now: reserved and free on the simulated cluster."""
         idle = 0

@@ -38,6 +38,12 @@ Atoll, as modelled
     quota reserved and neither evicts nor requeues it, and it is decided again only when capacity
     is freed in a domain of its level that now has the GPUs it needs, or when its profile may
     span. Waits for other reasons (owed pods, the configuration) stay Retries with their delay.
+    Kueue counts a Workload's quota as used from ``QuotaReserved`` on, checks pending or not
+    (``addOrUpdateWorkloadWithoutLock`` in ``pkg/cache/scheduler/cache.go``, v0.19.2), so a
+    parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
+    parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
+    would let it in and the flavor has its GPUs free: their wait becomes a Retry (newest parked first; a Workload holding a
+    reservation keeps its place), Kueue evicts them and they are decided again after the delay.
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
@@ -132,6 +138,10 @@ class SimSettings:
     """Atoll's waits for a domain park the Workload (check ``Pending``, quota kept) until what it
     waits for changes, as the controller does with ``decisions.park_waiting``; False (the
     controller's default): every wait is a Retry decided again when its delay ends."""
+    yield_quota: bool = True
+    """With ``parking``: parked Workloads give their quota back (their wait becomes a Retry, newest
+    parked first) when a queued job is blocked on quota that theirs would let in; False: parked
+    Workloads keep their quota however long they wait."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
@@ -435,6 +445,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     idle_gpu_s, idle_now, idle_at = 0.0, 0, window[0]
     """GPU-seconds reservations held idle (reserved GPUs free on the cluster), integrated over events."""
     parked_gpus = np.zeros(len(fl), dtype=np.int64)
+    parked: list[dict[int, float]] = [{} for _ in fl]
+    """Flavor → parked jobs in the order they parked, each with the Retry delay its wait gave."""
 
     def wake(keys: list[Any]) -> None:
         """Parked jobs leave the room: their quota goes back to the queue they rejoin (in arrival order)."""
@@ -443,9 +455,42 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             gpus = shape_gpus[int(shape_of[j])]
             fl[fi].used -= gpus
             parked_gpus[fi] -= gpus
+            parked[fi].pop(j, None)
             enqueue(j)
 
+    def yield_quota(fi: int, now: float) -> None:
+        """The oldest queued job blocked on quota alone, that the parked jobs' quota would let in
+        and whose GPUs the flavor has free, gets it: parked jobs turn their wait into a Retry (newest parked first, a job holding a
+        reservation never) until it fits. Kueue then evicts them and releases their quota; they
+        are decided again after the delay."""
+        nonlocal seq
+        f = fl[fi]
+        free = f.nominal - f.used
+        heads = [q[0] for sid, q in f.queues.items() if shape_gpus[sid] > free and f.dead.get(sid) != f.version]
+        if not heads:
+            return
+        want = shape_gpus[int(shape_of[min(heads)])]
+        if want > free + parked_gpus[fi] or want > int(f.snapshot.free[:, 0].sum()):
+            return  # their quota would not let it in, or the flavor lacks the GPUs anyway: it would only wait in their place
+        for j in reversed(list(parked[fi])):
+            if want <= f.nominal - f.used:
+                break
+            if deployed is not None and deployed.reserving(j):
+                continue  # first in line on its reserved domain: its quota is what starts it there
+            retry_after = parked[fi].pop(j)
+            assert room is not None
+            room.leave(j)
+            gpus = shape_gpus[int(shape_of[j])]
+            f.used -= gpus
+            parked_gpus[fi] -= gpus
+            attempts[j] += 1
+            retrying[(fi, int(shape_of[j]))] = retrying.get((fi, int(shape_of[j])), 0) + 1
+            heapq.heappush(events, (now + max(retry_after, 1.0), seq, _RETRY, j))
+            seq += 1
+            yielded[0] += 1
+
     checks = [0, 0]  # invariant checks, and those run from scratch
+    yielded = [0]  # parked jobs that gave their quota back (a Retry) to a job blocked on quota
 
     def check(fi: int, now: float) -> None:
         """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
@@ -501,6 +546,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         nonlocal seq, running_gpus, useful_gpus, pending, decisions, decision_s
         f = fl[fi]
         snap = f.snapshot
+        if parked_gpus[fi] and settings.yield_quota:
+            yield_quota(fi, now)
         free_quota = f.nominal - f.used
         heads = [(q[0], sid) for sid, q in f.queues.items() if shape_gpus[sid] <= free_quota and f.dead.get(sid) != f.version]
         heapq.heapify(heads)
@@ -554,6 +601,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     room.park(j, need)
                     f.used += shape.gpus
                     parked_gpus[fi] += shape.gpus
+                    parked[fi][j] = att.retry_after
                     if need.deadline is not None:
                         heapq.heappush(events, (max(need.deadline, now + 1.0), seq, _DEADLINE, j))
                         seq += 1

@@ -10,7 +10,7 @@ from typing import Any
 from admission.queue import Reservation, Running
 from admission.simulator._deployed import DeployedAtoll
 from policies import load_profiles
-from topology import ClusterModel, ResourceVector
+from topology import ClusterModel, ResourceVector, Snapshot
 
 CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
 DOC = load_profiles(f"""
@@ -99,3 +99,34 @@ def test_wait_or_span_says_both_numbers() -> None:
     b.decider.span_cost = lambda snap, decision: 2.0  # a span doubles its run: waiting 2000 s is cheaper
     w = decide(b, 1, 2)
     assert w.outcome == "wait" and "waits (cheaper)" in w.message
+
+
+def test_the_best_span_is_priced_once_while_what_it_could_use_is_unchanged() -> None:
+    a = atoll("elastic", used={"r0n0": 4, "r1n0": 4})
+    for _ in range(3):
+        a.outlook.estimator.learn("sim/default", 8, 3000.0)
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    priced: list[int] = []
+    a.decider.span_cost = lambda snap, decision: priced.append(1) or 2.0  # spanning doubles the run: it waits
+    assert decide(a, 1, 2).outcome == "wait" and decide(a, 1, 2, now=NOW + 15).outcome == "wait"
+    assert len(priced) == 1 and a.outlook.spans.hits == 1  # decided again on the same cluster: the price is reused
+    assert "best span slows it 2.000×" in decide(a, 1, 2, now=NOW + 30).message  # and said as a fresh search says it
+    assert decide(a, 2, 1).outcome == "admit"  # a one-pod job takes a node: what a span could use changed
+    snap = Snapshot("f", a.cluster.flavors[0].level_specs(), a.cluster.flavors[0].build_nodes())
+    snap.free[[0, 2], 0] = 0  # r0n0 and r1n0 are used on the simulated cluster too
+    a.bind(2, snap)
+    misses = a.outlook.spans.misses
+    w = decide(a, 1, 2, now=NOW + 45)  # searched anew: one free node is left, no span of two pods
+    assert w.outcome == "wait" and a.outlook.spans.misses == misses + 1 and "no span found now" in w.message
+
+
+def test_a_reused_price_that_now_says_span_admits_the_span_a_fresh_search_finds() -> None:
+    a = atoll("elastic", used={"r0n0": 4, "r1n0": 4})
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    a.decider.span_cost = lambda snap, decision: 1.05
+    assert decide(a, 1, 2).outcome == "wait"  # no runtime learned yet: relaxAfterSeconds decides, and it has not passed
+    for _ in range(3):  # runtimes are learned; the cluster is unchanged, so the price is reused
+        a.outlook.estimator.learn("sim/default", 8, 3000.0)
+    v = decide(a, 1, 2, now=NOW + 15)
+    assert a.outlook.spans.hits == 1 and v.outcome == "admit" and v.relaxed
+    assert {n for p in v.placements for n in p.nodes} == {"r0n1", "r1n1"}

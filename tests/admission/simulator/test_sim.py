@@ -163,7 +163,7 @@ def test_a_parked_workload_is_decided_again_only_at_events_that_could_change_its
 
     monkeypatch.setattr(DeployedAtoll, "decide", recording)
     jobs = busy_workload()
-    res = run(cluster(), jobs, "atoll-strict", parking=True)
+    res = run(cluster(), jobs, "atoll-strict", parking=True, yield_quota=False)  # a quota yield is a Retry: its own test below
     assert (res.status == STATUS_DONE).all()
     ends = set(res.end[res.status == STATUS_DONE].tolist())
     first: set[int] = set()
@@ -316,3 +316,16 @@ def test_island_blocks_are_sampled_while_whole_islands_sit_free() -> None:
     jobs = [job(float(t), 50.0, 4) for t in range(0, 1000, 100)]  # one node at a time: an island always stays empty
     s = summarize(run(cluster(sus=1, racks=2), jobs, "kueue-bestfit"))
     assert s["island_block_16"] == 1.0 and s["stranded_gpu_hours"] == 0.0
+
+
+def test_a_parked_workload_gives_its_quota_back_to_a_job_blocked_on_quota_alone() -> None:
+    # one node per island is busy for good: the 16-GPU strict gang (quota 24) never finds an island
+    # and parks, holding 16 GPUs of quota; the 12-GPU job after it fits island r0 but not the 8 GPUs
+    # of quota left
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(10.0, 100.0, 12)]
+    kept = run(model, jobs, "atoll-strict", parking=True, yield_quota=False, stall_seconds=3600.0)
+    assert np.isnan(kept.start[1])  # the parked gang kept its quota: the job that fits never starts
+    given = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
+    assert given.start[1] == pytest.approx(10.0)  # the gang's wait became a Retry and its quota went to the job
+    assert given.attempts[0] >= 2 and np.isnan(given.start[0])  # the gang is still decided again, and still finds no island

@@ -82,6 +82,10 @@ FIRST_WAITED_AT = "atoll.dev/first-waited-at"
 """Workload annotation written by older releases; ignored (the Workload's owner can write annotations)."""
 ATTEMPTS = "atoll.dev/attempts"
 """Workload annotation written by older releases; ignored (the Workload's owner can write annotations)."""
+RESERVED_CONDITION = "atoll.dev/TopologyReserved"
+"""Workload condition, ``True`` while the gang holds a reservation; the message is the reservation."""
+HELD_CONDITION = "atoll.dev/TopologyDomainHeld"
+"""Workload condition, ``True`` while a domain is held for the gang as preempted victims leave."""
 
 # ----------------------------------------------------------------------------- on nodes
 

@@ -36,6 +36,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._ledger import Ledger
 from admission.controller._queueing import max_execution_seconds
@@ -46,9 +47,9 @@ from admission.queue import Held, Outlook, Plan, Reservation, Running
 
 __all__ = ["HELD_CONDITION", "RESERVED_CONDITION", "QueueState", "decode_hold", "encode_hold"]
 
-RESERVED_CONDITION = "atoll.dev/TopologyReserved"
+RESERVED_CONDITION = vocabulary.RESERVED_CONDITION
 """Atoll's condition on a gang's Workload while it holds a reservation (message: ``Reservation.encode``)."""
-HELD_CONDITION = "atoll.dev/TopologyDomainHeld"
+HELD_CONDITION = vocabulary.HELD_CONDITION
 """Atoll's condition on a gang's Workload while a domain is held for it during a preemption."""
 
 

@@ -9,6 +9,10 @@ both on the Workload so they survive restarts); no clock is read here.
   above ``maxSpanLevel``. If one domain can never hold it, it relaxes at once (waiting is futile).
 - reject: only when the request cannot fit even on an empty, healthy flavor under the most
   relaxed form the profile allows; the message carries the numbers.
+
+Why this module is longer than the others (just): the three answers share one preparation of the
+request (levels checked, annotations read, classes applied), and the messages that explain them
+quote its numbers; the profiles' schema lives in ``_profiles``.
 """
 
 from __future__ import annotations

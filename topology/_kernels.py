@@ -33,6 +33,11 @@ into units of ``slice_sizes[0]`` pods, each unit inside one domain of ``slice_le
 inner layer splits each unit into sub-units of its size inside one domain of its (lower) level.
 Above a slice level, domains are counted and chosen in slice units: a domain of the slice level
 holds ``floor(pods it fits, after the inner layers' rounding / size)`` slices, summed above it.
+
+Why this module is longer than the others: numba compiles a module's kernels into one cache
+entry each and inlines the small helpers they share; the kernels, their helpers and the array
+contract above are kept in one file so that the contract, the twin in ``_reference`` and the
+cache stay in step.
 """
 
 from __future__ import annotations

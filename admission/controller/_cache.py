@@ -10,6 +10,11 @@ changes update one row. Besides usage, the cache tells the ledger which pods of 
 decision are bound and running, and which succeeded (``bound_pods``, ``succeeded_pods``).
 
 Only the worker thread touches a cache, so it holds no locks.
+
+Why this module is longer than the others: the node, pod and flavor indexes and the snapshots
+built from them change together on every event; split, each part would reach into the others'
+dictionaries. Reading a node or a pod into numbers (``node_info``, ``pod_usage``) stays pure and
+is exported for the webhook.
 """
 
 from __future__ import annotations

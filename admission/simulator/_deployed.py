@@ -14,6 +14,11 @@ annotation, the ``kueue.x-k8s.io/podset`` label), and the ledger re-counts what 
 ``owed()`` is the ground truth the invariant is checked against: every admitted PodSet's unbound
 pods, their shape and the nodes the scheduler may put them on, with the ledger's own witness
 beside it (so a ledger that forgets owed pods is caught, not trusted).
+
+Why this module is longer than the others: it is the simulated cluster around the real
+controller code, from the Workload object to the bound pod and back into the cache, and each
+step writes what the next reads on the same ``DeployedAtoll``; the scheduler models, the cost
+model and the invariant live in rooms of their own.
 """
 
 from __future__ import annotations

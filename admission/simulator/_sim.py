@@ -49,6 +49,11 @@ A started job holds its nodes for ``duration × slowdown`` (the cost model); its
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
 placement's nodes in one numpy step. A policy with a ``capacity_changed(snapshot, nodes)``
 method is told of every reserve and release (Kueue's view then copies only those rows).
+
+Why this module is longer than the others: ``_replay`` is one event loop whose closures (start,
+bind, enqueue, a pass over a flavor's queue, the invariant check) share the loop's arrays and
+clock; made into separate functions they would pass a dozen arrays each, on the hot path of every
+replay. What stands alone (cost, policies, the deployed controller, metrics, traces) is elsewhere.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_the_best_span_is_priced_once_while_what_it_could_use_is_unchanged() -> 
     a.bind(2, snap)
     misses = a.outlook.spans.misses
     w = decide(a, 1, 2, now=NOW + 45)  # searched anew: one free node is left, no span of two pods
-    assert w.outcome == "wait" and a.outlook.spans.misses == misses + 1 and "no span found now" in w.message
+    assert w.outcome == "wait" and a.outlook.spans.misses == misses + 1 and "no span priced now" in w.message
 
 
 def test_a_reused_price_that_now_says_span_admits_the_span_a_fresh_search_finds() -> None:

@@ -104,6 +104,12 @@ def test_the_webhook_is_installed_only_when_a_flavor_uses_exact_or_it_is_forced_
     assert any(f.startswith("--webhook-port") for f in _flags(objects)) is installed
 
 
+def test_the_webhook_counts_the_other_flavors_accelerators_the_values_name() -> None:
+    assert not [a for a in _container(render(MATRIX["exact"]))["args"] if a.startswith("--accelerator-resources")]
+    args = _container(render({**MATRIX["exact"], "acceleratorResources": ["amd.com/gpu", "habana.ai/gaudi"]}))["args"]
+    assert "--accelerator-resources=amd.com/gpu,habana.ai/gaudi" in args
+
+
 def test_the_pods_are_hardened_and_numba_caches_on_a_writable_volume() -> None:
     objects = render(MATRIX["exact"])
     [deployment] = by_kind(objects, "Deployment")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
 from admission.cli._args import Parser
 from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings
@@ -135,6 +136,25 @@ def build_webhook_settings(args: argparse.Namespace) -> WebhookSettings:
                            accelerators=tuple(a.strip() for a in args.accelerator_resources.split(",") if a.strip()))
 
 
+_WEBHOOK_FLAGS = {"port": "--webhook-port", "cert_dir": "--webhook-cert-dir", "generate_certs": "--webhook-generate-certs",
+                  "service": "--webhook-service", "namespace": "--webhook-namespace", "config": "--webhook-config",
+                  "gpu_resource": "--gpu-resource", "timeout_seconds": "--webhook-timeout-seconds",
+                  "accelerators": "--accelerator-resources"}
+"""The webhook setting each ``atoll run`` flag fills, to name the flag a bad value came from."""
+
+
+def _webhook_flag_errors(exc: ValueError) -> list[str]:
+    """One line per bad webhook flag, naming the flag and what to give instead."""
+    if not isinstance(exc, ValidationError):
+        return [f"atoll run: webhook flags: {exc}"]
+    lines = []
+    for problem in exc.errors():
+        field = str(problem["loc"][0]) if problem["loc"] else ""
+        flag = _WEBHOOK_FLAGS.get(field, field or "webhook flags")
+        lines.append(f"atoll run: {flag}: {str(problem['msg']).removeprefix('Value error, ')}")
+    return lines
+
+
 def configure_logging(level: str) -> None:
     """JSON log lines on stderr (stdout carries the decision records)."""
     structlog.configure(
@@ -169,7 +189,8 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     try:
         webhook_settings = build_webhook_settings(args)
     except ValueError as exc:
-        print(f"atoll run: webhook flags: {exc}", file=sys.stderr)
+        for line in _webhook_flag_errors(exc):
+            print(line, file=sys.stderr)
         return 2
     configure_logging(args.log_level)
     log = structlog.get_logger("atoll.run")

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.apiserver
 
 
 def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver: Any) -> None:
-    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=2.5, shapes="flat", fail_rate=0.2), prefix="chaos-small")
+    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2), prefix="chaos-small")
     assert summary.clean, summary.json()
     assert summary.ledger_mismatch == 0, summary.failed_runs
     # the runs did what they claim: faults answered, controllers killed, decisions written, pods bound, failed and replaced

@@ -44,7 +44,7 @@ from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 if TYPE_CHECKING:
     from topology._documents import describe_validation_error, load_yaml_model, read_yaml_file, read_yaml_text
-    from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_place
+    from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_leaves_from_snapshot, kueue_place
 
 __all__ = [
     "CPU",
@@ -95,6 +95,7 @@ __all__ = [
     "find_placement",
     "fragmentation_index",
     "island_free_gpus",
+    "kueue_leaves_from_snapshot",
     "kueue_place",
     "load_cluster_model",
     "load_yaml_model",
@@ -108,7 +109,7 @@ __all__ = [
     "untolerated_taints",
 ]
 
-_LAZY = {"KueueNode": "_kueue_tas", "Mode": "_kueue_tas", "build_kueue_leaves": "_kueue_tas", "describe_validation_error": "_documents", "kueue_place": "_kueue_tas", "load_yaml_model": "_documents", "read_yaml_file": "_documents", "read_yaml_text": "_documents"}
+_LAZY = {"KueueNode": "_kueue_tas", "Mode": "_kueue_tas", "build_kueue_leaves": "_kueue_tas", "describe_validation_error": "_documents", "kueue_leaves_from_snapshot": "_kueue_tas", "kueue_place": "_kueue_tas", "load_yaml_model": "_documents", "read_yaml_file": "_documents", "read_yaml_text": "_documents"}
 """Names whose modules ``import topology`` does not load, imported on first use."""
 
 

@@ -135,26 +135,20 @@ def place_serving(snapshot: Any, policy: str) -> tuple[tuple[str, ...], tuple[st
 
 def _kueue_bestfit(snapshot: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     """Both PodSets placed by Kueue's TAS model, each preferred at the NVLink level, in order:
-    Kueue's leaves over the snapshot's nodes, their free capacity the snapshot's, decode placed
-    after prefill's pods are taken from it (as Kueue assumes a Workload's earlier PodSets)."""
-    from topology import KueueNode, build_kueue_leaves, kueue_place
+    Kueue's leaves over the snapshot's nodes (one leaf per node), their free capacity the
+    snapshot's, decode placed after prefill's pods are taken from it (as Kueue assumes a
+    Workload's earlier PodSets)."""
+    from topology import kueue_leaves_from_snapshot, kueue_place
 
-    columns = ("nvidia.com/gpu", "cpu", "memory", "pods")  # the snapshot's columns under Kueue's names
-    names = [str(n) for n in snapshot.node_names]
-    nodes = [KueueNode(name, dict(zip(snapshot.level_labels, snapshot.paths[i])), dict(zip(columns, (int(v) for v in snapshot.alloc[i]))),
-                       ready=bool(snapshot.eligible[i])) for i, name in enumerate(names)]
-    leaves = build_kueue_leaves(snapshot.level_labels, nodes)
-    for i, name in enumerate(names):
-        leaves.add_usage(leaves.leaf_of(name), dict(zip(columns, (int(a - f) for a, f in zip(snapshot.alloc[i], snapshot.free[i])))))
-    leaf_names = {leaf: name for name, leaf in leaves.node_leaf.items()}
+    leaves = kueue_leaves_from_snapshot(snapshot, snapshot.level_labels)
     placed: list[tuple[str, ...]] = []
     for pods, gpus in ((1, PREFILL), (DECODE_PODS, DECODE_GPUS)):
-        per_pod = {"nvidia.com/gpu": gpus}
+        per_pod = {"gpu": gpus}
         result = kueue_place(leaves, pods, per_pod, mode="preferred", level=CLIQUE, topology_name=snapshot.flavor)
         if not result.fits:
             return None
         leaves.add_placement(result, per_pod)
-        placed.append(tuple(sorted(leaf_names[int(i)] for i in result.leaf_indices)))
+        placed.append(tuple(sorted(str(snapshot.node_names[int(i)]) for i in result.leaf_indices)))
     return placed[0], placed[1]
 
 

@@ -14,8 +14,9 @@ COPY pyproject.toml README.md ./
 COPY admission admission
 COPY topology topology
 COPY policies policies
+COPY helm/image/constraints.txt /tmp/constraints.txt
 RUN python -m venv /opt/atoll/venv \
- && /opt/atoll/venv/bin/pip install --no-compile . \
+ && /opt/atoll/venv/bin/pip install --no-compile --constraint /tmp/constraints.txt . \
  && /opt/atoll/venv/bin/python -m compileall -q /opt/atoll/venv/lib
 
 # Warm numba's cache: place every example workload on every bundled cluster model, so each

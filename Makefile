@@ -29,7 +29,11 @@ image:
 image-test: install-test envtest
 	ATOLL_IMAGE_TEST=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests/image
 
-.PHONY: image image-test
+# Pin the image's Python dependencies to the versions installed here (after the suite passed).
+image-lock:
+	$(PYTHON) helm/image/lock.py
+
+.PHONY: image image-test image-lock
 
 # Import contracts, static types (mypy strict, [tool.mypy]) and the linter ([tool.ruff]).
 lint: install-test

@@ -227,11 +227,9 @@ def run_bench(workloads: int, *, islands: int = 64, per_island: int = 18, gpus: 
               timeout: float = 600.0) -> dict[str, Any]:
     """The no-op controller, then Atoll's, on the same apiserver, fabric and Workload shapes."""
     from admission.kube import KubePort
-    from tests.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir  # a clone's test infrastructure
+    from tests.envtest import ApiServer, ensure_kueue_crds, install_kueue_crds  # a clone's test infrastructure
 
-    crds = kueue_crd_dir()
-    if crds is None:
-        raise EnvtestError("Kueue CRDs not found (../shared/kueue beside the repository, or set ATOLL_KUEUE_CRDS)")
+    crds = ensure_kueue_crds()  # one line naming what is missing and how to provide it
     rng = np.random.default_rng(seed)
     shapes = [SHAPES[int(k)] for k in rng.integers(0, len(SHAPES), workloads)]
     profiles = ["elastic" if rng.random() < 0.3 else "strict" for _ in range(workloads)]

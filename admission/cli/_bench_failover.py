@@ -76,11 +76,9 @@ def _one_mode(warm: bool, *, islands: int, per_island: int, backlog: int, repeat
               workdir: Path) -> list[dict[str, Any]]:
     from admission.cli._bench_controller import NS, _install, _install_namespace, _reserve, _workload
     from admission.kube import WORKLOADS, KubePort
-    from tests.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
+    from tests.envtest import ApiServer, ensure_kueue_crds, install_kueue_crds
 
-    crds = kueue_crd_dir()
-    if crds is None:
-        raise EnvtestError("Kueue CRDs not found (../shared/kueue beside the repository, or set ATOLL_KUEUE_CRDS)")
+    crds = ensure_kueue_crds()  # one line naming what is missing and how to provide it
     rows = []
     mode = "warm" if warm else "cold"
     with ApiServer() as api:

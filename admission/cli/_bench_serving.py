@@ -156,12 +156,22 @@ def azure_trace() -> Path:
     """The Azure LLM inference trace (Azure/AzurePublicDataset, CC BY 4.0): ``$ATOLL_TRACES_DIR``,
     else ``../shared/traces`` beside the repository. It is not shipped in the package."""
     env = os.environ.get("ATOLL_TRACES_DIR")
-    here = Path(env).expanduser() if env else Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+    here = Path(env).expanduser() if env else _beside_checkout()
+    if here is None:  # an installed package has no folder beside it worth guessing
+        raise FileNotFoundError(f"{AZURE_FILE} not found: set ATOLL_TRACES_DIR to the folder holding the Azure LLM "
+                                "inference trace 2023 (Azure/AzurePublicDataset)")
     path = here / AZURE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{AZURE_FILE} not found in {here}: put the Azure LLM inference trace 2023 "
                                 "(Azure/AzurePublicDataset) there, or set ATOLL_TRACES_DIR to its folder")
     return path
+
+
+def _beside_checkout(module: Path | None = None) -> Path | None:
+    """``../shared/traces`` beside a source checkout (the folder holding ``pyproject.toml``), or
+    None when Atoll runs from an installed package, whose parent is site-packages."""
+    root = (module or Path(__file__)).resolve().parents[2]
+    return root.parent / "shared" / "traces" if (root / "pyproject.toml").is_file() else None
 
 
 def serving_table(occupancies: Sequence[float], seeds: Sequence[int]) -> dict[str, Any]:

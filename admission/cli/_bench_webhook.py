@@ -132,11 +132,9 @@ def run_bench(pods: int, *, failed_nodes: int, spares: int, clients: int, ranked
     from admission.controller import encode_planned
     from admission.kube import PODS, KubePort, errors
     from admission.webhook import ANN_NODE, PodPinner, WebhookCache, WebhookServer, WebhookSettings, ensure_serving_cert, review_time_left
-    from tests.envtest import ApiServer, EnvtestError, install_kueue_crds, kueue_crd_dir
+    from tests.envtest import ApiServer, EnvtestError, ensure_kueue_crds, install_kueue_crds
 
-    crds = kueue_crd_dir()
-    if crds is None:
-        raise EnvtestError("Kueue CRDs not found (../shared/kueue beside the repository, or set ATOLL_KUEUE_CRDS)")
+    crds = ensure_kueue_crds()  # one line naming what is missing and how to provide it
     planned_nodes = [f"p{i:04d}" for i in range(pods)]
     planned = encode_planned([(n, 1) for n in planned_nodes], 16_000) or ""
     with ApiServer() as api, tempfile.TemporaryDirectory() as certs:

@@ -6,8 +6,12 @@ Fed from each Workload the cache sees (``QueueState.observe``, after the ledger 
 - ``started`` when Kueue holds quota and Atoll's check is ``Ready`` (at admission, as the
   simulator's deployed path does): its GPUs per node are the planned nodes the ledger read from
   Atoll's podSetUpdates, its start the ``Admitted`` condition's time (else the check's);
-- ``finished`` when Kueue marks it ``Finished``: the runtime from its start to the
-  ``Finished`` condition's time is learned for its LocalQueue and size band;
+- ``finished`` when Kueue marks it ``Finished`` with reason ``Succeeded``: the runtime from its
+  start to the ``Finished`` condition's time is learned for its LocalQueue and size band. Any
+  other reason (``Failed``, ``OutOfSync``, ``OwnerNotFound``: Kueue v0.19.2's
+  ``WorkloadFinishedReason*`` in ``apis/kueue/v1beta2/workload_types.go``) ends it unlearned: a job
+  that crashed after a minute says nothing about how long its queue's jobs run, and a crash loop
+  would otherwise pull the estimate towards zero;
 - ``forget`` when it is evicted, deactivated or deleted: nothing is learned.
 
 Persisted on the gang's Workload, in the same server-side apply as Atoll's check entry and its
@@ -67,6 +71,10 @@ def decode_hold(text: str) -> tuple[str, str, str, tuple[str, ...]] | None:
         return str(d["flavor"]), str(d.get("level") or ""), str(d.get("domain") or ""), tuple(sorted(str(n) for n in nodes))
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+FINISHED_SUCCEEDED = "Succeeded"
+"""The ``Finished`` reason of a job that ran to its end (Kueue's ``WorkloadFinishedReasonSucceeded``)."""
 
 
 def _condition(obj: Obj, kind: str) -> Mapping[str, Any] | None:
@@ -172,7 +180,7 @@ class QueueState:
             return
         self._learned.add(uid)
         end = _since(obj, "Finished")
-        if end is None:
+        if end is None or (_condition(obj, "Finished") or {}).get("reason") != FINISHED_SUCCEEDED:
             self.outlook.forget(key)
             return
         running = self.outlook.running(key)

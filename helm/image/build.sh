@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Atoll's OCI image, built without a Docker engine: the Debian base layer of rootfs.sh, and a layer
-# holding Atoll's wheel and its dependencies in /opt/atoll/venv with numba's kernels compiled into
-# /opt/atoll/numba-cache (what the Dockerfile's stages make), assembled into an OCI image layout by
+# holding Atoll's wheel and its dependencies (at the versions constraints.txt pins) in
+# /opt/atoll/venv with numba's kernels compiled into /opt/atoll/numba-cache (what the Dockerfile's
+# stages make), assembled into an OCI image layout by
 # umoci. umoci and runc (to run the image) are built from their Go modules, verified by the Go
 # checksum database. Everything is kept in Atoll's cache ($ATOLL_CACHE_DIR, else
 # ${XDG_CACHE_HOME:-~/.cache}/atoll) under image/, each part stamped with the digest of what made
@@ -71,7 +72,7 @@ fi
 # ------------------------------------------------------------------ Atoll's layer, then the image
 source_key=$(cd "$repo" && find "${sources[@]}" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z \
   | xargs -0 sha256sum | digest)
-image_key=$(printf '%s\n' "$(digest < "$0")" "$base_key" "$tools_key" "$source_key" | digest)
+image_key=$(printf '%s\n' "$(digest < "$0")" "$(digest < "$here/constraints.txt")" "$base_key" "$tools_key" "$source_key" | digest)
 layout="$cache/oci"
 if stamped "$cache/oci.stamp" "$image_key" && [ -f "$layout/index.json" ]; then
   echo "build.sh: reusing the image (its stamp matches this tree)" >&2
@@ -81,7 +82,8 @@ else
   trap 'rm -rf "$work"' EXIT
   mkdir -p "$work/src"
   (cd "$repo" && tar --exclude=__pycache__ --exclude='*.pyc' -cf - "${sources[@]}") | tar -xf - -C "$work/src"
-  "$python" -m pip wheel -q --disable-pip-version-check --wheel-dir "$work/wheels" "$work/src" > "$work/pip.log" 2>&1 \
+  "$python" -m pip wheel -q --disable-pip-version-check --constraint "$here/constraints.txt" --wheel-dir "$work/wheels" \
+    "$work/src" > "$work/pip.log" 2>&1 \
     || { tail -20 "$work/pip.log" >&2; die "pip wheel of Atoll and its dependencies failed (log above)"; }
   lap "built the wheels"
   root="$work/rootfs"

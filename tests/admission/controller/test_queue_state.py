@@ -154,12 +154,12 @@ def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:
     assert cond is not None and cond["status"] == "False"
 
 
-def finished_at(fabric: Fabric, name: str, admitted: float, finished: float) -> None:
+def finished_at(fabric: Fabric, name: str, admitted: float, finished: float, reason: str = "Succeeded") -> None:
     """Kueue's Admitted and Finished conditions at the given times."""
     wl = fabric.workload(name)
     conditions = _kueue_conditions(wl)
     set_condition(conditions, "Admitted", "True", "Admitted", "The workload is admitted", rfc3339(admitted), 1)
-    set_condition(conditions, "Finished", "True", "Succeeded", "Job finished successfully", rfc3339(finished), 1)
+    set_condition(conditions, "Finished", "True", reason, f"Job finished: {reason}", rfc3339(finished), 1)
     apply_workload_status(fabric.custom, fabric.ns, name, {"conditions": conditions})
 
 
@@ -182,6 +182,31 @@ def test_runtimes_are_learned_from_finished_workloads_and_again_after_a_restart(
     again.sync()
     est2 = again.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 8)
     assert est2 is not None and (est2.samples, est2.seconds) == (3, est.seconds)
+
+
+def test_a_failed_workload_teaches_no_runtime_live_or_after_a_restart(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller()
+    for i in range(3):
+        submit(fabric, f"done-{i}", 2)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 3
+    t0 = fabric.clock.now()
+    for i, seconds in enumerate((1000, 2000, 3000)):
+        finished_at(fabric, f"done-{i}", t0, t0 + seconds)
+    run(ctrl)
+    for name in ("crashed", "orphaned"):
+        submit(fabric, name, 2)  # the same queue and size band
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 2
+    finished_at(fabric, "crashed", t0, t0 + 60, reason="Failed")  # crashed after a minute
+    finished_at(fabric, "orphaned", t0, t0 + 30, reason="OwnerNotFound")
+    run(ctrl)
+    est = ctrl.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 8)
+    assert est is not None and (est.samples, est.seconds) == (3, pytest.approx(2000.0))
+    assert len(ctrl.queue_state.outlook) == 0  # all ended: none is expected to free room later
+    again = fabric.controller()
+    again.sync()
+    est2 = again.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 8)
+    assert est2 is not None and (est2.samples, est2.seconds) == (3, pytest.approx(2000.0))
 
 
 def test_explain_the_record_and_atoll_queue_show_the_wait_or_span_numbers(fabric: Fabric) -> None:

@@ -18,7 +18,7 @@ EXPECTED = {
     },
     "admission.controller": {
         "ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "DECISION_EVENT", "REQUEUE_CONDITION", "WAITING_CONDITION",
-        "BoundPod", "ClusterCache", "ConfigSettings", "Controller", "Decider", "DecisionRecord", "DecisionSettings",
+        "BoundPod", "ClusterCache", "ConfigSettings", "Controller", "CostSettings", "Decider", "DecisionRecord", "DecisionSettings",
         "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics", "MetricsAuthorizer", "OwedPods", "PodSetRecord",
         "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
         "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "build_record", "check_entry", "check_invariant",

@@ -25,7 +25,6 @@ from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, reso
 from admission.simulator import (
     GPU_PERF_TAIL,
     INVARIANT_KEYS,
-    LINK_MODELS,
     AtollPolicy,
     Comparison,
     CostError,
@@ -68,7 +67,7 @@ from admission.simulator import (
     workload_jobs,
 )
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
-from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
+from topology import LINK_MODELS, ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
 __all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_perf"]
 

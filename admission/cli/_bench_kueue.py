@@ -171,6 +171,7 @@ class _Runner:
 
     def _watch(self) -> None:
         from admission.kube import WORKLOADS
+        from admission.kube.errors import Conflict
 
         rv = self.port.list(WORKLOADS).resource_version
         while not self.done.is_set():
@@ -187,10 +188,13 @@ class _Runner:
                     now = time.monotonic()
                     evicted = _eviction_finished(obj, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                     if evicted is not None:
-                        self.reserved.pop(key, None)  # its wait for a reservation starts again
-                        self.ready.pop(key, None)
-                        try:  # a 409 (it changed since): the next event of it comes back here
+                        if key not in self.admitted:  # its wait for a reservation starts again
+                            self.reserved.pop(key, None)
+                            self.ready.pop(key, None)
+                        try:
                             _retry(lambda b=evicted: self.port.replace(WORKLOADS, b, subresource="status"))
+                        except Conflict:  # it changed since it was read: the event of that change comes back here
+                            pass
                         except Exception as exc:  # noqa: BLE001 - named; the Workload then shows as not admitted
                             print(f"atoll bench kueue: could not finish the eviction of {key}: {exc}", file=sys.stderr)
                         continue

@@ -3,7 +3,9 @@
 Quality: the Microsoft ITP cluster-04 trace (first 14 days, 4,567 training jobs), shipped in the
 package (``admission/simulator/traces``, with its source and MIT licence; ``ATOLL_TRACES_DIR``
 overrides the folder) on the bundled GB200 NVL72 and DGX H100 SuperPOD models, under the
-calibrated link model (``--link-model flat-ring`` for the pessimistic one). For each model:
+calibrated link model (``--link-model flat-ring`` for the pessimistic one), with the sample
+profiles ``config/profiles.yaml`` on both models (``--profiles``; ``atoll simulate`` runs the
+document a cluster model names, which for DGX H100 is another). For each model:
 
 - a load sweep (offered load 0.7 … 1.3, inter-arrival times scaled) over every policy and
   several seeds (tie-breaks drawn anew per seed; GPU speed varying as measured on real
@@ -184,7 +186,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
             link_model: str = "calibrated", with_goal: bool = False) -> tuple[dict[str, Any], int]:
-    from admission.cli._bundled import resolve_cluster, resolve_profiles
+    from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
         SOURCES,
@@ -210,7 +212,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
     doc = load_profiles_file(resolve_profiles(profiles))
     load_list = [x for x in parse_loads(loads) if x is not None]
     seed_list = seeds_of(0, seeds)
-    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model}
+    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model,
+                              "profiles": shown(resolve_profiles(profiles))}  # on every cluster (atoll simulate runs the model's own)
     goal: list[Any] = []
     for name in clusters:
         t0 = time.perf_counter()

@@ -98,3 +98,23 @@ def test_bench_quality_goal_with_nothing_to_judge_is_one_line_before_any_run(cap
     assert main(["--goal", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.0", "--skip-scale", "--skip-binding"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("atoll bench quality: --goal: nothing to judge") and "\n" not in err
+
+
+def test_bench_quality_goal_judges_the_sweep_and_its_exit_code_says_whether_a_profile_met_it(
+        tmp_path, monkeypatch, capsys) -> None:
+    import json
+
+    from admission.cli import _bench_quality as bq
+
+    rows = ["job_id,submission_time,duration,num_gpu"] + [f"j{i},{600 * i},{7200 + 300 * (i % 7)},{(1, 4, 8, 16)[i % 4]}" for i in range(40)]
+    (tmp_path / bq.ITP_FILE).write_text("\n".join(rows) + "\n")
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    code = bq.main(["--goal", "--skip-scale", "--skip-binding", "--skip-sensitivity", "--clusters", "gb200-nvl72-superpod",
+                    "--loads", "0.85,1.0", "--seeds", "2", "--workers", "1", "--policies", "kueue-bestfit,kueue-required,atoll-strict",
+                    "--format", "json"])
+    out = json.loads(capsys.readouterr().out)["quality"]
+    assert out["profiles"] == "config/profiles.yaml"
+    goal = out["goal"]
+    assert [(r["cluster"], r["load"], r["policy"]) for r in goal["rows"]] == [("gb200-nvl72-superpod", 1.0, "atoll-strict")]  # 0.85 is outside
+    assert set(goal["rows"][0]["jct_pct"]) == {"kueue-bestfit", "kueue-required"}
+    assert code == (0 if goal["met_by"] else 1)

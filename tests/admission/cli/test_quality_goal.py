@@ -4,10 +4,12 @@ point of allocation (or of goodput), on runs made up here so every clause can fa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from admission.cli._quality_goal import format_goal, goal_json, goal_judgeable, goal_met, goal_rows
+from admission.cli._quality_goal import GoalRow, format_goal, goal_json, goal_judgeable, goal_met, goal_rows
 from admission.simulator import compare
 from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED
 from admission.simulator._stats import RunRecord
@@ -27,8 +29,8 @@ def _run(policy: str, seed: int, load: float, jct_s: float, alloc: float, goodpu
                      {"gpu_allocation": alloc + 0.001 * seed, "gpu_goodput": goodput + 0.001 * seed})
 
 
-def _rows(spec: dict[str, tuple[float, float, float, int]], loads: Sequence[float] = (1.0,), cluster: str = "c"):
-    records = {(load, seed, p): _run(p, seed, load, *v[:3], rejected=v[3]) for load in loads for seed in SEEDS for p, v in spec.items()}
+def _rows(spec: dict[str, tuple[float, float, float, int]], loads: Sequence[float] = (1.0,), cluster: str = "c") -> list[GoalRow]:
+    records: dict[tuple[float | None, int, str], RunRecord] = {(load, seed, p): _run(p, seed, load, *v[:3], rejected=v[3]) for load in loads for seed in SEEDS for p, v in spec.items()}
     names = tuple(spec)
     by = {b: [compare(records, load=load, seeds=SEEDS, policies=names, baseline=b) for load in loads]
           for b in ("kueue-bestfit", "kueue-required")}
@@ -78,7 +80,7 @@ def test_one_profile_must_meet_every_load_loads_outside_the_range_are_left_out()
 
 
 def test_no_verdict_without_both_kueue_modes() -> None:
-    records = {(1.0, s, p): _run(p, s, 1.0, 900.0, 0.8, 0.7) for s in SEEDS for p in ("kueue-bestfit", "atoll-a")}
+    records: dict[tuple[float | None, int, str], RunRecord] = {(1.0, s, p): _run(p, s, 1.0, 900.0, 0.8, 0.7) for s in SEEDS for p in ("kueue-bestfit", "atoll-a")}
     cmps = [compare(records, load=1.0, seeds=SEEDS, policies=("kueue-bestfit", "atoll-a"))]
     assert goal_rows("c", {"kueue-bestfit": cmps}) == []
 
@@ -92,7 +94,7 @@ def test_the_goal_is_judgeable_only_with_both_kueue_modes_a_profile_and_a_load_i
     assert not goal_judgeable(["kueue-bestfit", "kueue-required"], "1.0")
 
 
-def test_bench_quality_goal_with_nothing_to_judge_is_one_line_before_any_run(capsys) -> None:
+def test_bench_quality_goal_with_nothing_to_judge_is_one_line_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:
     from admission.cli._bench_quality import main
 
     assert main(["--goal", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.0", "--skip-scale", "--skip-binding"]) == 2
@@ -101,7 +103,7 @@ def test_bench_quality_goal_with_nothing_to_judge_is_one_line_before_any_run(cap
 
 
 def test_bench_quality_goal_judges_the_sweep_and_its_exit_code_says_whether_a_profile_met_it(
-        tmp_path, monkeypatch, capsys) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
     from admission.cli import _bench_quality as bq

@@ -43,9 +43,7 @@ Atoll, as modelled
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
     would let it in and the flavor has its GPUs free: their wait becomes a Retry (newest parked first; a Workload holding a
-    reservation keeps its place) and Kueue evicts them. They stay in the waiting room with their
-    need and are decided again when it could be met (not when the Retry delay ends), so
-    decisions follow events even while quota is asked for all the time.
+    reservation keeps its place), Kueue evicts them and they are decided again after the delay.
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
@@ -147,8 +145,7 @@ class SimSettings:
     controller's default): every wait is a Retry decided again when its delay ends."""
     yield_quota: bool = True
     """With ``parking``: parked Workloads give their quota back (their wait becomes a Retry, newest
-    parked first, decided again when what they wait for changes) when a queued job is blocked on
-    quota that theirs would let in; False: parked
+    parked first) when a queued job is blocked on quota that theirs would let in; False: parked
     Workloads keep their quota however long they wait."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
@@ -456,18 +453,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     parked: list[dict[int, float]] = [{} for _ in fl]
     """Flavor → parked jobs in the order they parked, each with the Retry delay its wait gave."""
 
-    unquoted: set[int] = set()
-    """Parked jobs that gave their quota back: still in the room, woken by what they wait for, not by a timer."""
-
     def wake(keys: list[Any]) -> None:
         """Parked jobs leave the room: their quota goes back to the queue they rejoin (in arrival order)."""
         for j in keys:
             fi = int(work.flavor[j])
-            if j in unquoted:  # evicted when it gave its quota back: it rejoins Kueue's queue now
-                unquoted.discard(j)
-                retrying[(fi, int(shape_of[j]))] -= 1
-                enqueue(j)
-                continue
             gpus = shape_gpus[int(shape_of[j])]
             fl[fi].used -= gpus
             parked_gpus[fi] -= gpus
@@ -477,10 +466,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     def yield_quota(fi: int, now: float) -> None:
         """The oldest queued job blocked on quota alone, that the parked jobs' quota would let in
         and whose GPUs the flavor has free, gets it: parked jobs turn their wait into a Retry (newest parked first, a job holding a
-        reservation never) until it fits. Kueue then evicts them and releases their quota. They
-        stay in the room with their need: decided again when it could be met (room freed in a
-        domain they could use, their deadline, a reservation ended), not when a Retry timer
-        fires, so a stream that keeps quota asked for does not re-decide them over and over."""
+        reservation never) until it fits. Kueue then evicts them and releases their quota; they
+        are decided again after the delay."""
+        nonlocal seq
         f = fl[fi]
         free = f.nominal - f.used
         heads = [q[0] for sid, q in f.queues.items() if shape_gpus[sid] > free and f.dead.get(sid) != f.version]
@@ -494,13 +482,16 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 break
             if deployed is not None and deployed.reserving(j):
                 continue  # first in line on its reserved domain: its quota is what starts it there
-            parked[fi].pop(j)
+            retry_after = parked[fi].pop(j)
+            assert room is not None
+            room.leave(j)
             gpus = shape_gpus[int(shape_of[j])]
             f.used -= gpus
             parked_gpus[fi] -= gpus
             attempts[j] += 1
             retrying[(fi, int(shape_of[j]))] = retrying.get((fi, int(shape_of[j])), 0) + 1
-            unquoted.add(j)
+            heapq.heappush(events, (now + max(retry_after, 1.0), seq, _RETRY, j))
+            seq += 1
             yielded[0] += 1
 
     checks = [0, 0]  # invariant checks, and those run from scratch

@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-size", type=int, default=None, metavar="PODS", help="pods per slice, with --slice-level (e.g. 16)")
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
+    p.add_argument("--declared-runtime", type=float, default=None, metavar="FACTOR",
+                   help="every job's Workload declares Kueue's maximumExecutionTimeSeconds as FACTOR x its runtime (e.g. 2), so it "
+                        "may backfill a reserved domain; default: no job declares a limit")
     p.add_argument("--parking", choices=("on", "off"), default="off",
                    help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
                         "controller's --park-waiting), and gives its quota back as a Retry when the oldest queued job is blocked on "
@@ -281,6 +284,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         if args.jobs is not None and args.jobs < 1:
             raise TraceError(f"--jobs must be ≥ 1, got {args.jobs}")
+        if args.declared_runtime is not None and not args.declared_runtime > 0:
+            raise TraceError(f"--declared-runtime must be above 0 (a factor over each job's runtime, e.g. 2), got {args.declared_runtime}")
         if fmt == "openb" and not args.nodes:
             raise TraceError("--trace-format openb needs --nodes NODE_LIST.csv (the trace's node list) besides --trace PODS.csv")
         if fmt != "synthetic" and not args.trace:
@@ -318,7 +323,7 @@ def main(argv: Sequence[str]) -> int:
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=args.parking == "on", records=args.records)
+                         parking=args.parking == "on", records=args.records, declared_runtime_factor=args.declared_runtime)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())

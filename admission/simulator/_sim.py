@@ -147,6 +147,11 @@ class SimSettings:
     """With ``parking``: parked Workloads give their quota back (their wait becomes a Retry, newest
     parked first) when a queued job is blocked on quota that theirs would let in; False: parked
     Workloads keep their quota however long they wait."""
+    declared_runtime_factor: float | None = None
+    """Each job's Workload declares Kueue's ``maximumExecutionTimeSeconds`` as this factor times
+    its true runtime (rounded up to a second), as users pad a limit they must not exceed; what
+    lets a job backfill a reserved domain. None (the default): no job declares a limit. The
+    simulator does not stop a job at its limit (a factor below its slowdown would understate)."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
@@ -164,6 +169,8 @@ class SimSettings:
             raise ValueError(f"link_model: {self.link_model!r} is not one of {', '.join(LINK_MODELS)}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+        if self.declared_runtime_factor is not None and not self.declared_runtime_factor > 0:
+            raise ValueError(f"declared_runtime_factor: {self.declared_runtime_factor!r} must be above 0 (or None: no declared limits)")
         if self.enforcement not in (None, *ENFORCEMENTS):
             raise ValueError(f"enforcement: {self.enforcement!r} is not one of {', '.join(ENFORCEMENTS)}")
 
@@ -541,6 +548,11 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         start_job(j, fi, shapes[int(shape_of[j])][1], nodes, pods, now)
         return True
 
+    def declared(j: int) -> int | None:
+        """Job ``j``'s declared ``maximumExecutionTimeSeconds`` (``SimSettings.declared_runtime_factor``)."""
+        factor = settings.declared_runtime_factor
+        return None if factor is None else max(1, math.ceil(float(work.duration[j]) * factor))
+
     def enqueue(j: int) -> int:
         f = fl[work.flavor[j]]
         sid = int(shape_of[j])
@@ -567,7 +579,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             t0 = time.perf_counter()
             if deployed is not None:
                 deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
-                att = _deployed_attempt(deployed, j, fi, shape, now)
+                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j))
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
             decision_s += time.perf_counter() - t0
@@ -719,9 +731,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     )
 
 
-def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float) -> Attempt:
-    """The controller's decision on job ``j``'s Workload, as an attempt of the simulator's loop."""
-    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices)
+def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None) -> Attempt:
+    """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds), as an attempt of the simulator's loop."""
+    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit)
     v = deployed.decide(j, obj, now)
     if v.outcome == "admit":
         planned = np.array([0], dtype=np.int64)

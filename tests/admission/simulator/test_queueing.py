@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
+
 from admission.simulator._jobs import Job, make_job
 from admission.simulator._metrics import summarize
 from admission.simulator._policies import make_policies
@@ -74,3 +76,42 @@ def test_a_parked_gang_keeps_its_quota_and_is_bounded_too() -> None:
     res, gang = run("atoll-reserving", parking=True)
     assert (res.status == STATUS_DONE).all()
     assert res.start[gang] - res.arrival[gang] <= RESERVE_AFTER + 400
+
+
+def three_islands() -> ClusterModel:
+    """1 SU × 3 islands × 4 nodes × 4 GPUs."""
+    return ClusterModel.model_validate({"name": "test", "flavors": [{
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "generate": [{"level": SU, "count": 1, "prefix": "u"}, {"level": CLIQUE, "count": 3, "prefix": "r"},
+                     {"level": "kubernetes.io/hostname", "count": 4, "prefix": "n"}]}]})
+
+
+def backfill_run(factor: float | None) -> SimResult:
+    """12 + 12 + 8 GPUs leave no island whole, so the 16-GPU gang (t=3) waits and reserves the
+    8-GPU island (fewest to drain; it drains at t=1000). Two 4-GPU jobs fill the other islands'
+    free nodes at t=700, so only the reserved island has free GPUs when a 100 s job (t=800) and a
+    1,000 s job (t=801) arrive."""
+    plan = [(0, 1000, 12), (1, 3000, 12), (2, 1000, 8), (3, 300, 16), (700, 3000, 4), (701, 3000, 4), (800, 100, 4), (801, 1000, 4)]
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies(["atoll-reserving"], DOC, seed=1)
+    return simulate(three_islands(), prepare_workload(three_islands(), jobs), pol,
+                    settings=SimSettings(declared_runtime_factor=factor))
+
+
+def test_declared_limits_let_a_job_that_ends_before_the_expected_free_time_backfill_and_keep_a_longer_one_out() -> None:
+    gang, short, long_ = 3, 6, 7
+    res = backfill_run(1.5)  # limits 1.5 × runtime: the reservation is expected free at 1,500; the 100 s job declares 150 s
+    assert (res.status == STATUS_DONE).all()
+    assert res.start[short] == res.arrival[short]  # it ends (950) before the expected free time: it enters the reserved nodes
+    assert res.start[long_] >= 1000  # its limit (1,500 s from 801) ends after it: it stays out until capacity frees
+    without = backfill_run(None)  # no declared limit: nothing backfills by time
+    assert without.start[short] >= 1000
+    assert res.start[gang] == without.start[gang]  # the backfilled job was gone before the gang could start: no delay
+    assert summarize(res)["reserved_idle_gpu_hours"] < summarize(without)["reserved_idle_gpu_hours"]
+
+
+def test_a_declared_runtime_factor_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="declared_runtime_factor"):
+        SimSettings(declared_runtime_factor=0)

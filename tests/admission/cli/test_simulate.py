@@ -99,6 +99,7 @@ def test_bad_trace_row_is_a_clear_error_with_exit_code_2(capsys: pytest.CaptureF
         (["--trace-format", "openb", "--trace", "pods.csv"], "needs --nodes"),
         (["--trace-format", "itp"], "needs --trace FILE"),
         (["--load", "0"], "--load must be > 0"),
+        (["--declared-runtime", "0"], "--declared-runtime must be above 0"),
         (["--cluster", "/nonexistent/cluster.yaml"], "cannot read"),
         (["--gpu-perf", "gauss:0.1"], "--gpu-perf: 'gauss:0.1' is not identical, normal:STDDEV"),
         (["--gpu-perf", "normal:wide"], "the parameters must be numbers"),

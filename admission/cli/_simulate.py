@@ -80,6 +80,9 @@ DEFAULT_GPU_PERF = GPU_PERF_TAIL
 body plus slow outliers, the shape Sinha et al. (SC22) measured (``_sweep.GPU_PERF_TAIL``)."""
 DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required", "atoll-strict", "atoll-elastic")
 
+PER_RUN_KEYS = ("wait_by_size_band", "reserved_idle_gpu_hours", "decisions_per_job")
+"""Figures every run reports in ``runs`` besides its invariant checks (a seed's own queue, not only the first seed's)."""
+
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
@@ -360,7 +363,8 @@ def main(argv: Sequence[str]) -> int:
             "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
-            "runs": [{"load": load, "seed": seed, "policy": name, **{k: records[(load, seed, name)].summary[k] for k in INVARIANT_KEYS}}
+            "runs": [{"load": load, "seed": seed, "policy": name,
+                      **{k: records[(load, seed, name)].summary[k] for k in (*INVARIANT_KEYS, *PER_RUN_KEYS)}}
                      for load in loads for seed in seeds for name in names],
             "comparisons": [comparison_json(c) for c in cmps],
             **({"comparisons_vs_" + second: [comparison_json(c) for c in others]} if second else {}),

@@ -201,7 +201,10 @@ def test_json_reports_the_invariant_checks_and_violations_of_every_run(capsys: p
         assert atoll_run["invariant_checks"] > 0 and atoll_run["invariant_violations"] == 0
         assert 0 <= atoll_run["invariant_full_checks"] <= atoll_run["invariant_checks"]
         assert kueue_run["invariant_checks"] == 0  # no Atoll ledger, no Atoll promise to check
+        assert set(atoll_run["wait_by_size_band"]) == {"1-7", "8-15", "16-63", "64+"}  # each seed's own queue
+        assert atoll_run["reserved_idle_gpu_hours"] == 0 and atoll_run["decisions_per_job"] >= 1
     assert out["policies"]["atoll-strict"]["invariant_checks"] == runs[(out["seeds"][0], "atoll-strict")]["invariant_checks"]
+    assert out["policies"]["atoll-strict"]["wait_by_size_band"] == runs[(out["seeds"][0], "atoll-strict")]["wait_by_size_band"]
 
 
 def test_progress_bar_draws_on_a_terminal_stream() -> None:

@@ -79,6 +79,9 @@ DEFAULT_GPU_PERF = GPU_PERF_TAIL
 body plus slow outliers, the shape Sinha et al. (SC22) measured (``_sweep.GPU_PERF_TAIL``)."""
 DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required", "atoll-strict", "atoll-elastic")
 
+PER_RUN_KEYS = ("wait_by_size_band", "reserved_idle_gpu_hours", "decisions_per_job")
+"""Figures every run reports in ``runs`` besides its invariant checks (a seed's own queue, not only the first seed's)."""
+
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
@@ -122,9 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-size", type=int, default=None, metavar="PODS", help="pods per slice, with --slice-level (e.g. 16)")
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
-    p.add_argument("--declared-runtime-factor", type=float, default=None, metavar="F",
-                   help="every job declares Kueue's maximumExecutionTimeSeconds as F (at least 1) times its ideal runtime, which "
-                        "lets it backfill a reserved domain it leaves in time (default: no job declares a limit)")
+    p.add_argument("--declared-runtime", type=float, default=None, metavar="FACTOR",
+                   help="every job's Workload declares Kueue's maximumExecutionTimeSeconds as FACTOR x its runtime (e.g. 2), so it "
+                        "may backfill a reserved domain; default: no job declares a limit")
     p.add_argument("--parking", choices=("on", "off"), default="off",
                    help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
                         "controller's --park-waiting), and gives its quota back as a Retry when the oldest queued job is blocked on "
@@ -251,14 +254,6 @@ def _cost_params(args: argparse.Namespace) -> CostParams:
     )
 
 
-def _declared_factor(args: argparse.Namespace) -> float | None:
-    """``--declared-runtime-factor``, checked: a limit below the runtime would end jobs early."""
-    factor: float | None = args.declared_runtime_factor
-    if factor is not None and not factor >= 1.0:
-        raise PolicyError(f"--declared-runtime-factor: {factor:g} is below 1; give a factor of at least 1 (e.g. 2) or leave it out")
-    return factor
-
-
 def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slicing | None:
     """``--slice-level`` and ``--slice-size``, checked: both or neither, a size ≥ 1, a level some flavor has."""
     if level is None and size is None:
@@ -291,6 +286,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         if args.jobs is not None and args.jobs < 1:
             raise TraceError(f"--jobs must be ≥ 1, got {args.jobs}")
+        if args.declared_runtime is not None and not args.declared_runtime >= 1:
+            raise TraceError(f"--declared-runtime must be at least 1 (a factor over each job's runtime, e.g. 2), got {args.declared_runtime}")
         if fmt == "openb" and not args.nodes:
             raise TraceError("--trace-format openb needs --nodes NODE_LIST.csv (the trace's node list) besides --trace PODS.csv")
         if fmt != "synthetic" and not args.trace:
@@ -328,7 +325,7 @@ def main(argv: Sequence[str]) -> int:
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=args.parking == "on", records=args.records, declared_runtime_factor=_declared_factor(args))
+                         parking=args.parking == "on", records=args.records, declared_runtime_factor=args.declared_runtime)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())
@@ -365,7 +362,8 @@ def main(argv: Sequence[str]) -> int:
             "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
-            "runs": [{"load": load, "seed": seed, "policy": name, **{k: records[(load, seed, name)].summary[k] for k in INVARIANT_KEYS}}
+            "runs": [{"load": load, "seed": seed, "policy": name,
+                      **{k: records[(load, seed, name)].summary[k] for k in (*INVARIANT_KEYS, *PER_RUN_KEYS)}}
                      for load in loads for seed in seeds for name in names],
             "comparisons": [comparison_json(c) for c in cmps],
             **({"comparisons_vs_" + second: [comparison_json(c) for c in others]} if second else {}),

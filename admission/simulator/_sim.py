@@ -145,6 +145,11 @@ class SimSettings:
     """With ``parking``: parked Workloads give their quota back (their wait becomes a Retry, newest
     parked first) when a queued job is blocked on quota that theirs would let in; False: parked
     Workloads keep their quota however long they wait."""
+    declared_runtime_factor: float | None = None
+    """Each job's Workload declares Kueue's ``maximumExecutionTimeSeconds`` as this factor times
+    its true runtime (rounded up to a second), as users pad a limit they must not exceed; what
+    lets a job backfill a reserved domain. None (the default): no job declares a limit. The
+    simulator does not stop a job at its limit (a factor below its slowdown would understate)."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
@@ -153,11 +158,6 @@ class SimSettings:
     policies only); None: no records, and verdicts leave out the losing domains."""
     run_label: str = ""
     """Its ``run`` field on every record: which run of a sweep wrote it."""
-    declared_runtime_factor: float | None = None
-    """Jobs declare Kueue's ``maximumExecutionTimeSeconds`` as this factor times their ideal
-    runtime (rounded up), as users declare a limit above what they expect; what backfill into a
-    reserved domain reads. None (the default): no job declares one. The limit is not enforced: a
-    job the cost model stretches past it still runs to its end."""
     link_model: str = "calibrated"
     """How a placement's all-reduce is priced (``_cost.LINK_MODELS``): ``calibrated``
     (``_collectives``) or ``flat-ring`` (the pessimistic ring at one rail)."""
@@ -547,6 +547,11 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         start_job(j, fi, shapes[int(shape_of[j])][1], nodes, pods, now)
         return True
 
+    def declared(j: int) -> int | None:
+        """Job ``j``'s declared ``maximumExecutionTimeSeconds`` (``SimSettings.declared_runtime_factor``)."""
+        factor = settings.declared_runtime_factor
+        return None if factor is None else max(1, math.ceil(float(work.duration[j]) * factor))
+
     def enqueue(j: int) -> int:
         f = fl[work.flavor[j]]
         sid = int(shape_of[j])
@@ -573,7 +578,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             t0 = time.perf_counter()
             if deployed is not None:
                 deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
-                att = _deployed_attempt(deployed, j, fi, shape, now, _declared(settings, work.jobs[j]))
+                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j))
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
             decision_s += time.perf_counter() - t0
@@ -725,15 +730,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     )
 
 
-def _declared(settings: SimSettings, job: Job) -> int | None:
-    """The ``maximumExecutionTimeSeconds`` job declares (``SimSettings.declared_runtime_factor``)."""
-    factor = settings.declared_runtime_factor
-    return None if factor is None else max(1, math.ceil(factor * job.duration_s))
-
-
-def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, declared: int | None = None) -> Attempt:
-    """The controller's decision on job ``j``'s Workload, as an attempt of the simulator's loop."""
-    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_seconds=declared)
+def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None) -> Attempt:
+    """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds), as an attempt of the simulator's loop."""
+    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit)
     v = deployed.decide(j, obj, now)
     if v.outcome == "admit":
         planned = np.array([0], dtype=np.int64)

@@ -156,9 +156,9 @@ class SweepSpec:
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
     parking: bool = False
-    declared_runtime_factor: float | None = None
-    """``SimSettings.declared_runtime_factor``: jobs declare a runtime limit (None: none do)."""
     """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
+    declared_runtime_factor: float | None = None
+    """``SimSettings.declared_runtime_factor``: jobs declare this factor × their runtime as Kueue's limit (None: no limits)."""
     records: str | None = None
     """``atoll simulate --records``: each Atoll run writes its decision records to ``record_part``
     of this path; ``gather_records`` joins them, in run order, into the file."""

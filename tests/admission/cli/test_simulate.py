@@ -99,6 +99,7 @@ def test_bad_trace_row_is_a_clear_error_with_exit_code_2(capsys: pytest.CaptureF
         (["--trace-format", "openb", "--trace", "pods.csv"], "needs --nodes"),
         (["--trace-format", "itp"], "needs --trace FILE"),
         (["--load", "0"], "--load must be > 0"),
+        (["--declared-runtime", "0.5"], "--declared-runtime must be at least 1"),
         (["--cluster", "/nonexistent/cluster.yaml"], "cannot read"),
         (["--gpu-perf", "gauss:0.1"], "--gpu-perf: 'gauss:0.1' is not identical, normal:STDDEV"),
         (["--gpu-perf", "normal:wide"], "the parameters must be numbers"),
@@ -200,7 +201,10 @@ def test_json_reports_the_invariant_checks_and_violations_of_every_run(capsys: p
         assert atoll_run["invariant_checks"] > 0 and atoll_run["invariant_violations"] == 0
         assert 0 <= atoll_run["invariant_full_checks"] <= atoll_run["invariant_checks"]
         assert kueue_run["invariant_checks"] == 0  # no Atoll ledger, no Atoll promise to check
+        assert set(atoll_run["wait_by_size_band"]) == {"1-7", "8-15", "16-63", "64+"}  # each seed's own queue
+        assert atoll_run["reserved_idle_gpu_hours"] == 0 and atoll_run["decisions_per_job"] >= 1
     assert out["policies"]["atoll-strict"]["invariant_checks"] == runs[(out["seeds"][0], "atoll-strict")]["invariant_checks"]
+    assert out["policies"]["atoll-strict"]["wait_by_size_band"] == runs[(out["seeds"][0], "atoll-strict")]["wait_by_size_band"]
 
 
 def test_progress_bar_draws_on_a_terminal_stream() -> None:
@@ -317,11 +321,6 @@ def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.
 def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str, argv: list[str], message: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "10", *argv]) == 2
     assert message in capsys.readouterr().err
-
-
-def test_a_declared_runtime_factor_below_1_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
-    assert main(["--cluster", cluster, "--jobs", "10", "--declared-runtime-factor", "0.5"]) == 2
-    assert "--declared-runtime-factor: 0.5 is below 1" in capsys.readouterr().err
 
 
 def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> None:

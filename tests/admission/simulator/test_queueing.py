@@ -9,13 +9,12 @@ import random
 
 import pytest
 
-from admission.simulator._deployed import DeployedAtoll
 from admission.simulator._jobs import Job, make_job
 from admission.simulator._metrics import summarize
 from admission.simulator._policies import make_policies
-from admission.simulator._sim import STATUS_DONE, SimResult, SimSettings, _declared, prepare_workload, simulate
+from admission.simulator._sim import STATUS_DONE, SimResult, SimSettings, prepare_workload, simulate
 from policies import load_profiles
-from topology import ClusterModel, ResourceVector
+from topology import ClusterModel
 
 CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
 RESERVE_AFTER = 600
@@ -80,24 +79,41 @@ def test_a_parked_gang_keeps_its_quota_and_is_bounded_too() -> None:
     assert res.start[gang] - res.arrival[gang] <= RESERVE_AFTER + 400
 
 
-def test_with_declared_runtimes_the_gang_behind_the_stream_is_still_admitted_within_the_bound() -> None:
-    # every small job declares its exact runtime, so any whose limit ends before the reserved island drains may backfill it
-    res, gang = run("atoll-reserving", parking=False, declared=1.0)
-    assert (res.status == STATUS_DONE).all()
-    assert res.start[gang] - res.arrival[gang] <= RESERVE_AFTER + 120 + 400
+def three_islands() -> ClusterModel:
+    """1 SU × 3 islands × 4 nodes × 4 GPUs."""
+    return ClusterModel.model_validate({"name": "test", "flavors": [{
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "generate": [{"level": SU, "count": 1, "prefix": "u"}, {"level": CLIQUE, "count": 3, "prefix": "r"},
+                     {"level": "kubernetes.io/hostname", "count": 4, "prefix": "n"}]}]})
 
 
-def test_a_job_declares_its_runtime_limit_as_the_factor_over_its_ideal_runtime_rounded_up() -> None:
-    j = job(0.0, 300.2, 2)
-    assert _declared(SimSettings(declared_runtime_factor=2.0), j) == 601
-    assert _declared(SimSettings(), j) is None  # by default no job declares one
+def backfill_run(factor: float | None) -> SimResult:
+    """12 + 12 + 8 GPUs leave no island whole, so the 16-GPU gang (t=3) waits and reserves the
+    8-GPU island (fewest to drain; it drains at t=1000). Two 4-GPU jobs fill the other islands'
+    free nodes at t=700, so only the reserved island has free GPUs when a 100 s job (t=800) and a
+    1,000 s job (t=801) arrive."""
+    plan = [(0, 1000, 12), (1, 3000, 12), (2, 1000, 8), (3, 300, 16), (700, 3000, 4), (701, 3000, 4), (800, 100, 4), (801, 1000, 4)]
+    jobs = [job(a, d, g) for a, d, g in plan]
     (pol,) = make_policies(["atoll-reserving"], DOC, seed=1)
-    atoll = DeployedAtoll(pol.name, pol.profile_name, DOC, cluster())
-    per_pod = ResourceVector(gpu=2, cpu_milli=0, memory_mib=0, pods=1)
-    assert atoll.workload(0, 0, 1, per_pod, "training", max_seconds=601)["spec"]["maximumExecutionTimeSeconds"] == 601
-    assert "maximumExecutionTimeSeconds" not in atoll.workload(1, 0, 1, per_pod, "training")["spec"]
+    return simulate(three_islands(), prepare_workload(three_islands(), jobs), pol,
+                    settings=SimSettings(declared_runtime_factor=factor))
 
 
-def test_a_declared_runtime_below_the_runtime_is_refused_naming_the_field() -> None:
-    with pytest.raises(ValueError, match="declared_runtime_factor"):
-        SimSettings(declared_runtime_factor=0.5)
+def test_declared_limits_let_a_job_that_ends_before_the_expected_free_time_backfill_and_keep_a_longer_one_out() -> None:
+    gang, short, long_ = 3, 6, 7
+    res = backfill_run(1.5)  # limits 1.5 × runtime: the reservation is expected free at 1,500; the 100 s job declares 150 s
+    assert (res.status == STATUS_DONE).all()
+    assert res.start[short] == res.arrival[short]  # it ends (950) before the expected free time: it enters the reserved nodes
+    assert res.start[long_] >= 1000  # its limit (1,500 s from 801) ends after it: it stays out until capacity frees
+    without = backfill_run(None)  # no declared limit: nothing backfills by time
+    assert without.start[short] >= 1000
+    assert res.start[gang] == without.start[gang]  # the backfilled job was gone before the gang could start: no delay
+    assert summarize(res)["reserved_idle_gpu_hours"] < summarize(without)["reserved_idle_gpu_hours"]
+
+
+def test_a_declared_runtime_factor_below_1_is_refused_naming_the_field() -> None:
+    for bad in (0, 0.5):
+        with pytest.raises(ValueError, match="declared_runtime_factor"):
+            SimSettings(declared_runtime_factor=bad)

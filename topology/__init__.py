@@ -9,9 +9,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from topology._affinity import NODE_OPERATORS, NodeConstraint, NodeRequirement, parse_label_int
+from topology._collectives import CONSTANTS as COLLECTIVE_CONSTANTS
+from topology._collectives import ETA_RING_NET, ETA_RING_NVL, MAX_CHANNELS, Collective, Island, allreduce, calibration_table
 from topology._fabric import bottleneck_bandwidth, fabric_graph, fabric_path
 from topology._finder import Backend, PlacementError, find_placement, never_fits
 from topology._fragmentation import fragmentation_index, island_free_gpus
+from topology._link_cost import (
+    DEFAULT_COMM_FRACTION,
+    LINK_MODELS,
+    CommJob,
+    CostModel,
+    GangShape,
+    default_comm_fraction,
+    default_model_gb,
+    ring_allreduce_s,
+    slowdown_from_ratio,
+    step_slowdown,
+)
 from topology._model import (
     HOSTNAME_LABEL,
     ClusterModel,
@@ -47,11 +61,17 @@ if TYPE_CHECKING:
     from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_leaves_from_snapshot, kueue_place
 
 __all__ = [
+    "COLLECTIVE_CONSTANTS",
     "CPU",
+    "DEFAULT_COMM_FRACTION",
     "DEFAULT_PERF_BAND",
+    "ETA_RING_NET",
+    "ETA_RING_NVL",
     "GPU",
     "HOSTNAME_LABEL",
     "LIMITS",
+    "LINK_MODELS",
+    "MAX_CHANNELS",
     "MAX_COUNT",
     "MAX_SLICE_LAYERS",
     "MEMORY",
@@ -62,9 +82,14 @@ __all__ = [
     "Backend",
     "ClusterModel",
     "ClusterModelError",
+    "Collective",
+    "CommJob",
+    "CostModel",
     "DomainVerdict",
     "FlavorModel",
+    "GangShape",
     "GraphLink",
+    "Island",
     "KueueNode",
     "Level",
     "LinkPlacement",
@@ -86,9 +111,13 @@ __all__ = [
     "Taint",
     "TaintModel",
     "Toleration",
+    "allreduce",
     "bottleneck_bandwidth",
     "build_kueue_leaves",
+    "calibration_table",
     "check_accelerator_resource",
+    "default_comm_fraction",
+    "default_model_gb",
     "describe_validation_error",
     "fabric_graph",
     "fabric_path",
@@ -106,6 +135,9 @@ __all__ = [
     "parse_label_int",
     "read_yaml_file",
     "read_yaml_text",
+    "ring_allreduce_s",
+    "slowdown_from_ratio",
+    "step_slowdown",
     "untolerated_taints",
 ]
 

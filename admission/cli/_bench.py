@@ -191,8 +191,8 @@ COLLECTIVES_TOLERANCE = 0.20
 
 
 def _collectives_main(argv: Sequence[str]) -> int:
-    from admission.simulator import COLLECTIVE_CONSTANTS as CONSTANTS
-    from admission.simulator import calibration_table
+    from topology import COLLECTIVE_CONSTANTS as CONSTANTS
+    from topology import calibration_table
 
     p = Parser(prog="atoll bench collectives",
                 description="the calibrated link model against published nccl-tests all-reduce bus bandwidths")

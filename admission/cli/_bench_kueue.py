@@ -124,9 +124,36 @@ def _workload(arm: str, name: str, queue: int, pods: int, cpu: str, required: bo
             "spec": {"queueName": f"lq-{queue}", "podSets": [podset]}}
 
 
+def _eviction_finished(obj: dict[str, Any], now: str) -> dict[str, Any] | None:
+    """The Workload with its eviction finished, as a job's controller finishes it (Kueue's own
+    performance runner does the same for its Workloads, which have no job either): quota no
+    longer reserved, no admission, not admitted. None unless ``obj`` is evicted
+    (``Evicted=True``) while it still holds its reservation and is not finished. Kueue then
+    requeues it; without this, a Workload preempted by a reclaim in the cohort stays evicted
+    and unadmitted for good."""
+    status = obj.get("status") or {}
+    conds = {c.get("type"): c for c in status.get("conditions") or []}
+
+    def true(kind: str) -> bool:
+        return (conds.get(kind) or {}).get("status") == "True"
+
+    if not true("Evicted") or not true("QuotaReserved") or true("Finished"):
+        return None
+    generation = (obj.get("metadata") or {}).get("generation")
+    out = []
+    for c in status.get("conditions") or []:
+        if c.get("type") == "QuotaReserved" or (c.get("type") == "Admitted" and c.get("status") == "True"):
+            c = {**c, "status": "False", "reason": "Pending" if c.get("type") == "QuotaReserved" else "NoReservation",
+                 "message": "Evicted by the bench runner", "lastTransitionTime": now,
+                 **({"observedGeneration": generation} if generation is not None else {})}
+        out.append(c)
+    return {**obj, "status": {**{k: v for k, v in status.items() if k != "admission"}, "conditions": out}}
+
+
 class _Runner:
-    """Watches the bench Workloads: records each first ``Admitted=True`` and marks the Workload
-    Finished its runtime later (Kueue then releases its quota)."""
+    """Watches the bench Workloads: records each first ``Admitted=True``, marks the Workload
+    Finished its runtime later (Kueue then releases its quota), and finishes the eviction of a
+    preempted one (``_eviction_finished``) so that Kueue requeues it."""
 
     def __init__(self, port: Any) -> None:
         self.port = port
@@ -144,6 +171,7 @@ class _Runner:
 
     def _watch(self) -> None:
         from admission.kube import WORKLOADS
+        from admission.kube.errors import Conflict
 
         rv = self.port.list(WORKLOADS).resource_version
         while not self.done.is_set():
@@ -158,6 +186,18 @@ class _Runner:
                     status = obj.get("status") or {}
                     conds = status.get("conditions") or []
                     now = time.monotonic()
+                    evicted = _eviction_finished(obj, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                    if evicted is not None:
+                        if key not in self.admitted:  # its wait for a reservation starts again
+                            self.reserved.pop(key, None)
+                            self.ready.pop(key, None)
+                        try:
+                            _retry(lambda b=evicted: self.port.replace(WORKLOADS, b, subresource="status"))
+                        except Conflict:  # it changed since it was read: the event of that change comes back here
+                            pass
+                        except Exception as exc:  # noqa: BLE001 - named; the Workload then shows as not admitted
+                            print(f"atoll bench kueue: could not finish the eviction of {key}: {exc}", file=sys.stderr)
+                        continue
                     if key not in self.reserved and any(c["type"] == "QuotaReserved" and c["status"] == "True" for c in conds):
                         self.reserved[key] = now
                     if key not in self.ready and any(a.get("name") == CHECK and a.get("state") == "Ready"

@@ -3,7 +3,9 @@
 Quality: the Microsoft ITP cluster-04 trace (first 14 days, 4,567 training jobs), shipped in the
 package (``admission/simulator/traces``, with its source and MIT licence; ``ATOLL_TRACES_DIR``
 overrides the folder) on the bundled GB200 NVL72 and DGX H100 SuperPOD models, under the
-calibrated link model (``--link-model flat-ring`` for the pessimistic one). For each model:
+calibrated link model (``--link-model flat-ring`` for the pessimistic one), with the sample
+profiles ``config/profiles.yaml`` on both models (``--profiles``; ``atoll simulate`` runs the
+document a cluster model names, which for DGX H100 is another). For each model:
 
 - a load sweep (offered load 0.7 … 1.3, inter-arrival times scaled) over every policy and
   several seeds (tie-breaks drawn anew per seed; GPU speed varying as measured on real
@@ -16,6 +18,10 @@ calibrated link model (``--link-model flat-ring`` for the pessimistic one). For 
   and bound by each kube-scheduler model under ``domain`` enforcement, against ``kueue-bestfit``,
   at loads 0.85 and 1.3, on the same jobs (every row's mean over the jobs all rows completed),
   with the share of the exact-enforcement advantage each model keeps.
+
+``--goal`` judges the queue manager's goal at loads 1.0-1.3 (``_quality_goal``): a profile that
+wins against both Kueue modes, drops nothing and costs at most one point of allocation; exit 1
+when none does.
 
 Scale: 100,000 synthetic jobs on a generated ~100,000-GPU GB200 model (22 spines × 8 scalable
 units × 8 NVL72 racks × 18 nodes × 4 GPUs), run in a child process so its wall time and peak
@@ -179,8 +185,9 @@ def kept_lines(cmps: Sequence[Any], bindings: Sequence[str]) -> list[str]:
 def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: str = QUALITY_LOADS, seeds: int = QUALITY_SEEDS,
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
-            link_model: str = "calibrated") -> tuple[dict[str, Any], int]:
-    from admission.cli._bundled import resolve_cluster, resolve_profiles
+            link_model: str = "calibrated", with_goal: bool = False) -> tuple[dict[str, Any], int]:
+    from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
+    from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
         SOURCES,
         CostParams,
@@ -205,7 +212,9 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
     doc = load_profiles_file(resolve_profiles(profiles))
     load_list = [x for x in parse_loads(loads) if x is not None]
     seed_list = seeds_of(0, seeds)
-    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model}
+    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model,
+                              "profiles": shown(resolve_profiles(profiles))}  # on every cluster (atoll simulate runs the model's own)
+    goal: list[Any] = []
     for name in clusters:
         t0 = time.perf_counter()
         cluster = load_cluster_model(resolve_cluster(name))
@@ -231,8 +240,9 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         jobs = next(iter(records.values())).status.size
         verdicts = verdict_lines(cmps, prefix=f"{name} ")
         if "kueue-required" in policies:  # the same runs, against a user who writes Kueue's required topology
-            verdicts += verdict_lines([compare(records, load=load, seeds=seed_list, policies=policies, baseline="kueue-required")
-                                       for load in load_list], prefix=f"{name} ")
+            req_cmps = [compare(records, load=load, seeds=seed_list, policies=policies, baseline="kueue-required") for load in load_list]
+            verdicts += verdict_lines(req_cmps, prefix=f"{name} ")
+            goal += goal_rows(name, {"kueue-bestfit": cmps, "kueue-required": req_cmps})
         report[name] |= {"jobs": jobs, "loads": load_list, "seeds": list(seed_list), "wall_s": round(wall, 1), "sweep_s": round(sweep_s, 1),
                         "comparisons": [comparison_json(c) for c in cmps], "verdicts": verdicts, "sensitivity": sens}
         if fmt == "table":
@@ -252,11 +262,18 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
                 print(format_sensitivity(sens, f"{name}: atoll-elastic mean JCT ÷ kueue-bestfit's (jobs both completed), load "
                                                f"{SENSITIVITY_LOAD:g}, {len(seed_list)} seeds; < 1 = Atoll faster"))
             print(f"({sweep_s:.1f} s sweep, {wall:.1f} s in all)\n")
+    code = 0
+    if with_goal:
+        report["goal"] = goal_json(goal)
+        code = 0 if report["goal"]["met_by"] else 1
+        if fmt == "table":
+            print(format_goal(goal))
+            print()
     if fmt == "table":
         print(f"cost model: {CostParams(link_model=link_model).describe()}; sources:")
         print("\n".join(f"  {key}: {text}" for key, text in SOURCES.items()))
         print()
-    return report, 0
+    return report, code
 
 
 def _scale_child(jobs: int, policies: Sequence[str], seed: int, load: float) -> dict[str, Any]:
@@ -331,6 +348,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--clusters", default=",".join(QUALITY_CLUSTERS), help=f"bundled models to run (default {','.join(QUALITY_CLUSTERS)})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--goal", action="store_true", help="judge the queue manager's goal at loads 1.0-1.3 (exit 1 when missed)")
     p.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(list(argv))
     clusters = [c for c in args.clusters.split(",") if c]
@@ -348,19 +366,27 @@ def main(argv: Sequence[str]) -> int:
     if unknown:
         print(f"atoll bench quality: --bindings: unknown {', '.join(unknown)} (choose from {BINDINGS})", file=sys.stderr)
         return 2
+    from admission.cli._quality_goal import goal_judgeable
+
+    policies = [s for s in args.policies.split(",") if s]
+    if args.goal and (args.skip_quality or not goal_judgeable(policies, args.loads)):
+        print("atoll bench quality: --goal: nothing to judge: run the quality sweep with kueue-bestfit, kueue-required and an atoll- "
+              "profile at a load in 1.0-1.3 (--policies, --loads)", file=sys.stderr)
+        return 2
     if not args.skip_quality or bindings:
         from admission.simulator import RunFailed
 
         try:
-            out["quality"], code = quality([s for s in args.policies.split(",") if s], args.format, args.profiles, loads=args.loads,
+            out["quality"], code = quality(policies, args.format, args.profiles, loads=args.loads,
                                            seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity,
                                            with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads,
-                                           clusters=clusters, link_model=args.link_model)
+                                           clusters=clusters, link_model=args.link_model, with_goal=args.goal)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1
-    if not args.skip_scale and code == 0:
-        out["scale"], code = scale(args.scale_jobs, scale_policies, args.seed, args.format, args.scale_load)
+    if not args.skip_scale and code in (0, 1):  # 1: the goal missed; the scale run still runs
+        out["scale"], scale_code = scale(args.scale_jobs, scale_policies, args.seed, args.format, args.scale_load)
+        code = max(code, scale_code)
     if args.format == "json":
         print(json.dumps(out, indent=2))
     return code

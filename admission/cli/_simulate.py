@@ -25,7 +25,6 @@ from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, reso
 from admission.simulator import (
     GPU_PERF_TAIL,
     INVARIANT_KEYS,
-    LINK_MODELS,
     AtollPolicy,
     Comparison,
     CostError,
@@ -68,7 +67,7 @@ from admission.simulator import (
     workload_jobs,
 )
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
-from topology import ClusterModel, ClusterModelError, Snapshot, load_cluster_model
+from topology import LINK_MODELS, ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
 __all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_perf"]
 
@@ -123,6 +122,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-size", type=int, default=None, metavar="PODS", help="pods per slice, with --slice-level (e.g. 16)")
     p.add_argument("--scheduler", default=None, help="kube-scheduler binding model: least-allocated, most-allocated, random, adversarial")
     p.add_argument("--enforcement", default=None, help="domain or exact (default: what the profiles document says)")
+    p.add_argument("--declared-runtime-factor", type=float, default=None, metavar="F",
+                   help="every job declares Kueue's maximumExecutionTimeSeconds as F (at least 1) times its ideal runtime, which "
+                        "lets it backfill a reserved domain it leaves in time (default: no job declares a limit)")
     p.add_argument("--parking", choices=("on", "off"), default="off",
                    help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
                         "controller's --park-waiting), and gives its quota back as a Retry when the oldest queued job is blocked on "
@@ -249,6 +251,14 @@ def _cost_params(args: argparse.Namespace) -> CostParams:
     )
 
 
+def _declared_factor(args: argparse.Namespace) -> float | None:
+    """``--declared-runtime-factor``, checked: a limit below the runtime would end jobs early."""
+    factor: float | None = args.declared_runtime_factor
+    if factor is not None and not factor >= 1.0:
+        raise PolicyError(f"--declared-runtime-factor: {factor:g} is below 1; give a factor of at least 1 (e.g. 2) or leave it out")
+    return factor
+
+
 def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slicing | None:
     """``--slice-level`` and ``--slice-size``, checked: both or neither, a size ≥ 1, a level some flavor has."""
     if level is None and size is None:
@@ -318,7 +328,7 @@ def main(argv: Sequence[str]) -> int:
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=args.parking == "on", records=args.records)
+                         parking=args.parking == "on", records=args.records, declared_runtime_factor=_declared_factor(args))
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time, rfc3339
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
     from admission.controller._schema import record_problems
-    from admission.controller._settings import ConfigSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
+    from admission.controller._settings import ConfigSettings, CostSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
     from admission.controller._wait import WAITING_CONDITION, read_wait_state, waiting_condition
     from admission.controller._workloads import (
         WorkloadError,
@@ -66,6 +66,7 @@ _WHERE = {
     "ANN_PLANNED_NODES": "_ledger",
     "ClusterCache": "_cache",
     "ConfigSettings": "_settings",
+    "CostSettings": "_settings",
     "Controller": "_loop",
     "DECISION_EVENT": "_records",
     "Decider": "_decide",
@@ -121,6 +122,7 @@ __all__ = [
     "ClusterCache",
     "ConfigSettings",
     "Controller",
+    "CostSettings",
     "Decider",
     "DecisionRecord",
     "DecisionSettings",

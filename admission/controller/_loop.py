@@ -50,6 +50,7 @@ from admission.controller._queue_state import QueueState
 from admission.controller._records import DecisionRecord, Recorder
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
+from admission.controller._span_cost import SpanPricer
 from admission.controller._status import StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._watching import Inbox, Informers, Watch
@@ -136,6 +137,7 @@ class Controller:
         self.queue_state = QueueState(self.cache, self.ledger, self.decider.holds)
         """The queue manager's state fed from the cache, and kept on the Workloads (``_queue_state``)."""
         self.decider.queue = self.queue_state.outlook
+        self.decider.span_cost = SpanPricer(self.settings.cost)
         self.config_error: str | None = None
         """The latest profiles-document problem (None when the latest document is in force)."""
         self._config_rv: str | None = None

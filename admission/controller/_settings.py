@@ -7,6 +7,8 @@ here: it lives in the hot-reloaded profiles ConfigMap.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from admission import vocabulary
@@ -14,6 +16,7 @@ from admission.kube import ApiRetrySettings, LeaderSettings
 
 __all__ = [
     "ConfigSettings",
+    "CostSettings",
     "DecisionSettings",
     "KueueSettings",
     "ServeSettings",
@@ -75,6 +78,17 @@ class DecisionSettings(_Group):
 
 
 
+class CostSettings(_Group):
+    """What a span costs a Workload (wait-or-span, ``_span_cost``): the simulator's defaults."""
+
+    link_model: Literal["calibrated", "flat-ring"] = "calibrated"
+    """How a placement's all-reduce is priced (``topology.LINK_MODELS``; ``atoll simulate --link-model``)."""
+    comm_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Share of a multi-GPU Workload's ideal step spent in all-reduce (``--cost-comm-fraction``)."""
+    overlap: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Share of that all-reduce hidden behind compute; 0: none, the upper bound of the penalty (``--cost-overlap``)."""
+
+
 class WatchSettings(_Group):
     """List-then-watch of each resource."""
 
@@ -109,6 +123,7 @@ class Settings(_Group):
     watch: WatchSettings = WatchSettings()
     leader: LeaderSettings = LeaderSettings()
     serve: ServeSettings = ServeSettings()
+    cost: CostSettings = CostSettings()
 
     @property
     def worker_turn_worst_case_seconds(self) -> float:

@@ -234,10 +234,10 @@ class KubePort:
         return self._json("POST", _path(resource, meta.get("namespace")), f"create {resource} {_key(meta.get('namespace'), meta.get('name'))}",
                           body=obj, content_type=_JSON)
 
-    def replace(self, resource: Resource, obj: Obj) -> Obj:
+    def replace(self, resource: Resource, obj: Obj, *, subresource: str | None = None) -> Obj:
         meta = obj["metadata"]
-        return self._json("PUT", _path(resource, meta.get("namespace"), meta["name"]), f"replace {resource} {_key(meta.get('namespace'), meta['name'])}",
-                          body=obj, content_type=_JSON)
+        what = f"replace {resource}{'/' + subresource if subresource else ''} {_key(meta.get('namespace'), meta['name'])}"
+        return self._json("PUT", _path(resource, meta.get("namespace"), meta["name"], subresource), what, body=obj, content_type=_JSON)
 
     def patch(self, resource: Resource, name: str, patch: Obj, namespace: str | None = None) -> Obj:
         return self._json("PATCH", _path(resource, namespace, name), f"patch {resource} {_key(namespace, name)}",

@@ -4,7 +4,7 @@ Waiting costs the expected wait for one domain (``domain_outlook``: the soonest 
 free time). Spanning now costs the extra run time of the best span found: the Workload's
 expected runtime times (slowdown − 1), the slowdown priced by the cost model on that span. The
 cheaper side wins; a tie waits (one domain is what the profile prefers). Either number unknown
-(no runtime learned yet, no span found, no cost model): no answer, and the profile's
+(no runtime learned yet, no span found or none it can price): no answer, and the profile's
 ``relaxAfterSeconds`` decides alone. ``relaxAfterSeconds`` stays the upper bound in every case:
 once it has passed, ``decide`` spans whatever this says.
 """
@@ -42,7 +42,7 @@ class WaitOrSpan:
     def describe(self) -> str:
         wait = (f"expected wait for one domain {self.wait_s:.0f}s ± {self.wait_error_s:.0f}s ({self.domain})"
                 if self.wait_s is not None else "expected wait for one domain unknown (no runtime learned for what runs there)")
-        if self.span_slowdown is None:  # none found, or no cost model to price it (the controller has none)
+        if self.span_slowdown is None:  # none found, or none the cost model can price
             span = ("no span priced now" if self.runtime_s is None else
                     f"no span priced now; expected runtime {self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
         elif self.runtime_s is None:

@@ -10,10 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from admission.simulator._collectives import CONSTANTS as COLLECTIVE_CONSTANTS
-from admission.simulator._collectives import calibration_table
 from admission.simulator._cost import (
-    LINK_MODELS,
     SOURCES,
     CostError,
     CostParams,
@@ -21,19 +18,14 @@ from admission.simulator._cost import (
     parse_comm_fraction,
     parse_link_model,
     parse_overlap,
-    ring_allreduce_s,
-    step_slowdown,
 )
 from admission.simulator._jobs import (
-    DEFAULT_COMM_FRACTION,
     Job,
     JobKind,
-    default_model_gb,
     make_job,
     split_into_pods,
 )
 from admission.simulator._metrics import INVARIANT_KEYS, format_table, summarize
-from admission.simulator._placement_cost import CostModel
 from admission.simulator._policies import AtollPolicy, JobShape, Policy, PolicyError, make_policies
 from admission.simulator._sim import PreparedWorkload, SimResult, SimSettings, build_snapshots, prepare_workload, simulate
 from admission.simulator._synthetic import (
@@ -88,19 +80,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECK_NAME",
-    "COLLECTIVE_CONSTANTS",
-    "DEFAULT_COMM_FRACTION",
     "DEFAULT_SIZE_MIX",
     "GPU_PERF_TAIL",
     "INVARIANT_KEYS",
-    "LINK_MODELS",
     "LLAMA3_70B_FP16",
     "PROFILES_NAMESPACE",
     "SOURCES",
     "AtollPolicy",
     "Comparison",
     "CostError",
-    "CostModel",
     "CostParams",
     "Job",
     "JobKind",
@@ -123,12 +111,10 @@ __all__ = [
     "WorkloadSpec",
     "available_cores",
     "build_snapshots",
-    "calibration_table",
     "cluster_gpus",
     "cluster_objects",
     "compare",
     "comparison_json",
-    "default_model_gb",
     "format_comparison",
     "format_islands",
     "format_sweep",
@@ -150,7 +136,6 @@ __all__ = [
     "read_openb",
     "read_openb_nodes",
     "read_trace",
-    "ring_allreduce_s",
     "run_sweep",
     "scale_load",
     "seeds_of",
@@ -159,7 +144,6 @@ __all__ = [
     "slice_workload",
     "sliced_jobs",
     "split_into_pods",
-    "step_slowdown",
     "summarize",
     "summary_lines",
     "synthetic_jobs",

@@ -1,10 +1,10 @@
 """The simulator's job cost model: how much slower a job runs on the placement it got.
 
 Two link models price the all-reduce (``LINK_MODELS``, ``--link-model``). The default,
-``calibrated``, lives in ``_collectives``: NCCL's algorithms on aggregated rails, checked against
+``calibrated``, lives in ``topology/_collectives.py``: NCCL's algorithms on aggregated rails, checked against
 published nccl-tests measurements (coreweave/nccl-tests README, NVIDIA/nccl issue #1801, Voltage
 Park's public H100 benchmarks; ``atoll bench collectives``); its all-reduce times go through
-``slowdown_from_ratio`` below. ``flat-ring``, described next, is the pessimistic end: it prices a
+``slowdown_from_ratio`` (``topology/_link_cost.py``, with the formulas below). ``flat-ring``, described next, is the pessimistic end: it prices a
 span across two GB200 racks at one 50 GB/s rail where nccl-tests measure 793 GB/s. Placement
 still matters, by less: Fluidstack's engineering blog reports a 256-GPU job at 412 ms per step
 placed topology-aware, 631 ms first-fit and 905 ms split across pods.
@@ -82,17 +82,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from admission.simulator._jobs import JOB_KINDS, Job, _unchecked_jobs
+from topology import LINK_MODELS
 
 if TYPE_CHECKING:
     from topology import ClusterModel
 
-__all__ = ["LINK_MODELS", "SOURCES", "CostError", "CostParams", "apply_bandwidths", "apply_cost", "parse_bandwidths",
-           "parse_comm_fraction", "parse_link_model", "parse_overlap", "ring_allreduce_s", "slowdown_from_ratio", "step_slowdown"]
-
-LINK_MODELS: Final = ("calibrated", "flat-ring")
-"""``calibrated`` (the default): ``_collectives``, NCCL's algorithms on aggregated rails, checked
-against published nccl-tests points; ``flat-ring``: the ring at one rail described above, the
-pessimistic end (``--link-model``)."""
+__all__ = ["SOURCES", "CostError", "CostParams", "apply_bandwidths", "apply_cost", "parse_bandwidths", "parse_comm_fraction",
+           "parse_link_model", "parse_overlap"]
 
 SOURCES: Final[dict[str, str]] = {
     "comm_fraction": "Wang et al., Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning, "
@@ -114,67 +110,6 @@ SOURCES: Final[dict[str, str]] = {
 
 class CostError(ValueError):
     """A ``--cost-*`` value cannot be used; the message names the flag and the expected form."""
-
-_US = 1e-6
-
-
-def ring_allreduce_s(size_gb: float, gpus: int, bandwidth_gbps: float, latency_us: float) -> float:
-    """Seconds for a ring all-reduce of ``size_gb`` GB over ``gpus`` GPUs:
-    ``2(k−1)/k · S/B + 2(k−1)·α``; 0 for one GPU."""
-    if gpus <= 1:
-        return 0.0
-    steps = 2.0 * (gpus - 1)
-    return steps / gpus * size_gb / bandwidth_gbps + steps * latency_us * _US
-
-
-def step_slowdown(
-    job: Job,
-    min_perf: float,
-    bottleneck_bandwidth_gbps: float,
-    bottleneck_latency_us: float,
-    ideal_bandwidth_gbps: float,
-    ideal_latency_us: float,
-) -> float:
-    """actual step / ideal step for ``job`` on a placement with these numbers (module docstring).
-
-    Plain floats in, one float out: called once per admitted job, so it does no lookups.
-    """
-    if not min_perf > 0.0:
-        raise ValueError(f"job {job.id!r}: min_perf must be > 0, got {min_perf}")
-    f = job.comm_fraction
-    if f == 0.0 or job.gpus <= 1 or job.kind != "training":
-        return 1.0 / min_perf
-    if not (bottleneck_bandwidth_gbps > 0.0 and ideal_bandwidth_gbps > 0.0):
-        raise ValueError(
-            f"job {job.id!r}: link bandwidths must be > 0 GB/s, got bottleneck {bottleneck_bandwidth_gbps}, ideal {ideal_bandwidth_gbps}"
-        )
-    if bottleneck_latency_us < 0.0 or ideal_latency_us < 0.0:
-        raise ValueError(f"job {job.id!r}: link latencies must be ≥ 0 µs, got bottleneck {bottleneck_latency_us}, ideal {ideal_latency_us}")
-    ideal = ring_allreduce_s(job.model_gb, job.gpus, ideal_bandwidth_gbps, ideal_latency_us)
-    if ideal <= 0.0:  # model_gb 0 on a zero-latency ideal link: no all-reduce to scale, compute only
-        return 1.0 / min_perf
-    actual = ring_allreduce_s(job.model_gb, job.gpus, bottleneck_bandwidth_gbps, bottleneck_latency_us)
-    return slowdown_from_ratio(job, min_perf, actual / ideal)
-
-
-def slowdown_from_ratio(job: Job, min_perf: float, ratio: float) -> float:
-    """actual step / ideal step for ``job`` when its all-reduce takes ``ratio`` × the ideal one's
-    (any link model: the flat ring above, or ``_collectives.allreduce`` times)."""
-    if not min_perf > 0.0:
-        raise ValueError(f"job {job.id!r}: min_perf must be > 0, got {min_perf}")
-    f = job.comm_fraction
-    if f == 0.0 or job.gpus <= 1 or job.kind != "training":
-        return 1.0 / min_perf
-    o = job.overlap
-    if o == 0.0:
-        return 1.0 + (1.0 - f) * (1.0 / min_perf - 1.0) + f * (ratio - 1.0)
-    return _overlapped_step(f, o, min_perf, f * ratio) / _overlapped_step(f, o, 1.0, f)
-
-
-def _overlapped_step(f: float, o: float, perf: float, allreduce: float) -> float:
-    """One step in units of the ideal un-overlapped step: compute, plus the all-reduce not hidden."""
-    compute = (1.0 - f) / perf
-    return compute + allreduce - min(o * allreduce, compute)
 
 
 # ------------------------------------------------------------------------------ assumptions

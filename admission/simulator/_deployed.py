@@ -182,14 +182,17 @@ class DeployedAtoll:
         return t
 
     def workload(self, job: int, flavor: int, pods: int, per_pod: ResourceVector, kind: str,
-                 slices: tuple[SliceLayer, ...] = ()) -> dict[str, Any]:
-        """The Workload of simulated job ``job`` (built on its first decision, kept across Retries)."""
+                 slices: tuple[SliceLayer, ...] = (), max_seconds: int | None = None) -> dict[str, Any]:
+        """The Workload of simulated job ``job`` (built on its first decision, kept across Retries);
+        ``max_seconds``: the ``maximumExecutionTimeSeconds`` its user declared (None: none)."""
         obj = self.workloads.get(job)
         if obj is None:
             key = (flavor, pods, per_pod, kind, slices)
             obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind, slices, self.flavor_resources[flavor])}],
                                                         flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}",
                                                         gpu_resource=self.flavor_resources[flavor])
+            if max_seconds is not None:
+                obj["spec"]["maximumExecutionTimeSeconds"] = int(max_seconds)
             self.views[job] = self.read(obj, key)
         return obj
 

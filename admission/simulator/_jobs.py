@@ -2,7 +2,8 @@
 
 A job is a gang of identical pods. Its ``duration_s`` is the runtime on an ideal placement (one
 island, best link, GPUs of perf 1.0); the cost model (``_cost``) stretches it for the placement
-it actually gets, using ``comm_fraction`` and ``model_gb``.
+it actually gets, using ``comm_fraction`` and ``model_gb`` (their defaults:
+``topology.default_comm_fraction``, ``topology.default_model_gb``).
 
 Shape rule (DESIGN, "Simulator"): a job larger than one node becomes pods of one node's GPUs
 each; a job that fits a node is one pod with all its GPUs. When a large job's GPU count is not a
@@ -19,13 +20,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, make_dataclass
 from typing import Any, Final, Literal
 
+from topology import default_comm_fraction, default_model_gb
+
 __all__ = [
-    "DEFAULT_COMM_FRACTION",
     "JOB_KINDS",
     "Job",
     "JobKind",
-    "default_comm_fraction",
-    "default_model_gb",
     "make_job",
     "split_into_pods",
 ]
@@ -33,35 +33,7 @@ __all__ = [
 JobKind = Literal["training", "inference"]
 JOB_KINDS: Final = ("training", "inference")
 
-DEFAULT_COMM_FRACTION: Final = 0.1
-"""Share of an ideal training step spent in all-reduce on one NVLink island.
-
-Data-parallel all-reduce of a 7B-parameter model in bf16 (14 GB) over 8 H100s on NVLink takes
-about 2·7/8·14 GB / 450 GB/s ≈ 55 ms of a ~1 s step (≈ 5%); communication-heavy jobs (bigger
-models, small batches, little overlap) reach 15–20%. 0.1 sits between, and matches the ≈ 10 % a
-measurement of GPT/LLaMA training attributes to communication (``_cost.SOURCES``). Spanning from
-NVLink (900 GB/s) to NDR (50 GB/s) then costs 0.9 + 0.1 × 18 ≈ 2.7× on the ring term's bandwidth
-part. ``--cost-comm-fraction`` changes it per run, by job size if wanted.
-"""
-
-_GRAD_GB_PER_SQRT_GPU: Final = 2.0
 _NOT_GIVEN: Final = math.nan
-
-
-def default_comm_fraction(kind: str, gpus: int) -> float:
-    """``DEFAULT_COMM_FRACTION`` for multi-GPU training; 0 for one GPU (nothing to all-reduce)
-    and for inference (replicas do not synchronise; their slowdown is only GPU perf)."""
-    return DEFAULT_COMM_FRACTION if kind == "training" and gpus > 1 else 0.0
-
-
-def default_model_gb(gpus: int) -> float:
-    """Gradient bytes per step (GB) when a trace gives none: 2 GB × √gpus.
-
-    2 GB is the bf16 gradient of a 1B-parameter model. Larger jobs train larger models, but they
-    also shard them (tensor/pipeline parallel), so the data-parallel gradient each ring carries
-    grows more slowly than the job: √gpus gives 5.7 GB at 8 GPUs, 16 GB at 64, 64 GB at 1,024.
-    """
-    return _GRAD_GB_PER_SQRT_GPU * math.sqrt(max(gpus, 1))
 
 
 def split_into_pods(gpus: int, gpus_per_node: int) -> tuple[int, int]:

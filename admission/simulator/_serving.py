@@ -40,8 +40,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from admission.simulator._collectives import ETA_RING_NET, ETA_RING_NVL, MAX_CHANNELS
-from topology import Snapshot
+from topology import ETA_RING_NET, ETA_RING_NVL, MAX_CHANNELS, Snapshot
 
 __all__ = [
     "DECODE_HBM_EFF",

@@ -76,14 +76,12 @@ import numpy.typing as npt
 
 from admission.controller import Violation, check_invariant
 from admission.queue import WaitingRoom
-from admission.simulator._cost import LINK_MODELS
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
-from admission.simulator._placement_cost import CostModel
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
 from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState
-from topology import ClusterModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
+from topology import LINK_MODELS, ClusterModel, CostModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
 
 __all__ = [
     "ENFORCEMENTS",
@@ -157,6 +155,11 @@ class SimSettings:
     policies only); None: no records, and verdicts leave out the losing domains."""
     run_label: str = ""
     """Its ``run`` field on every record: which run of a sweep wrote it."""
+    declared_runtime_factor: float | None = None
+    """Jobs declare Kueue's ``maximumExecutionTimeSeconds`` as this factor times their ideal
+    runtime (rounded up), as users declare a limit above what they expect; what backfill into a
+    reserved domain reads. None (the default): no job declares one. The limit is not enforced: a
+    job the cost model stretches past it still runs to its end."""
     link_model: str = "calibrated"
     """How a placement's all-reduce is priced (``_cost.LINK_MODELS``): ``calibrated``
     (``_collectives``) or ``flat-ring`` (the pessimistic ring at one rail)."""
@@ -166,6 +169,9 @@ class SimSettings:
             raise ValueError(f"link_model: {self.link_model!r} is not one of {', '.join(LINK_MODELS)}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler: {self.scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+        if self.declared_runtime_factor is not None and not self.declared_runtime_factor >= 1.0:
+            raise ValueError(f"declared_runtime_factor: {self.declared_runtime_factor!r} must be at least 1 (a declared limit "
+                             "below the runtime would end the job early); leave it unset for no declared limits")
         if self.enforcement not in (None, *ENFORCEMENTS):
             raise ValueError(f"enforcement: {self.enforcement!r} is not one of {', '.join(ENFORCEMENTS)}")
 
@@ -589,7 +595,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             t0 = time.perf_counter()
             if deployed is not None:
                 deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
-                att = _deployed_attempt(deployed, j, fi, shape, now)
+                att = _deployed_attempt(deployed, j, fi, shape, now, _declared(settings, work.jobs[j]))
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
             decision_s += time.perf_counter() - t0
@@ -742,9 +748,15 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     )
 
 
-def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float) -> Attempt:
+def _declared(settings: SimSettings, job: Job) -> int | None:
+    """The ``maximumExecutionTimeSeconds`` job declares (``SimSettings.declared_runtime_factor``)."""
+    factor = settings.declared_runtime_factor
+    return None if factor is None else max(1, math.ceil(factor * job.duration_s))
+
+
+def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, declared: int | None = None) -> Attempt:
     """The controller's decision on job ``j``'s Workload, as an attempt of the simulator's loop."""
-    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices)
+    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_seconds=declared)
     v = deployed.decide(j, obj, now)
     if v.outcome == "admit":
         planned = np.array([0], dtype=np.int64)

@@ -156,6 +156,8 @@ class SweepSpec:
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
     parking: bool = False
+    declared_runtime_factor: float | None = None
+    """``SimSettings.declared_runtime_factor``: jobs declare a runtime limit (None: none do)."""
     """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
     records: str | None = None
     """``atoll simulate --records``: each Atoll run writes its decision records to ``record_part``
@@ -201,6 +203,7 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     policy = make_policies([name], spec.profiles, seed=seed)[0]
     chosen: dict[str, Any] = {"scheduler": spec.scheduler, "enforcement": spec.enforcement}
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
+                           declared_runtime_factor=spec.declared_runtime_factor,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),
                            **{k: v for k, v in chosen.items() if v})
     try:

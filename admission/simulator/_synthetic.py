@@ -25,12 +25,11 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from admission.simulator._jobs import (
-    DEFAULT_COMM_FRACTION,
     Job,
     _unchecked_jobs,
-    default_model_gb,
     split_into_pods,
 )
+from topology import DEFAULT_COMM_FRACTION, default_model_gb
 
 __all__ = ["DEFAULT_SIZE_MIX", "SyntheticParams", "synthetic_jobs"]
 

@@ -26,7 +26,7 @@ def test_collectives_fails_when_a_prediction_misses_its_measurement(monkeypatch:
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     from dataclasses import replace
 
-    from admission.simulator import _collectives
+    from topology import _collectives
 
     off = replace(_collectives.MEASURED[1], measured_gbps=2000.0)  # a point the model cannot reach
     monkeypatch.setattr(_collectives, "MEASURED", (_collectives.MEASURED[0], off))

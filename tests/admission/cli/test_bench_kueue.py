@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from admission import vocabulary
-from admission.cli._bench_kueue import RACK, _retry, _row, _workload, main
+from admission.cli._bench_kueue import RACK, _eviction_finished, _retry, _row, _workload, main
 from admission.kube.errors import ApiError
 
 
@@ -80,3 +80,31 @@ def test_retry_survives_a_loaded_apiserver_and_counts_a_landed_create(monkeypatc
     with pytest.raises(ApiError):
         _retry(lambda: (_ for _ in ()).throw(ApiError("down", status=503)))
     assert slept == [0.5, 1.0, 2.0, 4.0]  # RETRIES tries, then the error
+
+
+def test_the_runner_finishes_the_eviction_of_a_preempted_workload_as_a_jobs_controller_would() -> None:
+    now = "2026-01-01T00:00:10Z"
+    evicted = {"metadata": {"name": "w1", "namespace": "bench-atoll", "generation": 1, "resourceVersion": "7"},
+               "status": {"admission": {"clusterQueue": "atoll-cq-1"},
+                          "admissionChecks": [{"name": "atoll-topology", "state": "Pending"}],
+                          "conditions": [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "lastTransitionTime": "t0"},
+                                         {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": "t1"},
+                                         {"type": "Preempted", "status": "True", "reason": "InCohortReclamation", "lastTransitionTime": "t1"}]}}
+    out = _eviction_finished(evicted, now)
+    assert out is not None and "admission" not in out["status"]
+    conds = {c["type"]: c for c in out["status"]["conditions"]}
+    assert conds["QuotaReserved"]["status"] == "False" and conds["QuotaReserved"]["lastTransitionTime"] == now
+    assert conds["Evicted"] == evicted["status"]["conditions"][1]  # Kueue's own conditions are kept
+    assert out["metadata"]["resourceVersion"] == "7"  # a conditional write: a changed Workload is refused
+    assert out["status"]["admissionChecks"] == evicted["status"]["admissionChecks"]
+    admitted = {**evicted, "status": {**evicted["status"], "conditions": [*evicted["status"]["conditions"],
+                                                                          {"type": "Admitted", "status": "True", "reason": "Admitted"}]}}
+    assert {c["type"]: c["status"] for c in _eviction_finished(admitted, now)["status"]["conditions"]}["Admitted"] == "False"
+    running = {**evicted, "status": {**evicted["status"], "conditions": evicted["status"]["conditions"][:1]}}
+    assert _eviction_finished(running, now) is None  # not evicted: nothing to finish
+    released = {**evicted, "status": {"conditions": [{**evicted["status"]["conditions"][0], "status": "False"},
+                                                     *evicted["status"]["conditions"][1:]]}}
+    assert _eviction_finished(released, now) is None  # its eviction is already finished
+    finished = {**evicted, "status": {**evicted["status"], "conditions": [*evicted["status"]["conditions"],
+                                                                          {"type": "Finished", "status": "True"}]}}
+    assert _eviction_finished(finished, now) is None

@@ -121,6 +121,18 @@ def test_one_webhook_api_call_with_its_retries_ends_before_the_webhook_timeout(s
     assert 3 * retry.request_timeout >= 0.75 * retry.worst_case_seconds  # most of it goes to the attempts, not to waiting
 
 
+def test_the_span_cost_defaults_are_the_simulators_and_flags_change_them_or_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    cost = build_settings(parser({}).parse_args([])).cost
+    assert (cost.link_model, cost.comm_fraction, cost.overlap) == ("calibrated", 0.1, 0.0)
+    cost = build_settings(parser({"ATOLL_COST_OVERLAP": "0.5"}).parse_args(["--link-model", "flat-ring", "--cost-comm-fraction", "0.2"])).cost
+    assert (cost.link_model, cost.comm_fraction, cost.overlap) == ("flat-ring", 0.2, 0.5)
+    for flag, value in (("--cost-comm-fraction", "1.5"), ("--cost-overlap", "half"), ("--link-model", "mesh")):
+        with pytest.raises(SystemExit):
+            parser({}).parse_args([flag, value])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and flag in err[0] and repr(value) in err[0], err
+
+
 def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     args = parser({"ATOLL_WEBHOOK_TIMEOUT_SECONDS": "7"}).parse_args(["--webhook-timeout-seconds", "12"])
     assert build_webhook_settings(args).timeout_seconds == 12

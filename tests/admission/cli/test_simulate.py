@@ -319,6 +319,11 @@ def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[st
     assert message in capsys.readouterr().err
 
 
+def test_a_declared_runtime_factor_below_1_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "10", "--declared-runtime-factor", "0.5"]) == 2
+    assert "--declared-runtime-factor: 0.5 is below 1" in capsys.readouterr().err
+
+
 def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> None:
     from admission.cli._simulate import too_few_jobs
     from admission.simulator._jobs import make_job

@@ -1,14 +1,16 @@
 """``KubePort``'s ``deadline``: one budget across every attempt and wait of a call (the webhook's
-whole review), with nothing listening so every attempt fails fast."""
+whole review), with nothing listening so every attempt fails fast; and a status replace on the
+real apiserver."""
 
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 from kubernetes import client
 
-from admission.kube import NODES, ApiRetrySettings, KubePort, errors
+from admission.kube import NODES, WORKLOADS, ApiRetrySettings, KubePort, errors
 
 
 def dead_port(**kw: object) -> KubePort:
@@ -43,3 +45,19 @@ def test_without_a_deadline_every_retry_runs() -> None:
     with pytest.raises(errors.NetworkError):
         dead_port(sleep=slept.append).get(NODES, "n1")
     assert slept == [0.5, 0.5, 0.5]
+
+
+@pytest.mark.apiserver
+def test_replace_of_the_status_subresource_writes_status_alone_and_only_on_the_version_read(kube_client: Any, namespace: str) -> None:
+    port = KubePort(kube_client)
+    port.create(WORKLOADS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "w", "namespace": namespace},
+                            "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1, "template": {"spec": {
+                                "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}]}})
+    read = port.get(WORKLOADS, "w", namespace)
+    cond = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    body = {**read, "spec": {**read["spec"], "queueName": "other"}, "status": {"conditions": [cond]}}
+    out = port.replace(WORKLOADS, body, subresource="status")
+    assert [c["type"] for c in out["status"]["conditions"]] == ["QuotaReserved"]
+    assert port.get(WORKLOADS, "w", namespace)["spec"]["queueName"] == "lq"  # the status subresource leaves the spec alone
+    with pytest.raises(errors.Conflict):  # the version read is gone
+        port.replace(WORKLOADS, body, subresource="status")

@@ -7,7 +7,8 @@ from itertools import pairwise
 
 import pytest
 
-from admission.simulator import make_job, ring_allreduce_s, step_slowdown
+from admission.simulator import make_job
+from topology import ring_allreduce_s, step_slowdown
 
 NVLINK, NDR, PCIE = 900.0, 50.0, 63.0
 
@@ -135,7 +136,7 @@ def test_link_model_is_parsed_and_named_in_the_description() -> None:
 
 
 def test_slowdown_from_ratio_is_the_step_formula_for_any_link_model() -> None:
-    from admission.simulator._cost import slowdown_from_ratio
+    from topology import slowdown_from_ratio
 
     gang = make_job("g", 0.0, 100.0, 16, 4)
     assert slowdown_from_ratio(gang, 1.0, 1.0) == 1.0

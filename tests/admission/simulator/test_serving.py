@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from admission.simulator._collectives import ETA_RING_NET, ETA_RING_NVL
 from admission.simulator._serving import (
     GB200,
     KV_ALPHA_S,
@@ -19,7 +18,7 @@ from admission.simulator._serving import (
     read_azure_llm,
     replay,
 )
-from topology import Level, NodeInfo, ResourceVector, Snapshot
+from topology import ETA_RING_NET, ETA_RING_NVL, Level, NodeInfo, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
 

@@ -234,7 +234,7 @@ defaultProfile: strict
 
 @pytest.mark.parametrize("link_model", ["calibrated", "flat-ring"])
 def test_a_span_is_charged_by_the_cost_model_and_one_island_is_not(link_model: str) -> None:
-    from admission.simulator._collectives import Island, allreduce
+    from topology import Island, allreduce
 
     model = cluster(sus=2, racks=1, nodes=4, used={"u0r0n0": 4, "u1r0n0": 4})  # no island holds 4 nodes
     gang = job(0.0, 1000.0, 16)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from admission.simulator._collectives import MEASURED, Island, allreduce, calibration_table
+from topology._collectives import MEASURED, Island, allreduce, calibration_table
 
 GB200 = Island(nvlink_gbps=900.0, nvlink_latency_us=1.0, nic_gbps=50.0, cross_latency_us=4.0)
 H100 = Island(nvlink_gbps=450.0, nvlink_latency_us=1.0, nic_gbps=50.0, cross_latency_us=4.0)

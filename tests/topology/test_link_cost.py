@@ -8,10 +8,9 @@ import pytest
 
 from admission.cli._bundled import resolve_cluster
 from admission.simulator._jobs import make_job
-from admission.simulator._placement_cost import CostModel
 from admission.simulator._policies import JobShape
 from admission.simulator._sim import build_snapshots
-from topology import ResourceVector, load_cluster_model
+from topology import CostModel, ResourceVector, load_cluster_model
 
 
 def snapshot(name: str):  # type: ignore[no-untyped-def]

@@ -14,6 +14,11 @@ deadline at which it may span. It is woken, and decided again, only when
 - anything else changes that the GPU count cannot see (a node, the profiles, what admitted
   Workloads still owe): ``wake_flavor`` or ``wake_all``.
 
+A parked Workload that gives its quota back (Kueue then evicts it) is ``set_aside``: its need
+stays on file, and until one of those events touches it, it is ``unchanged``. When it holds quota
+again it is parked again on the need it had, without being decided (the answer could not have
+changed); an event that would have woken it takes it out instead, and it is decided afresh.
+
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
 answer.
@@ -60,12 +65,15 @@ class WaitingRoom:
         self._deadlines: list[tuple[float, int, Hashable]] = []
         self._seq = 0
         self._order: dict[Hashable, int] = {}
+        self._aside: set[Hashable] = set()
+        """Keys set aside (quota given back): indexed so events find them, never returned by them."""
 
     def __len__(self) -> int:
+        """Workloads on file: parked, or set aside (an event must still reach them)."""
         return len(self._needs)
 
     def __contains__(self, key: Hashable) -> bool:
-        return key in self._needs
+        return key in self._needs and key not in self._aside
 
     def need(self, key: Hashable) -> Need | None:
         return self._needs.get(key)
@@ -84,11 +92,31 @@ class WaitingRoom:
         if need.deadline is not None:
             heapq.heappush(self._deadlines, (need.deadline, self._seq, key))
 
+    def set_aside(self, key: Hashable) -> None:
+        """Parked ``key`` gave its quota back (its wait became a Retry): its need stays on file,
+        so ``unchanged`` tells whether anything it waits for changed before it holds quota again."""
+        if key in self._needs:
+            self._aside.add(key)
+
+    def unchanged(self, key: Hashable, now: float) -> Need | None:
+        """``key``'s need if it was set aside and no event that would have woken it came since
+        (nor its deadline, by ``now``): it is then parked again as it was, in its old place, since
+        no decision could answer differently. None: decide it (it left the room if it was in it)."""
+        if key not in self._aside:
+            return None
+        need = self._needs[key]
+        if need.deadline is not None and need.deadline <= now:
+            self.leave(key)
+            return None
+        self._aside.discard(key)
+        return need
+
     def leave(self, key: Hashable) -> Need | None:
         """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked."""
         need = self._needs.pop(key, None)
         if need is None:
             return None
+        self._aside.discard(key)
         seq = self._order.pop(key)
         row = self._by_level[(need.flavor, need.level, need.gpus_per_pod)]
         i = bisect.bisect_left(row, (need.pods, seq))
@@ -105,8 +133,10 @@ class WaitingRoom:
         while self._deadlines and self._deadlines[0][0] <= now:
             _, seq, key = heapq.heappop(self._deadlines)
             if self._order.get(key) == seq:
+                aside = key in self._aside
                 self.leave(key)
-                out.append(key)
+                if not aside:
+                    out.append(key)
         return out
 
     def next_deadline(self) -> float | None:
@@ -129,22 +159,25 @@ class WaitingRoom:
             most = self._most_pods(snapshot, level, per_pod, rows)
             stop = bisect.bisect_right(row, (most, float("inf")))
             woken.extend((seq, key) for _, seq, key in row[:stop])
-        for _, key in sorted(woken, key=lambda sk: sk[0]):
-            self.leave(key)
-        return [key for _, key in sorted(woken, key=lambda sk: sk[0])]
+        return self._wake(sorted(woken, key=lambda sk: sk[0]))
 
     def wake_flavor(self, flavor: str) -> list[Hashable]:
         """Every Workload parked on ``flavor`` (a change the GPU counts cannot see), oldest first."""
-        keys = sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor)
-        for _, key in keys:
-            self.leave(key)
-        return [key for _, key in keys]
+        return self._wake(sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor))
 
     def wake_all(self) -> list[Hashable]:
-        keys = sorted((seq, k) for k, seq in self._order.items())
+        return self._wake(sorted((seq, k) for k, seq in self._order.items()))
+
+    def _wake(self, keys: list[tuple[int, Hashable]]) -> list[Hashable]:
+        """``keys`` leave the room; the parked ones are returned (to be decided), oldest first. One
+        set aside is not: it holds no quota, and is decided when it holds quota again."""
+        out = []
         for _, key in keys:
+            aside = key in self._aside
             self.leave(key)
-        return [key for _, key in keys]
+            if not aside:
+                out.append(key)
+        return out
 
     @staticmethod
     def _most_pods(snapshot: Snapshot, level: str | None, per_pod: int, rows: npt.NDArray[np.int64]) -> int:

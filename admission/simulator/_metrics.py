@@ -45,6 +45,7 @@ JSON_KEYS = (
     "invariant_checks", "invariant_full_checks", "invariant_violations",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
     "reserved_idle_gpu_hours",
+    "quota_yields", "reparked",
 )
 INVARIANT_KEYS = ("invariant_checks", "invariant_full_checks", "invariant_violations")
 """What a run reports of the no-double-booking invariant (per run in ``atoll simulate``'s JSON)."""
@@ -111,6 +112,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "invariant_violations": result.invariant_violations,
         "decisions_per_job": result.decisions / len(result.status) if len(result.status) else None,
         "reserved_idle_gpu_hours": result.reserved_idle_gpu_hours,
+        "quota_yields": result.quota_yields,
+        "reparked": result.reparked,
     }
     rounded: dict[str, Any] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
     rounded["wait_by_size_band"] = wait_by_size_band(result)

@@ -43,7 +43,9 @@ Atoll, as modelled
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
     would let it in and the flavor has its GPUs free: their wait becomes a Retry (newest parked first; a Workload holding a
-    reservation keeps its place), Kueue evicts them and they are decided again after the delay.
+    reservation keeps its place) and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
+    quota again after its delay while nothing it waits for changed is parked again undecided; one an event reached is
+    decided again.
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
@@ -243,6 +245,10 @@ class SimResult:
     """Violations found: 0 in a finished run (the first violation stops it: ``InvariantViolation``)."""
     reserved_idle_gpu_hours: float = 0.0
     """GPU-hours reservations held idle: GPUs reserved for a waiting gang and free meanwhile (an Atoll profile with reservations)."""
+    quota_yields: int = 0
+    """Parked Workloads that gave their quota back (a Retry: in a cluster, a Kueue eviction); ``SimSettings.yield_quota``."""
+    reparked: int = 0
+    """Of those, parked again without a decision when they held quota again (nothing they wait for had changed)."""
 
 
 # --------------------------------------------------------------------------------- preparing
@@ -489,8 +495,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if deployed is not None and deployed.reserving(j):
                 continue  # first in line on its reserved domain: its quota is what starts it there
             retry_after = parked[fi].pop(j)
+            retry_of[j] = retry_after
             assert room is not None
-            room.leave(j)
+            room.set_aside(j)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
             gpus = shape_gpus[int(shape_of[j])]
             f.used -= gpus
             parked_gpus[fi] -= gpus
@@ -502,6 +509,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back (a Retry) to a job blocked on quota
+    reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
+    retry_of: dict[int, float] = {}
+    """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
 
     def check(fi: int, now: float) -> None:
         """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
@@ -573,6 +583,18 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if shape_gpus[sid] > f.nominal - f.used:
                 continue
             shape = shapes[sid][1]
+            if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
+                q = f.queues[sid]
+                heapq.heappop(q)
+                if q:
+                    heapq.heappush(heads, (q[0], sid))
+                else:
+                    del f.queues[sid]
+                f.used += shape.gpus
+                parked_gpus[fi] += shape.gpus
+                parked[fi][j] = retry_of[j]
+                reparked[0] += 1
+                continue
             fw = first_wait[j]
             wait = WaitState(None if math.isnan(fw) else float(fw), int(attempts[j]))
             t0 = time.perf_counter()
@@ -727,6 +749,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         busiest_time=busiest_time, island_grid=grid, invariant_checks=checks[0], invariant_full_checks=checks[1],
         block_free={b: np.frombuffer(v) for b, v in blocks.items()},
         stranded_gpus=np.frombuffer(stranded_t), reserved_idle_gpu_hours=idle_gpu_s / 3600.0,
+        quota_yields=yielded[0], reparked=reparked[0],
     )
 
 

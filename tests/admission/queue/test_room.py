@@ -73,3 +73,31 @@ def test_leaving_and_waking_everything() -> None:
     assert room.due(100.0) == []  # deadlines of Workloads that left are dropped
     room.park("w", Need("g", SU, 2, 1))
     assert room.wake_all() == ["w"]
+
+
+def test_a_workload_set_aside_parks_again_unchanged_until_an_event_would_have_woken_it() -> None:
+    snap, room = cluster(), WaitingRoom()
+    room.park("gang", Need("f", CLIQUE, 2, 4, deadline=900.0))
+    room.park("small", Need("f", CLIQUE, 1, 4))
+    room.set_aside("gang")  # it gave its quota back: no longer parked, its need kept on file
+    assert "gang" not in room and len(room) == 2  # not parked, but on file: events must still reach it
+    assert room.unchanged("gang", 100.0) == Need("f", CLIQUE, 2, 4, deadline=900.0)  # nothing changed: parks as it was
+    assert "gang" in room and len(room) == 2
+    room.set_aside("gang")
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["small"]  # room for it: the set-aside one is not returned...
+    assert room.unchanged("gang", 100.0) is None and "gang" not in room  # ...but is decided afresh when it holds quota again
+    assert room.unchanged("small", 100.0) is None  # never set aside: decided as usual
+
+
+def test_a_set_aside_workload_is_decided_again_after_its_deadline_or_a_flavor_change() -> None:
+    room = WaitingRoom()
+    room.park("late", Need("f", CLIQUE, 2, 4, deadline=300.0))
+    room.park("moved", Need("f", CLIQUE, 2, 4))
+    room.park("other", Need("g", CLIQUE, 2, 4))
+    for key in ("late", "moved", "other"):
+        room.set_aside(key)
+    assert room.unchanged("late", 300.0) is None  # its deadline passed while it was out
+    assert room.wake_flavor("f") == []  # a node changed: nothing parked to wake, the set-aside one is taken out
+    assert room.unchanged("moved", 400.0) is None
+    assert room.due(1000.0) == [] and room.wake_all() == []
+    assert room.unchanged("other", 400.0) is None and len(room) == 0

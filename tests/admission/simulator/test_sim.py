@@ -329,3 +329,27 @@ def test_a_parked_workload_gives_its_quota_back_to_a_job_blocked_on_quota_alone(
     given = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
     assert given.start[1] == pytest.approx(10.0)  # the gang's wait became a Retry and its quota went to the job
     assert given.attempts[0] >= 2 and np.isnan(given.start[0])  # the gang is still decided again, and still finds no island
+
+
+def test_a_workload_that_gave_its_quota_back_is_not_decided_again_while_nothing_it_waits_for_changed() -> None:
+    # as above: the gang parks, gives its quota to the 12-GPU job and waits for quota; when that job
+    # ends its island has 12 GPUs free again, still no island of 16, so the gang parks again undecided
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(10.0, 100.0, 12)]
+    res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
+    assert res.start[1] == pytest.approx(10.0) and np.isnan(res.start[0])
+    assert (res.quota_yields, res.reparked) == (1, 1)
+    assert res.decisions == 2  # the gang once, the job once: the gang's quota back at 110 asks nothing again
+
+
+def test_a_workload_that_gave_its_quota_back_is_decided_again_when_room_it_could_use_frees() -> None:
+    # islands u0r0, u1r0, u1r1 keep one node busy (12 GPUs free each), u0r1 is empty; quota 52.
+    # A takes u0r1 until 80; the gang G parks (no island of 16); J1 takes u0r0; J2 is blocked on quota,
+    # so G gives its quota back. A's end frees u0r1: G is decided again and starts there.
+    model = cluster(sus=2, racks=2, used={"u0r0n0": 4, "u1r0n0": 4, "u1r1n0": 4})
+    jobs = [job(0.0, 80.0, 16), job(1.0, 100.0, 16), job(10.0, 200.0, 12), job(11.0, 200.0, 12)]
+    res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
+    assert res.start[3] == pytest.approx(11.0)  # J2 got G's quota
+    assert res.quota_yields == 1 and res.reparked == 0
+    assert res.start[1] == pytest.approx(80.0)  # decided again the moment A's island freed
+    assert res.decisions == 5  # A, G, J1, J2, and G once more

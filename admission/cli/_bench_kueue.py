@@ -297,6 +297,13 @@ def _row(arm: str, created: dict[str, float], admitted: dict[str, float], classe
     return row
 
 
+def nodes_ready_seconds(nodes: int) -> float:
+    """How long both arms' KWOK nodes may take to turn Ready and untainted: 300 s, plus 0.15 s per
+    node beyond the first 640 per arm (KWOK heartbeats every node, so a loaded apiserver takes
+    longer the more there are; 2,000 per arm were Ready a little after 300 s at load 21)."""
+    return 300.0 + 0.15 * max(0, nodes - 640) * 2
+
+
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm."""
     from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
@@ -316,7 +323,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
         KueueCluster(api).start()
         port = KubePort(api.api_client())
         _install(port, nodes, queues)
-        deadline = time.monotonic() + 300
+        ready_s = nodes_ready_seconds(nodes)
+        deadline = time.monotonic() + ready_s
         while time.monotonic() < deadline:
             listed = port.list(NODES, label_selector="type=kwok").items
             if len(listed) == 2 * nodes and all(
@@ -325,7 +333,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                 break
             time.sleep(1)
         else:
-            raise TimeoutError(f"the {2 * nodes} KWOK nodes were not Ready and untainted within 300s")
+            raise TimeoutError(f"the {2 * nodes} KWOK nodes were not Ready and untainted within {ready_s:.0f}s")
         ctrl = Controller(port, settings=Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS)),
                           recorder=Recorder(io.StringIO()))
         ctrl.decider.warm_up()

@@ -108,3 +108,11 @@ def test_the_runner_finishes_the_eviction_of_a_preempted_workload_as_a_jobs_cont
     finished = {**evicted, "status": {**evicted["status"], "conditions": [*evicted["status"]["conditions"],
                                                                           {"type": "Finished", "status": "True"}]}}
     assert _eviction_finished(finished, now) is None
+
+
+def test_the_wait_for_kwok_nodes_grows_with_the_pool_beyond_kueues_640() -> None:
+    from admission.cli._bench_kueue import nodes_ready_seconds
+
+    assert nodes_ready_seconds(64) == nodes_ready_seconds(640) == 300.0
+    assert nodes_ready_seconds(2000) == pytest.approx(300.0 + 0.15 * 1360 * 2)
+    assert nodes_ready_seconds(2000) > 600  # the 4,000 nodes of a 2,000-node run were not all Ready at 300 s on a loaded machine

@@ -584,12 +584,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             shape = shapes[sid][1]
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
-                q = f.queues[sid]
-                heapq.heappop(q)
-                if q:
-                    heapq.heappush(heads, (q[0], sid))
-                else:
-                    del f.queues[sid]
+                _dequeue(f, sid, heads)
                 f.used += shape.gpus
                 parked_gpus[fi] += shape.gpus
                 parked[fi][j] = retry_of[j]
@@ -608,12 +603,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if att.outcome == "nofit":
                 f.dead[sid] = f.version
                 continue
-            q = f.queues[sid]
-            heapq.heappop(q)
-            if q:
-                heapq.heappush(heads, (q[0], sid))
-            else:
-                del f.queues[sid]
+            _dequeue(f, sid, heads)
             if att.outcome == "admit":
                 assert att.nodes is not None and att.pods is not None
                 f.used += shape.gpus
@@ -783,6 +773,16 @@ def _reserve(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: Resou
 def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: ResourceVector) -> None:
     """``Snapshot.release`` for every node of a placement at once."""
     snapshot.free[nodes] = np.minimum(snapshot.free[nodes] + _amounts(pods, per_pod), snapshot.alloc[nodes])
+
+
+def _dequeue(f: _Flavor, sid: int, heads: list[tuple[int, int]]) -> None:
+    """Take shape ``sid``'s head job off its queue, and put the queue's next job in ``heads``."""
+    q = f.queues[sid]
+    heapq.heappop(q)
+    if q:
+        heapq.heappush(heads, (q[0], sid))
+    else:
+        del f.queues[sid]
 
 
 def _fragmentation(fl: Sequence[_Flavor], reference_gpus: int) -> float:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from admission.controller import Controller
 from admission.controller._queue_state import HELD_CONDITION, RESERVED_CONDITION
 from admission.controller._records import rfc3339
 from admission.queue import Reservation
@@ -163,7 +164,9 @@ def finished_at(fabric: Fabric, name: str, admitted: float, finished: float, rea
     apply_workload_status(fabric.custom, fabric.ns, name, {"conditions": conditions})
 
 
-def test_runtimes_are_learned_from_finished_workloads_and_again_after_a_restart(fabric: Fabric) -> None:
+def three_succeeded(fabric: Fabric) -> tuple[Controller, float]:
+    """A controller that admitted three 8-GPU Workloads which then ran 1,000, 2,000 and 3,000 s and
+    succeeded, and the time they were admitted."""
     fabric.install()
     ctrl = fabric.controller()
     for i in range(3):
@@ -173,6 +176,11 @@ def test_runtimes_are_learned_from_finished_workloads_and_again_after_a_restart(
     for i, seconds in enumerate((1000, 2000, 3000)):
         finished_at(fabric, f"done-{i}", t0, t0 + seconds)
     run(ctrl)
+    return ctrl, t0
+
+
+def test_runtimes_are_learned_from_finished_workloads_and_again_after_a_restart(fabric: Fabric) -> None:
+    ctrl, t0 = three_succeeded(fabric)
     est = ctrl.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 8)
     assert est is not None and est.samples == 3 and est.seconds == pytest.approx(2000.0) and est.error == pytest.approx(1000.0)
     assert len(ctrl.queue_state.outlook) == 0  # nothing runs any more
@@ -185,15 +193,7 @@ def test_runtimes_are_learned_from_finished_workloads_and_again_after_a_restart(
 
 
 def test_a_failed_workload_teaches_no_runtime_live_or_after_a_restart(fabric: Fabric) -> None:
-    fabric.install()
-    ctrl = fabric.controller()
-    for i in range(3):
-        submit(fabric, f"done-{i}", 2)
-    assert [v.outcome for v in run(ctrl)] == ["admit"] * 3
-    t0 = fabric.clock.now()
-    for i, seconds in enumerate((1000, 2000, 3000)):
-        finished_at(fabric, f"done-{i}", t0, t0 + seconds)
-    run(ctrl)
+    ctrl, t0 = three_succeeded(fabric)
     for name in ("crashed", "orphaned"):
         submit(fabric, name, 2)  # the same queue and size band
     assert [v.outcome for v in run(ctrl)] == ["admit"] * 2

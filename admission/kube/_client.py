@@ -56,8 +56,15 @@ def _path(resource: Resource, namespace: str | None = None, name: str | None = N
     return base
 
 
-def _read(resp: Any) -> bytes:
-    data: bytes = resp.response.data
+def _read(resp: Any, operation: str) -> bytes:
+    """The answer's body. It is read after the status line, so a connection that breaks or stalls
+    here (a read timeout mid-body) raises from urllib3, not from the request: it becomes a
+    ``NetworkError`` like any other transport failure, retried and caught where those are, instead
+    of escaping every ``except ApiError`` and ending the caller's thread."""
+    try:
+        data: bytes = resp.response.data
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise errors.NetworkError(f"{operation}: the answer broke off: {exc}") from exc
     return data
 
 
@@ -151,7 +158,7 @@ class KubePort:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise errors.NetworkError(f"{operation}: {exc}") from exc
         if not 200 <= resp.status < 300:
-            body_bytes = _read(resp)
+            body_bytes = _read(resp, operation)
             cause = ApiException(status=resp.status, reason=resp.reason)
             cause.body = body_bytes.decode("utf-8", "replace")
             cause.headers = dict(resp.headers or {})
@@ -181,7 +188,7 @@ class KubePort:
                     raise errors.OutOfTime(f"{operation}: not sent: the time budget is spent")
                 timeout = min(timeout, whole)
             resp = self._send(method, path, operation=operation, timeout=timeout, **kwargs)
-            out: Obj = json.loads(_read(resp))
+            out: Obj = json.loads(_read(resp, operation))
             return out
 
         sleep = self._sleep

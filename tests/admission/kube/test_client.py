@@ -1,10 +1,12 @@
 """``KubePort``'s ``deadline``: one budget across every attempt and wait of a call (the webhook's
 whole review), with nothing listening so every attempt fails fast; and a status replace on the
-real apiserver."""
+real apiserver; and an answer that stalls mid-body, which must fail like any transport fault."""
 
 from __future__ import annotations
 
 import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +22,45 @@ def dead_port(**kw: object) -> KubePort:
     cfg = client.Configuration()
     cfg.host = f"https://127.0.0.1:{dead}"
     return KubePort(client.ApiClient(cfg), ApiRetrySettings(backoffs=(0.5, 0.5, 0.5), request_timeout=2.0), **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def stalling_host() -> Iterator[str]:
+    """A listener that answers every request with a status line and the start of a body, then
+    stalls: the read timeout fires while the body is read, after the request itself returned."""
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            held.append(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_an_answer_that_stalls_mid_body_is_a_retried_network_error(stalling_host: str) -> None:
+    cfg = client.Configuration()
+    cfg.host = stalling_host
+    slept: list[float] = []
+    port = KubePort(client.ApiClient(cfg), ApiRetrySettings(backoffs=(0.1,), request_timeout=0.5), sleep=slept.append)
+    with pytest.raises(errors.NetworkError, match="get nodes n1: the answer broke off"):
+        port.get(NODES, "n1")
+    assert slept == [0.1]  # retried once, like a refused connection
 
 
 def test_a_spent_budget_sends_nothing() -> None:

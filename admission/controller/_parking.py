@@ -13,6 +13,10 @@ decides it again itself when something it waits for changes:
 - a node or the profiles document changes: every parked Workload;
 - an elastic profile's relax deadline passes (``due``).
 
+A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
+back (``_yielding``) and is set aside; when it holds quota again and nothing it waits for
+changed, it is parked again without a decision.
+
 After a restart or a leader change the room is empty and every Pending Workload is decided once
 more, then parked again: the room is rebuilt from API state.
 """
@@ -46,6 +50,18 @@ class Parking:
         need = verdict.needs[0]
         self.room.park(key, need)
         return need.deadline
+
+    def parked(self) -> list[str]:
+        """Parked Workloads (not those set aside), oldest first."""
+        return [str(k) for k in self.room.parked()]
+
+    def set_aside(self, key: str) -> None:
+        """Parked ``key`` gave its quota back: its need stays on file (``WaitingRoom.set_aside``)."""
+        self.room.set_aside(key)
+
+    def is_aside(self, key: str) -> bool:
+        """``key`` gave its quota back and its need is still on file."""
+        return self.room.need(key) is not None and key not in self.room
 
     def leave(self, key: str) -> None:
         self.room.leave(key)

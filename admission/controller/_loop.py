@@ -761,4 +761,9 @@ class Controller:
                 except Exception:  # noqa: BLE001 - a bug on one Workload must not stop the others
                     _log.exception("reconcile failed", workload=key)
                     self._requeue_later(key)
+            if self._yield_due and not self._queue:  # once the queue is drained: one pass over the waiters seen
+                try:
+                    self._give_quota_back()
+                except Exception:  # noqa: BLE001 - as a reconcile's
+                    _log.exception("giving parked quota back failed")
 

@@ -76,3 +76,30 @@ def test_a_waiter_of_another_cluster_queue_outside_the_cohort_takes_nothing(fabr
         assert ctrl.quota_yields == 1 and fabric.entry("gang")["state"] == "Retry"
     finally:
         fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", other)
+
+
+def test_the_running_controller_gives_parked_quota_back(fabric: Fabric) -> None:
+    """The watch-driven worker loop, not only ``process``: the waiter's watch event leads to the Retry."""
+    import time
+
+    from admission.controller import DecisionSettings
+
+    fabric.install()
+    busy(fabric)
+    settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True)})
+
+    def state_becomes(want: str) -> str:
+        deadline = time.monotonic() + 30
+        while (state := (fabric.entry("gang") or {}).get("state")) != want and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return str(state)
+
+    with fabric.running(settings=settings) as ctrl:
+        fabric.submit("gang", [("main", 2, 4)])
+        deadline = time.monotonic() + 30
+        while f"{fabric.ns}/gang" not in ctrl.parking and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert f"{fabric.ns}/gang" in ctrl.parking
+        waiter(fabric, "late")
+        assert state_becomes("Retry") == "Retry"
+        assert f"{fabric.ns}/late" in fabric.entry("gang")["message"]

@@ -17,6 +17,8 @@ The churn is bounded by two rules:
 
 - a parked Workload gives its quota back **at most once per decision**: once it has given it back
   and parked again undecided, it keeps its quota until an event has it decided afresh;
+- a Workload waiting for quota takes GPUs up to what it asks for while it waits, however many
+  passes see it (Kueue may take a while to admit it);
 - a Workload that gave its quota back and waits for it again takes none from another parked one,
   and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator.
 
@@ -58,9 +60,11 @@ class QuotaYield:
         self.port = port
         self.gpu_resource = gpu_resource
         self.waiters: dict[str, None] = {}
-        """Workloads seen waiting for quota since the last pass (insertion order: oldest event first)."""
+        """Workloads seen waiting for quota, until they hold it or are gone (insertion order: oldest event first)."""
         self.given: set[str] = set()
         """Workloads that gave their quota back since their last decision (the first rule)."""
+        self._served: dict[str, int] = {}
+        """GPUs given back so far to each Workload still waiting for quota: it takes no more than it asks for."""
         self._local_queues: dict[str, str | None] = {}
 
     def saw(self, obj: Obj) -> bool:
@@ -79,10 +83,11 @@ class QuotaYield:
     def forget(self, key: str) -> None:
         self.given.discard(key)
         self.waiters.pop(key, None)
+        self._served.pop(key, None)
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
-        """(parked Workload, waiting Workload it gives its quota to) pairs, for the waiters seen
-        since the last pass. ``parked``: keys in the order they were parked; ``set_aside(key)``:
+        """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up
+        to what it asks for while it waits, not more however many passes see it. ``parked``: keys in the order they were parked; ``set_aside(key)``:
         it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation."""
         waiters = list(self.waiters)
         order = list(parked)
@@ -93,6 +98,7 @@ class QuotaYield:
             obj = self.objects.get(w)
             if obj is None or not waits_for_quota(obj):
                 self.waiters.pop(w, None)  # it holds quota now, or is gone: no longer a waiter
+                self._served.pop(w, None)
                 continue
             if set_aside(w):
                 continue
@@ -103,25 +109,29 @@ class QuotaYield:
                 continue
             if cq is None or want <= 0:
                 continue
-            given = 0
+            given = self._served.get(w, 0)
             for p in reversed(order):  # newest parked first
                 if given >= want:
                     break
                 if p in taken or p in self.given or reserving(p):
                     continue
                 pobj = self.objects.get(p)
-                pcq = str(((pobj or {}).get("status") or {}).get("admission", {}).get("clusterQueue") or "") if pobj else ""
-                if not pcq or not condition_true(pobj or {}, "QuotaReserved") or condition_true(pobj or {}, "Evicted"):
+                if pobj is None or not condition_true(pobj, "QuotaReserved") or condition_true(pobj, "Evicted"):
+                    continue
+                pcq = str(((pobj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
+                if not pcq:
                     continue
                 if pcq != cq and not self._same_cohort(pcq, cq, cohorts):
                     continue
                 try:
-                    gpus = sum(s.count * s.per_pod.gpu for s in parse_workload(pobj or {}, gpu_resource=self.gpu_resource()).podsets)
+                    gpus = sum(s.count * s.per_pod.gpu for s in parse_workload(pobj, gpu_resource=self.gpu_resource()).podsets)
                 except WorkloadError:
                     continue
                 taken.add(p)
                 out.append((p, w))
                 given += gpus
+            if given:
+                self._served[w] = given
         return out
 
     def _cluster_queue(self, obj: Obj) -> str | None:

@@ -103,3 +103,17 @@ def test_the_running_controller_gives_parked_quota_back(fabric: Fabric) -> None:
         waiter(fabric, "late")
         assert state_becomes("Retry") == "Retry"
         assert f"{fabric.ns}/late" in fabric.entry("gang")["message"]
+
+
+def test_a_waiter_takes_no_more_than_it_asks_for_newest_parked_first(fabric: Fabric) -> None:
+    ctrl = parked_gang(fabric)
+    fabric.submit("gang-2", [("main", 2, 4)])  # parked after the first
+    (second,) = run(ctrl)
+    assert second.parked
+    waiter(fabric, "late")  # 4 GPUs: one gang's 8 cover it
+    assert run(ctrl) == []
+    assert (fabric.entry("gang")["state"], fabric.entry("gang-2")["state"]) == ("Pending", "Retry")  # the newest gives way
+    fabric.submit("gang-3", [("main", 2, 4)])  # a new park is a new pass: the waiter, still waiting, was served already
+    (third,) = run(ctrl)
+    assert third.parked and ctrl.quota_yields == 1
+    assert (fabric.entry("gang")["state"], fabric.entry("gang-3")["state"]) == ("Pending", "Pending")

@@ -416,7 +416,8 @@ class Controller:
                 continue
             message = (f"Parked, gives its quota back to Workload {waiter}, which waits for quota in its ClusterQueue or cohort; "
                        "when it holds quota again it parks again without a new decision unless what it waits for changed")
-            if self._written(key, obj, "quota yield", functools.partial(self.status.requeue, obj, self._check_names, message)):
+            after = max(self.parking.backoff.get(key, 1), 1)  # kept out for its wait's backoff, as in the simulator: the waiter goes first
+            if self._written(key, obj, "quota yield", functools.partial(self.status.requeue, obj, self._check_names, message, after)):
                 self.parking.set_aside(key)
                 self.quota_yield.given.add(key)
                 self.quota_yields += 1

@@ -37,6 +37,8 @@ class Parking:
         self.cache = cache
         self.enabled = enabled
         self.room = WaitingRoom()
+        self.backoff: dict[str, int] = {}
+        """The Retry delay (s) each parked Workload's wait gave: what it asks Kueue for when it gives its quota back."""
 
     def __contains__(self, key: str) -> bool:
         return key in self.room
@@ -49,6 +51,7 @@ class Parking:
         """Park ``key`` with the verdict's need; its deadline (epoch seconds), if any."""
         need = verdict.needs[0]
         self.room.park(key, need)
+        self.backoff[key] = verdict.retry_after
         return need.deadline
 
     def parked(self) -> list[str]:
@@ -65,6 +68,7 @@ class Parking:
 
     def leave(self, key: str) -> None:
         self.room.leave(key)
+        self.backoff.pop(key, None)
 
     def due(self, now: float) -> list[str]:
         return [str(k) for k in self.room.due(now)]

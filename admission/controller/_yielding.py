@@ -6,9 +6,8 @@ that quota. When the informer shows a Workload waiting for quota (active, not fi
 ``QuotaReserved``) whose LocalQueue points at the ClusterQueue of a parked Workload, or at one of
 the same cohort, parked Workloads turn their wait into a ``Retry``, newest parked first, until the
 GPUs they give back cover the waiting Workload's. The Retry asks Kueue to requeue them after
-the backoff their wait gave (``requeueAfterSeconds``), as the simulator does: requeued at once, an
-older parked Workload would be first in line again and take the quota back before the waiting
-one is admitted (seen on real Kueue). Kueue then evicts and requeues them
+the backoff their wait gave (``requeueAfterSeconds``), as the simulator does, so that the waiting
+Workload has a chance to take the quota first. Kueue then evicts and requeues them
 (``reconcileCheckBasedEviction`` in Kueue v0.19's pkg/controller/core/workload_controller.go: a
 Workload holding quota with a check in ``Retry`` is evicted, and its quota released).
 

@@ -4,7 +4,9 @@ It lists the cluster once (read-only: nothing is written), rebuilds the ledger e
 controller would, and evaluates the Workload against the current state. Two answers, kept apart:
 the reason recorded at decision time (its decision record with ``--records``, else the check entry
 the decision wrote on the Workload), then what Atoll would decide now, which today's state may
-change (an admitted Workload's own placement may no longer fit beside what came since).
+change (an admitted Workload's own placement may no longer fit beside what came since). The first
+carries the controller's own numbers (a span's price is in the recorded message); the second
+prices a span with the span-cost flags, or the same ``ATOLL_*`` variables, that ``atoll run`` takes.
 """
 
 from __future__ import annotations
@@ -54,6 +56,10 @@ def render(report: dict[str, Any]) -> str:
     now = report.get("now") or {}
     lines.append(f"Decision now: {now.get('outcome')}" + (f" (profile {now['profile']})" if now.get("profile") else ""))
     lines.append(f"  {now.get('message', '')}")
+    if now.get("span_cost"):
+        c = now["span_cost"]
+        lines.append(f"  a span priced now with link model {c['link_model']}, comm fraction {c['comm_fraction']:g}, overlap {c['overlap']:g} "
+                     "(--link-model/--cost-comm-fraction/--cost-overlap or ATOLL_*, as given to atoll run)")
     for e in now.get("links") or []:
         lines.append(f"  edge {e['from']}->{e['to']}: {e['bandwidth_gbps']:g} GB/s per GPU, {e['latency_us']:g} µs, "
                      f"across {e['bottleneck_level']} (asked {e['asked']})")

@@ -2,7 +2,8 @@
 
 Both list the cluster once through a controller that writes nothing, rebuild the ledger as the
 running controller would, and ask it about waiting Workloads. They take the same flags to find
-the cluster and Atoll's configuration, and fail the same way when credentials do not load, so
+the cluster and Atoll's configuration (the span-cost ones are ``atoll run``'s, with its
+``ATOLL_*`` variables, so a span is priced as the controller prices it), and fail the same way when credentials do not load, so
 that part lives here once.
 """
 
@@ -13,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from admission.cli._run import configure_logging, default_namespace
+from admission.cli._run import add_cost_args, configure_logging, cost_settings, default_namespace
 
 __all__ = ["add_cluster_args", "read_only_controller"]
 
@@ -27,6 +28,7 @@ def add_cluster_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--configmap", default="atoll-policies")
     p.add_argument("--admission-check", default="atoll-topology", help="'*' for every Atoll check")
     p.add_argument("--gpu-resource", default="nvidia.com/gpu")
+    add_cost_args(p, os.environ)
 
 
 def read_only_controller(args: argparse.Namespace, prog: str, api_client: Any = None) -> Any:
@@ -38,7 +40,7 @@ def read_only_controller(args: argparse.Namespace, prog: str, api_client: Any = 
     configure_logging("warning")
     settings = Settings(kueue=KueueSettings(admission_check=None if args.admission_check in ("*", "") else args.admission_check,
                                             gpu_resource=args.gpu_resource),
-                        config=ConfigSettings(namespace=args.namespace, configmap=args.configmap))
+                        config=ConfigSettings(namespace=args.namespace, configmap=args.configmap), cost=cost_settings(args))
     try:
         api = api_client or api_client_from_kubeconfig(args.kubeconfig)
     except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message

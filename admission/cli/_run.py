@@ -27,7 +27,7 @@ from admission.kube import LeaderSettings
 from admission.webhook import WebhookSettings
 from topology import LINK_MODELS
 
-__all__ = ["build_settings", "build_webhook_settings", "configure_logging", "default_bind", "default_namespace", "main", "parser", "port_or_off"]
+__all__ = ["add_cost_args", "build_settings", "build_webhook_settings", "configure_logging", "cost_settings", "default_bind", "default_namespace", "link_model", "main", "parser", "port_or_off"]
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -64,6 +64,34 @@ def share(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a share: give a number in [0, 1] (e.g. 0.1)")
     return value
+
+
+def link_model(text: str) -> str:
+    """A ``--link-model`` value (or ``ATOLL_LINK_MODEL``'s): one of ``topology.LINK_MODELS``."""
+    if text not in LINK_MODELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a link model: give {' or '.join(LINK_MODELS)}")
+    return text
+
+
+def add_cost_args(p: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """The span-cost flags, each defaulting to its ``ATOLL_*`` variable. ``atoll run`` prices with
+    them, and ``atoll explain`` and ``atoll queue`` take the same flags and variables, so that
+    given the controller's environment they price a span as the controller does."""
+    c = p.add_argument_group("span cost", "what a span costs a Workload when a profile weighs waiting against spanning "
+                             "(queueing.waitOrSpan); the defaults are atoll simulate's")
+    c.add_argument("--link-model", type=link_model, default=env.get("ATOLL_LINK_MODEL", "calibrated"),
+                   help="how a placement's all-reduce is priced: calibrated (NCCL's algorithms on aggregated rails) or flat-ring "
+                        "(one rail, the pessimistic end) (env ATOLL_LINK_MODEL)")
+    c.add_argument("--cost-comm-fraction", type=share,
+                   default=env.get("ATOLL_COST_COMM_FRACTION", "0.1"),
+                   help="share of a multi-GPU Workload's ideal step spent in all-reduce (default 0.1; env ATOLL_COST_COMM_FRACTION)")
+    c.add_argument("--cost-overlap", type=share, default=env.get("ATOLL_COST_OVERLAP", "0"),
+                   help="share of that all-reduce hidden behind compute (default 0: none; env ATOLL_COST_OVERLAP)")
+
+
+def cost_settings(args: argparse.Namespace) -> CostSettings:
+    """The span-cost settings the flags of ``add_cost_args`` give."""
+    return CostSettings(link_model=args.link_model, comm_fraction=args.cost_comm_fraction, overlap=args.cost_overlap)
 
 
 def default_bind(env: Mapping[str, str]) -> str:
@@ -103,16 +131,7 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--park-waiting", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_PARK_WAITING", "false") == "true",
                    help="a Workload waiting for a domain keeps the check Pending (Kueue keeps its quota) and is decided again when "
                         "room frees, instead of a Retry on the profile's backoff (env ATOLL_PARK_WAITING)")
-    c = p.add_argument_group("span cost", "what a span costs a Workload when a profile weighs waiting against spanning "
-                             "(queueing.waitOrSpan); the defaults are atoll simulate's")
-    c.add_argument("--link-model", choices=LINK_MODELS, default=env.get("ATOLL_LINK_MODEL", "calibrated"),
-                   help="how a placement's all-reduce is priced: calibrated (NCCL's algorithms on aggregated rails) or flat-ring "
-                        "(one rail, the pessimistic end)")
-    c.add_argument("--cost-comm-fraction", type=share,
-                   default=env.get("ATOLL_COST_COMM_FRACTION", "0.1"),
-                   help="share of a multi-GPU Workload's ideal step spent in all-reduce (default 0.1)")
-    c.add_argument("--cost-overlap", type=share, default=env.get("ATOLL_COST_OVERLAP", "0"),
-                   help="share of that all-reduce hidden behind compute (default 0: none)")
+    add_cost_args(p, env)
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
     w.add_argument("--webhook-port", type=int, default=int(env.get("ATOLL_WEBHOOK_PORT", "0")),
@@ -147,7 +166,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port, bind_address=args.bind_address,
                             metrics_secure=args.metrics_secure),
         decisions=DecisionSettings(park_waiting=args.park_waiting),
-        cost=CostSettings(link_model=args.link_model, comm_fraction=args.cost_comm_fraction, overlap=args.cost_overlap),
+        cost=cost_settings(args),
     )
 
 

@@ -55,6 +55,7 @@ from admission.controller._status import StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._watching import Inbox, Informers, Watch
 from admission.controller._workloads import check_entry, condition_true
+from admission.controller._yielding import QuotaYield
 from admission.kube import (
     ADMISSION_CHECKS,
     CONFIGMAPS,
@@ -156,6 +157,13 @@ class Controller:
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self.parking = Parking(self.cache, enabled=self.settings.decisions.park_waiting)
+        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource)
+        """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
+        self.quota_yields = 0
+        """Parked Workloads that gave their quota back (a Retry: Kueue evicts them)."""
+        self.reparked = 0
+        """Of those, parked again on their next quota without a decision (nothing they wait for changed)."""
+        self._yield_due = False
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._leading = threading.Event()
@@ -251,6 +259,7 @@ class Controller:
             if resource == WORKLOADS:
                 uid = str((obj.get("metadata") or {}).get("uid"))
                 self.parking.leave(object_key(obj))
+                self.quota_yield.forget(object_key(obj))
                 self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
                 self.ledger.forget(uid)
                 self._waiting.pop(uid, None)
@@ -282,6 +291,8 @@ class Controller:
         self.queue_state.observe(current, self._check_names)
         if self._actionable(current) or self._requeue_request(current) is not None:
             self._queue[object_key(current)] = None
+        if self.parking.enabled and not self.read_only:
+            self._yield_due |= self.quota_yield.saw(current)
 
     def _on_admission_checks(self) -> None:
         k = self.settings.kueue
@@ -387,7 +398,30 @@ class Controller:
             verdict = self.reconcile(key)
             if verdict is not None:
                 out.append(verdict)
+        if self._yield_due:
+            self._give_quota_back()
         return out
+
+    def _give_quota_back(self) -> None:
+        """Parked Workloads whose quota a Workload of their ClusterQueue or cohort waits for set
+        their check to ``Retry`` (Kueue evicts them and releases the quota) and are set aside, by
+        ``_yielding``'s rules (at most once per decision)."""
+        self._yield_due = False
+        if not len(self.parking.room):
+            return
+        held = self.queue_state.outlook.reservations.held_by
+        for key, waiter in self.quota_yield.choose(self.parking.parked(), self.parking.is_aside, lambda k: held(k) is not None):
+            obj = self.cache.objects[WORKLOADS].get(key)
+            if obj is None or key not in self.parking or not self._actionable(obj):
+                continue
+            message = (f"Parked, gives its quota back to Workload {waiter}, which waits for quota in its ClusterQueue or cohort; "
+                       "when it holds quota again it parks again without a new decision unless what it waits for changed")
+            after = max(self.parking.backoff.get(key, 1), 1)  # kept out for its wait's backoff, as in the simulator: the waiter goes first
+            if self._written(key, obj, "quota yield", functools.partial(self.status.requeue, obj, self._check_names, message, after)):
+                self.parking.set_aside(key)
+                self.quota_yield.given.add(key)
+                self.quota_yields += 1
+                _log.info("parked workload gave its quota back", workload=key, to=waiter)
 
     def _wake(self, keys: list[str]) -> None:
         """Parked Workloads whose wait may be over: decided again, in the order they were parked."""
@@ -418,7 +452,9 @@ class Controller:
             self.parking.leave(key)
             return None
         if not self._actionable(obj):
-            self.parking.leave(key)
+            if not (self.parking.is_aside(key) and (obj.get("spec") or {}).get("active", True) is not False
+                    and not condition_true(obj, "Finished")):
+                self.parking.leave(key)  # one that gave its quota back keeps its need through Kueue's eviction
             request = self._requeue_request(obj)
             return self._requeue(key, obj, request) if request is not None else None
         if self.cache.profiles is None:
@@ -428,6 +464,12 @@ class Controller:
         term = self.lease_term()  # the tenure this decision belongs to: a replica's term never changes while it runs
         if key in self.parking:  # Pending and parked: its own status write or an unrelated change is no reason to decide
             return None
+        if self.parking.is_aside(key) and self.parking.room.unchanged(key, self.clock.now()) is not None:
+            self.reparked += 1  # it gave its quota back and holds it again; nothing it waits for changed: parked as it was
+            _log.info("parked again without a decision: nothing it waits for changed since it gave its quota back", workload=key)
+            self._yield_due = True  # it holds quota again: a Workload may wait for it
+            return None
+        self.quota_yield.decided(key)
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         verdict.parked = self.parking.parks(verdict)
         plan = self._preemption(obj, verdict)
@@ -437,6 +479,7 @@ class Controller:
             if plan is not None:
                 self._preempt(obj, plan)
             if verdict.parked:
+                self._yield_due = True
                 deadline = self.parking.park(key, verdict)
                 if deadline is not None:
                     heapq.heappush(self._delayed, (self.clock.monotonic() + max(deadline - self.clock.now(), 0.0), key))
@@ -719,4 +762,9 @@ class Controller:
                 except Exception:  # noqa: BLE001 - a bug on one Workload must not stop the others
                     _log.exception("reconcile failed", workload=key)
                     self._requeue_later(key)
+            if self._yield_due and not self._queue:  # once the queue is drained: one pass over the waiters seen
+                try:
+                    self._give_quota_back()
+                except Exception:  # noqa: BLE001 - as a reconcile's
+                    _log.exception("giving parked quota back failed")
 

@@ -13,6 +13,10 @@ decides it again itself when something it waits for changes:
 - a node or the profiles document changes: every parked Workload;
 - an elastic profile's relax deadline passes (``due``).
 
+A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
+back (``_yielding``) and is set aside; when it holds quota again and nothing it waits for
+changed, it is parked again without a decision.
+
 After a restart or a leader change the room is empty and every Pending Workload is decided once
 more, then parked again: the room is rebuilt from API state.
 """
@@ -33,6 +37,8 @@ class Parking:
         self.cache = cache
         self.enabled = enabled
         self.room = WaitingRoom()
+        self.backoff: dict[str, int] = {}
+        """The Retry delay (s) each parked Workload's wait gave: what it asks Kueue for when it gives its quota back."""
 
     def __contains__(self, key: str) -> bool:
         return key in self.room
@@ -45,10 +51,24 @@ class Parking:
         """Park ``key`` with the verdict's need; its deadline (epoch seconds), if any."""
         need = verdict.needs[0]
         self.room.park(key, need)
+        self.backoff[key] = verdict.retry_after
         return need.deadline
+
+    def parked(self) -> list[str]:
+        """Parked Workloads (not those set aside), oldest first."""
+        return [str(k) for k in self.room.parked()]
+
+    def set_aside(self, key: str) -> None:
+        """Parked ``key`` gave its quota back: its need stays on file (``WaitingRoom.set_aside``)."""
+        self.room.set_aside(key)
+
+    def is_aside(self, key: str) -> bool:
+        """``key`` gave its quota back and its need is still on file."""
+        return self.room.need(key) is not None and key not in self.room
 
     def leave(self, key: str) -> None:
         self.room.leave(key)
+        self.backoff.pop(key, None)
 
     def due(self, now: float) -> list[str]:
         return [str(k) for k in self.room.due(now)]

@@ -92,6 +92,10 @@ class WaitingRoom:
         if need.deadline is not None:
             heapq.heappush(self._deadlines, (need.deadline, self._seq, key))
 
+    def parked(self) -> list[Hashable]:
+        """The parked Workloads (not those set aside), in the order they were parked."""
+        return [k for _, k in sorted((seq, k) for k, seq in self._order.items() if k not in self._aside)]
+
     def set_aside(self, key: Hashable) -> None:
         """Parked ``key`` gave its quota back (its wait became a Retry): its need stays on file,
         so ``unchanged`` tells whether anything it waits for changed before it holds quota again."""

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from admission.cli._run import build_settings
 from admission.cli._run import parser as run_parser
 from admission.webhook import WebhookSettings
 from policies import load_profiles
@@ -271,6 +272,22 @@ def test_the_container_args_are_flags_atoll_run_accepts(case: str) -> None:
     assert args.webhook_port == (9443 if webhook else 0)
 
 
+def _run_settings(objects: list[dict[str, Any]]) -> Any:
+    """The settings ``atoll run`` starts with in the rendered container: its args and its env."""
+    container = _container(objects)
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    return build_settings(run_parser(env).parse_args(container["args"][1:]))
+
+
+def test_the_span_cost_and_parking_values_reach_atoll_run() -> None:
+    settings = _run_settings(render({}))
+    assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("calibrated", 0.1, 0.0)
+    assert settings.decisions.park_waiting is False
+    settings = _run_settings(render({"parkWaiting": True, "spanCost": {"linkModel": "flat-ring", "commFraction": 0.25, "overlap": 0.5}}))
+    assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("flat-ring", 0.25, 0.5)
+    assert settings.decisions.park_waiting is True
+
+
 # ---------------------------------------------------------------------- the real apiserver
 
 
@@ -335,6 +352,8 @@ def test_under_gitops_a_resync_keeps_the_ca_bundle_the_process_wrote(kube_client
     ({"webhook": {"certs": {"mod": "generate"}}}, "at '/webhook/certs'", "additional properties 'mod' not allowed"),
     ({"logLevel": "verbose"}, "at '/logLevel'", "value must be one of 'debug', 'info', 'warning', 'error'"),
     ({"metrics": {"port": "8080"}}, "at '/metrics/port'", "got string, want integer"),
+    ({"spanCost": {"linkModel": "mesh"}}, "at '/spanCost/linkModel'", "value must be one of 'calibrated', 'flat-ring'"),
+    ({"spanCost": {"commFraction": 1.5}}, "at '/spanCost/commFraction'", "maximum: got 1.5, want 1"),
 ])
 def test_values_the_schema_does_not_know_fail_rendering(values: dict[str, Any], where: str, what: str) -> None:
     with pytest.raises(helm.HelmValuesError) as err:

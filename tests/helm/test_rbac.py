@@ -345,3 +345,19 @@ def test_secure_metrics_answer_only_a_token_the_cluster_allows_to_read_them(inst
         runner.join(30)
         structlog.reset_defaults()
     assert result == [0]
+
+
+def test_parked_quota_is_given_back_with_only_the_charts_permissions(installed: Installed) -> None:
+    """``--park-waiting`` maps a Workload waiting for quota to its ClusterQueue (get LocalQueue) and
+    weighs cohorts (get ClusterQueue) with the chart's token; listing LocalQueues stays forbidden."""
+    from admission.controller._yielding import QuotaYield
+    from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES
+    from admission.kube.errors import Forbidden
+    from tests.kube_objects import workload
+
+    fabric = installed.fabric
+    port = KubePort(installed.atoll, Settings().api)
+    assert QuotaYield({}, port, lambda: "nvidia.com/gpu")._cluster_queue(workload(TEAM_NS, "waiter", [("main", 1, 4)])) == fabric.cq
+    assert port.get(CLUSTER_QUEUES, fabric.cq)["metadata"]["name"] == fabric.cq
+    with pytest.raises(Forbidden):
+        port.list(LOCAL_QUEUES, namespace=TEAM_NS)

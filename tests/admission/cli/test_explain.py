@@ -106,3 +106,42 @@ def test_the_reason_recorded_at_decision_time_is_shown_apart_from_the_decision_n
     assert rec["why_not"]
     for w in rec["why_not"]:  # the losing domains as they were, in the recorded section
         assert f"  not {'/'.join(w['domain_path'])} ({w['level']}): {w['reason']}" in text[then:now]
+
+
+def test_a_span_is_priced_now_with_atoll_runs_cost_flags_or_their_variables(fabric: Fabric, monkeypatch: pytest.MonkeyPatch,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The controller runs with flat-ring: the decision now that explain prints gives the
+    controller's price only when it is given the same setting (flag or ``ATOLL_LINK_MODEL``); left
+    at the default it prices calibrated, and says which settings it priced with. A bad value is
+    one line naming the flag."""
+    from admission.controller import CostSettings
+    from tests.admission.controller.test_span_cost import one_clique_busy, settings, slowdown_said
+
+    one_clique_busy(fabric)
+    ctrl = fabric.controller(settings=settings(fabric, CostSettings(link_model="flat-ring")))
+    (verdict,) = run(ctrl)
+    ctrl.stop()
+    controllers = slowdown_said(verdict.message)
+
+    def now(*extra: str) -> dict[str, object]:
+        out = io.StringIO()
+        code = main([f"{fabric.ns}/gang", "--namespace", fabric.ns, "--admission-check", fabric.check, "--format", "json", *extra],
+                    stdout=out, api_client=fabric.api)
+        assert code == 0
+        return dict(json.loads(out.getvalue())["now"])
+
+    default = now()
+    assert default["span_cost"] == {"link_model": "calibrated", "comm_fraction": 0.1, "overlap": 0.0}
+    assert slowdown_said(str(default["message"])) < controllers  # the default prices the span lower than the controller did
+    flagged = now("--link-model", "flat-ring")
+    assert flagged["span_cost"]["link_model"] == "flat-ring"  # type: ignore[index]
+    assert slowdown_said(str(flagged["message"])) == controllers
+    monkeypatch.setenv("ATOLL_LINK_MODEL", "flat-ring")
+    assert slowdown_said(str(now()["message"])) == controllers
+    _, text = explain(fabric, "gang")
+    assert "a span priced now with link model flat-ring, comm fraction 0.1, overlap 0" in text
+    monkeypatch.setenv("ATOLL_LINK_MODEL", "mesh")
+    with pytest.raises(SystemExit) as exc:
+        now()
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("{")]  # not a log line left by an earlier test
+    assert exc.value.code == 2 and len(err) == 1 and "--link-model" in err[0] and "'mesh'" in err[0], err

@@ -28,3 +28,17 @@ def test_unloadable_credentials_give_none_and_one_line_naming_the_command(tmp_pa
     assert read_only_controller(_args("--kubeconfig", str(missing)), "atoll queue") is None
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("atoll queue: cannot load cluster credentials:")
+
+
+def test_the_span_cost_comes_from_atoll_runs_flags_and_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``atoll queue`` and ``atoll explain`` price a span with the settings ``atoll run`` takes."""
+    from kubernetes.client import ApiClient
+
+    monkeypatch.setenv("ATOLL_COST_OVERLAP", "0.5")
+    monkeypatch.setenv("ATOLL_LINK_MODEL", "flat-ring")
+    ctrl = read_only_controller(_args("--cost-comm-fraction", "0.2"), "atoll queue",
+                                api_client=ApiClient())  # never called: nothing is listed here
+
+    cost = ctrl.settings.cost
+    assert (cost.link_model, cost.comm_fraction, cost.overlap) == ("flat-ring", 0.2, 0.5)
+    assert ctrl.decider.span_cost.settings == cost

@@ -101,3 +101,13 @@ def test_a_set_aside_workload_is_decided_again_after_its_deadline_or_a_flavor_ch
     assert room.unchanged("moved", 400.0) is None
     assert room.due(1000.0) == [] and room.wake_all() == []
     assert room.unchanged("other", 400.0) is None and len(room) == 0
+
+
+def test_parked_lists_what_is_parked_oldest_first_without_those_set_aside() -> None:
+    room = WaitingRoom()
+    for key in ("a", "b", "c"):
+        room.park(key, Need("f", CLIQUE, 1, 4))
+    room.park("a", Need("f", CLIQUE, 2, 4))  # parked again: now the newest
+    room.set_aside("b")
+    assert room.parked() == ["c", "a"]
+    assert room.unchanged("b", 0.0) is not None and room.parked() == ["b", "c", "a"]  # back in its old place

@@ -304,9 +304,11 @@ def nodes_ready_seconds(nodes: int) -> float:
     return 300.0 + 0.15 * max(0, nodes - 640) * 2
 
 
-def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0) -> dict[str, Any]:
-    """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm."""
-    from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
+              write_workers: int = 4) -> dict[str, Any]:
+    """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
+    ``write_workers``: Atoll's decision writes in flight at once (``DecisionSettings.write_workers``)."""
+    from admission.controller import ConfigSettings, Controller, DecisionSettings, KueueSettings, Recorder, Settings
     from admission.kube import NODES, WORKLOADS, KubePort
     from admission.kube.errors import ApiError
     from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
@@ -334,7 +336,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
             time.sleep(1)
         else:
             raise TimeoutError(f"the {2 * nodes} KWOK nodes were not Ready and untainted within {ready_s:.0f}s")
-        ctrl = Controller(port, settings=Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS)),
+        ctrl = Controller(port, settings=Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS),
+                                                  decisions=DecisionSettings(write_workers=write_workers)),
                           recorder=Recorder(io.StringIO()))
         ctrl.decider.warm_up()
         ctrl.start()
@@ -384,7 +387,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
     rows = {arm: _row(arm, created, admitted, classes, reserved, ready) for arm in ARMS}
     tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
-            "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
+            "write_workers": write_workers, "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "cores": os.cpu_count()}
 
@@ -399,10 +402,14 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--goal-ratio", type=float, default=1.10, help="Atoll's mean time to admission over Kueue TAS's, at most")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for admissions after the last create")
+    p.add_argument("--write-workers", type=int, default=4, help="Atoll's decision writes in flight at once (0: serial)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
     if args.nodes < 1 or args.workloads < 1 or args.queues < 1 or args.rate <= 0:
         print("atoll bench kueue: --nodes, --workloads and --queues must be ≥ 1 and --rate > 0", file=sys.stderr)
+        return 2
+    if not 0 <= args.write_workers <= 32:
+        print("atoll bench kueue: --write-workers must be between 0 and 32", file=sys.stderr)
         return 2
     try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
         from tests.envtest import EnvtestError
@@ -411,7 +418,8 @@ def main(argv: Sequence[str]) -> int:
               "the root of a clone, after `make envtest`", file=sys.stderr)
         return 1
     try:
-        out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout)
+        out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
+                        write_workers=args.write_workers)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1
@@ -429,5 +437,5 @@ def main(argv: Sequence[str]) -> int:
             print(" | ".join(str(r[c]) for c in columns))
         print(f"atoll / kueue-tas mean time to admission: {ratio} (goal ≤ {args.goal_ratio}: {'met' if met else 'MISSED'}); "
               f"{out['nodes_per_arm']} KWOK nodes per arm, {out['queues_per_arm']} ClusterQueues per cohort, "
-              f"{out['rate_per_s']} Workloads/s per arm; {out['not_created']} creates failed; load {out['load_before']} → {out['load_after']} on {out['cores']} cores")
+              f"{out['rate_per_s']} Workloads/s per arm, {out['write_workers']} write workers; {out['not_created']} creates failed; load {out['load_before']} → {out['load_after']} on {out['cores']} cores")
     return 0 if met else 1

@@ -94,6 +94,13 @@ def cost_settings(args: argparse.Namespace) -> CostSettings:
     return CostSettings(link_model=args.link_model, comm_fraction=args.cost_comm_fraction, overlap=args.cost_overlap)
 
 
+def write_workers(text: str) -> int:
+    """``--write-workers`` (or ``ATOLL_WRITE_WORKERS``): decision writes in flight at once, 0 to 32."""
+    if not text.strip().isdigit() or int(text) > 32:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a write-worker count: give a whole number from 0 to 32 (e.g. 4)")
+    return int(text)
+
+
 def default_bind(env: Mapping[str, str]) -> str:
     """All addresses inside a pod (the kubelet probes the pod's IP), else loopback only."""
     return "0.0.0.0" if env.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
@@ -131,6 +138,9 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--park-waiting", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_PARK_WAITING", "false") == "true",
                    help="a Workload waiting for a domain keeps the check Pending (Kueue keeps its quota) and is decided again when "
                         "room frees, instead of a Retry on the profile's backoff (env ATOLL_PARK_WAITING)")
+    p.add_argument("--write-workers", type=write_workers, default=env.get("ATOLL_WRITE_WORKERS", "0"),
+                   help="decision writes in flight at once: the next decision is made while earlier ones are written "
+                        "(0: each is written before the next is made; env ATOLL_WRITE_WORKERS)")
     add_cost_args(p, env)
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
@@ -165,7 +175,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port, bind_address=args.bind_address,
                             metrics_secure=args.metrics_secure),
-        decisions=DecisionSettings(park_waiting=args.park_waiting),
+        decisions=DecisionSettings(park_waiting=args.park_waiting, write_workers=args.write_workers),
         cost=cost_settings(args),
     )
 

@@ -11,6 +11,11 @@ because the Workload changed since it was read (409) reads it again and decides 
 attempt each, and a transient failure puts the Workload on the delayed queue with its backoff
 (``DecisionSettings.error_requeue_seconds``), so one slow call costs at most one request
 timeout (``Settings.worker_turn_worst_case_seconds``, below the liveness stall limit).
+With ``DecisionSettings.write_workers`` > 0 the decision writes are pipelined: the worker still
+decides one Workload at a time, the ledger counts each decision when it is made (so the next one
+sees it), a writer thread applies it, and the worker takes the answer from its inbox; a write
+that does not land gives the booking back and is handled as a serial one's. One write per
+Workload is in flight at a time: a later one never overtakes it.
 Tests drive the same code synchronously: ``sync()`` lists everything, ``process()`` decides what
 is queued.
 
@@ -31,7 +36,9 @@ import socket
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -96,6 +103,20 @@ def _one_attempt(port: ClusterPort) -> ClusterPort:
     wrapping one, offer ``single_attempt()``); other ports are used as they are."""
     view = getattr(port, "single_attempt", None)
     return view() if callable(view) else port
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A decision whose write a writer thread is applying (``DecisionSettings.write_workers``)."""
+
+    obj: Obj
+    verdict: Verdict
+    names: frozenset[str]
+    status: dict[str, Any]
+    started: float
+    term: int | None
+    plan: Plan | None
+    answer: Future[Obj]
 
 
 class Controller:
@@ -172,6 +193,13 @@ class Controller:
         self._active_failures = 0
         self._leading.set()
         self._threads: list[threading.Thread] = []
+        workers = self.settings.decisions.write_workers
+        self._writers = ThreadPoolExecutor(workers, thread_name_prefix="atoll-writer") if workers else None
+        self._in_flight: dict[str, _InFlight] = {}
+        """Workload key → its decision being written; one at a time per Workload, so a later
+        write for it never overtakes an earlier one."""
+        self._after_write: set[str] = set()
+        """Keys that came up while their write was in flight: decided again once it answered."""
         self.heartbeat = self.clock.monotonic()
         cfg = self.settings.config
         self.watches = (
@@ -287,7 +315,10 @@ class Controller:
 
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
-        self.ledger.observe(current, self._check_names)
+        flight = self._in_flight.get(object_key(current))
+        same = flight is not None and (current.get("metadata") or {}).get("resourceVersion") == (flight.obj.get("metadata") or {}).get("resourceVersion")
+        # the version its write was made against: still counted as decided until the write answers
+        self.ledger.observe(self.status.booked(current, flight.status) if same and flight else current, self._check_names)
         self.queue_state.observe(current, self._check_names)
         if self._actionable(current) or self._requeue_request(current) is not None:
             self._queue[object_key(current)] = None
@@ -393,11 +424,16 @@ class Controller:
         """Decide every queued Workload now, one at a time (plus delayed ones that are due)."""
         self._promote_due()
         out: list[Verdict] = []
-        while self._queue and (limit is None or len(out) < limit):
+        while (self._queue or self._in_flight) and (limit is None or len(out) < limit):
+            if not self._queue:
+                self._write_answered(next(iter(self._in_flight)), wait=True)
+                continue
             key, _ = self._queue.popitem(last=False)
             verdict = self.reconcile(key)
             if verdict is not None:
                 out.append(verdict)
+        while self._in_flight:
+            self._write_answered(next(iter(self._in_flight)), wait=True)
         if self._yield_due:
             self._give_quota_back()
         return out
@@ -460,6 +496,9 @@ class Controller:
         if self.cache.profiles is None:
             _log.warning("no valid profiles document; Workload waits for one", workload=key, error=self.config_error)
             return None
+        if key in self._in_flight:  # its earlier write answers first; then it is looked at again
+            self._after_write.add(key)
+            return None
         started = self.clock.monotonic()
         term = self.lease_term()  # the tenure this decision belongs to: a replica's term never changes while it runs
         if key in self.parking:  # Pending and parked: its own status write or an unrelated change is no reason to decide
@@ -473,17 +512,59 @@ class Controller:
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         verdict.parked = self.parking.parks(verdict)
         plan = self._preemption(obj, verdict)
+        if self._writers is not None and not self.read_only:
+            self._send(key, obj, verdict, started, term, plan)
+            return verdict
         if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(
                 obj, verdict, self._check_names, self.queue_state.conditions(obj, verdict.outcome, plan, self.clock.now()))):
-            self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
-            if plan is not None:
-                self._preempt(obj, plan)
-            if verdict.parked:
-                self._yield_due = True
-                deadline = self.parking.park(key, verdict)
-                if deadline is not None:
-                    heapq.heappush(self._delayed, (self.clock.monotonic() + max(deadline - self.clock.now(), 0.0), key))
+            self._decided(key, obj, verdict, started, term, plan)
         return verdict
+
+    def _decided(self, key: str, obj: Obj, verdict: Verdict, started: float, term: int | None, plan: Plan | None) -> None:
+        """The decision's write landed (or had nothing to say): record, preempt, park."""
+        self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
+        if plan is not None:
+            self._preempt(obj, plan)
+        if verdict.parked:
+            self._yield_due = True
+            deadline = self.parking.park(key, verdict)
+            if deadline is not None:
+                heapq.heappush(self._delayed, (self.clock.monotonic() + max(deadline - self.clock.now(), 0.0), key))
+
+    def _send(self, key: str, obj: Obj, verdict: Verdict, started: float, term: int | None, plan: Plan | None) -> None:
+        """Pipelined write: the ledger counts the decision now (the next decision sees it), a
+        writer thread applies it, and the worker takes the answer from its inbox
+        (``_write_answered``); a write that does not land gives the booking back."""
+        status = self.status.prepare(obj, verdict, self._check_names,
+                                     self.queue_state.conditions(obj, verdict.outcome, plan, self.clock.now()))
+        if status is None:  # the Workload already says it: nothing to write
+            self._decided(key, obj, verdict, started, term, plan)
+            return
+        names = self._check_names
+        self.ledger.observe(self.status.booked(obj, status), names)
+        answer = self._writers.submit(self.status.send, obj, status)  # type: ignore[union-attr]
+        self._in_flight[key] = _InFlight(obj, verdict, names, status, started, term, plan, answer)
+        answer.add_done_callback(lambda _: self._inbox.put(("written", WORKLOADS, key)))
+
+    def _write_answered(self, key: str, *, wait: bool = False) -> None:
+        """Take a pipelined write's answer on the worker: the cache and ledger take what the server
+        said, or, if it did not land, the ledger goes back to the Workload as cached and the write
+        is handled as a serial one's (``_written``: decide again, or retry on the backoff)."""
+        flight = self._in_flight.get(key)
+        if flight is None or not (wait or flight.answer.done()):
+            return
+        del self._in_flight[key]
+        landed = self._written(key, flight.obj, "decision", lambda: self.status.landed(
+            flight.obj, flight.verdict, flight.names,
+            self.status.took(flight.obj, flight.names, flight.status, flight.answer.result())))
+        if landed:
+            self._decided(key, flight.obj, flight.verdict, flight.started, flight.term, flight.plan)
+        else:
+            self.ledger.observe(self.cache.objects[WORKLOADS].get(key) or {"metadata": flight.obj.get("metadata")}, flight.names)
+        if key in self._after_write:
+            self._after_write.discard(key)
+            if key not in self._queue:
+                self._queue[key] = None
 
     def _preemption(self, obj: Obj, verdict: Verdict) -> Plan | None:
         """The domain to clear for a waiting gang whose profile preempts (``preemptDomain``), noted
@@ -709,6 +790,8 @@ class Controller:
         for t in self._threads:
             t.join(timeout)
         self._threads.clear()
+        if self._writers is not None:
+            self._writers.shutdown(wait=True, cancel_futures=True)
         self.events.stop()
 
     def wait_synced(self, timeout: float) -> bool:
@@ -722,6 +805,8 @@ class Controller:
         kind, resource, payload = item
         if kind == "list":
             self._apply_list(resource, payload)
+        elif kind == "written":
+            self._write_answered(payload)
         else:
             self._apply_event(resource, payload)
 

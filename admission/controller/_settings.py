@@ -75,6 +75,10 @@ class DecisionSettings(_Group):
     no eviction, no requeue) and is decided again when capacity frees in a domain that could
     hold it, a node or the profiles change, or its relax deadline passes (``_parking``); False:
     every wait is a ``Retry`` with the profile's backoff."""
+    write_workers: int = Field(default=0, ge=0, le=32)
+    """Decision writes in flight at once (``Controller``'s pipelined writes): the ledger counts a
+    decision when it is made and lets it go if its write is refused; 0: each decision is written
+    before the next one is made."""
 
 
 

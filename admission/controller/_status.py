@@ -62,6 +62,13 @@ class StatusWriter:
         of Atoll's conditions to apply with it (the queue manager's reservation and hold).
 
         Raises ``errors.Conflict`` when the Workload changed since ``obj`` was read."""
+        status = self.prepare(obj, verdict, check_names, extra)
+        if status is not None:
+            names = frozenset(check_names)
+            self.landed(obj, verdict, names, self._apply(obj, names, status))
+
+    def prepare(self, obj: Obj, verdict: Verdict, check_names: Iterable[str], extra: Iterable[dict[str, Any]] = ()) -> dict[str, Any] | None:
+        """The status ``write`` applies for this verdict; None when the Workload already says it."""
         meta = obj.get("metadata") or {}
         names = frozenset(check_names)
         current = check_entry(obj, names) or {}
@@ -83,12 +90,16 @@ class StatusWriter:
                             for c in extra)
         if same and (condition is None or (have is not None and all(have.get(k) == condition.get(k)
                                                                    for k in ("status", "reason", "lastTransitionTime")))):
-            return
+            return None
 
         status: dict[str, Any] = {"admissionChecks": [entry]}
         if condition is not None or extra:
             status["conditions"] = ([condition] if condition is not None else []) + extra
-        out = self._apply(obj, names, status)
+        return status
+
+    def landed(self, obj: Obj, verdict: Verdict, names: frozenset[str], out: Obj) -> None:
+        """``write``'s apply of ``obj``'s verdict answered ``out`` (taken by the cache and ledger): the Events."""
+        current = check_entry(obj, names) or {}
         verdict.written = True
         if self.on_written is not None:
             self.on_written(object_key(obj), verdict.outcome, self.clock.monotonic())
@@ -100,6 +111,14 @@ class StatusWriter:
             if unheeded:  # a Kueue manifest's annotation Atoll does not place by: never dropped without a word
                 self.events.post(involved, "Warning", ANNOTATION_NOT_HONOURED, "Kueue topology annotations read but not honoured: "
                                  + "; ".join(unheeded))
+
+    def booked(self, obj: Obj, status: dict[str, Any]) -> Obj:
+        """``obj`` as it will read once ``status`` is applied (Atoll's entry replaced): what the
+        ledger counts while the write is in flight."""
+        want = status["admissionChecks"][0]
+        st = dict(obj.get("status") or {})
+        st["admissionChecks"] = [want if c.get("name") == want["name"] else c for c in st.get("admissionChecks") or []]
+        return {**obj, "status": st}
 
     def requeue(self, obj: Obj, check_names: Iterable[str], message: str, requeue_after: int | None = None) -> None:
         """Set Atoll's entry of an admitted Workload to ``Retry`` so that Kueue evicts and requeues
@@ -123,12 +142,19 @@ class StatusWriter:
     def _apply(self, obj: Obj, names: frozenset[str], status: dict[str, Any]) -> Obj:
         """Server-side apply of ``status`` (Atoll's entry first) under Atoll's field manager, with the
         resourceVersion ``obj`` was read at; the cache and ledger take the answer."""
+        return self.took(obj, names, status, self.send(obj, status))
+
+    def send(self, obj: Obj, status: dict[str, Any]) -> Obj:
+        """The apply's round trip alone (no cache, no ledger): safe on a writer thread."""
         meta = obj.get("metadata") or {}
         ident = {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")}
         version = meta.get("resourceVersion")
         body = {"apiVersion": WORKLOADS.api_version, "kind": "Workload",
                 "metadata": {**ident, **({"resourceVersion": version} if version else {})}, "status": status}
-        out = self.port.apply(WORKLOADS, body, field_manager=self.settings.decisions.field_manager, subresource="status")
+        return self.port.apply(WORKLOADS, body, field_manager=self.settings.decisions.field_manager, subresource="status")
+
+    def took(self, obj: Obj, names: frozenset[str], status: dict[str, Any], out: Obj) -> Obj:
+        """The apply answered ``out``: checked, then taken by the cache and ledger."""
         want = status["admissionChecks"][0]
         written = check_entry(out, [want["name"]]) or {}
         if written.get("state") != want["state"]:

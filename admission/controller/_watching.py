@@ -49,6 +49,8 @@ class Inbox:
                 for key in [k for k in self._items if k[0] == resource]:
                     del self._items[key]
                 self._items[(resource,)] = item
+            elif kind == "written":  # a pipelined write answered (payload: the Workload's key)
+                self._items[(resource, "written", payload)] = item
             else:
                 self._items[_event_key(resource, payload)] = item  # a waiting entry keeps its place
             self._ready.notify()

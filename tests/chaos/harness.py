@@ -220,6 +220,8 @@ class RunConfig:
     replicas: bool = False
     """Two in-process replicas electing a leader on a Lease (short terms, ``LEASE``); kills go to
     the leader; each write is fenced by its replica's term."""
+    write_workers: int = 0
+    """``DecisionSettings.write_workers``: decision writes in flight at once (0: serial)."""
     """How long a clean controller must have had nothing to decide before the audit."""
 
 
@@ -375,7 +377,7 @@ class ChaosRun:
         return Settings(kueue=KueueSettings(admission_check=self.check), config=ConfigSettings(namespace=self.ns),
                         api=ApiRetrySettings(backoffs=(0.05, 0.1, 0.2, 0.4), request_timeout=5.0),
                         watch=WatchSettings(timeout_seconds=20, error_backoffs=(0.05, 0.1, 0.2)),
-                        decisions=DecisionSettings(error_requeue_seconds=(0.1, 0.2, 0.5)))
+                        decisions=DecisionSettings(error_requeue_seconds=(0.1, 0.2, 0.5), write_workers=self.cfg.write_workers))
 
     # ------------------------------------------------------------------ the controller's life
 

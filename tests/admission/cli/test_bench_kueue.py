@@ -19,6 +19,13 @@ def test_bad_sizes_get_one_line_naming_the_flags(flag: str, capsys: pytest.Captu
     assert len(err) == 1 and "--nodes, --workloads and --queues must be ≥ 1 and --rate > 0" in err[0]
 
 
+
+@pytest.mark.parametrize("flag", ["--write-workers=-1", "--write-workers=33"])
+def test_a_bad_write_worker_count_gets_one_line_naming_the_flag(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([flag]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--write-workers must be between 0 and 32" in err[0]
+
 def test_the_row_counts_time_to_admission_from_create_and_leaves_the_unadmitted_out() -> None:
     created = {"bench-tas/w0": 10.0, "bench-tas/w1": 11.0, "bench-tas/w2": 12.0, "bench-atoll/w0": 10.0}
     admitted = {"bench-tas/w0": 10.5, "bench-tas/w1": 12.5, "bench-atoll/w0": 30.0}

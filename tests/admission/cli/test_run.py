@@ -133,6 +133,18 @@ def test_the_span_cost_defaults_are_the_simulators_and_flags_change_them_or_are_
         assert len(err) == 1 and flag in err[0] and repr(value) in err[0], err
 
 
+
+def test_write_workers_default_to_serial_the_flag_and_variable_set_them_and_bad_counts_are_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_settings(parser({}).parse_args([])).decisions.write_workers == 0
+    assert build_settings(parser({"ATOLL_WRITE_WORKERS": "4"}).parse_args([])).decisions.write_workers == 4
+    assert build_settings(parser({"ATOLL_WRITE_WORKERS": "4"}).parse_args(["--write-workers", "8"])).decisions.write_workers == 8
+    for value in ("-1", "33", "many"):
+        with pytest.raises(SystemExit):
+            parser({}).parse_args(["--write-workers", value])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--write-workers" in err[0] and repr(value) in err[0], err
+
 def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     args = parser({"ATOLL_WEBHOOK_TIMEOUT_SECONDS": "7"}).parse_args(["--webhook-timeout-seconds", "12"])
     assert build_webhook_settings(args).timeout_seconds == 12

@@ -76,11 +76,17 @@ class QueueingSettings(_Strict):
     the best span's expected extra run time under the cost model; ``relaxAfterSeconds`` stays the
     upper bound. ``reserveAfterSeconds``: a gang (more than one pod) that has waited this long
     reserves the domain with the fewest GPUs to drain; other Workloads land there only by
-    backfill. ``maxReservationsPerFlavor`` bounds the reservations held on one flavor."""
+    backfill. ``maxReservationsPerFlavor`` bounds the reservations held on one flavor.
+    ``reserveTarget``: ``fewestToDrain`` (the default) or ``soonestFree`` (the domain whose GPUs
+    the gang needs are expected free first, ties by fewest to drain). ``retargetMarginSeconds``
+    (``soonestFree`` only): a held reservation moves to the soonest-free domain when its own
+    domain is now expected free more than this much later; unset, it never moves."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
     max_reservations_per_flavor: int = Field(default=1, ge=1, alias="maxReservationsPerFlavor")
+    reserve_target: Literal["fewestToDrain", "soonestFree"] = Field(default="fewestToDrain", alias="reserveTarget")
+    retarget_margin_seconds: int | None = Field(default=None, gt=0, alias="retargetMarginSeconds")
 
 
 _LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
-from admission.queue import Need, Outlook, Reservation, WaitOrSpan, choose_target, domain_outlook, soonest, weigh
+from admission.queue import Need, Outlook, Reservation, WaitOrSpan, choose_target, domain_outlook, should_move, soonest, weigh
 from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
@@ -82,9 +82,13 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     gang = sum(s.count for s in specs) > 1
     if q.reserve_after_seconds is not None and gang and waited >= q.reserve_after_seconds:
         mine = outlook.reservations.held_by(key)
-        target = choose_target(snap, key, level, gpus, per_pod, outlooks, running, outlook.estimator, now)
+        by = "soonest" if q.reserve_target == "soonestFree" else "drain"
+        target = choose_target(snap, key, level, gpus, per_pod, outlooks, running, outlook.estimator, now, by)
         if mine is not None and target is not None and mine.path == target.path:
             target = Reservation(key, mine.flavor, mine.level, mine.path, mine.nodes, mine.since, target.expected_free)
+        elif mine is not None and target is not None and by == "soonest" and should_move(mine, target, outlooks, q.retarget_margin_seconds):
+            notes.append(f"moved from {'/'.join(mine.path) or 'the whole flavor'}: expected free more than {q.retarget_margin_seconds}s later")
+            target = Reservation(key, target.flavor, target.level, target.path, target.nodes, mine.since, target.expected_free)
         elif mine is not None:
             target = mine  # a reservation held is kept: its gang is first in line there
         if target is not None and outlook.reservations.add(target, q.max_reservations_per_flavor):

@@ -7,7 +7,7 @@ controller and the simulator re-decide the same Workloads at the same moments.
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
 from admission.queue._outlook import Outlook
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption
-from admission.queue._reserve import Reservation, Reservations, choose_target, restore
+from admission.queue._reserve import Reservation, Reservations, choose_target, restore, should_move
 from admission.queue._room import Need, WaitingRoom
 from admission.queue._seeing import NO_HINTS, REASONS, SIZE_BANDS, Block, Held, QueueHints, draining_domains, largest_block, plain_reason, size_band
 from admission.queue._waitspan import SpanPrices, WaitOrSpan, span_stamp, weigh
@@ -41,6 +41,7 @@ __all__ = [
     "plain_reason",
     "plan_preemption",
     "restore",
+    "should_move",
     "size_band",
     "soonest",
     "span_stamp",

@@ -2,8 +2,12 @@
 
 A gang that has waited ``reserveAfterSeconds`` for one domain reserves one (``choose_target``):
 of the domains of its level that hold it when empty, the one with the fewest GPUs still to drain,
-ties broken by the soonest expected free time (``domain_outlook``). In that domain it reserves the
+ties broken by the soonest expected free time (``domain_outlook``); or, with ``by="soonest"``
+(profile ``reserveTarget: soonestFree``), the one whose GPUs the gang needs are expected free
+first, ties by fewest to drain (an unknown free time comes last). In that domain it reserves the
 nodes it will need: free nodes first, then those expected free soonest, until their GPUs hold it.
+A held reservation moves only by ``should_move``: to a domain expected free more than a margin
+sooner than its own, so estimates that shift by less never make it flap.
 
 New placements avoid a reserved node (``Reservations.blocked``), except by backfill:
 
@@ -29,7 +33,7 @@ import numpy as np
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "choose_target", "restore"]
+__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +130,16 @@ class Reservations:
 
 
 def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int, per_pod_gpus: int, outlooks: Sequence[DomainOutlook],
-                  running: Iterable[Running], estimator: RuntimeEstimator, now: float) -> Reservation | None:
-    """The domain to reserve (fewest GPUs to drain, then soonest expected free, then domain order)
-    and its nodes the gang will need there; None when no domain holds it."""
+                  running: Iterable[Running], estimator: RuntimeEstimator, now: float, by: str = "drain") -> Reservation | None:
+    """The domain to reserve (``by="drain"``: fewest GPUs to drain, then soonest expected free;
+    ``by="soonest"``: soonest expected free, then fewest to drain; then domain order) and its
+    nodes the gang will need there; None when no domain holds it."""
     if not outlooks:
         return None
-    best = min(outlooks, key=lambda o: (o.to_drain, o.free_at if o.free_at is not None else math.inf, o.domain))
+    if by == "soonest":
+        best = min(outlooks, key=lambda o: (o.free_at if o.free_at is not None else math.inf, o.to_drain, o.domain))
+    else:
+        best = min(outlooks, key=lambda o: (o.to_drain, o.free_at if o.free_at is not None else math.inf, o.domain))
     lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else None
     lo, hi = snapshot.domain_range(lv, best.domain) if lv is not None else (0, snapshot.num_nodes)
     node_end: dict[int, float] = {}
@@ -165,6 +173,17 @@ def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int,
         return None
     expected = None if not math.isfinite(latest) else latest
     return Reservation(holder, snapshot.flavor, level, best.path, tuple(sorted(chosen)), now, expected)
+
+
+def should_move(held: Reservation, target: Reservation, outlooks: Sequence[DomainOutlook], margin: float | None) -> bool:
+    """Whether ``held`` moves to ``target`` (another domain): only with a ``margin``, and only when
+    its own domain is now expected free more than ``margin`` seconds after ``target`` (a domain
+    no longer able to hold the gang, or with an unknown free time, counts as never free)."""
+    if margin is None or held.path == target.path or target.expected_free is None:
+        return False
+    own = next((o for o in outlooks if o.path == held.path), None)
+    own_free = own.free_at if own is not None and own.free_at is not None else math.inf
+    return own_free > target.expected_free + margin
 
 
 def restore(reservations: Reservations, found: Mapping[str, str], limit: int) -> int:

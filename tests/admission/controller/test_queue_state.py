@@ -1,5 +1,5 @@
 """The queue manager fed by the controller on the real apiserver: a gang's reservation is written
-on its Workload and a new controller rebuilds the same one (no placement lands on the reserved
+on its Workload and a new controller rebuilds the same one, with either target rule (no placement lands on the reserved
 nodes except by backfill); a preemption hold survives a restart; runtimes are learned from
 Finished Workloads, again after a restart from those the API still shows; the wait-or-span
 numbers reach the check, the decision record and ``explain``; ``atoll queue`` names the
@@ -120,6 +120,33 @@ def test_reservations_are_bounded_per_flavor_before_and_after_a_restart(fabric: 
     again = fabric.controller()
     again.sync()
     assert [r.holder for r in mine(fabric, again)] == [f"{fabric.ns}/gang"]
+
+
+def test_a_soonest_free_target_is_written_and_a_new_controller_holds_the_same(fabric: Fabric) -> None:
+    """Four cliques of 8 GPUs: one full until 600 s from now, two full with no limit, one half full
+    until 10 hours from now. Fewest-to-drain would take the half-full clique (4 GPUs to drain);
+    ``soonestFree`` takes the one expected free in 600 s."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0, "reserveTarget": "soonestFree", "retargetMarginSeconds": 1800}
+    fabric.install(doc)
+    ctrl = fabric.controller()
+    submit(fabric, "soon", 2, limit=600)
+    for i in range(2):
+        submit(fabric, f"full-{i}", 2)
+    submit(fabric, "half", 1, limit=10 * LIMIT)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
+    submit(fabric, "gang", 2)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait"
+    key = f"{fabric.ns}/gang"
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    started = ctrl.queue_state.outlook.running(f"{fabric.ns}/soon")
+    assert held is not None and started is not None
+    assert {n for n, _ in held.nodes} == set(planned(fabric.entry("soon"))) and held.expected_free == started.started + 600
+    ctrl.stop()
+    again = fabric.controller()
+    again.sync()
+    assert mine(fabric, again) == [held]
 
 
 def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:

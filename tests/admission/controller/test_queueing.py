@@ -17,6 +17,7 @@ DOC = load_profiles(f"""
 defaultProfile: strict
 profiles:
   strict: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
+  soonest: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, reserveTarget: soonestFree, retargetMarginSeconds: 1800}}}}
   elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
 """)
 NOW = 1000.0
@@ -81,6 +82,40 @@ def test_a_gang_reserves_after_reserve_after_seconds_and_releases_when_placed() 
     assert later.outcome == "wait" and held is not None and held.path == ("u0", "r0") and held.expected_free == 5000.0
     assert "reserves 8 GPUs on 2 nodes of nvidia.com/gpu.clique u0/r0" in later.message
     assert decide(a, 8, 1, now=NOW + 601).outcome == "wait"  # r0n1 is free but reserved; r1 has 2 GPUs, not a 4-GPU pod
+
+
+def waited_gang(profile: str) -> DeployedAtoll:
+    """r0 lacks 4 GPUs until 5,000 s, r1 lacks 6 until 2,500 s; gang job-7 (8 GPUs) has waited 600 s."""
+    a = atoll(profile, used={"r0n0": 4, "r1n0": 2, "r1n1": 4})
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, limit=5000.0))
+    a.outlook.started("sim/y", Running("f", (("r1n0", 2), ("r1n1", 4)), 0.0, limit=2500.0))
+    assert decide(a, 7, 2, now=NOW).outcome == "wait"
+    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+    return a
+
+
+def test_a_soonest_free_target_reserves_the_domain_expected_free_first() -> None:
+    drain, soon = waited_gang("strict"), waited_gang("soonest")
+    assert decide(drain, 7, 2, now=NOW + 600).outcome == "wait" and decide(soon, 7, 2, now=NOW + 600).outcome == "wait"
+    by_drain, by_soon = drain.outlook.reservations.held_by("sim/job-7"), soon.outlook.reservations.held_by("sim/job-7")
+    assert by_drain is not None and by_drain.path == ("u0", "r0") and by_drain.expected_free == 5000.0  # fewest GPUs to drain
+    assert by_soon is not None and by_soon.path == ("u0", "r1") and by_soon.expected_free == 2500.0  # expected free 2,500 s sooner
+
+
+def test_a_held_reservation_moves_past_the_margin_and_keeps_its_age() -> None:
+    a = waited_gang("soonest")
+    old = Reservation("sim/job-7", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4), ("r0n1", 4)), 50.0, 5000.0)
+    assert a.outlook.reservations.add(old, limit=1)
+    v = decide(a, 7, 2, now=NOW + 600)
+    moved = a.outlook.reservations.held_by("sim/job-7")
+    assert moved is not None and moved.path == ("u0", "r1") and moved.since == 50.0  # 5,000 > 2,500 + 1,800: it moves
+    assert "moved from u0/r0" in v.message
+    b = waited_gang("soonest")
+    b.outlook.started("sim/y", Running("f", (("r1n0", 2), ("r1n1", 4)), 0.0, limit=3500.0))  # r1 now frees at 3,500
+    assert b.outlook.reservations.add(old, limit=1)
+    decide(b, 7, 2, now=NOW + 600)
+    kept = b.outlook.reservations.held_by("sim/job-7")
+    assert kept is not None and kept.path == ("u0", "r0")  # 5,000 is within 1,800 s of 3,500: it stays
 
 
 def test_wait_or_span_says_both_numbers() -> None:

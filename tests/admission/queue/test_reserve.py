@@ -4,7 +4,7 @@ what is written on the Workload rebuilds the same reservations."""
 
 from __future__ import annotations
 
-from admission.queue import Reservation, Reservations, Running, RuntimeEstimator, choose_target, domain_outlook, restore
+from admission.queue import Reservation, Reservations, Running, RuntimeEstimator, choose_target, domain_outlook, restore, should_move
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
@@ -22,10 +22,10 @@ def busy(snap: Snapshot, until: dict[str, float]) -> list[Running]:
     return [Running("f", ((name, 4),), 0.0, limit=end) for name, end in until.items()]
 
 
-def target(snap: Snapshot, running: list[Running], gpus: int = 12) -> Reservation | None:
+def target(snap: Snapshot, running: list[Running], gpus: int = 12, by: str = "drain") -> Reservation | None:
     est = RuntimeEstimator()
     outlooks = domain_outlook(snap, CLIQUE, gpus, running, est, now=10.0)
-    return choose_target(snap, "ns/gang", CLIQUE, gpus, 4, outlooks, running, est, now=10.0)
+    return choose_target(snap, "ns/gang", CLIQUE, gpus, 4, outlooks, running, est, now=10.0, by=by)
 
 
 def test_the_fewest_gpus_to_drain_win_then_the_soonest_free() -> None:
@@ -39,6 +39,35 @@ def test_the_fewest_gpus_to_drain_win_then_the_soonest_free() -> None:
     running = busy(snap, {"c0n0": 500, "c0n1": 500, "c1n0": 900, "c1n1": 900, "c2n0": 300, "c2n1": 2000})
     r = target(snap, running)  # every island lacks 4 GPUs: c2 frees them soonest (300 s)
     assert r is not None and r.path[-1] == "c2" and dict(r.nodes) == {"c2n2": 4, "c2n3": 4, "c2n0": 4} and r.expected_free == 300.0
+
+
+def test_soonest_free_picks_the_domain_that_drains_first_where_fewest_to_drain_does_not() -> None:
+    snap = cluster()
+    # c0 lacks 4 GPUs, held by one job until 20,000 s; c1 lacks 8, held by two jobs ending at 600 s
+    running = busy(snap, {"c0n0": 20000, "c0n1": 20000, "c1n0": 600, "c1n1": 600, "c1n2": 600, "c2n0": 30000, "c2n1": 30000})
+    drain = target(snap, running)
+    soon = target(snap, running, by="soonest")
+    assert drain is not None and drain.path[-1] == "c0" and drain.expected_free == 20000.0
+    assert soon is not None and soon.path[-1] == "c1" and soon.expected_free == 600.0
+    assert dict(soon.nodes) == {"c1n3": 4, "c1n0": 4, "c1n1": 4}  # the free node, then two of those back at 600 s
+    snap = cluster()  # a tie at the same free time: fewest to drain, then domain order
+    running = busy(snap, {"c0n0": 600, "c0n1": 600, "c1n0": 600, "c2n0": 600})
+    tied = target(snap, running, by="soonest")
+    assert tied is not None and tied.path[-1] == "c1"  # c1 and c2 lack 0 GPUs of 12 (3 free nodes each); c1 comes first
+
+
+def test_a_held_reservation_moves_only_when_another_domain_frees_sooner_by_more_than_the_margin() -> None:
+    snap = cluster()
+    running = busy(snap, {"c0n0": 5000, "c0n1": 5000, "c1n0": 900, "c1n1": 900, "c1n2": 900, "c2n0": 30000, "c2n1": 30000})
+    est = RuntimeEstimator()
+    outlooks = domain_outlook(snap, CLIQUE, 12, running, est, now=10.0)
+    held = Reservation("ns/gang", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4), ("c0n1", 4), ("c0n2", 4)), 0.0, 2000.0)
+    soon = choose_target(snap, "ns/gang", CLIQUE, 12, 4, outlooks, running, est, now=10.0, by="soonest")
+    assert soon is not None and soon.path[-1] == "c1" and soon.expected_free == 900.0
+    assert should_move(held, soon, outlooks, margin=3600)  # c0 now frees at 5000 s: 4,100 s later than c1
+    assert not should_move(held, soon, outlooks, margin=4200)  # within the margin: it stays
+    assert not should_move(held, soon, outlooks, margin=None)  # no margin set: never moves
+    assert not should_move(soon, soon, outlooks, margin=1)  # the same domain is no move
 
 
 def test_others_keep_out_of_the_reserved_nodes_except_by_backfill() -> None:

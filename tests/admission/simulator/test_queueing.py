@@ -24,6 +24,9 @@ profiles:
   strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}}}}
   reserving: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
                queueing: {{reserveAfterSeconds: {RESERVE_AFTER}}}}}
+  drain300: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}}, queueing: {{reserveAfterSeconds: 300}}}}
+  soonest300: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
+                queueing: {{reserveAfterSeconds: 300, reserveTarget: soonestFree}}}}
 """)
 _ids = itertools.count()
 
@@ -111,6 +114,28 @@ def test_declared_limits_let_a_job_that_ends_before_the_expected_free_time_backf
     assert without.start[short] >= 1000
     assert res.start[gang] == without.start[gang]  # the backfilled job was gone before the gang could start: no delay
     assert summarize(res)["reserved_idle_gpu_hours"] < summarize(without)["reserved_idle_gpu_hours"]
+
+
+def target_run(profile: str) -> SimResult:
+    """Three 4-GPU jobs fill r0 until 900, 950 and 1,000 s; an 8-GPU job holds half of r1 and a
+    16-GPU job all of r2 until 20,000 s. The 12-GPU gang (t=3) lacks 12 GPUs in r0 (free at
+    1,000 s) and 4 in r1 (free at 20,000 s): fewest-to-drain reserves r1, soonest-free r0. 4-GPU
+    jobs of 3,000 s arrive from t=500 and take whatever frees outside a reservation."""
+    plan = [(0, 900, 4), (0.1, 950, 4), (0.2, 1000, 4), (1, 20000, 8), (2, 20000, 16), (3, 300, 12)]
+    plan += [(500 + 30 * k, 3000, 4) for k in range(40)]
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies([f"atoll-{profile}"], DOC, seed=1)
+    return simulate(three_islands(), prepare_workload(three_islands(), jobs), pol,
+                    settings=SimSettings(parking=False, declared_runtime_factor=1.0))
+
+
+def test_a_soonest_free_target_starts_the_gang_when_its_domain_drains_where_fewest_to_drain_waits_for_the_longest_job() -> None:
+    gang = 5
+    soon, drain = target_run("soonest300"), target_run("drain300")
+    assert (soon.status == STATUS_DONE).all() and (drain.status == STATUS_DONE).all()
+    assert soon.start[gang] <= 1000 + 120  # r0's nodes are held from the reservation on: it starts at its first retry after 1,000 s
+    assert drain.start[gang] >= 20000  # r1 drains only when the 8-GPU job ends; r0's nodes went to the small jobs
+    assert summarize(soon)["reserved_idle_gpu_hours"] < summarize(drain)["reserved_idle_gpu_hours"]
 
 
 def test_a_declared_runtime_factor_below_1_is_refused_naming_the_field() -> None:

@@ -536,10 +536,11 @@ class Decider:
         by_name = {s.name: s for s in specs}
         out = np.zeros(snap.num_nodes, dtype=bool)
         for ps in decision.placement.podsets:
-            if ps.domain_level not in snap.level_labels or ps.name not in by_name:
+            if ps.name not in by_name:
                 continue
             selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
-            selector.update(self._selector_at(snap, ps, snap.level_index(ps.domain_level)))
+            if ps.domain_level in snap.level_labels:  # else the whole flavor: no domain selector narrows it
+                selector.update(self._selector_at(snap, ps, snap.level_index(ps.domain_level)))
             out |= self.ledger.domain_mask(snap, selector.items(), by_name[ps.name].tolerations)
         return out
 
@@ -564,9 +565,15 @@ class Decider:
         relaxed span limit). None and the nodes involved when no such levels exist."""
         assert decision.placement is not None
         by_name = {s.name: s for s in specs}
-        podsets = [ps for ps in decision.placement.podsets if ps.domain_level in snap.level_labels and by_name[ps.name].per_pod.gpu > 0]
+        # a PodSet placed across the whole flavor (its pods spread over top-level domains) gets no
+        # domain selector: its pods may bind anywhere in the flavor, so its claim is the flavor's
+        # nodes (-1: nothing to widen to), and it must not be able to starve what others owe
+        podsets = [ps for ps in decision.placement.podsets if by_name[ps.name].per_pod.gpu > 0]
         options: list[list[int]] = []
         for ps in podsets:
+            if ps.domain_level not in snap.level_labels:
+                options.append([-1])
+                continue
             own = snap.level_index(ps.domain_level)
             top = own
             # one pod is on one node whatever its selector: its own required level is no bound on it
@@ -594,14 +601,15 @@ class Decider:
                         owner.append(j)
                 else:
                     selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
-                    selector.update(self._selector_at(snap, ps, opts[k]))
+                    if opts[k] >= 0:
+                        selector.update(self._selector_at(snap, ps, opts[k]))
                     mask = self.ledger.domain_mask(snap, selector.items(), spec.tolerations)
                     new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
                     owner.append(j)
             near = np.logical_or.reduce([c.mask for c in new]) if new else np.zeros(snap.num_nodes, dtype=bool)
             exposed = exposed_claims(held.free_gpu, held.claims.extend(new), near)
             if not exposed:
-                return {ps.name: opts[k] for ps, opts, k in zip(podsets, options, pick)}, near
+                return {ps.name: opts[k] for ps, opts, k in zip(podsets, options, pick) if opts[k] >= 0}, near
             widened = False
             first = len(held.claims)
             for i in sorted({owner[e - first] for e in exposed if e >= first}):
@@ -633,7 +641,7 @@ class Decider:
             wide_u[cs.dom[~single]] = True
             out |= cs.masks[wide_u & (sizes_u > 1)].any(axis=0)
         for level, want, g in sorted(set(podsets)):
-            if level >= snap.node_level or g <= 0:
+            if level < 0 or level >= snap.node_level or g <= 0:  # -1: across the whole flavor, no domain of a level to leave out
                 continue
             starts = np.asarray([snap.domain_range(level, d)[0] for d in range(snap.num_domains(level))], dtype=np.int64)
             sizes = np.diff(np.append(starts, snap.num_nodes))

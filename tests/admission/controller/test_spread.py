@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings, decode_planned
-from admission.kube import PODS, WORKLOADS, ManualClock
+from admission.kube import NODES, PODS, WORKLOADS, ManualClock
 from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, quantities, workload_object
 from policies import load_profiles_file
 from topology import ResourceVector, load_cluster_model
@@ -182,3 +182,43 @@ def test_a_preferred_share_rule_falls_back_to_a_filled_domain_where_a_required_o
     assert len({domain(planned_nodes(port, f"chat-{i}")[0], SU) for i in range(4)}) == 4
     v = admit(ctrl, port, replica("chat-4", kep, labels))
     assert v.outcome == fifth, v.message
+
+
+def test_a_workload_spread_across_the_whole_flavor_waits_while_it_could_take_the_room_another_owes() -> None:
+    """An inference Workload spreads its pods one per NVLink rack; when the racks with room are in
+    two scalable units its placement has no domain selector, so the scheduler may bind its pods
+    anywhere in the flavor, including the last free nodes of a scalable unit where another
+    Workload's pods are still owed. It waits for those pods to bind instead of being admitted."""
+    ctrl, port = setup()
+    owed_at = ["gb200-s0-u1-r1-n07", "gb200-s0-u1-r6-n11"]
+    spare = ["gb200-s0-u1-r7-n01", "gb200-s1-u0-r7-n02"]
+
+    def busy(node: str, phase: str = "Running") -> None:
+        port.put(PODS, {"metadata": {"name": f"busy-{node}", "namespace": "default", "uid": f"busy-{node}"},
+                        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                            "requests": quantities(ResourceVector(gpu=4), "nvidia.com/gpu")}}]}, "status": {"phase": phase}})
+
+    for node in sorted(o["metadata"]["name"] for o in port.list(NODES).items):
+        if node not in owed_at:
+            busy(node)
+    inference = {"atoll.dev/class": "inference"}
+    first = admit(ctrl, port, replica("first", inference))
+    assert first.outcome == "admit", first.message
+    assert sorted(planned_nodes(port, "first")) == owed_at  # owed: no pod of it is bound yet
+    for node in spare:
+        busy(node, "Succeeded")  # two more nodes free up, one in first's scalable unit
+    ctrl.sync()
+    second = admit(ctrl, port, replica("second", inference))
+    assert second.outcome == "wait", second.message  # its pods could take s0-u1-r7-n01 and a node first needs
+    assert "serving/first" in second.message
+    assert not any(v.kind == "unplaceable" for v in ctrl_violations(ctrl))
+
+
+def ctrl_violations(ctrl: Controller) -> list[Any]:
+    """The no-double-booking invariant on the controller's own ledger and cache."""
+    from admission.controller._invariant import check_invariant
+
+    snap = ctrl.cache.snapshot("gb200")
+    alloc = {n: ctrl.cache.nodes[n].allocatable for n in snap.node_names}
+    used = {n: ctrl.cache.usage.get(n, ResourceVector()) for n in snap.node_names}
+    return check_invariant(alloc, used, ctrl.ledger.owed(snap))

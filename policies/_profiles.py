@@ -76,11 +76,16 @@ class QueueingSettings(_Strict):
     the best span's expected extra run time under the cost model; ``relaxAfterSeconds`` stays the
     upper bound. ``reserveAfterSeconds``: a gang (more than one pod) that has waited this long
     reserves the domain with the fewest GPUs to drain; other Workloads land there only by
-    backfill. ``maxReservationsPerFlavor`` bounds the reservations held on one flavor."""
+    backfill. ``maxReservationsPerFlavor`` bounds the reservations held on one flavor.
+    ``perfFloorByCost``: a Workload whose class ``perfFloor`` leaves it waiting takes a placement
+    that only meets this lower floor when its expected extra run time (runtime × (slowdown − 1),
+    the slowest GPU's stretch priced by the cost model) is less than the expected wait for one
+    domain; the class floor stays the upper bound, as ``relaxAfterSeconds`` is for spans."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
     max_reservations_per_flavor: int = Field(default=1, ge=1, alias="maxReservationsPerFlavor")
+    perf_floor_by_cost: float | None = Field(default=None, ge=0.0, le=10.0, alias="perfFloorByCost")
 
 
 _LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))

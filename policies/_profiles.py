@@ -80,13 +80,18 @@ class QueueingSettings(_Strict):
     ``reserveTarget``: ``fewestToDrain`` (the default) or ``soonestFree`` (the domain whose GPUs
     the gang needs are expected free first, ties by fewest to drain). ``retargetMarginSeconds``
     (``soonestFree`` only): a held reservation moves to the soonest-free domain when its own
-    domain is now expected free more than this much later; unset, it never moves."""
+    domain is now expected free more than this much later; unset, it never moves.
+    ``perfFloorByCost``: a Workload whose class ``perfFloor`` leaves it waiting takes a placement
+    that only meets this lower floor when its expected extra run time (runtime × (slowdown − 1),
+    the slowest GPU's stretch priced by the cost model) is less than the expected wait for one
+    domain; the class floor stays the upper bound, as ``relaxAfterSeconds`` is for spans."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
     max_reservations_per_flavor: int = Field(default=1, ge=1, alias="maxReservationsPerFlavor")
     reserve_target: Literal["fewestToDrain", "soonestFree"] = Field(default="fewestToDrain", alias="reserveTarget")
     retarget_margin_seconds: int | None = Field(default=None, gt=0, alias="retargetMarginSeconds")
+    perf_floor_by_cost: float | None = Field(default=None, ge=0.0, le=10.0, alias="perfFloorByCost")
 
 
 _LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))

@@ -352,8 +352,17 @@ class Decider:
                 return None if held.claims.any_live() else span_stamp(
                     view.uid, profile, tuple(specs), searched.node_names, searched.free, searched.eligible,
                     searched.perf, tuple(sorted((k, tuple(v)) for k, v in searched.taint_blocked.items())), held.free_gpu)
+            def floor_search() -> tuple[Decision, dict[str, int], int, Snapshot] | None:
+                lower = profile.queueing.perf_floor_by_cost
+                if cls is None or lower is None or cls.perf_floor <= lower:
+                    return None
+                slower = cls.model_copy(update={"perf_floor": lower})
+                got = self._search_robust(shared, searched, lambda on: decide(on, specs, profile_name=profile_name, profile=profile, now=now,
+                                          wait=wait, workload_class=slower, links=links, explain=False), view, specs, profile, held)
+                return None if isinstance(got, _Conflict) or got[0].outcome != "admit" else got
             turn, span = queue_turn(self.queue, key, searched, specs, profile, wait, now, decision, blocked, obj, span_search,
-                                    lambda f: f[0] if f is not None else decision, self.span_cost, stamp)
+                                    lambda f: f[0] if f is not None else decision, self.span_cost, stamp, floor_search,
+                                    cls.perf_floor if cls is not None else 0.0)
             turn_note = turn.note
             if span is not None:
                 decision, levels, set_aside, snap = span

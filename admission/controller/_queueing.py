@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
+import numpy as np
+
 from admission.queue import Need, Outlook, Reservation, WaitOrSpan, choose_target, domain_outlook, should_move, soonest, weigh
 from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
@@ -53,23 +55,32 @@ def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot,
 class QueueTurn:
     note: str = ""
     weighed: WaitOrSpan | None = None
+    floor: WaitOrSpan | None = None
+    """Waiting weighed against a placement below the class's speed floor (``perfFloorByCost``)."""
     reservation: Reservation | None = None
 
 
 def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSetSpec], profile: Profile, wait: WaitState, now: float,
                decision: Decision, blocked: Mapping[str, int], obj: Mapping[str, Any],
                span_search: Callable[[], Found | None], span_decision: Callable[[Found], Decision],
-               span_cost: SpanCost | None, stamp: Callable[[], tuple[object, ...] | None] | None = None) -> tuple[QueueTurn, Found | None]:
+               span_cost: SpanCost | None, stamp: Callable[[], tuple[object, ...] | None] | None = None,
+               floor_search: Callable[[], Found | None] | None = None, class_floor: float = 0.0) -> tuple[QueueTurn, Found | None]:
     """For a Workload that waits: hold or refresh its reservation once it has waited
     ``reserveAfterSeconds``, and weigh waiting against the best span. The span found (to admit)
     when spanning is cheaper, else None.
 
     The best span's slowdown is kept in ``outlook.spans`` under ``stamp()`` (what the search reads;
     None: not kept) and reused while the stamp is unchanged; the span is searched again only to
-    admit it. Without a cost model there is nothing to weigh, and no span is searched."""
+    admit it. Without a cost model there is nothing to weigh, and no span is searched.
+
+    With ``queueing.perfFloorByCost``, ``floor_search`` (the placement found with the class's
+    speed floor lowered to it; None: not asked) is priced the same way and weighed against the
+    expected wait for one domain of GPUs at ``class_floor`` or above: it is the one found when
+    it is cheaper and no span was. That wait counts the GPUs a running Workload frees on a
+    slower node of the domain too, so it errs short (towards keeping the floor)."""
     q = profile.queueing
     turn = QueueTurn()
-    if not q.wait_or_span and q.reserve_after_seconds is None:
+    if not q.wait_or_span and q.reserve_after_seconds is None and (q.perf_floor_by_cost is None or floor_search is None):
         return turn, None
     gpus = sum(s.count * s.per_pod.gpu for s in specs)
     per_pod = max((s.per_pod.gpu for s in specs), default=1)
@@ -120,6 +131,20 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         notes.append(turn.weighed.describe())
         if turn.weighed.choice == "span":
             found = span if searched else span_search()
+    if found is None and q.perf_floor_by_cost is not None and floor_search is not None and span_cost is not None:
+        slower = floor_search()
+        placed = span_decision(slower) if slower is not None else None
+        slowdown = span_cost(snap, placed) if placed is not None and placed.outcome == "admit" else None
+        fast = snap.fork()  # the wait is for GPUs that meet the class's floor: the slower ones are left out
+        fast.eligible = np.where(snap.perf >= class_floor, snap.eligible, 0).astype(snap.eligible.dtype)
+        best = soonest(domain_outlook(fast, level, gpus, running, outlook.estimator, now, blocked))
+        est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
+        turn.floor = weigh(None if best is None or best.free_at is None else best.free_at - now, best.error if best else 0.0,
+                           "/".join(best.path) if best is not None else "", slowdown, None if est is None else est.seconds,
+                           0.0 if est is None else est.error, kind="floor")
+        notes.append(turn.floor.describe())
+        if turn.floor.choice == "span":
+            found = slower
     turn.note = "; ".join(notes)
     return turn, found
 

@@ -32,6 +32,9 @@ class WaitOrSpan:
     runtime_s: float | None
     runtime_error_s: float
     choice: Literal["span", "wait"] | None
+    kind: Literal["span", "floor"] = "span"
+    """``span``: the other side is a span of domains; ``floor``: a placement on GPUs below the
+    class's ``perfFloor`` (``queueing.perfFloorByCost``)."""
 
     @property
     def span_cost_s(self) -> float | None:
@@ -50,6 +53,11 @@ class WaitOrSpan:
         else:
             span = (f"best span slows it {self.span_slowdown:.3f}× = +{self.span_cost_s:.0f}s on an expected "
                     f"{self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
+        if self.kind == "floor":
+            span = span.replace("no span priced now", "no placement under the speed floor priced now").replace(
+                "best span slows", "placement under the speed floor slows")
+            verdict = {"span": "takes the slower GPUs now (cheaper)", "wait": "waits (cheaper)", None: "perfFloor decides"}[self.choice]
+            return f"wait or slower GPUs: {wait}; {span}; {verdict}"
         verdict = {"span": "spans now (cheaper)", "wait": "waits (cheaper)", None: "relaxAfterSeconds decides"}[self.choice]
         return f"wait or span: {wait}; {span}; {verdict}"
 
@@ -65,12 +73,12 @@ def _r(x: float | None) -> float | None:
 
 
 def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown: float | None, runtime_s: float | None,
-          runtime_error_s: float = 0.0) -> WaitOrSpan:
+          runtime_error_s: float = 0.0, kind: Literal["span", "floor"] = "span") -> WaitOrSpan:
     """Span when the expected wait exceeds the span's expected extra run time; wait on a tie."""
     choice: Literal["span", "wait"] | None = None
     if span_slowdown is not None and wait_s is not None and runtime_s is not None:
         choice = "span" if wait_s > runtime_s * max(span_slowdown - 1.0, 0.0) else "wait"
-    return WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, choice)
+    return WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, choice, kind)
 
 
 def span_stamp(*parts: object) -> tuple[object, ...]:

@@ -165,3 +165,63 @@ def test_a_reused_price_that_now_says_span_admits_the_span_a_fresh_search_finds(
     v = decide(a, 1, 2, now=NOW + 15)
     assert a.outlook.spans.hits == 1 and v.outcome == "admit" and v.relaxed
     assert {n for p in v.placements for n in p.nodes} == {"r0n1", "r1n1"}
+
+
+FLOOR_DOC = load_profiles(f"""
+defaultProfile: strict
+profiles:
+  strict: {{requiredLevel: {CLIQUE}}}
+  floor: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5}}}}
+classes:
+  training: {{perfFloor: 0.9, uniformPerf: true}}
+""")
+
+
+def slow_island(profile: str) -> DeployedAtoll:
+    """r0's GPUs run at 0.7 (under the training floor of 0.9) and are free; r1 is at full speed
+    with one of its two nodes busy until 3000 s (expected from what was learned)."""
+    model = cluster({"r1n0": 4}).model_dump(by_alias=True)
+    for node in model["flavors"][0]["nodes"]:
+        if node["name"].startswith("r0"):
+            node["perf"] = 0.7
+    a = DeployedAtoll(f"atoll-{profile}", profile, FLOOR_DOC, ClusterModel.model_validate(model))
+    for _ in range(3):
+        a.outlook.estimator.learn("sim/default", 8, 3000.0)
+    a.outlook.started("sim/x", Running("f", (("r1n0", 4),), 0.0, queue="sim/default"))
+    return a
+
+
+def test_a_speed_floor_gives_way_when_waiting_costs_more_than_the_slower_gpus() -> None:
+    a = slow_island("floor")
+    a.decider.span_cost = lambda snap, decision: 1 / 0.7  # +1286 s on a 3000 s run against 2000 s of waiting
+    v = decide(a, 1, 2)
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0", "r0n1"}
+    assert "wait or slower GPUs: expected wait for one domain 2000s" in v.message and "takes the slower GPUs now (cheaper)" in v.message
+
+
+def test_a_speed_floor_holds_when_the_slower_gpus_cost_more_than_waiting() -> None:
+    a = slow_island("floor")
+    a.decider.span_cost = lambda snap, decision: 1.8  # +2400 s on a 3000 s run: waiting 2000 s is cheaper
+    w = decide(a, 1, 2)
+    assert w.outcome == "wait"
+    assert "wait or slower GPUs: expected wait for one domain 2000s" in w.message and "slows it 1.800×" in w.message
+    assert "waits (cheaper)" in w.message
+
+
+def test_without_perf_floor_by_cost_the_class_floor_decides_alone() -> None:
+    a = slow_island("strict")
+    a.decider.span_cost = lambda snap, decision: 1.0  # free slower GPUs would cost nothing, but the profile does not ask
+    w = decide(a, 1, 2)
+    assert w.outcome == "wait" and "slower GPUs" not in w.message
+
+
+def test_without_a_learned_runtime_the_class_floor_decides() -> None:
+    model = cluster({"r1n0": 4}).model_dump(by_alias=True)
+    for node in model["flavors"][0]["nodes"]:
+        if node["name"].startswith("r0"):
+            node["perf"] = 0.7
+    a = DeployedAtoll("atoll-floor", "floor", FLOOR_DOC, ClusterModel.model_validate(model))
+    a.outlook.started("sim/x", Running("f", (("r1n0", 4),), 0.0, queue="sim/default"))
+    a.decider.span_cost = lambda snap, decision: 1.0
+    w = decide(a, 1, 2)
+    assert w.outcome == "wait" and "perfFloor decides" in w.message

@@ -279,13 +279,14 @@ def _run_settings(objects: list[dict[str, Any]]) -> Any:
     return build_settings(run_parser(env).parse_args(container["args"][1:]))
 
 
-def test_the_span_cost_and_parking_values_reach_atoll_run() -> None:
+def test_the_span_cost_parking_and_write_values_reach_atoll_run() -> None:
     settings = _run_settings(render({}))
     assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("calibrated", 0.1, 0.0)
-    assert settings.decisions.park_waiting is False
-    settings = _run_settings(render({"parkWaiting": True, "spanCost": {"linkModel": "flat-ring", "commFraction": 0.25, "overlap": 0.5}}))
+    assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (False, 0)
+    settings = _run_settings(render({"parkWaiting": True, "writeWorkers": 4,
+                                     "spanCost": {"linkModel": "flat-ring", "commFraction": 0.25, "overlap": 0.5}}))
     assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("flat-ring", 0.25, 0.5)
-    assert settings.decisions.park_waiting is True
+    assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (True, 4)
 
 
 # ---------------------------------------------------------------------- the real apiserver
@@ -354,6 +355,7 @@ def test_under_gitops_a_resync_keeps_the_ca_bundle_the_process_wrote(kube_client
     ({"metrics": {"port": "8080"}}, "at '/metrics/port'", "got string, want integer"),
     ({"spanCost": {"linkModel": "mesh"}}, "at '/spanCost/linkModel'", "value must be one of 'calibrated', 'flat-ring'"),
     ({"spanCost": {"commFraction": 1.5}}, "at '/spanCost/commFraction'", "maximum: got 1.5, want 1"),
+    ({"writeWorkers": 64}, "at '/writeWorkers'", "maximum: got 64, want 32"),
 ])
 def test_values_the_schema_does_not_know_fail_rendering(values: dict[str, Any], where: str, what: str) -> None:
     with pytest.raises(helm.HelmValuesError) as err:

@@ -136,10 +136,11 @@ def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int,
     nodes the gang will need there; None when no domain holds it."""
     if not outlooks:
         return None
-    if by == "soonest":
-        best = min(outlooks, key=lambda o: (o.free_at if o.free_at is not None else math.inf, o.to_drain, o.domain))
-    else:
-        best = min(outlooks, key=lambda o: (o.to_drain, o.free_at if o.free_at is not None else math.inf, o.domain))
+    def rank(o: DomainOutlook) -> tuple[float, float, int]:
+        free = o.free_at if o.free_at is not None else math.inf
+        return (free, o.to_drain, o.domain) if by == "soonest" else (o.to_drain, free, o.domain)
+
+    best = min(outlooks, key=rank)
     lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else None
     lo, hi = snapshot.domain_range(lv, best.domain) if lv is not None else (0, snapshot.num_nodes)
     node_end: dict[int, float] = {}

@@ -43,19 +43,19 @@ class WaitOrSpan:
         return self.runtime_s * max(self.span_slowdown - 1.0, 0.0)
 
     def describe(self) -> str:
+        floor = self.kind == "floor"
+        other, best = ("placement under the speed floor", "placement under the speed floor") if floor else ("span", "best span")
         wait = (f"expected wait for one domain {self.wait_s:.0f}s ± {self.wait_error_s:.0f}s ({self.domain})"
                 if self.wait_s is not None else "expected wait for one domain unknown (no runtime learned for what runs there)")
         if self.span_slowdown is None:  # none found, or none the cost model can price
-            span = ("no span priced now" if self.runtime_s is None else
-                    f"no span priced now; expected runtime {self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
+            span = (f"no {other} priced now" if self.runtime_s is None else
+                    f"no {other} priced now; expected runtime {self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
         elif self.runtime_s is None:
-            span = f"best span slows it {self.span_slowdown:.3f}×, its runtime unknown"
+            span = f"{best} slows it {self.span_slowdown:.3f}×, its runtime unknown"
         else:
-            span = (f"best span slows it {self.span_slowdown:.3f}× = +{self.span_cost_s:.0f}s on an expected "
+            span = (f"{best} slows it {self.span_slowdown:.3f}× = +{self.span_cost_s:.0f}s on an expected "
                     f"{self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
-        if self.kind == "floor":
-            span = span.replace("no span priced now", "no placement under the speed floor priced now").replace(
-                "best span slows", "placement under the speed floor slows")
+        if floor:
             verdict = {"span": "takes the slower GPUs now (cheaper)", "wait": "waits (cheaper)", None: "perfFloor decides"}[self.choice]
             return f"wait or slower GPUs: {wait}; {span}; {verdict}"
         verdict = {"span": "spans now (cheaper)", "wait": "waits (cheaper)", None: "relaxAfterSeconds decides"}[self.choice]

@@ -35,13 +35,13 @@ def job(arrival: float, duration: float, gpus: int) -> Job:
     return make_job(f"j{next(_ids)}", arrival, duration, gpus, 4, "training")
 
 
-def cluster() -> ClusterModel:
-    """1 SU × 2 islands × 4 nodes × 4 GPUs."""
+def cluster(islands: int = 2) -> ClusterModel:
+    """1 SU × ``islands`` islands × 4 nodes × 4 GPUs."""
     return ClusterModel.model_validate({"name": "test", "flavors": [{
         "name": "f", "topology": "t",
         "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
         "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
-        "generate": [{"level": SU, "count": 1, "prefix": "u"}, {"level": CLIQUE, "count": 2, "prefix": "r"},
+        "generate": [{"level": SU, "count": 1, "prefix": "u"}, {"level": CLIQUE, "count": islands, "prefix": "r"},
                      {"level": "kubernetes.io/hostname", "count": 4, "prefix": "n"}]}]})
 
 
@@ -82,16 +82,6 @@ def test_a_parked_gang_keeps_its_quota_and_is_bounded_too() -> None:
     assert res.start[gang] - res.arrival[gang] <= RESERVE_AFTER + 400
 
 
-def three_islands() -> ClusterModel:
-    """1 SU × 3 islands × 4 nodes × 4 GPUs."""
-    return ClusterModel.model_validate({"name": "test", "flavors": [{
-        "name": "f", "topology": "t",
-        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
-        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
-        "generate": [{"level": SU, "count": 1, "prefix": "u"}, {"level": CLIQUE, "count": 3, "prefix": "r"},
-                     {"level": "kubernetes.io/hostname", "count": 4, "prefix": "n"}]}]})
-
-
 def backfill_run(factor: float | None) -> SimResult:
     """12 + 12 + 8 GPUs leave no island whole, so the 16-GPU gang (t=3) waits and reserves the
     8-GPU island (fewest to drain; it drains at t=1000). Two 4-GPU jobs fill the other islands'
@@ -100,7 +90,7 @@ def backfill_run(factor: float | None) -> SimResult:
     plan = [(0, 1000, 12), (1, 3000, 12), (2, 1000, 8), (3, 300, 16), (700, 3000, 4), (701, 3000, 4), (800, 100, 4), (801, 1000, 4)]
     jobs = [job(a, d, g) for a, d, g in plan]
     (pol,) = make_policies(["atoll-reserving"], DOC, seed=1)
-    return simulate(three_islands(), prepare_workload(three_islands(), jobs), pol,
+    return simulate(cluster(3), prepare_workload(cluster(3), jobs), pol,
                     settings=SimSettings(declared_runtime_factor=factor))
 
 
@@ -125,7 +115,7 @@ def target_run(profile: str) -> SimResult:
     plan += [(500 + 30 * k, 3000, 4) for k in range(40)]
     jobs = [job(a, d, g) for a, d, g in plan]
     (pol,) = make_policies([f"atoll-{profile}"], DOC, seed=1)
-    return simulate(three_islands(), prepare_workload(three_islands(), jobs), pol,
+    return simulate(cluster(3), prepare_workload(cluster(3), jobs), pol,
                     settings=SimSettings(parking=False, declared_runtime_factor=1.0))
 
 

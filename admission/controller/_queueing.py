@@ -76,8 +76,9 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     With ``queueing.perfFloorByCost``, ``floor_search`` (the placement found with the class's
     speed floor lowered to it; None: not asked) is priced the same way and weighed against the
     expected wait for one domain of GPUs at ``class_floor`` or above: it is the one found when
-    it is cheaper and no span was. That wait counts the GPUs a running Workload frees on a
-    slower node of the domain too, so it errs short (towards keeping the floor)."""
+    it is cheaper and no span was. That wait is for a domain of the level the Workload would be
+    placed at (its island, or once it may span, its ``maxSpanLevel``: ``_floor_level``), and
+    counts only the GPUs running Workloads free on nodes at the floor or above."""
     q = profile.queueing
     turn = QueueTurn()
     if not q.wait_or_span and q.reserve_after_seconds is None and (q.perf_floor_by_cost is None or floor_search is None):
@@ -137,7 +138,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         slowdown = span_cost(snap, placed) if placed is not None and placed.outcome == "admit" else None
         fast = snap.fork()  # the wait is for GPUs that meet the class's floor: the slower ones are left out
         fast.eligible = np.where(snap.perf >= class_floor, snap.eligible, 0).astype(snap.eligible.dtype)
-        best = soonest(domain_outlook(fast, level, gpus, running, outlook.estimator, now, blocked))
+        best = soonest(domain_outlook(fast, _floor_level(profile, snap, decision, level), gpus, running, outlook.estimator, now, blocked))
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
         turn.floor = weigh(None if best is None or best.free_at is None else best.free_at - now, best.error if best else 0.0,
                            "/".join(best.path) if best is not None else "", slowdown, None if est is None else est.seconds,
@@ -147,6 +148,20 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             found = slower
     turn.note = "; ".join(notes)
     return turn, found
+
+
+def _floor_level(profile: Profile, snap: Snapshot, decision: Decision, level: str | None) -> str | None:
+    """The level whose domain a Workload held back by its speed floor waits for: ``level`` (one
+    island), or once its profile lets it span (``decision.relaxed``, a strict gang widened aside)
+    the profile's ``maxSpanLevel`` on this flavor (None: the whole flavor). A gang larger than any
+    island waits for a span, never for an island that cannot hold it."""
+    if not decision.relaxed or decision.widened_to is not None:
+        return level
+    try:
+        span = profile.for_flavor(snap.flavor, snap.level_labels).max_span_level
+    except ValueError:
+        return None
+    return span if span in snap.level_labels else None
 
 
 def _queue_of(obj: Mapping[str, Any]) -> str | None:

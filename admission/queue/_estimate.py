@@ -146,7 +146,8 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
     """Per domain of ``level`` (None: the whole flavor) able to hold ``gpus`` GPUs when empty, the
     outlook for a Workload of that size, in domain order. ``snapshot.free`` is what is free now
     (the decision's fork: owed pods counted). ``blocked``: node → GPUs that free up for someone
-    else (another gang's reservation), never counted as coming back."""
+    else (another gang's reservation), never counted as coming back; nor are GPUs that running
+    Workloads hold on a node ``snapshot`` makes ineligible (the Workload cannot use them)."""
     lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else 0
     alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
     free = np.minimum(snapshot.free[:, 0], alloc)
@@ -157,7 +158,7 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
         got = r.expected_end(estimator, now)
         for name, g in r.nodes:
             i = snapshot.node_index.get(name)
-            if i is None:
+            if i is None or not alloc[i]:  # a node it may not use (ineligible, under its speed floor): never its room
                 continue
             d = int(snapshot.node_dom[lv, i]) if level is not None else 0
             ends.setdefault(d, []).append((got[0], got[1], g) if got is not None else (math.inf, math.inf, g))

@@ -172,6 +172,7 @@ defaultProfile: strict
 profiles:
   strict: {{requiredLevel: {CLIQUE}}}
   floor: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5}}}}
+  floor-elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{perfFloorByCost: 0.5}}}}
 classes:
   training: {{perfFloor: 0.9, uniformPerf: true}}
 """)
@@ -225,3 +226,44 @@ def test_without_a_learned_runtime_the_class_floor_decides() -> None:
     a.decider.span_cost = lambda snap, decision: 1.0
     w = decide(a, 1, 2)
     assert w.outcome == "wait" and "perfFloor decides" in w.message
+
+
+def floor_cluster(profile: str, used: dict[str, int], slow: set[str], running: dict[str, float]) -> DeployedAtoll:
+    """``cluster(used)`` with ``slow`` nodes at 0.7 (under the training floor of 0.9), a runtime
+    of 3000 s learned for every size, and ``running``: node → start of the Workload holding it."""
+    model = cluster(used).model_dump(by_alias=True)
+    for node in model["flavors"][0]["nodes"]:
+        if node["name"] in slow:
+            node["perf"] = 0.7
+    a = DeployedAtoll(f"atoll-{profile}", profile, FLOOR_DOC, ClusterModel.model_validate(model))
+    for gpus in (4, 12):
+        for _ in range(3):
+            a.outlook.estimator.learn("sim/default", gpus, 3000.0)
+    for i, (node, started) in enumerate(running.items()):
+        a.outlook.started(f"sim/run-{i}", Running("f", ((node, 4),), started, queue="sim/default"))
+    return a
+
+
+def test_the_floor_wait_does_not_count_gpus_freed_on_nodes_under_the_floor() -> None:
+    # r1n0 (slow) frees at 1500 s, r1n1 (fast) only at 3000 s: the fast room is 2000 s away, not
+    # 500 s, so +1286 s on the slow free node r0n0 is the cheaper side
+    busy = {"r0n1": 0.0, "r1n0": -1500.0, "r1n1": 0.0}
+    a = floor_cluster("floor", {n: 4 for n in busy}, {"r0n0", "r1n0"}, busy)
+    a.decider.span_cost = lambda snap, decision: 1 / 0.7
+    v = decide(a, 1, 1)
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0"}
+    assert "expected wait for one domain 2000s" in v.message and "takes the slower GPUs now (cheaper)" in v.message
+
+
+def test_a_gang_larger_than_an_island_weighs_the_floor_against_the_wait_for_a_span() -> None:
+    # 12 GPUs never fit one island of 8: the wait is for 12 fast GPUs in the scalable unit (r1n0
+    # frees at 3000 s), and the floor gives way to the slow free r0n0 when that wait costs more
+    a = floor_cluster("floor-elastic", {"r1n0": 4}, {"r0n0"}, {"r1n0": 0.0})
+    a.decider.span_cost = lambda snap, decision: 1 / 0.7
+    v = decide(a, 1, 3)
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0", "r0n1", "r1n1"}
+    assert f"expected wait for one domain 2000s ± 0s (u0)" in v.message and "takes the slower GPUs now (cheaper)" in v.message
+    a = floor_cluster("floor-elastic", {"r1n0": 4}, {"r0n0"}, {"r1n0": 0.0})
+    a.decider.span_cost = lambda snap, decision: 1.8  # +2400 s: waiting 2000 s for the fast unit is cheaper
+    w = decide(a, 1, 3)
+    assert w.outcome == "wait" and "waits (cheaper)" in w.message

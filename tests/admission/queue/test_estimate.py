@@ -79,3 +79,15 @@ def test_an_unknown_runtime_leaves_the_free_time_unknown() -> None:
     assert c0.free_at is None and c0.to_drain == 16
     c1 = next(o for o in out if o.path[-1] == "c1")
     assert c1.free_at == 0.0 and not math.isnan(c1.error)
+
+
+def test_gpus_running_workloads_hold_on_a_node_it_may_not_use_never_come_back_to_it() -> None:
+    snap = cluster()
+    use(snap, "c0n0", "c0n1", "c0n2", "c0n3")  # c0 full
+    est = RuntimeEstimator(min_samples=1)
+    running = [Running("f", (("c0n0", 4),), 0.0, limit=100.0), Running("f", (("c0n1", 4), ("c0n2", 4), ("c0n3", 4)), 0.0, limit=900.0)]
+    assert domain_outlook(snap, CLIQUE, 4, running, est, now=0.0)[0].free_at == 100.0
+    snap.eligible = snap.eligible.copy()
+    snap.eligible[snap.node_index["c0n0"]] = 0  # e.g. under the Workload's speed floor: c0n0 freeing at 100 s is not its room
+    c0 = domain_outlook(snap, CLIQUE, 4, running, est, now=0.0)[0]
+    assert (c0.capacity, c0.to_drain, c0.free_at) == (12, 4, 900.0)

@@ -407,3 +407,12 @@ def test_records_are_the_controllers_own_one_file_for_every_atoll_run(capsys: py
 def test_records_need_an_atoll_policy(capsys: pytest.CaptureFixture[str], cluster: str, tmp_path: Path) -> None:
     assert main(["--cluster", cluster, "--jobs", "20", "--policies", "kueue-bestfit", "--records", str(tmp_path / "r.jsonl")]) == 2
     assert "--records: only Atoll's policies write decision records" in capsys.readouterr().err
+
+
+def test_the_dgx_h100_profiles_document_runs_costed_floor(capsys: pytest.CaptureFixture[str]) -> None:
+    """``atoll simulate`` runs the profiles document the cluster model names; DGX H100's has ``costed-floor``."""
+    report = run_json(capsys, "--cluster", "dgx-h100-superpod", "--trace", "itp-cluster04", "--jobs", "40", "--policies",
+                      "atoll-costed-floor", "--seeds", "1", "--load", "1.3")
+    numbers = report["policies"]["atoll-costed-floor"]
+    assert report["profiles"] == "config/kueue/dgx-h100/profiles.yaml"
+    assert numbers["jobs_done"] == 40 and numbers["jobs_rejected"] == numbers["jobs_unfinished"] == 0

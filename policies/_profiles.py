@@ -84,7 +84,10 @@ class QueueingSettings(_Strict):
     ``perfFloorByCost``: a Workload whose class ``perfFloor`` leaves it waiting takes a placement
     that only meets this lower floor when its expected extra run time (runtime × (slowdown − 1),
     the slowest GPU's stretch priced by the cost model) is less than the expected wait for one
-    domain; the class floor stays the upper bound, as ``relaxAfterSeconds`` is for spans."""
+    domain; the class floor stays the upper bound, as ``relaxAfterSeconds`` is for spans.
+    ``perfFloorHoldSeconds`` (with ``perfFloorByCost``): the longest the class floor holds a
+    waiting Workload; past it, the placement under the lower floor is taken whatever the costs
+    say (unset: the costs decide alone)."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -92,6 +95,7 @@ class QueueingSettings(_Strict):
     reserve_target: Literal["fewestToDrain", "soonestFree"] = Field(default="fewestToDrain", alias="reserveTarget")
     retarget_margin_seconds: int | None = Field(default=None, gt=0, alias="retargetMarginSeconds")
     perf_floor_by_cost: float | None = Field(default=None, ge=0.0, le=10.0, alias="perfFloorByCost")
+    perf_floor_hold_seconds: int | None = Field(default=None, ge=0, alias="perfFloorHoldSeconds")
 
 
 _LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))

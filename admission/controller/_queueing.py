@@ -78,7 +78,9 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     expected wait for one domain of GPUs at ``class_floor`` or above: it is the one found when
     it is cheaper and no span was. That wait is for a domain of the level the Workload would be
     placed at (its island, or once it may span, its ``maxSpanLevel``: ``_floor_level``), and
-    counts only the GPUs running Workloads free on nodes at the floor or above."""
+    counts only the GPUs running Workloads free on nodes at the floor or above. With
+    ``perfFloorHoldSeconds``, a Workload that has waited that long takes the slower placement
+    whatever the costs say (the bound, as ``relaxAfterSeconds`` is for spans)."""
     q = profile.queueing
     turn = QueueTurn()
     if not q.wait_or_span and q.reserve_after_seconds is None and (q.perf_floor_by_cost is None or floor_search is None):
@@ -144,7 +146,11 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
                            "/".join(best.path) if best is not None else "", slowdown, None if est is None else est.seconds,
                            0.0 if est is None else est.error, kind="floor")
         notes.append(turn.floor.describe())
+        hold = q.perf_floor_hold_seconds
         if turn.floor.choice == "span":
+            found = slower
+        elif slower is not None and hold is not None and waited >= hold:
+            notes.append(f"the speed floor has held it {waited:.0f}s, perfFloorHoldSeconds {hold}: takes the slower GPUs")
             found = slower
     turn.note = "; ".join(notes)
     return turn, found
@@ -175,11 +181,19 @@ def _queue_of(obj: Mapping[str, Any]) -> str | None:
 def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profile: Profile, wait: WaitState, now: float,
                      specs: Sequence[PodSetSpec]) -> Need | None:
     """A parked gang that will reserve is woken when ``reserveAfterSeconds`` has passed (if that
-    comes before its relax deadline), so it reserves on time without a timer Retry."""
-    after = profile.queueing.reserve_after_seconds
-    if need is None or outlook is None or after is None or sum(s.count for s in specs) <= 1 or outlook.reservations.held_by(key):
+    comes before its relax deadline), so it reserves on time without a timer Retry; and with
+    ``perfFloorHoldSeconds``, a parked Workload is woken when that has passed, so the class
+    speed floor holds it no longer."""
+    q = profile.queueing
+    if need is None or outlook is None:
         return need
-    at = (wait.first_waited_at if wait.first_waited_at is not None else now) + after
-    if at <= now:
+    first = wait.first_waited_at if wait.first_waited_at is not None else now
+    times = []
+    if q.reserve_after_seconds is not None and sum(s.count for s in specs) > 1 and not outlook.reservations.held_by(key):
+        times.append(first + q.reserve_after_seconds)
+    if q.perf_floor_by_cost is not None and q.perf_floor_hold_seconds is not None:
+        times.append(first + q.perf_floor_hold_seconds)
+    at = min((t for t in times if t > now), default=None)
+    if at is None:
         return need
     return replace(need, deadline=at if need.deadline is None else min(need.deadline, at))

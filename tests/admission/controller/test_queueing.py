@@ -173,6 +173,7 @@ profiles:
   strict: {{requiredLevel: {CLIQUE}}}
   floor: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5}}}}
   floor-elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{perfFloorByCost: 0.5}}}}
+  floor-hold: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5, perfFloorHoldSeconds: 900}}}}
 classes:
   training: {{perfFloor: 0.9, uniformPerf: true}}
 """)
@@ -267,3 +268,14 @@ def test_a_gang_larger_than_an_island_weighs_the_floor_against_the_wait_for_a_sp
     a.decider.span_cost = lambda snap, decision: 1.8  # +2400 s: waiting 2000 s for the fast unit is cheaper
     w = decide(a, 1, 3)
     assert w.outcome == "wait" and "waits (cheaper)" in w.message
+
+
+def test_past_perf_floor_hold_seconds_the_slower_gpus_are_taken_whatever_the_costs_say() -> None:
+    a = slow_island("floor-hold")
+    a.decider.span_cost = lambda snap, decision: 1.8  # +2400 s against 2000 s of waiting: the costs say wait
+    w = decide(a, 1, 2)
+    assert w.outcome == "wait" and "waits (cheaper)" in w.message
+    assert [n.deadline for n in w.needs] == [NOW + 900]  # parked, it is woken when the bound passes
+    v = decide(a, 1, 2, now=NOW + 900)  # held 900 s: the bound
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0", "r0n1"}
+    assert "the speed floor has held it 900s, perfFloorHoldSeconds 900: takes the slower GPUs" in v.message

@@ -263,7 +263,7 @@ def test_a_gang_larger_than_an_island_weighs_the_floor_against_the_wait_for_a_sp
     a.decider.span_cost = lambda snap, decision: 1 / 0.7
     v = decide(a, 1, 3)
     assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0", "r0n1", "r1n1"}
-    assert f"expected wait for one domain 2000s ± 0s (u0)" in v.message and "takes the slower GPUs now (cheaper)" in v.message
+    assert "expected wait for one domain 2000s ± 0s (u0)" in v.message and "takes the slower GPUs now (cheaper)" in v.message
     a = floor_cluster("floor-elastic", {"r1n0": 4}, {"r0n0"}, {"r1n0": 0.0})
     a.decider.span_cost = lambda snap, decision: 1.8  # +2400 s: waiting 2000 s for the fast unit is cheaper
     w = decide(a, 1, 3)

@@ -4,6 +4,7 @@ come from the create and admission times, and the Workloads are what each arm as
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -105,3 +106,26 @@ def test_the_wait_for_kwok_nodes_grows_with_the_pool_beyond_kueues_640() -> None
     assert nodes_ready_seconds(64) == nodes_ready_seconds(640) == 300.0
     assert nodes_ready_seconds(2000) == pytest.approx(300.0 + 0.15 * 1360 * 2)
     assert nodes_ready_seconds(2000) > 600  # the 4,000 nodes of a 2,000-node run were not all Ready at 300 s on a loaded machine
+
+
+@pytest.mark.apiserver
+def test_ready_nodes_lose_the_condition_taints_the_node_lifecycle_controller_is_late_to_lift(kube_client: Any) -> None:
+    from admission.cli._bench_kueue import CONDITION_TAINTS, _wait_nodes_ready
+    from admission.kube import NODES, KubePort
+
+    port = KubePort(kube_client)
+    keep = {"key": "bench.example.com/keep", "value": "yes", "effect": "NoSchedule"}
+    for name, ready in (("bench-untaint-a", "True"), ("bench-untaint-b", "True")):
+        port.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"bench-untaint": "yes"}},
+                            "spec": {"taints": [{"key": CONDITION_TAINTS[0], "effect": "NoSchedule"},  # as the apiserver puts on a new node
+                                              *([{"key": CONDITION_TAINTS[1], "effect": "NoExecute"}, keep] if name.endswith("b") else [])]}})
+        node = port.get(NODES, name)
+        node["status"] = {"conditions": [{"type": "Ready", "status": ready, "reason": "KubeletReady", "message": "ready",
+                                          "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        port.replace(NODES, node, subresource="status")
+    with pytest.raises(TimeoutError, match=r"2 Ready, 1 untainted \(taints left: \{'bench.example.com/keep': 1\}\)"):
+        _wait_nodes_ready(port, 1, seconds=8.0, selector="bench-untaint=yes")  # one taint is not the bench's to lift
+    assert [t["key"] for t in port.get(NODES, "bench-untaint-b")["spec"]["taints"]] == [keep["key"]]
+    assert not port.get(NODES, "bench-untaint-a")["spec"].get("taints")
+    port.patch(NODES, "bench-untaint-b", {"spec": {"taints": None}})
+    _wait_nodes_ready(port, 1, seconds=8.0, selector="bench-untaint=yes")  # both Ready, neither tainted: it returns

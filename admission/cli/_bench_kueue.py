@@ -349,7 +349,7 @@ def _wait_nodes_ready(port: Any, nodes: int, *, seconds: float | None = None, se
     """Until both arms' KWOK nodes are Ready and untainted (``nodes_ready_seconds``), listing
     every 5 s (a list of thousands of nodes costs the apiserver and this process); a timeout
     names how many were Ready, how many untainted, and the taints left (``seconds``: instead of
-``nodes_ready_seconds``; ``selector``: the nodes' label).
+    ``nodes_ready_seconds``; ``selector``: the nodes' label).
 
     A node Ready on two lists in a row that still carries a ``CONDITION_TAINTS`` taint (the
     not-ready one the apiserver puts on a new node, or unreachable after a late heartbeat) gets it

@@ -151,6 +151,18 @@ def test_a_retry_rejoins_kueues_queue_behind_the_jobs_created_before_its_evictio
     assert base.start[x] == 5000 and base.start[y] > 5000
 
 
+def test_a_gang_that_gave_its_quota_back_is_decided_again_only_when_the_free_quota_covers_it() -> None:
+    """Kueue's BestEffortFIFO: the 12-GPU gang, queued after its Retry at 453 s, is skipped at every
+    pass while less than 12 GPUs of quota are free, and the 4-GPU jobs behind it take the 4 GPUs each
+    completion frees; it holds quota again only once their backlog is gone."""
+    gang = 5
+    res = target_run("drain300")
+    # Retries at most 120 s apart would decide it about 160 times before its start at 20,000 s
+    assert res.start[gang] >= 20000 and res.attempts[gang] <= 10
+    small = [j for j in range(6, len(res.start)) if res.arrival[j] < 1700]
+    assert max(res.start[small]) > 18000  # the backlog of 4-GPU jobs went first, one completion at a time
+
+
 def test_a_declared_runtime_factor_below_1_is_refused_naming_the_field() -> None:
     for bad in (0, 0.5):
         with pytest.raises(ValueError, match="declared_runtime_factor"):

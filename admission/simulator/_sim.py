@@ -48,7 +48,8 @@ Atoll, as modelled
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
     would let it in and the flavor has its GPUs free: their wait becomes a Retry (newest parked first; a Workload holding a
-    reservation keeps its place) and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
+    reservation keeps its place; at most once per decision, ``WaitingRoom.may_give``, as the controller's ``QuotaYield``)
+    and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
     quota again after its delay while nothing it waits for changed is parked again undecided; one an event reached is
     decided again.
 
@@ -500,9 +501,11 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 break
             if deployed is not None and deployed.reserving(j):
                 continue  # first in line on its reserved domain: its quota is what starts it there
+            assert room is not None
+            if not room.may_give(j):
+                continue  # it gave its quota back since its last decision: at most once per decision, as the controller
             retry_after = parked[fi].pop(j)
             retry_of[j] = retry_after
-            assert room is not None
             room.set_aside(j)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
             gpus = shape_gpus[int(shape_of[j])]
             f.used -= gpus

@@ -6,7 +6,8 @@ After every batch of events at one instant, each touched flavor runs one schedul
 Kueue, as modelled
     One ClusterQueue per flavor, nominal GPU quota = the flavor's healthy GPUs, queueing
     strategy BestEffortFIFO: pending workloads are tried in Kueue's queue order, and one that
-    cannot be admitted is skipped so later ones can go. Kueue orders by creation time, except
+    cannot be admitted is skipped so later ones can go (set aside as inadmissible:
+    ``requeueIfNotPresent`` in ``pkg/cache/queue/cluster_queue.go``). Kueue orders by creation time, except
     that a Workload evicted by an admission check (its Retry) is ordered by the time of that
     eviction until it holds quota again (``Ordering.GetQueueOrderTimestamp`` in
     ``pkg/workload/workload.go``, with ``IsEvictedByAdmissionCheck`` in

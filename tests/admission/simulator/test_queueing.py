@@ -180,6 +180,41 @@ def test_a_gang_that_reserves_at_the_span_level_starts_within_a_bounded_time_whe
     assert summarize(span)["reserved_idle_gpu_hours"] > 0
 
 
+def order_run(policy: str) -> SimResult:
+    """Two islands of 4 nodes. A (12 GPUs, to 5,000 s) and B (12, to 6,000 s) fill three nodes of
+    each; C and D (4 each) the last node of each until t=3.2/3.3. X (8 GPUs, t=1) and Y (12, t=2)
+    queue on quota. At 3.3 X holds quota and waits (no island has 2 free nodes): a Retry. Z (4
+    GPUs, t=4) takes one free node, so X rejoins the queue at 33 s and stays queued on quota,
+    behind or before Y. At 5,000 s A's island frees 12 GPUs (16 of quota): whichever of X and Y
+    is first in Kueue's order starts, and the other does not fit what is left."""
+    plan = [(0, 5000, 12), (0.1, 6000, 12), (0.2, 3, 4), (0.3, 3, 4), (1, 100, 8), (2, 100, 12), (4, 100000, 4)]
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies([policy], DOC, seed=1)
+    return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=False))
+
+
+def test_a_retry_rejoins_kueues_queue_behind_the_jobs_created_before_its_eviction() -> None:
+    x, y = 4, 5
+    res = order_run("atoll-strict")
+    assert res.attempts[x] >= 1 and res.attempts[y] == 0  # X was evicted by its Retry; Y never held quota until 5,000 s
+    assert res.start[y] == 5000  # Y (created at 2) goes before X (evicted at 3.3), as Kueue orders them
+    assert res.start[x] >= 5100  # X fits only once Y or B ends
+    base = order_run("kueue-required")  # no admission check, no eviction: creation order, and X goes first
+    assert base.start[x] == 5000 and base.start[y] > 5000
+
+
+def test_a_gang_that_gave_its_quota_back_is_decided_again_only_when_the_free_quota_covers_it() -> None:
+    """Kueue's BestEffortFIFO: the 12-GPU gang, queued after its Retry at 453 s, is skipped at every
+    pass while less than 12 GPUs of quota are free, and the 4-GPU jobs behind it take the 4 GPUs each
+    completion frees; it holds quota again only once their backlog is gone."""
+    gang = 5
+    res = target_run("drain300")
+    # Retries at most 120 s apart would decide it about 160 times before its start at 20,000 s
+    assert res.start[gang] >= 20000 and res.attempts[gang] <= 10
+    small = [j for j in range(6, len(res.start)) if res.arrival[j] < 1700]
+    assert max(res.start[small]) > 18000  # the backlog of 4-GPU jobs went first, one completion at a time
+
+
 def test_a_declared_runtime_factor_below_1_is_refused_naming_the_field() -> None:
     for bad in (0, 0.5):
         with pytest.raises(ValueError, match="declared_runtime_factor"):

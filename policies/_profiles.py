@@ -80,7 +80,11 @@ class QueueingSettings(_Strict):
     ``reserveTarget``: ``fewestToDrain`` (the default) or ``soonestFree`` (the domain whose GPUs
     the gang needs are expected free first, ties by fewest to drain). ``retargetMarginSeconds``
     (``soonestFree`` only): a held reservation moves to the soonest-free domain when its own
-    domain is now expected free more than this much later; unset, it never moves.
+    domain is now expected free more than this much later; unset, it never moves. ``reserveAt``:
+    ``island`` (the default) reserves in one domain of the level the gang waits for one domain of;
+    ``span`` makes a gang whose profile may span (``preferredLevel`` set) reserve in one domain of
+    ``maxSpanLevel`` (the whole flavor without one), the nodes there expected free soonest, chosen
+    again at each decision: the room its span will take, not an island it may never use.
     ``perfFloorByCost``: a Workload whose class ``perfFloor`` leaves it waiting takes a placement
     that only meets this lower floor when its expected extra run time (runtime × (slowdown − 1),
     the slowest GPU's stretch priced by the cost model) is less than the expected wait for one
@@ -94,6 +98,7 @@ class QueueingSettings(_Strict):
     max_reservations_per_flavor: int = Field(default=1, ge=1, alias="maxReservationsPerFlavor")
     reserve_target: Literal["fewestToDrain", "soonestFree"] = Field(default="fewestToDrain", alias="reserveTarget")
     retarget_margin_seconds: int | None = Field(default=None, gt=0, alias="retargetMarginSeconds")
+    reserve_at: Literal["island", "span"] = Field(default="island", alias="reserveAt")
     perf_floor_by_cost: float | None = Field(default=None, ge=0.0, le=10.0, alias="perfFloorByCost")
     perf_floor_hold_seconds: int | None = Field(default=None, ge=0, alias="perfFloorHoldSeconds")
 

@@ -270,18 +270,12 @@ class QueueState:
         return len(self.outlook.reservations.on(flavor)) + len(self.holds.get(flavor, {}))
 
     def idle_held_gpus(self, flavor: str) -> int:
-        """GPUs reserved on ``flavor`` that are free now (nobody's pods on them)."""
+        """GPUs reservations hold on ``flavor`` that are free now (nobody's pods on them)."""
         try:
             snap = self.cache.snapshot(flavor)
         except (FlavorProblem, ValueError):
             return 0
-        idle = 0
-        for r in self.outlook.reservations.on(flavor):
-            for name, gpus in r.nodes:
-                i = snap.node_index.get(name)
-                if i is not None:
-                    idle += min(gpus, int(snap.free[i, 0]))
-        return idle
+        return self.outlook.reservations.idle(flavor, snap)
 
 
 def _cond(obj: Obj, kind: str, message: str | None, reason: str, now: float, generation: Any) -> dict[str, Any] | None:

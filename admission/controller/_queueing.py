@@ -39,7 +39,7 @@ def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot,
     if outlook is None or not len(outlook.reservations):
         return snap, {}
     limit = max_execution_seconds(obj)
-    blocked = outlook.reservations.blocked(flavor, key, None if limit is None else now + limit)
+    blocked = outlook.reservations.blocked(flavor, key, None if limit is None else now + limit, snap)
     if not blocked:
         return snap, {}
     if snap is shared:
@@ -97,12 +97,19 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     if q.reserve_after_seconds is not None and gang and waited >= q.reserve_after_seconds:
         mine = outlook.reservations.held_by(key)
         by = "soonest" if q.reserve_target == "soonestFree" else "drain"
-        target = choose_target(snap, key, level, gpus, per_pod, outlooks, running, outlook.estimator, now, by)
-        if mine is not None and target is not None and mine.path == target.path:
-            target = Reservation(key, mine.flavor, mine.level, mine.path, mine.nodes, mine.since, target.expected_free)
-        elif mine is not None and target is not None and by == "soonest" and should_move(mine, target, outlooks, q.retarget_margin_seconds):
+        spans = q.reserve_at == "span" and bool(profile.preferred_level) and widened is None  # the gang may span: reserve where it will
+        at = profile.max_span_level if spans else level
+        here = outlooks if at == level else domain_outlook(snap, at, gpus, running, outlook.estimator, now, blocked)
+        target = choose_target(snap, key, at, gpus, per_pod, here, running, outlook.estimator, now, by)
+        if target is not None and spans:
+            target = replace(target, capture=True)
+        if mine is not None and target is not None and mine.path == target.path and mine.level == target.level:
+            # an island's nodes stay as first chosen; a span's are chosen again (those free now first, then the soonest to end)
+            nodes = target.nodes if spans else mine.nodes
+            target = replace(target, nodes=nodes, since=mine.since)
+        elif mine is not None and target is not None and by == "soonest" and should_move(mine, target, here, q.retarget_margin_seconds):
             notes.append(f"moved from {'/'.join(mine.path) or 'the whole flavor'}: expected free more than {q.retarget_margin_seconds}s later")
-            target = Reservation(key, target.flavor, target.level, target.path, target.nodes, mine.since, target.expected_free)
+            target = replace(target, since=mine.since)
         elif mine is not None:
             target = mine  # a reservation held is kept: its gang is first in line there
         if target is not None and outlook.reservations.add(target, q.max_reservations_per_flavor):
@@ -134,6 +141,10 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         notes.append(turn.weighed.describe())
         if turn.weighed.choice == "span":
             found = span if searched else span_search()
+    if found is None and turn.reservation is not None and turn.reservation.capture and not decision.relaxed:
+        found = span_search()  # reserved at the span level, it takes a span as soon as one is free
+        if found is not None:
+            notes.append("spans now: it reserved at the span level")
     if found is None and q.perf_floor_by_cost is not None and floor_search is not None and span_cost is not None:
         slower = floor_search()
         placed = span_decision(slower) if slower is not None else None

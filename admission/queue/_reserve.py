@@ -9,11 +9,19 @@ nodes it will need: free nodes first, then those expected free soonest, until th
 A held reservation moves only by ``should_move``: to a domain expected free more than a margin
 sooner than its own, so estimates that shift by less never make it flap.
 
+A gang whose profile may span reserves where its span will land when the profile says
+``reserveAt: span``: ``choose_target`` at the span level (``maxSpanLevel``; the whole flavor
+without one) takes the nodes of that domain expected free soonest, whatever island they are in,
+and the reservation ``capture``s: it also holds the GPUs that free anywhere else in the domain,
+until the free GPUs it holds reach the gang's (``Reservation.held_on``). So the domain drains as
+fast as anything in it ends, not as the reserved nodes do, and at most the gang's GPUs sit idle.
+
 New placements avoid a reserved node (``Reservations.blocked``), except by backfill:
 
 - a Workload whose ``maximumExecutionTimeSeconds`` ends before the reservation's expected free
   time may use the reserved nodes (it is gone before the gang could start);
-- any Workload may use the reserved domain's other nodes: GPUs the gang will not need.
+- any Workload may use the reserved domain's other nodes: GPUs the gang will not need (with
+  ``capture``, those beyond the gang's GPUs once that many are free there).
 
 At most ``limit`` reservations are held per flavor (``Reservations.add``), oldest first. A
 reservation ends when its gang is placed, rejected or deleted (``release``). It is stored on the
@@ -49,14 +57,19 @@ class Reservation:
     nodes: tuple[tuple[str, int], ...]
     since: float
     expected_free: float | None
+    capture: bool = False
+    """Also hold what frees elsewhere in the domain, up to the gang's GPUs (``held_on``)."""
 
     @property
     def gpus(self) -> int:
         return sum(g for _, g in self.nodes)
 
     def encode(self) -> str:
-        return json.dumps({"flavor": self.flavor, "level": self.level, "domain": list(self.path), "nodes": dict(self.nodes),
-                           "since": self.since, "expectedFree": self.expected_free}, sort_keys=True, separators=(",", ":"))
+        out = {"flavor": self.flavor, "level": self.level, "domain": list(self.path), "nodes": dict(self.nodes),
+               "since": self.since, "expectedFree": self.expected_free}
+        if self.capture:
+            out["capture"] = True
+        return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def decode(cls, holder: str, text: str) -> Reservation | None:
@@ -66,14 +79,48 @@ class Reservation:
             nodes = tuple(sorted((str(n), int(g)) for n, g in dict(d["nodes"]).items()))
             free = d.get("expectedFree")
             return cls(holder, str(d["flavor"]), None if d.get("level") is None else str(d["level"]), tuple(str(p) for p in d["domain"]),
-                       nodes, float(d["since"]), None if free is None else float(free))
+                       nodes, float(d["since"]), None if free is None else float(free), d.get("capture") is True)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
     def describe(self) -> str:
         where = "/".join(self.path) or "the whole flavor"
         when = f", expected free at t={self.expected_free:.0f}" if self.expected_free is not None else ", expected free time unknown"
-        return f"reserves {self.gpus} GPUs on {len(self.nodes)} nodes of {self.level or 'flavor'} {where}{when}"
+        also = f", and GPUs freed elsewhere in {where} up to {self.gpus}" if self.capture else ""
+        return f"reserves {self.gpus} GPUs on {len(self.nodes)} nodes of {self.level or 'flavor'} {where}{also}{when}"
+
+    def held_on(self, snapshot: Snapshot) -> dict[str, int]:
+        """Node → GPUs this reservation keeps from other Workloads on ``snapshot`` (its flavor, GPUs
+        free as they are now): its nodes, and with ``capture`` the free GPUs of its domain's other
+        nodes (whole nodes first, then the most free, then node order) until the free GPUs it holds
+        reach the gang's. So at most the gang's GPUs sit idle, and the domain drains as fast as
+        anything in it ends, not as its reserved nodes do."""
+        out = dict(self.nodes)
+        if not self.capture:
+            return out
+        rows = np.array([snapshot.node_index.get(n, -1) for n, _ in self.nodes], dtype=np.int64)
+        rows = rows[rows >= 0]
+        if not rows.size:
+            return out
+        free = np.where(snapshot.eligible.astype(bool), np.minimum(snapshot.free[:, 0], snapshot.alloc[:, 0]), 0)
+        room = self.gpus - sum(min(g, int(free[snapshot.node_index[n]])) for n, g in self.nodes if n in snapshot.node_index)
+        if room <= 0:
+            return out
+        if self.level is not None and self.level in snapshot.level_labels:
+            lv = snapshot.level_index(self.level)
+            lo, hi = snapshot.domain_range(lv, int(snapshot.node_dom[lv, rows[0]]))
+        else:
+            lo, hi = 0, snapshot.num_nodes
+        idx = np.arange(lo, hi, dtype=np.int64)
+        idx = idx[(free[lo:hi] > 0) & ~np.isin(idx, rows)]
+        whole = free[idx] >= snapshot.alloc[idx, 0]
+        for i in idx[np.lexsort((idx, -free[idx], ~whole))].tolist():
+            take = min(int(free[i]), room)
+            out[snapshot.node_names[i]] = take
+            room -= take
+            if room <= 0:
+                break
+        return out
 
 
 class Reservations:
@@ -115,18 +162,25 @@ class Reservations:
             del self._by_flavor[flavor]
         return out
 
-    def blocked(self, flavor: str, holder: str, ends_at: float | None) -> dict[str, int]:
+    def blocked(self, flavor: str, holder: str, ends_at: float | None, snapshot: Snapshot | None = None) -> dict[str, int]:
         """Node → GPUs a Workload (``holder``; its limit ends at ``ends_at``, None: no limit) may
-        not use: those other gangs reserved, except where it backfills by time."""
+        not use: those other gangs reserved (on ``snapshot``, what they hold there: ``held_on``),
+        except where it backfills by time."""
         out: dict[str, int] = {}
         for r in self._by_flavor.get(flavor, {}).values():
             if r.holder == holder:
                 continue
             if ends_at is not None and r.expected_free is not None and ends_at <= r.expected_free:
                 continue  # backfill: gone before the gang can start
-            for n, g in r.nodes:
+            for n, g in (r.held_on(snapshot) if snapshot is not None else dict(r.nodes)).items():
                 out[n] = out.get(n, 0) + g
         return out
+
+    def idle(self, flavor: str, snapshot: Snapshot) -> int:
+        """GPUs the reservations on ``flavor`` hold idle on ``snapshot``: held and free."""
+        free = snapshot.free[:, 0]
+        return sum(min(g, int(free[snapshot.node_index[n]])) for r in self.on(flavor) for n, g in r.held_on(snapshot).items()
+                   if n in snapshot.node_index)
 
 
 def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int, per_pod_gpus: int, outlooks: Sequence[DomainOutlook],

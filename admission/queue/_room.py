@@ -17,7 +17,9 @@ deadline at which it may span. It is woken, and decided again, only when
 A parked Workload that gives its quota back (Kueue then evicts it) is ``set_aside``: its need
 stays on file, and until one of those events touches it, it is ``unchanged``. When it holds quota
 again it is parked again on the need it had, without being decided (the answer could not have
-changed); an event that would have woken it takes it out instead, and it is decided afresh.
+changed); an event that would have woken it takes it out instead, and it is decided afresh. One
+parked again that way keeps its quota until it is decided afresh (``may_give``): a Workload gives
+its quota back at most once per decision, so yields are bounded by decisions.
 
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
@@ -67,6 +69,8 @@ class WaitingRoom:
         self._order: dict[Hashable, int] = {}
         self._aside: set[Hashable] = set()
         """Keys set aside (quota given back): indexed so events find them, never returned by them."""
+        self._kept: set[Hashable] = set()
+        """Keys parked again undecided after giving their quota back: they keep it until decided afresh."""
 
     def __len__(self) -> int:
         """Workloads on file: parked, or set aside (an event must still reach them)."""
@@ -113,7 +117,13 @@ class WaitingRoom:
             self.leave(key)
             return None
         self._aside.discard(key)
+        self._kept.add(key)
         return need
+
+    def may_give(self, key: Hashable) -> bool:
+        """Parked ``key`` may give its quota back: not if it already gave it back since it was last
+        decided (parked again undecided by ``unchanged``). At most once per decision."""
+        return key in self and key not in self._kept
 
     def leave(self, key: Hashable) -> Need | None:
         """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked."""
@@ -121,6 +131,7 @@ class WaitingRoom:
         if need is None:
             return None
         self._aside.discard(key)
+        self._kept.discard(key)
         seq = self._order.pop(key)
         row = self._by_level[(need.flavor, need.level, need.gpus_per_pod)]
         i = bisect.bisect_left(row, (need.pods, seq))

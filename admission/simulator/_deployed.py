@@ -430,14 +430,8 @@ class DeployedAtoll:
         return self.outlook.reservations.held_by(f"{NAMESPACE}/job-{job}") is not None
 
     def reserved_idle(self, flavor: int, snap: Snapshot) -> int:
-        """GPUs reservations on ``flavor`` hold idle now: reserved and free on the simulated cluster."""
-        idle = 0
-        for r in self.outlook.reservations.on(self.flavor_names[flavor]):
-            for name, gpus in r.nodes:
-                i = snap.node_index.get(name)
-                if i is not None:
-                    idle += min(gpus, int(snap.free[i, 0]))
-        return idle
+        """GPUs reservations on ``flavor`` hold idle now: held and free on the simulated cluster."""
+        return self.outlook.reservations.idle(self.flavor_names[flavor], snap)
 
     def price_spans(self, cost: Callable[[Snapshot, IntArray, IntArray], float], snap: Snapshot) -> None:
         """The next decisions price a span with ``cost(snap, nodes, pods per node)`` (the simulator's

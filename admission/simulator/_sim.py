@@ -5,16 +5,22 @@ After every batch of events at one instant, each touched flavor runs one schedul
 
 Kueue, as modelled
     One ClusterQueue per flavor, nominal GPU quota = the flavor's healthy GPUs, queueing
-    strategy BestEffortFIFO: pending workloads are tried in arrival order (Kueue orders by
-    creation time; an admission-check Retry keeps that order), and one that cannot be admitted
-    is skipped so later ones can go. Quota is checked first (usage + request ≤ nominal); no
+    strategy BestEffortFIFO: pending workloads are tried in Kueue's queue order, and one that
+    cannot be admitted is skipped so later ones can go (set aside as inadmissible:
+    ``requeueIfNotPresent`` in ``pkg/cache/queue/cluster_queue.go``). Kueue orders by creation time, except
+    that a Workload evicted by an admission check (its Retry) is ordered by the time of that
+    eviction until it holds quota again (``Ordering.GetQueueOrderTimestamp`` in
+    ``pkg/workload/workload.go``, with ``IsEvictedByAdmissionCheck`` in
+    ``pkg/workload/evict/evict.go``; ``SetQuotaReservation`` turns ``Evicted`` False; Kueue
+    v0.19.2): a Retry sends it behind every job created before it was evicted. Ties go by
+    arrival order (Kueue's by UID). Quota is checked first (usage + request ≤ nominal); no
     cohorts, borrowing, preemption or priorities. Jobs are routed to a flavor once, before any
     policy runs (the flavor they name, else in proportion to flavor capacity among the flavors
     that can ever hold them), so every policy sees the same queues.
 
 Why a pass stays cheap (and stays faithful)
     Jobs of one shape (pods × per-pod resources × class) get identical requests, so the queue of
-    a flavor is one FIFO per shape and a pass merges their heads in arrival order. A shape whose
+    a flavor is one FIFO per shape (keyed by that order) and a pass merges their heads. A shape whose
     GPU count exceeds the free quota is skipped whole: that is Kueue's quota check, not an
     approximation. For a baseline a placement failure marks the whole shape inadmissible until
     capacity is freed (a completion in the flavor), which is what Kueue does with inadmissible
@@ -43,7 +49,8 @@ Atoll, as modelled
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
     would let it in and the flavor has its GPUs free: their wait becomes a Retry (newest parked first; a Workload holding a
-    reservation keeps its place) and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
+    reservation keeps its place; at most once per decision, ``WaitingRoom.may_give``, as the controller's ``QuotaYield``)
+    and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
     quota again after its delay while nothing it waits for changed is parked again undecided; one an event reached is
     decided again.
 
@@ -351,7 +358,8 @@ class _Flavor:
         self.nominal = snapshot.free_gpus()
         self.used = 0
         self.version = 0
-        self.queues: dict[int, list[int]] = {}
+        self.queues: dict[int, list[tuple[float, int]]] = {}
+        """Shape → heap of (Kueue's order time, job): arrival, or the eviction of a Retry."""
         self.dead: dict[int, int] = {}
         self.island_label = island_label
         self.island = snapshot.level_index(island_label)
@@ -466,7 +474,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     """Flavor → parked jobs in the order they parked, each with the Retry delay its wait gave."""
 
     def wake(keys: list[Any]) -> None:
-        """Parked jobs leave the room: their quota goes back to the queue they rejoin (in arrival order)."""
+        """Parked jobs leave the room: their quota goes back to the queue they rejoin (by arrival: never evicted)."""
         for j in keys:
             fi = int(work.flavor[j])
             gpus = shape_gpus[int(shape_of[j])]
@@ -486,7 +494,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         heads = [q[0] for sid, q in f.queues.items() if shape_gpus[sid] > free and f.dead.get(sid) != f.version]
         if not heads:
             return
-        want = shape_gpus[int(shape_of[min(heads)])]
+        want = shape_gpus[int(shape_of[min(heads)[1]])]
         if want > free + parked_gpus[fi] or want > int(f.snapshot.free[:, 0].sum()):
             return  # their quota would not let it in, or the flavor lacks the GPUs anyway: it would only wait in their place
         for j in reversed(list(parked[fi])):
@@ -494,15 +502,18 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 break
             if deployed is not None and deployed.reserving(j):
                 continue  # first in line on its reserved domain: its quota is what starts it there
+            assert room is not None
+            if not room.may_give(j):
+                continue  # it gave its quota back since its last decision: at most once per decision, as the controller
             retry_after = parked[fi].pop(j)
             retry_of[j] = retry_after
-            assert room is not None
             room.set_aside(j)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
             gpus = shape_gpus[int(shape_of[j])]
             f.used -= gpus
             parked_gpus[fi] -= gpus
             attempts[j] += 1
             retrying[(fi, int(shape_of[j]))] = retrying.get((fi, int(shape_of[j])), 0) + 1
+            evicted_at[j] = now
             heapq.heappush(events, (now + max(retry_after, 1.0), seq, _RETRY, j))
             seq += 1
             yielded[0] += 1
@@ -510,6 +521,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back (a Retry) to a job blocked on quota
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
+    evicted_at: dict[int, float] = {}
+    """A job on a Retry's timer → when Kueue evicted it: its place in the queue it rejoins."""
     retry_of: dict[int, float] = {}
     """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
 
@@ -562,10 +575,11 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         factor = settings.declared_runtime_factor
         return None if factor is None else max(1, math.ceil(float(work.duration[j]) * factor))
 
-    def enqueue(j: int) -> int:
+    def enqueue(j: int, order: float | None = None) -> int:
+        """Job ``j`` joins its flavor's queue, ordered by ``order`` (Kueue's order time; None: its arrival)."""
         f = fl[work.flavor[j]]
         sid = int(shape_of[j])
-        heapq.heappush(f.queues.setdefault(sid, []), j)
+        heapq.heappush(f.queues.setdefault(sid, []), (float(arr[j]) if order is None else order, j))
         return int(work.flavor[j])
 
     def run_pass(fi: int, now: float) -> bool:
@@ -575,11 +589,11 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         if parked_gpus[fi] and settings.yield_quota:
             yield_quota(fi, now)
         free_quota = f.nominal - f.used
-        heads = [(q[0], sid) for sid, q in f.queues.items() if shape_gpus[sid] <= free_quota and f.dead.get(sid) != f.version]
+        heads = [(*q[0], sid) for sid, q in f.queues.items() if shape_gpus[sid] <= free_quota and f.dead.get(sid) != f.version]
         heapq.heapify(heads)
         admitted = False
         while heads:
-            j, sid = heapq.heappop(heads)
+            _, j, sid = heapq.heappop(heads)
             if shape_gpus[sid] > f.nominal - f.used:
                 continue
             shape = shapes[sid][1]
@@ -634,6 +648,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                         heapq.heappush(events, (max(need.deadline, now + 1.0), seq, _DEADLINE, j))
                         seq += 1
                     continue
+                evicted_at[j] = now  # Kueue evicts it now: it rejoins the queue behind every job created before this
                 heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
                 seq += 1
             else:  # reject
@@ -684,7 +699,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 sid = int(shape_of[j])
                 retrying[(fi, sid)] -= 1
-                enqueue(j)
+                enqueue(j, evicted_at.pop(j))
             touched.add(fi)
         while nxt < n and arr[nxt] == now:
             if work.flavor[nxt] < 0:
@@ -775,12 +790,12 @@ def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: Resou
     snapshot.free[nodes] = np.minimum(snapshot.free[nodes] + _amounts(pods, per_pod), snapshot.alloc[nodes])
 
 
-def _dequeue(f: _Flavor, sid: int, heads: list[tuple[int, int]]) -> None:
+def _dequeue(f: _Flavor, sid: int, heads: list[tuple[float, int, int]]) -> None:
     """Take shape ``sid``'s head job off its queue, and put the queue's next job in ``heads``."""
     q = f.queues[sid]
     heapq.heappop(q)
     if q:
-        heapq.heappush(heads, (q[0], sid))
+        heapq.heappush(heads, (*q[0], sid))
     else:
         del f.queues[sid]
 

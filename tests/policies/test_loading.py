@@ -44,6 +44,8 @@ def test_empty_document_gives_defaults() -> None:
         ("classes: {inference: {spread: {level: r, maxPerDomain: 0}}}\n", "classes.inference.spread.maxPerDomain"),
         ("profiles:\n  p: {requiredLevel: a, queueing: {reserveTarget: soonest}}\ndefaultProfile: p\n",
          "profiles.p.queueing.reserveTarget: Input should be 'fewestToDrain' or 'soonestFree' (got 'soonest')"),
+        ("profiles:\n  p: {requiredLevel: a, queueing: {reserveAt: su}}\ndefaultProfile: p\n",
+         "profiles.p.queueing.reserveAt: Input should be 'island' or 'span' (got 'su')"),
         ("profiles:\n  p: {requiredLevel: a, queueing: {retargetMarginSeconds: 0}}\ndefaultProfile: p\n",
          "profiles.p.queueing.retargetMarginSeconds: Input should be greater than 0"),
         ("[1, 2]\n", "expected a mapping at the top"),

@@ -149,6 +149,50 @@ def test_a_soonest_free_target_is_written_and_a_new_controller_holds_the_same(fa
     assert mine(fabric, again) == [held]
 
 
+def test_a_span_level_reservation_is_written_holds_what_frees_in_its_block_and_a_new_controller_holds_the_same(fabric: Fabric) -> None:
+    """Eight one-node Workloads fill both blocks; in block b0 one ends in 600 s and one in 900 s,
+    on different cliques, the rest run 10 hours. An elastic gang of 2 × 4 GPUs that reserves at
+    the span level (``reserveAt: span``) takes those two nodes of b0, expected free in 900 s,
+    where its clique (an island reservation) would wait 10 hours for its second node."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["elastic"]["relaxAfterSeconds"] = 3600
+    doc["profiles"]["elastic"]["queueing"] = {"reserveAfterSeconds": 0, "reserveAt": "span"}
+    doc["defaultProfile"] = "elastic"
+    fabric.install(doc)
+    ctrl = fabric.controller()
+    limits = [600, 10 * LIMIT, 900] + [10 * LIMIT] * 5
+    for i, limit in enumerate(limits):
+        submit(fabric, f"w{i}", 1, limit=limit)
+        assert [v.outcome for v in run(ctrl)] == ["admit"]
+    on = {i: next(iter(planned(fabric.entry(f"w{i}")))) for i in range(len(limits))}
+    assert on[0] == fabric.node_name(0, 0, 0) and on[2] == fabric.node_name(0, 1, 0)  # best fit fills b0's cliques in order
+    submit(fabric, "gang", 2)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait"
+    key = f"{fabric.ns}/gang"
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    started = ctrl.queue_state.outlook.running(f"{fabric.ns}/w2")
+    assert held is not None and started is not None and held.capture
+    assert held.path == (f"{fabric.ns}-b0",) and dict(held.nodes) == {on[0]: 4, on[2]: 4}  # one node of each clique of b0
+    assert held.expected_free == started.started + 900
+    cond = condition(fabric, "gang", RESERVED_CONDITION)
+    assert cond is not None and Reservation.decode(key, cond["message"]) == held
+
+    ctrl.stop()
+    again = fabric.controller()
+    again.sync()
+    assert mine(fabric, again) == [held]
+    fabric.finish("w1")  # a node of b0 the reservation did not name frees: the gang holds it too
+    submit(fabric, "small", 1)
+    (small,) = run(again)
+    assert small.outcome == "wait"
+    fabric.finish("w0")  # now the gang's clique b0c0 is whole: it is placed there
+    fabric.requeue("gang")
+    (placed,) = run(again)
+    assert placed.outcome == "admit" and set(planned(fabric.entry("gang"))) == {on[0], on[1]}
+    assert again.queue_state.outlook.reservations.held_by(key) is None
+
+
 def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:
     doc = profiles_doc(fabric.flavor, fabric.topology)
     doc["profiles"]["strict"]["preemptDomain"] = "on"

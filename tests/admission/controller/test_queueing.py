@@ -19,6 +19,8 @@ profiles:
   strict: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
   soonest: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, reserveTarget: soonestFree, retargetMarginSeconds: 1800}}}}
   elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
+  island: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{reserveAfterSeconds: 600}}}}
+  spanning: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{reserveAfterSeconds: 600, reserveAt: span}}}}
 """)
 NOW = 1000.0
 
@@ -227,6 +229,27 @@ def test_without_a_learned_runtime_the_class_floor_decides() -> None:
     a.decider.span_cost = lambda snap, decision: 1.0
     w = decide(a, 1, 2)
     assert w.outcome == "wait" and "perfFloor decides" in w.message
+
+
+def test_a_gang_that_reserves_at_the_span_level_takes_a_span_as_soon_as_one_is_free() -> None:
+    """r0n0 and r1n0 are busy, r0n1 and r1n1 free: no island holds the 2-node gang, a span over
+    both islands does. Before ``relaxAfterSeconds`` (3,600 s) an island reservation keeps it
+    waiting; one at the span level reserves the SU and spans at once."""
+    out = {}
+    for profile in ("island", "spanning"):
+        a = atoll(profile, used={"r0n0": 4, "r1n0": 4})
+        a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, limit=5000.0))
+        a.outlook.started("sim/y", Running("f", (("r1n0", 4),), 0.0, limit=6000.0))
+        assert decide(a, 7, 2, now=NOW).outcome == "wait"
+        a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+        out[profile] = (decide(a, 7, 2, now=NOW + 600), a)
+    island, a = out["island"]
+    held = a.outlook.reservations.held_by("sim/job-7")
+    assert island.outcome == "wait" and held is not None and held.level == CLIQUE and not held.capture
+    spanned, b = out["spanning"]
+    assert spanned.outcome == "admit" and set(spanned.placements[0].nodes) == {"r0n1", "r1n1"}
+    assert "spans now: it reserved at the span level" in spanned.message and "of network.example.com/su u0" in spanned.message
+    assert b.outlook.reservations.held_by("sim/job-7") is None  # placed: the reservation ends
 
 
 def floor_cluster(profile: str, used: dict[str, int], slow: set[str], running: dict[str, float]) -> DeployedAtoll:

@@ -4,6 +4,8 @@ what is written on the Workload rebuilds the same reservations."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from admission.queue import Reservation, Reservations, Running, RuntimeEstimator, choose_target, domain_outlook, restore, should_move
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
@@ -103,3 +105,41 @@ def test_what_is_written_on_the_workload_rebuilds_the_same_reservations() -> Non
     fresh = Reservations()
     assert restore(fresh, {"ns/b": b.encode(), "ns/a": a.encode(), "ns/bad": "{not json"}, limit=1) == 1
     assert fresh.all() == [a]  # oldest first within the bound; the unreadable one is made afresh later
+
+
+def test_a_span_level_reservation_takes_the_nodes_expected_free_soonest_across_the_islands_of_its_domain() -> None:
+    snap = cluster()
+    # every island has a node busy until 20,000 s: an island reservation drains only then
+    running = busy(snap, {"c0n0": 20_000.0, "c1n0": 20_000.0, "c2n0": 20_000.0, "c0n1": 500.0, "c1n1": 900.0, "c2n1": 700.0,
+                          "c0n2": 20_000.0, "c1n2": 20_000.0, "c2n2": 20_000.0, "c0n3": 20_000.0, "c1n3": 20_000.0, "c2n3": 20_000.0})
+    island = target(snap, running)
+    assert island is not None and island.expected_free == 20_000.0
+    est = RuntimeEstimator()
+    span = choose_target(snap, "ns/gang", SU, 12, 4, domain_outlook(snap, SU, 12, running, est, now=10.0), running, est, now=10.0)
+    assert span is not None and span.level == SU and span.path == ("u0",)
+    assert dict(span.nodes) == {"c0n1": 4, "c2n1": 4, "c1n1": 4}  # one node of each island: those that end first
+    assert span.expected_free == 900.0  # the span it will take drains with its third node, not with the longest job
+
+
+def test_a_capturing_reservation_holds_what_frees_anywhere_in_its_domain_up_to_the_gangs_gpus() -> None:
+    snap = cluster()
+    busy(snap, {f"c{c}n{n}": 20_000.0 for c in range(3) for n in range(4)})
+    r = Reservation("ns/gang", "f", SU, ("u0",), (("c0n1", 4), ("c1n1", 4), ("c2n1", 4)), 10.0, 900.0, capture=True)
+    book = Reservations()
+    assert book.add(r, limit=1)
+    assert book.blocked("f", "ns/small", None, snap) == dict(r.nodes) and book.idle("f", snap) == 0  # nothing free yet
+    snap.release("c0n3", ResourceVector(gpu=4))  # a node the reservation did not name frees first: it is held too
+    snap.release("c1n2", ResourceVector(gpu=2))
+    held = book.blocked("f", "ns/small", None, snap)
+    assert held == {**dict(r.nodes), "c0n3": 4, "c1n2": 2} and book.idle("f", snap) == 6
+    snap.release("c1n1", ResourceVector(gpu=4))
+    snap.release("c2n1", ResourceVector(gpu=4))  # 14 free in the domain, the gang needs 12: its two named nodes, then whole c0n3
+    held = book.blocked("f", "ns/small", None, snap)
+    assert held == {**dict(r.nodes), "c0n3": 4} and book.idle("f", snap) == 12  # c1n2's 2 GPUs are open again: the gang will not need them
+    assert book.blocked("f", "ns/gang", None, snap) == {}
+    assert book.blocked("f", "ns/small", 800.0, snap) == {}  # backfill by time still holds
+    plain = Reservations()
+    plain.add(replace(r, capture=False), limit=1)
+    assert plain.blocked("f", "ns/small", None, snap) == dict(r.nodes)  # without capture only the named nodes
+    assert Reservation.decode("ns/gang", r.encode()) == r  # restored with the flag
+    assert "capture" not in replace(r, capture=False).encode()  # a plain reservation is written as before

@@ -89,6 +89,20 @@ def test_a_workload_set_aside_parks_again_unchanged_until_an_event_would_have_wo
     assert room.unchanged("small", 100.0) is None  # never set aside: decided as usual
 
 
+def test_a_workload_gives_its_quota_back_at_most_once_per_decision() -> None:
+    room = WaitingRoom()
+    room.park("gang", Need("f", CLIQUE, 2, 4))
+    assert room.may_give("gang")
+    room.set_aside("gang")
+    assert not room.may_give("gang")  # set aside: it holds no quota to give
+    assert room.unchanged("gang", 100.0) is not None  # parked again undecided...
+    assert not room.may_give("gang")  # ...it keeps its quota
+    room.park("gang", Need("f", CLIQUE, 2, 4))  # decided afresh, parked again
+    assert room.may_give("gang")
+    room.leave("gang")
+    assert not room.may_give("gang") and not room.may_give("never-parked")
+
+
 def test_a_set_aside_workload_is_decided_again_after_its_deadline_or_a_flavor_change() -> None:
     room = WaitingRoom()
     room.park("late", Need("f", CLIQUE, 2, 4, deadline=300.0))

@@ -128,6 +128,93 @@ def test_a_soonest_free_target_starts_the_gang_when_its_domain_drains_where_fewe
     assert summarize(soon)["reserved_idle_gpu_hours"] < summarize(drain)["reserved_idle_gpu_hours"]
 
 
+SPAN_DOC = load_profiles(f"""
+defaultProfile: none
+profiles:
+  none: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 600, retry: {{initialSeconds: 30, maxSeconds: 120}}}}
+  island: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 600, retry: {{initialSeconds: 30, maxSeconds: 120}},
+            queueing: {{reserveAfterSeconds: 300}}}}
+  span: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 600, retry: {{initialSeconds: 30, maxSeconds: 120}},
+          queueing: {{reserveAfterSeconds: 300, reserveAt: span}}}}
+""")
+
+
+def pinned_islands() -> ClusterModel:
+    """1 SU × 3 islands × 4 nodes × 4 GPUs; node n0 of every island is taken for good, so no island
+    ever holds a 16-GPU gang: it can only start as a span."""
+    return ClusterModel.model_validate({"name": "test", "flavors": [{
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "nodes": [{"name": f"r{r}n{n}", "labels": {SU: "u0", CLIQUE: f"r{r}"}, "used": {"nvidia.com/gpu": 4 if n == 0 else 0}}
+                  for r in range(3) for n in range(4)]}]})
+
+
+def span_run(profile: str) -> tuple[SimResult, int]:
+    """A 16-GPU gang (4 pods) at t=1500 behind 3-GPU jobs of 200-400 s arriving every ~40 s: they
+    leave GPUs free (so the gang has quota) but seldom four whole nodes at once."""
+    rng = random.Random(3)
+    plan, t = [], 0.0
+    for _ in range(300):
+        t += rng.uniform(20, 60)
+        plan.append((t, rng.uniform(200, 400), 3))
+    plan.append((1500.0, 300.0, 16))
+    plan.sort()
+    gang = next(i for i, p in enumerate(plan) if p[2] == 16)
+    (pol,) = make_policies([f"atoll-{profile}"], SPAN_DOC, seed=1)
+    jobs = [job(a, d, g) for a, d, g in plan]
+    return simulate(pinned_islands(), prepare_workload(pinned_islands(), jobs), pol, settings=SimSettings(parking=False)), gang
+
+
+def test_a_gang_that_reserves_at_the_span_level_starts_within_a_bounded_time_where_an_island_reservation_waits_longer() -> None:
+    span, gang = span_run("span")
+    island, _ = span_run("island")
+    none, _ = span_run("none")
+    assert all((r.status == STATUS_DONE).all() for r in (span, island, none))
+    wait = span.start[gang] - span.arrival[gang]
+    # it reserves the SU at its first decision after 300 s (Retries ≤ 120 s apart), holds every GPU that frees there, and
+    # starts once the 3-GPU jobs on four nodes have ended (≤ 400 s)
+    assert wait <= 300 + 120 + 400
+    assert island.start[gang] - island.arrival[gang] > 2 * wait  # its island never drains; small jobs keep taking the other nodes
+    assert none.start[gang] - none.arrival[gang] > 4 * wait
+    assert summarize(span)["reserved_idle_gpu_hours"] > 0
+
+
+def order_run(policy: str) -> SimResult:
+    """Two islands of 4 nodes. A (12 GPUs, to 5,000 s) and B (12, to 6,000 s) fill three nodes of
+    each; C and D (4 each) the last node of each until t=3.2/3.3. X (8 GPUs, t=1) and Y (12, t=2)
+    queue on quota. At 3.3 X holds quota and waits (no island has 2 free nodes): a Retry. Z (4
+    GPUs, t=4) takes one free node, so X rejoins the queue at 33 s and stays queued on quota,
+    behind or before Y. At 5,000 s A's island frees 12 GPUs (16 of quota): whichever of X and Y
+    is first in Kueue's order starts, and the other does not fit what is left."""
+    plan = [(0, 5000, 12), (0.1, 6000, 12), (0.2, 3, 4), (0.3, 3, 4), (1, 100, 8), (2, 100, 12), (4, 100000, 4)]
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies([policy], DOC, seed=1)
+    return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=False))
+
+
+def test_a_retry_rejoins_kueues_queue_behind_the_jobs_created_before_its_eviction() -> None:
+    x, y = 4, 5
+    res = order_run("atoll-strict")
+    assert res.attempts[x] >= 1 and res.attempts[y] == 0  # X was evicted by its Retry; Y never held quota until 5,000 s
+    assert res.start[y] == 5000  # Y (created at 2) goes before X (evicted at 3.3), as Kueue orders them
+    assert res.start[x] >= 5100  # X fits only once Y or B ends
+    base = order_run("kueue-required")  # no admission check, no eviction: creation order, and X goes first
+    assert base.start[x] == 5000 and base.start[y] > 5000
+
+
+def test_a_gang_that_gave_its_quota_back_is_decided_again_only_when_the_free_quota_covers_it() -> None:
+    """Kueue's BestEffortFIFO: the 12-GPU gang, queued after its Retry at 453 s, is skipped at every
+    pass while less than 12 GPUs of quota are free, and the 4-GPU jobs behind it take the 4 GPUs each
+    completion frees; it holds quota again only once their backlog is gone."""
+    gang = 5
+    res = target_run("drain300")
+    # Retries at most 120 s apart would decide it about 160 times before its start at 20,000 s
+    assert res.start[gang] >= 20000 and res.attempts[gang] <= 10
+    small = [j for j in range(6, len(res.start)) if res.arrival[j] < 1700]
+    assert max(res.start[small]) > 18000  # the backlog of 4-GPU jobs went first, one completion at a time
+
+
 def test_a_declared_runtime_factor_below_1_is_refused_naming_the_field() -> None:
     for bad in (0, 0.5):
         with pytest.raises(ValueError, match="declared_runtime_factor"):

@@ -342,6 +342,18 @@ def test_a_workload_that_gave_its_quota_back_is_not_decided_again_while_nothing_
     assert res.decisions == 2  # the gang once, the job once: the gang's quota back at 110 asks nothing again
 
 
+def test_a_workload_parked_again_undecided_keeps_its_quota_until_it_is_decided_again() -> None:
+    # as above, then K (12 GPUs, t=200) is blocked on quota while the gang, parked again undecided at
+    # 110, holds 16 of it: the gang gave its quota back once since its decision and keeps it now
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(10.0, 100.0, 12), job(200.0, 100.0, 12)]
+    res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
+    assert res.start[1] == pytest.approx(10.0) and np.isnan(res.start[0])
+    assert (res.quota_yields, res.reparked) == (1, 1)  # a second yield would need a second decision
+    assert np.isnan(res.start[2])  # K waits for quota behind the parked gang
+    assert res.decisions == 2
+
+
 def test_a_workload_that_gave_its_quota_back_is_decided_again_when_room_it_could_use_frees() -> None:
     # islands u0r0, u1r0, u1r1 keep one node busy (12 GPUs free each), u0r1 is empty; quota 52.
     # A takes u0r1 until 80; the gang G parks (no island of 16); J1 takes u0r0; J2 is blocked on quota,

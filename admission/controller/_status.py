@@ -30,11 +30,12 @@ from admission.controller._workloads import check_entry
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Clock, ClusterPort, Obj, errors, object_key
 from policies import annotation_notes
 
-__all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "StatusWriter"]
+__all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "YIELD_EVENT_REASON", "StatusWriter"]
 
 EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Pending": ("Normal", "TopologyWaiting"),
                 "Rejected": ("Warning", "TopologyRejected")}
 REQUEUE_EVENT_REASON = "TopologyRequeued"
+YIELD_EVENT_REASON = "TopologyQuotaYielded"
 """Warning Event reason when Atoll asks Kueue to requeue an admitted Workload (a pod lost its node)."""
 ANNOTATION_NOT_HONOURED = "AnnotationNotHonoured"
 """Warning Event reason, beside the state's Event, when the decision read Kueue pod-template

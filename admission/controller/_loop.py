@@ -805,6 +805,7 @@ class Controller:
         first (``_catch_up``)."""
         if not self._leading.is_set():
             self._catch_up_due = True
+            self.quota_yield.rebuilt = False  # the yields the API shows are this leader's to end
         self._leading.set()
 
     def _catch_up(self) -> bool:

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from admission.controller import Controller
+from admission.controller import Controller, DecisionSettings
 from admission.controller._status import YIELD_EVENT_REASON
 from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
 from tests.admission.controller.test_parking import busy, parking
@@ -161,8 +161,6 @@ def test_a_yield_whose_waiter_never_gets_quota_ends_at_its_time(fabric: Fabric) 
 
 def test_the_running_controller_gives_parked_quota_back(fabric: Fabric) -> None:
     """The watch-driven worker loop, not only ``process``: the waiter's watch event leads to the yield."""
-    from admission.controller import DecisionSettings
-
     fabric.install()
     busy(fabric)
     settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True)})
@@ -192,3 +190,28 @@ def test_a_waiter_takes_no_more_than_it_asks_for_newest_parked_first(fabric: Fab
     (third,) = run(ctrl)
     assert third.parked and ctrl.quota_yields == 1
     assert (active(fabric, "gang"), active(fabric, "gang-3")) == (True, True)
+
+
+def test_a_standby_that_takes_the_lead_ends_the_old_leaders_yield(fabric: Fabric) -> None:
+    """The leader that deactivated the gang is gone; a warm standby (watching, not writing) takes
+    the lead and, by the annotations alone, reactivates the gang once its waiter holds quota."""
+    ctrl = parked_gang(fabric)
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    ctrl.stop()
+    settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True)})
+    standby = fabric.controller(settings=settings)
+    standby.start(leading=False)
+    try:
+        assert standby.wait_synced(30)
+        fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+        time.sleep(0.5)
+        assert not active(fabric, "gang")  # a standby writes nothing
+        standby.lead()
+        deadline = time.monotonic() + 30
+        while not active(fabric, "gang") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert active(fabric, "gang") and yielded_to(fabric, "gang") is None
+    finally:
+        standby.stop()

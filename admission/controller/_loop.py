@@ -235,10 +235,10 @@ class Controller:
             self._on_configmap(items[0] if items else None)
             return
         if resource in (PODS, NODES) and len(self.parking.room):  # a relist: what changed since is applied at once
-            nodes = {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}
+            nodes = (dict(self.cache.nodes), dict(self.cache.node_problems))  # what placement reads: a heartbeat changes neither
             with self._pods_leaving(dict(self.cache.pods)):
                 self.cache.replace_all(resource, items)
-            if resource == NODES and nodes != {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}:
+            if resource == NODES and nodes != (dict(self.cache.nodes), dict(self.cache.node_problems)):
                 self._wake(self.parking.wake_all())
             return
         self.cache.replace_all(resource, items)
@@ -300,7 +300,7 @@ class Controller:
             return
         if not self.cache.upsert(resource, obj):
             return
-        if resource == NODES:
+        if resource == NODES and self.cache.node_changed:  # not a heartbeat: it could have room for a parked Workload now
             self._wake(self.parking.wake_all())
         if resource == WORKLOADS:
             self._on_workload(obj)

@@ -54,7 +54,8 @@ The churn is bounded by these rules:
   passes see it (Kueue may take a while to admit it);
 - a Workload that gave its quota back and waits for it again takes none from another parked one,
   and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator;
-- nothing is given to a waiter that the flavor of the parked Workload lacks the free GPUs for, or
+- nothing is given to a waiter Kueue's scheduler has not tried yet (no ``QuotaReserved=False``:
+  Kueue may admit it in a moment), nor to one that the flavor of the parked Workload lacks the free GPUs for, or
   that the GPUs the parked Workloads could give back (with the quota its ClusterQueue has free)
   would not let in: it would only wait in their place (the simulator's rule).
 
@@ -77,14 +78,15 @@ import structlog
 from admission.controller._preempting import queue_rules
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
+from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
 
 __all__ = ["YIELD_ANNOTATION", "YIELD_UNTIL_ANNOTATION", "QuotaYield", "Yielded", "waits_for_quota", "yield_patch"]
 
 _log = structlog.get_logger("atoll.yield")
 
-YIELD_ANNOTATION = "atoll.dev/quota-yield"
+YIELD_ANNOTATION = QUOTA_YIELD
 """On a Workload Atoll deactivated to give its quota back: the Workload (namespace/name) it gave way to."""
-YIELD_UNTIL_ANNOTATION = "atoll.dev/quota-yield-until"
+YIELD_UNTIL_ANNOTATION = QUOTA_YIELD_UNTIL
 """Epoch seconds by which Atoll reactivates it, whether or not the waiter has its quota by then."""
 
 
@@ -93,6 +95,13 @@ def waits_for_quota(obj: Obj) -> bool:
     spec = obj.get("spec") or {}
     return (bool(spec.get("queueName")) and spec.get("active", True) is not False and not condition_true(obj, "QuotaReserved")
             and not condition_true(obj, "Finished"))
+
+
+def refused_by_kueue(obj: Obj) -> bool:
+    """Kueue's scheduler has tried the Workload and not reserved quota for it (``QuotaReserved``
+    written False): a Workload just created, which Kueue may admit in a moment, is not yet that."""
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "False"
+               for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict))
 
 
 @dataclass(frozen=True)
@@ -145,16 +154,22 @@ class QuotaYield:
         self._served: dict[str, int] = {}
         """GPUs given back so far to each Workload still waiting for quota: it takes no more than it asks for."""
         self._local_queues: dict[str, str | None] = {}
+        self._refused: set[str] = set()
+        """Waiters Kueue's scheduler has refused quota (``refused_by_kueue``)."""
         self.rebuilt = False
 
     def saw(self, obj: Obj) -> bool:
-        """Note ``obj`` if it waits for quota; True when it is new to the waiters."""
+        """Note ``obj`` if it waits for quota; True when it is new to the waiters, or Kueue has
+        just refused it quota (``refused_by_kueue``): a pass over the waiters is due."""
         if not waits_for_quota(obj):
             return False
         key = object_key(obj)
-        new = key not in self.waiters
+        refused = refused_by_kueue(obj)
+        due = key not in self.waiters or (refused and key not in self._refused)
         self.waiters[key] = None
-        return new
+        if refused:
+            self._refused.add(key)
+        return due
 
     def decided(self, key: str) -> None:
         """``key`` was decided afresh: it may give its quota back once more."""
@@ -164,6 +179,7 @@ class QuotaYield:
         self.given.discard(key)
         self.waiters.pop(key, None)
         self._served.pop(key, None)
+        self._refused.discard(key)
 
     def gave(self, key: str, waiter: str, until: float, flavor: str) -> None:
         """``key`` was deactivated for ``waiter``."""
@@ -214,8 +230,9 @@ class QuotaYield:
             if obj is None or not waits_for_quota(obj):
                 self.waiters.pop(w, None)  # it holds quota now, or is gone: no longer a waiter
                 self._served.pop(w, None)
+                self._refused.discard(w)
                 continue
-            if set_aside(w) or w in self.yielded:
+            if set_aside(w) or w in self.yielded or not refused_by_kueue(obj):
                 continue
             cq = self._cluster_queue(obj)
             try:

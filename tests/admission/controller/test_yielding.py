@@ -17,14 +17,19 @@ from admission.controller._status import YIELD_EVENT_REASON
 from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
 from tests.admission.controller.test_parking import busy, parking
 from tests.admission.fabric import Fabric, run
-from tests.kube_objects import GPU, GROUP, VERSION, cluster_queue, local_queue, workload
+from tests.kube_objects import GPU, GROUP, VERSION, cluster_queue, local_queue, now_rfc3339, workload
 
 pytestmark = pytest.mark.apiserver
 
 
-def waiter(fabric: Fabric, name: str, queue: str = "lq", gpus: int = 4) -> None:
-    """A Workload Kueue has not reserved quota for: it waits for quota."""
+def waiter(fabric: Fabric, name: str, queue: str = "lq", gpus: int = 4, *, tried: bool = True) -> None:
+    """A Workload Kueue has not reserved quota for: it waits for quota. ``tried``: Kueue's scheduler
+    tried it and found too little quota (``QuotaReserved=False``, as Kueue writes it)."""
     fabric.kueue.create(workload(fabric.ns, name, [("main", 1, gpus)], queue=queue))
+    if tried:
+        fabric.kueue._write(fabric.ns, name, "pending", lambda wl: {"conditions": [{
+            "type": "QuotaReserved", "status": "False", "reason": "Pending", "lastTransitionTime": now_rfc3339(),
+            "message": "couldn't assign flavors to pod set main: insufficient unused quota"}]})
 
 
 def records_of(fabric: Fabric, name: str) -> int:
@@ -59,6 +64,10 @@ def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_dec
     ctrl = parked_gang(fabric)
     key = f"{fabric.ns}/gang"
     assert run(ctrl) == [] and active(fabric, "gang")  # nobody waits for quota: it keeps it
+    waiter(fabric, "new", tried=False)  # Kueue has not tried it yet: it may fit without the gang's quota
+    assert run(ctrl) == [] and active(fabric, "gang") and ctrl.quota_yields == 0
+    fabric.kueue.reserve_quota(fabric.ns, "new", fabric.cq, fabric.flavor)  # and so it did
+    run(ctrl)
     waiter(fabric, "late")
     assert run(ctrl) == []  # giving quota back is no decision
     assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
@@ -215,3 +224,26 @@ def test_a_standby_that_takes_the_lead_ends_the_old_leaders_yield(fabric: Fabric
         assert active(fabric, "gang") and yielded_to(fabric, "gang") is None
     finally:
         standby.stop()
+
+
+def test_a_node_heartbeat_wakes_no_parked_workload_and_so_keeps_a_yields_need_unchanged(fabric: Fabric) -> None:
+    """Only a Node change placement reads wakes parked Workloads; a heartbeat (the Ready
+    condition's times, a new resourceVersion) does not, so a gang that gave its quota back parks
+    again undecided across heartbeats."""
+    ctrl = parked_gang(fabric)
+    node = fabric.node_name(0, 0, 1)
+    ready = next(c for c in fabric.core.read_node_status(node).status.conditions if c.type == "Ready")
+    beat = {"type": "Ready", "status": ready.status, "reason": ready.reason or "KubeletReady", "message": ready.message or "ready",
+            "lastTransitionTime": ready.last_transition_time.isoformat(), "lastHeartbeatTime": "2030-01-01T00:00:00Z"}
+    fabric.core.patch_node_status(node, {"status": {"conditions": [beat]}})
+    assert run(ctrl) == [] and records_of(fabric, "gang") == 1
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    run(ctrl)
+    beat["lastHeartbeatTime"] = "2030-01-01T00:00:30Z"
+    fabric.core.patch_node_status(node, {"status": {"conditions": [beat]}})
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    run(ctrl)
+    assert ctrl.reparked == 1 and records_of(fabric, "gang") == 1

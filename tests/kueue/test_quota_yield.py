@@ -82,9 +82,16 @@ def _job(name: str, pods: int) -> dict[str, Any]:
 
 
 def _cordon(live: Live, on: bool) -> list[str]:
+    """Cordon (or uncordon) ``CORDONED`` trays of every rack. Cordoning waits for the node
+    lifecycle controller's ``node.kubernetes.io/unschedulable`` taint on each: a later Node change
+    is an event that has a parked gang decided afresh, and the test needs none while it yields."""
     names = sorted(n for n, labels in live.node_labels().items() if int(n[-2:]) < CORDONED)
     for name in names:
         live.core.patch_node(name, {"spec": {"unschedulable": on}})
+    if on:
+        wait_for("the unschedulable taint on every cordoned tray", lambda: all(
+            any(t.key == "node.kubernetes.io/unschedulable" for t in (n.spec.taints or []))
+            for n in live.core.list_node(label_selector="type=kwok").items if n.metadata.name in names))
     return names
 
 

@@ -10,7 +10,9 @@ PodSet needs no placement, and Atoll admits it at once):
 
 - ``tas``: a ResourceFlavor with ``topologyName``; Kueue's TAS assigns every Workload.
 - ``atoll``: a ResourceFlavor without it, mapped to the same Topology in Atoll's profiles, and
-  Atoll's AdmissionCheck on its ClusterQueues; Atoll's controller (in-process) places.
+  Atoll's AdmissionCheck on its ClusterQueues; Atoll's controller places, as its own ``atoll
+  run`` process (as it is deployed: it shares no interpreter with the bench's watch, creators
+  and runner), with ``--write-workers`` decision writes in flight at once.
 
 Each arm has ``--queues`` ClusterQueues in one cohort (nominal 20 CPUs each, borrowing up to 100),
 a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second: Kueue's
@@ -19,29 +21,42 @@ its 7:2:1 mix), half required and half preferred at the rack level (Atoll: the s
 elastic profile). A runner marks each Workload Finished its runtime after it is admitted, as
 Kueue's performance runner does, so quota turns over.
 
+Kueue runs with the controller concurrency and client limits of the Configuration it ships
+(``KueueCluster``; ``--kueue-workload-concurrency`` sets its Workload controller's alone).
+
 Time to admission is from the create call to the Workload's first ``Admitted=True`` seen on a
 watch; admissions/s from the first create to the last admission of the arm. The same watch
 times each stage (``--format json`` carries them; the table shows their means): create →
 ``QuotaReserved=True`` (Kueue's scheduler), → Atoll's check ``Ready`` (Atoll's share: it sees
 the reservation, places and writes the check's state; Atoll's arm only), → ``Admitted=True``
 (the extra reconcile Kueue itself needs after a check turns Ready; Kueue's TAS arm admits on
-reservation). Creates and the runner's status writes are retried on a loaded apiserver's
+reservation). Atoll's share is split at the start of the decision that made the check Ready,
+read from the decision records ``atoll run`` writes: reserved → decided is how late Atoll saw
+the reservation (its watch and its queue), decided → Ready its decision, its write and the
+bench's watch. Kueue's own metrics give its Workload controller's mean queue wait and reconcile
+time over the run. Creates and the runner's status writes are retried on a loaded apiserver's
 errors (429, 5xx, timeouts), up to ``RETRIES`` times with backoff. Goal: Atoll's mean
 time to admission at most ``--goal-ratio`` (1.10) times Kueue's alone; the command exits 1 when
 it is missed or a Workload is not admitted within ``--timeout``.
+
+One module past 400 lines: the cluster it builds, the runner that plays the Workloads' jobs and
+the run that times them share one set of names (arms, pools, the check) and are read together;
+what the times turn into is ``_bench_kueue_figures``.
 """
 
 from __future__ import annotations
 
 import heapq
-import io
 import json
 import os
+import shutil
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +64,7 @@ import yaml
 
 from admission import vocabulary
 from admission.cli._args import Parser
+from admission.cli._bench_kueue_figures import decision_starts, row, workload_controller_figures
 
 __all__ = ["CLASSES", "main", "run_bench"]
 
@@ -267,36 +283,6 @@ def _retry(call: Any, *, create: bool = False) -> Any:
     raise AssertionError("unreachable")
 
 
-def _stages(keys: list[str], created: dict[str, float], reserved: dict[str, float], ready: dict[str, float],
-            admitted: dict[str, float]) -> dict[str, float | None]:
-    """Mean ms of each stage over the Workloads that passed both its ends."""
-    out: dict[str, float | None] = {}
-    for name, a, b in (("create_to_reserved", created, reserved), ("reserved_to_ready", reserved, ready),
-                       ("ready_to_admitted", ready, admitted), ("reserved_to_admitted", reserved, admitted)):
-        d = [1000.0 * (b[k] - a[k]) for k in keys if k in a and k in b]
-        out[f"{name}_ms"] = round(float(np.mean(d)), 1) if d else None
-    return out
-
-
-def _row(arm: str, created: dict[str, float], admitted: dict[str, float], classes: dict[str, str],
-         reserved: dict[str, float] | None = None, ready: dict[str, float] | None = None) -> dict[str, Any]:
-    keys = [k for k in created if k.startswith(f"bench-{arm}/")]
-    done = [k for k in keys if k in admitted]
-    tta = np.array([admitted[k] - created[k] for k in done]) * 1000.0
-    span = (max(admitted[k] for k in done) - min(created[k] for k in keys)) if done else 0.0
-    row: dict[str, Any] = {"arm": arm, "workloads": len(keys), "admitted": len(done),
-                           "admissions_per_s": round(len(done) / span, 2) if span > 0 else 0.0}
-    for q, v in (("mean", tta.mean() if tta.size else None), ("p50", np.percentile(tta, 50) if tta.size else None),
-                 ("p90", np.percentile(tta, 90) if tta.size else None), ("p99", np.percentile(tta, 99) if tta.size else None),
-                 ("max", tta.max() if tta.size else None)):
-        row[f"tta_{q}_ms"] = round(float(v), 1) if v is not None else None
-    for name, *_ in CLASSES:
-        sel = np.array([admitted[k] - created[k] for k in done if classes[k] == name]) * 1000.0
-        row[f"tta_{name}_ms"] = round(float(sel.mean()), 1) if sel.size else None
-    row.update(_stages(keys, created, reserved or {}, ready or {}, admitted))
-    return row
-
-
 def nodes_ready_seconds(nodes: int) -> float:
     """How long both arms' KWOK nodes may take to turn Ready and untainted: 300 s, plus 0.15 s per
     node beyond the first 640 per arm (KWOK heartbeats every node, so a loaded apiserver takes
@@ -305,13 +291,14 @@ def nodes_ready_seconds(nodes: int) -> float:
 
 
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
-              write_workers: int = 4) -> dict[str, Any]:
+              write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
-    ``write_workers``: Atoll's decision writes in flight at once (``DecisionSettings.write_workers``)."""
-    from admission.controller import ConfigSettings, Controller, DecisionSettings, KueueSettings, Recorder, Settings
-    from admission.kube import NODES, WORKLOADS, KubePort
-    from admission.kube.errors import ApiError
+    ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
+    ``kueue_config``: fields of Kueue's Configuration set over the tier's (``KueueCluster``);
+    ``logs``: a folder that gets Kueue's log and ``atoll run``'s records and log at the end."""
+    from admission.kube import ADMISSION_CHECKS, KubePort
     from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
+    from tests.envtest._server import die_with_parent
 
     binaries = find_current()
     if binaries is None:
@@ -322,74 +309,164 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
     draws = [(CLASSES[int(rng.choice(len(CLASSES), p=shares / shares.sum()))], bool(rng.random() < 0.5)) for _ in range(workloads)]
     load_before = os.getloadavg()
     with ApiServer(binaries) as api:
-        KueueCluster(api).start()
-        port = KubePort(api.api_client())
-        _install(port, nodes, queues)
-        ready_s = nodes_ready_seconds(nodes)
-        deadline = time.monotonic() + ready_s
-        while time.monotonic() < deadline:
-            listed = port.list(NODES, label_selector="type=kwok").items
-            if len(listed) == 2 * nodes and all(
-                    any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions") or [])
-                    and not (n.get("spec") or {}).get("taints") for n in listed):
-                break
-            time.sleep(1)
-        else:
-            raise TimeoutError(f"the {2 * nodes} KWOK nodes were not Ready and untainted within {ready_s:.0f}s")
-        ctrl = Controller(port, settings=Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS),
-                                                  decisions=DecisionSettings(write_workers=write_workers)),
-                          recorder=Recorder(io.StringIO()))
-        ctrl.decider.warm_up()
-        ctrl.start()
-        if not ctrl.wait_synced(60):
-            raise TimeoutError("Atoll's controller did not finish its initial list within 60s")
-        runner = _Runner(port)
-        created: dict[str, float] = {}
-        classes: dict[str, str] = {}
-        failed: list[str] = []
-        lock = threading.Lock()
+        try:
+            cluster = KueueCluster(api, kueue_config=kueue_config).start()
+            port = KubePort(api.api_client())
+            _install(port, nodes, queues)
+            _wait_nodes_ready(port, nodes)
+            records, log = api.dir / "atoll-run.jsonl", api.dir / "atoll-run.log"
+            with open(records, "wb") as out, open(log, "wb") as err:
+                ctrl = subprocess.Popen(  # as deployed: its own process, its own interpreter
+                    [sys.executable, "-c", "import sys; from admission.cli import main; sys.argv[0] = 'atoll'; sys.exit(main())", "run",
+                     "--kubeconfig", str(api.kubeconfig_path), "--namespace", ATOLL_NS, "--admission-check", CHECK,
+                     "--metrics-port", "off", "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
+                     "--log-level", "warning"], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                try:
+                    _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
+                    result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records)
+                finally:
+                    ctrl.terminate()
+                    try:
+                        ctrl.wait(30)
+                    except subprocess.TimeoutExpired:
+                        ctrl.kill()
+                        ctrl.wait()
+            return {**result, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
+                    "kueue_workload_controller": workload_controller_figures(cluster.metrics())}
+        finally:
+            if logs is not None:
+                logs.mkdir(parents=True, exist_ok=True)
+                for name in ("kueue.log", "kueue-config.yaml", "atoll-run.jsonl", "atoll-run.log", "kwok.log", "kube-controller-manager.log"):
+                    if (api.dir / name).exists():
+                        shutil.copy(api.dir / name, logs / name)
 
-        def submit(arm: str, i: int) -> None:
-            (name, pods, cpu, runtime, _), required = draws[i]
-            key = f"bench-{arm}/w{i:05d}"
-            with runner.cv:
-                runner.runtime[key] = runtime
-            body = _workload(arm, f"w{i:05d}", i % queues, pods, cpu, required)
-            t = time.monotonic()
-            try:
-                _retry(lambda: port.create(WORKLOADS, body), create=True)
-            except ApiError as exc:  # an apiserver too loaded to answer: the Workload is counted as not created
-                print(f"atoll bench kueue: could not create {key}: {exc}", file=sys.stderr)
-                with lock:
-                    failed.append(key)
-                return
-            with lock:
-                created[key], classes[key] = t, name
 
-        started = time.monotonic()
-        with ThreadPoolExecutor(4) as pool:
-            futures = []
-            for i in range(workloads):
-                wait = started + i / rate - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):  # neither arm always first
-                    futures.append(pool.submit(submit, arm, i))
-            for f in futures:
-                f.result()  # a create that failed ends the run, named
-        end = time.monotonic() + timeout
-        while time.monotonic() < end and len(runner.admitted) < 2 * workloads:
-            time.sleep(0.2)
-        runner.stop()
-        ctrl.stop()
+CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+"""The taints the node lifecycle controller puts on a node that is not Ready, and lifts once it is."""
+
+
+def _wait_nodes_ready(port: Any, nodes: int, *, seconds: float | None = None, selector: str = "type=kwok") -> None:
+    """Until both arms' KWOK nodes are Ready and untainted (``nodes_ready_seconds``), listing
+    every 5 s (a list of thousands of nodes costs the apiserver and this process); a timeout
+    names how many were Ready, how many untainted, and the taints left (``seconds``: instead of
+    ``nodes_ready_seconds``; ``selector``: the nodes' label).
+
+    A node Ready on two lists in a row that still carries a ``CONDITION_TAINTS`` taint (the
+    not-ready one the apiserver puts on a new node, or unreachable after a late heartbeat) gets it
+    lifted here, as the node lifecycle controller lifts it: with 4,000 nodes on two loaded cores
+    that controller's updates kept losing to KWOK's status writes (409), 152 nodes were still
+    tainted after 10 minutes, and 3 Ready nodes kept an unreachable taint after 12."""
+    from collections import Counter
+
+    from admission.kube import NODES
+    from admission.kube.errors import ApiError
+
+    ready_s = nodes_ready_seconds(nodes) if seconds is None else seconds
+    deadline = time.monotonic() + ready_s
+    seen_ready: set[str] = set()
+    while True:
+        listed = port.list(NODES, label_selector=selector).items
+        ready = [n for n in listed if any(c["type"] == "Ready" and c["status"] == "True"
+                                          for c in (n.get("status") or {}).get("conditions") or [])]
+        taints = Counter(t.get("key") for n in listed for t in (n.get("spec") or {}).get("taints") or [])
+        untainted = sum(not (n.get("spec") or {}).get("taints") for n in listed)
+        if len(listed) == 2 * nodes and len(ready) == untainted == 2 * nodes:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the {2 * nodes} KWOK nodes were not Ready and untainted within {ready_s:.0f}s: {len(listed)} listed, "
+                               f"{len(ready)} Ready, {untainted} untainted (taints left: {dict(taints) or 'none'})")
+        for n in ready:
+            meta, left = n["metadata"], (n.get("spec") or {}).get("taints") or []
+            if meta["name"] in seen_ready and any(t.get("key") in CONDITION_TAINTS for t in left):
+                try:  # on the version listed: a node that changed since is looked at again on the next list
+                    port.patch(NODES, meta["name"], {"metadata": {"resourceVersion": meta["resourceVersion"]},
+                                                     "spec": {"taints": [t for t in left if t.get("key") not in CONDITION_TAINTS]}})
+                except ApiError:
+                    pass
+        seen_ready = {n["metadata"]["name"] for n in ready}
+        time.sleep(5)
+
+
+def _wait_active(port: Any, checks: Any, proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """Until Atoll's controller has listed the cluster, compiled its finder and marked its
+    AdmissionCheck Active (it does so on its worker's first turn as leader)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise TimeoutError(f"atoll run exited with {proc.returncode} before its AdmissionCheck was Active")
+        ac: dict[str, Any] = next((o for o in port.list(checks).items if (o.get("metadata") or {}).get("name") == CHECK), {})
+        if any(c.get("type") == "Active" and c.get("status") == "True" for c in (ac.get("status") or {}).get("conditions") or []):
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"Atoll's AdmissionCheck {CHECK} was not Active within {seconds:.0f}s of starting atoll run")
+
+
+def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: int, timeout: float, write_workers: int,
+              nodes: int, load_before: tuple[float, float, float], records: Path) -> dict[str, Any]:
+    """Create both arms' Workloads at ``rate`` and time them to admission (module docstring)."""
+    from admission.kube import WORKLOADS
+    from admission.kube.errors import ApiError
+
+    runner = _Runner(port)
+    wall = time.time() - time.monotonic()  # a decision record's wall-clock time, on this process's monotonic clock
+    created: dict[str, float] = {}
+    classes: dict[str, str] = {}
+    failed: list[str] = []
+    lock = threading.Lock()
+
+    def submit(arm: str, i: int) -> None:
+        (name, pods, cpu, runtime, _), required = draws[i]
+        key = f"bench-{arm}/w{i:05d}"
         with runner.cv:
-            admitted, reserved, ready = dict(runner.admitted), dict(runner.reserved), dict(runner.ready)
-    rows = {arm: _row(arm, created, admitted, classes, reserved, ready) for arm in ARMS}
+            runner.runtime[key] = runtime
+        body = _workload(arm, f"w{i:05d}", i % queues, pods, cpu, required)
+        t = time.monotonic()
+        try:
+            _retry(lambda: port.create(WORKLOADS, body), create=True)
+        except ApiError as exc:  # an apiserver too loaded to answer: the Workload is counted as not created
+            print(f"atoll bench kueue: could not create {key}: {exc}", file=sys.stderr)
+            with lock:
+                failed.append(key)
+            return
+        with lock:
+            created[key], classes[key] = t, name
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(4) as pool:
+        futures = []
+        for i in range(workloads):
+            wait = started + i / rate - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):  # neither arm always first
+                futures.append(pool.submit(submit, arm, i))
+        for f in futures:
+            f.result()  # a create that failed ends the run, named
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and len(runner.admitted) < 2 * workloads:
+        time.sleep(0.2)
+    runner.stop()
+    with runner.cv:
+        admitted, reserved, ready = dict(runner.admitted), dict(runner.reserved), dict(runner.ready)
+    decided = decision_starts(records.read_text(errors="replace").splitlines(), admitted, wall)
+    rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided) for arm in ARMS}
     tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
             "write_workers": write_workers, "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "cores": os.cpu_count()}
+
+
+def _workload_concurrency(n: int | None) -> dict[str, Any] | None:
+    """Kueue's ``controller`` settings with its Workload controller at ``n`` at once, the rest as
+    Kueue ships them; None (Kueue's shipped settings) when ``n`` is None."""
+    if n is None:
+        return None
+    from tests.envtest import KUEUE_VERSION, go_module_dir
+
+    path = go_module_dir("sigs.k8s.io/kueue", KUEUE_VERSION) / "config" / "components" / "manager" / "controller_manager_config.yaml"
+    concurrency = dict(yaml.safe_load(path.read_text())["controller"]["groupKindConcurrency"])
+    return {"controller": {"groupKindConcurrency": {**concurrency, "Workload.kueue.x-k8s.io": n}}}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -403,6 +480,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for admissions after the last create")
     p.add_argument("--write-workers", type=int, default=4, help="Atoll's decision writes in flight at once (0: serial)")
+    p.add_argument("--kueue-workload-concurrency", type=int, default=None,
+                   help="Workloads Kueue's Workload controller reconciles at once (default: what Kueue's shipped Configuration sets)")
+    p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
     if args.nodes < 1 or args.workloads < 1 or args.queues < 1 or args.rate <= 0:
@@ -410,6 +490,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if not 0 <= args.write_workers <= 32:
         print("atoll bench kueue: --write-workers must be between 0 and 32", file=sys.stderr)
+        return 2
+    if args.kueue_workload_concurrency is not None and args.kueue_workload_concurrency < 1:
+        print("atoll bench kueue: --kueue-workload-concurrency must be ≥ 1 (or left out for Kueue's shipped value)", file=sys.stderr)
         return 2
     try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
         from tests.envtest import EnvtestError
@@ -419,7 +502,8 @@ def main(argv: Sequence[str]) -> int:
         return 1
     try:
         out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
-                        write_workers=args.write_workers)
+                        write_workers=args.write_workers, kueue_config=_workload_concurrency(args.kueue_workload_concurrency),
+                        logs=args.logs)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1
@@ -431,11 +515,13 @@ def main(argv: Sequence[str]) -> int:
     else:
         columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
                    "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
-                   "ready_to_admitted_ms")
+                   "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms")
+        wc = out["kueue_workload_controller"]
         print(" | ".join(columns))
         for r in out["rows"]:
             print(" | ".join(str(r[c]) for c in columns))
         print(f"atoll / kueue-tas mean time to admission: {ratio} (goal ≤ {args.goal_ratio}: {'met' if met else 'MISSED'}); "
               f"{out['nodes_per_arm']} KWOK nodes per arm, {out['queues_per_arm']} ClusterQueues per cohort, "
-              f"{out['rate_per_s']} Workloads/s per arm, {out['write_workers']} write workers; {out['not_created']} creates failed; load {out['load_before']} → {out['load_after']} on {out['cores']} cores")
+              f"{out['rate_per_s']} Workloads/s per arm, {out['write_workers']} write workers; Kueue's Workload controller "
+              f"{wc['workers']} at once, {wc['queue_wait_ms']} ms mean queue wait, {wc['reconcile_ms']} ms mean reconcile; {out['not_created']} creates failed; load {out['load_before']} → {out['load_after']} on {out['cores']} cores")
     return 0 if met else 1

@@ -49,6 +49,7 @@ JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
 """Kueue's name for its JobSet integration; with it in ``frameworks``, JobSet's controller runs too."""
 _JOBSET_CRD = "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
 _JOBSET_WEBHOOKS = "config/components/webhook"
+_KUEUE_SHIPPED_CONFIG = "config/components/manager/controller_manager_config.yaml"
 
 # KWOK's own stages: nodes turn Ready and heartbeat through Leases; bound pods turn Running; deleted
 # pods go. Its pod-complete stage is left out, so a Job's pods run until the test ends them.
@@ -107,7 +108,8 @@ class KueueCluster:
     """``with KueueCluster(api) as cluster:``: the Job controller, the scheduler, KWOK and Kueue
     running against ``api`` (an ``ApiServer`` started from a current build) until the block ends."""
 
-    def __init__(self, api: ApiServer, *, frameworks: tuple[str, ...] = ("batch/job",), start_timeout: float = 180.0) -> None:
+    def __init__(self, api: ApiServer, *, frameworks: tuple[str, ...] = ("batch/job",), start_timeout: float = 180.0,
+                 kueue_config: dict[str, Any] | None = None) -> None:
         binaries: Binaries = api.binaries
         needed = ("kube_scheduler", "kube_controller_manager", "kueue", "kwok") + (("jobset",) if JOBSET_FRAMEWORK in frameworks else ())
         missing = [n for n in needed if getattr(binaries, n) is None]
@@ -119,7 +121,10 @@ class KueueCluster:
         self.binaries = binaries
         self.frameworks = frameworks
         self.start_timeout = start_timeout
+        self.kueue_config = dict(kueue_config or {})
+        """Top-level fields of Kueue's Configuration set over the ones made here (a bench's A/B)."""
         self.health_port = 0
+        self.metrics_port = 0
         self.jobset_health_port = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -250,21 +255,29 @@ class KueueCluster:
         return True
 
     def _start_kueue(self, kubeconfig: str) -> None:
-        self.health_port = _free_port()
+        """Kueue's manager, with the controller concurrency and client limits of the Configuration
+        Kueue ships (config/components/manager/controller_manager_config.yaml, read from its module):
+        without ``groupKindConcurrency`` each of its controllers reconciles one object at a time,
+        and its Workload controller, the one that turns a Workload Admitted once its checks are
+        Ready, fell seconds behind at 20 new Workloads a second (``atoll bench kueue``)."""
+        shipped = yaml.safe_load((go_module_dir("sigs.k8s.io/kueue", KUEUE_VERSION) / _KUEUE_SHIPPED_CONFIG).read_text())
+        self.health_port, self.metrics_port = _free_port(), _free_port()
         certs = self.api.dir / "kueue-certs"
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": KUEUE_NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
-            "metrics": {"bindAddress": f"127.0.0.1:{_free_port()}"},
+            "metrics": {"bindAddress": f"127.0.0.1:{self.metrics_port}"},
             "webhook": {"host": "127.0.0.1", "port": _free_port(), "certDir": str(certs)},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": True, "webhookServiceName": "kueue-webhook-service",
                                        "webhookSecretName": _WEBHOOK_SECRET},
-            "clientConnection": {"qps": 300, "burst": 500},
+            "clientConnection": shipped["clientConnection"],
+            "controller": {"groupKindConcurrency": shipped["controller"]["groupKindConcurrency"]},
             "integrations": {"frameworks": list(self.frameworks)},
             # its visibility API server delegates authentication to an in-cluster config, which a
             # process outside a pod has not; nothing here reads that API
             "featureGates": {"VisibilityOnDemand": False},
+            **self.kueue_config,
         }
         path = self.api.dir / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(config))
@@ -285,6 +298,14 @@ class KueueCluster:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         """The processes end with the ``ApiServer`` that runs them."""
+
+    def metrics(self) -> str:
+        """Kueue's Prometheus metrics text (served over HTTPS to a token the apiserver accepts, as
+        Kueue serves them by default)."""
+        r = httpx.get(f"https://127.0.0.1:{self.metrics_port}/metrics", headers={"Authorization": f"Bearer {self.api.token}"},
+                      verify=False, timeout=10)
+        r.raise_for_status()
+        return r.text
 
     def log(self, name: str = "kueue") -> str:
         return _tail(self.api.dir / f"{name}.log", 20000)

@@ -4,11 +4,18 @@ come from the create and admission times, and the Workloads are what each arm as
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from admission import vocabulary
-from admission.cli._bench_kueue import RACK, _eviction_finished, _retry, _row, _workload, main
+from admission.cli._bench_kueue import (
+    RACK,
+    _eviction_finished,
+    _retry,
+    _workload,
+    main,
+)
 from admission.kube.errors import ApiError
 
 
@@ -26,15 +33,10 @@ def test_a_bad_write_worker_count_gets_one_line_naming_the_flag(flag: str, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--write-workers must be between 0 and 32" in err[0]
 
-def test_the_row_counts_time_to_admission_from_create_and_leaves_the_unadmitted_out() -> None:
-    created = {"bench-tas/w0": 10.0, "bench-tas/w1": 11.0, "bench-tas/w2": 12.0, "bench-atoll/w0": 10.0}
-    admitted = {"bench-tas/w0": 10.5, "bench-tas/w1": 12.5, "bench-atoll/w0": 30.0}
-    classes = {"bench-tas/w0": "small", "bench-tas/w1": "large", "bench-tas/w2": "small", "bench-atoll/w0": "small"}
-    row = _row("tas", created, admitted, classes)
-    assert (row["workloads"], row["admitted"]) == (3, 2)
-    assert row["tta_mean_ms"] == 1000.0 and row["tta_max_ms"] == 1500.0
-    assert row["tta_small_ms"] == 500.0 and row["tta_large_ms"] == 1500.0 and row["tta_medium_ms"] is None
-    assert row["admissions_per_s"] == round(2 / 2.5, 2)  # first create 10.0 to last admission 12.5
+def test_a_bad_kueue_workload_concurrency_gets_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--kueue-workload-concurrency=0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--kueue-workload-concurrency must be ≥ 1" in err[0]
 
 
 def test_kueues_arm_asks_its_tas_and_atolls_arm_asks_a_profile() -> None:
@@ -44,25 +46,6 @@ def test_kueues_arm_asks_its_tas_and_atolls_arm_asks_a_profile() -> None:
     assert atoll["template"]["metadata"]["annotations"] == {vocabulary.PROFILE: "elastic"}
     assert tas["count"] == atoll["count"] == 4
     assert tas["template"]["spec"] == atoll["template"]["spec"]
-
-
-def test_the_row_splits_time_to_admission_into_kueues_and_atolls_stages() -> None:
-    created = {"bench-atoll/w0": 10.0, "bench-atoll/w1": 20.0}
-    reserved = {"bench-atoll/w0": 10.1, "bench-atoll/w1": 20.3}
-    ready = {"bench-atoll/w0": 10.4}  # w1's check never turned Ready: it is left out of the stages that need it
-    admitted = {"bench-atoll/w0": 10.6}
-    row = _row("atoll", created, admitted, {"bench-atoll/w0": "small", "bench-atoll/w1": "small"}, reserved, ready)
-    assert row["create_to_reserved_ms"] == 200.0  # (100 + 300) / 2
-    assert row["reserved_to_ready_ms"] == 300.0 and row["ready_to_admitted_ms"] == 200.0
-    assert row["reserved_to_admitted_ms"] == 500.0
-    assert _row("tas", {}, {}, {})["reserved_to_ready_ms"] is None
-
-
-def test_p99_is_the_tail_of_time_to_admission() -> None:
-    created = {f"bench-tas/w{i}": 0.0 for i in range(100)}
-    admitted = {k: (10.0 if k == "bench-tas/w99" else 0.1) for k in created}
-    row = _row("tas", created, admitted, dict.fromkeys(created, "small"))
-    assert row["tta_p50_ms"] == 100.0 and row["tta_p99_ms"] > 100.0 and row["tta_max_ms"] == 10000.0
 
 
 def test_retry_survives_a_loaded_apiserver_and_counts_a_landed_create(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,3 +106,26 @@ def test_the_wait_for_kwok_nodes_grows_with_the_pool_beyond_kueues_640() -> None
     assert nodes_ready_seconds(64) == nodes_ready_seconds(640) == 300.0
     assert nodes_ready_seconds(2000) == pytest.approx(300.0 + 0.15 * 1360 * 2)
     assert nodes_ready_seconds(2000) > 600  # the 4,000 nodes of a 2,000-node run were not all Ready at 300 s on a loaded machine
+
+
+@pytest.mark.apiserver
+def test_ready_nodes_lose_the_condition_taints_the_node_lifecycle_controller_is_late_to_lift(kube_client: Any) -> None:
+    from admission.cli._bench_kueue import CONDITION_TAINTS, _wait_nodes_ready
+    from admission.kube import NODES, KubePort
+
+    port = KubePort(kube_client)
+    keep = {"key": "bench.example.com/keep", "value": "yes", "effect": "NoSchedule"}
+    for name, ready in (("bench-untaint-a", "True"), ("bench-untaint-b", "True")):
+        port.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"bench-untaint": "yes"}},
+                            "spec": {"taints": [{"key": CONDITION_TAINTS[0], "effect": "NoSchedule"},  # as the apiserver puts on a new node
+                                              *([{"key": CONDITION_TAINTS[1], "effect": "NoExecute"}, keep] if name.endswith("b") else [])]}})
+        node = port.get(NODES, name)
+        node["status"] = {"conditions": [{"type": "Ready", "status": ready, "reason": "KubeletReady", "message": "ready",
+                                          "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        port.replace(NODES, node, subresource="status")
+    with pytest.raises(TimeoutError, match=r"2 Ready, 1 untainted \(taints left: \{'bench.example.com/keep': 1\}\)"):
+        _wait_nodes_ready(port, 1, seconds=8.0, selector="bench-untaint=yes")  # one taint is not the bench's to lift
+    assert [t["key"] for t in port.get(NODES, "bench-untaint-b")["spec"]["taints"]] == [keep["key"]]
+    assert not port.get(NODES, "bench-untaint-a")["spec"].get("taints")
+    port.patch(NODES, "bench-untaint-b", {"spec": {"taints": None}})
+    _wait_nodes_ready(port, 1, seconds=8.0, selector="bench-untaint=yes")  # both Ready, neither tainted: it returns

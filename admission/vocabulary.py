@@ -22,6 +22,8 @@ __all__ = [
     "NEAR_MIN_BANDWIDTH_GBPS",
     "PLANNED_NODES",
     "PROFILE",
+    "QUOTA_YIELD",
+    "QUOTA_YIELD_UNTIL",
     "REQUEUE_CONDITION",
     "SPREAD_GROUP",
     "SPREAD_LEVEL",
@@ -86,6 +88,11 @@ RESERVED_CONDITION = "atoll.dev/TopologyReserved"
 """Workload condition, ``True`` while the gang holds a reservation; the message is the reservation."""
 HELD_CONDITION = "atoll.dev/TopologyDomainHeld"
 """Workload condition, ``True`` while a domain is held for the gang as preempted victims leave."""
+QUOTA_YIELD = "atoll.dev/quota-yield"
+"""Workload annotation while Atoll keeps a parked Workload inactive (``spec.active=false``) to give
+its quota back (``--park-waiting``): the Workload (namespace/name) it gave way to."""
+QUOTA_YIELD_UNTIL = "atoll.dev/quota-yield-until"
+"""Workload annotation beside ``QUOTA_YIELD``: epoch seconds by which Atoll reactivates it anyway."""
 
 # ----------------------------------------------------------------------------- on nodes
 

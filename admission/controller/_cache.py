@@ -194,6 +194,8 @@ class ClusterCache:
         self.objects: dict[Resource, dict[str, Obj]] = {r: {} for r in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS, WORKLOADS)}
         self.nodes: dict[str, NodeInfo] = {}
         self.node_problems: dict[str, str] = {}
+        self.node_changed = False
+        """Whether the last Node upsert changed what placement reads (``NodeInfo``): a heartbeat alone does not."""
         self.pods: dict[str, BoundPod] = {}
         """Bound, unfinished pods by uid: what holds node resources."""
         self.pods_on_node: dict[str, dict[str, BoundPod]] = {}
@@ -288,15 +290,20 @@ class ClusterCache:
         else:
             self.node_problems.pop(name, None)
         before = self.nodes.get(name)
+        self.node_changed = True
         if info is None:
             if before is not None or old is None:
                 self.nodes.pop(name, None)
                 self.invalidate()
+            else:
+                self.node_changed = False
             return
         if before is not None and before.labels == info.labels:
             if before != info:
                 self.nodes[name] = info
                 self._dirty(name)
+            else:
+                self.node_changed = False
             return
         self.nodes[name] = info
         self.invalidate()

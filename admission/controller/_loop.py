@@ -58,11 +58,11 @@ from admission.controller._records import DecisionRecord, Recorder
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
 from admission.controller._span_cost import SpanPricer
-from admission.controller._status import StatusWriter
+from admission.controller._status import YIELD_EVENT_REASON, StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._watching import Inbox, Informers, Watch
 from admission.controller._workloads import check_entry, condition_true
-from admission.controller._yielding import QuotaYield
+from admission.controller._yielding import QuotaYield, yield_patch
 from admission.kube import (
     ADMISSION_CHECKS,
     CONFIGMAPS,
@@ -178,10 +178,10 @@ class Controller:
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self.parking = Parking(self.cache, enabled=self.settings.decisions.park_waiting)
-        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource)
+        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource, self._free_gpus)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
         self.quota_yields = 0
-        """Parked Workloads that gave their quota back (a Retry: Kueue evicts them)."""
+        """Parked Workloads that gave their quota back (deactivated a moment: Kueue evicts them)."""
         self.reparked = 0
         """Of those, parked again on their next quota without a decision (nothing they wait for changed)."""
         self._yield_due = False
@@ -235,10 +235,10 @@ class Controller:
             self._on_configmap(items[0] if items else None)
             return
         if resource in (PODS, NODES) and len(self.parking.room):  # a relist: what changed since is applied at once
-            nodes = {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}
+            nodes = (dict(self.cache.nodes), dict(self.cache.node_problems))  # what placement reads: a heartbeat changes neither
             with self._pods_leaving(dict(self.cache.pods)):
                 self.cache.replace_all(resource, items)
-            if resource == NODES and nodes != {k: (o.get("metadata") or {}).get("resourceVersion") for k, o in self.cache.objects[NODES].items()}:
+            if resource == NODES and nodes != (dict(self.cache.nodes), dict(self.cache.node_problems)):
                 self._wake(self.parking.wake_all())
             return
         self.cache.replace_all(resource, items)
@@ -300,7 +300,7 @@ class Controller:
             return
         if not self.cache.upsert(resource, obj):
             return
-        if resource == NODES:
+        if resource == NODES and self.cache.node_changed:  # not a heartbeat: it could have room for a parked Workload now
             self._wake(self.parking.wake_all())
         if resource == WORKLOADS:
             self._on_workload(obj)
@@ -422,6 +422,7 @@ class Controller:
 
     def process(self, limit: int | None = None) -> list[Verdict]:
         """Decide every queued Workload now, one at a time (plus delayed ones that are due)."""
+        self._reactivate_due()
         self._promote_due()
         out: list[Verdict] = []
         while (self._queue or self._in_flight) and (limit is None or len(out) < limit):
@@ -439,9 +440,9 @@ class Controller:
         return out
 
     def _give_quota_back(self) -> None:
-        """Parked Workloads whose quota a Workload of their ClusterQueue or cohort waits for set
-        their check to ``Retry`` (Kueue evicts them and releases the quota) and are set aside, by
-        ``_yielding``'s rules (at most once per decision)."""
+        """Parked Workloads whose quota a Workload of their ClusterQueue or cohort waits for are
+        deactivated (Kueue evicts them and releases the quota; ``_yielding`` says why not a Retry)
+        and set aside, by ``_yielding``'s rules (at most once per decision)."""
         self._yield_due = False
         if not len(self.parking.room):
             return
@@ -450,14 +451,54 @@ class Controller:
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue
-            message = (f"Parked, gives its quota back to Workload {waiter}, which waits for quota in its ClusterQueue or cohort; "
-                       "when it holds quota again it parks again without a new decision unless what it waits for changed")
-            after = max(self.parking.backoff.get(key, 1), 1)  # kept out for its wait's backoff, as in the simulator: the waiter goes first
-            if self._written(key, obj, "quota yield", functools.partial(self.status.requeue, obj, self._check_names, message, after)):
+            until = self.clock.now() + max(self.parking.backoff.get(key, 1), 1)  # reactivated by then at the latest
+            flavor = self.quota_yield.flavor_of(key)
+            meta = obj.get("metadata") or {}
+            if self._written(key, obj, "quota yield", functools.partial(self._patch_workload, obj, yield_patch(obj, waiter, until))):
                 self.parking.set_aside(key)
-                self.quota_yield.given.add(key)
+                self.quota_yield.gave(key, waiter, until, flavor)
                 self.quota_yields += 1
+                self.metrics.quota_yields.labels(flavor).inc()
+                self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": meta}, "Normal", YIELD_EVENT_REASON,
+                                 f"Parked, gives its quota back to Workload {waiter}, which waits for quota in its ClusterQueue or "
+                                 "cohort: deactivated until that Workload holds quota; when it holds quota again it parks again "
+                                 "without a new decision unless what it waits for changed")
                 _log.info("parked workload gave its quota back", workload=key, to=waiter)
+
+    def _reactivate_due(self) -> None:
+        """Workloads deactivated to give their quota back whose waiter has its quota (or is gone,
+        or whose time is up) are active again (``_yielding``); after a start or a leader change,
+        those the API shows first."""
+        if self.read_only:
+            return
+        if not self.quota_yield.rebuilt and self.quota_yield.rebuild():
+            _log.info("quota yields found on Workloads; each is reactivated by the same rules", count=len(self.quota_yield.yielded))
+        if not self.quota_yield.yielded:
+            return
+        for key in self.quota_yield.due(self.clock.now()):
+            obj = self.cache.objects[WORKLOADS].get(key)
+            if obj is None:
+                continue
+            try:
+                self._patch_workload(obj, yield_patch(obj, None, None))
+            except errors.NotFound:
+                pass
+            except errors.ApiError as exc:  # a 409 too: the next turn reads the Workload again from the cache
+                _log.warning("reactivation not written; will retry", workload=key, error=str(exc))
+                continue
+            self.quota_yield.yielded.pop(key, None)
+            _log.info("reactivated after giving its quota back", workload=key)
+
+    def _patch_workload(self, obj: Obj, patch: Obj) -> None:
+        """A merge patch of a Workload's metadata and spec (Atoll's yield annotations, ``spec.active``); the cache takes the answer."""
+        meta = obj.get("metadata") or {}
+        self.cache.upsert(WORKLOADS, self.writes.patch(WORKLOADS, str(meta.get("name")), patch, namespace=meta.get("namespace")))
+
+    def _free_gpus(self, flavor: str) -> int | None:
+        try:
+            return int(self.cache.snapshot(flavor).free_gpus())
+        except (FlavorProblem, ValueError):
+            return None
 
     def _wake(self, keys: list[str]) -> None:
         """Parked Workloads whose wait may be over: decided again, in the order they were parked."""
@@ -488,7 +529,7 @@ class Controller:
             self.parking.leave(key)
             return None
         if not self._actionable(obj):
-            if not (self.parking.is_aside(key) and (obj.get("spec") or {}).get("active", True) is not False
+            if not (self.parking.is_aside(key) and ((obj.get("spec") or {}).get("active", True) is not False or key in self.quota_yield.yielded)
                     and not condition_true(obj, "Finished")):
                 self.parking.leave(key)  # one that gave its quota back keeps its need through Kueue's eviction
             request = self._requeue_request(obj)
@@ -505,6 +546,7 @@ class Controller:
             return None
         if self.parking.is_aside(key) and self.parking.room.unchanged(key, self.clock.now()) is not None:
             self.reparked += 1  # it gave its quota back and holds it again; nothing it waits for changed: parked as it was
+            self.metrics.quota_reparks.labels(self.quota_yield.flavor_of(key)).inc()
             _log.info("parked again without a decision: nothing it waits for changed since it gave its quota back", workload=key)
             self._yield_due = True  # it holds quota again: a Workload may wait for it
             return None
@@ -763,6 +805,7 @@ class Controller:
         first (``_catch_up``)."""
         if not self._leading.is_set():
             self._catch_up_due = True
+            self.quota_yield.rebuilt = False  # the yields the API shows are this leader's to end
         self._leading.set()
 
     def _catch_up(self) -> bool:
@@ -839,6 +882,11 @@ class Controller:
             if not led or (self._active_retry_at is not None and self.clock.monotonic() >= self._active_retry_at):
                 led = True  # first turn as leader (a standby writes no condition), or a failed write's retry is due
                 self._refresh_active()
+                self.quota_yield.rebuilt = False  # the yields the API shows are this leader's to end
+            try:
+                self._reactivate_due()
+            except Exception:  # noqa: BLE001 - as a reconcile's
+                _log.exception("reactivating yielded Workloads failed")
             self._promote_due()
             if self._queue:
                 key, _ = self._queue.popitem(last=False)

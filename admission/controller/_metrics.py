@@ -57,6 +57,10 @@ class Metrics:
                                     ["flavor"], registry=r)
         self.shortfall_decisions = Counter("atoll_shortfall_decisions",
                                            "Decisions that found owed pods with no room in their domain.", registry=r)
+        self.quota_yields = Counter("atoll_quota_yields", "Parked Workloads that gave their quota back to a Workload waiting for "
+                                    "quota (--park-waiting), per flavor.", ["flavor"], registry=r)
+        self.quota_reparks = Counter("atoll_quota_reparks", "Of those, parked again without a decision when they held quota "
+                                     "again (nothing they wait for changed), per flavor.", ["flavor"], registry=r)
 
     def set_waiting(self, counts: Mapping[str, int]) -> None:
         for reason in ("no-domain", "relax-pending", "owed-pods", "config", "node-lost"):

@@ -30,11 +30,12 @@ from admission.controller._workloads import check_entry
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Clock, ClusterPort, Obj, errors, object_key
 from policies import annotation_notes
 
-__all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "StatusWriter"]
+__all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "YIELD_EVENT_REASON", "StatusWriter"]
 
 EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Pending": ("Normal", "TopologyWaiting"),
                 "Rejected": ("Warning", "TopologyRejected")}
 REQUEUE_EVENT_REASON = "TopologyRequeued"
+YIELD_EVENT_REASON = "TopologyQuotaYielded"
 """Warning Event reason when Atoll asks Kueue to requeue an admitted Workload (a pod lost its node)."""
 ANNOTATION_NOT_HONOURED = "AnnotationNotHonoured"
 """Warning Event reason, beside the state's Event, when the decision read Kueue pod-template
@@ -120,21 +121,18 @@ class StatusWriter:
         st["admissionChecks"] = [want if c.get("name") == want["name"] else c for c in st.get("admissionChecks") or []]
         return {**obj, "status": st}
 
-    def requeue(self, obj: Obj, check_names: Iterable[str], message: str, requeue_after: int | None = None) -> None:
+    def requeue(self, obj: Obj, check_names: Iterable[str], message: str) -> None:
         """Set Atoll's entry of an admitted Workload to ``Retry`` so that Kueue evicts and requeues
         it: its workload controller evicts a Workload holding quota whose check is Retry
         (``reconcileCheckBasedEviction``, kubernetes-sigs/kueue pkg/controller/core/workload_controller.go).
-        No ``requeueAfterSeconds``: Kueue then requeues at once, and the next decision waits (with
-        the profile's backoff) if the cluster has no place yet. ``requeue_after``: the seconds
-        Kueue keeps it out before requeueing it (a parked Workload giving its quota back, so that
-        the Workload it gives way to is admitted first). One conditional write, like a decision's;
-        raises ``errors.Conflict`` when the Workload changed since ``obj`` was read."""
+        No ``requeueAfterSeconds``: Kueue would hold the eviction itself (and the quota) until it
+        has passed (``_yielding`` says where), so it requeues at once, and the next decision waits
+        (with the profile's backoff) if the cluster has no place yet. One conditional write, like
+        a decision's; raises ``errors.Conflict`` when the Workload changed since ``obj`` was read."""
         names = frozenset(check_names)
         current = check_entry(obj, names) or {}
         entry: dict[str, Any] = {"name": str(current.get("name")), "state": "Retry", "lastTransitionTime": rfc3339(self.clock.now()),
                  "message": truncate(message, self.settings.decisions.message_max_chars)}
-        if requeue_after is not None:
-            entry["requeueAfterSeconds"] = requeue_after
         out = self._apply(obj, names, {"admissionChecks": [entry]})
         self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": out.get("metadata") or {}},
                          "Warning", REQUEUE_EVENT_REASON, message)

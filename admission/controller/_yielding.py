@@ -4,25 +4,60 @@ Kueue counts a Workload's quota as used from ``QuotaReserved`` on, its checks pe
 Workload parked by ``--park-waiting`` (check ``Pending``) keeps every Workload behind it out of
 that quota. When the informer shows a Workload waiting for quota (active, not finished, no
 ``QuotaReserved``) whose LocalQueue points at the ClusterQueue of a parked Workload, or at one of
-the same cohort, parked Workloads turn their wait into a ``Retry``, newest parked first, until the
-GPUs they give back cover the waiting Workload's. The Retry asks Kueue to requeue them after
-the backoff their wait gave (``requeueAfterSeconds``), as the simulator does, so that the waiting
-Workload has a chance to take the quota first. Kueue then evicts and requeues them
-(``reconcileCheckBasedEviction`` in Kueue v0.19's pkg/controller/core/workload_controller.go: a
-Workload holding quota with a check in ``Retry`` is evicted, and its quota released).
+the same cohort, parked Workloads give their quota back, newest parked first, until the GPUs they
+give back cover the waiting Workload's.
+
+**How: deactivated for a moment, not a Retry.** Atoll sets the parked Workload's ``spec.active``
+to false, with the annotations ``atoll.dev/quota-yield`` (the waiter) and
+``atoll.dev/quota-yield-until`` (epoch seconds), in one merge patch at the resourceVersion it read.
+Kueue evicts it and releases its quota, and does not queue it while it is inactive; its check stays
+``Pending`` (eviction resets only the other states). Atoll sets ``spec.active`` back to true, and
+removes the annotations, once the waiter holds quota, is gone or no longer waits, or at the latest
+at ``until`` (the Retry delay its wait gave). It is then queued behind the waiter.
+
+A Retry does not work for this on Kueue v0.19, measured on the real-Kueue tier:
+
+- a Retry with ``requeueAfterSeconds`` delays the eviction itself, not the requeue. Kueue's
+  ``WorkloadReconciler.Reconcile`` (pkg/controller/core/workload_controller.go) first turns the
+  Retry into ``status.requeueState.requeueAt`` (``workload.NeedsRequeueAtUpdate``), then returns
+  "Waiting for backoff to finish" while ``requeueAt`` is ahead, and reaches
+  ``reconcileCheckBasedEviction`` only after it: the quota stays held for the whole delay;
+- the evicted Workload is then queued at once (``WorkloadReconciler.Update``, the
+  ``FromQuotaReservedOrAdmittedToPending`` case: ``requeueAt`` has passed, so ``immediate``, and
+  ``AddOrUpdateWorkloadWithoutLock``), while the waiter, parked in the ClusterQueue's inadmissible
+  set, comes back only through ``QueueAssociatedInadmissibleWorkloadsAfter`` →
+  ``notifyRetryInadmissibleWithoutLock``, which the requeuer batches (``requeueBatchPeriod``, 1 s,
+  pkg/cache/queue/inadmissible_workloads.go). The scheduler's next cycle finds the evicted
+  Workload alone at the head and reserves its quota again; the waiter, tried a second later, is
+  inadmissible again. ``workload.Ordering.GetQueueOrderTimestamp`` would order an
+  AdmissionCheck-evicted Workload by its eviction time, behind the waiter, but the two are never
+  in the heap together. A Retry without ``requeueAfterSeconds`` loses the same race.
+
+An inactive Workload is dropped from Kueue's queues and cache in ``WorkloadReconciler.Update``
+(the ``!active`` case, which also asks for the inadmissible Workloads to be retried), and a
+reactivated one is queued again (``Requeued=True``, reason ``Reactivated``).
+
+The annotations make a yield survive a restart: a new leader reactivates every Workload that
+carries them and is inactive (``rebuild``), by the same rules; one without them (deactivated by
+someone else) is never touched.
 
 Their need stays on file (``WaitingRoom.set_aside``, as in the simulator): when one holds quota
 again and nothing it waits for changed, it is parked again without a decision (``Controller.
-reconcile``); an event that would have woken it has it decided afresh.
+reconcile``); an event that would have woken it has it decided afresh. After a restart the need is
+not on file, so it is decided once more, as every parked Workload is.
 
-The churn is bounded by two rules:
+The churn is bounded by these rules:
 
 - a parked Workload gives its quota back **at most once per decision**: once it has given it back
   and parked again undecided, it keeps its quota until an event has it decided afresh;
 - a Workload waiting for quota takes GPUs up to what it asks for while it waits, however many
   passes see it (Kueue may take a while to admit it);
 - a Workload that gave its quota back and waits for it again takes none from another parked one,
-  and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator.
+  and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator;
+- nothing is given to a waiter Kueue's scheduler has not tried yet (no ``QuotaReserved=False``:
+  Kueue may admit it in a moment), nor to one that the flavor of the parked Workload lacks the free GPUs for, or
+  that the GPUs the parked Workloads could give back (with the quota its ClusterQueue has free)
+  would not let in: it would only wait in their place (the simulator's rule).
 
 So two parked Workloads of one ClusterQueue cannot hand the quota to each other back and forth:
 quota yields are bounded by decisions, and decisions by events.
@@ -34,17 +69,25 @@ read gives nothing back (the Workload keeps its quota, as before).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 import structlog
 
 from admission.controller._preempting import queue_rules
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
+from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
 
-__all__ = ["QuotaYield", "waits_for_quota"]
+__all__ = ["YIELD_ANNOTATION", "YIELD_UNTIL_ANNOTATION", "QuotaYield", "Yielded", "waits_for_quota", "yield_patch"]
 
 _log = structlog.get_logger("atoll.yield")
+
+YIELD_ANNOTATION = QUOTA_YIELD
+"""On a Workload Atoll deactivated to give its quota back: the Workload (namespace/name) it gave way to."""
+YIELD_UNTIL_ANNOTATION = QUOTA_YIELD_UNTIL
+"""Epoch seconds by which Atoll reactivates it, whether or not the waiter has its quota by then."""
 
 
 def waits_for_quota(obj: Obj) -> bool:
@@ -54,29 +97,79 @@ def waits_for_quota(obj: Obj) -> bool:
             and not condition_true(obj, "Finished"))
 
 
+def refused_by_kueue(obj: Obj) -> bool:
+    """Kueue's scheduler has tried the Workload and not reserved quota for it (``QuotaReserved``
+    written False): a Workload just created, which Kueue may admit in a moment, is not yet that."""
+    return any(c.get("type") == "QuotaReserved" and c.get("status") == "False"
+               for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict))
+
+
+@dataclass(frozen=True)
+class Yielded:
+    """A Workload deactivated to give its quota back: to whom, until when (epoch seconds), on which flavor."""
+
+    waiter: str
+    until: float
+    flavor: str
+
+
+def yield_patch(obj: Obj, waiter: str | None, until: float | None) -> Obj:
+    """The merge patch that deactivates ``obj`` for ``waiter`` (at the resourceVersion read), or,
+    with ``waiter`` None, reactivates it and removes the annotations."""
+    meta = obj.get("metadata") or {}
+    if waiter is None:
+        return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                             "annotations": {YIELD_ANNOTATION: None, YIELD_UNTIL_ANNOTATION: None}}, "spec": {"active": True}}
+    return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
+                         "annotations": {YIELD_ANNOTATION: waiter, YIELD_UNTIL_ANNOTATION: json.dumps(round(float(until or 0.0), 3))}},
+            "spec": {"active": False}}
+
+
+def _flavor(obj: Obj, gpu: str | tuple[str, ...]) -> str:
+    """The flavor the Workload's GPUs are admitted on ("" when none is named)."""
+    names = (gpu,) if isinstance(gpu, str) else gpu
+    for ps in ((obj.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        for resource, flavor in (ps.get("flavors") or {}).items():
+            if resource in names:
+                return str(flavor)
+    return ""
+
+
 class QuotaYield:
     """Which parked Workloads give their quota back to which waiting one (the rules above)."""
 
-    def __init__(self, objects: Mapping[str, Obj], port: ClusterPort, gpu_resource: Callable[[], str | tuple[str, ...]]) -> None:
+    def __init__(self, objects: Mapping[str, Obj], port: ClusterPort, gpu_resource: Callable[[], str | tuple[str, ...]],
+                 free_gpus: Callable[[str], int | None] = lambda flavor: None) -> None:
         self.objects = objects
         self.port = port
         self.gpu_resource = gpu_resource
+        self.free_gpus = free_gpus
+        """Free GPUs of a flavor now (None: unknown, and then nothing is given on it)."""
         self.waiters: dict[str, None] = {}
         """Workloads seen waiting for quota, until they hold it or are gone (insertion order: oldest event first)."""
         self.given: set[str] = set()
         """Workloads that gave their quota back since their last decision (the first rule)."""
+        self.yielded: dict[str, Yielded] = {}
+        """Workloads deactivated to give their quota back, until Atoll reactivates them."""
         self._served: dict[str, int] = {}
         """GPUs given back so far to each Workload still waiting for quota: it takes no more than it asks for."""
         self._local_queues: dict[str, str | None] = {}
+        self._refused: set[str] = set()
+        """Waiters Kueue's scheduler has refused quota (``refused_by_kueue``)."""
+        self.rebuilt = False
 
     def saw(self, obj: Obj) -> bool:
-        """Note ``obj`` if it waits for quota; True when it is new to the waiters."""
+        """Note ``obj`` if it waits for quota; True when it is new to the waiters, or Kueue has
+        just refused it quota (``refused_by_kueue``): a pass over the waiters is due."""
         if not waits_for_quota(obj):
             return False
         key = object_key(obj)
-        new = key not in self.waiters
+        refused = refused_by_kueue(obj)
+        due = key not in self.waiters or (refused and key not in self._refused)
         self.waiters[key] = None
-        return new
+        if refused:
+            self._refused.add(key)
+        return due
 
     def decided(self, key: str) -> None:
         """``key`` was decided afresh: it may give its quota back once more."""
@@ -86,6 +179,41 @@ class QuotaYield:
         self.given.discard(key)
         self.waiters.pop(key, None)
         self._served.pop(key, None)
+        self._refused.discard(key)
+
+    def gave(self, key: str, waiter: str, until: float, flavor: str) -> None:
+        """``key`` was deactivated for ``waiter``."""
+        self.given.add(key)
+        self.yielded[key] = Yielded(waiter, until, flavor)
+
+    def rebuild(self) -> int:
+        """After a start or a leader change: every inactive Workload that carries Atoll's yield
+        annotations is owed its reactivation. Returns how many."""
+        self.rebuilt = True
+        for key, obj in self.objects.items():
+            ann = ((obj.get("metadata") or {}).get("annotations") or {})
+            if YIELD_ANNOTATION not in ann or (obj.get("spec") or {}).get("active", True) is not False or key in self.yielded:
+                continue
+            try:
+                until = float(ann.get(YIELD_UNTIL_ANNOTATION) or 0.0)
+            except ValueError:
+                until = 0.0  # unreadable: reactivated at once
+            self.yielded[key] = Yielded(str(ann[YIELD_ANNOTATION]), until, "")
+        return len(self.yielded)
+
+    def due(self, now: float) -> list[str]:
+        """Yielded Workloads to reactivate now: their waiter holds quota, is gone or no longer
+        waits, or their ``until`` has passed. One no longer inactive (reactivated by someone else) or gone is forgotten."""
+        out: list[str] = []
+        for key, y in list(self.yielded.items()):
+            obj = self.objects.get(key)
+            if obj is None or (obj.get("spec") or {}).get("active", True) is not False:
+                del self.yielded[key]
+                continue
+            waiter = self.objects.get(y.waiter)
+            if y.until <= now or waiter is None or not waits_for_quota(waiter):
+                out.append(key)
+        return out
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up
@@ -95,25 +223,28 @@ class QuotaYield:
         order = list(parked)
         out: list[tuple[str, str]] = []
         taken: set[str] = set()
-        cohorts: dict[str, str | None] = {}
+        queues: dict[str, Obj | None] = {}
+        gpu = self.gpu_resource()
         for w in waiters:
             obj = self.objects.get(w)
             if obj is None or not waits_for_quota(obj):
                 self.waiters.pop(w, None)  # it holds quota now, or is gone: no longer a waiter
                 self._served.pop(w, None)
+                self._refused.discard(w)
                 continue
-            if set_aside(w):
+            if set_aside(w) or w in self.yielded or not refused_by_kueue(obj):
                 continue
             cq = self._cluster_queue(obj)
             try:
-                want = sum(s.count * s.per_pod.gpu for s in parse_workload(obj, gpu_resource=self.gpu_resource()).podsets)
+                want = sum(s.count * s.per_pod.gpu for s in parse_workload(obj, gpu_resource=gpu).podsets)
             except WorkloadError:
                 continue
             if cq is None or want <= 0:
                 continue
             given = self._served.get(w, 0)
+            picked: list[tuple[str, int, str]] = []
             for p in reversed(order):  # newest parked first
-                if given >= want:
+                if given + sum(g for _, g, _ in picked) >= want:
                     break
                 if p in taken or p in self.given or reserving(p):
                     continue
@@ -123,18 +254,31 @@ class QuotaYield:
                 pcq = str(((pobj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
                 if not pcq:
                     continue
-                if pcq != cq and not self._same_cohort(pcq, cq, cohorts):
+                if pcq != cq and not self._same_cohort(pcq, cq, queues):
                     continue
+                flavor = _flavor(pobj, gpu)
+                free = self.free_gpus(flavor) if flavor else None
+                if free is None or free < want:
+                    continue  # the flavor lacks the GPUs for the waiter anyway: it would only wait in the parked one's place
                 try:
-                    gpus = sum(s.count * s.per_pod.gpu for s in parse_workload(pobj, gpu_resource=self.gpu_resource()).podsets)
+                    gpus = sum(s.count * s.per_pod.gpu for s in parse_workload(pobj, gpu_resource=gpu).podsets)
                 except WorkloadError:
                     continue
+                picked.append((p, gpus, flavor))
+            if not picked:
+                continue
+            if given + sum(g for _, g, _ in picked) + self._free_quota(cq, queues, gpu) < want:
+                continue  # all they could give, with the quota free, would not let it in: nobody gives anything
+            for p, gpus, _ in picked:
                 taken.add(p)
                 out.append((p, w))
                 given += gpus
-            if given:
-                self._served[w] = given
+            self._served[w] = given
         return out
+
+    def flavor_of(self, key: str) -> str:
+        obj = self.objects.get(key)
+        return _flavor(obj, self.gpu_resource()) if obj is not None else ""
 
     def _cluster_queue(self, obj: Obj) -> str | None:
         meta = obj.get("metadata") or {}
@@ -151,12 +295,47 @@ class QuotaYield:
             self._local_queues[key] = str((lq.get("spec") or {}).get("clusterQueue") or "") or None
         return self._local_queues[key]
 
-    def _same_cohort(self, a: str, b: str, cohorts: dict[str, str | None]) -> bool:
-        for name in (a, b):
-            if name not in cohorts:
-                try:
-                    cohorts[name] = queue_rules(self.port.get(CLUSTER_QUEUES, name)).cohort
-                except errors.ApiError as exc:
-                    _log.warning("ClusterQueue unreadable; its cohort gives no quota back", cluster_queue=name, error=str(exc))
-                    cohorts[name] = None
-        return cohorts[a] is not None and cohorts[a] == cohorts[b]
+    def _queue(self, name: str, queues: dict[str, Obj | None]) -> Obj | None:
+        """The ClusterQueue, read once per pass (None: unreadable)."""
+        if name not in queues:
+            try:
+                queues[name] = self.port.get(CLUSTER_QUEUES, name)
+            except errors.ApiError as exc:
+                _log.warning("ClusterQueue unreadable; its cohort gives no quota back", cluster_queue=name, error=str(exc))
+                queues[name] = None
+        return queues[name]
+
+    def _same_cohort(self, a: str, b: str, queues: dict[str, Obj | None]) -> bool:
+        qa, qb = self._queue(a, queues), self._queue(b, queues)
+        if qa is None or qb is None:
+            return False
+        ca = queue_rules(qa).cohort
+        return ca is not None and ca == queue_rules(qb).cohort
+
+    def _free_quota(self, name: str, queues: dict[str, Obj | None], gpu: str | tuple[str, ...]) -> int:
+        """GPU quota the ClusterQueue has unreserved (nominal minus reserved, over its flavors; what
+        it could borrow from a cohort is not counted); 0 when unreadable."""
+        obj = self._queue(name, queues)
+        if obj is None:
+            return 0
+        names = (gpu,) if isinstance(gpu, str) else gpu
+        nominal = 0
+        for group in (obj.get("spec") or {}).get("resourceGroups") or []:
+            for flavor in group.get("flavors") or []:
+                for r in flavor.get("resources") or []:
+                    if r.get("name") in names:
+                        nominal += _quantity(r.get("nominalQuota"))
+        reserved = 0
+        for flavor in (obj.get("status") or {}).get("flavorsReservation") or []:
+            for r in flavor.get("resources") or []:
+                if r.get("name") in names:
+                    reserved += _quantity(r.get("total"))
+        return max(nominal - reserved, 0)
+
+
+def _quantity(value: object) -> int:
+    """A GPU count as Kubernetes writes it (an integer or its string)."""
+    try:
+        return int(str(value)) if value is not None else 0
+    except ValueError:
+        return 0

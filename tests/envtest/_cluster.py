@@ -14,8 +14,12 @@ ever asked for, and Jobs are created suspended, as Kueue's own Job webhook would
 
 JobSet's CRD is its module's ``crd/bases`` file, untouched (one version, v1alpha2, so the
 conversion patch its kustomization adds is never called and is left out). Its controller serves
-its webhooks on loopback with a certificate made here, and no apiserver webhook points at them
-either: JobSets are submitted suspended and with the fields JobSet's defaulting webhook would set.
+its webhooks on loopback with a certificate made here, and its own webhook configurations are
+registered as its kustomization builds them (``config/components/webhook``: ``manifests.yaml``
+with the patches that give its pod webhooks an objectSelector), each service reference turned
+into that loopback URL with the certificate's CA: JobSet defaults and validates JobSets, and the
+pods of its Jobs, itself. Kueue's JobSet webhook still points nowhere, so JobSets are submitted
+suspended, as it would leave them.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ _WEBHOOK_SECRET = "kueue-webhook-server-cert"
 JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
 """Kueue's name for its JobSet integration; with it in ``frameworks``, JobSet's controller runs too."""
 _JOBSET_CRD = "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+_JOBSET_WEBHOOKS = "config/components/webhook"
 _KUEUE_SHIPPED_CONFIG = "config/components/manager/controller_manager_config.yaml"
 
 # KWOK's own stages: nodes turn Ready and heartbeat through Leases; bound pods turn Running; deleted
@@ -70,6 +75,33 @@ def _conversion_patches(crd_root: Path) -> dict[str, dict[str, Any]]:
         service["name"], service["namespace"] = f"kueue-{service['name']}", KUEUE_NAMESPACE
         patches[patch["metadata"]["name"]] = conversion
     return patches
+
+
+def jobset_webhook_configurations(base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:
+    """JobSet's webhook configurations as its kustomization builds them (``manifests.yaml``, then
+    each patch's ``replace`` of one webhook), named ``jobset-...`` as its default overlay names
+    them, each service reference turned into ``base_url`` + its path with ``ca_pem`` as the caBundle."""
+    import base64
+
+    root = go_module_dir("sigs.k8s.io/jobset", JOBSET_VERSION) / _JOBSET_WEBHOOKS
+    configs = {d["kind"]: d for d in yaml.safe_load_all((root / "manifests.yaml").read_text()) if d}
+    kustomization = yaml.safe_load((root / "kustomization.yaml").read_text())
+    for patch in kustomization.get("patches") or []:
+        config = configs[patch["target"]["kind"]]
+        for op in yaml.safe_load((root / patch["path"]).read_text()):
+            if op["op"] != "replace" or not op["path"].startswith("/webhooks/"):
+                raise EnvtestError(f"JobSet's webhook patch {patch['path']}: {op['op']} {op['path']} is not understood here")
+            config["webhooks"][int(op["path"].rsplit("/", 1)[1])] = op["value"]
+    ca = base64.b64encode(ca_pem).decode()
+    out = []
+    for config in configs.values():
+        config = copy.deepcopy(config)
+        config["metadata"] = {"name": "jobset-" + config["metadata"]["name"]}
+        for hook in config["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": base_url + path, "caBundle": ca}
+        out.append(config)
+    return out
 
 
 class KueueCluster:
@@ -151,11 +183,12 @@ class KueueCluster:
                 raise EnvtestError(f"JobSet's CRD not established after {self.start_timeout}s")
             time.sleep(0.2)
         certs = self.api.dir / "jobset-certs"
-        ensure_serving_cert(certs, ["127.0.0.1", "localhost"], generate=True)
+        serving = ensure_serving_cert(certs, ["127.0.0.1", "localhost"], generate=True)
         self.jobset_health_port = _free_port()
+        webhook_port = _free_port()
         config = {
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
-            "webhook": {"host": "127.0.0.1", "port": _free_port(), "certDir": str(certs)},
+            "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(certs)},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.jobset_health_port}"},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
@@ -166,6 +199,12 @@ class KueueCluster:
         self.api._spawn("jobset", [str(self.binaries.jobset), f"--config={path}", f"--kubeconfig={kubeconfig}",
                                    "--metrics-bind-address=0", "--zap-log-level=2"])
         self._wait_ready("jobset", self.jobset_health_port)
+        assert serving.ca_pem is not None  # generated here
+        hooks: Any = client.AdmissionregistrationV1Api(api_client)
+        for config in jobset_webhook_configurations(f"https://127.0.0.1:{webhook_port}", serving.ca_pem):
+            create = (hooks.create_mutating_webhook_configuration if config["kind"] == "MutatingWebhookConfiguration"
+                      else hooks.create_validating_webhook_configuration)
+            create(config)
 
     def _wait_ready(self, name: str, port: int, step: Any = None) -> None:
         """Until ``name``'s ``/readyz`` on ``port`` answers 200 (``step()`` runs on each poll); fails

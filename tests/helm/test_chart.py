@@ -289,6 +289,16 @@ def test_the_span_cost_parking_and_write_values_reach_atoll_run() -> None:
     assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (True, 4)
 
 
+def test_only_parking_lets_atoll_patch_a_workload() -> None:
+    """A parked Workload gives its quota back by ``spec.active`` (``_yielding``): the ClusterRole
+    may patch Workloads with ``parkWaiting`` on, and never without it."""
+    def verbs(values: dict[str, Any]) -> list[str]:
+        (rule,) = [r for o in render(values) if o["kind"] == "ClusterRole" for r in o["rules"] if r.get("resources") == ["workloads"]]
+        return list(rule["verbs"])
+    assert verbs({}) == ["get", "list", "watch"]
+    assert verbs({"parkWaiting": True}) == ["get", "list", "watch", "patch"]
+
+
 # ---------------------------------------------------------------------- the real apiserver
 
 

@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
+from admission.controller import ConfigSettings, Controller, DecisionSettings, KueueSettings, Recorder, Settings
 from admission.kube import KubePort
 from tests.envtest import (
     JOBSET_FRAMEWORK,
@@ -183,10 +183,11 @@ class Live:
             self.core.create_namespaced_config_map(ATOLL_NS, body)
 
     @contextmanager
-    def controller(self, recorder: Recorder | None = None) -> Iterator[Controller]:
+    def controller(self, recorder: Recorder | None = None, decisions: DecisionSettings | None = None) -> Iterator[Controller]:
         """Atoll's controller, in-process on a real clock, serving config/kueue's AdmissionCheck
-        (its decision records to ``recorder``, else to stdout)."""
-        settings = Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS))
+        (its decision records to ``recorder``, else to stdout; ``decisions``: e.g. ``park_waiting``)."""
+        settings = Settings(kueue=KueueSettings(admission_check=CHECK), config=ConfigSettings(namespace=ATOLL_NS),
+                            decisions=decisions or DecisionSettings())
         ctrl = Controller(KubePort(self.client), settings=settings, recorder=recorder)
         ctrl.start()
         try:

@@ -76,6 +76,8 @@ def test_a_retry_makes_kueue_requeue_after_the_delay_atoll_asked_for(live: Live)
             assert requeue_at == _epoch(entry["lastTransitionTime"]) + 5  # Kueue's requeueAt is exactly what Atoll asked for
             evicted, i = history.wait(job, "Kueue's eviction for the check", lambda wl: is_true(wl, "Evicted"), after=i)
             assert condition(evicted, "Evicted")["reason"] == "AdmissionCheck"
+            # Kueue holds the eviction, and so the quota, until requeueAt (its backoff check comes first in Reconcile)
+            assert _epoch(condition(evicted, "Evicted")["lastTransitionTime"]) >= requeue_at
             _, i = history.wait(job, "quota released", lambda wl: not is_true(wl, "QuotaReserved"), after=i)
             again, i = history.wait(job, "quota reserved again", lambda wl: is_true(wl, "QuotaReserved"), after=i)
             assert _epoch(condition(again, "QuotaReserved")["lastTransitionTime"]) >= requeue_at  # not before Atoll's delay

@@ -97,6 +97,21 @@ def test_usage_and_health_update_rows_labels_rebuild() -> None:
     assert rebuilt is not first and rebuilt.generation > first.generation and len(rebuilt.domain_values[1]) == 3
 
 
+def test_a_heartbeat_is_no_node_change_but_a_cordon_or_a_label_is() -> None:
+    """What wakes parked Workloads (``Controller``): a Node version that placement reads differently."""
+    c = cache()
+    beat = node("n1", "c0", rv="2")
+    beat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:10Z"
+    c.upsert(NODES, beat)
+    assert not c.node_changed
+    c.upsert(NODES, node("n1", "c0", rv="3", unschedulable=True))
+    assert c.node_changed
+    c.upsert(NODES, node("n1", "c5", rv="4", unschedulable=True))
+    assert c.node_changed
+    c.upsert(NODES, node("n1", "c5", rv="5", unschedulable=True))
+    assert not c.node_changed
+
+
 def test_a_kept_snapshot_reads_as_a_rebuilt_one_after_pod_and_node_changes() -> None:
     c = cache()
     kept = c.snapshot("gpu")

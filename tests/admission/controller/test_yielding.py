@@ -1,28 +1,53 @@
 """Parked Workloads give their quota back (``_yielding``), on the real apiserver: a Workload
-waiting for quota in the parked one's ClusterQueue gets it (Atoll's check to Retry, so Kueue
-evicts the parked one), the parked one keeps its need on file and parks again on its next quota
-without a decision, gives its quota back at most once per decision, and a waiter of another
-ClusterQueue outside its cohort takes nothing."""
+waiting for quota in the parked one's ClusterQueue gets it (Atoll deactivates the parked one, so
+Kueue evicts it, and reactivates it once the waiter holds quota), the parked one keeps its need on
+file and parks again on its next quota without a decision, gives its quota back at most once per
+decision, a waiter of another ClusterQueue outside its cohort takes nothing, nor one the flavor's
+free GPUs or the quota could not let in, and a new controller reactivates what a yield left
+inactive."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from admission.controller import Controller
+from admission.controller import Controller, DecisionSettings
+from admission.controller._status import YIELD_EVENT_REASON
+from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
 from tests.admission.controller.test_parking import busy, parking
 from tests.admission.fabric import Fabric, run
-from tests.kube_objects import GROUP, VERSION, cluster_queue, local_queue, workload
+from tests.kube_objects import GPU, GROUP, VERSION, cluster_queue, local_queue, now_rfc3339, workload
 
 pytestmark = pytest.mark.apiserver
 
 
-def waiter(fabric: Fabric, name: str, queue: str = "lq", gpus: int = 4) -> None:
-    """A Workload Kueue has not reserved quota for: it waits for quota."""
+def waiter(fabric: Fabric, name: str, queue: str = "lq", gpus: int = 4, *, tried: bool = True) -> None:
+    """A Workload Kueue has not reserved quota for: it waits for quota. ``tried``: Kueue's scheduler
+    tried it and found too little quota (``QuotaReserved=False``, as Kueue writes it)."""
     fabric.kueue.create(workload(fabric.ns, name, [("main", 1, gpus)], queue=queue))
+    if tried:
+        fabric.kueue._write(fabric.ns, name, "pending", lambda wl: {"conditions": [{
+            "type": "QuotaReserved", "status": "False", "reason": "Pending", "lastTransitionTime": now_rfc3339(),
+            "message": "couldn't assign flavors to pod set main: insufficient unused quota"}]})
 
 
 def records_of(fabric: Fabric, name: str) -> int:
     return sum(1 for r in fabric.decision_records() if r["workload"] == name)
+
+
+def active(fabric: Fabric, name: str) -> bool:
+    return (fabric.workload(name).get("spec") or {}).get("active", True) is not False
+
+
+def yielded_to(fabric: Fabric, name: str) -> str | None:
+    return (fabric.workload(name)["metadata"].get("annotations") or {}).get(YIELD_ANNOTATION)
+
+
+def kueue_deactivates(fabric: Fabric, name: str) -> None:
+    """Kueue on ``spec.active=false``: eviction (reason Deactivated; a Pending check stays as it is), then the release."""
+    fabric.kueue.evict(fabric.ns, name, "Deactivated", "The workload is deactivated")
+    fabric.kueue.release(fabric.ns, name)
 
 
 def parked_gang(fabric: Fabric) -> Controller:
@@ -37,24 +62,40 @@ def parked_gang(fabric: Fabric) -> Controller:
 
 def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_decision(fabric: Fabric) -> None:
     ctrl = parked_gang(fabric)
-    assert run(ctrl) == [] and fabric.entry("gang")["state"] == "Pending"  # nobody waits for quota: it keeps it
+    key = f"{fabric.ns}/gang"
+    assert run(ctrl) == [] and active(fabric, "gang")  # nobody waits for quota: it keeps it
+    waiter(fabric, "new", tried=False)  # Kueue has not tried it yet: it may fit without the gang's quota
+    assert run(ctrl) == [] and active(fabric, "gang") and ctrl.quota_yields == 0
+    fabric.kueue.reserve_quota(fabric.ns, "new", fabric.cq, fabric.flavor)  # and so it did
+    run(ctrl)
     waiter(fabric, "late")
     assert run(ctrl) == []  # giving quota back is no decision
-    entry = fabric.entry("gang")
-    assert entry["state"] == "Retry" and f"gives its quota back to Workload {fabric.ns}/late" in entry["message"]
-    assert entry["requeueAfterSeconds"] == ctrl.parking.backoff[f"{fabric.ns}/gang"] > 0  # kept out for its backoff: the waiter first
-    assert ctrl.quota_yields == 1 and ctrl.parking.is_aside(f"{fabric.ns}/gang")
-    fabric.requeue("gang")  # Kueue: evicts (quota released), requeues, reserves quota again with the check Pending
+    assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
+    until = float(fabric.workload("gang")["metadata"]["annotations"][YIELD_UNTIL_ANNOTATION])
+    assert until == ctrl.clock.now() + ctrl.parking.backoff[key]  # reactivated by then at the latest
+    assert fabric.entry("gang")["state"] == "Pending"  # the wait stands: Kueue's eviction resets only other states
+    assert ctrl.quota_yields == 1 and ctrl.parking.is_aside(key)
+    assert any(e.reason == YIELD_EVENT_REASON and f"{fabric.ns}/late" in e.message for e in fabric.events_for("gang"))
+    kueue_deactivates(fabric, "gang")
+    assert run(ctrl) == [] and not active(fabric, "gang")  # the waiter has no quota yet: the gang stays out of its way
+    assert ctrl.parking.is_aside(key)  # its need stays on file while it is inactive
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)  # Kueue admits the waiter
+    run(ctrl)
+    assert active(fabric, "gang") and yielded_to(fabric, "gang") is None  # reactivated, the annotations gone
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)  # quota again, later
     assert run(ctrl) == []  # nothing it waits for changed: parked again on its need, not decided
-    assert ctrl.reparked == 1 and f"{fabric.ns}/gang" in ctrl.parking and records_of(fabric, "gang") == 1
+    assert ctrl.reparked == 1 and key in ctrl.parking and records_of(fabric, "gang") == 1
     assert fabric.entry("gang")["state"] == "Pending"
+    sample = ctrl.metrics.registry.get_sample_value
+    assert sample("atoll_quota_yields_total", {"flavor": fabric.flavor}) == 1
+    assert sample("atoll_quota_reparks_total", {"flavor": fabric.flavor}) == 1
     waiter(fabric, "late-again")  # another waiter: the gang gave its quota back once since its decision, and keeps it now
     assert run(ctrl) == []
-    assert ctrl.quota_yields == 1 and fabric.entry("gang")["state"] == "Pending"
+    assert ctrl.quota_yields == 1 and active(fabric, "gang")
     fabric.core.patch_node(fabric.node_name(0, 0, 1), {"metadata": {"labels": {"touched": "yes"}}})  # a node change wakes it
     (decided,) = run(ctrl)
     assert decided.outcome == "wait" and decided.parked and records_of(fabric, "gang") == 2
-    assert ctrl.quota_yields == 2 and fabric.entry("gang")["state"] == "Retry"  # decided afresh: it may give it back once more
+    assert ctrl.quota_yields == 2 and yielded_to(fabric, "gang") == f"{fabric.ns}/late-again"  # decided afresh: once more
 
 
 def test_a_waiter_of_another_cluster_queue_outside_the_cohort_takes_nothing(fabric: Fabric) -> None:
@@ -65,32 +106,73 @@ def test_a_waiter_of_another_cluster_queue_outside_the_cohort_takes_nothing(fabr
         fabric.custom.create_namespaced_custom_object(GROUP, VERSION, fabric.ns, "localqueues", local_queue(fabric.ns, "lq-other", other))
         waiter(fabric, "elsewhere", queue="lq-other")
         assert run(ctrl) == []
-        assert ctrl.quota_yields == 0 and fabric.entry("gang")["state"] == "Pending"
+        assert ctrl.quota_yields == 0 and active(fabric, "gang")
         for cq in (fabric.cq, other):  # the two ClusterQueues join one cohort: now it is owed
             fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq, {"spec": {"cohortName": "shared"}},
                                                       _content_type="application/merge-patch+json")
         waiter(fabric, "elsewhere-2", queue="lq-other")
         assert run(ctrl) == []
-        assert ctrl.quota_yields == 1 and fabric.entry("gang")["state"] == "Retry"
+        assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang") == f"{fabric.ns}/elsewhere"  # the oldest waiter first
     finally:
         fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", other)
 
 
+def test_nothing_is_given_to_a_waiter_the_free_gpus_or_the_quota_could_not_let_in(fabric: Fabric) -> None:
+    """The simulator's rule: the flavor has 16 GPUs free, and the ClusterQueue's quota, as Kueue
+    reports it reserved, leaves 2 beside the gang's 8. A waiter that could not start after the
+    yield would only wait in the gang's place."""
+    ctrl = parked_gang(fabric)
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 10}]}]}]}},
+        _content_type="application/merge-patch+json")
+    fabric.custom.patch_cluster_custom_object_status(GROUP, VERSION, "clusterqueues", fabric.cq, {"status": {"flavorsReservation": [
+        {"name": fabric.flavor, "resources": [{"name": GPU, "total": "8", "borrowed": "0"}]}]}}, _content_type="application/merge-patch+json")
+    waiter(fabric, "too-big-for-the-flavor", gpus=20)  # 20 > 16 free
+    waiter(fabric, "too-big-for-the-quota", gpus=12)  # 12 > 8 given back + 2 free
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 0 and active(fabric, "gang")
+    waiter(fabric, "fits", gpus=10)  # 10 <= 8 + 2
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang") == f"{fabric.ns}/fits"
+
+
+def test_a_new_controller_reactivates_what_a_yield_left_inactive_and_nothing_else(fabric: Fabric) -> None:
+    """The yield lives on the Workload (its annotations), not in memory: a controller started
+    after it ends it by the same rules. A Workload someone else deactivated is not Atoll's."""
+    ctrl = parked_gang(fabric)
+    waiter(fabric, "late")
+    run(ctrl)
+    assert not active(fabric, "gang")
+    kueue_deactivates(fabric, "gang")
+    fabric.submit("theirs", [("main", 1, 4)])
+    fabric.kueue._write(fabric.ns, "theirs", "deactivate", lambda wl: {"active": False}, spec=True)  # a user's
+    ctrl.stop()
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)  # the waiter has its quota while no controller runs
+    again = parking(fabric)
+    run(again)
+    assert again.quota_yield.rebuilt
+    assert active(fabric, "gang") and yielded_to(fabric, "gang") is None
+    assert not active(fabric, "theirs")
+
+
+def test_a_yield_whose_waiter_never_gets_quota_ends_at_its_time(fabric: Fabric) -> None:
+    ctrl = parked_gang(fabric)
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    run(ctrl)
+    assert not active(fabric, "gang")
+    key = f"{fabric.ns}/gang"
+    ctrl.quota_yield.yielded[key] = ctrl.quota_yield.yielded[key].__class__(f"{fabric.ns}/late", ctrl.clock.now() - 1, fabric.flavor)  # its time is up
+    run(ctrl)
+    assert active(fabric, "gang")
+
+
 def test_the_running_controller_gives_parked_quota_back(fabric: Fabric) -> None:
-    """The watch-driven worker loop, not only ``process``: the waiter's watch event leads to the Retry."""
-    import time
-
-    from admission.controller import DecisionSettings
-
+    """The watch-driven worker loop, not only ``process``: the waiter's watch event leads to the yield."""
     fabric.install()
     busy(fabric)
     settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True)})
-
-    def state_becomes(want: str) -> str:
-        deadline = time.monotonic() + 30
-        while (state := (fabric.entry("gang") or {}).get("state")) != want and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return str(state)
 
     with fabric.running(settings=settings) as ctrl:
         fabric.submit("gang", [("main", 2, 4)])
@@ -99,8 +181,10 @@ def test_the_running_controller_gives_parked_quota_back(fabric: Fabric) -> None:
             time.sleep(0.1)
         assert f"{fabric.ns}/gang" in ctrl.parking
         waiter(fabric, "late")
-        assert state_becomes("Retry") == "Retry"
-        assert f"{fabric.ns}/late" in fabric.entry("gang")["message"]
+        deadline = time.monotonic() + 30
+        while active(fabric, "gang") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
 
 
 def test_a_waiter_takes_no_more_than_it_asks_for_newest_parked_first(fabric: Fabric) -> None:
@@ -110,8 +194,56 @@ def test_a_waiter_takes_no_more_than_it_asks_for_newest_parked_first(fabric: Fab
     assert second.parked
     waiter(fabric, "late")  # 4 GPUs: one gang's 8 cover it
     assert run(ctrl) == []
-    assert (fabric.entry("gang")["state"], fabric.entry("gang-2")["state"]) == ("Pending", "Retry")  # the newest gives way
+    assert (active(fabric, "gang"), active(fabric, "gang-2")) == (True, False)  # the newest gives way
     fabric.submit("gang-3", [("main", 2, 4)])  # a new park is a new pass: the waiter, still waiting, was served already
     (third,) = run(ctrl)
     assert third.parked and ctrl.quota_yields == 1
-    assert (fabric.entry("gang")["state"], fabric.entry("gang-3")["state"]) == ("Pending", "Pending")
+    assert (active(fabric, "gang"), active(fabric, "gang-3")) == (True, True)
+
+
+def test_a_standby_that_takes_the_lead_ends_the_old_leaders_yield(fabric: Fabric) -> None:
+    """The leader that deactivated the gang is gone; a warm standby (watching, not writing) takes
+    the lead and, by the annotations alone, reactivates the gang once its waiter holds quota."""
+    ctrl = parked_gang(fabric)
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    ctrl.stop()
+    settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True)})
+    standby = fabric.controller(settings=settings)
+    standby.start(leading=False)
+    try:
+        assert standby.wait_synced(30)
+        fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+        time.sleep(0.5)
+        assert not active(fabric, "gang")  # a standby writes nothing
+        standby.lead()
+        deadline = time.monotonic() + 30
+        while not active(fabric, "gang") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert active(fabric, "gang") and yielded_to(fabric, "gang") is None
+    finally:
+        standby.stop()
+
+
+def test_a_node_heartbeat_wakes_no_parked_workload_and_so_keeps_a_yields_need_unchanged(fabric: Fabric) -> None:
+    """Only a Node change placement reads wakes parked Workloads; a heartbeat (the Ready
+    condition's times, a new resourceVersion) does not, so a gang that gave its quota back parks
+    again undecided across heartbeats."""
+    ctrl = parked_gang(fabric)
+    node = fabric.node_name(0, 0, 1)
+    ready = next(c for c in fabric.core.read_node_status(node).status.conditions if c.type == "Ready")
+    beat = {"type": "Ready", "status": ready.status, "reason": ready.reason or "KubeletReady", "message": ready.message or "ready",
+            "lastTransitionTime": ready.last_transition_time.isoformat(), "lastHeartbeatTime": "2030-01-01T00:00:00Z"}
+    fabric.core.patch_node_status(node, {"status": {"conditions": [beat]}})
+    assert run(ctrl) == [] and records_of(fabric, "gang") == 1
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    run(ctrl)
+    beat["lastHeartbeatTime"] = "2030-01-01T00:00:30Z"
+    fabric.core.patch_node_status(node, {"status": {"conditions": [beat]}})
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    run(ctrl)
+    assert ctrl.reparked == 1 and records_of(fabric, "gang") == 1

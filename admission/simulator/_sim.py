@@ -32,9 +32,17 @@ Why a pass stays cheap (and stays faithful)
 Atoll, as modelled
     Quota reserved → Atoll's check runs ``policies.decide`` with the job's wait state (when it
     first waited, how many Retries so far). Admit: the job starts. Wait: Retry with
-    ``requeueAfterSeconds``; Kueue releases the quota and holds the workload back until the
-    delay has passed, so the job is retried when its timer fires, not earlier when capacity
-    frees (Kueue's ``requeueAt`` is not cut short by capacity events). Elastic profiles cap the
+    ``requeueAfterSeconds``; here the quota is released at the decision and the job is queued
+    again when the delay has passed, so it is retried when its timer fires, not earlier when
+    capacity frees (Kueue's ``requeueAt`` is not cut short by capacity events). Known deviation:
+    Kueue v0.19.2 keeps the quota reserved through the delay (``WorkloadReconciler.Reconcile`` in
+    ``pkg/controller/core/workload_controller.go`` waits for ``requeueAt`` before
+    ``reconcileCheckBasedEviction``), then evicts and queues the Workload at once, ahead of the
+    Workloads its quota kept out, which return from the inadmissible set a batch later; the
+    real-Kueue tier shows the held quota (``tests/kueue/test_real_kueue.py``). So on a cluster a
+    Workload waiting on Retries keeps its quota between decisions, and Retry-mode figures here
+    leave that quota to others. Parking (below) is what the controller does to hold it on
+    purpose and give it back when another Workload waits for it. Elastic profiles cap the
     delay at the remaining relax time, so the retry at ``relaxAfterSeconds`` is the first one
     allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
     Decisions take no simulated time.
@@ -48,7 +56,7 @@ Atoll, as modelled
     (``addOrUpdateWorkloadWithoutLock`` in ``pkg/cache/scheduler/cache.go``, v0.19.2), so a
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
-    would let it in and the flavor has its GPUs free: their wait becomes a Retry (newest parked first; a Workload holding a
+    would let it in and the flavor has its GPUs free: they give it back for their wait's delay (the controller deactivates them; newest parked first; a Workload holding a
     reservation keeps its place; at most once per decision, ``WaitingRoom.may_give``, as the controller's ``QuotaYield``)
     and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
     quota again after its delay while nothing it waits for changed is parked again undecided; one an event reached is

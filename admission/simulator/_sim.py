@@ -56,7 +56,7 @@ Atoll, as modelled
     (``addOrUpdateWorkloadWithoutLock`` in ``pkg/cache/scheduler/cache.go``, v0.19.2), so a
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
-    would let it in and the flavor has its GPUs free: they give it back for their wait's delay (the controller deactivates them; newest parked first; a Workload holding a
+    would let it in and the flavor has its GPUs free: they give it back and stay out for their wait's delay (the controller deactivates them until the waiter holds quota, at most that long; newest parked first; a Workload holding a
     reservation keeps its place; at most once per decision, ``WaitingRoom.may_give``, as the controller's ``QuotaYield``)
     and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
     quota again after its delay while nothing it waits for changed is parked again undecided; one an event reached is

@@ -447,7 +447,8 @@ class Controller:
         if not len(self.parking.room):
             return
         held = self.queue_state.outlook.reservations.held_by
-        for key, waiter in self.quota_yield.choose(self.parking.parked(), self.parking.is_aside, lambda k: held(k) is not None):
+        may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
+        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, lambda k: held(k) is not None):
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue
@@ -550,7 +551,6 @@ class Controller:
             _log.info("parked again without a decision: nothing it waits for changed since it gave its quota back", workload=key)
             self._yield_due = True  # it holds quota again: a Workload may wait for it
             return None
-        self.quota_yield.decided(key)
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         verdict.parked = self.parking.parks(verdict)
         plan = self._preemption(obj, verdict)

@@ -35,8 +35,9 @@ __all__ = ["ANNOTATION_NOT_HONOURED", "EVENT_REASON", "REQUEUE_EVENT_REASON", "Y
 EVENT_REASON = {"Ready": ("Normal", "TopologyPlaced"), "Retry": ("Normal", "TopologyWaiting"), "Pending": ("Normal", "TopologyWaiting"),
                 "Rejected": ("Warning", "TopologyRejected")}
 REQUEUE_EVENT_REASON = "TopologyRequeued"
-YIELD_EVENT_REASON = "TopologyQuotaYielded"
 """Warning Event reason when Atoll asks Kueue to requeue an admitted Workload (a pod lost its node)."""
+YIELD_EVENT_REASON = "TopologyQuotaYielded"
+"""Normal Event reason when a parked Workload is deactivated to give its quota back (``_yielding``)."""
 ANNOTATION_NOT_HONOURED = "AnnotationNotHonoured"
 """Warning Event reason, beside the state's Event, when the decision read Kueue pod-template
 annotations it does not honour (each named in the message)."""

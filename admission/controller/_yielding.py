@@ -79,6 +79,7 @@ from admission.controller._preempting import queue_rules
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
+from topology import parse_amount
 
 __all__ = ["YIELD_ANNOTATION", "YIELD_UNTIL_ANNOTATION", "QuotaYield", "Yielded", "waits_for_quota", "yield_patch"]
 
@@ -147,8 +148,6 @@ class QuotaYield:
         """Free GPUs of a flavor now (None: unknown, and then nothing is given on it)."""
         self.waiters: dict[str, None] = {}
         """Workloads seen waiting for quota, until they hold it or are gone (insertion order: oldest event first)."""
-        self.given: set[str] = set()
-        """Workloads that gave their quota back since their last decision (the first rule)."""
         self.yielded: dict[str, Yielded] = {}
         """Workloads deactivated to give their quota back, until Atoll reactivates them."""
         self._served: dict[str, int] = {}
@@ -171,19 +170,13 @@ class QuotaYield:
             self._refused.add(key)
         return due
 
-    def decided(self, key: str) -> None:
-        """``key`` was decided afresh: it may give its quota back once more."""
-        self.given.discard(key)
-
     def forget(self, key: str) -> None:
-        self.given.discard(key)
         self.waiters.pop(key, None)
         self._served.pop(key, None)
         self._refused.discard(key)
 
     def gave(self, key: str, waiter: str, until: float, flavor: str) -> None:
         """``key`` was deactivated for ``waiter``."""
-        self.given.add(key)
         self.yielded[key] = Yielded(waiter, until, flavor)
 
     def rebuild(self) -> int:
@@ -217,7 +210,8 @@ class QuotaYield:
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up
-        to what it asks for while it waits, not more however many passes see it. ``parked``: keys in the order they were parked; ``set_aside(key)``:
+        to what it asks for while it waits, not more however many passes see it. ``parked``: keys in the order they were parked
+        that may give their quota back (``WaitingRoom.may_give``: at most once per decision); ``set_aside(key)``:
         it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation."""
         waiters = list(self.waiters)
         order = list(parked)
@@ -246,7 +240,7 @@ class QuotaYield:
             for p in reversed(order):  # newest parked first
                 if given + sum(g for _, g, _ in picked) >= want:
                     break
-                if p in taken or p in self.given or reserving(p):
+                if p in taken or reserving(p):
                     continue
                 pobj = self.objects.get(p)
                 if pobj is None or not condition_true(pobj, "QuotaReserved") or condition_true(pobj, "Evicted"):
@@ -334,8 +328,8 @@ class QuotaYield:
 
 
 def _quantity(value: object) -> int:
-    """A GPU count as Kubernetes writes it (an integer or its string)."""
+    """A GPU count as Kubernetes writes it ("16", 16, "1k"); 0 when absent or unreadable (nothing is given on it)."""
     try:
-        return int(str(value)) if value is not None else 0
+        return int(parse_amount(value, "nominalQuota")) if value is not None else 0
     except ValueError:
         return 0

@@ -101,7 +101,7 @@ class WaitingRoom:
         return [k for _, k in sorted((seq, k) for k, seq in self._order.items() if k not in self._aside)]
 
     def set_aside(self, key: Hashable) -> None:
-        """Parked ``key`` gave its quota back (its wait became a Retry): its need stays on file,
+        """Parked ``key`` gave its quota back (Kueue evicted it): its need stays on file,
         so ``unchanged`` tells whether anything it waits for changed before it holds quota again."""
         if key in self._needs:
             self._aside.add(key)

@@ -56,9 +56,10 @@ Atoll, as modelled
     (``addOrUpdateWorkloadWithoutLock`` in ``pkg/cache/scheduler/cache.go``, v0.19.2), so a
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
-    would let it in and the flavor has its GPUs free: they give it back and stay out for their wait's delay (the controller deactivates them until the waiter holds quota, at most that long; newest parked first; a Workload holding a
-    reservation keeps its place; at most once per decision, ``WaitingRoom.may_give``, as the controller's ``QuotaYield``)
-    and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
+    would let it in and the flavor has its GPUs free: they give it back and stay out for their
+    wait's delay (the controller deactivates them until the waiter holds quota, at most that long;
+    newest parked first; a Workload holding a reservation keeps its place; at most once per
+    decision, ``WaitingRoom.may_give``, as the controller does) and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
     quota again after its delay while nothing it waits for changed is parked again undecided; one an event reached is
     decided again.
 
@@ -159,7 +160,7 @@ class SimSettings:
     waits for changes, as the controller does with ``decisions.park_waiting``; False (the
     controller's default): every wait is a Retry decided again when its delay ends."""
     yield_quota: bool = True
-    """With ``parking``: parked Workloads give their quota back (their wait becomes a Retry, newest
+    """With ``parking``: parked Workloads give their quota back (out for their wait's delay, newest
     parked first) when a queued job is blocked on quota that theirs would let in; False: parked
     Workloads keep their quota however long they wait."""
     declared_runtime_factor: float | None = None
@@ -261,7 +262,7 @@ class SimResult:
     reserved_idle_gpu_hours: float = 0.0
     """GPU-hours reservations held idle: GPUs reserved for a waiting gang and free meanwhile (an Atoll profile with reservations)."""
     quota_yields: int = 0
-    """Parked Workloads that gave their quota back (a Retry: in a cluster, a Kueue eviction); ``SimSettings.yield_quota``."""
+    """Parked Workloads that gave their quota back (in a cluster, a deactivation: Kueue evicts them); ``SimSettings.yield_quota``."""
     reparked: int = 0
     """Of those, parked again without a decision when they held quota again (nothing they wait for had changed)."""
 
@@ -527,7 +528,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             yielded[0] += 1
 
     checks = [0, 0]  # invariant checks, and those run from scratch
-    yielded = [0]  # parked jobs that gave their quota back (a Retry) to a job blocked on quota
+    yielded = [0]  # parked jobs that gave their quota back to a job blocked on quota
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
     evicted_at: dict[int, float] = {}
     """A job on a Retry's timer → when Kueue evicted it: its place in the queue it rejoins."""

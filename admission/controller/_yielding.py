@@ -56,8 +56,15 @@ The churn is bounded by these rules:
   and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator;
 - nothing is given to a waiter Kueue's scheduler has not tried yet (no ``QuotaReserved=False``:
   Kueue may admit it in a moment), nor to one that the flavor of the parked Workload lacks the free GPUs for, or
-  that the GPUs the parked Workloads could give back (with the quota its ClusterQueue has free)
-  would not let in: it would only wait in their place (the simulator's rule).
+  that the quota the parked Workloads could give back would not let in: it would only wait in
+  their place (the simulator's rule);
+- the quota is counted on one flavor as Kueue counts it (``_quota.CohortQuota``): the waiter's
+  ClusterQueue may use its own unused quota and what its cohort could lend (the other
+  ClusterQueues' unused nominal quota up to their ``lendingLimit``, up to its own
+  ``borrowingLimit``). A parked Workload gives its quota back only if that raises the quota the
+  waiter could use (not one whose quota its ClusterQueue keeps from the cohort), until what they
+  give covers what the waiter asks for; usage is the larger of what the ClusterQueue's status
+  reports and what the Workloads holding quota add up to (the status lags).
 
 So two parked Workloads of one ClusterQueue cannot hand the quota to each other back and forth:
 quota yields are bounded by decisions, and decisions by events.
@@ -76,10 +83,10 @@ from dataclasses import dataclass
 import structlog
 
 from admission.controller._preempting import queue_rules
+from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_workloads
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
-from topology import parse_amount
 
 __all__ = ["YIELD_ANNOTATION", "YIELD_UNTIL_ANNOTATION", "QuotaYield", "Yielded", "waits_for_quota", "yield_patch"]
 
@@ -155,6 +162,8 @@ class QuotaYield:
         self._local_queues: dict[str, str | None] = {}
         self._refused: set[str] = set()
         """Waiters Kueue's scheduler has refused quota (``refused_by_kueue``)."""
+        self._reserved: dict[tuple[str, str], int] | None = None
+        """Within a pass: GPUs of quota reserved per (ClusterQueue, flavor), from the Workloads."""
         self.rebuilt = False
 
     def saw(self, obj: Obj) -> bool:
@@ -218,6 +227,7 @@ class QuotaYield:
         out: list[tuple[str, str]] = []
         taken: set[str] = set()
         queues: dict[str, Obj | None] = {}
+        self._reserved = None
         gpu = self.gpu_resource()
         for w in waiters:
             obj = self.objects.get(w)
@@ -236,10 +246,10 @@ class QuotaYield:
             if cq is None or want <= 0:
                 continue
             given = self._served.get(w, 0)
-            picked: list[tuple[str, int, str]] = []
+            if given >= want:
+                continue  # served in full already: it takes no more while it waits
+            by_flavor: dict[str, list[tuple[str, int, str]]] = {}
             for p in reversed(order):  # newest parked first
-                if given + sum(g for _, g, _ in picked) >= want:
-                    break
                 if p in taken or reserving(p):
                     continue
                 pobj = self.objects.get(p)
@@ -258,16 +268,31 @@ class QuotaYield:
                     gpus = sum(s.count * s.per_pod.gpu for s in parse_workload(pobj, gpu_resource=gpu).podsets)
                 except WorkloadError:
                     continue
-                picked.append((p, gpus, flavor))
-            if not picked:
-                continue
-            if given + sum(g for _, g, _ in picked) + self._free_quota(cq, queues, gpu) < want:
-                continue  # all they could give, with the quota free, would not let it in: nobody gives anything
-            for p, gpus, _ in picked:
-                taken.add(p)
-                out.append((p, w))
-                given += gpus
-            self._served[w] = given
+                by_flavor.setdefault(flavor, []).append((p, gpus, pcq))
+            for flavor, group in by_flavor.items():  # the flavor of the newest parked Workload first
+                quota = self._cohort_quota(cq, flavor, queues, gpu)
+                if quota is None:
+                    continue
+                before = now = quota.available(cq)
+                picked: list[str] = []
+                for p, gpus, pcq in group:
+                    if given + now - before >= want:
+                        break
+                    quota.release(pcq, gpus)
+                    after = quota.available(cq)
+                    if after <= now:  # its quota stays with its own ClusterQueue (lendingLimit), or past the waiter's borrowingLimit
+                        quota.release(pcq, -gpus)
+                        continue
+                    picked.append(p)
+                    now = after
+                if not picked or given + now < want:
+                    continue  # all they could give, with the quota free to it, would not let it in: nobody gives anything
+                for p in picked:
+                    taken.add(p)
+                    out.append((p, w))
+                given += now - before
+                self._served[w] = given
+                break
         return out
 
     def flavor_of(self, key: str) -> str:
@@ -306,30 +331,37 @@ class QuotaYield:
         ca = queue_rules(qa).cohort
         return ca is not None and ca == queue_rules(qb).cohort
 
-    def _free_quota(self, name: str, queues: dict[str, Obj | None], gpu: str | tuple[str, ...]) -> int:
-        """GPU quota the ClusterQueue has unreserved (nominal minus reserved, over its flavors; what
-        it could borrow from a cohort is not counted); 0 when unreadable."""
-        obj = self._queue(name, queues)
+    def _cohort_quota(self, cq: str, flavor: str, queues: dict[str, Obj | None], gpu: str | tuple[str, ...]) -> CohortQuota | None:
+        """The GPU quota on ``flavor`` of ``cq`` and, if it is in a cohort, of every ClusterQueue of
+        that cohort (listed once per pass); None when a ClusterQueue cannot be read."""
+        obj = self._queue(cq, queues)
         if obj is None:
-            return 0
+            return None
+        cohort = queue_rules(obj).cohort
+        members = {cq: obj}
+        if cohort is not None:
+            if _ALL not in queues:
+                try:
+                    listed = self.port.list(CLUSTER_QUEUES).items
+                except errors.ApiError as exc:
+                    _log.warning("ClusterQueues unlistable; no quota given back in a cohort", error=str(exc))
+                    return None
+                queues[_ALL] = None
+                for item in listed:
+                    queues[str((item.get("metadata") or {}).get("name") or "")] = item
+            members = {name: q for name, q in queues.items() if q is not None and name != _ALL and queue_rules(q).cohort == cohort}
+            members.setdefault(cq, obj)
         names = (gpu,) if isinstance(gpu, str) else gpu
-        nominal = 0
-        for group in (obj.get("spec") or {}).get("resourceGroups") or []:
-            for flavor in group.get("flavors") or []:
-                for r in flavor.get("resources") or []:
-                    if r.get("name") in names:
-                        nominal += _quantity(r.get("nominalQuota"))
-        reserved = 0
-        for flavor in (obj.get("status") or {}).get("flavorsReservation") or []:
-            for r in flavor.get("resources") or []:
-                if r.get("name") in names:
-                    reserved += _quantity(r.get("total"))
-        return max(nominal - reserved, 0)
+        if self._reserved is None:
+            self._reserved = reserved_by_workloads(self.objects.values(), names)
+        out = CohortQuota(cohort)
+        for name, q in members.items():
+            quota = flavor_quota(q, flavor, names)
+            if quota is not None:
+                nominal, borrowing, lending, reported = quota
+                out.add(name, nominal, borrowing, lending, max(reported, self._reserved.get((name, flavor), 0)))
+        return out if cq in out.queues else None
 
 
-def _quantity(value: object) -> int:
-    """A GPU count as Kubernetes writes it ("16", 16, "1k"); 0 when absent or unreadable (nothing is given on it)."""
-    try:
-        return int(parse_amount(value, "nominalQuota")) if value is not None else 0
-    except ValueError:
-        return 0
+_ALL = "\x00all"
+"""Key, among a pass's ClusterQueues, marking that every ClusterQueue was listed."""

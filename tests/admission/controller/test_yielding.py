@@ -247,3 +247,65 @@ def test_a_node_heartbeat_wakes_no_parked_workload_and_so_keeps_a_yields_need_un
     fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
     run(ctrl)
     assert ctrl.reparked == 1 and records_of(fabric, "gang") == 1
+
+
+def set_quota(fabric: Fabric, cq: str, gpus: int, cohort: str, *, borrowing: int | None = None, lending: int | None = None) -> None:
+    """``cq``'s GPU quota on the fabric's flavor: ``gpus`` nominal in ``cohort``, with Kueue's limits where given."""
+    gpu: dict[str, object] = {"name": GPU, "nominalQuota": gpus}
+    if borrowing is not None:
+        gpu["borrowingLimit"] = borrowing
+    if lending is not None:
+        gpu["lendingLimit"] = lending
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq, {"spec": {"cohortName": cohort, "resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [gpu]}]}]}}, _content_type="application/merge-patch+json")
+
+
+def other_queue(fabric: Fabric, name: str) -> str:
+    """A second ClusterQueue on the fabric's flavor, with a LocalQueue ``lq-<name>`` of the same name."""
+    cq = f"{fabric.cq}-{name}"
+    fabric.custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(cq, fabric.flavor, 0, fabric.check))
+    fabric.custom.create_namespaced_custom_object(GROUP, VERSION, fabric.ns, "localqueues", local_queue(fabric.ns, f"lq-{name}", cq))
+    return cq
+
+
+def test_a_waiter_that_starts_only_by_borrowing_from_its_cohort_gets_the_gangs_quota(fabric: Fabric) -> None:
+    """Kueue lets a Workload use what its cohort could lend (the others' unused quota up to their
+    lendingLimit, up to its own borrowingLimit): the gang's 8 GPUs of quota and 4 lent let in a
+    12-GPU waiter of its ClusterQueue, which holds 8 GPUs of quota alone."""
+    ctrl = parked_gang(fabric)
+    cohort = f"{fabric.ns}-pool"
+    set_quota(fabric, fabric.cq, 8, cohort)  # the gang holds all of it
+    lender = other_queue(fabric, "lender")
+    try:
+        set_quota(fabric, lender, 8, cohort, lending=2)  # lends 2: 8 + 2 < 12
+        waiter(fabric, "big", gpus=12)
+        assert run(ctrl) == [] and ctrl.quota_yields == 0 and active(fabric, "gang")
+        set_quota(fabric, lender, 8, cohort, lending=4)  # lends 4, but the waiter's ClusterQueue may borrow only 2
+        set_quota(fabric, fabric.cq, 8, cohort, borrowing=2)
+        waiter(fabric, "big-2", gpus=12)
+        assert run(ctrl) == [] and ctrl.quota_yields == 0 and active(fabric, "gang")
+        set_quota(fabric, fabric.cq, 8, cohort, borrowing=4)  # 8 given back + 4 borrowed = 12
+        waiter(fabric, "big-3", gpus=12)
+        assert run(ctrl) == []
+        assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang") == f"{fabric.ns}/big"  # the oldest waiter first
+    finally:
+        fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", lender)
+
+
+def test_a_parked_workload_whose_quota_its_cluster_queue_keeps_from_the_cohort_gives_nothing_to_another(fabric: Fabric) -> None:
+    """A waiter of another ClusterQueue of the cohort gets the gang's quota only if the gang's
+    ClusterQueue lends it: with a lendingLimit of 0 the gang's release would let nothing in."""
+    ctrl = parked_gang(fabric)
+    cohort = f"{fabric.ns}-pool"
+    set_quota(fabric, fabric.cq, 8, cohort, lending=0)
+    other = other_queue(fabric, "other")
+    try:
+        set_quota(fabric, other, 4, cohort)  # the waiter's own 4 GPUs: short of its 8 without the gang's
+        waiter(fabric, "elsewhere", queue="lq-other", gpus=8)
+        assert run(ctrl) == [] and ctrl.quota_yields == 0 and active(fabric, "gang")
+        set_quota(fabric, fabric.cq, 8, cohort, lending=8)  # now it lends all of it
+        waiter(fabric, "elsewhere-2", queue="lq-other", gpus=8)
+        assert run(ctrl) == []
+        assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang") == f"{fabric.ns}/elsewhere"
+    finally:
+        fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", other)

@@ -32,19 +32,18 @@ Why a pass stays cheap (and stays faithful)
 Atoll, as modelled
     Quota reserved → Atoll's check runs ``policies.decide`` with the job's wait state (when it
     first waited, how many Retries so far). Admit: the job starts. Wait: Retry with
-    ``requeueAfterSeconds``; here the quota is released at the decision and the job is queued
-    again when the delay has passed, so it is retried when its timer fires, not earlier when
-    capacity frees (Kueue's ``requeueAt`` is not cut short by capacity events). Known deviation:
-    Kueue v0.19.2 keeps the quota reserved through the delay (``WorkloadReconciler.Reconcile`` in
-    ``pkg/controller/core/workload_controller.go`` waits for ``requeueAt`` before
-    ``reconcileCheckBasedEviction``), then evicts and queues the Workload at once, ahead of the
-    Workloads its quota kept out, which return from the inadmissible set a batch later; the
-    real-Kueue tier shows the held quota (``tests/kueue/test_real_kueue.py``). So on a cluster a
-    Workload waiting on Retries keeps its quota between decisions, and Retry-mode figures here
-    leave that quota to others. Parking (below) is what the controller does to hold it on
-    purpose and give it back when another Workload waits for it. Elastic profiles cap the
-    delay at the remaining relax time, so the retry at ``relaxAfterSeconds`` is the first one
-    allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
+    ``requeueAfterSeconds``. Kueue v0.19.2 keeps the quota reserved through the delay
+    (``WorkloadReconciler.Reconcile`` in ``pkg/controller/core/workload_controller.go`` waits for
+    ``requeueAt`` before ``reconcileCheckBasedEviction``), then evicts the Workload and queues it
+    at once, ahead of the Workloads its quota kept out, which return from the inadmissible set a
+    batch later; the real-Kueue tier shows the held quota (``tests/kueue/test_real_kueue.py``).
+    So here the job keeps its quota until its timer fires, then gives it back and is queued first
+    in its flavor: it is decided again at once if nothing else took the quota in that instant. It
+    is retried when its timer fires, not earlier when capacity frees (Kueue's ``requeueAt`` is
+    not cut short by capacity events). A Workload waiting on Retries thus holds its quota as long
+    as it waits; parking (below) holds it on purpose and gives it back when another Workload
+    waits for it. Elastic profiles cap the delay at the remaining relax time, so the retry at
+    ``relaxAfterSeconds`` is the first one allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
     Decisions take no simulated time.
 
     With ``SimSettings.parking`` (the controller's ``decisions.park_waiting``) a Workload that waits for a domain is parked
@@ -168,6 +167,10 @@ class SimSettings:
     its true runtime (rounded up to a second), as users pad a limit they must not exceed; what
     lets a job backfill a reserved domain. None (the default): no job declares a limit. The
     simulator does not stop a job at its limit (a factor below its slowdown would understate)."""
+    quota_factor: float = 1.0
+    """Each ClusterQueue's nominal GPU quota as this multiple of its flavor's healthy GPUs. 1 (the
+    default): quota is capacity. Above 1, as Kueue allows, quota is not what limits the queue, so
+    a Workload holding quota through its Retries keeps no one else out."""
     bind_delay_seconds: float = 0.0
     """From Atoll's Ready to the scheduler binding the job's pods. 0: right after the scheduling
     pass that admitted it, so the Workloads admitted in one pass all owe pods at once."""
@@ -188,6 +191,9 @@ class SimSettings:
         if self.declared_runtime_factor is not None and not self.declared_runtime_factor >= 1.0:
             raise ValueError(f"declared_runtime_factor: {self.declared_runtime_factor!r} must be at least 1 (a declared limit "
                              "below the runtime would end the job early); leave it unset for no declared limits")
+        if not self.quota_factor >= 1.0:
+            raise ValueError(f"quota_factor: {self.quota_factor!r} must be at least 1 (quota below capacity would "
+                             "leave healthy GPUs no Workload may use); leave it at 1 for quota equal to capacity")
         if self.enforcement not in (None, *ENFORCEMENTS):
             raise ValueError(f"enforcement: {self.enforcement!r} is not one of {', '.join(ENFORCEMENTS)}")
 
@@ -362,9 +368,10 @@ class InvariantViolation(RuntimeError):
 class _Flavor:
     """Per-flavor state of a run: snapshot, quota, the FIFO per shape, inadmissible marks."""
 
-    def __init__(self, snapshot: Snapshot, island_label: str) -> None:
+    def __init__(self, snapshot: Snapshot, island_label: str, quota_factor: float = 1.0) -> None:
         self.snapshot = snapshot
-        self.nominal = snapshot.free_gpus()
+        self.capacity = snapshot.free_gpus()
+        self.nominal = int(self.capacity * quota_factor)
         self.used = 0
         self.version = 0
         self.queues: dict[int, list[tuple[float, int]]] = {}
@@ -430,8 +437,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             progress: ProgressFn | None, deployed: DeployedAtoll | None, wall0: float) -> SimResult:
     cost = slowdown if slowdown is not None else CostModel(settings.link_model)
     snaps = build_snapshots(cluster)
-    fl = [_Flavor(s, island_level_of(s, settings.island_level)) for s in snaps]
-    total_gpus = sum(f.nominal for f in fl)
+    fl = [_Flavor(s, island_level_of(s, settings.island_level), settings.quota_factor) for s in snaps]
+    total_gpus = sum(f.capacity for f in fl)
     n = len(work)
     shape_of = work.shape
     shapes = work.shapes
@@ -530,6 +537,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back to a job blocked on quota
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
+    held_on_retry: set[int] = set()
+    """Jobs on a Retry's timer: Kueue holds their quota until it fires, then evicts and requeues them at once."""
     evicted_at: dict[int, float] = {}
     """A job on a Retry's timer → when Kueue evicted it: its place in the queue it rejoins."""
     retry_of: dict[int, float] = {}
@@ -657,7 +666,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                         heapq.heappush(events, (max(need.deadline, now + 1.0), seq, _DEADLINE, j))
                         seq += 1
                     continue
-                evicted_at[j] = now  # Kueue evicts it now: it rejoins the queue behind every job created before this
+                f.used += shape.gpus  # Kueue holds its quota through the Retry's delay
+                held_on_retry.add(j)
                 heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
                 seq += 1
             else:  # reject
@@ -708,7 +718,12 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 sid = int(shape_of[j])
                 retrying[(fi, sid)] -= 1
-                enqueue(j, evicted_at.pop(j))
+                if j in held_on_retry:  # evicted now and queued at once, before the Workloads its quota kept out
+                    held_on_retry.discard(j)
+                    f.used -= shape_gpus[sid]
+                    enqueue(j, -math.inf)
+                else:
+                    enqueue(j, evicted_at.pop(j))
             touched.add(fi)
         while nxt < n and arr[nxt] == now:
             if work.flavor[nxt] < 0:

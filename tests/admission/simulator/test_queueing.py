@@ -57,10 +57,12 @@ def stream(seed: int = 3) -> list[Job]:
 
 
 def run(policy: str, parking: bool, declared: float | None = None) -> tuple[SimResult, int]:
+    """Quota is twice capacity: a gang holding its quota through its Retries (as Kueue does) keeps
+    no small job out, so only a reservation stops the stream from taking its island."""
     jobs = stream()
     gang = next(i for i, j in enumerate(jobs) if j.gpus == 16)
     (pol,) = make_policies([policy], DOC, seed=1)
-    settings = SimSettings(parking=parking, declared_runtime_factor=declared)
+    settings = SimSettings(parking=parking, declared_runtime_factor=declared, quota_factor=2.0)
     return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings), gang
 
 
@@ -86,12 +88,13 @@ def backfill_run(factor: float | None) -> SimResult:
     """12 + 12 + 8 GPUs leave no island whole, so the 16-GPU gang (t=3) waits and reserves the
     8-GPU island (fewest to drain; it drains at t=1000). Two 4-GPU jobs fill the other islands'
     free nodes at t=700, so only the reserved island has free GPUs when a 100 s job (t=800) and a
-    1,000 s job (t=801) arrive."""
+    1,000 s job (t=801) arrive. Quota is twice capacity, so the gang's quota, held through its
+    Retries, keeps none of them out."""
     plan = [(0, 1000, 12), (1, 3000, 12), (2, 1000, 8), (3, 300, 16), (700, 3000, 4), (701, 3000, 4), (800, 100, 4), (801, 1000, 4)]
     jobs = [job(a, d, g) for a, d, g in plan]
     (pol,) = make_policies(["atoll-reserving"], DOC, seed=1)
     return simulate(cluster(3), prepare_workload(cluster(3), jobs), pol,
-                    settings=SimSettings(declared_runtime_factor=factor))
+                    settings=SimSettings(declared_runtime_factor=factor, quota_factor=2.0))
 
 
 def test_declared_limits_let_a_job_that_ends_before_the_expected_free_time_backfill_and_keep_a_longer_one_out() -> None:
@@ -183,36 +186,35 @@ def test_a_gang_that_reserves_at_the_span_level_starts_within_a_bounded_time_whe
 def order_run(policy: str) -> SimResult:
     """Two islands of 4 nodes. A (12 GPUs, to 5,000 s) and B (12, to 6,000 s) fill three nodes of
     each; C and D (4 each) the last node of each until t=3.2/3.3. X (8 GPUs, t=1) and Y (12, t=2)
-    queue on quota. At 3.3 X holds quota and waits (no island has 2 free nodes): a Retry. Z (4
-    GPUs, t=4) takes one free node, so X rejoins the queue at 33 s and stays queued on quota,
-    behind or before Y. At 5,000 s A's island frees 12 GPUs (16 of quota): whichever of X and Y
-    is first in Kueue's order starts, and the other does not fit what is left."""
+    queue on quota. At 3.3 X holds quota (32 of 32 used) and waits: no island has 2 free nodes.
+    Z (4 GPUs, t=4) fits a free node but needs quota. At 5,000 s A's island frees 12 GPUs."""
     plan = [(0, 5000, 12), (0.1, 6000, 12), (0.2, 3, 4), (0.3, 3, 4), (1, 100, 8), (2, 100, 12), (4, 100000, 4)]
     jobs = [job(a, d, g) for a, d, g in plan]
     (pol,) = make_policies([policy], DOC, seed=1)
     return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=False))
 
 
-def test_a_retry_rejoins_kueues_queue_behind_the_jobs_created_before_its_eviction() -> None:
-    x, y = 4, 5
+def test_a_workload_waiting_on_retries_keeps_its_quota_through_each_delay_and_is_decided_again_at_once() -> None:
+    x, z = 4, 6
     res = order_run("atoll-strict")
-    assert res.attempts[x] >= 1 and res.attempts[y] == 0  # X was evicted by its Retry; Y never held quota until 5,000 s
-    assert res.start[y] == 5000  # Y (created at 2) goes before X (evicted at 3.3), as Kueue orders them
-    assert res.start[x] >= 5100  # X fits only once Y or B ends
-    base = order_run("kueue-required")  # no admission check, no eviction: creation order, and X goes first
-    assert base.start[x] == 5000 and base.start[y] > 5000
+    # X is evicted at each timer and takes its quota straight back (Kueue queues it before the Workloads its quota kept
+    # out): decided at every Retry (≤ 120 s apart) from 3.3 s until it starts
+    assert res.start[x] > 5000 and res.attempts[x] >= (5000 - 3.3) / 120
+    assert res.start[z] >= 5000  # Z had a free node from t=4, but no quota while X held it
+    base = order_run("kueue-required")  # no admission check: X never holds quota while it cannot be placed
+    assert base.start[z] == 4
 
 
-def test_a_gang_that_gave_its_quota_back_is_decided_again_only_when_the_free_quota_covers_it() -> None:
-    """Kueue's BestEffortFIFO: the 12-GPU gang, queued after its Retry at 453 s, is skipped at every
-    pass while less than 12 GPUs of quota are free, and the 4-GPU jobs behind it take the 4 GPUs each
-    completion frees; it holds quota again only once their backlog is gone."""
+def test_a_gang_waiting_on_retries_leaves_the_stream_only_the_quota_it_does_not_hold() -> None:
+    """Quota equals capacity (48 GPUs). The 12-GPU gang waits on Retries from 3 s to 20,000 s
+    holding its 12 GPUs of quota, so the 4-GPU jobs behind it never use more than the other 36."""
     gang = 5
     res = target_run("drain300")
-    # Retries at most 120 s apart would decide it about 160 times before its start at 20,000 s
-    assert res.start[gang] >= 20000 and res.attempts[gang] <= 10
-    small = [j for j in range(6, len(res.start)) if res.arrival[j] < 1700]
-    assert max(res.start[small]) > 18000  # the backlog of 4-GPU jobs went first, one completion at a time
+    assert res.start[gang] >= 20000 and res.attempts[gang] >= (20000 - 3) / 120  # decided at each Retry
+    others = [j for j in range(len(res.start)) if j != gang]
+    for t in sorted({float(res.start[j]) for j in others if 3 < res.start[j] < res.start[gang]}):
+        running = sum(int(res.gpus[j]) for j in others if res.start[j] <= t < res.end[j])
+        assert running <= 48 - 12, t
 
 
 def test_a_declared_runtime_factor_below_1_is_refused_naming_the_field() -> None:

@@ -54,13 +54,21 @@ Atoll, as modelled
     Kueue counts a Workload's quota as used from ``QuotaReserved`` on, checks pending or not
     (``addOrUpdateWorkloadWithoutLock`` in ``pkg/cache/scheduler/cache.go``, v0.19.2), so a
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
-    parked Workloads give it back when the oldest queued job is blocked on quota alone, theirs
-    would let it in and the flavor has its GPUs free: they give it back and stay out for their
-    wait's delay (the controller deactivates them until the waiter holds quota, at most that long;
-    newest parked first; a Workload holding a reservation keeps its place; at most once per
-    decision, ``WaitingRoom.may_give``, as the controller does) and Kueue evicts them. Their need stays on file (``WaitingRoom.set_aside``): one that holds
-    quota again after its delay while nothing it waits for changed is parked again undecided; one an event reached is
-    decided again.
+    parked Workloads give it back as the controller does (``QuotaYield.choose``): after Kueue's
+    pass, each job still queued and blocked on quota (a waiter, in Kueue's order), whose GPUs the
+    flavor has free, is given parked quota, newest parked first, until the quota it could use
+    covers it, and nothing if all of it would not; a Workload holding a reservation keeps its
+    quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
+    no more than it asks for while it waits, and one that gave its quota back and waits for it
+    again takes none. A Workload that gives its quota back is deactivated: Kueue evicts it
+    (reason ``Deactivated``) and releases its quota, then, in the same instant, tries the waiter
+    again. It is reactivated as soon as its waiter holds quota (or is gone), at the latest after
+    its wait's delay (the controller's ``quota-yield-until``), and Kueue queues it at its
+    creation time: an eviction by deactivation leaves ``Ordering.GetQueueOrderTimestamp``
+    (``pkg/workload/workload.go``, v0.19.2) at ``CreationTimestamp``, where a Retry's eviction
+    would order it by the eviction. Its need stays on file (``WaitingRoom.set_aside``): when it
+    holds quota again while nothing it waits for changed, it is parked again undecided, in its
+    old place among the parked; one an event reached is decided again.
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
@@ -125,7 +133,7 @@ STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
 ISLAND_BLOCKS = (72, 64, 32, 16)
 """Block sizes (GPUs) whose availability inside one island is sampled (``SimResult.block_free``)."""
 ENFORCEMENTS = ("domain", "exact")
-_COMPLETE, _RETRY, _BIND, _DEADLINE = 0, 1, 2, 3
+_COMPLETE, _RETRY, _BIND, _DEADLINE, _REACTIVATE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,9 +167,9 @@ class SimSettings:
     waits for changes, as the controller does with ``decisions.park_waiting``; False (the
     controller's default): every wait is a Retry decided again when its delay ends."""
     yield_quota: bool = True
-    """With ``parking``: parked Workloads give their quota back (out for their wait's delay, newest
-    parked first) when a queued job is blocked on quota that theirs would let in; False: parked
-    Workloads keep their quota however long they wait."""
+    """With ``parking``: parked Workloads give their quota back to a queued job blocked on quota
+    that theirs would let in (deactivated until it holds quota, newest parked first), as the
+    controller does; False: parked Workloads keep their quota however long they wait."""
     declared_runtime_factor: float | None = None
     """Each job's Workload declares Kueue's ``maximumExecutionTimeSeconds`` as this factor times
     its true runtime (rounded up to a second), as users pad a limit they must not exceed; what
@@ -499,50 +507,144 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             parked[fi].pop(j, None)
             enqueue(j)
 
-    def yield_quota(fi: int, now: float) -> None:
-        """The oldest queued job blocked on quota alone, that the parked jobs' quota would let in
-        and whose GPUs the flavor has free, gets it: parked jobs turn their wait into a Retry (newest parked first, a job holding a
-        reservation never) until it fits. Kueue then evicts them and releases their quota; they
-        are decided again after the delay."""
+    def yield_quota(fi: int, now: float) -> bool:
+        """Parked jobs give their quota back as the controller's ``QuotaYield.choose`` does, after
+        Kueue's pass has refused the queued jobs blocked on quota. Each such job, in Kueue's order
+        (the waiters; not one that gave its quota back and waits for it again, nor one given its
+        GPUs' worth already while it waits), whose GPUs the flavor has free, is given parked
+        quota, newest parked first (a job holding a reservation never; each at most once per
+        decision, ``WaitingRoom.may_give``), until the quota it could use covers it; if all of it
+        would not, nobody gives anything to it. A waiter served takes its quota from what is left
+        for the next. A job that gives its quota back is deactivated (Kueue evicts it and releases
+        its quota) until its waiter holds quota, is gone, or its wait's delay has passed
+        (``reactivate``). True when some job gave its quota back."""
         nonlocal seq
+        assert room is not None
         f = fl[fi]
         free = f.nominal - f.used
-        heads = [q[0] for sid, q in f.queues.items() if shape_gpus[sid] > free and f.dead.get(sid) != f.version]
-        if not heads:
-            return
-        want = shape_gpus[int(shape_of[min(heads)[1]])]
-        if want > free + parked_gpus[fi] or want > int(f.snapshot.free[:, 0].sum()):
-            return  # their quota would not let it in, or the flavor lacks the GPUs anyway: it would only wait in their place
-        for j in reversed(list(parked[fi])):
-            if want <= f.nominal - f.used:
-                break
-            if deployed is not None and deployed.reserving(j):
-                continue  # first in line on its reserved domain: its quota is what starts it there
-            assert room is not None
-            if not room.may_give(j):
-                continue  # it gave its quota back since its last decision: at most once per decision, as the controller
-            retry_after = parked[fi].pop(j)
-            retry_of[j] = retry_after
-            room.set_aside(j)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
-            gpus = shape_gpus[int(shape_of[j])]
-            f.used -= gpus
-            parked_gpus[fi] -= gpus
-            attempts[j] += 1
-            retrying[(fi, int(shape_of[j]))] = retrying.get((fi, int(shape_of[j])), 0) + 1
-            evicted_at[j] = now
-            heapq.heappush(events, (now + max(retry_after, 1.0), seq, _RETRY, j))
-            seq += 1
-            yielded[0] += 1
+        order: list[tuple[tuple[float, int], int, Iterator[tuple[float, int]]]] = []
+        for sid, q in f.queues.items():
+            if shape_gpus[sid] > free and f.dead.get(sid) != f.version:
+                it = _in_order(q)
+                order.append((next(it), sid, it))
+        if not order:
+            return False
+        heapq.heapify(order)
+        gpus_free = int(f.snapshot.free[:, 0].sum())
+        claimed = 0  # quota the waiters served in this pass take first (Kueue admits them in its order)
+        gave = False
+        while order:
+            (_, j), sid, it = order[0]
+            want = shape_gpus[sid]
+            if j in aside or served.get(j, 0) >= want:
+                _advance(order, it)
+                continue
+            if want > gpus_free:
+                heapq.heappop(order)  # the flavor lacks the GPUs for it, and for every later job of its shape
+                continue
+            given = served.get(j, 0)
+            avail = f.nominal - f.used - claimed
+            picked: list[int] = []
+            for p in reversed(list(parked[fi])):  # newest parked first
+                if given + avail >= want:
+                    break
+                if deployed is not None and deployed.reserving(p):
+                    continue  # first in line on its reserved domain: its quota is what starts it there
+                if not room.may_give(p):
+                    continue  # it gave its quota back since its last decision: at most once per decision
+                picked.append(p)
+                avail += shape_gpus[int(shape_of[p])]
+            if given + avail < want:
+                heapq.heappop(order)  # all they could give would not let it in (nor a later job of its shape): it would only wait in their place
+                continue
+            for p in picked:
+                give_back(p, j, fi, now)
+            gave = gave or bool(picked)
+            if picked:
+                served[j] = given + sum(shape_gpus[int(shape_of[p])] for p in picked)
+            claimed += want
+            _advance(order, it)
+        return gave
+
+    def give_back(p: int, j: int, fi: int, now: float) -> None:
+        """Parked ``p`` is deactivated for waiter ``j``: Kueue evicts it (reason ``Deactivated``) and releases its quota."""
+        nonlocal seq
+        assert room is not None
+        f = fl[fi]
+        retry_after = parked[fi].pop(p)
+        retry_of[p] = retry_after
+        room.set_aside(p)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
+        aside.add(p)
+        gpus = shape_gpus[int(shape_of[p])]
+        f.used -= gpus
+        parked_gpus[fi] -= gpus
+        sid = int(shape_of[p])
+        retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
+        until = now + max(retry_after, 1.0)  # the controller's quota-yield-until: reactivated by then at the latest
+        yielded_to[p] = j
+        yielders.setdefault(j, []).append(p)
+        heapq.heappush(events, (until, seq, _REACTIVATE, p))
+        seq += 1
+        yielded[0] += 1
+
+    def left_queue(j: int, fi: int) -> None:
+        """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends, and
+        the jobs deactivated for it are reactivated at the controller's next turn (``reactivate``)."""
+        served.pop(j, None)
+        aside.discard(j)
+        for p in yielders.pop(j, ()):
+            reactivating[fi].append(p)
+
+    def reactivate(p: int) -> bool:
+        """Deactivated ``p`` is active again: Kueue queues it at its creation time (an eviction by
+        deactivation leaves ``Ordering.GetQueueOrderTimestamp`` at ``CreationTimestamp``)."""
+        j = yielded_to.pop(p, None)
+        if j is None:
+            return False  # reactivated already
+        waiting = yielders.get(j)
+        if waiting is not None and p in waiting:
+            waiting.remove(p)
+            if not waiting:
+                del yielders[j]
+        fi = int(work.flavor[p])
+        retrying[(fi, int(shape_of[p]))] -= 1
+        enqueue(p)
+        return True
+
+    def pass_and_reactivate(fi: int, now: float) -> bool:
+        """Kueue's pass over flavor ``fi``; then, at the same instant, as long as something
+        changed: the waiters given quota are tried again, and the jobs whose waiter now holds
+        quota are reactivated and tried again (the controller's and Kueue's next turns)."""
+        admitted = run_pass(fi, now)
+        while again[fi] or reactivating[fi]:
+            again[fi] = False
+            keys, reactivating[fi] = reactivating[fi], []
+            for p in keys:
+                reactivate(p)
+            admitted = run_pass(fi, now) or admitted
+        return admitted
 
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back to a job blocked on quota
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
     held_on_retry: set[int] = set()
     """Jobs on a Retry's timer: Kueue holds their quota until it fires, then evicts and requeues them at once."""
-    evicted_at: dict[int, float] = {}
-    """A job on a Retry's timer → when Kueue evicted it: its place in the queue it rejoins."""
     retry_of: dict[int, float] = {}
     """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
+    aside: set[int] = set()
+    """Jobs that gave their quota back and do not hold it again yet: they take none from another."""
+    yielded_to: dict[int, int] = {}
+    """A deactivated job → the waiter it gave its quota to, until it is reactivated."""
+    yielders: dict[int, list[int]] = {}
+    """A waiter → the jobs deactivated for it, still inactive."""
+    served: dict[int, int] = {}
+    """A waiter → GPUs of quota given to it while it waits (it takes no more than it asks for)."""
+    reactivating: list[list[int]] = [[] for _ in fl]
+    """Flavor → deactivated jobs whose waiter left the queue: reactivated after the pass."""
+    again: list[bool] = [False for _ in fl]
+    """Flavor → quota was given back in its last pass: Kueue tries its queue again at once."""
+    park_seq: dict[int, int] = {}
+    """A parked job → when it was parked by a decision (its place among the parked, kept when it parks again undecided)."""
 
     def check(fi: int, now: float) -> None:
         """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
@@ -604,8 +706,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         nonlocal seq, running_gpus, useful_gpus, pending, decisions, decision_s
         f = fl[fi]
         snap = f.snapshot
-        if parked_gpus[fi] and settings.yield_quota:
-            yield_quota(fi, now)
         free_quota = f.nominal - f.used
         heads = [(*q[0], sid) for sid, q in f.queues.items() if shape_gpus[sid] <= free_quota and f.dead.get(sid) != f.version]
         heapq.heapify(heads)
@@ -617,9 +717,13 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             shape = shapes[sid][1]
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
                 _dequeue(f, sid, heads)
+                left_queue(j, fi)
                 f.used += shape.gpus
                 parked_gpus[fi] += shape.gpus
+                newest = next(reversed(parked[fi]), None)
                 parked[fi][j] = retry_of[j]
+                if newest is not None and park_seq[newest] > park_seq[j]:  # it keeps its place among the parked, as in the room
+                    parked[fi] = dict(sorted(parked[fi].items(), key=lambda kv: park_seq[kv[0]]))
                 reparked[0] += 1
                 continue
             fw = first_wait[j]
@@ -636,6 +740,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 f.dead[sid] = f.version
                 continue
             _dequeue(f, sid, heads)
+            left_queue(j, fi)
             if att.outcome == "admit":
                 assert att.nodes is not None and att.pods is not None
                 f.used += shape.gpus
@@ -659,6 +764,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 if room is not None and att.needs:  # parked: Pending, its quota kept
                     need = att.needs[0]
                     room.park(j, need)
+                    park_seq[j] = seq
+                    seq += 1
                     f.used += shape.gpus
                     parked_gpus[fi] += shape.gpus
                     parked[fi][j] = att.retry_after
@@ -675,6 +782,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 pending -= 1
                 if deployed is not None:
                     deployed.forget(j)
+        if room is not None and parked_gpus[fi] and settings.yield_quota and yield_quota(fi, now):
+            again[fi] = True
         return admitted
 
     while nxt < n or events:
@@ -687,6 +796,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if kind == _BIND:
                 if not bind(j, fi, now):
                     blocked.setdefault(fi, []).append(j)
+                continue
+            if kind == _REACTIVATE:  # its waiter still waits, but the yield's time is up
+                if reactivate(j):
+                    touched.add(fi)
                 continue
             if kind == _DEADLINE:
                 assert room is not None
@@ -718,12 +831,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 sid = int(shape_of[j])
                 retrying[(fi, sid)] -= 1
-                if j in held_on_retry:  # evicted now and queued at once, before the Workloads its quota kept out
-                    held_on_retry.discard(j)
-                    f.used -= shape_gpus[sid]
-                    enqueue(j, -math.inf)
-                else:
-                    enqueue(j, evicted_at.pop(j))
+                held_on_retry.discard(j)  # evicted now and queued at once, before the Workloads its quota kept out
+                f.used -= shape_gpus[sid]
+                enqueue(j, -math.inf)
             touched.add(fi)
         while nxt < n and arr[nxt] == now:
             if work.flavor[nxt] < 0:
@@ -735,14 +845,14 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if progress is not None and nxt % 500 == 0:
                 progress(nxt, n)
         for fi in sorted(touched):
-            if run_pass(fi, now):
+            if pass_and_reactivate(fi, now):
                 last_admit = now
         if deployed is not None:
             ended = deployed.take_released()
             if ended and room is not None:  # a reservation ended: what it kept out may fit now
                 for fi in ended:
                     wake(room.wake_flavor(deployed.flavor_names[fi]))
-                    if run_pass(fi, now):
+                    if pass_and_reactivate(fi, now):
                         last_admit = now
             idle_gpu_s += idle_now * (now - idle_at)
             idle_at = now
@@ -812,6 +922,28 @@ def _reserve(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: Resou
 def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: ResourceVector) -> None:
     """``Snapshot.release`` for every node of a placement at once."""
     snapshot.free[nodes] = np.minimum(snapshot.free[nodes] + _amounts(pods, per_pod), snapshot.alloc[nodes])
+
+
+def _in_order(q: list[tuple[float, int]]) -> Iterator[tuple[float, int]]:
+    """The entries of heap ``q`` in order, lazily (a heap over its indices: O(k log k) for the first k)."""
+    if not q:
+        return
+    frontier = [(q[0], 0)]
+    while frontier:
+        item, i = heapq.heappop(frontier)
+        yield item
+        for c in (2 * i + 1, 2 * i + 2):
+            if c < len(q):
+                heapq.heappush(frontier, (q[c], c))
+
+
+def _advance(order: list[tuple[tuple[float, int], int, Iterator[tuple[float, int]]]], it: Iterator[tuple[float, int]]) -> None:
+    """The head of ``order`` moves on to the next job of its shape's queue (or leaves with the last)."""
+    nxt = next(it, None)
+    if nxt is None:
+        heapq.heappop(order)
+    else:
+        heapq.heapreplace(order, (nxt, order[0][1], it))
 
 
 def _dequeue(f: _Flavor, sid: int, heads: list[tuple[float, int, int]]) -> None:

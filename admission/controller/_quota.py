@@ -86,13 +86,13 @@ def flavor_quota(obj: Obj, flavor: str, names: tuple[str, ...]) -> tuple[int, in
 
 
 def reserved_by_workloads(objects: Iterable[Obj], names: tuple[str, ...]) -> dict[tuple[str, str], int]:
-    """GPUs of quota reserved per (ClusterQueue, flavor), from the Workloads holding it
+    """GPUs of quota reserved per (ClusterQueue, flavor), from the active Workloads holding it
     (``QuotaReserved``, their ``resourceUsage``): Kueue's cache counts them at once, where the
     ClusterQueue's status lags."""
     out: dict[tuple[str, str], int] = {}
     for obj in objects:
-        if not condition_true(obj, "QuotaReserved"):
-            continue
+        if not condition_true(obj, "QuotaReserved") or (obj.get("spec") or {}).get("active", True) is False:
+            continue  # Kueue drops an inactive Workload from its cache at once (WorkloadReconciler.Update)
         admission = (obj.get("status") or {}).get("admission") or {}
         cq = str(admission.get("clusterQueue") or "")
         for ps in admission.get("podSetAssignments") or []:

@@ -18,7 +18,7 @@ __all__ = ["SLIM", "slim_node", "slim_workload"]
 
 ATOLL_PREFIX = "atoll.dev/"
 _NODE_META = ("name", "uid", "resourceVersion", "generation", "labels")
-_WORKLOAD_META = ("name", "namespace", "uid", "resourceVersion", "generation", "labels", "annotations")
+_WORKLOAD_META = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "labels", "annotations")
 _TEMPLATE_SPEC = ("containers", "initContainers", "overhead", "nodeSelector", "affinity", "tolerations")
 _CONTAINER = ("name", "resources")
 
@@ -58,7 +58,7 @@ def slim_node(obj: Obj) -> Obj:
 
 
 def slim_workload(obj: Obj) -> Obj:
-    """A Workload with only what Atoll reads: its identity, version, labels and annotations, its
+    """A Workload with only what Atoll reads: its identity, version, creation time, labels and annotations, its
     status, and of each PodSet's pod template
     the metadata, the containers' names and resources, overhead, nodeSelector, node affinity and
     tolerations. ``managedFields``, images, commands, environment and volumes are dropped on

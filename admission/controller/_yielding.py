@@ -58,6 +58,9 @@ The churn is bounded by these rules:
   Kueue may admit it in a moment), nor to one that the flavor of the parked Workload lacks the free GPUs for, or
   that the quota the parked Workloads could give back would not let in: it would only wait in
   their place (the simulator's rule);
+- waiters are weighed in Kueue's order (priority, then creation or admission-check eviction
+  time); one served is counted as taking its GPUs for the waiters after it, in that pass and,
+  while it still waits, in later ones (Kueue admits it first);
 - the quota is counted on one flavor as Kueue counts it (``_quota.CohortQuota``): the waiter's
   ClusterQueue may use its own unused quota and what its cohort could lend (the other
   ClusterQueues' unused nominal quota up to their ``lendingLimit``, up to its own
@@ -84,6 +87,7 @@ import structlog
 
 from admission.controller._preempting import queue_rules
 from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_workloads
+from admission.controller._records import parse_time
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
@@ -154,7 +158,7 @@ class QuotaYield:
         self.free_gpus = free_gpus
         """Free GPUs of a flavor now (None: unknown, and then nothing is given on it)."""
         self.waiters: dict[str, None] = {}
-        """Workloads seen waiting for quota, until they hold it or are gone (insertion order: oldest event first)."""
+        """Workloads seen waiting for quota, until they hold it or are gone (weighed in Kueue's order: ``_kueue_order``)."""
         self.yielded: dict[str, Yielded] = {}
         """Workloads deactivated to give their quota back, until Atoll reactivates them."""
         self._served: dict[str, int] = {}
@@ -162,6 +166,9 @@ class QuotaYield:
         self._local_queues: dict[str, str | None] = {}
         self._refused: set[str] = set()
         """Waiters Kueue's scheduler has refused quota (``refused_by_kueue``)."""
+        self._claims: dict[str, tuple[str, str, int]] = {}
+        """Waiters given their GPUs' worth, still waiting: (ClusterQueue, flavor, GPUs) each will take
+        when Kueue admits it, counted as taken for the other waiters until it holds quota or is gone."""
         self._reserved: dict[tuple[str, str], int] | None = None
         """Within a pass: GPUs of quota reserved per (ClusterQueue, flavor), from the Workloads."""
         self.rebuilt = False
@@ -182,6 +189,7 @@ class QuotaYield:
     def forget(self, key: str) -> None:
         self.waiters.pop(key, None)
         self._served.pop(key, None)
+        self._claims.pop(key, None)
         self._refused.discard(key)
 
     def gave(self, key: str, waiter: str, until: float, flavor: str) -> None:
@@ -222,11 +230,12 @@ class QuotaYield:
         to what it asks for while it waits, not more however many passes see it. ``parked``: keys in the order they were parked
         that may give their quota back (``WaitingRoom.may_give``: at most once per decision); ``set_aside(key)``:
         it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation."""
-        waiters = list(self.waiters)
+        waiters = sorted(self.waiters, key=self._kueue_order)
         order = list(parked)
         out: list[tuple[str, str]] = []
         taken: set[str] = set()
         queues: dict[str, Obj | None] = {}
+        quotas: dict[tuple[str, str], CohortQuota] = {}
         self._reserved = None
         gpu = self.gpu_resource()
         for w in waiters:
@@ -234,6 +243,7 @@ class QuotaYield:
             if obj is None or not waits_for_quota(obj):
                 self.waiters.pop(w, None)  # it holds quota now, or is gone: no longer a waiter
                 self._served.pop(w, None)
+                self._claims.pop(w, None)
                 self._refused.discard(w)
                 continue
             if set_aside(w) or w in self.yielded or not refused_by_kueue(obj):
@@ -270,9 +280,16 @@ class QuotaYield:
                     continue
                 by_flavor.setdefault(flavor, []).append((p, gpus, pcq))
             for flavor, group in by_flavor.items():  # the flavor of the newest parked Workload first
-                quota = self._cohort_quota(cq, flavor, queues, gpu)
+                quota = quotas.get((cq, flavor))
                 if quota is None:
-                    continue
+                    quota = self._cohort_quota(cq, flavor, queues, gpu)
+                    if quota is None:
+                        continue
+                    for name in quota.queues:  # one object per cohort: what one waiter is given and takes, the next sees
+                        quotas[(name, flavor)] = quota
+                    for other, (ocq, oflavor, ogpus) in self._claims.items():
+                        if oflavor == flavor and ocq in quota.queues and other != w and self._still_waits(other):
+                            quota.release(ocq, -ogpus)  # given its quota in an earlier pass, not admitted yet: Kueue admits it first
                 before = now = quota.available(cq)
                 picked: list[str] = []
                 for p, gpus, pcq in group:
@@ -286,14 +303,39 @@ class QuotaYield:
                     picked.append(p)
                     now = after
                 if not picked or given + now < want:
-                    continue  # all they could give, with the quota free to it, would not let it in: nobody gives anything
+                    for p, gpus, pcq in group:  # all they could give, with the quota free to it, would not let it in: nobody gives anything
+                        if p in picked:
+                            quota.release(pcq, -gpus)
+                    continue
                 for p in picked:
                     taken.add(p)
                     out.append((p, w))
                 given += now - before
                 self._served[w] = given
+                quota.release(cq, -want)  # Kueue admits it first: the next waiter sees the quota it takes
+                if given >= want:
+                    self._claims[w] = (cq, flavor, want)
                 break
         return out
+
+    def _kueue_order(self, key: str) -> tuple[int, float, str]:
+        """Where Kueue's BestEffortFIFO puts a waiter: higher priority first, then its queue-order
+        time (``Ordering.GetQueueOrderTimestamp``, pkg/workload/workload.go, v0.19.2: the eviction's
+        time for one evicted by an admission check, else its creation), then its name."""
+        obj = self.objects.get(key) or {}
+        priority = (obj.get("spec") or {}).get("priority")
+        evicted = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                        if isinstance(c, dict) and c.get("type") == "Evicted" and c.get("status") == "True"
+                        and c.get("reason") == "AdmissionCheck"), None)
+        stamp = str((evicted or {}).get("lastTransitionTime") or (obj.get("metadata") or {}).get("creationTimestamp") or "")
+        return (-priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, parse_time(stamp) or 0.0, key)
+
+    def _still_waits(self, key: str) -> bool:
+        obj = self.objects.get(key)
+        if obj is None or not waits_for_quota(obj):
+            self._claims.pop(key, None)
+            return False
+        return True
 
     def flavor_of(self, key: str) -> str:
         obj = self.objects.get(key)

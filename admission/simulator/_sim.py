@@ -56,8 +56,8 @@ Atoll, as modelled
     parked Workload keeps others out of its quota. With ``SimSettings.yield_quota`` (the default)
     parked Workloads give it back as the controller does (``QuotaYield.choose``): after Kueue's
     pass, each job still queued and blocked on quota (a waiter, in Kueue's order), whose GPUs the
-    flavor has free, is given parked quota, newest parked first, until the quota it could use
-    covers it, and nothing if all of it would not; a Workload holding a reservation keeps its
+    flavor has free, is given parked quota, newest parked first, until what they give covers what
+    it asks for, and nothing if that with the free quota would not let it in; a Workload holding a reservation keeps its
     quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
     no more than it asks for while it waits, and one that gave its quota back and waits for it
     again takes none. A Workload that gives its quota back is deactivated: Kueue evicts it
@@ -513,9 +513,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         (the waiters; not one that gave its quota back and waits for it again, nor one given its
         GPUs' worth already while it waits), whose GPUs the flavor has free, is given parked
         quota, newest parked first (a job holding a reservation never; each at most once per
-        decision, ``WaitingRoom.may_give``), until the quota it could use covers it; if all of it
-        would not, nobody gives anything to it. A waiter served takes its quota from what is left
-        for the next. A job that gives its quota back is deactivated (Kueue evicts it and releases
+        decision, ``WaitingRoom.may_give``), until what they give covers what it asks for; if that,
+        with the quota free, would not let it in, nobody gives anything to it. A waiter served
+        takes its quota from what is left for the next. A job that gives its quota back is deactivated (Kueue evicts it and releases
         its quota) until its waiter holds quota, is gone, or its wait's delay has passed
         (``reactivate``). True when some job gave its quota back."""
         nonlocal seq
@@ -543,25 +543,27 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 heapq.heappop(order)  # the flavor lacks the GPUs for it, and for every later job of its shape
                 continue
             given = served.get(j, 0)
-            avail = f.nominal - f.used - claimed
             picked: list[int] = []
-            for p in reversed(list(parked[fi])):  # newest parked first
-                if given + avail >= want:
+            gain = 0
+            for p in reversed(list(parked[fi])):  # newest parked first, until what they give covers what it asks for
+                if given + gain >= want:
                     break
                 if deployed is not None and deployed.reserving(p):
                     continue  # first in line on its reserved domain: its quota is what starts it there
                 if not room.may_give(p):
                     continue  # it gave its quota back since its last decision: at most once per decision
                 picked.append(p)
-                avail += shape_gpus[int(shape_of[p])]
-            if given + avail < want:
-                heapq.heappop(order)  # all they could give would not let it in (nor a later job of its shape): it would only wait in their place
+                gain += shape_gpus[int(shape_of[p])]
+            if not picked:
+                heapq.heappop(order)  # nothing left to give it, nor a later job of its shape
+                continue
+            if given + gain + f.nominal - f.used - claimed < want:
+                heapq.heappop(order)  # all they could give, with the quota free, would not let it in: it would only wait in their place
                 continue
             for p in picked:
                 give_back(p, j, fi, now)
-            gave = gave or bool(picked)
-            if picked:
-                served[j] = given + sum(shape_gpus[int(shape_of[p])] for p in picked)
+            gave = True
+            served[j] = given + gain
             claimed += want
             _advance(order, it)
         return gave

@@ -309,3 +309,22 @@ def test_a_parked_workload_whose_quota_its_cluster_queue_keeps_from_the_cohort_g
         assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang") == f"{fabric.ns}/elsewhere"
     finally:
         fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", other)
+
+
+def test_a_waiter_served_takes_its_quota_from_what_the_next_waiter_of_the_pass_could_use(fabric: Fabric) -> None:
+    """Two gangs of 8 GPUs hold all 16 of the ClusterQueue's quota. The older waiter (4 GPUs) is
+    given the newest gang's 8; Kueue admits it first, so 12 are left for the 16-GPU waiter, whom
+    the other gang's 8 would not let in: it keeps its quota."""
+    ctrl = parked_gang(fabric)
+    fabric.submit("gang-2", [("main", 2, 4)])
+    (second,) = run(ctrl)
+    assert second.parked
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 16}]}]}]}},
+        _content_type="application/merge-patch+json")
+    waiter(fabric, "small", gpus=4)
+    time.sleep(1.1)  # created a second later (creationTimestamp counts seconds): Kueue's order, whatever order they are seen in
+    waiter(fabric, "large", gpus=16)
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang-2") == f"{fabric.ns}/small"
+    assert active(fabric, "gang")  # 16 - 4 taken + 8 = 12 < 16

@@ -1,7 +1,7 @@
 """A parked gang gives its quota back, through real Kueue (``atoll run --park-waiting``): a 64-GPU
 gang that no rack has room for is parked holding most of its ClusterQueue's quota; a 16-GPU Job of
 the same ClusterQueue waits for quota alone. Atoll deactivates the gang, Kueue evicts it and
-releases its quota, the small Job is admitted and runs, and Atoll reactivates the gang at its until, which now
+releases its quota, the small Job is admitted and runs, and Atoll reactivates the gang, which now
 waits for quota behind it. When the ClusterQueue gets more quota, the gang holds quota again and Atoll parks it
 again without a decision; when a rack gets room, it is decided and admitted there. (A Retry
 instead, as before, held the quota through its delay and then lost the requeue race to the gang
@@ -130,7 +130,7 @@ def test_a_parked_gang_gives_its_quota_to_a_smaller_job_through_kueues_eviction_
             history.wait(gang, "its quota released", lambda wl: not is_true(wl, "QuotaReserved"), after=i)
             admitted, _ = history.wait(small, "admitted with the gang's quota", lambda wl: is_true(wl, "Admitted"))
             assert admitted["status"]["admission"]["clusterQueue"] == CQ
-            back, i = history.wait(gang, "reactivated by Atoll at its until (nothing it waits for changed meanwhile)", lambda wl: (wl.get("spec") or {}).get("active")
+            back, i = history.wait(gang, "reactivated by Atoll once the small Job holds quota", lambda wl: (wl.get("spec") or {}).get("active")
                                    is True, after=i)
             assert YIELD_ANNOTATION not in (back["metadata"].get("annotations") or {})
             nodes = live.node_labels()

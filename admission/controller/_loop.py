@@ -422,8 +422,8 @@ class Controller:
 
     def process(self, limit: int | None = None) -> list[Verdict]:
         """Decide every queued Workload now, one at a time (plus delayed ones that are due)."""
-        self._promote_due()
         self._reactivate_due()
+        self._promote_due()
         out: list[Verdict] = []
         while (self._queue or self._in_flight) and (limit is None or len(out) < limit):
             if not self._queue:
@@ -467,16 +467,13 @@ class Controller:
                 _log.info("parked workload gave its quota back", workload=key, to=waiter)
 
     def _reactivate_due(self) -> None:
-        """Workloads deactivated to give their quota back that an event reached (what they wait for
-        may have changed), or whose time is up, are active again (``_yielding``); after a start or a
-        leader change, every one the API shows."""
+        """Workloads deactivated to give their quota back whose waiter has its quota (or is gone,
+        or whose time is up) are active again (``_yielding``); after a start or a leader change,
+        those the API shows first."""
         if self.read_only:
             return
         if not self.quota_yield.rebuilt and self.quota_yield.rebuild():
-            _log.info("quota yields found on Workloads; each is reactivated now", count=len(self.quota_yield.yielded))
-        if self.parking.room.woken_aside:  # an event reached what they wait for: reactivated now
-            self.quota_yield.wake(str(k) for k in self.parking.room.woken_aside)
-            self.parking.room.woken_aside.clear()
+            _log.info("quota yields found on Workloads; each is reactivated by the same rules", count=len(self.quota_yield.yielded))
         if not self.quota_yield.yielded:
             return
         for key in self.quota_yield.due(self.clock.now()):
@@ -490,7 +487,7 @@ class Controller:
             except errors.ApiError as exc:  # a 409 too: the next turn reads the Workload again from the cache
                 _log.warning("reactivation not written; will retry", workload=key, error=str(exc))
                 continue
-            self.quota_yield.reactivated(key)
+            self.quota_yield.yielded.pop(key, None)
             _log.info("reactivated after giving its quota back", workload=key)
 
     def _patch_workload(self, obj: Obj, patch: Obj) -> None:

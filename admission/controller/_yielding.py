@@ -12,13 +12,8 @@ to false, with the annotations ``atoll.dev/quota-yield`` (the waiter) and
 ``atoll.dev/quota-yield-until`` (epoch seconds), in one merge patch at the resourceVersion it read.
 Kueue evicts it and releases its quota, and does not queue it while it is inactive; its check stays
 ``Pending`` (eviction resets only the other states). Atoll sets ``spec.active`` back to true, and
-removes the annotations, once an event reaches what it waits for (the event that would have woken
-it parked: room freed in a domain it could use, a node, the profiles, its relax deadline;
-``WaitingRoom.woken_aside``), or at the latest at ``until`` (the Retry delay its wait gave). Kueue
-then queues it at its creation time (a deactivation's eviction leaves
-``Ordering.GetQueueOrderTimestamp`` there). Until then it holds no quota while it could not run
-anyway; reactivated as soon as its waiter held quota, it took its quota back at the head of the
-queue and held it idle again (measured in the simulator, ``docs/queue.md``).
+removes the annotations, once the waiter holds quota, is gone or no longer waits, or at the latest
+at ``until`` (the Retry delay its wait gave). It is then queued behind the waiter.
 
 A Retry does not work for this on Kueue v0.19, measured on the real-Kueue tier:
 
@@ -42,9 +37,9 @@ An inactive Workload is dropped from Kueue's queues and cache in ``WorkloadRecon
 (the ``!active`` case, which also asks for the inadmissible Workloads to be retried), and a
 reactivated one is queued again (``Requeued=True``, reason ``Reactivated``).
 
-The annotations make a yield survive a restart: a new leader reactivates at once every Workload
-that carries them and is inactive (``rebuild``: its need is not on file there, so no event would
-wake it); one without them (deactivated by someone else) is never touched.
+The annotations make a yield survive a restart: a new leader reactivates every Workload that
+carries them and is inactive (``rebuild``), by the same rules; one without them (deactivated by
+someone else) is never touched.
 
 Their need stays on file (``WaitingRoom.set_aside``, as in the simulator): when one holds quota
 again and nothing it waits for changed, it is parked again without a decision (``Controller.
@@ -166,8 +161,6 @@ class QuotaYield:
         """Workloads seen waiting for quota, until they hold it or are gone (weighed in Kueue's order: ``_kueue_order``)."""
         self.yielded: dict[str, Yielded] = {}
         """Workloads deactivated to give their quota back, until Atoll reactivates them."""
-        self.woken: set[str] = set()
-        """Of those, the ones an event reached (or a new leader found): reactivated at the next turn."""
         self._served: dict[str, int] = {}
         """GPUs given back so far to each Workload still waiting for quota: it takes no more than it asks for."""
         self._local_queues: dict[str, str | None] = {}
@@ -216,31 +209,21 @@ class QuotaYield:
             except ValueError:
                 until = 0.0  # unreadable: reactivated at once
             self.yielded[key] = Yielded(str(ann[YIELD_ANNOTATION]), until, "")
-            self.woken.add(key)  # its need is not on file here: nothing would wake it, so it is reactivated at once
         return len(self.yielded)
 
-    def wake(self, keys: Iterable[str]) -> None:
-        """An event reached these yielded Workloads' needs (``WaitingRoom.woken_aside``): what they
-        wait for may have changed, so they are reactivated (``due``)."""
-        self.woken.update(k for k in keys if k in self.yielded)
-
     def due(self, now: float) -> list[str]:
-        """Yielded Workloads to reactivate now: an event reached what they wait for (``wake``), or
-        their ``until`` has passed. One no longer inactive (reactivated by someone else) or gone is forgotten."""
+        """Yielded Workloads to reactivate now: their waiter holds quota, is gone or no longer
+        waits, or their ``until`` has passed. One no longer inactive (reactivated by someone else) or gone is forgotten."""
         out: list[str] = []
         for key, y in list(self.yielded.items()):
             obj = self.objects.get(key)
             if obj is None or (obj.get("spec") or {}).get("active", True) is not False:
                 del self.yielded[key]
-                self.woken.discard(key)
                 continue
-            if y.until <= now or key in self.woken:
+            waiter = self.objects.get(y.waiter)
+            if y.until <= now or waiter is None or not waits_for_quota(waiter):
                 out.append(key)
         return out
-
-    def reactivated(self, key: str) -> None:
-        self.yielded.pop(key, None)
-        self.woken.discard(key)
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up

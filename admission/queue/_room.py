@@ -69,8 +69,6 @@ class WaitingRoom:
         self._order: dict[Hashable, int] = {}
         self._aside: set[Hashable] = set()
         """Keys set aside (quota given back): indexed so events find them, never returned by them."""
-        self.woken_aside: list[Hashable] = []
-        """Keys set aside that an event woke (they left the room): whoever deactivated them reactivates them."""
         self._kept: set[Hashable] = set()
         """Keys parked again undecided after giving their quota back: they keep it until decided afresh."""
 
@@ -154,8 +152,6 @@ class WaitingRoom:
                 self.leave(key)
                 if not aside:
                     out.append(key)
-                else:
-                    self.woken_aside.append(key)
         return out
 
     def next_deadline(self) -> float | None:
@@ -196,8 +192,6 @@ class WaitingRoom:
             self.leave(key)
             if not aside:
                 out.append(key)
-            else:
-                self.woken_aside.append(key)
         return out
 
     @staticmethod

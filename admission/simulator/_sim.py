@@ -62,9 +62,9 @@ Atoll, as modelled
     no more than it asks for while it waits, and one that gave its quota back and waits for it
     again takes none. A Workload that gives its quota back is deactivated: Kueue evicts it
     (reason ``Deactivated``) and releases its quota, then, in the same instant, tries the waiter
-    again. It is reactivated when an event reaches what it waits for (one that would have woken
-    it parked: ``WaitingRoom.woken_aside``), at the latest after its wait's delay (the
-    controller's ``quota-yield-until``), and Kueue queues it at its creation time: an eviction by deactivation leaves ``Ordering.GetQueueOrderTimestamp``
+    again. It is reactivated as soon as its waiter holds quota (or is gone), at the latest after
+    its wait's delay (the controller's ``quota-yield-until``), and Kueue queues it at its
+    creation time: an eviction by deactivation leaves ``Ordering.GetQueueOrderTimestamp``
     (``pkg/workload/workload.go``, v0.19.2) at ``CreationTimestamp``, where a Retry's eviction
     would order it by the eviction. Its need stays on file (``WaitingRoom.set_aside``): when it
     holds quota again while nothing it waits for changed, it is parked again undecided, in its
@@ -168,8 +168,8 @@ class SimSettings:
     controller's default): every wait is a Retry decided again when its delay ends."""
     yield_quota: bool = True
     """With ``parking``: parked Workloads give their quota back to a queued job blocked on quota
-    that theirs would let in (deactivated until what they wait for changes, newest parked first),
-    as the controller does; False: parked Workloads keep their quota however long they wait."""
+    that theirs would let in (deactivated until it holds quota, newest parked first), as the
+    controller does; False: parked Workloads keep their quota however long they wait."""
     declared_runtime_factor: float | None = None
     """Each job's Workload declares Kueue's ``maximumExecutionTimeSeconds`` as this factor times
     its true runtime (rounded up to a second), as users pad a limit they must not exceed; what
@@ -516,7 +516,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         decision, ``WaitingRoom.may_give``), until what they give covers what it asks for; if that,
         with the quota free, would not let it in, nobody gives anything to it. A waiter served
         takes its quota from what is left for the next. A job that gives its quota back is deactivated (Kueue evicts it and releases
-        its quota) until an event reaches what it waits for or its wait's delay has passed
+        its quota) until its waiter holds quota, is gone, or its wait's delay has passed
         (``reactivate``). True when some job gave its quota back."""
         nonlocal seq
         assert room is not None
@@ -582,21 +582,32 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         parked_gpus[fi] -= gpus
         sid = int(shape_of[p])
         retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
+        until = now + max(retry_after, 1.0)  # the controller's quota-yield-until: reactivated by then at the latest
         yielded_to[p] = j
-        heapq.heappush(events, (now + max(retry_after, 1.0), seq, _REACTIVATE, p))  # the controller's quota-yield-until
+        yielders.setdefault(j, []).append(p)
+        heapq.heappush(events, (until, seq, _REACTIVATE, p))
         seq += 1
         yielded[0] += 1
 
     def left_queue(j: int, fi: int) -> None:
-        """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends."""
+        """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends, and
+        the jobs deactivated for it are reactivated at the controller's next turn (``reactivate``)."""
         served.pop(j, None)
         aside.discard(j)
+        for p in yielders.pop(j, ()):
+            reactivating[fi].append(p)
 
     def reactivate(p: int) -> bool:
         """Deactivated ``p`` is active again: Kueue queues it at its creation time (an eviction by
         deactivation leaves ``Ordering.GetQueueOrderTimestamp`` at ``CreationTimestamp``)."""
-        if yielded_to.pop(p, None) is None:
+        j = yielded_to.pop(p, None)
+        if j is None:
             return False  # reactivated already
+        waiting = yielders.get(j)
+        if waiting is not None and p in waiting:
+            waiting.remove(p)
+            if not waiting:
+                del yielders[j]
         fi = int(work.flavor[p])
         retrying[(fi, int(shape_of[p]))] -= 1
         enqueue(p)
@@ -604,26 +615,16 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     def pass_and_reactivate(fi: int, now: float) -> bool:
         """Kueue's pass over flavor ``fi``; then, at the same instant, as long as something
-        changed: the waiters given quota are tried again, and the deactivated jobs an event
-        reached are reactivated and tried again (the controller's and Kueue's next turns)."""
+        changed: the waiters given quota are tried again, and the jobs whose waiter now holds
+        quota are reactivated and tried again (the controller's and Kueue's next turns)."""
         admitted = run_pass(fi, now)
-        drain_woken()
         while again[fi] or reactivating[fi]:
             again[fi] = False
             keys, reactivating[fi] = reactivating[fi], []
             for p in keys:
                 reactivate(p)
             admitted = run_pass(fi, now) or admitted
-            drain_woken()
         return admitted
-
-    def drain_woken() -> None:
-        """Deactivated jobs an event reached (what they wait for may have changed): reactivated at the controller's next turn."""
-        if room is not None and room.woken_aside:
-            for p in room.woken_aside:
-                if p in yielded_to:
-                    reactivating[int(work.flavor[p])].append(p)
-            room.woken_aside.clear()
 
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back to a job blocked on quota
@@ -636,6 +637,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     """Jobs that gave their quota back and do not hold it again yet: they take none from another."""
     yielded_to: dict[int, int] = {}
     """A deactivated job → the waiter it gave its quota to, until it is reactivated."""
+    yielders: dict[int, list[int]] = {}
+    """A waiter → the jobs deactivated for it, still inactive."""
     served: dict[int, int] = {}
     """A waiter → GPUs of quota given to it while it waits (it takes no more than it asks for)."""
     reactivating: list[list[int]] = [[] for _ in fl]
@@ -843,8 +846,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             nxt += 1
             if progress is not None and nxt % 500 == 0:
                 progress(nxt, n)
-        drain_woken()
-        touched.update(fi for fi, r in enumerate(reactivating) if r)
         for fi in sorted(touched):
             if pass_and_reactivate(fi, now):
                 last_admit = now

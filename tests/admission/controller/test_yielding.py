@@ -50,13 +50,6 @@ def kueue_deactivates(fabric: Fabric, name: str) -> None:
     fabric.kueue.release(fabric.ns, name)
 
 
-def time_is_up(ctrl: Controller, fabric: Fabric, name: str) -> None:
-    """The yield's ``until`` has passed (as a clock would make it)."""
-    key = f"{fabric.ns}/{name}"
-    y = ctrl.quota_yield.yielded[key]
-    ctrl.quota_yield.yielded[key] = y.__class__(y.waiter, ctrl.clock.now() - 1, y.flavor)
-
-
 def parked_gang(fabric: Fabric) -> Controller:
     fabric.install()
     busy(fabric)
@@ -87,9 +80,6 @@ def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_dec
     assert run(ctrl) == [] and not active(fabric, "gang")  # the waiter has no quota yet: the gang stays out of its way
     assert ctrl.parking.is_aside(key)  # its need stays on file while it is inactive
     fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)  # Kueue admits the waiter
-    run(ctrl)  # Atoll admits the waiter
-    assert not active(fabric, "gang")  # nothing the gang waits for changed: it stays out, holding no quota
-    time_is_up(ctrl, fabric, "gang")
     run(ctrl)
     assert active(fabric, "gang") and yielded_to(fabric, "gang") is None  # reactivated, the annotations gone
     fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)  # quota again, later
@@ -172,28 +162,10 @@ def test_a_yield_whose_waiter_never_gets_quota_ends_at_its_time(fabric: Fabric) 
     kueue_deactivates(fabric, "gang")
     run(ctrl)
     assert not active(fabric, "gang")
-    time_is_up(ctrl, fabric, "gang")
+    key = f"{fabric.ns}/gang"
+    ctrl.quota_yield.yielded[key] = ctrl.quota_yield.yielded[key].__class__(f"{fabric.ns}/late", ctrl.clock.now() - 1, fabric.flavor)  # its time is up
     run(ctrl)
     assert active(fabric, "gang")
-
-
-def test_a_yield_ends_when_an_event_reaches_what_the_gang_waits_for(fabric: Fabric) -> None:
-    """Deactivated, the gang holds no quota while it could not run anyway; an event that would
-    have woken it parked (here a node change) reactivates it, and it is decided afresh on its next
-    quota, not parked again undecided."""
-    ctrl = parked_gang(fabric)
-    waiter(fabric, "late")
-    run(ctrl)
-    kueue_deactivates(fabric, "gang")
-    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
-    run(ctrl)  # Atoll admits the waiter
-    assert not active(fabric, "gang")  # the waiter's quota is no reason to come back
-    fabric.core.patch_node(fabric.node_name(0, 0, 1), {"metadata": {"labels": {"touched": "yes"}}})
-    run(ctrl)
-    assert active(fabric, "gang") and yielded_to(fabric, "gang") is None
-    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
-    (decided,) = run(ctrl)
-    assert decided.outcome == "wait" and ctrl.reparked == 0 and records_of(fabric, "gang") == 2
 
 
 def test_the_running_controller_gives_parked_quota_back(fabric: Fabric) -> None:
@@ -231,7 +203,7 @@ def test_a_waiter_takes_no_more_than_it_asks_for_newest_parked_first(fabric: Fab
 
 def test_a_standby_that_takes_the_lead_ends_the_old_leaders_yield(fabric: Fabric) -> None:
     """The leader that deactivated the gang is gone; a warm standby (watching, not writing) takes
-    the lead and, by the annotations alone, reactivates the gang (its need is not on file there)."""
+    the lead and, by the annotations alone, reactivates the gang once its waiter holds quota."""
     ctrl = parked_gang(fabric)
     waiter(fabric, "late")
     run(ctrl)
@@ -272,10 +244,6 @@ def test_a_node_heartbeat_wakes_no_parked_workload_and_so_keeps_a_yields_need_un
     run(ctrl)
     beat["lastHeartbeatTime"] = "2030-01-01T00:00:30Z"
     fabric.core.patch_node_status(node, {"status": {"conditions": [beat]}})
-    assert run(ctrl) == [] and not active(fabric, "gang")  # the heartbeat reached nothing it waits for
-    time_is_up(ctrl, fabric, "gang")
-    run(ctrl)
-    assert active(fabric, "gang")
     fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
     run(ctrl)
     assert ctrl.reparked == 1 and records_of(fabric, "gang") == 1

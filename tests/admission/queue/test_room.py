@@ -125,16 +125,3 @@ def test_parked_lists_what_is_parked_oldest_first_without_those_set_aside() -> N
     room.set_aside("b")
     assert room.parked() == ["c", "a"]
     assert room.unchanged("b", 0.0) is not None and room.parked() == ["b", "c", "a"]  # back in its old place
-
-
-def test_an_event_that_reaches_a_workload_set_aside_is_told_to_whoever_set_it_aside() -> None:
-    room = WaitingRoom()
-    room.park("gang", Need("f", CLIQUE, 2, 4, deadline=100.0))
-    room.park("other", Need("g", CLIQUE, 1, 4))
-    room.set_aside("gang")
-    assert room.wake_flavor("g") == ["other"] and room.woken_aside == []  # not its flavor
-    assert room.due(100.0) == [] and room.woken_aside == ["gang"]  # its deadline: reactivate it, not decide it
-    room.park("gang", Need("f", CLIQUE, 2, 4))
-    room.set_aside("gang")
-    room.woken_aside.clear()
-    assert room.wake_all() == [] and room.woken_aside == ["gang"]

@@ -342,16 +342,16 @@ def test_a_workload_that_gave_its_quota_back_is_not_decided_again_while_nothing_
     assert res.decisions == 2  # the gang once, the job once: the gang's quota back at 110 asks nothing again
 
 
-def test_a_workload_that_gave_its_quota_back_stays_out_until_what_it_waits_for_changes_or_its_time_is_up() -> None:
-    # as above, but J1 ends at 15: the gang, deactivated for it at 10, does not come back for J1's
-    # quota (nothing it waits for changed, and it holds no quota meanwhile), so J2 (12 GPUs, t=20)
-    # takes it; reactivated at its time, the gang gets quota only when J2 ends and parks again undecided
+def test_a_workload_that_gave_its_quota_back_is_reactivated_as_soon_as_its_waiter_holds_quota() -> None:
+    # as above, but the 12-GPU job J1 ends at 15: the gang, deactivated for it at 10, was reactivated
+    # the moment J1 held quota (the controller's rule), not after its wait's delay, so it takes its
+    # quota back at 15 and parks again undecided; J2 (12 GPUs, t=20) then waits for quota behind it
     model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
     jobs = [job(0.0, 100.0, 16), job(10.0, 5.0, 12), job(20.0, 100.0, 12)]
     res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
-    assert res.start[1] == pytest.approx(10.0) and res.start[2] == pytest.approx(20.0)
-    assert (res.quota_yields, res.reparked) == (1, 1) and res.decisions == 3
-    assert np.isnan(res.start[0])
+    assert res.start[1] == pytest.approx(10.0)
+    assert (res.quota_yields, res.reparked) == (1, 1) and res.decisions == 2
+    assert np.isnan(res.start[2])  # out for its whole delay, the gang would have left J2 the quota at 20
 
 
 def test_a_workload_parked_again_undecided_keeps_its_quota_until_it_is_decided_again() -> None:

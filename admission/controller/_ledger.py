@@ -406,9 +406,10 @@ class Ledger:
             return
         self._reported[flavor] = seen
         for s in short:
-            _log.warning("admitted pods have no room left in their domain (the scheduler bound other pods there); "
-                         "the domain counts as full until they bind", workload=s.workload, podset=s.podset, flavor=s.flavor,
-                         missing_pods=s.missing, owed_pods=s.owed, domain_nodes=s.domain_nodes)
+            why = ("have no usable node left in their domain (its nodes are tainted, cordoned or gone)" if s.domain_nodes == 0
+                   else "have no room left in their domain (the scheduler bound other pods there)")
+            _log.warning(f"admitted pods {why}; the domain counts as full until they bind", workload=s.workload,
+                         podset=s.podset, flavor=s.flavor, missing_pods=s.missing, owed_pods=s.owed, domain_nodes=s.domain_nodes)
 
 
 def _selector_nodes(snapshot: Snapshot, selector: tuple[tuple[str, str], ...], node_labels: NodeLabels | None) -> npt.NDArray[np.int64]:

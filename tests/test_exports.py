@@ -61,6 +61,7 @@ EXPECTED = {
         "simulate", "slice_workload", "sliced_jobs", "split_into_pods", "summarize", "summary_lines",
         "synthetic_jobs", "verdict", "verdict_lines", "with_gpu_perf", "workload_jobs", "workload_object", "write_plots",
         "write_sweep_plots",
+        "ReservationCell", "format_reservations", "reservation_cell", "reservation_variants", "reservations_goal", "reservations_json",
     },
     "admission.webhook": {
         "ANN_NODE", "ANN_PREVIOUS", "ANN_REPLACED", "ANN_SLOT", "CaBundlePublisher", "CertError", "MUTATE_PATH",

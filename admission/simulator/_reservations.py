@@ -153,7 +153,7 @@ def reservation_cell(records: Mapping[tuple[float | None, int, str], RunRecord],
 def _pm(e: Estimate, spec: str = ",.0f", unit: str = "") -> str:
     if not e.known:
         return "–"
-    half = "" if math.isnan(e.half) else f" ± {e.half:{spec}}"
+    half = "" if math.isnan(e.half) else f" ± {e.half:{spec.lstrip('+')}}"
     return f"{e.mean:{spec}}{half}{unit}"
 
 

@@ -95,6 +95,7 @@ def test_span_halving_every_seed_meets_the_goal_and_an_island_cut_of_a_third_mis
     assert not reservations_goal([cell]) and reservations_goal([cell], "span")
     text = format_reservations([cell])
     assert "costed-island (as shipped)" in text and "16-63 (2)" in text
+    assert "-5,000 ± 4,472" in text  # the span's paired p95 difference (s), its half-width unsigned
     assert text.splitlines()[-1].endswith("as shipped (island): MISSED; with reserveAt span: met")
     data = reservations_json([cell])
     assert data["met_as_shipped"] is False and data["met_by_variant"] == {"island": False, "span": True}

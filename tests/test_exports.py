@@ -20,9 +20,9 @@ EXPECTED = {
         "ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "DECISION_EVENT", "REQUEUE_CONDITION", "WAITING_CONDITION",
         "BoundPod", "ClusterCache", "ConfigSettings", "Controller", "CostSettings", "Decider", "DecisionRecord", "DecisionSettings",
         "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics", "MetricsAuthorizer", "OwedPods", "PodSetRecord",
-        "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
+        "Preemptor", "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
         "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "build_record", "check_entry", "check_invariant",
-        "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",
+        "condition_true", "decode_planned", "describe", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",
         "parse_object", "parse_workload", "pod_usage", "read_wait_state", "record_problems", "requeue_request", "rfc3339", "waiting_condition",
     },
     "admission.vocabulary": {

@@ -428,5 +428,5 @@ def scale_load(jobs: Sequence[Job], cluster_gpus: int, load: float) -> list[Job]
         [j.id for j in jobs], [first + factor * (j.submit_s - first) for j in jobs], [j.duration_s for j in jobs],
         [j.gpus for j in jobs], [j.pods for j in jobs], [j.gpus_per_pod for j in jobs], [j.kind for j in jobs],
         [j.queue for j in jobs], [j.cpu_milli_per_pod for j in jobs], [j.memory_mib_per_pod for j in jobs],
-        [j.comm_fraction for j in jobs], [j.model_gb for j in jobs], [j.overlap for j in jobs],
+        [j.comm_fraction for j in jobs], [j.model_gb for j in jobs], [j.overlap for j in jobs], [j.priority for j in jobs],
     ))

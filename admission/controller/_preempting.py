@@ -88,7 +88,9 @@ class Preemptor:
         return plan_preemption(snap, gang, running, rules, now)
 
     def _candidates(self, flavor: str, gang_uid: str, now: float) -> Iterable[Candidate]:
-        """Admitted Workloads on ``flavor`` with their GPUs per node (planned), not being evicted."""
+        """Admitted Workloads on ``flavor`` with their GPUs per node, not being evicted: running
+        pods where they run (under ``domain`` enforcement the scheduler may have put them on other
+        nodes of the domain than planned), pods still owed where planned (``Ledger.outstanding``)."""
         by_uid: dict[str, dict[str, int]] = {}
         keys: dict[str, str] = {}
         for r in self.ledger.reservations(flavor):
@@ -96,13 +98,14 @@ class Preemptor:
                 continue
             keys[r.uid] = r.workload
             nodes = by_uid.setdefault(r.uid, {})
-            for node, pods in r.planned:
+            bound = self.ledger.bound(r.decision_id) if r.decision_id else {}
+            for node, pods in (*bound.get(r.podset, {}).items(), *self.ledger.outstanding(r, bound)):
                 nodes[node] = nodes.get(node, 0) + pods * r.per_pod.gpu
         for uid, nodes in sorted(by_uid.items()):
             obj = self.cache.objects[WORKLOADS].get(keys[uid])
             if obj is None or condition_true(obj, "Evicted") or condition_true(obj, "Finished"):
                 continue
-            started = _since(obj, "Admitted") or _since(obj, "QuotaReserved") or now
+            started = next((t for t in (_since(obj, "Admitted"), _since(obj, "QuotaReserved")) if t is not None), now)  # epoch 0 is a time
             cq = str(((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
             yield Candidate(keys[uid], cq, _priority(obj), nodes, started, started)
 

@@ -49,12 +49,12 @@ def cluster(islands: int = 2) -> ClusterModel:
 LONG, LATE, GANG = 0, 1, 2
 
 
-def gang_run(profile: str, *, records: Path | None = None, within: str = "LowerPriority") -> SimResult:
+def gang_run(profile: str, *, records: Path | None = None, within: str = "LowerPriority", late_priority: int = 0) -> SimResult:
     """Two low-priority 12-GPU jobs, one per island, for 20,000 s: the first from t=0, the second
     from t=500. A priority-100 gang of 16 GPUs (one whole island) arrives at t=1000: it fits no
     island until one of them leaves. Clearing the second's island loses 12 × 500 s of work, the
     first's 12 × 1000 s. Quota is twice capacity, so the gang is decided at once."""
-    jobs = [job(0, 20000, 12), job(500, 20000, 12), job(1000, 300, 16, priority=100)]
+    jobs = [job(0, 20000, 12), job(500, 20000, 12, priority=late_priority), job(1000, 300, 16, priority=100)]
     (pol,) = make_policies([f"atoll-{profile}"], DOC, seed=1)
     settings = SimSettings(quota_factor=2.0, within_cluster_queue=within, records=str(records) if records else None)
     return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings)
@@ -85,6 +85,16 @@ def test_with_preempt_domain_on_the_gang_starts_in_the_cheapest_domain_once_its_
     assert admitted[f"job-{GANG}"] == first != admitted[f"job-{LONG}"]  # the gang runs where the cheaper victim ran
     note = next(n for r in lines if r["workload"] == f"job-{GANG}" for n in r["notes"] if n.startswith("preemption"))
     assert note.startswith(f"preemption: clears gpu.clique {'/'.join(first)} by evicting sim/job-{LATE} (12 GPUs, 1.7 GPU-hours")
+
+
+def test_a_victim_is_counted_on_the_nodes_it_runs_on_not_those_planned_for_it() -> None:
+    """With the second job at the gang's priority only the first may leave. Under ``domain``
+    enforcement the scheduler model (least-allocated, seed 0) binds the first job's 3 pods on nodes
+    1-3 of its island, where Atoll planned nodes 0-2: counted where planned, its leaving would free
+    only 3 whole nodes and no plan would be made; counted where it runs, it frees the island."""
+    res = gang_run("preempting", late_priority=100)
+    assert res.preempted == 1 and res.preempted_gpu_hours == pytest.approx(12 * 1000 / 3600)
+    assert 1000 < res.start[GANG] <= 1030 and res.start[LONG] >= res.end[GANG]
 
 
 def test_with_dry_run_the_plan_is_recorded_and_nobody_is_evicted(tmp_path: Path) -> None:

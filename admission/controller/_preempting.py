@@ -8,6 +8,9 @@ Workload that holds quota and has a check in ``Retry``, admitted or not: ``Recon
 ``workloadevict.Evict`` with reason ``AdmissionCheck`` (kubernetes-sigs/kueue v0.19.2,
 pkg/controller/core/workload_controller.go).
 
+Nodes slower than the gang's class allows (``perfFloor``) are no room for it, in the plan as in its
+decision: a cleared domain it then could not use would be held for nothing.
+
 While the victims terminate, the domain's nodes are held for the gang: other Workloads' decisions
 leave them out (``Decider.holds``). The hold ends when the gang is placed, rejected or deleted.
 A gang that holds a domain plans no other preemption.
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import structlog
 
 from admission.controller._cache import ClusterCache, FlavorProblem
@@ -83,6 +87,11 @@ class Preemptor:
         except (FlavorProblem, ValueError):
             return None
         self.ledger.apply(snap, exclude_uid=str(meta.get("uid")))
+        docs = self.cache.profiles
+        cls = docs.classes.get(verdict.workload_class) if docs is not None and verdict.workload_class else None
+        if cls is not None and cls.perf_floor > 0:  # the gang's decision leaves slower nodes out: so does the plan
+            for i in np.flatnonzero(snap.perf < cls.perf_floor).tolist():
+                snap.exclude(i)
         running = list(self._candidates(need.flavor, str(meta.get("uid")), now))
         rules = self._rules({cq, *(c.cluster_queue for c in running)})
         return plan_preemption(snap, gang, running, rules, now)

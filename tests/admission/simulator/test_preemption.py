@@ -120,6 +120,30 @@ def test_a_gang_of_the_same_priority_as_the_running_jobs_preempts_nothing() -> N
     assert res.preempted == 0 and res.start[GANG] >= 20000
 
 
+def test_the_plan_leaves_out_nodes_slower_than_the_gangs_class_allows() -> None:
+    """Island r0: 4 nodes; r1: 4 nodes, one at half speed, which the training class's perfFloor
+    0.9 rules out for every job here. A 16-GPU job fills r0 from t=0; a 12-GPU job takes r1's 3
+    fast nodes from t=500. Clearing r1 costs less, but the gang could not use it (3 fast nodes for
+    4 pods): the plan clears r0, and the gang starts there."""
+    nodes = [{"name": f"n{i}", "labels": {SU: "u0", CLIQUE: f"r{i // 4}"}, **({"perf": 0.5} if i == 7 else {})} for i in range(8)]
+    slow = ClusterModel.model_validate({"name": "slow", "flavors": [{
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110}, "nodes": nodes}]})
+    doc = load_profiles(f"""
+defaultProfile: preempting
+profiles:
+  preempting: {{requiredLevel: {CLIQUE}, {RETRY}, preemptDomain: on}}
+classes:
+  training: {{perfFloor: 0.9}}
+""")
+    jobs = [job(0, 20000, 16), job(500, 20000, 12), job(1000, 300, 16, priority=100)]
+    (pol,) = make_policies(["atoll-preempting"], doc, seed=1)
+    res = simulate(slow, prepare_workload(slow, jobs), pol, settings=SimSettings(quota_factor=2.0))
+    assert res.preempted == 1 and res.preempted_gpu_hours == pytest.approx(16 * 1000 / 3600)  # the 16-GPU job left
+    assert 1000 < res.start[GANG] <= 1030 and res.start[LATE] == 500 and res.end[LATE] == pytest.approx(20500)
+
+
 @pytest.mark.parametrize("policy", ["count-only", "atoll-strict"])
 def test_kueues_queue_takes_the_higher_priority_first_and_only_then_the_older(policy: str) -> None:
     """A 32-GPU job holds the cluster until t=1000. Queued behind it: a 16-GPU job (t=1) and a

@@ -61,7 +61,7 @@ class SimPreemption:
         """The profile's ``preemptDomain``: ``on`` or ``dry-run``."""
         port = MemoryCluster().load([(CLUSTER_QUEUES, {"metadata": {"name": CLUSTER_QUEUE},
                                                        "spec": {"preemption": {"withinClusterQueue": within_cluster_queue}}})])
-        self.preemptor = Preemptor(deployed.cache, deployed.ledger, port)  # type: ignore[arg-type]
+        self.preemptor = Preemptor(deployed.cache, deployed.ledger, port)
         self.due: list[int] = []
         """Victims (job indices) of the plans applied since the simulator last took them."""
         self.plans: list[tuple[float, str, Plan, bool]] = []

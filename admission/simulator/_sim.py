@@ -99,8 +99,8 @@ from admission.controller import Violation, check_invariant
 from admission.queue import WaitingRoom
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
-from admission.simulator._preemption import WITHIN_CLUSTER_QUEUE, drop_events
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
+from admission.simulator._preemption import WITHIN_CLUSTER_QUEUE, drop_events
 from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState
 from topology import LINK_MODELS, ClusterModel, CostModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus

@@ -73,6 +73,9 @@ def test_with_preempt_domain_on_the_gang_starts_in_the_cheapest_domain_once_its_
     assert (res.status == STATUS_DONE).all()
     assert res.preemption_plans == 1 and res.preempted == 1
     assert res.preempted_gpu_hours == pytest.approx(12 * 500 / 3600)  # what the victim had run when evicted
+    s = summarize(res)  # what atoll simulate reports
+    assert (s["preempt_domain"], s["preemption_plans"], s["preempted"]) == ("on", 1, 1)
+    assert s["preempted_gpu_hours"] == pytest.approx(12 * 500 / 3600) and s["mean_jct_by_size_band"]["16-63"] == pytest.approx(330)
     assert res.start[LONG] == 0 and res.end[LONG] == 20000  # the dearer job is left alone
     # the gang starts at its first decision after the eviction (its Retry, ≤ 30 s), far before any job ends
     assert 1000 < res.start[GANG] <= 1000 + 30

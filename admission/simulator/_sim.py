@@ -14,7 +14,7 @@ Kueue, as modelled
     ``pkg/workload/evict/evict.go``; ``SetQuotaReservation`` turns ``Evicted`` False; Kueue
     v0.19.2): a Retry sends it behind every job created before it was evicted. Ties go by
     arrival order (Kueue's by UID). Before that order comes the job's priority (``Job.priority``,
-    its Workload's ``spec.priority``): higher first, as Kueue's ``queueOrderingFunc`` compares
+    its Workload's ``spec.priority``): higher first, as Kueue's ``baseCompareFunc`` compares
     priority, then the queue-order timestamp, then UID (``pkg/cache/queue/cluster_queue.go``,
     v0.19.2); with every priority equal (0 unless a workload gives them) the order is as above.
     Quota is checked first (usage + request ≤ nominal); no cohorts or borrowing, and none of

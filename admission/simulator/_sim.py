@@ -571,6 +571,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     requeue: list[tuple[int, float]] = []
     """Victims evicted during a pass: they rejoin their queues (by eviction time) once it ends."""
+    freed: list[tuple[int, IntArray]] = []
+    """(flavor, nodes) the victims left: parked Workloads are woken by them once the pass ends (the gang has parked by then)."""
 
     def evict(victims: list[int], now: float) -> None:
         """Kueue evicts a plan's victims (``_preemption``): their pods leave the nodes, their quota
@@ -599,8 +601,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             relaxed[j] = False
             pending += 1
             requeue.append((j, now))
-            if room is not None and len(room) and nodes.size:
-                wake(room.freed(f.snapshot, nodes))
+            if room is not None and nodes.size:
+                freed.append((fi, nodes))
             check(fi, now)
 
     def check(fi: int, now: float) -> None:
@@ -806,6 +808,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     if run_pass(fi, now):
                         last_admit = now
             while requeue:  # victims evicted in those passes rejoin their queues, and their flavors are tried again
+                if room is not None and len(room):
+                    for fi, nodes in freed:
+                        wake(room.freed(fl[fi].snapshot, nodes))
+                freed.clear()
                 again = {enqueue(j, t) for j, t in requeue}
                 requeue.clear()
                 for fi in sorted(again):

@@ -90,6 +90,16 @@ def test_with_preempt_domain_on_the_gang_starts_in_the_cheapest_domain_once_its_
     assert note.startswith(f"preemption: clears gpu.clique {'/'.join(first)} by evicting sim/job-{LATE} (12 GPUs, 1.7 GPU-hours")
 
 
+def test_a_parked_gang_is_decided_again_as_soon_as_its_victim_has_left() -> None:
+    """With parking (the controller's park_waiting) the gang is not on a Retry's timer: the
+    victim's eviction frees its domain, which wakes the gang at once."""
+    jobs = [job(0, 20000, 12), job(500, 20000, 12), job(1000, 300, 16, priority=100)]
+    (pol,) = make_policies(["atoll-preempting"], DOC, seed=1)
+    res = simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(quota_factor=2.0, parking=True))
+    assert res.preempted == 1 and res.preempted_gpu_hours == pytest.approx(12 * 500 / 3600)
+    assert res.start[GANG] == 1000 and res.start[LATE] >= res.end[GANG]
+
+
 def test_a_victim_is_counted_on_the_nodes_it_runs_on_not_those_planned_for_it() -> None:
     """With the second job at the gang's priority only the first may leave. Under ``domain``
     enforcement the scheduler model (least-allocated, seed 0) binds the first job's 3 pods on nodes

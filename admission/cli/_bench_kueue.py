@@ -33,7 +33,10 @@ the reservation, places and writes the check's state; Atoll's arm only), → ``A
 reservation). Atoll's share is split at the start of the decision that made the check Ready,
 read from the decision records ``atoll run`` writes: reserved → decided is how late Atoll saw
 the reservation (its watch and its queue), decided → Ready its decision, its write and the
-bench's watch. Kueue's own metrics give its Workload controller's mean queue wait and reconcile
+bench's watch. Reserved → decided is split where Atoll's check entry is first seen on the
+reserved Workload (``listed``): Kueue's scheduler can reserve quota before Kueue's Workload
+controller has added the check entries (it adds them in a write of its own, and Atoll acts on
+its entry alone), so reserved → listed is Kueue's wait, listed → decided Atoll's. Kueue's own metrics give its Workload controller's mean queue wait and reconcile
 time over the run. Creates and the runner's status writes are retried on a loaded apiserver's
 errors (429, 5xx, timeouts), up to ``RETRIES`` times with backoff. Goal: Atoll's mean
 time to admission at most ``--goal-ratio`` (1.10) times Kueue's alone; the command exits 1 when
@@ -176,6 +179,7 @@ class _Runner:
         self.admitted: dict[str, float] = {}
         self.reserved: dict[str, float] = {}
         self.ready: dict[str, float] = {}
+        self.listed: dict[str, float] = {}
         self.runtime: dict[str, float] = {}
         self.due: list[tuple[float, str]] = []
         self.cv = threading.Condition()
@@ -206,6 +210,7 @@ class _Runner:
                     if evicted is not None:
                         if key not in self.admitted:  # its wait for a reservation starts again
                             self.reserved.pop(key, None)
+                            self.listed.pop(key, None)
                             self.ready.pop(key, None)
                         try:
                             _retry(lambda b=evicted: self.port.replace(WORKLOADS, b, subresource="status"))
@@ -216,6 +221,8 @@ class _Runner:
                         continue
                     if key not in self.reserved and any(c["type"] == "QuotaReserved" and c["status"] == "True" for c in conds):
                         self.reserved[key] = now
+                    if key in self.reserved and key not in self.listed and any(a.get("name") == CHECK for a in status.get("admissionChecks") or []):
+                        self.listed[key] = now  # reserved, and Atoll's check entry there to act on
                     if key not in self.ready and any(a.get("name") == CHECK and a.get("state") == "Ready"
                                                      for a in status.get("admissionChecks") or []):
                         self.ready[key] = now
@@ -464,9 +471,9 @@ def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: 
                   f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     runner.stop()
     with runner.cv:
-        admitted, reserved, ready = dict(runner.admitted), dict(runner.reserved), dict(runner.ready)
+        admitted, reserved, ready, listed = dict(runner.admitted), dict(runner.reserved), dict(runner.ready), dict(runner.listed)
     decided = decision_starts(records.read_text(errors="replace").splitlines(), admitted, wall)
-    rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided) for arm in ARMS}
+    rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided, listed) for arm in ARMS}
     tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
     creates_s = max(created.values(), default=started) - started
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
@@ -538,7 +545,7 @@ def main(argv: Sequence[str]) -> int:
     else:
         columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
                    "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
-                   "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms")
+                   "reserved_to_listed_ms", "listed_to_decided_ms", "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms")
         wc = out["kueue_workload_controller"]
         print(" | ".join(columns))
         for r in out["rows"]:

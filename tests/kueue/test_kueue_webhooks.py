@@ -27,6 +27,7 @@ def test_kueues_webhook_configurations_are_its_kustomizations_with_the_system_na
         assert hooks[name]["namespaceSelector"]["matchExpressions"] == [
             {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kueue-system"]}], name
     assert hooks["mjobset.kb.io"]["clientConfig"]["url"] == "https://127.0.0.1:1/mutate-jobset-x-k8s-io-v1alpha2-jobset"
+    assert "workloads/status" in hooks["vworkload.kb.io"]["rules"][0]["resources"]  # Atoll's status writes are validated too
     assert all("service" not in h["clientConfig"] and h["clientConfig"]["caBundle"] == "Y2E=" for h in hooks.values())
 
 

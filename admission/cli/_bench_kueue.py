@@ -15,7 +15,8 @@ PodSet needs no placement, and Atoll admits it at once):
   and runner), with ``--write-workers`` decision writes in flight at once.
 
 Each arm has ``--queues`` ClusterQueues in one cohort (nominal 20 CPUs each, borrowing up to 100),
-a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second: Kueue's
+a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second (at most
+``--create-workers`` creates in flight): Kueue's
 classes (small 2 x 500m for 200 ms, medium 4 x 1250m for 500 ms, large 8 x 2500m for 1 s, in
 its 7:2:1 mix), half required and half preferred at the rack level (Atoll: the strict and the
 elastic profile). A runner marks each Workload Finished its runtime after it is admitted, as

@@ -24,6 +24,7 @@ EXPECTED = {
         "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "build_record", "check_entry", "check_invariant",
         "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",
         "parse_object", "parse_workload", "pod_usage", "read_wait_state", "record_problems", "requeue_request", "rfc3339", "waiting_condition",
+        "yield_patch",
     },
     "admission.vocabulary": {
         "ATTEMPTS", "BENCH_ARM", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "DECISION_SCHEMA", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",

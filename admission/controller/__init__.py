@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         parse_object,
         parse_workload,
     )
+    from admission.controller._yielding import yield_patch
 
 _WHERE = {
     "ANN_ENFORCEMENT": "_ledger",
@@ -109,6 +110,7 @@ _WHERE = {
     "read_wait_state": "_wait",
     "record_problems": "_schema",
     "requeue_request": "_requeue",
+    "yield_patch": "_yielding",
 }
 
 __all__ = [
@@ -166,6 +168,7 @@ __all__ = [
     "requeue_request",
     "rfc3339",
     "waiting_condition",
+    "yield_patch",
 ]
 
 

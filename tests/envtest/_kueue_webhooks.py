@@ -89,7 +89,8 @@ def kueue_webhook_configurations(base_url: str, ca_pem: bytes) -> list[dict[str,
         found = [h for h in configs[config]["webhooks"] if h["name"] == name]
         if len(found) != 1:
             raise EnvtestError(f"Kueue's webhook kustomization names {config}/{name}, which manifests.yaml has {len(found)} of")
-        return found[0]
+        hit: dict[str, Any] = found[0]
+        return hit
 
     for patch in kustomization.get("patches") or []:
         body = yaml.safe_load(patch["patch"]) if "patch" in patch else None

@@ -154,7 +154,7 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
     lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else 0
     alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
     free = np.minimum(snapshot.free[:, 0], alloc)
-    ends: dict[int, list[tuple[float, float, int]]] = {}
+    ends: dict[int, list[tuple[float, float, int, int]]] = {}
     for r in running:
         if r.flavor != snapshot.flavor:
             continue

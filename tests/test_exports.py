@@ -20,10 +20,11 @@ EXPECTED = {
         "ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "DECISION_EVENT", "REQUEUE_CONDITION", "WAITING_CONDITION",
         "BoundPod", "ClusterCache", "ConfigSettings", "Controller", "CostSettings", "Decider", "DecisionRecord", "DecisionSettings",
         "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics", "MetricsAuthorizer", "OwedPods", "PodSetRecord",
-        "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
+        "Preemptor", "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
         "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "build_record", "check_entry", "check_invariant",
-        "condition_true", "decode_planned", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",
+        "condition_true", "decode_planned", "describe", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",
         "parse_object", "parse_workload", "pod_usage", "read_wait_state", "record_problems", "requeue_request", "rfc3339", "waiting_condition",
+        "yield_patch",
     },
     "admission.vocabulary": {
         "ATTEMPTS", "BENCH_ARM", "BENCH_POOL", "CLASS", "CONTROLLER_NAME", "DECISION_ID", "DECISION_SCHEMA", "ENFORCEMENT", "FIRST_WAITED_AT", "FLAVOR", "GPU_PERF", "NEAR",
@@ -61,6 +62,7 @@ EXPECTED = {
         "simulate", "slice_workload", "sliced_jobs", "split_into_pods", "summarize", "summary_lines",
         "synthetic_jobs", "verdict", "verdict_lines", "with_gpu_perf", "workload_jobs", "workload_object", "write_plots",
         "write_sweep_plots",
+        "ReservationCell", "format_reservations", "reservation_cell", "reservation_variants", "reservations_goal", "reservations_json",
     },
     "admission.webhook": {
         "ANN_NODE", "ANN_PREVIOUS", "ANN_REPLACED", "ANN_SLOT", "CaBundlePublisher", "CertError", "MUTATE_PATH",

@@ -15,7 +15,8 @@ PodSet needs no placement, and Atoll admits it at once):
   and runner), with ``--write-workers`` decision writes in flight at once.
 
 Each arm has ``--queues`` ClusterQueues in one cohort (nominal 20 CPUs each, borrowing up to 100),
-a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second: Kueue's
+a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second (at most
+``--create-workers`` creates in flight): Kueue's
 classes (small 2 x 500m for 200 ms, medium 4 x 1250m for 500 ms, large 8 x 2500m for 1 s, in
 its 7:2:1 mix), half required and half preferred at the rack level (Atoll: the strict and the
 elastic profile). A runner marks each Workload Finished its runtime after it is admitted, as
@@ -33,7 +34,10 @@ the reservation, places and writes the check's state; Atoll's arm only), → ``A
 reservation). Atoll's share is split at the start of the decision that made the check Ready,
 read from the decision records ``atoll run`` writes: reserved → decided is how late Atoll saw
 the reservation (its watch and its queue), decided → Ready its decision, its write and the
-bench's watch. Kueue's own metrics give its Workload controller's mean queue wait and reconcile
+bench's watch. Reserved → decided is split where Atoll's check entry is first seen on the
+reserved Workload (``listed``): Kueue's scheduler can reserve quota before Kueue's Workload
+controller has added the check entries (it adds them in a write of its own, and Atoll acts on
+its entry alone), so reserved → listed is Kueue's wait, listed → decided Atoll's. Kueue's own metrics give its Workload controller's mean queue wait and reconcile
 time over the run. Creates and the runner's status writes are retried on a loaded apiserver's
 errors (429, 5xx, timeouts), up to ``RETRIES`` times with backoff. Goal: Atoll's mean
 time to admission at most ``--goal-ratio`` (1.10) times Kueue's alone; the command exits 1 when
@@ -176,6 +180,7 @@ class _Runner:
         self.admitted: dict[str, float] = {}
         self.reserved: dict[str, float] = {}
         self.ready: dict[str, float] = {}
+        self.listed: dict[str, float] = {}
         self.runtime: dict[str, float] = {}
         self.due: list[tuple[float, str]] = []
         self.cv = threading.Condition()
@@ -206,6 +211,7 @@ class _Runner:
                     if evicted is not None:
                         if key not in self.admitted:  # its wait for a reservation starts again
                             self.reserved.pop(key, None)
+                            self.listed.pop(key, None)
                             self.ready.pop(key, None)
                         try:
                             _retry(lambda b=evicted: self.port.replace(WORKLOADS, b, subresource="status"))
@@ -216,6 +222,8 @@ class _Runner:
                         continue
                     if key not in self.reserved and any(c["type"] == "QuotaReserved" and c["status"] == "True" for c in conds):
                         self.reserved[key] = now
+                    if key in self.reserved and key not in self.listed and any(a.get("name") == CHECK for a in status.get("admissionChecks") or []):
+                        self.listed[key] = now  # reserved, and Atoll's check entry there to act on
                     if key not in self.ready and any(a.get("name") == CHECK and a.get("state") == "Ready"
                                                      for a in status.get("admissionChecks") or []):
                         self.ready[key] = now
@@ -260,6 +268,11 @@ class _Runner:
 
 
 RETRIES = 5
+PROGRESS_S = 60.0
+"""How often a run waiting for admissions says how many it has, on stderr."""
+CREATE_WORKERS = 16
+"""The bench's creates in flight at once (``--create-workers``): at 4, 15,000 Workloads per arm
+took 25 minutes per arm to create."""
 
 
 def _retry(call: Any, *, create: bool = False) -> Any:
@@ -291,9 +304,11 @@ def nodes_ready_seconds(nodes: int) -> float:
 
 
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
-              write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None) -> dict[str, Any]:
+              write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None,
+              create_workers: int = CREATE_WORKERS) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
+    ``create_workers``: the bench's creates in flight at once (each on its own connection);
     ``kueue_config``: fields of Kueue's Configuration set over the tier's (``KueueCluster``);
     ``logs``: a folder that gets Kueue's log and ``atoll run``'s records and log at the end."""
     from admission.kube import ADMISSION_CHECKS, KubePort
@@ -311,7 +326,9 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
     with ApiServer(binaries) as api:
         try:
             cluster = KueueCluster(api, kueue_config=kueue_config).start()
-            port = KubePort(api.api_client())
+            api_client = api.api_client()
+            api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = create_workers + 4  # a connection per creator
+            port = KubePort(api_client)
             _install(port, nodes, queues)
             _wait_nodes_ready(port, nodes)
             records, log = api.dir / "atoll-run.jsonl", api.dir / "atoll-run.log"
@@ -323,7 +340,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                      "--log-level", "warning"], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
                 try:
                     _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
-                    result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records)
+                    result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records,
+                                       create_workers)
                 finally:
                     ctrl.terminate()
                     try:
@@ -402,8 +420,9 @@ def _wait_active(port: Any, checks: Any, proc: subprocess.Popen[bytes], seconds:
 
 
 def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: int, timeout: float, write_workers: int,
-              nodes: int, load_before: tuple[float, float, float], records: Path) -> dict[str, Any]:
-    """Create both arms' Workloads at ``rate`` and time them to admission (module docstring)."""
+              nodes: int, load_before: tuple[float, float, float], records: Path, create_workers: int = 4) -> dict[str, Any]:
+    """Create both arms' Workloads at ``rate`` with ``create_workers`` creates in flight, and time
+    them to admission (module docstring)."""
     from admission.kube import WORKLOADS
     from admission.kube.errors import ApiError
 
@@ -432,7 +451,7 @@ def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: 
             created[key], classes[key] = t, name
 
     started = time.monotonic()
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(create_workers) as pool:
         futures = []
         for i in range(workloads):
             wait = started + i / rate - time.monotonic()
@@ -442,17 +461,24 @@ def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: 
                 futures.append(pool.submit(submit, arm, i))
         for f in futures:
             f.result()  # a create that failed ends the run, named
-    end = time.monotonic() + timeout
+    end, report = time.monotonic() + timeout, time.monotonic() + PROGRESS_S
     while time.monotonic() < end and len(runner.admitted) < 2 * workloads:
         time.sleep(0.2)
+        if time.monotonic() > report:  # a long run says how far it is, on stderr
+            report += PROGRESS_S
+            with runner.cv:
+                done = {arm: sum(k.startswith(f"bench-{arm}/") for k in runner.admitted) for arm in ARMS}
+            print(f"atoll bench kueue: {time.monotonic() - started:.0f}s: admitted {done} of {workloads} per arm; "
+                  f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     runner.stop()
     with runner.cv:
-        admitted, reserved, ready = dict(runner.admitted), dict(runner.reserved), dict(runner.ready)
+        admitted, reserved, ready, listed = dict(runner.admitted), dict(runner.reserved), dict(runner.ready), dict(runner.listed)
     decided = decision_starts(records.read_text(errors="replace").splitlines(), admitted, wall)
-    rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided) for arm in ARMS}
+    rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided, listed) for arm in ARMS}
     tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
+    creates_s = max(created.values(), default=started) - started
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
-            "write_workers": write_workers, "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
+            "create_workers": create_workers, "creates_s": round(creates_s, 1), "write_workers": write_workers, "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "cores": os.cpu_count()}
 
@@ -479,6 +505,8 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--goal-ratio", type=float, default=1.10, help="Atoll's mean time to admission over Kueue TAS's, at most")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for admissions after the last create")
+    p.add_argument("--create-workers", type=int, default=CREATE_WORKERS,
+                   help="the bench's Workload creates in flight at once (both arms together)")
     p.add_argument("--write-workers", type=int, default=4, help="Atoll's decision writes in flight at once (0: serial)")
     p.add_argument("--kueue-workload-concurrency", type=int, default=None,
                    help="Workloads Kueue's Workload controller reconciles at once (default: what Kueue's shipped Configuration sets)")
@@ -490,6 +518,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if not 0 <= args.write_workers <= 32:
         print("atoll bench kueue: --write-workers must be between 0 and 32", file=sys.stderr)
+        return 2
+    if not 1 <= args.create_workers <= 64:
+        print("atoll bench kueue: --create-workers must be between 1 and 64", file=sys.stderr)
         return 2
     if args.kueue_workload_concurrency is not None and args.kueue_workload_concurrency < 1:
         print("atoll bench kueue: --kueue-workload-concurrency must be ≥ 1 (or left out for Kueue's shipped value)", file=sys.stderr)
@@ -503,7 +534,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
                         write_workers=args.write_workers, kueue_config=_workload_concurrency(args.kueue_workload_concurrency),
-                        logs=args.logs)
+                        logs=args.logs, create_workers=args.create_workers)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1
@@ -515,13 +546,13 @@ def main(argv: Sequence[str]) -> int:
     else:
         columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
                    "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
-                   "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms")
+                   "reserved_to_listed_ms", "listed_to_decided_ms", "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms")
         wc = out["kueue_workload_controller"]
         print(" | ".join(columns))
         for r in out["rows"]:
             print(" | ".join(str(r[c]) for c in columns))
         print(f"atoll / kueue-tas mean time to admission: {ratio} (goal ≤ {args.goal_ratio}: {'met' if met else 'MISSED'}); "
               f"{out['nodes_per_arm']} KWOK nodes per arm, {out['queues_per_arm']} ClusterQueues per cohort, "
-              f"{out['rate_per_s']} Workloads/s per arm, {out['write_workers']} write workers; Kueue's Workload controller "
+              f"{out['rate_per_s']} Workloads/s per arm ({out['creates_s']} s of creates, {out['create_workers']} at once), {out['write_workers']} write workers; Kueue's Workload controller "
               f"{wc['workers']} at once, {wc['queue_wait_ms']} ms mean queue wait, {wc['reconcile_ms']} ms mean reconcile; {out['not_created']} creates failed; load {out['load_before']} → {out['load_after']} on {out['cores']} cores")
     return 0 if met else 1

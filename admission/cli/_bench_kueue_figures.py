@@ -69,11 +69,14 @@ def workload_controller_figures(metrics: str) -> dict[str, float | None]:
 
 
 def stages(keys: list[str], created: dict[str, float], reserved: dict[str, float], ready: dict[str, float],
-            admitted: dict[str, float], decided: dict[str, float] | None = None) -> dict[str, float | None]:
-    """Mean ms of each stage over the Workloads that passed both its ends."""
+            admitted: dict[str, float], decided: dict[str, float] | None = None,
+            listed: dict[str, float] | None = None) -> dict[str, float | None]:
+    """Mean ms of each stage over the Workloads that passed both its ends (``listed``: when the
+    reserved Workload was first seen with Atoll's check entry)."""
     out: dict[str, float | None] = {}
-    decided = decided or {}
+    decided, listed = decided or {}, listed or {}
     for name, a, b in (("create_to_reserved", created, reserved), ("reserved_to_ready", reserved, ready),
+                       ("reserved_to_listed", reserved, listed), ("listed_to_decided", listed, decided),
                        ("reserved_to_decided", reserved, decided), ("decided_to_ready", decided, ready),
                        ("ready_to_admitted", ready, admitted), ("reserved_to_admitted", reserved, admitted)):
         d = [1000.0 * (b[k] - a[k]) for k in keys if k in a and k in b]
@@ -83,7 +86,7 @@ def stages(keys: list[str], created: dict[str, float], reserved: dict[str, float
 
 def row(arm: str, created: dict[str, float], admitted: dict[str, float], classes: dict[str, str], class_names: Sequence[str] = (),
         reserved: dict[str, float] | None = None, ready: dict[str, float] | None = None,
-        decided: dict[str, float] | None = None) -> dict[str, Any]:
+        decided: dict[str, float] | None = None, listed: dict[str, float] | None = None) -> dict[str, Any]:
     keys = [k for k in created if k.startswith(f"bench-{arm}/")]
     done = [k for k in keys if k in admitted]
     tta = np.array([admitted[k] - created[k] for k in done]) * 1000.0
@@ -97,5 +100,5 @@ def row(arm: str, created: dict[str, float], admitted: dict[str, float], classes
     for name in class_names:
         sel = np.array([admitted[k] - created[k] for k in done if classes[k] == name]) * 1000.0
         row[f"tta_{name}_ms"] = round(float(sel.mean()), 1) if sel.size else None
-    row.update(stages(keys, created, reserved or {}, ready or {}, admitted, decided))
+    row.update(stages(keys, created, reserved or {}, ready or {}, admitted, decided, listed))
     return row

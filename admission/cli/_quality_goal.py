@@ -11,7 +11,9 @@ Allocation is judged two ways, both printed:
 
 The gate (the exit code) is the goal as written, on allocation; the goodput reading is printed
 beside it and never changes the exit code. One profile must meet every load of the range run, on
-every cluster run (``goal_met``).
+every cluster run (``goal_met``). The goal itself covers loads 1.0, 1.15 and 1.3 on both bundled
+clusters (``GOAL_POINTS``); a run that leaves some out is judged on the points it ran, and says
+which it left out (``goal_not_run``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from typing import Any
 
 from admission.simulator import Comparison, verdict
 
-__all__ = ["GOAL_BASELINES", "GOAL_LOADS", "MAX_ALLOCATION_COST", "GoalRow", "format_goal", "goal_json", "goal_judgeable", "goal_met", "goal_rows", "in_range"]
+__all__ = ["GOAL_BASELINES", "GOAL_LOADS", "GOAL_POINTS", "MAX_ALLOCATION_COST", "GoalRow", "format_goal", "goal_json", "goal_judgeable",
+           "goal_met", "goal_not_run", "goal_rows", "in_range"]
 
 GOAL_BASELINES = ("kueue-bestfit", "kueue-required")
 GOAL_LOADS = (1.0, 1.3)
 """The offered loads the goal covers, both ends included."""
+GOAL_POINTS = tuple((c, x) for c in ("gb200-nvl72-superpod", "dgx-h100-superpod") for x in (1.0, 1.15, 1.3))
+"""The (cluster, load) points of the issue's goal: both bundled clusters at the tables' loads of the range."""
 MAX_ALLOCATION_COST = 0.01
 """One point of allocation: a mean paired drop larger than this misses the goal."""
 
@@ -110,6 +115,12 @@ def goal_met(rows: Sequence[GoalRow], *, on_goodput: bool = False) -> list[str]:
     return out
 
 
+def goal_not_run(rows: Sequence[GoalRow]) -> list[tuple[str, float]]:
+    """The goal's points (``GOAL_POINTS``) with no row: a verdict on ``rows`` says nothing of them."""
+    ran = {(r.cluster, round(r.load, 6)) for r in rows}
+    return [(c, x) for c, x in GOAL_POINTS if (c, round(x, 6)) not in ran]
+
+
 def _jct(m: float, h: float, v: str) -> str:
     return f"{m:+.1f} ± {h:.1f} % {v.split(' ')[0]}"
 
@@ -125,10 +136,14 @@ def format_goal(rows: Sequence[GoalRow]) -> str:
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip() for line in (head, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
     written, goodput = goal_met(rows), goal_met(rows, on_goodput=True)
+    left = goal_not_run(rows)
+    partial = " on the points run" if left and written else ""
     lines.append(f"goal (loads {GOAL_LOADS[0]:g}-{GOAL_LOADS[1]:g}; wins against both Kueue modes, drops nothing, costs at most "
-                 f"{100 * MAX_ALLOCATION_COST:g} point of GPU allocation): " + (f"met by {', '.join(written)}" if written else "MISSED"))
+                 f"{100 * MAX_ALLOCATION_COST:g} point of GPU allocation): " + (f"met by {', '.join(written)}{partial}" if written else "MISSED"))
     lines.append("the same with goodput (ideal GPU-hours of work done) for allocation: "
                  + (f"met by {', '.join(goodput)}" if goodput else "missed"))
+    if left:
+        lines.append("not run, so not judged: " + ", ".join(f"{c} load {x:g}" for c, x in left))
     return "\n".join(lines)
 
 
@@ -141,4 +156,5 @@ def goal_json(rows: Sequence[GoalRow]) -> dict[str, Any]:
                   "met_on_goodput": r.met_on_goodput} for r in rows],
         "met_by": goal_met(rows),
         "met_on_goodput_by": goal_met(rows, on_goodput=True),
+        "not_run": [{"cluster": c, "load": x} for c, x in goal_not_run(rows)],
     }

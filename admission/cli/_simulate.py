@@ -81,6 +81,8 @@ DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required
 
 PER_RUN_KEYS = ("wait_by_size_band", "reserved_idle_gpu_hours", "decisions_per_job")
 """Figures every run reports in ``runs`` besides its invariant checks (a seed's own queue, not only the first seed's)."""
+PREEMPTION_KEYS = ("preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band")
+"""Figures every run also reports when a policy's profile sets ``preemptDomain``."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -347,6 +349,7 @@ def main(argv: Sequence[str]) -> int:
     second = _second_baseline(names, baseline)
     others = [compare(records, load=load, seeds=seeds, policies=names, baseline=second) for load in loads] if second else []
     first = {n: records[(loads[0], seeds[0], n)] for n in names}
+    preempting = any(r.summary["preempt_domain"] != "off" for r in records.values())
     n_jobs = next(iter(first.values())).status.size
     total = cluster_gpus(cluster)
     what = f"{n_jobs:,} jobs ({fmt})" if fmt != "synthetic" else f"{n_jobs:,} synthetic jobs per seed"
@@ -363,7 +366,8 @@ def main(argv: Sequence[str]) -> int:
             "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
             "runs": [{"load": load, "seed": seed, "policy": name,
-                      **{k: records[(load, seed, name)].summary[k] for k in (*INVARIANT_KEYS, *PER_RUN_KEYS)}}
+                      **{k: records[(load, seed, name)].summary[k]
+                         for k in (*INVARIANT_KEYS, *PER_RUN_KEYS, *(PREEMPTION_KEYS if preempting else ()))}}
                      for load in loads for seed in seeds for name in names],
             "comparisons": [comparison_json(c) for c in cmps],
             **({"comparisons_vs_" + second: [comparison_json(c) for c in others]} if second else {}),
@@ -372,6 +376,8 @@ def main(argv: Sequence[str]) -> int:
         print(_text(cmps, title, cost, others))
         print(f"profiles: {shown(profiles_path)}")
         print(_bands(first, seeds[0], loads[0]))
+        if preempting:
+            print(_preemption(records, names, seeds, loads[0]))
     if args.plots:
         from admission.simulator import write_plots, write_sweep_plots
 
@@ -405,6 +411,33 @@ def _bands(first: Mapping[str, Any], seed: int, load: float | None) -> str:
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     out = [f"wait by size band, all jobs of seed {seed}" + (f", load {load:g}" if load is not None else "")]
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[:1]]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[1:]]
+    return "\n".join(out)
+
+
+def _preemption(records: Mapping[Any, Any], names: Sequence[str], seeds: Sequence[int], load: float | None) -> str:
+    """Per policy and seed: its preemptDomain, the plans made, the victims evicted and the GPU-hours
+    they had run, the p95/max wait of the largest size band, and each band's mean JCT."""
+    def hours(v: Any) -> str:
+        return "–" if v is None else f"{v / 3600:.2f}"
+
+    bands = list(records[(load, seeds[0], names[0])].summary["wait_by_size_band"])
+    top = bands[-1]
+    head = ["policy", "seed", "preemptDomain", "plans", "victims", "preempted GPU-h", f"{top} GPUs p95/max wait h"]
+    head += [f"{b} mean JCT h" for b in bands]
+    table = [head]
+    for name in names:
+        for seed in seeds:
+            s = records[(load, seed, name)].summary
+            w = s["wait_by_size_band"][top]
+            table.append([name, str(seed), s["preempt_domain"], str(s["preemption_plans"]), str(s["preempted"]),
+                          f"{s['preempted_gpu_hours']:.1f}", f"{hours(w['p95_wait_s'])} / {hours(w['max_wait_s'])}"
+                          + (f" ({w['never_started']} never)" if w["never_started"] else "")]
+                         + [hours(s["mean_jct_by_size_band"][b]) for b in bands])
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    out = ["preemption that clears a domain (preemptDomain), every seed" + (f", load {load:g}" if load is not None else "")]
+    out.append("  ".join(c.ljust(w) for c, w in zip(table[0], widths)).rstrip())
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[1:]]
     return "\n".join(out)

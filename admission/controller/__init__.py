@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from admission.controller._loop import Controller
     from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.controller._metrics_auth import MetricsAuthorizer
+    from admission.controller._preempting import Preemptor, describe
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time, rfc3339
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
     from admission.controller._schema import record_problems
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         parse_object,
         parse_workload,
     )
+    from admission.controller._yielding import yield_patch
 
 _WHERE = {
     "ANN_ENFORCEMENT": "_ledger",
@@ -80,6 +82,8 @@ _WHERE = {
     "Metrics": "_metrics",
     "MetricsAuthorizer": "_metrics_auth",
     "PodSetRecord": "_records",
+    "Preemptor": "_preempting",
+    "describe": "_preempting",
     "REQUEUE_CONDITION": "_requeue",
     "Recorder": "_records",
     "RequeueRequest": "_requeue",
@@ -109,6 +113,7 @@ _WHERE = {
     "read_wait_state": "_wait",
     "record_problems": "_schema",
     "requeue_request": "_requeue",
+    "yield_patch": "_yielding",
 }
 
 __all__ = [
@@ -135,6 +140,7 @@ __all__ = [
     "MetricsAuthorizer",
     "OwedPods",
     "PodSetRecord",
+    "Preemptor",
     "Recorder",
     "RequeueRequest",
     "Reservation",
@@ -153,6 +159,7 @@ __all__ = [
     "check_invariant",
     "condition_true",
     "decode_planned",
+    "describe",
     "encode_planned",
     "holds_reservation",
     "iso_time",
@@ -166,6 +173,7 @@ __all__ = [
     "requeue_request",
     "rfc3339",
     "waiting_condition",
+    "yield_patch",
 ]
 
 

@@ -329,10 +329,13 @@ class Ledger:
         ``place_owed``'s witness, kept up to date by the flavor's book."""
         return self._book(snapshot.flavor).witness(snapshot, exclude_uid)
 
-    def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None, witness: Witness | None = None) -> int:
+    def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None, witness: Witness | None = None,
+              report: bool = True) -> int:
         """Count every owed pod of the snapshot's flavor as used (in place: pass a fork): the
         witness's pods come off their nodes; a domain with pods that found no room counts as
-        full. Returns the GPUs owed. ``witness``: one already built on this snapshot."""
+        full. Returns the GPUs owed. ``witness``: one already built on this snapshot.
+        ``report=False``: a reading for a gauge, not a decision, so the shortfalls found are
+        neither logged nor counted."""
         w = witness or self.witness(snapshot, exclude_uid=exclude_uid)
         nodes, rows = w.used_rows()
         if nodes.size:
@@ -344,7 +347,8 @@ class Ledger:
             snapshot.free[d.domain] = 0
             short.append(Shortfall(r.workload, r.podset, r.flavor, m, owed, int(d.domain.size)))
             owed_short += m * int(d.shape[0])
-        self._report(snapshot.flavor, tuple(short))
+        if report:
+            self._report(snapshot.flavor, tuple(short))
         return (int(rows[:, 0].sum()) if nodes.size else 0) + owed_short
 
     def claims(self, snapshot: Snapshot, *, exclude_uid: str | None = None) -> ClaimSet:
@@ -406,9 +410,10 @@ class Ledger:
             return
         self._reported[flavor] = seen
         for s in short:
-            _log.warning("admitted pods have no room left in their domain (the scheduler bound other pods there); "
-                         "the domain counts as full until they bind", workload=s.workload, podset=s.podset, flavor=s.flavor,
-                         missing_pods=s.missing, owed_pods=s.owed, domain_nodes=s.domain_nodes)
+            why = ("have no usable node left in their domain (its nodes are tainted, cordoned or gone)" if s.domain_nodes == 0
+                   else "have no room left in their domain (the scheduler bound other pods there)")
+            _log.warning(f"admitted pods {why}; the domain counts as full until they bind", workload=s.workload,
+                         podset=s.podset, flavor=s.flavor, missing_pods=s.missing, owed_pods=s.owed, domain_nodes=s.domain_nodes)
 
 
 def _selector_nodes(snapshot: Snapshot, selector: tuple[tuple[str, str], ...], node_labels: NodeLabels | None) -> npt.NDArray[np.int64]:

@@ -8,6 +8,9 @@ Workload that holds quota and has a check in ``Retry``, admitted or not: ``Recon
 ``workloadevict.Evict`` with reason ``AdmissionCheck`` (kubernetes-sigs/kueue v0.19.2,
 pkg/controller/core/workload_controller.go).
 
+Nodes slower than the gang's class allows (``perfFloor``) are no room for it, in the plan as in its
+decision: a cleared domain it then could not use would be held for nothing.
+
 While the victims terminate, the domain's nodes are held for the gang: other Workloads' decisions
 leave them out (``Decider.holds``). The hold ends when the gang is placed, rejected or deleted.
 A gang that holds a domain plans no other preemption.
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import structlog
 
 from admission.controller._cache import ClusterCache, FlavorProblem
@@ -83,12 +87,19 @@ class Preemptor:
         except (FlavorProblem, ValueError):
             return None
         self.ledger.apply(snap, exclude_uid=str(meta.get("uid")))
+        docs = self.cache.profiles
+        cls = docs.classes.get(verdict.workload_class) if docs is not None and verdict.workload_class else None
+        if cls is not None and cls.perf_floor > 0:  # the gang's decision leaves slower nodes out: so does the plan
+            for i in np.flatnonzero(snap.perf < cls.perf_floor).tolist():
+                snap.exclude(i)
         running = list(self._candidates(need.flavor, str(meta.get("uid")), now))
         rules = self._rules({cq, *(c.cluster_queue for c in running)})
         return plan_preemption(snap, gang, running, rules, now)
 
     def _candidates(self, flavor: str, gang_uid: str, now: float) -> Iterable[Candidate]:
-        """Admitted Workloads on ``flavor`` with their GPUs per node (planned), not being evicted."""
+        """Admitted Workloads on ``flavor`` with their GPUs per node, not being evicted: running
+        pods where they run (under ``domain`` enforcement the scheduler may have put them on other
+        nodes of the domain than planned), pods still owed where planned (``Ledger.outstanding``)."""
         by_uid: dict[str, dict[str, int]] = {}
         keys: dict[str, str] = {}
         for r in self.ledger.reservations(flavor):
@@ -96,13 +107,14 @@ class Preemptor:
                 continue
             keys[r.uid] = r.workload
             nodes = by_uid.setdefault(r.uid, {})
-            for node, pods in r.planned:
+            bound = self.ledger.bound(r.decision_id) if r.decision_id else {}
+            for node, pods in (*bound.get(r.podset, {}).items(), *self.ledger.outstanding(r, bound)):
                 nodes[node] = nodes.get(node, 0) + pods * r.per_pod.gpu
         for uid, nodes in sorted(by_uid.items()):
             obj = self.cache.objects[WORKLOADS].get(keys[uid])
             if obj is None or condition_true(obj, "Evicted") or condition_true(obj, "Finished"):
                 continue
-            started = _since(obj, "Admitted") or _since(obj, "QuotaReserved") or now
+            started = next((t for t in (_since(obj, "Admitted"), _since(obj, "QuotaReserved")) if t is not None), now)  # epoch 0 is a time
             cq = str(((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
             yield Candidate(keys[uid], cq, _priority(obj), nodes, started, started)
 

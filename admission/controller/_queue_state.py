@@ -270,11 +270,13 @@ class QueueState:
         return len(self.outlook.reservations.on(flavor)) + len(self.holds.get(flavor, {}))
 
     def idle_held_gpus(self, flavor: str) -> int:
-        """GPUs reservations hold on ``flavor`` that are free now (nobody's pods on them)."""
+        """GPUs reservations hold on ``flavor`` that are free now: no pod bound on them, and none
+        owed by an admitted Workload (its planned pods are about to take them)."""
         try:
-            snap = self.cache.snapshot(flavor)
+            snap = self.cache.snapshot(flavor).fork()
         except (FlavorProblem, ValueError):
             return 0
+        self.ledger.apply(snap, report=False)
         return self.outlook.reservations.idle(flavor, snap)
 
 

@@ -78,7 +78,8 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     expected wait for one domain of GPUs at ``class_floor`` or above: it is the one found when
     it is cheaper and no span was. That wait is for a domain of the level the Workload would be
     placed at (its island, or once it may span, its ``maxSpanLevel``: ``_floor_level``), and
-    counts only the GPUs running Workloads free on nodes at the floor or above. With
+    counts only the GPUs running Workloads free on nodes at the floor or above, in whole pods of
+    the Workload's largest pod. With
     ``perfFloorHoldSeconds``, a Workload that has waited that long takes the slower placement
     whatever the costs say (the bound, as ``relaxAfterSeconds`` is for spans)."""
     q = profile.queueing
@@ -151,7 +152,8 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         slowdown = span_cost(snap, placed) if placed is not None and placed.outcome == "admit" else None
         fast = snap.fork()  # the wait is for GPUs that meet the class's floor: the slower ones are left out
         fast.eligible = np.where(snap.perf >= class_floor, snap.eligible, 0).astype(snap.eligible.dtype)
-        best = soonest(domain_outlook(fast, _floor_level(profile, snap, decision, level), gpus, running, outlook.estimator, now, blocked))
+        best = soonest(domain_outlook(fast, _floor_level(profile, snap, decision, level), gpus, running, outlook.estimator, now, blocked,
+                                      per_pod=per_pod))  # in whole pods: GPUs free in scraps too small for one are no room
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
         turn.floor = weigh(None if best is None or best.free_at is None else best.free_at - now, best.error if best else 0.0,
                            "/".join(best.path) if best is not None else "", slowdown, None if est is None else est.seconds,

@@ -10,8 +10,9 @@ Pure state, no clock and no API: the controller and the simulator tell it what s
 - A Workload already running longer than its estimate is expected to run one more estimate: the
   runtimes of training jobs have a heavy tail, where what has run long tends to run longer.
 - A domain's expected free time for ``gpus`` GPUs is the moment enough of the GPUs its running
-  Workloads hold there are expected back (``domain_outlook``): GPUs, not pods per node, so it is
-  an estimate of the earliest start, never a promise.
+  Workloads hold there are expected back (``domain_outlook``). With ``per_pod`` (the GPUs of the
+  Workload's largest pod), a node's GPUs count only in whole pods: GPUs free in scraps too small
+  for a pod are no room. It is an estimate of the earliest start, never a promise.
 """
 
 from __future__ import annotations
@@ -142,16 +143,18 @@ class DomainOutlook:
 
 
 def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: Iterable[Running], estimator: RuntimeEstimator,
-                   now: float, blocked: Mapping[str, int] | None = None) -> list[DomainOutlook]:
+                   now: float, blocked: Mapping[str, int] | None = None, per_pod: int = 1) -> list[DomainOutlook]:
     """Per domain of ``level`` (None: the whole flavor) able to hold ``gpus`` GPUs when empty, the
     outlook for a Workload of that size, in domain order. ``snapshot.free`` is what is free now
     (the decision's fork: owed pods counted). ``blocked``: node → GPUs that free up for someone
     else (another gang's reservation), never counted as coming back; nor are GPUs that running
-    Workloads hold on a node ``snapshot`` makes ineligible (the Workload cannot use them)."""
+    Workloads hold on a node ``snapshot`` makes ineligible (the Workload cannot use them).
+    ``per_pod`` > 1: each node's free GPUs count in whole pods of that many GPUs (``free`` and
+    ``to_drain`` in those terms), and a GPU coming back counts when it completes a pod on its node."""
     lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else 0
     alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
     free = np.minimum(snapshot.free[:, 0], alloc)
-    ends: dict[int, list[tuple[float, float, int]]] = {}
+    ends: dict[int, list[tuple[float, float, int, int]]] = {}
     for r in running:
         if r.flavor != snapshot.flavor:
             continue
@@ -161,7 +164,8 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
             if i is None or not alloc[i]:  # a node it may not use (ineligible, under its speed floor): never its room
                 continue
             d = int(snapshot.node_dom[lv, i]) if level is not None else 0
-            ends.setdefault(d, []).append((got[0], got[1], g) if got is not None else (math.inf, math.inf, g))
+            ends.setdefault(d, []).append((got[0], got[1], g, i) if got is not None else (math.inf, math.inf, g, i))
+    pod = max(int(per_pod), 1)
     out = []
     domains = range(snapshot.num_domains(lv)) if level is not None else range(1)
     for d in domains:
@@ -169,7 +173,7 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
         cap = int(alloc[lo:hi].sum())
         if cap < gpus:
             continue
-        now_free = int(free[lo:hi].sum())
+        now_free = int(free[lo:hi].sum()) if pod == 1 else int((free[lo:hi] // pod * pod).sum())
         if blocked:
             taken = sum(g for n, g in blocked.items() if lo <= snapshot.node_index.get(n, -1) < hi)
             cap -= taken
@@ -181,8 +185,14 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
         if to_drain:
             got_back = 0
             free_at = None
-            for end, err, g in sorted(ends.get(d, [])):
-                got_back += g
+            node_free: dict[int, int] = {}
+            for end, err, g, i in sorted(ends.get(d, [])):
+                if pod == 1:
+                    got_back += g
+                else:  # the whole pods this end completes on its node
+                    was = node_free.get(i, int(free[i]))
+                    node_free[i] = min(was + g, int(alloc[i]))
+                    got_back += node_free[i] // pod * pod - was // pod * pod
                 if got_back >= to_drain:
                     free_at, error = (end, err) if math.isfinite(end) else (None, 0.0)
                     break

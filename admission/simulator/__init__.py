@@ -61,6 +61,14 @@ if TYPE_CHECKING:
     )
     from admission.simulator._plots import write_plots, write_sweep_plots
     from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, quantities, workload_object
+    from admission.simulator._reservations import (
+        ReservationCell,
+        format_reservations,
+        reservation_cell,
+        reservation_variants,
+        reservations_goal,
+        reservations_json,
+    )
     from admission.simulator._serving import LLAMA3_70B_FP16, read_azure_llm, serve_on
     from admission.simulator._slicing import Slicing, slice_workload, sliced_jobs
     from admission.simulator._sweep import (
@@ -100,6 +108,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PreparedWorkload",
+    "ReservationCell",
     "RunFailed",
     "SimResult",
     "SimSettings",
@@ -117,6 +126,7 @@ __all__ = [
     "comparison_json",
     "format_comparison",
     "format_islands",
+    "format_reservations",
     "format_sweep",
     "format_table",
     "gather_records",
@@ -136,6 +146,10 @@ __all__ = [
     "read_openb",
     "read_openb_nodes",
     "read_trace",
+    "reservation_cell",
+    "reservation_variants",
+    "reservations_goal",
+    "reservations_json",
     "run_sweep",
     "scale_load",
     "seeds_of",
@@ -158,6 +172,8 @@ __all__ = [
 
 _LAZY = {"CHECK_NAME": "_port", "GPU_PERF_TAIL": "_sweep", "format_islands": "_compare", "Comparison": "_compare", "MemoryCluster": "_port", "PROFILES_NAMESPACE": "_port", "RunFailed": "_sweep", "Slicing": "_slicing", "SweepSpec": "_sweep", "WorkloadSpec": "_sweep", "available_cores": "_sweep", "cluster_gpus": "_sweep", "gather_records": "_sweep", "cluster_objects": "_port", "compare": "_compare", "comparison_json": "_compare", "format_comparison": "_compare", "format_sweep": "_compare", "parse_loads": "_sweep", "profiles_for_cluster": "_port", "quantities": "_port", "run_sweep": "_sweep", "seeds_of": "_sweep", "slice_workload": "_slicing", "sliced_jobs": "_slicing", "summary_lines": "_compare", "verdict": "_compare", "verdict_lines": "_compare", "with_gpu_perf": "_sweep", "workload_jobs": "_sweep", "workload_object": "_port", "write_plots": "_plots", "write_sweep_plots": "_plots"}
 _LAZY.update({"LLAMA3_70B_FP16": "_serving", "read_azure_llm": "_serving", "serve_on": "_serving"})
+_LAZY.update({n: "_reservations" for n in ("ReservationCell", "format_reservations", "reservation_cell", "reservation_variants", "reservations_goal",
+                                           "reservations_json")})
 """Names whose modules ``import admission.simulator`` does not load, imported on first use."""
 
 

@@ -233,6 +233,7 @@ def apply_cost(jobs: Sequence[Job], params: CostParams) -> list[Job]:
         [j.id for j in jobs], [j.submit_s for j in jobs], [j.duration_s for j in jobs], [j.gpus for j in jobs],
         [j.pods for j in jobs], [j.gpus_per_pod for j in jobs], [j.kind for j in jobs], [j.queue for j in jobs],
         [j.cpu_milli_per_pod for j in jobs], [j.memory_mib_per_pod for j in jobs], comm, [j.model_gb for j in jobs], overlap,
+        [j.priority for j in jobs],
     )
 
 

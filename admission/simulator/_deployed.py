@@ -49,11 +49,13 @@ from admission.controller import (
     decode_planned,
     parse_workload,
     pod_usage,
+    rfc3339,
     waiting_condition,
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
 from admission.queue import Outlook, Running
 from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
+from admission.simulator._preemption import SimPreemption
 from admission.simulator._scheduler import BindingModel
 from policies import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE, ProfilesDocument
 from topology import HOSTNAME_LABEL, ClusterModel, NodeConstraint, ResourceVector, SliceLayer, Snapshot, Toleration
@@ -118,7 +120,7 @@ class DeployedAtoll:
 
     def __init__(self, name: str, profile_name: str, doc: ProfilesDocument, cluster: ClusterModel, *, scheduler: str = "least-allocated",
                  enforcement: str | None = None, seed: int = 0, ledger: LedgerFactory | None = None,
-                 records: TextIO | None = None, run: str = "") -> None:
+                 records: TextIO | None = None, run: str = "", within_cluster_queue: str = "LowerPriority") -> None:
         self.name = name
         self.profile_name = profile_name
         self.doc = profiles_for_cluster(doc, cluster, enforcement=enforcement)
@@ -163,6 +165,11 @@ class DeployedAtoll:
         self.views: dict[int, WorkloadView] = {}
         """Job → its Workload as read (``Decider.evaluate`` and ``Ledger.observe`` take it)."""
         self.verdicts = 0
+        self.preemption: SimPreemption | None = None
+        """The controller's domain-clearing preemption, when the profile run sets ``preemptDomain``."""
+        own = self.doc.profiles.get(profile_name)
+        if own is not None and own.preempt_domain != "off":
+            self.preemption = SimPreemption(self, own.preempt_domain, within_cluster_queue)
         self._index_map: tuple[tuple[int, int], IntArray | None] | None = None
 
     # ------------------------------------------------------------------ Kueue's Workload
@@ -182,9 +189,11 @@ class DeployedAtoll:
         return t
 
     def workload(self, job: int, flavor: int, pods: int, per_pod: ResourceVector, kind: str,
-                 slices: tuple[SliceLayer, ...] = (), max_execution_seconds: int | None = None) -> dict[str, Any]:
+                 slices: tuple[SliceLayer, ...] = (), max_execution_seconds: int | None = None, priority: int = 0,
+                 created: float | None = None) -> dict[str, Any]:
         """The Workload of simulated job ``job`` (built on its first decision, kept across Retries),
-        declaring Kueue's ``maximumExecutionTimeSeconds`` when ``max_execution_seconds`` is given."""
+        declaring Kueue's ``maximumExecutionTimeSeconds`` when ``max_execution_seconds`` is given,
+        its ``spec.priority`` when not 0, and ``created`` as its creationTimestamp when preempting."""
         obj = self.workloads.get(job)
         if obj is None:
             key = (flavor, pods, per_pod, kind, slices)
@@ -193,6 +202,10 @@ class DeployedAtoll:
                                                         gpu_resource=self.flavor_resources[flavor])
             if max_execution_seconds is not None:
                 obj["spec"]["maximumExecutionTimeSeconds"] = int(max_execution_seconds)
+            if priority:
+                obj["spec"]["priority"] = int(priority)
+            if created is not None and self.preemption is not None:
+                obj["metadata"]["creationTimestamp"] = rfc3339(created)
             self.views[job] = self.read(obj, key)
         return obj
 
@@ -218,6 +231,8 @@ class DeployedAtoll:
         key = f"{NAMESPACE}/{obj['metadata']['name']}"
         held = self.outlook.reservations.held_by(key)
         verdict = self.decider.evaluate(obj, f"d{job}-{int(entry.get('retryCount') or 0)}", now, view=view)
+        if self.preemption is not None:  # before the record, as the controller plans before it writes
+            self.preemption.decided(obj, verdict, now)
         if held is not None and self.outlook.reservations.held_by(key) is None:
             self.released.add(self.flavor_names.index(held.flavor))
         self.verdicts += 1
@@ -234,6 +249,8 @@ class DeployedAtoll:
             entry.update(state="Ready", podSetUpdates=verdict.podset_updates)
             self.ledger.observe(obj, self.check_names, view=view)
             self._admit(job, obj, view, verdict)
+            if self.preemption is not None:
+                self.preemption.admitted(obj, key, now)
         else:
             entry["state"] = "Rejected"
         return verdict
@@ -292,8 +309,10 @@ class DeployedAtoll:
             self._owing.get(adm.flavor, set()).discard(job)
             # Every pod bound: the ledger owes nothing for it (owed 0 adds nothing to its witness
             # or claims) but would still sort it on every decision; letting go now gives the same
-            # answers at a cost that does not grow with the running Workloads.
-            self.ledger.forget(str(adm.obj["metadata"]["uid"]))
+            # answers at a cost that does not grow with the running Workloads. A run that
+            # preempts keeps it, as the controller does: its running Workloads are the candidates.
+            if self.preemption is None:
+                self.ledger.forget(str(adm.obj["metadata"]["uid"]))
         return out
 
     def _bind_planned(self, snap: Snapshot, ps: _PodSet, left: int) -> list[tuple[int, int]]:
@@ -411,6 +430,8 @@ class DeployedAtoll:
         self.ledger.observe(adm.obj, self.check_names)
         self.workloads.pop(job, None)
         self.views.pop(job, None)
+        if self.preemption is not None:
+            self.preemption.gone(adm.key)
 
     def forget(self, job: int) -> None:
         """A Workload that will never be decided again (rejected)."""
@@ -418,6 +439,10 @@ class DeployedAtoll:
             self.released.update(range(len(self.flavor_names)))
         self.workloads.pop(job, None)
         self.views.pop(job, None)
+
+    def drop_owing(self, flavor: int, job: int) -> None:
+        """``job`` owes no pods on ``flavor`` any more (evicted)."""
+        self._owing.get(flavor, set()).discard(job)
 
     def take_released(self) -> list[int]:
         """Flavors where a reservation ended since the last call (their parked Workloads may now fit)."""

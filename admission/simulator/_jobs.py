@@ -34,6 +34,9 @@ JobKind = Literal["training", "inference"]
 JOB_KINDS: Final = ("training", "inference")
 
 _NOT_GIVEN: Final = math.nan
+PRIORITY_MIN: Final = -(2**31)
+PRIORITY_MAX: Final = 2**31 - 1
+"""Kueue's ``spec.priority`` is an int32."""
 
 
 def split_into_pods(gpus: int, gpus_per_node: int) -> tuple[int, int]:
@@ -77,6 +80,9 @@ class Job:
     """Bytes all-reduced per step, in GB."""
     overlap: float = _NOT_GIVEN
     """Share of the all-reduce that runs behind compute, in [0, 1] (see ``_cost``); unset: 0."""
+    priority: int = 0
+    """Its Workload's ``spec.priority`` (a WorkloadPriorityClass's value): Kueue queues higher
+    first, and a gang may preempt lower ones (``preemptDomain``). 0 for every job unless given."""
 
     def __post_init__(self) -> None:
         where = f"job {self.id!r}"
@@ -109,6 +115,9 @@ class Job:
             object.__setattr__(self, "overlap", 0.0)
         elif not 0.0 <= self.overlap <= 1.0:
             raise ValueError(f"{where}: overlap must be in [0, 1], got {self.overlap}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
+            raise ValueError(f"{where}: priority must be a whole number in [{PRIORITY_MIN}, {PRIORITY_MAX}] "
+                             f"(Kueue's int32 spec.priority), got {self.priority!r}")
 
 
 def make_job(
@@ -125,13 +134,14 @@ def make_job(
     comm_fraction: float = _NOT_GIVEN,
     model_gb: float = _NOT_GIVEN,
     overlap: float = _NOT_GIVEN,
+    priority: int = 0,
 ) -> Job:
     """A ``Job`` cut into pods by ``split_into_pods``; ``cpu_milli``/``memory_mib`` are the whole
     job's and are shared evenly by its pods (rounded up, so no pod asks for less than its share)."""
     pods, per_pod = split_into_pods(gpus, gpus_per_node)
     return Job(
         id, submit_s, duration_s, gpus, pods, per_pod, kind, queue,
-        -(-cpu_milli // pods), -(-memory_mib // pods), comm_fraction, model_gb, overlap,
+        -(-cpu_milli // pods), -(-memory_mib // pods), comm_fraction, model_gb, overlap, priority,
     )
 
 
@@ -146,7 +156,7 @@ if _JobBuilder.__slots__ != Job.__slots__:  # pragma: no cover - guards the rety
 
 
 def _unchecked_jobs(*columns: Iterable[Any]) -> list[Job]:
-    """``Job``s from thirteen columns (one iterable per field, in field order) without
+    """``Job``s from fourteen columns (one iterable per field, in field order) without
     ``__post_init__``: only for values that already satisfy its checks, defaults filled in."""
     jobs: list[Any] = list(map(_JobBuilder, *columns))
     for job in jobs:

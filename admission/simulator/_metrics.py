@@ -20,6 +20,10 @@ Definitions (the README's table uses them):
   jobs that fit one island) waiting while their flavor had that many GPUs free but no island did:
   what fragmentation costs the queue. ``p95_gang_slowdown``: the cost model's p95 stretch of
   completed multi-GPU jobs (the GPU speed tail lands here: a gang runs at its slowest GPU).
+- Preemption (a profile's ``preemptDomain``): ``preemption_plans`` domain-clearing plans made
+  (``dry-run`` ones too), ``preempted`` victims evicted, ``preempted_gpu_hours`` the GPU-hours they
+  had run when evicted (lost: each restarts from scratch). A victim's wait runs from its arrival
+  to its last start, and its JCT to its last end.
 - Decisions per second: placement calls the policy answered per second of wall time spent in
   them (every call counts, admitted or not).
 """
@@ -46,6 +50,7 @@ JSON_KEYS = (
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
     "reserved_idle_gpu_hours",
     "quota_yields", "reparked",
+    "preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band",
 )
 INVARIANT_KEYS = ("invariant_checks", "invariant_full_checks", "invariant_violations")
 """What a run reports of the no-double-booking invariant (per run in ``atoll simulate``'s JSON)."""
@@ -114,10 +119,26 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "reserved_idle_gpu_hours": result.reserved_idle_gpu_hours,
         "quota_yields": result.quota_yields,
         "reparked": result.reparked,
+        "preempt_domain": result.preempt_domain,
+        "preemption_plans": result.preemption_plans,
+        "preempted": result.preempted,
+        "preempted_gpu_hours": float(result.preempted_gpu_hours),
     }
     rounded: dict[str, Any] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
     rounded["wait_by_size_band"] = wait_by_size_band(result)
+    rounded["mean_jct_by_size_band"] = mean_jct_by_size_band(result)
     return rounded
+
+
+def mean_jct_by_size_band(result: SimResult) -> dict[str, float | None]:
+    """Per size band (``SIZE_BANDS``): the mean JCT of its completed jobs (None: none completed)."""
+    done = result.status == STATUS_DONE
+    jct = result.end - result.arrival
+    out: dict[str, float | None] = {}
+    for lo, hi in SIZE_BANDS:
+        band = done & (result.gpus >= lo) & ((result.gpus <= hi) if hi is not None else True)
+        out[f"{lo}-{hi}" if hi is not None else f"{lo}+"] = round(float(jct[band].mean()), 3) if band.any() else None
+    return out
 
 
 def wait_by_size_band(result: SimResult) -> dict[str, dict[str, Any]]:

@@ -13,8 +13,14 @@ Kueue, as modelled
     ``pkg/workload/workload.go``, with ``IsEvictedByAdmissionCheck`` in
     ``pkg/workload/evict/evict.go``; ``SetQuotaReservation`` turns ``Evicted`` False; Kueue
     v0.19.2): a Retry sends it behind every job created before it was evicted. Ties go by
-    arrival order (Kueue's by UID). Quota is checked first (usage + request ≤ nominal); no
-    cohorts, borrowing, preemption or priorities. Jobs are routed to a flavor once, before any
+    arrival order (Kueue's by UID). Before that order comes the job's priority (``Job.priority``,
+    its Workload's ``spec.priority``): higher first, as Kueue's ``baseCompareFunc`` compares
+    priority, then the queue-order timestamp, then UID (``pkg/cache/queue/cluster_queue.go``,
+    v0.19.2); with every priority equal (0 unless a workload gives them) the order is as above.
+    Quota is checked first (usage + request ≤ nominal); no cohorts or borrowing, and none of
+    Kueue's own preemption for quota. The one preemption modelled is Atoll's: a profile's
+    ``preemptDomain`` clears a domain for a waiting gang through the controller's own plan, and
+    its victims are evicted as Kueue evicts them (``_preemption``). Jobs are routed to a flavor once, before any
     policy runs (the flavor they name, else in proportion to flavor capacity among the flavors
     that can ever hold them), so every policy sees the same queues.
 
@@ -102,6 +108,7 @@ from admission.queue import WaitingRoom
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
+from admission.simulator._preemption import WITHIN_CLUSTER_QUEUE, drop_events
 from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState
 from topology import LINK_MODELS, ClusterModel, CostModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
@@ -128,6 +135,8 @@ IntArray = npt.NDArray[np.int64]
 SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job, IntArray], float]
 """(snapshot, nodes, shape, job, pods per node) → slowdown: ``CostModel`` or a stand-in."""
 ProgressFn = Callable[[int, int], None]
+_Entry = tuple[tuple[int, float], int]
+"""A job in a shape's queue: ((−priority, Kueue's order time), job)."""
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
 ISLAND_BLOCKS = (72, 64, 32, 16)
@@ -190,6 +199,10 @@ class SimSettings:
     link_model: str = "calibrated"
     """How a placement's all-reduce is priced (``_cost.LINK_MODELS``): ``calibrated``
     (``_collectives``) or ``flat-ring`` (the pessimistic ring at one rail)."""
+    within_cluster_queue: str = "LowerPriority"
+    """The ClusterQueues' ``spec.preemption.withinClusterQueue``, which bounds whom a profile's
+    ``preemptDomain`` may evict (``_preemption``): ``LowerPriority`` (as a cluster that preempts
+    sets it), ``LowerOrNewerEqualPriority``, or ``Never`` (Kueue's default: no victim at all)."""
 
     def __post_init__(self) -> None:
         if self.link_model not in LINK_MODELS:
@@ -202,6 +215,8 @@ class SimSettings:
         if not self.quota_factor >= 1.0:
             raise ValueError(f"quota_factor: {self.quota_factor!r} must be at least 1 (quota below capacity would "
                              "leave healthy GPUs no Workload may use); leave it at 1 for quota equal to capacity")
+        if self.within_cluster_queue not in WITHIN_CLUSTER_QUEUE:
+            raise ValueError(f"within_cluster_queue: {self.within_cluster_queue!r} is not one of {', '.join(WITHIN_CLUSTER_QUEUE)}")
         if self.enforcement not in (None, *ENFORCEMENTS):
             raise ValueError(f"enforcement: {self.enforcement!r} is not one of {', '.join(ENFORCEMENTS)}")
 
@@ -222,6 +237,8 @@ class PreparedWorkload:
     flavors: tuple[FlavorModel, ...]
     jobs: tuple[Job, ...]
     """The jobs in arrival order (the cost model reads their comm fraction and gradient size)."""
+    priority: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """Each job's ``Job.priority`` (empty: all 0)."""
 
     def __len__(self) -> int:
         return int(self.arrival.shape[0])
@@ -279,6 +296,14 @@ class SimResult:
     """Parked Workloads that gave their quota back (in a cluster, a deactivation: Kueue evicts them); ``SimSettings.yield_quota``."""
     reparked: int = 0
     """Of those, parked again without a decision when they held quota again (nothing they wait for had changed)."""
+    preempt_domain: str = "off"
+    """The policy's profile's ``preemptDomain`` (``off`` for every policy but an Atoll profile that sets it)."""
+    preemption_plans: int = 0
+    """Domain-clearing plans made (``preemptDomain``: ``on`` and ``dry-run`` alike; each is in the decision record)."""
+    preempted: int = 0
+    """Victims evicted by those plans (``on`` only; a job evicted twice counts twice)."""
+    preempted_gpu_hours: float = 0.0
+    """GPU-hours the victims had run when evicted: the work lost (each restarts from scratch)."""
 
 
 # --------------------------------------------------------------------------------- preparing
@@ -343,7 +368,8 @@ def prepare_workload(cluster: ClusterModel, jobs: Sequence[Job], *, snapshots: S
         flavor[k] = chosen[0]
         shape[k] = shape_ids.setdefault(chosen, len(shape_ids))
     shapes = tuple(sorted(shape_ids, key=shape_ids.__getitem__))
-    return PreparedWorkload(arrival, duration, gpus, flavor, shape, shapes, tuple(cluster.flavors), ordered)
+    priority = np.fromiter((j.priority for j in ordered), dtype=np.int64, count=n)
+    return PreparedWorkload(arrival, duration, gpus, flavor, shape, shapes, tuple(cluster.flavors), ordered, priority)
 
 
 def _fits_empty(snapshot: Snapshot, shape: JobShape) -> bool:
@@ -382,8 +408,8 @@ class _Flavor:
         self.nominal = int(self.capacity * quota_factor)
         self.used = 0
         self.version = 0
-        self.queues: dict[int, list[tuple[float, int]]] = {}
-        """Shape → heap of (Kueue's order time, job): arrival, or the eviction of a Retry."""
+        self.queues: dict[int, list[tuple[tuple[int, float], int]]] = {}
+        """Shape → heap of ((−priority, Kueue's order time), job): the order time is the arrival, or the eviction of a Retry."""
         self.dead: dict[int, int] = {}
         self.island_label = island_label
         self.island = snapshot.level_index(island_label)
@@ -433,7 +459,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         records = open(settings.records, "w", encoding="utf-8") if settings.records else None  # noqa: SIM115 - closed below
         deployed = DeployedAtoll(policy.name, policy.profile_name, policy.document(), cluster, scheduler=settings.scheduler,
                                  enforcement=settings.enforcement, seed=settings.seed, ledger=ledger, records=records,
-                                 run=settings.run_label)
+                                 run=settings.run_label, within_cluster_queue=settings.within_cluster_queue)
     try:
         return _replay(cluster, work, policy, settings, slowdown, progress, deployed, wall0)
     finally:
@@ -450,6 +476,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     n = len(work)
     shape_of = work.shape
     shapes = work.shapes
+    prio = work.priority if work.priority.size == n else np.zeros(n, dtype=np.int64)
     shape_gpus = [sh.gpus for _, sh in shapes]
     shape_fits = [sh.pods > 1 and sh.kind == "training" and fits_one_island(fl[f].snapshot, sh, fl[f].island_label) for f, sh in shapes]
     capacity_changed = getattr(policy, "capacity_changed", None)  # optional: told of every reserve and release
@@ -522,7 +549,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         assert room is not None
         f = fl[fi]
         free = f.nominal - f.used
-        order: list[tuple[tuple[float, int], int, Iterator[tuple[float, int]]]] = []
+        order: list[tuple[_Entry, int, Iterator[_Entry]]] = []
         for sid, q in f.queues.items():
             if shape_gpus[sid] > free and f.dead.get(sid) != f.version:
                 it = _in_order(q)
@@ -618,8 +645,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         changed: the waiters given quota are tried again, and the jobs whose waiter now holds
         quota are reactivated and tried again (the controller's and Kueue's next turns)."""
         admitted = run_pass(fi, now)
-        while again[fi] or reactivating[fi]:
-            again[fi] = False
+        while tried_again[fi] or reactivating[fi]:
+            tried_again[fi] = False
             keys, reactivating[fi] = reactivating[fi], []
             for p in keys:
                 reactivate(p)
@@ -643,10 +670,46 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     """A waiter → GPUs of quota given to it while it waits (it takes no more than it asks for)."""
     reactivating: list[list[int]] = [[] for _ in fl]
     """Flavor → deactivated jobs whose waiter left the queue: reactivated after the pass."""
-    again: list[bool] = [False for _ in fl]
+    tried_again: list[bool] = [False for _ in fl]
     """Flavor → quota was given back in its last pass: Kueue tries its queue again at once."""
     park_seq: dict[int, int] = {}
     """A parked job → when it was parked by a decision (its place among the parked, kept when it parks again undecided)."""
+
+    requeue: list[tuple[int, float]] = []
+    """Victims evicted during a pass: they rejoin their queues (by eviction time) once it ends."""
+    freed: list[tuple[int, IntArray]] = []
+    """(flavor, nodes) the victims left: parked Workloads are woken by them once the pass ends (the gang has parked by then)."""
+
+    def evict(victims: list[int], now: float) -> None:
+        """Kueue evicts a plan's victims (``_preemption``): their pods leave the nodes, their quota
+        is released, they restart from scratch (what they had run is lost) and rejoin the queue."""
+        nonlocal running_gpus, useful_gpus, pending
+        assert deployed is not None and deployed.preemption is not None
+        for j in victims:
+            fi = int(work.flavor[j])
+            f = fl[fi]
+            shape = shapes[int(shape_of[j])][1]
+            nodes, pods = deployed.bound_nodes(j, f.snapshot)
+            if nodes.size:
+                _release(f.snapshot, nodes, pods, shape.per_pod)
+            ran = placed.pop(j, None) is not None
+            drop_events(events, j, (_COMPLETE, _BIND))
+            if j in blocked.get(fi, ()):
+                blocked[fi].remove(j)
+            deployed.preemption.evict(j, shape.gpus * (now - float(start[j])) / 3600.0 if ran else 0.0)
+            f.used -= shape.gpus
+            f.version += 1
+            if ran:
+                running_gpus -= shape.gpus
+                useful_gpus -= shape.gpus / float(slow[j])
+            start[j] = slow[j] = np.nan
+            islands[j] = 0
+            relaxed[j] = False
+            pending += 1
+            requeue.append((j, now))
+            if room is not None and nodes.size:
+                freed.append((fi, nodes))
+            check(fi, now)
 
     def check(fi: int, now: float) -> None:
         """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
@@ -698,10 +761,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         return None if factor is None else max(1, math.ceil(float(work.duration[j]) * factor))
 
     def enqueue(j: int, order: float | None = None) -> int:
-        """Job ``j`` joins its flavor's queue, ordered by ``order`` (Kueue's order time; None: its arrival)."""
+        """Job ``j`` joins its flavor's queue, ordered by priority, then ``order`` (Kueue's order time; None: its arrival)."""
         f = fl[work.flavor[j]]
         sid = int(shape_of[j])
-        heapq.heappush(f.queues.setdefault(sid, []), (float(arr[j]) if order is None else order, j))
+        heapq.heappush(f.queues.setdefault(sid, []), ((-int(prio[j]), float(arr[j]) if order is None else order), j))
         return int(work.flavor[j])
 
     def run_pass(fi: int, now: float) -> bool:
@@ -733,11 +796,13 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             t0 = time.perf_counter()
             if deployed is not None:
                 deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
-                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j))
+                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j), int(prio[j]), float(arr[j]))
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
             decision_s += time.perf_counter() - t0
             decisions += 1
+            if deployed is not None and deployed.preemption is not None and deployed.preemption.due:
+                evict(deployed.preemption.take(), now)  # the plan this decision made, under preemptDomain: on
             if att.outcome == "nofit":
                 f.dead[sid] = f.version
                 continue
@@ -785,7 +850,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 if deployed is not None:
                     deployed.forget(j)
         if room is not None and parked_gpus[fi] and settings.yield_quota and yield_quota(fi, now):
-            again[fi] = True
+            tried_again[fi] = True
         return admitted
 
     while nxt < n or events:
@@ -856,6 +921,16 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     wake(room.wake_flavor(deployed.flavor_names[fi]))
                     if pass_and_reactivate(fi, now):
                         last_admit = now
+            while requeue:  # victims evicted in those passes rejoin their queues, and their flavors are tried again
+                if room is not None and len(room):
+                    for fi, nodes in freed:
+                        wake(room.freed(fl[fi].snapshot, nodes))
+                freed.clear()
+                again = {enqueue(j, t) for j, t in requeue}
+                requeue.clear()
+                for fi in sorted(again):
+                    if pass_and_reactivate(fi, now):
+                        last_admit = now
             idle_gpu_s += idle_now * (now - idle_at)
             idle_at = now
             idle_now = sum(deployed.reserved_idle(fi, f.snapshot) for fi, f in enumerate(fl)) if len(deployed.outlook.reservations) else 0
@@ -891,12 +966,15 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         block_free={b: np.frombuffer(v) for b, v in blocks.items()},
         stranded_gpus=np.frombuffer(stranded_t), reserved_idle_gpu_hours=idle_gpu_s / 3600.0,
         quota_yields=yielded[0], reparked=reparked[0],
+        **(deployed.preemption.figures() if deployed is not None and deployed.preemption is not None else {}),
     )
 
 
-def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None) -> Attempt:
-    """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds), as an attempt of the simulator's loop."""
-    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit)
+def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None, priority: int = 0,
+                      created: float | None = None) -> Attempt:
+    """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds, of ``priority``), as an attempt of the simulator's loop."""
+    obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit, priority=priority,
+                            created=created)
     v = deployed.decide(j, obj, now)
     if v.outcome == "admit":
         planned = np.array([0], dtype=np.int64)
@@ -926,7 +1004,7 @@ def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: Resou
     snapshot.free[nodes] = np.minimum(snapshot.free[nodes] + _amounts(pods, per_pod), snapshot.alloc[nodes])
 
 
-def _in_order(q: list[tuple[float, int]]) -> Iterator[tuple[float, int]]:
+def _in_order(q: list[_Entry]) -> Iterator[_Entry]:
     """The entries of heap ``q`` in order, lazily (a heap over its indices: O(k log k) for the first k)."""
     if not q:
         return
@@ -939,7 +1017,7 @@ def _in_order(q: list[tuple[float, int]]) -> Iterator[tuple[float, int]]:
                 heapq.heappush(frontier, (q[c], c))
 
 
-def _advance(order: list[tuple[tuple[float, int], int, Iterator[tuple[float, int]]]], it: Iterator[tuple[float, int]]) -> None:
+def _advance(order: list[tuple[_Entry, int, Iterator[_Entry]]], it: Iterator[_Entry]) -> None:
     """The head of ``order`` moves on to the next job of its shape's queue (or leaves with the last)."""
     nxt = next(it, None)
     if nxt is None:
@@ -948,7 +1026,7 @@ def _advance(order: list[tuple[tuple[float, int], int, Iterator[tuple[float, int
         heapq.heapreplace(order, (nxt, order[0][1], it))
 
 
-def _dequeue(f: _Flavor, sid: int, heads: list[tuple[float, int, int]]) -> None:
+def _dequeue(f: _Flavor, sid: int, heads: list[tuple[tuple[int, float], int, int]]) -> None:
     """Take shape ``sid``'s head job off its queue, and put the queue's next job in ``heads``."""
     q = f.queues[sid]
     heapq.heappop(q)

@@ -9,6 +9,9 @@ gives the same jobs on every machine and numpy release that keeps PCG64's stream
    both without entries above ``max_gpus``, weights renormalised;
 4. duration ~ LogNormal(ln median, sigma), clipped to [``min_duration_s``, ``max_duration_s``].
 
+A job's priority is not drawn: ``priority`` gives one per GPU count of the mix (its job class),
+0 for the sizes it leaves out, so adding it changes no job but its priority.
+
 The defaults follow the Microsoft ITP cluster-04 trace in shape (median duration 9,040 s, p90
 26,002 s: sigma 1.0 gives a p90 of 3.6× the median, ITP has 2.9×) and a size mix with more
 multi-node jobs than ITP, so topology matters. Offered load is usually set afterwards with
@@ -25,6 +28,8 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from admission.simulator._jobs import (
+    PRIORITY_MAX,
+    PRIORITY_MIN,
     Job,
     _unchecked_jobs,
     split_into_pods,
@@ -61,6 +66,8 @@ class SyntheticParams(BaseModel):
     comm_fraction: float = Field(default=DEFAULT_COMM_FRACTION, ge=0, le=1, validation_alias="commFraction")
     """All-reduce share of an ideal step for multi-GPU training jobs (see ``_cost``)."""
     queue: str = Field(default="default", min_length=1)
+    priority: dict[int, int] = Field(default_factory=dict)
+    """GPU count of the mix → the ``spec.priority`` of its jobs (Kueue's int32); sizes not listed get 0."""
 
     @field_validator("size_mix")
     @classmethod
@@ -76,8 +83,22 @@ class SyntheticParams(BaseModel):
             raise ValueError("sizeMix: weights must not all be 0")
         return mix
 
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _whole(cls, value: object) -> object:
+        if isinstance(value, dict):
+            for gpus, p in value.items():
+                if isinstance(p, bool) or not isinstance(p, int) or not PRIORITY_MIN <= p <= PRIORITY_MAX:
+                    raise ValueError(f"priority[{gpus}]: {p!r} must be a whole number in [{PRIORITY_MIN}, {PRIORITY_MAX}] "
+                                     "(Kueue's int32 spec.priority)")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> SyntheticParams:
+        unknown = sorted(set(self.priority) - set(self.size_mix))
+        if unknown:
+            raise ValueError(f"priority: GPU count {unknown[0]} is not in sizeMix ({', '.join(map(str, sorted(self.size_mix)))}); "
+                             "give priorities to sizes the mix draws")
         if self.max_duration_s < self.min_duration_s:
             raise ValueError(f"maxDurationSeconds ({self.max_duration_s}) must be ≥ minDurationSeconds ({self.min_duration_s})")
         if not self._sizes(None)[1].sum() > 0:
@@ -134,5 +155,5 @@ def synthetic_jobs(n: int, seed: int, gpus_per_node: int, params: SyntheticParam
     return _unchecked_jobs(
         [f"syn-{i:06d}" for i in range(n)], submit.tolist(), duration.tolist(), gpus.tolist(), pods.tolist(),
         per_pod.tolist(), kind.tolist(), repeat(params.queue, n), repeat(0, n), repeat(0, n), comm.tolist(), model_gb.tolist(),
-        repeat(0.0, n),
+        repeat(0.0, n), [params.priority.get(g, 0) for g in gpus.tolist()] if params.priority else repeat(0, n),
     )

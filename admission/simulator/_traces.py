@@ -8,7 +8,9 @@ the first bad row with a ``TraceError`` naming file, line and column::
 Formats (column names as published; the ITP window ships with its source and licence in
 ``admission/simulator/traces``):
 
-``itp`` (Microsoft ITP / ElasticFlow): ``job_id``, ``submission_time``, ``duration``, ``num_gpu``.
+``itp`` (Microsoft ITP / ElasticFlow): ``job_id``, ``submission_time``, ``duration``, ``num_gpu``,
+    and an optional ``priority`` (not in the published trace: a column a user adds; empty or
+    absent is 0).
     All training. Node shape is not published: pods follow ``split_into_pods`` with the
     ``gpus_per_node`` the caller gives (8 by default, an HGX/DGX node).
 
@@ -46,7 +48,7 @@ from typing import Final, Literal
 
 from pydantic import ValidationError
 
-from admission.simulator._jobs import Job, JobKind, _unchecked_jobs, make_job
+from admission.simulator._jobs import PRIORITY_MAX, PRIORITY_MIN, Job, JobKind, _unchecked_jobs, make_job
 from admission.simulator._synthetic import SyntheticParams, synthetic_jobs
 
 __all__ = [
@@ -86,9 +88,9 @@ class TraceError(ValueError):
 # --------------------------------------------------------------------------------- CSV rows
 
 
-def _rows(path: StrPath, columns: Sequence[str]) -> Iterator[tuple[str, list[str]]]:
-    """Yield (``"file:line"``, values of ``columns`` in that order) per data row; blank lines
-    are skipped. Fails on a missing file, an empty file, a missing column, a ragged row, or a
+def _rows(path: StrPath, columns: Sequence[str], optional: Sequence[str] = ()) -> Iterator[tuple[str, list[str]]]:
+    """Yield (``"file:line"``, values of ``columns`` then ``optional`` in that order) per data row,
+    ``""`` for an optional column the header lacks; blank lines are skipped. Fails on a missing file, an empty file, a missing column, a ragged row, or a
     header with no rows."""
     name = os.fspath(path)
     try:
@@ -111,10 +113,10 @@ def _rows(path: StrPath, columns: Sequence[str]) -> Iterator[tuple[str, list[str
                     f"{name}:{reader.line_num}: missing column {', '.join(missing)} (header has: {', '.join(header)}); "
                     "is this the right file and --trace-format?"
                 )
-            repeated = [c for c in columns if header.count(c) > 1]
+            repeated = [c for c in (*columns, *optional) if header.count(c) > 1]
             if repeated:
                 raise TraceError(f"{name}:{reader.line_num}: column {', '.join(repeated)} appears more than once in the header")
-            index = [header.index(c) for c in columns]
+            index = [header.index(c) if c in header else -1 for c in (*columns, *optional)]
             width = len(header)
             rows = 0
             for row in reader:
@@ -124,7 +126,7 @@ def _rows(path: StrPath, columns: Sequence[str]) -> Iterator[tuple[str, list[str
                 if len(row) != width:
                     raise TraceError(f"{name}:{line}: {len(row)} fields, but the header has {width}")
                 rows += 1
-                yield f"{name}:{line}", [row[i] for i in index]
+                yield f"{name}:{line}", [row[i] if i >= 0 else "" for i in index]
         except csv.Error as exc:
             raise TraceError(f"{name}:{reader.line_num}: not valid CSV: {exc}") from exc
         except UnicodeDecodeError as exc:
@@ -156,6 +158,16 @@ def _integer(where: str, column: str, text: str, low: int, why: str) -> int:
             raise TraceError(f"{where}: column {column}: {text!r} is not an integer") from None
         value = int(number)
     _at_least(where, column, text, value, low, why)
+    return value
+
+
+def _priority(where: str, text: str) -> int:
+    """The optional ``priority`` column: the Workload's ``spec.priority`` (Kueue's int32); empty or absent: 0."""
+    if not text.strip():
+        return 0
+    value = _integer(where, "priority", text, -math.inf, "")  # type: ignore[arg-type]
+    if not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise TraceError(f"{where}: column priority: {text!r} must be in [{PRIORITY_MIN}, {PRIORITY_MAX}] (Kueue's int32)")
     return value
 
 
@@ -198,13 +210,13 @@ def read_itp(path: StrPath, gpus_per_node: int = DEFAULT_ITP_GPUS_PER_NODE) -> l
     _check_gpus_per_node(gpus_per_node)
     jobs: list[Job] = []
     seen: dict[str, str] = {}
-    for where, (job_id, submitted, duration, num_gpu) in _rows(path, ITP_COLUMNS):
+    for where, (job_id, submitted, duration, num_gpu, priority) in _rows(path, ITP_COLUMNS, ("priority",)):
         job_id = _unique_name(where, "job_id", job_id, seen, "job needs an id")
         submit_s = _number(where, "submission_time", submitted)
         duration_s = _number(where, "duration", duration)
         _at_least(where, "duration", duration, duration_s, 0, "a duration in seconds")
         gpus = _integer(where, "num_gpu", num_gpu, 1, "a training job uses at least one GPU")
-        jobs.append(make_job(job_id, submit_s, duration_s, gpus, gpus_per_node, "training"))
+        jobs.append(make_job(job_id, submit_s, duration_s, gpus, gpus_per_node, "training", priority=_priority(where, priority)))
     return _by_submit(jobs)
 
 
@@ -428,5 +440,5 @@ def scale_load(jobs: Sequence[Job], cluster_gpus: int, load: float) -> list[Job]
         [j.id for j in jobs], [first + factor * (j.submit_s - first) for j in jobs], [j.duration_s for j in jobs],
         [j.gpus for j in jobs], [j.pods for j in jobs], [j.gpus_per_pod for j in jobs], [j.kind for j in jobs],
         [j.queue for j in jobs], [j.cpu_milli_per_pod for j in jobs], [j.memory_mib_per_pod for j in jobs],
-        [j.comm_fraction for j in jobs], [j.model_gb for j in jobs], [j.overlap for j in jobs],
+        [j.comm_fraction for j in jobs], [j.model_gb for j in jobs], [j.overlap for j in jobs], [j.priority for j in jobs],
     ))

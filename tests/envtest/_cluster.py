@@ -3,14 +3,19 @@ KWOK (fake nodes that heartbeat, pods that go Running once bound) and Kueue's ma
 the current control plane build (``ensure_current``); with the JobSet framework, JobSet's
 controller too.
 
-Kueue runs with its own internal certificate management, as a default install does: it makes its
-webhook certificate, stores it in a Secret of ``kueue-system`` and injects the CA into the
-conversion webhooks of its CRDs. So the CRDs are installed as Kueue's own kustomization builds
-them: every file of its ``crd/bases``, untouched, plus the conversion-webhook patches its
-``crd/kustomization.yaml`` lists, named as its default overlay names them (``kueue-`` prefix,
-namespace ``kueue-system``). No apiserver webhook points at Kueue (its service has no route on a
-test machine): clients and Kueue both speak v1beta2, the storage version, so no conversion is
-ever asked for, and Jobs are created suspended, as Kueue's own Job webhook would leave them.
+Kueue runs with its own internal certificate management, as a default install does, and its
+webhooks are served as there, except for the route: its service has none on a test machine, so
+every service reference points at Kueue's webhook server on loopback, and its Secret is filled
+beforehand with a certificate its rotator keeps that is good for 127.0.0.1 too
+(``_kueue_webhooks``). Its webhook configurations are registered as its kustomization builds them
+(``config/components/webhook``: ``manifests.yaml``, with the patch and replacements that keep
+``kube-system`` and ``kueue-system`` out, named ``kueue-...`` as its default overlay names them):
+Kueue's Job and JobSet webhooks suspend what a user submits to a LocalQueue, and its Workload,
+ClusterQueue, ResourceFlavor and Cohort webhooks default and validate every create and update,
+Atoll's status writes included. The CRDs are installed as Kueue's own kustomization builds them:
+every file of its ``crd/bases``, untouched, plus the conversion-webhook patches its
+``crd/kustomization.yaml`` lists, pointed at the same loopback server (clients and Kueue both
+speak v1beta2, the storage version, so no conversion is asked for in the tier).
 
 JobSet's CRD is its module's ``crd/bases`` file, untouched (one version, v1alpha2, so the
 conversion patch its kustomization adds is never called and is left out). Its controller serves
@@ -18,12 +23,12 @@ its webhooks on loopback with a certificate made here, and its own webhook confi
 registered as its kustomization builds them (``config/components/webhook``: ``manifests.yaml``
 with the patches that give its pod webhooks an objectSelector), each service reference turned
 into that loopback URL with the certificate's CA: JobSet defaults and validates JobSets, and the
-pods of its Jobs, itself. Kueue's JobSet webhook still points nowhere, so JobSets are submitted
-suspended, as it would leave them.
+pods of its Jobs, itself.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import os
 import subprocess
@@ -37,6 +42,7 @@ import yaml
 
 from tests.envtest._binaries import JOBSET_VERSION, KWOK_VERSION, Binaries, EnvtestError, go_module_dir
 from tests.envtest._crds import KUEUE_VERSION, install_kueue_crds
+from tests.envtest._kueue_webhooks import WEBHOOK_SECRET, WEBHOOK_SERVICE, kueue_webhook_certificates, kueue_webhook_configurations, loopback
 from tests.envtest._server import ApiServer, _free_port, _tail, die_with_parent
 
 __all__ = ["JOBSET_FRAMEWORK", "KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "KueueCluster", "kueue_crd_files"]
@@ -44,7 +50,6 @@ __all__ = ["JOBSET_FRAMEWORK", "KUEUE_NAMESPACE", "KWOK_NODE_ANNOTATION", "Kueue
 KUEUE_NAMESPACE = "kueue-system"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 """KWOK manages the nodes annotated ``kwok.x-k8s.io/node: fake`` (its convention)."""
-_WEBHOOK_SECRET = "kueue-webhook-server-cert"
 JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
 """Kueue's name for its JobSet integration; with it in ``frameworks``, JobSet's controller runs too."""
 _JOBSET_CRD = "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
@@ -63,16 +68,15 @@ def kueue_crd_files(bases: Path) -> tuple[str, ...]:
     return tuple(sorted(p.name for p in bases.glob("kueue.x-k8s.io_*.yaml")))
 
 
-def _conversion_patches(crd_root: Path) -> dict[str, dict[str, Any]]:
-    """CRD name -> ``spec.conversion`` of the patches Kueue's crd/kustomization.yaml applies, with
-    the service named as its default overlay names it."""
+def _conversion_patches(crd_root: Path, base_url: str, ca_pem: bytes) -> dict[str, dict[str, Any]]:
+    """CRD name -> ``spec.conversion`` of the patches Kueue's crd/kustomization.yaml applies, the
+    service reference turned into ``base_url`` + its path with ``ca_pem`` as the caBundle."""
     kustomization = yaml.safe_load((crd_root / "kustomization.yaml").read_text())
     patches: dict[str, dict[str, Any]] = {}
     for entry in kustomization.get("patches") or []:
         patch = yaml.safe_load((crd_root / entry["path"]).read_text())
         conversion = copy.deepcopy(patch["spec"]["conversion"])
-        service = conversion["webhook"]["clientConfig"]["service"]
-        service["name"], service["namespace"] = f"kueue-{service['name']}", KUEUE_NAMESPACE
+        conversion["webhook"]["clientConfig"] = loopback(conversion["webhook"]["clientConfig"], base_url, ca_pem)
         patches[patch["metadata"]["name"]] = conversion
     return patches
 
@@ -126,6 +130,8 @@ class KueueCluster:
         self.health_port = 0
         self.metrics_port = 0
         self.jobset_health_port = 0
+        self.kueue_webhook_port = 0
+        self.kueue_certs = api.dir / "kueue-certs"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -135,12 +141,16 @@ class KueueCluster:
         kueue_module = go_module_dir("sigs.k8s.io/kueue", KUEUE_VERSION)
         kwok_module = go_module_dir("sigs.k8s.io/kwok", KWOK_VERSION)
         api_client = self.api.api_client()
-        self._install_crds(api_client, kueue_module / "config" / "components" / "crd")
+        certs = kueue_webhook_certificates(KUEUE_NAMESPACE)
+        self.kueue_webhook_port = _free_port()
+        kueue_url = f"https://127.0.0.1:{self.kueue_webhook_port}"
+        self._install_crds(api_client, kueue_module / "config" / "components" / "crd", kueue_url, certs["ca.crt"])
         core = client.CoreV1Api(api_client)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=KUEUE_NAMESPACE)))
-        # the empty Secret Kueue's default install creates: its certificate rotator fills it, and
-        # stops the manager at start when it is missing
-        core.create_namespaced_secret(KUEUE_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=_WEBHOOK_SECRET)))
+        # the Secret Kueue's default install creates, filled with what its certificate rotator keeps
+        # (``_kueue_webhooks``); the rotator stops the manager at start when it is missing
+        core.create_namespaced_secret(KUEUE_NAMESPACE, client.V1Secret(metadata=client.V1ObjectMeta(name=WEBHOOK_SECRET),
+                                                                       data={k: base64.b64encode(v).decode() for k, v in certs.items()}))
         kubeconfig = str(self.api.kubeconfig_path)
         common = [f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
                   f"--authorization-kubeconfig={kubeconfig}", "--leader-elect=false", "--bind-address=127.0.0.1"]
@@ -164,6 +174,11 @@ class KueueCluster:
         if JOBSET_FRAMEWORK in self.frameworks:  # before Kueue: it sets up the integrations whose CRDs it finds
             self._start_jobset(api_client, kubeconfig)
         self._start_kueue(kubeconfig)
+        hooks: Any = client.AdmissionregistrationV1Api(api_client)
+        for config in kueue_webhook_configurations(kueue_url, certs["ca.crt"]):  # once Kueue serves them
+            create = (hooks.create_mutating_webhook_configuration if config["kind"] == "MutatingWebhookConfiguration"
+                      else hooks.create_validating_webhook_configuration)
+            create(config)
         return self
 
     def _start_jobset(self, api_client: Any, kubeconfig: str) -> None:
@@ -228,24 +243,22 @@ class KueueCluster:
             time.sleep(0.5)
         raise EnvtestError(f"{name} not ready after {self.start_timeout}s ({last}); its log ends:\n{_tail(self.api.dir / f'{name}.log')}")
 
-    def _install_crds(self, api_client: Any, crd_root: Path) -> None:
+    def _install_crds(self, api_client: Any, crd_root: Path, base_url: str, ca_pem: bytes) -> None:
         from kubernetes import client
 
         bases = crd_root / "bases"
         files = kueue_crd_files(bases)
         install_kueue_crds(api_client, bases, files=files)
         ext: Any = client.ApiextensionsV1Api(api_client)
-        for name, conversion in _conversion_patches(crd_root).items():
+        for name, conversion in _conversion_patches(crd_root, base_url, ca_pem).items():
             ext.patch_custom_resource_definition(name, {"spec": {"conversion": conversion}})
 
     def _mount_certs(self, certs: Path) -> bool:
-        """What a kubelet does for Kueue's pod: the Secret its certificate rotator fills, written as
+        """What a kubelet does for Kueue's pod: the Secret its certificate rotator keeps, written as
         files into its certificate folder (the rotator waits for them there). True once written."""
-        import base64
-
         from kubernetes import client
 
-        secret = client.CoreV1Api(self.api.api_client()).read_namespaced_secret(_WEBHOOK_SECRET, KUEUE_NAMESPACE)
+        secret = client.CoreV1Api(self.api.api_client()).read_namespaced_secret(WEBHOOK_SECRET, KUEUE_NAMESPACE)
         data = secret.data or {}
         if not all(k in data for k in ("tls.crt", "tls.key", "ca.crt")):
             return False
@@ -262,15 +275,13 @@ class KueueCluster:
         Ready, fell seconds behind at 20 new Workloads a second (``atoll bench kueue``)."""
         shipped = yaml.safe_load((go_module_dir("sigs.k8s.io/kueue", KUEUE_VERSION) / _KUEUE_SHIPPED_CONFIG).read_text())
         self.health_port, self.metrics_port = _free_port(), _free_port()
-        certs = self.api.dir / "kueue-certs"
         config = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration", "namespace": KUEUE_NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
             "metrics": {"bindAddress": f"127.0.0.1:{self.metrics_port}"},
-            "webhook": {"host": "127.0.0.1", "port": _free_port(), "certDir": str(certs)},
+            "webhook": {"host": "127.0.0.1", "port": self.kueue_webhook_port, "certDir": str(self.kueue_certs)},
             "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": True, "webhookServiceName": "kueue-webhook-service",
-                                       "webhookSecretName": _WEBHOOK_SECRET},
+            "internalCertManagement": {"enable": True, "webhookServiceName": WEBHOOK_SERVICE, "webhookSecretName": WEBHOOK_SECRET},
             "clientConnection": shipped["clientConnection"],
             "controller": {"groupKindConcurrency": shipped["controller"]["groupKindConcurrency"]},
             "integrations": {"frameworks": list(self.frameworks)},
@@ -290,7 +301,7 @@ class KueueCluster:
         mounted = [False]
 
         def mount() -> None:
-            mounted[0] = mounted[0] or self._mount_certs(certs)
+            mounted[0] = mounted[0] or self._mount_certs(self.kueue_certs)
         self._wait_ready("kueue", self.health_port, mount)
 
     def __enter__(self) -> KueueCluster:

@@ -49,6 +49,7 @@ MATRIX: dict[str, dict[str, Any]] = {
                                         "failurePolicy": "Ignore", "namespaceSelector": {"matchLabels": {"gpu": "yes"}}}},
     "single-replica": {"replicas": 1, "leaderElection": {"enabled": False}, "podDisruptionBudget": {"enabled": False},
                        "metrics": {"service": {"enabled": False}}, "admissionCheck": {"create": False}},
+    "parking": {"parkWaiting": True},
 }
 
 
@@ -293,10 +294,30 @@ def test_only_parking_lets_atoll_patch_a_workload() -> None:
     """A parked Workload gives its quota back by ``spec.active`` (``_yielding``): the ClusterRole
     may patch Workloads with ``parkWaiting`` on, and never without it."""
     def verbs(values: dict[str, Any]) -> list[str]:
-        (rule,) = [r for o in render(values) if o["kind"] == "ClusterRole" for r in o["rules"] if r.get("resources") == ["workloads"]]
+        (rule,) = [r for o in render(values) if o["kind"] == "ClusterRole" and "helm.sh/hook" not in (o["metadata"].get("annotations") or {})
+                   for r in o["rules"] if r.get("resources") == ["workloads"]]
         return list(rule["verbs"])
     assert verbs({}) == ["get", "list", "watch"]
     assert verbs({"parkWaiting": True}) == ["get", "list", "watch", "patch"]
+
+
+def test_parking_brings_a_post_delete_hook_that_ends_the_yields_with_its_own_rbac() -> None:
+    """Only a running Atoll reactivates a Workload that gave its quota back, so with ``parkWaiting``
+    an uninstall runs ``atoll yields --end`` after the release is gone, with RBAC of its own."""
+    from admission.cli import COMMANDS
+
+    assert not [o for o in render({}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    hooks = [o for o in render({"parkWaiting": True}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    assert sorted(o["kind"] for o in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
+    assert {o["metadata"]["annotations"]["helm.sh/hook"] for o in hooks} == {"post-delete"}
+    [job] = by_kind(hooks, "Job")
+    [role] = by_kind(hooks, "ClusterRole")
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["yields", "--end"] and "yields" in COMMANDS
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == by_kind(hooks, "ServiceAccount")[0]["metadata"]["name"]
+    assert role["rules"] == [{"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["list", "patch"]}]
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooks}
+    assert weights["Job"] > max(w for k, w in weights.items() if k != "Job")  # its RBAC exists before it runs
 
 
 # ---------------------------------------------------------------------- the real apiserver

@@ -361,3 +361,29 @@ def test_parked_quota_is_given_back_with_only_the_charts_permissions(installed: 
     assert port.get(CLUSTER_QUEUES, fabric.cq)["metadata"]["name"] == fabric.cq
     with pytest.raises(Forbidden):
         port.list(LOCAL_QUEUES, namespace=TEAM_NS)
+
+
+def test_the_uninstall_hook_ends_yields_with_only_its_own_permissions(installed: Installed) -> None:
+    """The post-delete hook's ServiceAccount, ClusterRole and binding, applied as rendered, let
+    ``atoll yields --end`` reactivate a Workload Atoll deactivated; nothing else is granted."""
+    from admission.cli._yields import main as yields_main
+    from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
+    from tests.kube_objects import workload
+
+    hooks = [o for o in render(for_server(installed.admin, {"parkWaiting": True}), release=RELEASE, namespace=RELEASE_NS)
+             if "helm.sh/hook" in (o["metadata"].get("annotations") or {}) and o["kind"] != "Job"]
+    for obj in hooks:
+        apply(installed.admin, obj)
+    [sa] = by_kind(hooks, "ServiceAccount")
+    core = client.CoreV1Api(installed.admin)
+    token = core.create_namespaced_service_account_token(sa["metadata"]["name"], RELEASE_NS,
+                                                          {"spec": {"expirationSeconds": 3600}}).status.token
+    hook = _client(installed.server, token)
+    manifest = workload(TEAM_NS, "gave-back", [("main", 1, 4)], annotations={QUOTA_YIELD: f"{TEAM_NS}/waiter", QUOTA_YIELD_UNTIL: "0"})
+    manifest["spec"]["active"] = False
+    installed.fabric.kueue.create(manifest)
+    assert yields_main(["--end", "--format", "json"], stdout=io.StringIO(), api_client=hook) == 0
+    assert installed.fabric.workload("gave-back")["spec"]["active"] is True
+    with pytest.raises(ApiException) as denied:
+        client.CoreV1Api(hook).list_namespaced_pod(TEAM_NS)
+    assert denied.value.status == 403

@@ -24,15 +24,14 @@ REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 def jobset(name: str, replicated: dict[str, tuple[int, int]]) -> dict[str, Any]:
     """A JobSet on the research queue (strict: one NVL72 rack): replicated Job name -> (replicas,
-    pods per Job), each pod one 4-GPU tray of config/kueue/gb200-nvl72/jobs.yaml's trainer. It is
-    created suspended, as Kueue's JobSet webhook (not served in the tier) would leave it; JobSet's
-    own webhooks, registered in the tier, set its defaults."""
+    pods per Job), each pod one 4-GPU tray of config/kueue/gb200-nvl72/jobs.yaml's trainer, as a
+    user writes it: not suspended (Kueue's JobSet webhook suspends it; JobSet's own webhooks set
+    its defaults)."""
     pod = copy.deepcopy(model_job("llm-pretrain", "template")["spec"]["template"])
     return {
         "apiVersion": f"{JOBSET_GROUP}/{JOBSET_VERSION}", "kind": "JobSet",
         "metadata": {"name": name, "namespace": NS, "labels": {"kueue.x-k8s.io/queue-name": "research"}},
         "spec": {
-            "suspend": True,
             "replicatedJobs": [
                 {"name": rj, "replicas": replicas,
                  "template": {"spec": {"parallelism": pods, "completions": pods, "completionMode": "Indexed", "backoffLimit": 0,
@@ -49,7 +48,8 @@ def test_a_jobset_of_two_replicated_jobs_is_admitted_through_atolls_check_and_ev
     try:
         with live.history(NS) as history, live.controller():
             created = live.custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, NS, "jobsets", jobset("train-set", shape))
-            spec = created["spec"]  # JobSet's defaulting webhook answered the create
+            spec = created["spec"]  # JobSet's defaulting webhook and Kueue's JobSet webhook answered the create
+            assert spec["suspend"] is True
             assert (spec["successPolicy"]["operator"], spec["startupPolicy"]["startupPolicyOrder"]) == ("All", "AnyOrder")
             assert spec["network"]["enableDNSHostnames"] is True
             wl, _ = history.wait(created, "admitted", lambda wl: is_true(wl, "Admitted"))

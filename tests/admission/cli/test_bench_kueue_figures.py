@@ -41,6 +41,15 @@ def test_the_row_splits_time_to_admission_into_kueues_and_atolls_stages() -> Non
     assert row("tas", {}, {}, {})["reserved_to_ready_ms"] is None
 
 
+def test_the_wait_for_kueue_to_list_atolls_check_on_a_reserved_workload_is_split_from_atolls_own() -> None:
+    created, reserved, admitted = {"bench-atoll/w0": 10.0}, {"bench-atoll/w0": 10.1}, {"bench-atoll/w0": 12.0}
+    listed = {"bench-atoll/w0": 11.1}  # Kueue's Workload controller added the check entry 1 s after the reservation
+    decided, ready = {"bench-atoll/w0": 11.12}, {"bench-atoll/w0": 11.3}
+    out = row("atoll", created, admitted, {"bench-atoll/w0": "small"}, CLASS_NAMES, reserved, ready, decided, listed)
+    assert out["reserved_to_listed_ms"] == pytest.approx(1000.0) and out["listed_to_decided_ms"] == pytest.approx(20.0)
+    assert out["reserved_to_decided_ms"] == pytest.approx(1020.0)
+
+
 def test_p99_is_the_tail_of_time_to_admission() -> None:
     created = {f"bench-tas/w{i}": 0.0 for i in range(100)}
     admitted = {k: (10.0 if k == "bench-tas/w99" else 0.1) for k in created}

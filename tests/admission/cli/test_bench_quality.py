@@ -132,3 +132,33 @@ def test_scale_run_reports_time_and_peak_memory_from_its_own_process(capsys: pyt
     assert data["per_policy_s"].keys() == {"atoll-elastic"}
     assert data["peak_rss_mib"] >= data["rss_after_imports_mib"] > 0
     assert data["policies"]["atoll-elastic"]["jobs_done"] == 300
+
+
+def test_reservations_run_the_profile_three_ways_and_judge_the_cut_of_the_largest_band(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    rows = "".join(f"j{i},{200 * i},{4000 + 97 * i},{[4, 8, 16, 32][i % 4]}\n" for i in range(60))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    code = bq.main(["--skip-scale", "--skip-quality", "--reservations", "costed", "--loads", "0.8,1.2", "--seeds", "2", "--workers", "1",
+                    "--clusters", "gb200-nvl72-superpod", "--format", "json"])
+    import json
+
+    report = json.loads(capsys.readouterr().out)["quality"]
+    cells = report["gb200-nvl72-superpod"]["reservations"]["cells"]
+    assert [c["load"] for c in cells] == [0.8, 1.2]
+    for c in cells:
+        assert c["band"] == "16-63" and c["band_jobs"] == 30 and c["shipped"] == "island"
+        assert set(c["variants"]) == {"costed-island", "costed-span", "costed-nores"}
+        assert c["variants"]["costed-nores"]["reserved_idle_gpu_hours"]["mean"] == 0.0  # it reserves nothing
+    goal = report["reservation_goal"]
+    assert [c["load"] for c in goal["cells"]] == [1.2]  # the goal covers loads 1.0-1.3 only
+    assert code == (0 if goal["met_as_shipped"] else 1)
+    assert "jobs" not in report["gb200-nvl72-superpod"]  # --skip-quality: no load sweep
+
+
+def test_reservations_of_a_profile_that_reserves_nothing_is_exit_2_naming_the_field(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\nj0,0,100,8\n")
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    assert bq.main(["--skip-scale", "--skip-quality", "--reservations", "strict", "--seeds", "1"]) == 2
+    assert "profiles.strict.queueing.reserveAfterSeconds is unset" in capsys.readouterr().err

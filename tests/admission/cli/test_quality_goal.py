@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from admission.cli._quality_goal import GoalRow, format_goal, goal_json, goal_judgeable, goal_met, goal_rows
+from admission.cli._quality_goal import GOAL_POINTS, GoalRow, format_goal, goal_json, goal_judgeable, goal_met, goal_not_run, goal_rows
 from admission.simulator import compare
 from admission.simulator._sim import STATUS_DONE, STATUS_REJECTED
 from admission.simulator._stats import RunRecord
@@ -77,6 +77,21 @@ def test_one_profile_must_meet_every_load_loads_outside_the_range_are_left_out()
     # a profile missing one point of the range does not meet it
     assert goal_met([r for r in rows if not (r.policy == "atoll-a" and r.load == 1.3)] +
                     [r for r in rows if r.policy == "atoll-b" and r.load == 1.3]) == []
+
+
+def test_a_run_of_some_of_the_goals_points_is_judged_on_those_and_names_the_rest() -> None:
+    from admission.cli._bench_quality import QUALITY_CLUSTERS
+
+    assert sorted({c for c, _ in GOAL_POINTS}) == sorted(QUALITY_CLUSTERS)
+    rows = _rows(BASE | {"atoll-a": (900.0, 0.795, 0.73, 0)}, loads=(1.0, 1.3), cluster="gb200-nvl72-superpod")
+    left = goal_not_run(rows)
+    assert ("gb200-nvl72-superpod", 1.15) in left and ("dgx-h100-superpod", 1.0) in left and len(left) == len(GOAL_POINTS) - 2
+    text = format_goal(rows)
+    assert "met by atoll-a on the points run" in text and "not run, so not judged: gb200-nvl72-superpod load 1.15" in text
+    assert {"cluster": "dgx-h100-superpod", "load": 1.3} in goal_json(rows)["not_run"]
+    every = [r for x in (1.0, 1.15, 1.3) for c in QUALITY_CLUSTERS
+             for r in _rows(BASE | {"atoll-a": (900.0, 0.795, 0.73, 0)}, loads=(x,), cluster=c)]
+    assert goal_not_run(every) == [] and "not run" not in format_goal(every) and "on the points run" not in format_goal(every)
 
 
 def test_no_verdict_without_both_kueue_modes() -> None:

@@ -416,3 +416,32 @@ def test_the_dgx_h100_profiles_document_runs_costed_floor(capsys: pytest.Capture
     numbers = report["policies"]["atoll-costed-floor"]
     assert report["profiles"] == "config/kueue/dgx-h100/profiles.yaml"
     assert numbers["jobs_done"] == 40 and numbers["jobs_rejected"] == numbers["jobs_unfinished"] == 0
+
+
+PREEMPTING = ["--trace", "config/streams/small-jobs-with-priority-gangs.yaml", "--trace-format", "synthetic", "--jobs", "60", "--seeds", "2",
+              "--profiles", "config/streams/preempting-profiles.yaml", "--workers", "1"]
+
+
+def test_a_policy_that_preempts_gets_its_preemptions_per_seed_in_the_text_and_the_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PREEMPTING, "--policies", "atoll-strict,atoll-strict-preempting"]) == 0
+    text = capsys.readouterr().out
+    head = "preemption that clears a domain (preemptDomain), every seed"
+    assert head in text
+    table = text.split(head, 1)[1].splitlines()
+    assert "preempted GPU-h" in table[1] and "64+ GPUs p95/max wait h" in table[1] and "1-7 mean JCT h" in table[1]
+    assert [row.split()[:3] for row in table[3:7]] == [["atoll-strict", "0", "off"], ["atoll-strict", "1", "off"],
+                                                      ["atoll-strict-preempting", "0", "on"], ["atoll-strict-preempting", "1", "on"]]
+    assert main([*PREEMPTING, "--policies", "atoll-strict,atoll-strict-preempting", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {(r["policy"], r["seed"]): r["preempt_domain"] for r in out["runs"]} == {
+        ("atoll-strict", 0): "off", ("atoll-strict", 1): "off", ("atoll-strict-preempting", 0): "on", ("atoll-strict-preempting", 1): "on"}
+    assert all(r["preempted_gpu_hours"] >= 0 and r["preempted"] >= 0 and set(r["mean_jct_by_size_band"]) == {"1-7", "8-15", "16-63", "64+"}
+               for r in out["runs"])
+    assert out["policies"]["atoll-strict"]["preemption_plans"] == 0
+
+
+def test_without_a_policy_that_preempts_no_preemption_figures_are_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PREEMPTING, "--policies", "atoll-strict"]) == 0
+    assert "preemption that clears a domain" not in capsys.readouterr().out
+    assert main([*PREEMPTING, "--policies", "atoll-strict", "--format", "json"]) == 0
+    assert all("preempted_gpu_hours" not in r for r in json.loads(capsys.readouterr().out)["runs"])

@@ -9,6 +9,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from structlog.testing import capture_logs
+
 from admission.controller import Ledger, Reservation, encode_planned
 from admission.controller._invariant import OwedPods, check_invariant
 from policies import PodSetSpec, Profile, decide
@@ -197,6 +199,26 @@ def test_owed_pods_follow_their_selector_not_their_planned_nodes() -> None:
     ledger.apply(snap)
     assert [(s.workload, s.missing) for s in ledger.shortfalls] == [("team/b", 1)]
     assert snap.free[:, 0].tolist() == [0, 0, 4, 4]  # i0 counts as full; i1 is untouched
+
+
+def test_a_shortfall_says_whether_other_pods_took_the_room_or_the_domain_has_no_usable_node() -> None:
+    def warned(fabric: Fabric, snap: Snapshot) -> dict[str, Any]:
+        ledger = Ledger(bound=fabric.bound_pods)
+        ledger.observe(admitted("b", {"n1": 1, "n2": 1}), [CHECK])
+        with capture_logs() as logs:
+            ledger.apply(snap)
+        (warning,) = [e for e in logs if e["log_level"] == "warning"]
+        return warning
+
+    full = Fabric(nodes=4)
+    for n in full.names:
+        full.bind("other", n)  # pods Atoll did not place took every node of island i0
+    taken = warned(full, full.snapshot())
+    assert "other pods" in taken["event"] and taken["domain_nodes"] == 4
+    empty = Fabric(nodes=4)  # island i0's nodes left the flavor (deleted, or no longer eligible)
+    gone = warned(empty, Snapshot("gpu", [Level(BLOCK), Level(CLIQUE)],
+                                  [NodeInfo(n, {BLOCK: "b0", CLIQUE: "i1"}, NODE) for n in empty.names]))
+    assert "no usable node" in gone["event"] and gone["domain_nodes"] == 0
 
 
 def test_apply_cost_on_a_thousand_nodes_with_two_hundred_reservations() -> None:

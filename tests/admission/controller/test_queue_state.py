@@ -86,6 +86,17 @@ def test_a_reservation_is_written_and_a_new_controller_holds_the_same(fabric: Fa
     assert again.queue_state.outlook.reservations.held_by(key) == held  # backfill takes nothing from the gang
 
 
+def test_idle_held_gpus_count_neither_bound_nor_owed_pods(fabric: Fabric) -> None:
+    """No pod is bound in this test: the held clique's GPUs are taken only by what admitted
+    Workloads owe, so a count from bound pods alone would read all 8 as idle."""
+    ctrl = reserving(fabric)
+    assert ctrl.queue_state.idle_held_gpus(fabric.flavor) == 4  # "half" owes its 4-GPU pod on the held clique
+    submit(fabric, "short", 1, limit=600)  # backfills the held clique's free node
+    (short,) = run(ctrl)
+    assert short.outcome == "admit"
+    assert ctrl.queue_state.idle_held_gpus(fabric.flavor) == 0
+
+
 def test_the_reservation_ends_when_the_gang_is_placed(fabric: Fabric) -> None:
     ctrl = reserving(fabric)
     fabric.finish("half")

@@ -279,6 +279,18 @@ def test_the_floor_wait_does_not_count_gpus_freed_on_nodes_under_the_floor() -> 
     assert "expected wait for one domain 2000s" in v.message and "takes the slower GPUs now (cheaper)" in v.message
 
 
+def test_the_floor_wait_counts_free_fast_gpus_only_in_whole_pods() -> None:
+    # r1's fast nodes have 2 GPUs free each: 4 in all, but no room for one 4-GPU pod until their
+    # Workloads end at 3000 s. Counted as GPUs, the wait was 0 s and the floor always held
+    a = floor_cluster("floor", {"r1n0": 2, "r1n1": 2}, {"r0n0", "r0n1"}, {})
+    for i, node in enumerate(("r1n0", "r1n1")):
+        a.outlook.started(f"sim/run-{i}", Running("f", ((node, 2),), 0.0, queue="sim/default"))
+    a.decider.span_cost = lambda snap, decision: 1 / 0.7  # +1286 s on the slow nodes against 2000 s of waiting
+    v = decide(a, 1, 1)
+    assert "expected wait for one domain 2000s" in v.message and "takes the slower GPUs now (cheaper)" in v.message
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} <= {"r0n0", "r0n1"}
+
+
 def test_a_gang_larger_than_an_island_weighs_the_floor_against_the_wait_for_a_span() -> None:
     # 12 GPUs never fit one island of 8: the wait is for 12 fast GPUs in the scalable unit (r1n0
     # frees at 3000 s), and the floor gives way to the slow free r0n0 when that wait costs more

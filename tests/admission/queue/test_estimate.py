@@ -91,3 +91,22 @@ def test_gpus_running_workloads_hold_on_a_node_it_may_not_use_never_come_back_to
     snap.eligible[snap.node_index["c0n0"]] = 0  # e.g. under the Workload's speed floor: c0n0 freeing at 100 s is not its room
     c0 = domain_outlook(snap, CLIQUE, 4, running, est, now=0.0)[0]
     assert (c0.capacity, c0.to_drain, c0.free_at) == (12, 4, 900.0)
+
+
+def test_free_gpus_count_in_whole_pods_when_asked_scraps_are_no_room() -> None:
+    snap = cluster()
+    for name in ("c0n0", "c0n1", "c0n2", "c0n3"):
+        snap.reserve(name, ResourceVector(gpu=2))  # c0: 8 GPUs free, 2 per node
+    use(snap, *(f"c1n{n}" for n in range(4)))
+    est = RuntimeEstimator(min_samples=1)
+    running = [Running("f", ((f"c0n{n}", 2),), 0.0, limit=100.0 * (n + 1)) for n in range(4)]
+    running.append(Running("f", tuple((f"c1n{n}", 4) for n in range(4)), 0.0, limit=1000.0))
+    gpus = domain_outlook(snap, CLIQUE, 8, running, est, now=0.0)[0]
+    assert (gpus.free, gpus.to_drain, gpus.free_at) == (8, 0, 0.0)  # as GPUs: room now
+    pods = domain_outlook(snap, CLIQUE, 8, running, est, now=0.0, per_pod=4)
+    c0 = next(o for o in pods if o.path[-1] == "c0")
+    assert (c0.free, c0.to_drain, c0.free_at) == (0, 8, 200.0)  # two whole nodes: c0n0 at 100 s, c0n1 at 200 s
+    c1 = next(o for o in pods if o.path[-1] == "c1")
+    assert (c1.free, c1.to_drain, c1.free_at) == (0, 8, 1000.0)
+    assert soonest(pods) is c0
+    assert domain_outlook(snap, CLIQUE, 8, running, est, now=0.0, per_pod=1) == domain_outlook(snap, CLIQUE, 8, running, est, now=0.0)

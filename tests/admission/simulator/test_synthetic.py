@@ -4,6 +4,7 @@ and parameter validation."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from itertools import pairwise
 
 import numpy as np
@@ -119,3 +120,32 @@ def test_the_bundled_small_jobs_stream_spans_14_days_with_a_64_gpu_gang_about_ev
     assert 13.5 * 24 < span_h < 14.5 * 24
     assert 7 < span_h / gangs < 9
     assert sum(j.gpus <= 8 for j in jobs) == len(jobs) - gangs
+
+
+def test_a_priority_per_gpu_count_changes_no_draw_and_leaves_the_other_sizes_at_0() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    plain = SyntheticParams(size_mix={1: 50, 8: 20, 64: 0.5})
+    ranked = SyntheticParams.model_validate({"sizeMix": {1: 50, 8: 20, 64: 0.5}, "priority": {64: 1000, 8: -3}})
+    a, b = synthetic_jobs(3000, 5, 4, plain), synthetic_jobs(3000, 5, 4, ranked)
+    assert [dataclasses.replace(j, priority=0) for j in b] == a  # the same jobs, only their priorities differ
+    assert {(j.gpus, j.priority) for j in b} == {(1, 0), (8, -3), (64, 1000)}
+    path = Path(__file__).resolve().parents[3] / "config/streams/small-jobs-with-priority-gangs.yaml"
+    stream = synthetic_jobs(4000, 0, 4, SyntheticParams.model_validate(yaml.safe_load(path.read_text())))
+    assert {j.priority for j in stream if j.gpus == 64} == {1000} and {j.priority for j in stream if j.gpus < 64} == {0}
+    assert 10 <= sum(j.gpus == 64 for j in stream) <= 30  # about one job in 200
+
+
+@pytest.mark.parametrize(("priority", "message"), [({48: 1}, "priority: GPU count 48 is not in sizeMix (1, 64)"),
+                                                   ({64: "high"}, "priority[64]: 'high' must be a whole number"),
+                                                   ({64: 2**31}, "priority[64]: 2147483648 must be a whole number in [-2147483648, 2147483647]")])
+def test_a_bad_priority_is_refused_naming_the_field(priority: dict[int, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        SyntheticParams.model_validate({"sizeMix": {1: 1, 64: 1}, "priority": priority})
+
+
+def test_a_job_priority_outside_kueues_int32_is_refused() -> None:
+    with pytest.raises(ValueError, match=re.escape("job 'x': priority must be a whole number in [-2147483648, 2147483647]")):
+        Job("x", 0.0, 1.0, 1, 1, 1, "training", priority=2**31)

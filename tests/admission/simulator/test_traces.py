@@ -69,6 +69,20 @@ def test_itp_finds_columns_by_name_in_any_order(tmp_path: Path) -> None:
     assert (job.id, job.submit_s, job.duration_s, job.gpus) == ("j", 5.0, 30.0, 2)
 
 
+def test_itp_takes_an_optional_priority_column_empty_or_absent_as_0(tmp_path: Path) -> None:
+    path = write(tmp_path, "itp.csv", ITP_HEADER.strip() + ",priority\na,1,2,4,1000\nb,2,2,4,\nc,3,2,4,-5\n")
+    assert [(j.id, j.priority) for j in read_itp(path)] == [("a", 1000), ("b", 0), ("c", -5)]
+    assert {j.priority for j in read_itp(write(tmp_path, "plain.csv", ITP_HEADER + "a,1,2,4\n"))} == {0}
+
+
+@pytest.mark.parametrize(("value", "message"), [("high", "itp.csv:2: column priority: 'high' is not an integer"),
+                                                ("4294967296", "itp.csv:2: column priority: '4294967296' must be in [-2147483648, 2147483647]"),
+                                                ("-4294967296", "itp.csv:2: column priority: '-4294967296' must be in [-2147483648, 2147483647]")])
+def test_itp_bad_priority_names_file_line_and_column(tmp_path: Path, value: str, message: str) -> None:
+    with raises(message):
+        read_itp(write(tmp_path, "itp.csv", ITP_HEADER.strip() + f",priority\na,1,2,4,{value}\n"))
+
+
 @pytest.mark.parametrize(
     ("row", "message"),
     [

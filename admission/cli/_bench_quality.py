@@ -42,6 +42,7 @@ resident memory are its own.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -196,7 +197,8 @@ def kept_lines(cmps: Sequence[Any], bindings: Sequence[str]) -> list[str]:
 def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: str = QUALITY_LOADS, seeds: int = QUALITY_SEEDS,
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
-            link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None) -> tuple[dict[str, Any], int]:
+            link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None,
+            parking: bool = False) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
@@ -237,7 +239,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         res_policies = [f"atoll-{reservations}-{v}" for v in ("island", "span", "nores")]
     load_list = [x for x in parse_loads(loads) if x is not None]
     seed_list = seeds_of(0, seeds)
-    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model,
+    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model, "parking": parking,
                               "profiles": shown(resolve_profiles(profiles))}  # on every cluster (atoll simulate runs the model's own)
     goal: list[Any] = []
     res_cells: list[Any] = []
@@ -258,7 +260,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         if not with_quality and not res_policies:
             continue
         ran = (list(policies) if with_quality else []) + [p for p in res_policies if p not in policies]
-        records, _ = run_sweep(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), workers=workers)
+        spec = dataclasses.replace(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), parking=parking)
+        records, _ = run_sweep(spec, workers=workers)
         if res_policies:
             cells = [reservation_cell(records, cluster=name, load=load, seeds=seed_list, profile=str(reservations), shipped=shipped,
                                       gpus=cluster_gpus(cluster)) for load in load_list]
@@ -287,7 +290,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         if fmt == "table":
             gpus = cluster_gpus(cluster)
             print(format_sweep(cmps, title=f"{name}: ITP cluster04 days 0-14, {jobs:,} jobs on {gpus:,} GPUs, GPU perf "
-                                           f"{QUALITY_GPU_PERF}, link model {link_model}, {len(seed_list)} seeds per load"))
+                                           f"{QUALITY_GPU_PERF}, link model {link_model}, {len(seed_list)} seeds per load"
+                                           f"{', Atoll waits parked (quota given back)' if parking else ''}"))
             print()
             print("\n".join(verdicts))
             print()
@@ -398,6 +402,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--clusters", default=",".join(QUALITY_CLUSTERS), help=f"bundled models to run (default {','.join(QUALITY_CLUSTERS)})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--parking", choices=("on", "off"), default="off",
+                   help="the quality sweep's Atoll waits park the Workload and give its quota back (atoll run --park-waiting); "
+                        "off: each wait is a Retry, which keeps its quota through the delay as Kueue does")
     p.add_argument("--goal", action="store_true", help="judge the queue manager's goal at loads 1.0-1.3 (exit 1 when missed)")
     p.add_argument("--reservations", default=None, metavar="PROFILE",
                    help="run PROFILE reserving at the island level, at the span level and not at all; judge the reservation goal "
@@ -434,7 +441,7 @@ def main(argv: Sequence[str]) -> int:
                                            seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity,
                                            with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads,
                                            clusters=clusters, link_model=args.link_model, with_goal=args.goal,
-                                           reservations=args.reservations)
+                                           reservations=args.reservations, parking=args.parking == "on")
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +85,32 @@ def test_the_pessimistic_link_model_and_one_cluster_on_request(monkeypatch: pyte
     assert "link model flat-ring" in out
     assert bq.main(["--skip-scale", "--clusters", "tpu-pod"]) == 2
     assert "--clusters: choose from" in capsys.readouterr().err
+
+
+def test_parking_on_runs_the_quality_sweep_with_atolls_waits_parked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import admission.simulator as sim
+
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    seen: list[bool] = []
+    real = sim.run_sweep
+
+    def spy(spec: Any, **kw: Any) -> Any:
+        seen.append(spec.parking)
+        return real(spec, **kw)
+
+    monkeypatch.setattr(sim, "run_sweep", spy)
+    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
+            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod"]
+    assert bq.main([*argv, "--parking", "on"]) == 0
+    assert seen == [True] and "Atoll waits parked" in capsys.readouterr().out
+    assert bq.main(argv) == 0
+    assert seen == [True, False] and "Atoll waits parked" not in capsys.readouterr().out
+    with pytest.raises(SystemExit) as bad:
+        bq.main([*argv, "--parking", "sometimes"])
+    assert bad.value.code == 2 and "--parking" in capsys.readouterr().err
 
 
 def test_binding_table_runs_atoll_under_each_binding_on_the_same_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -656,8 +656,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back to a job blocked on quota
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
-    held_on_retry: set[int] = set()
-    """Jobs on a Retry's timer: Kueue holds their quota until it fires, then evicts and requeues them at once."""
     retry_of: dict[int, float] = {}
     """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
     aside: set[int] = set()
@@ -841,7 +839,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                         seq += 1
                     continue
                 f.used += shape.gpus  # Kueue holds its quota through the Retry's delay
-                held_on_retry.add(j)
                 heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
                 seq += 1
             else:  # reject
@@ -898,8 +895,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 sid = int(shape_of[j])
                 retrying[(fi, sid)] -= 1
-                held_on_retry.discard(j)  # evicted now and queued at once, before the Workloads its quota kept out
-                f.used -= shape_gpus[sid]
+                f.used -= shape_gpus[sid]  # evicted now and queued at once, before the Workloads its quota kept out
                 enqueue(j, -math.inf)
             touched.add(fi)
         while nxt < n and arr[nxt] == now:

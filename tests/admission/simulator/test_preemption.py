@@ -18,9 +18,9 @@ from admission.simulator._metrics import summarize
 from admission.simulator._policies import make_policies
 from admission.simulator._sim import STATUS_DONE, SimResult, SimSettings, prepare_workload, simulate
 from policies import load_profiles
+from tests.admission.simulator.test_queueing import CLIQUE, SU, cluster
 from topology import ClusterModel
 
-CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
 RETRY = "retry: {initialSeconds: 30, maxSeconds: 120}"
 DOC = load_profiles(f"""
 defaultProfile: strict
@@ -34,16 +34,6 @@ _ids = itertools.count()
 
 def job(arrival: float, duration: float, gpus: int, priority: int = 0) -> Job:
     return make_job(f"j{next(_ids)}", arrival, duration, gpus, 4, "training", priority=priority)
-
-
-def cluster(islands: int = 2) -> ClusterModel:
-    """1 SU × ``islands`` islands × 4 nodes × 4 GPUs."""
-    return ClusterModel.model_validate({"name": "test", "flavors": [{
-        "name": "f", "topology": "t",
-        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
-        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
-        "generate": [{"level": SU, "count": 1, "prefix": "u"}, {"level": CLIQUE, "count": islands, "prefix": "r"},
-                     {"level": "kubernetes.io/hostname", "count": 4, "prefix": "n"}]}]})
 
 
 LONG, LATE, GANG = 0, 1, 2

@@ -98,9 +98,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     if q.reserve_after_seconds is not None and gang and waited >= q.reserve_after_seconds:
         mine = outlook.reservations.held_by(key)
         by = "soonest" if q.reserve_target == "soonestFree" else "drain"
-        # the gang may span: reserve where it will (asked for, or no island can ever hold it: an island reservation would hold nothing)
-        spans = bool(profile.preferred_level) and widened is None and (q.reserve_at == "span" or (decision.relaxed and not outlooks
-                                                                                                  and not _holds(snap, level, gpus)))
+        spans = q.reserve_at == "span" and bool(profile.preferred_level) and widened is None  # the gang may span: reserve where it will
         at = profile.max_span_level if spans else level
         here = outlooks if at == level else domain_outlook(snap, at, gpus, running, outlook.estimator, now, blocked)
         target = choose_target(snap, key, at, gpus, per_pod, here, running, outlook.estimator, now, by)
@@ -183,16 +181,6 @@ def _floor_level(profile: Profile, snap: Snapshot, decision: Decision, level: st
     except ValueError:
         return None
     return span if span in snap.level_labels else None
-
-
-def _holds(snap: Snapshot, level: str | None, gpus: int) -> bool:
-    """Whether some domain of ``level`` (None: the whole flavor) has ``gpus`` GPUs on its eligible
-    nodes when empty."""
-    alloc = np.where(snap.eligible.astype(bool), snap.alloc[:, 0], 0)
-    if level is None or level not in snap.level_labels:
-        return int(alloc.sum()) >= gpus
-    lv = snap.level_index(level)
-    return any(int(alloc[slice(*snap.domain_range(lv, d))].sum()) >= gpus for d in range(snap.num_domains(lv)))
 
 
 def _queue_of(obj: Mapping[str, Any]) -> str | None:

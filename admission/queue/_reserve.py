@@ -10,9 +10,7 @@ A held reservation moves only by ``should_move``: to a domain expected free more
 sooner than its own, so estimates that shift by less never make it flap.
 
 A gang whose profile may span reserves where its span will land when the profile says
-``reserveAt: span``, or when no domain of its island level can hold it (an H100 gang larger than
-one 8-GPU node: it spans whatever the profile says, and an island reservation would hold
-nothing): ``choose_target`` at the span level (``maxSpanLevel``; the whole flavor
+``reserveAt: span``: ``choose_target`` at the span level (``maxSpanLevel``; the whole flavor
 without one) takes the nodes of that domain expected free soonest, whatever island they are in,
 and the reservation ``capture``s: it also holds the GPUs that free anywhere else in the domain,
 until the free GPUs it holds reach the gang's (``Reservation.held_on``). So the domain drains as

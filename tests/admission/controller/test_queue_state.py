@@ -204,44 +204,6 @@ def test_a_span_level_reservation_is_written_holds_what_frees_in_its_block_and_a
     assert again.queue_state.outlook.reservations.held_by(key) is None
 
 
-def test_a_gang_no_clique_can_hold_reserves_its_block_under_the_island_default_and_a_new_controller_holds_the_same(
-        fabric: Fabric) -> None:
-    """The profile reserves at the island level (the default). A gang of 3 × 4 GPUs fits no
-    clique of 8, so it spans whatever the profile says: it reserves in a block (the level its
-    span lands in), capturing what frees there, where an island reservation held nothing. As
-    a DGX H100 gang larger than its 8-GPU node does."""
-    doc = profiles_doc(fabric.flavor, fabric.topology)
-    doc["profiles"]["elastic"]["relaxAfterSeconds"] = 3600
-    doc["profiles"]["elastic"]["queueing"] = {"reserveAfterSeconds": 0}
-    doc["defaultProfile"] = "elastic"
-    fabric.install(doc)
-    ctrl = fabric.controller()
-    limits = [600, 10 * LIMIT, 900] + [10 * LIMIT] * 5
-    for i, limit in enumerate(limits):
-        submit(fabric, f"w{i}", 1, limit=limit)
-        assert [v.outcome for v in run(ctrl)] == ["admit"]
-    on = {i: next(iter(planned(fabric.entry(f"w{i}")))) for i in range(len(limits))}
-    submit(fabric, "gang", 3)
-    (verdict,) = run(ctrl)
-    assert verdict.outcome == "wait"
-    key = f"{fabric.ns}/gang"
-    held = ctrl.queue_state.outlook.reservations.held_by(key)
-    assert held is not None and held.capture and held.level == "network.example.com/block"
-    assert held.path == (f"{fabric.ns}-b0",) and {on[0], on[2]} < {n for n, _ in held.nodes} and held.gpus == 12
-    cond = condition(fabric, "gang", RESERVED_CONDITION)
-    assert cond is not None and Reservation.decode(key, cond["message"]) == held
-    assert "reserves 12 GPUs on 3 nodes of network.example.com/block" in fabric.entry("gang")["message"]
-
-    ctrl.stop()
-    again = fabric.controller()
-    again.sync()
-    assert mine(fabric, again) == [held]
-    fabric.finish("w0")  # a node of the block frees: it is the gang's
-    submit(fabric, "small", 1)
-    (small,) = run(again)
-    assert small.outcome == "wait"
-
-
 def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:
     doc = profiles_doc(fabric.flavor, fabric.topology)
     doc["profiles"]["strict"]["preemptDomain"] = "on"

@@ -252,36 +252,6 @@ def test_a_gang_that_reserves_at_the_span_level_takes_a_span_as_soon_as_one_is_f
     assert b.outlook.reservations.held_by("sim/job-7") is None  # placed: the reservation ends
 
 
-def test_a_gang_no_island_can_hold_reserves_in_the_span_domain_it_waits_for() -> None:
-    """12 GPUs never fit one island of 8, so the gang spans whatever the profile says. Under
-    ``reserveAt: island`` it reserved nothing (no island holds it: an H100 gang larger than its
-    8-GPU node never reserved); it reserves in its scalable unit, as ``reserveAt: span`` does."""
-    a = atoll("island", used={"r0n0": 4, "r1n0": 4})
-    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, limit=5000.0))
-    a.outlook.started("sim/y", Running("f", (("r1n0", 4),), 0.0, limit=6000.0))
-    first = decide(a, 7, 3, now=NOW)
-    assert first.outcome == "wait" and a.outlook.reservations.held_by("sim/job-7") is None
-    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
-    later = decide(a, 7, 3, now=NOW + 600)
-    held = a.outlook.reservations.held_by("sim/job-7")
-    assert later.outcome == "wait" and held is not None and held.level == SU and held.path == ("u0",) and held.capture
-    assert dict(held.nodes) == {"r0n1": 4, "r1n1": 4, "r0n0": 4}  # the free nodes, then the one expected free first
-    assert "reserves 12 GPUs on 3 nodes of network.example.com/su u0" in later.message
-    assert decide(a, 8, 1, now=NOW + 601).outcome == "wait"  # the free nodes are the gang's
-
-
-def test_a_gang_an_island_can_hold_still_reserves_one_island() -> None:
-    """The same wait for a gang of 8 GPUs, which one island holds: it reserves an island, as before."""
-    a = atoll("island", used={"r0n0": 4, "r1n0": 4})
-    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, limit=5000.0))
-    a.outlook.started("sim/y", Running("f", (("r1n0", 4),), 0.0, limit=6000.0))
-    assert decide(a, 7, 2, now=NOW).outcome == "wait"
-    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"
-    assert decide(a, 7, 2, now=NOW + 600).outcome == "wait"
-    held = a.outlook.reservations.held_by("sim/job-7")
-    assert held is not None and held.level == CLIQUE and held.path == ("u0", "r0") and not held.capture
-
-
 def floor_cluster(profile: str, used: dict[str, int], slow: set[str], running: dict[str, float]) -> DeployedAtoll:
     """``cluster(used)`` with ``slow`` nodes at 0.7 (under the training floor of 0.9), a runtime
     of 3000 s learned for every size, and ``running``: node → start of the Workload holding it."""

@@ -118,6 +118,9 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             notes.append(target.describe())
         elif target is not None:
             notes.append(f"no reservation: flavor {snap.flavor} holds its {q.max_reservations_per_flavor} already")
+        elif decision.relaxed and not spans and at is not None and not _holds(snap, at, gpus):  # a DGX H100 gang past its 8-GPU node
+            notes.append(f"no reservation: no {at} domain holds {gpus} GPUs, and it spans; queueing.reserveAt: span reserves "
+                         "where a span lands")
     found: Found | None = None
     if q.wait_or_span and profile.preferred_level and not decision.relaxed:
         best = soonest(outlooks)
@@ -181,6 +184,16 @@ def _floor_level(profile: Profile, snap: Snapshot, decision: Decision, level: st
     except ValueError:
         return None
     return span if span in snap.level_labels else None
+
+
+def _holds(snap: Snapshot, level: str, gpus: int) -> bool:
+    """Whether some domain of ``level`` has ``gpus`` GPUs on its eligible nodes when empty (True
+    for a level the flavor lacks: nothing to say)."""
+    if level not in snap.level_labels:
+        return True
+    alloc = np.where(snap.eligible.astype(bool), snap.alloc[:, 0], 0)
+    lv = snap.level_index(level)
+    return any(int(alloc[slice(*snap.domain_range(lv, d))].sum()) >= gpus for d in range(snap.num_domains(lv)))
 
 
 def _queue_of(obj: Mapping[str, Any]) -> str | None:

@@ -204,6 +204,27 @@ def test_a_span_level_reservation_is_written_holds_what_frees_in_its_block_and_a
     assert again.queue_state.outlook.reservations.held_by(key) is None
 
 
+def test_a_gang_no_clique_can_hold_says_on_its_check_why_it_reserves_nothing(fabric: Fabric) -> None:
+    """The profile reserves at the island level (the default). A gang of 3 × 4 GPUs fits no
+    clique of 8, so it spans and no clique can be reserved for it (as a DGX H100 gang larger
+    than its 8-GPU node): the check's message says so, and no reservation is written."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["elastic"]["relaxAfterSeconds"] = 3600
+    doc["profiles"]["elastic"]["queueing"] = {"reserveAfterSeconds": 0}
+    doc["defaultProfile"] = "elastic"
+    fabric.install(doc)
+    ctrl = fabric.controller()
+    for i in range(6):
+        submit(fabric, f"w{i}", 1, limit=LIMIT)
+        assert [v.outcome for v in run(ctrl)] == ["admit"]
+    submit(fabric, "gang", 3)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait" and verdict.relaxed
+    assert mine(fabric, ctrl) == [] and condition(fabric, "gang", RESERVED_CONDITION) is None
+    assert ("no reservation: no nvidia.com/gpu.clique domain holds 12 GPUs, and it spans; queueing.reserveAt: span reserves "
+            "where a span lands") in fabric.entry("gang")["message"]
+
+
 def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:
     doc = profiles_doc(fabric.flavor, fabric.topology)
     doc["profiles"]["strict"]["preemptDomain"] = "on"

@@ -252,6 +252,25 @@ def test_a_gang_that_reserves_at_the_span_level_takes_a_span_as_soon_as_one_is_f
     assert b.outlook.reservations.held_by("sim/job-7") is None  # placed: the reservation ends
 
 
+def test_a_gang_no_island_can_hold_says_why_it_reserves_nothing() -> None:
+    """12 GPUs never fit one island of 8, so the gang spans, and under ``reserveAt: island`` no
+    island can be reserved for it (an H100 gang larger than its 8-GPU node): the wait says so
+    instead of saying nothing. A gang of 8, which one island holds, reserves an island."""
+    out = {}
+    for pods in (3, 2):
+        a = atoll("island", used={"r0n0": 4, "r1n0": 4})
+        a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, limit=5000.0))
+        a.outlook.started("sim/y", Running("f", (("r1n0", 4),), 0.0, limit=6000.0))
+        assert decide(a, 7, pods, now=NOW).outcome == "wait"
+        a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+        out[pods] = (decide(a, 7, pods, now=NOW + 600), a.outlook.reservations.held_by("sim/job-7"))
+    (big, none), (gang, held) = out[3], out[2]
+    assert big.outcome == "wait" and none is None
+    assert ("no reservation: no nvidia.com/gpu.clique domain holds 12 GPUs, and it spans; queueing.reserveAt: span reserves "
+            "where a span lands") in big.message
+    assert gang.outcome == "wait" and held is not None and held.level == CLIQUE and "no reservation" not in gang.message
+
+
 def floor_cluster(profile: str, used: dict[str, int], slow: set[str], running: dict[str, float]) -> DeployedAtoll:
     """``cluster(used)`` with ``slow`` nodes at 0.7 (under the training floor of 0.9), a runtime
     of 3000 s learned for every size, and ``running``: node → start of the Workload holding it."""

@@ -17,10 +17,10 @@ Kueue, as modelled
     its Workload's ``spec.priority``): higher first, as Kueue's ``baseCompareFunc`` compares
     priority, then the queue-order timestamp, then UID (``pkg/cache/queue/cluster_queue.go``,
     v0.19.2); with every priority equal (0 unless a workload gives them) the order is as above.
-    Quota is checked first (usage + request ≤ nominal); no cohorts or borrowing, and none of
-    Kueue's own preemption for quota. The one preemption modelled is Atoll's: a profile's
-    ``preemptDomain`` clears a domain for a waiting gang through the controller's own plan, and
-    its victims are evicted as Kueue evicts them (``_preemption``). Jobs are routed to a flavor once, before any
+    Quota is checked first (usage + request ≤ nominal); no cohorts or borrowing. Kueue's own
+    preemption for quota is off unless ``SimSettings.kueue_preemption`` names a policy
+    (``_kueue_preemption``). A profile's ``preemptDomain`` clears a domain for a waiting gang
+    through the controller's own plan, and its victims are evicted as Kueue evicts them (``_preemption``). Jobs are routed to a flavor once, before any
     policy runs (the flavor they name, else in proportion to flavor capacity among the flavors
     that can ever hold them), so every policy sees the same queues.
 

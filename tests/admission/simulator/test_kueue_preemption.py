@@ -111,6 +111,22 @@ def test_a_gang_of_the_same_priority_preempts_nothing(policy: str) -> None:
         assert res.kueue_preempted == 0 and res.start[2] >= 20000
 
 
+@pytest.mark.parametrize("policy", ["atoll-strict", "kueue-required"])
+def test_under_lower_or_newer_equal_priority_a_waiting_job_preempts_a_newer_one_of_its_priority(policy: str) -> None:
+    """All priority 0. A 16-GPU job fills island r0 for good; a 4-GPU job takes r1 until t=30. A
+    16-GPU job arrives at t=10, short of quota (12 free); a newer 8-GPU job at t=20 fits the 12 and
+    passes it (BestEffortFIFO). At t=30 the 4-GPU job ends: 8 GPUs of quota free. Under
+    ``LowerOrNewerEqualPriority`` the older 16-GPU job preempts the newer 8-GPU one and starts in
+    r1 at once; under ``LowerPriority`` it waits for that job's end."""
+    jobs = [job(0, 20000, 16), job(1, 29, 4), job(10, 300, 16), job(20, 5000, 8)]
+    newer = run(policy, jobs, kueue_preemption="LowerOrNewerEqualPriority", within_cluster_queue="LowerOrNewerEqualPriority")
+    assert (newer.status == STATUS_DONE).all()
+    assert newer.start[2] == 30 and (newer.kueue_preemptions, newer.kueue_preempted) == (1, 1)
+    assert newer.kueue_preempted_gpu_hours == pytest.approx(8 * 10 / 3600) and newer.start[3] >= newer.end[2]
+    lower = run(policy, jobs, kueue_preemption="LowerPriority")
+    assert lower.kueue_preempted == 0 and lower.start[3] == 20 and lower.start[2] >= lower.end[3]
+
+
 def test_on_a_kueue_tas_flavor_kueue_preempts_for_a_placement_but_for_atoll_it_sees_only_quota() -> None:
     """Quota twice capacity: the gang is short of one free island only. Kueue TAS (kueue-required)
     preempts the newer 12-GPU job to empty its island; Atoll's flavor is quota alone to Kueue,

@@ -137,7 +137,7 @@ def test_a_parked_gang_gives_its_quota_to_another_queue_of_its_cohort_only_when_
             back, i = history.wait(gang, "reactivated by Atoll once the Job holds quota", lambda wl: (wl.get("spec") or {}).get("active")
                                    is True, after=i)
             assert YIELD_ANNOTATION not in (back["metadata"].get("annotations") or {})
-            assert ctrl.quota_yields == 1
+            assert ctrl.quota_yields == 1  # one in all: none went to the first Job, however late a pass over it came
             live.wait_bound(small, SMALL_PODS)
 
             def reserved() -> tuple[str, str] | None:  # the borrower's status: 16 GPUs reserved, 8 of them borrowed

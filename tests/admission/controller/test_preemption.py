@@ -128,3 +128,4 @@ def test_under_domain_enforcement_no_selector_written_while_a_clique_is_held_rea
     (update,) = fabric.entry("wide")["podSetUpdates"]
     assert update["nodeSelector"] == {BLOCK: f"{fabric.ns}-b{far}"}
     assert all(n.startswith(f"{fabric.ns}-b{far}c") for n in planned(fabric.entry("wide")))
+    fabric.custom.delete_namespaced_custom_object(GROUP, VERSION, fabric.ns, "workloads", "gang")  # its hold ends with it (the apiserver is shared)

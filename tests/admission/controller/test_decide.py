@@ -151,6 +151,9 @@ def test_under_domain_enforcement_no_selector_reaches_a_domain_held_for_another_
     # a selector of the whole flavor reaches every domain: it waits too
     w = spanning(held_rack({"u0r1n0", "u1r0n0"}, profile="anywhere"))
     assert w.outcome == "wait" and "(the whole flavor) that holds nodes cleared for another gang" in w.message
+    # a one-pod Workload's selector names its node: never held back
+    v = spanning(held_rack({"u0r1n0"}, profile="anywhere"), pods=1)
+    assert v.outcome == "admit" and [u["nodeSelector"] for u in v.podset_updates] == [{"kubernetes.io/hostname": "u0r1n0"}]
 
 
 def test_under_exact_enforcement_a_selector_may_reach_a_held_domain() -> None:

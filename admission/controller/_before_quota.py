@@ -11,7 +11,9 @@ pkg/workload/evict/evict.go), and its webhook checks only the podSetUpdates' nam
 Ready entry's podSetUpdates do not change (pkg/webhooks/workload_webhook.go).
 
 Which Workloads: active, no ``QuotaReserved``, Atoll's entry ``Pending``, no requeue delay
-running, no PodSet with ``minCount`` (partial admission could change the counts), queued in a
+running, no PodSet with ``minCount`` (partial admission could change the counts), seen waiting
+for quota for ``before_quota_settle_seconds`` (Kueue reserves from its own copy of the Workload:
+one older than Atoll's Ready resets the entry to Pending, and the decision is made again), queued in a
 ClusterQueue (through its LocalQueue) whose resource group covering the accelerator has exactly
 one flavor, and that flavor is Atoll's: the flavor Kueue will assign is then known. Per
 ClusterQueue at most ``before_quota_depth`` hold a pre-decision at once, the first in Kueue's
@@ -75,6 +77,7 @@ class BeforeQuota:
         self.enabled = d.decide_before_quota
         self.hold_seconds = d.before_quota_hold_seconds
         self.depth = d.before_quota_depth
+        self.settle = d.before_quota_settle_seconds
         self.held: dict[str, PreDecision] = {}
         """Workload key → its pre-decision, while it has no quota."""
         self.mismatched: dict[str, str] = {}
@@ -82,6 +85,8 @@ class BeforeQuota:
         self._queued: dict[str, dict[str, tuple[int, str, str]]] = {}
         """ClusterQueue → candidate key → its place in Kueue's order (-priority, created, key)."""
         self._cq_of: dict[str, str] = {}
+        self._since: dict[str, float] = {}
+        """Key → when (monotonic) it was first seen waiting for quota, Pending."""
         self._not_before: dict[str, float] = {}
         """Key → when it may be pre-decided again (after a release, or a decision that was not a placement)."""
         self._lq: dict[str, tuple[float, str | None]] = {}
@@ -154,6 +159,7 @@ class BeforeQuota:
             pre = None
         self._unqueue(key)
         if condition_true(obj, "QuotaReserved"):
+            self._since.pop(key, None)
             if pre is None:
                 return False
             self.held.pop(key)
@@ -177,6 +183,7 @@ class BeforeQuota:
             cq = self.cluster_queue(obj)
             if cq is not None:
                 meta = obj.get("metadata") or {}
+                self._since.setdefault(key, self.clock.monotonic())
                 self._cq_of[key] = cq
                 self._queued.setdefault(cq, {})[key] = (-int((obj.get("spec") or {}).get("priority") or 0),
                                                          str(meta.get("creationTimestamp") or ""), key)
@@ -184,6 +191,7 @@ class BeforeQuota:
 
     def gone(self, key: str) -> None:
         self._unqueue(key)
+        self._since.pop(key, None)
         self.held.pop(key, None)
         self.mismatched.pop(key, None)
         self._not_before.pop(key, None)
@@ -212,7 +220,7 @@ class BeforeQuota:
     def next_candidates(self) -> list[tuple[str, str, str]]:
         """(key, ClusterQueue, flavor) of the Workloads to pre-decide now: per ClusterQueue the
         first in Kueue's order, up to ``depth`` holds at once, none in its wait after a release."""
-        now = self.clock.now()
+        now, settled = self.clock.now(), self.clock.monotonic() - self.settle
         out: list[tuple[str, str, str]] = []
         holding: dict[str, int] = {}
         for pre in self.held.values():
@@ -224,7 +232,8 @@ class BeforeQuota:
             flavor = self.flavor(cq)
             if flavor is None:
                 continue
-            ready = (v for k, v in queued.items() if k not in self.held and self._not_before.get(k, 0.0) <= now)
+            ready = (v for k, v in queued.items()
+                     if k not in self.held and self._not_before.get(k, 0.0) <= now and self._since.get(k, float("inf")) <= settled)
             out.extend((k, cq, flavor) for _, _, k in heapq.nsmallest(slots, ready))
         return out
 

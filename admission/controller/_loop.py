@@ -447,6 +447,8 @@ class Controller:
             self._give_quota_back()
         if not self._queue:
             out.extend(self.before_quota())
+            while self._in_flight:
+                self._write_answered(next(iter(self._in_flight)), wait=True)
         return out
 
     def _give_quota_back(self) -> None:
@@ -605,9 +607,12 @@ class Controller:
                 continue
             verdict.message += f" | decided before quota, on flavor {flavor}, the only one of ClusterQueue {cq}"
             self.before.hold(obj, cq, flavor)
+            out.append(verdict)
+            if self._writers is not None:  # pipelined as any decision: a write that does not land releases the hold (``saw``)
+                self._send(key, obj, verdict, started, term, None)
+                continue
             if self._written(key, obj, "decision before quota", functools.partial(self.status.write, obj, verdict, self._check_names)):
                 self._after_decision(seen, verdict, self.clock.monotonic() - started, term)
-                out.append(verdict)
             else:
                 self.before.held.pop(key, None)
                 self.before.rest(key)

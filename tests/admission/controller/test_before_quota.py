@@ -22,9 +22,10 @@ pytestmark = pytest.mark.apiserver
 HOLD = 30.0
 
 
-def settings(fabric: Fabric, *, on: bool = True, depth: int = 2) -> Settings:
+def settings(fabric: Fabric, *, on: bool = True, depth: int = 2, settle: float = 0.0, write_workers: int = 0) -> Settings:
     return Settings(kueue=KueueSettings(admission_check=fabric.check), config=ConfigSettings(namespace=fabric.ns),
-                    decisions=DecisionSettings(decide_before_quota=on, before_quota_hold_seconds=HOLD, before_quota_depth=depth))
+                    decisions=DecisionSettings(decide_before_quota=on, before_quota_hold_seconds=HOLD, before_quota_depth=depth,
+                                               before_quota_settle_seconds=settle, write_workers=write_workers))
 
 
 def queue(fabric: Fabric, name: str, podsets: list[tuple[str, int, int]]) -> dict[str, Any]:
@@ -152,3 +153,25 @@ def test_a_restarted_controller_books_the_decisions_made_before_quota(fabric: Fa
     fabric.clock.advance(HOLD + 1)  # its adopted hold runs out like any other
     run(second)
     assert fabric.entry("early")["state"] == "Pending" and len(second.ledger) == 0
+
+
+def test_a_workload_is_decided_early_only_once_it_has_waited_for_quota_a_while(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric, settle=1.0))
+    queue(fabric, "new", [("main", 2, 4)])
+    assert run(ctrl) == [] and fabric.entry("new")["state"] == "Pending"  # just seen: Kueue may be reserving it now
+    fabric.clock.advance(1.0)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and fabric.entry("new")["state"] == "Ready"
+
+
+def test_with_pipelined_writes_the_early_decision_is_booked_while_in_flight_and_after(fabric: Fabric) -> None:
+    fabric.install()
+    fill_cliques_but(fabric, (1, 1))
+    ctrl = fabric.controller(settings=settings(fabric, write_workers=2))
+    queue(fabric, "early", [("main", 2, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.written and fabric.entry("early")["state"] == "Ready"
+    assert [r.workload for r in ctrl.ledger.reservations()] == [f"{fabric.ns}/early"]
+    queue(fabric, "next", [("main", 2, 4)])  # the only free clique is held: nothing for it before quota
+    assert run(ctrl) == [] and fabric.entry("next")["state"] == "Pending"

@@ -5,7 +5,9 @@ decides queued Workloads one at a time, so two Workloads never see the same free
 Workload is queued while it is actionable (``QuotaReserved=True``, not ``Evicted``, not finished
 or deactivated, Atoll's entry ``Pending``), and while the webhook asks for an admitted one to be
 requeued (``_requeue``); the decision is ``Decider``'s (``_decide``), the write ``StatusWriter``'s
-(``_status``), and the record and metrics are taken here. A write refused
+(``_status``), and the record and metrics are taken here. With
+``DecisionSettings.decide_before_quota``, the worker, its queue empty, also decides Workloads still
+waiting for quota (``_before_quota`` picks them and keeps their holds). A write refused
 because the Workload changed since it was read (409) reads it again and decides again at once
 (next, ahead of the queue). The worker never sleeps on a retry: its writes and reads make one
 attempt each, and a transient failure puts the Workload on the delayed queue with its backoff

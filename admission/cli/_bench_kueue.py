@@ -305,13 +305,14 @@ def nodes_ready_seconds(nodes: int) -> float:
 
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
               write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None,
-              create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False) -> dict[str, Any]:
+              create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
     ``create_workers``: the bench's creates in flight at once (each on its own connection);
     ``kueue_config``: fields of Kueue's Configuration set over the tier's (``KueueCluster``);
     ``logs``: a folder that gets Kueue's log and ``atoll run``'s records and log at the end;
-    ``decide_before_quota``: ``atoll run --decide-before-quota`` (its default hold and depth)."""
+    ``decide_before_quota``: ``atoll run --decide-before-quota`` (its default hold), with
+    ``--before-quota-depth before_quota_depth``."""
     from admission.kube import ADMISSION_CHECKS, KubePort
     from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
     from tests.envtest._server import die_with_parent
@@ -338,7 +339,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                     [sys.executable, "-c", "import sys; from admission.cli import main; sys.argv[0] = 'atoll'; sys.exit(main())", "run",
                      "--kubeconfig", str(api.kubeconfig_path), "--namespace", ATOLL_NS, "--admission-check", CHECK,
                      "--metrics-port", "off", "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
-                     "--log-level", "warning", *(["--decide-before-quota"] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                     "--log-level", "warning", *(["--decide-before-quota", "--before-quota-depth", str(before_quota_depth)] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
                 try:
                     _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
                     result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records,
@@ -350,7 +351,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                     except subprocess.TimeoutExpired:
                         ctrl.kill()
                         ctrl.wait()
-            return {**result, "decide_before_quota": decide_before_quota, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
+            return {**result, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
                     "kueue_workload_controller": workload_controller_figures(cluster.metrics())}
         finally:
             if logs is not None:
@@ -513,6 +514,8 @@ def main(argv: Sequence[str]) -> int:
                    help="Workloads Kueue's Workload controller reconciles at once (default: what Kueue's shipped Configuration sets)")
     p.add_argument("--decide-before-quota", action="store_true",
                    help="Atoll decides each Workload before Kueue reserves its quota (atoll run --decide-before-quota)")
+    p.add_argument("--before-quota-depth", type=int, default=2,
+                   help="with --decide-before-quota: Workloads per ClusterQueue holding an early decision at once (1-64)")
     p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
@@ -524,6 +527,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if not 1 <= args.create_workers <= 64:
         print("atoll bench kueue: --create-workers must be between 1 and 64", file=sys.stderr)
+        return 2
+    if not 1 <= args.before_quota_depth <= 64:
+        print("atoll bench kueue: --before-quota-depth must be between 1 and 64", file=sys.stderr)
         return 2
     if args.kueue_workload_concurrency is not None and args.kueue_workload_concurrency < 1:
         print("atoll bench kueue: --kueue-workload-concurrency must be ≥ 1 (or left out for Kueue's shipped value)", file=sys.stderr)
@@ -537,7 +543,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
                         write_workers=args.write_workers, kueue_config=_workload_concurrency(args.kueue_workload_concurrency),
-                        logs=args.logs, create_workers=args.create_workers, decide_before_quota=args.decide_before_quota)
+                        logs=args.logs, create_workers=args.create_workers, decide_before_quota=args.decide_before_quota,
+                        before_quota_depth=args.before_quota_depth)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1

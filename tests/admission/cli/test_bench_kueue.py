@@ -153,3 +153,10 @@ def test_outside_a_clone_the_bench_says_where_to_run_it_in_one_line(monkeypatch:
     assert main(["--nodes=1", "--workloads=1"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("atoll bench kueue: ") and "run it from the root of a clone" in err[0], err
+
+
+@pytest.mark.parametrize("flag", ["--before-quota-depth=0", "--before-quota-depth=65"])
+def test_a_bad_before_quota_depth_gets_one_line_naming_the_flag(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([flag]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--before-quota-depth must be between 1 and 64" in err[0]

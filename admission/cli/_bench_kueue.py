@@ -305,12 +305,14 @@ def nodes_ready_seconds(nodes: int) -> float:
 
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
               write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None,
-              create_workers: int = CREATE_WORKERS) -> dict[str, Any]:
+              create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
     ``create_workers``: the bench's creates in flight at once (each on its own connection);
     ``kueue_config``: fields of Kueue's Configuration set over the tier's (``KueueCluster``);
-    ``logs``: a folder that gets Kueue's log and ``atoll run``'s records and log at the end."""
+    ``logs``: a folder that gets Kueue's log and ``atoll run``'s records and log at the end;
+    ``decide_before_quota``: ``atoll run --decide-before-quota`` (its default hold), with
+    ``--before-quota-depth before_quota_depth``."""
     from admission.kube import ADMISSION_CHECKS, KubePort
     from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
     from tests.envtest._server import die_with_parent
@@ -337,7 +339,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                     [sys.executable, "-c", "import sys; from admission.cli import main; sys.argv[0] = 'atoll'; sys.exit(main())", "run",
                      "--kubeconfig", str(api.kubeconfig_path), "--namespace", ATOLL_NS, "--admission-check", CHECK,
                      "--metrics-port", "off", "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
-                     "--log-level", "warning"], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                     "--log-level", "warning", *(["--decide-before-quota", "--before-quota-depth", str(before_quota_depth)] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
                 try:
                     _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
                     result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records,
@@ -349,7 +351,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                     except subprocess.TimeoutExpired:
                         ctrl.kill()
                         ctrl.wait()
-            return {**result, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
+            return {**result, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
                     "kueue_workload_controller": workload_controller_figures(cluster.metrics())}
         finally:
             if logs is not None:
@@ -510,6 +512,10 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--write-workers", type=int, default=4, help="Atoll's decision writes in flight at once (0: serial)")
     p.add_argument("--kueue-workload-concurrency", type=int, default=None,
                    help="Workloads Kueue's Workload controller reconciles at once (default: what Kueue's shipped Configuration sets)")
+    p.add_argument("--decide-before-quota", action="store_true",
+                   help="Atoll decides each Workload before Kueue reserves its quota (atoll run --decide-before-quota)")
+    p.add_argument("--before-quota-depth", type=int, default=2,
+                   help="with --decide-before-quota: Workloads per ClusterQueue holding an early decision at once (1-64)")
     p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
@@ -521,6 +527,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if not 1 <= args.create_workers <= 64:
         print("atoll bench kueue: --create-workers must be between 1 and 64", file=sys.stderr)
+        return 2
+    if not 1 <= args.before_quota_depth <= 64:
+        print("atoll bench kueue: --before-quota-depth must be between 1 and 64", file=sys.stderr)
         return 2
     if args.kueue_workload_concurrency is not None and args.kueue_workload_concurrency < 1:
         print("atoll bench kueue: --kueue-workload-concurrency must be ≥ 1 (or left out for Kueue's shipped value)", file=sys.stderr)
@@ -534,7 +543,8 @@ def main(argv: Sequence[str]) -> int:
     try:
         out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
                         write_workers=args.write_workers, kueue_config=_workload_concurrency(args.kueue_workload_concurrency),
-                        logs=args.logs, create_workers=args.create_workers)
+                        logs=args.logs, create_workers=args.create_workers, decide_before_quota=args.decide_before_quota,
+                        before_quota_depth=args.before_quota_depth)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1
@@ -546,13 +556,14 @@ def main(argv: Sequence[str]) -> int:
     else:
         columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
                    "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
-                   "reserved_to_listed_ms", "listed_to_decided_ms", "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms")
+                   "reserved_to_listed_ms", "listed_to_decided_ms", "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms",
+                   "ready_before_reserved", "admitted_on_reservation")
         wc = out["kueue_workload_controller"]
         print(" | ".join(columns))
         for r in out["rows"]:
             print(" | ".join(str(r[c]) for c in columns))
         print(f"atoll / kueue-tas mean time to admission: {ratio} (goal ≤ {args.goal_ratio}: {'met' if met else 'MISSED'}); "
               f"{out['nodes_per_arm']} KWOK nodes per arm, {out['queues_per_arm']} ClusterQueues per cohort, "
-              f"{out['rate_per_s']} Workloads/s per arm ({out['creates_s']} s of creates, {out['create_workers']} at once), {out['write_workers']} write workers; Kueue's Workload controller "
+              f"{out['rate_per_s']} Workloads/s per arm ({out['creates_s']} s of creates, {out['create_workers']} at once), {out['write_workers']} write workers{', deciding before quota' if out['decide_before_quota'] else ''}; Kueue's Workload controller "
               f"{wc['workers']} at once, {wc['queue_wait_ms']} ms mean queue wait, {wc['reconcile_ms']} ms mean reconcile; {out['not_created']} creates failed; load {out['load_before']} → {out['load_after']} on {out['cores']} cores")
     return 0 if met else 1

@@ -72,15 +72,23 @@ def stages(keys: list[str], created: dict[str, float], reserved: dict[str, float
             admitted: dict[str, float], decided: dict[str, float] | None = None,
             listed: dict[str, float] | None = None) -> dict[str, float | None]:
     """Mean ms of each stage over the Workloads that passed both its ends (``listed``: when the
-    reserved Workload was first seen with Atoll's check entry)."""
+    reserved Workload was first seen with Atoll's check entry). A Workload whose check was Ready
+    before its reservation (Atoll decided it before quota) is counted in ``ready_before_reserved``
+    and left out of the stages from the reservation to Ready and from Ready to admission, which
+    it did not pass through; ``admitted_on_reservation`` counts the Workloads whose reservation
+    and admission came in one watch event (one write)."""
     out: dict[str, float | None] = {}
     decided, listed = decided or {}, listed or {}
-    for name, a, b in (("create_to_reserved", created, reserved), ("reserved_to_ready", reserved, ready),
-                       ("reserved_to_listed", reserved, listed), ("listed_to_decided", listed, decided),
-                       ("reserved_to_decided", reserved, decided), ("decided_to_ready", decided, ready),
-                       ("ready_to_admitted", ready, admitted), ("reserved_to_admitted", reserved, admitted)):
-        d = [1000.0 * (b[k] - a[k]) for k in keys if k in a and k in b]
+    early = {k for k in keys if k in ready and k in reserved and ready[k] < reserved[k]}
+    after = [k for k in keys if k not in early]
+    for name, a, b, among in (("create_to_reserved", created, reserved, keys), ("reserved_to_ready", reserved, ready, after),
+                              ("reserved_to_listed", reserved, listed, after), ("listed_to_decided", listed, decided, after),
+                              ("reserved_to_decided", reserved, decided, after), ("decided_to_ready", decided, ready, after),
+                              ("ready_to_admitted", ready, admitted, after), ("reserved_to_admitted", reserved, admitted, keys)):
+        d = [1000.0 * (b[k] - a[k]) for k in among if k in a and k in b]
         out[f"{name}_ms"] = round(float(np.mean(d)), 1) if d else None
+    out["ready_before_reserved"] = len(early)
+    out["admitted_on_reservation"] = sum(1 for k in keys if k in reserved and k in admitted and admitted[k] == reserved[k])
     return out
 
 

@@ -101,6 +101,24 @@ def write_workers(text: str) -> int:
     return int(text)
 
 
+def hold_seconds(text: str) -> float:
+    """``--before-quota-hold`` (or ``ATOLL_BEFORE_QUOTA_HOLD``): seconds, above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a hold: give seconds above 0 (e.g. 30)")
+    return value
+
+
+def before_quota_depth(text: str) -> int:
+    """``--before-quota-depth`` (or ``ATOLL_BEFORE_QUOTA_DEPTH``): Workloads per ClusterQueue, 1 to 64."""
+    if not text.strip().isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a depth: give a whole number from 1 to 64 (e.g. 2)")
+    return int(text)
+
+
 def default_bind(env: Mapping[str, str]) -> str:
     """All addresses inside a pod (the kubelet probes the pod's IP), else loopback only."""
     return "0.0.0.0" if env.get("KUBERNETES_SERVICE_HOST") else "127.0.0.1"
@@ -141,6 +159,16 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--write-workers", type=write_workers, default=env.get("ATOLL_WRITE_WORKERS", "0"),
                    help="decision writes in flight at once: the next decision is made while earlier ones are written "
                         "(0: each is written before the next is made; env ATOLL_WRITE_WORKERS)")
+    p.add_argument("--decide-before-quota", action=argparse.BooleanOptionalAction,
+                   default=env.get("ATOLL_DECIDE_BEFORE_QUOTA", "false") == "true",
+                   help="decide a Workload queued in a ClusterQueue of one Atoll flavor before Kueue reserves its quota, so that "
+                        "Kueue admits it in the reservation's own write (env ATOLL_DECIDE_BEFORE_QUOTA)")
+    p.add_argument("--before-quota-hold", type=hold_seconds, default=env.get("ATOLL_BEFORE_QUOTA_HOLD", "30"),
+                   help="seconds a decision made before quota holds its domain; a Workload still without quota then is set "
+                        "back to Pending (env ATOLL_BEFORE_QUOTA_HOLD)")
+    p.add_argument("--before-quota-depth", type=before_quota_depth, default=env.get("ATOLL_BEFORE_QUOTA_DEPTH", "2"),
+                   help="Workloads per ClusterQueue holding a decision made before quota at once, the first in Kueue's order "
+                        "(env ATOLL_BEFORE_QUOTA_DEPTH)")
     add_cost_args(p, env)
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
@@ -175,7 +203,9 @@ def build_settings(args: argparse.Namespace) -> Settings:
         leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port, bind_address=args.bind_address,
                             metrics_secure=args.metrics_secure),
-        decisions=DecisionSettings(park_waiting=args.park_waiting, write_workers=args.write_workers),
+        decisions=DecisionSettings(park_waiting=args.park_waiting, write_workers=args.write_workers,
+                                   decide_before_quota=args.decide_before_quota, before_quota_hold_seconds=args.before_quota_hold,
+                                   before_quota_depth=args.before_quota_depth),
         cost=cost_settings(args),
     )
 

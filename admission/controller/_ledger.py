@@ -173,6 +173,9 @@ class Ledger:
         self.shortfall_applies = 0
         """How many ``apply`` calls found owed pods with no room: double booking the scheduler made."""
         self._reported: dict[str, frozenset[tuple[str, str, int]]] = {}
+        self.booked_as: Callable[[Obj], Obj] = lambda obj: obj
+        """The state a Workload is booked as (the controller's decisions made before quota book
+        it as reserved on the flavor assumed, ``_before_quota``)."""
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_uid.values())
@@ -182,6 +185,8 @@ class Ledger:
         already read, as ``Decider.evaluate`` takes it)."""
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         names = set(check_names)
+        if view is None:
+            obj = self.booked_as(obj)
         if not holds_reservation(obj, names):
             self.forget(uid)
             return

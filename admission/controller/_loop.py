@@ -5,7 +5,9 @@ decides queued Workloads one at a time, so two Workloads never see the same free
 Workload is queued while it is actionable (``QuotaReserved=True``, not ``Evicted``, not finished
 or deactivated, Atoll's entry ``Pending``), and while the webhook asks for an admitted one to be
 requeued (``_requeue``); the decision is ``Decider``'s (``_decide``), the write ``StatusWriter``'s
-(``_status``), and the record and metrics are taken here. A write refused
+(``_status``), and the record and metrics are taken here. With
+``DecisionSettings.decide_before_quota``, the worker, its queue empty, also decides Workloads still
+waiting for quota (``_before_quota`` picks them and keeps their holds). A write refused
 because the Workload changed since it was read (409) reads it again and decides again at once
 (next, ahead of the queue). The worker never sleeps on a retry: its writes and reads make one
 attempt each, and a transient failure puts the Workload on the delayed queue with its backoff
@@ -43,6 +45,7 @@ from typing import Any
 
 import structlog
 
+from admission.controller._before_quota import BeforeQuota
 from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem
 from admission.controller._decide import Decider, Verdict
 from admission.controller._domains import build_record
@@ -54,7 +57,7 @@ from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
 from admission.controller._queue_state import QueueState
-from admission.controller._records import DecisionRecord, Recorder
+from admission.controller._records import DecisionRecord, Recorder, rfc3339, truncate
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
 from admission.controller._span_cost import SpanPricer
@@ -156,6 +159,10 @@ class Controller:
                                    events=self.events, on_written=on_written)
         self.explainer = Explainer(self.cache, self.ledger, self.decider, self.settings)
         self.preemptor = Preemptor(self.cache, self.ledger, port)
+        self.before = BeforeQuota(self.writes, self.cache, self.settings, self.clock)
+        """Decisions made before Kueue reserves quota, and their holds (``_before_quota``)."""
+        self.ledger.booked_as = self.before.view
+        self._before_due = 0.0
         self.queue_state = QueueState(self.cache, self.ledger, self.decider.holds)
         """The queue manager's state fed from the cache, and kept on the Workloads (``_queue_state``)."""
         self.decider.queue = self.queue_state.outlook
@@ -293,6 +300,7 @@ class Controller:
                 self._waiting.pop(uid, None)
                 self._waiting_band.pop(uid, None)
                 self.queue_state.gone(obj)
+                self.before.gone(object_key(obj))
                 self._queue.pop(object_key(obj), None)
                 self._forget_key(object_key(obj))
             elif resource == ADMISSION_CHECKS:
@@ -317,6 +325,8 @@ class Controller:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
         flight = self._in_flight.get(object_key(current))
         same = flight is not None and (current.get("metadata") or {}).get("resourceVersion") == (flight.obj.get("metadata") or {}).get("resourceVersion")
+        if self.before.saw(current, self._check_names):  # its reservation does not match its decision made before quota
+            self._queue[object_key(current)] = None
         # the version its write was made against: still counted as decided until the write answers
         self.ledger.observe(self.status.booked(current, flight.status) if same and flight else current, self._check_names)
         self.queue_state.observe(current, self._check_names)
@@ -437,6 +447,10 @@ class Controller:
             self._write_answered(next(iter(self._in_flight)), wait=True)
         if self._yield_due:
             self._give_quota_back()
+        if not self._queue:
+            out.extend(self.before_quota())
+            while self._in_flight:
+                self._write_answered(next(iter(self._in_flight)), wait=True)
         return out
 
     def _give_quota_back(self) -> None:
@@ -529,6 +543,8 @@ class Controller:
         if obj is None:
             self.parking.leave(key)
             return None
+        if key in self.before.mismatched:
+            return self._mismatched(key, obj)
         if not self._actionable(obj):
             if not (self.parking.is_aside(key) and ((obj.get("spec") or {}).get("active", True) is not False or key in self.quota_yield.yielded)
                     and not condition_true(obj, "Finished")):
@@ -552,6 +568,8 @@ class Controller:
             self._yield_due = True  # it holds quota again: a Workload may wait for it
             return None
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
+        if verdict.outcome == "wait" and self.before.held and self._free_holds(verdict.flavor):
+            verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())  # it holds quota: decisions made before quota give way
         verdict.parked = self.parking.parks(verdict)
         plan = self._preemption(obj, verdict)
         if self._writers is not None and not self.read_only:
@@ -560,6 +578,90 @@ class Controller:
         if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(
                 obj, verdict, self._check_names, self.queue_state.conditions(obj, verdict.outcome, plan, self.clock.now()))):
             self._decided(key, obj, verdict, started, term, plan)
+        return verdict
+
+    # ------------------------------------------------------------------ decisions before quota
+
+    BEFORE_QUOTA_SECONDS = 0.25
+    """How often the worker, its queue empty, looks for Workloads to decide before quota (each
+    look walks the queued Workloads of every ClusterQueue)."""
+
+    def before_quota(self) -> list[Verdict]:
+        """Release the holds whose time is up, then decide the Workloads ``_before_quota`` picks
+        (each queued in a ClusterQueue of one Atoll flavor, no quota yet) and write a placement as
+        Ready, booked in the ledger as if reserved; a Workload that cannot be placed now is left
+        Pending, to be decided at its reservation."""
+        if not self.before.enabled or self.read_only or self.cache.profiles is None or not self._check_names:
+            return []
+        for key in self.before.due():
+            self._release_hold(key, f"no quota within {self.before.hold_seconds:g}s of the decision made before it")
+        out: list[Verdict] = []
+        for key, cq, flavor in self.before.next_candidates():
+            obj = self.cache.objects[WORKLOADS].get(key)
+            entry = check_entry(obj, self._check_names) if obj is not None else None
+            if obj is None or key in self._in_flight or entry is None or entry.get("state") != "Pending" or condition_true(obj, "QuotaReserved"):
+                continue
+            started, term = self.clock.monotonic(), self.lease_term()
+            seen = self.before.reserved_view(obj, cq, flavor)
+            verdict = self.decider.evaluate(seen, self._new_id(), self.clock.now())
+            if verdict.outcome != "admit":
+                self.before.rest(key)
+                continue
+            verdict.message += f" | decided before quota, on flavor {flavor}, the only one of ClusterQueue {cq}"
+            self.before.hold(obj, cq, flavor)
+            out.append(verdict)
+            if self._writers is not None:  # pipelined as any decision: a write that does not land releases the hold (``saw``)
+                self._send(key, obj, verdict, started, term, None)
+                continue
+            if self._written(key, obj, "decision before quota", functools.partial(self.status.write, obj, verdict, self._check_names)):
+                self._after_decision(seen, verdict, self.clock.monotonic() - started, term)
+            else:
+                self.before.held.pop(key, None)
+                self.before.rest(key)
+        return out
+
+    def _release_hold(self, key: str, why: str) -> bool:
+        """Atoll's entry of a Workload decided before quota back to Pending (its placement gone
+        from the ledger), when it still has no quota; True if written."""
+        obj = self.cache.objects[WORKLOADS].get(key)
+        entry = check_entry(obj, self._check_names) if obj is not None else None
+        if obj is None or entry is None or entry.get("state") != "Ready" or condition_true(obj, "QuotaReserved"):
+            self.before.held.pop(key, None)
+            return False
+        message = truncate(f"Pending: the placement decided before quota was released: {why}; decided again at the reservation",
+                           self.settings.decisions.message_max_chars)
+        status = {"admissionChecks": [{"name": entry["name"], "state": "Pending", "message": message,
+                                       "lastTransitionTime": rfc3339(self.clock.now())}]}
+        def release() -> None:
+            self.status.took(obj, self._check_names, status, self.status.send(obj, status))
+
+        if not self._written(key, obj, "release of a decision made before quota", release):
+            return False
+        self.before.held.pop(key, None)
+        self.before.rest(key)
+        self.ledger.observe(self.cache.objects[WORKLOADS].get(key) or obj, self._check_names)
+        _log.info("released a decision made before quota", workload=key, why=why)
+        return True
+
+    def _free_holds(self, flavors: str) -> bool:
+        """A Workload holding quota waits for room: the holds of decisions made before quota on its flavors are released."""
+        released = [k for k in self.before.on_flavors(f for f in flavors.split(",") if f)
+                    if self._release_hold(k, "a Workload holding quota needed the room")]
+        return bool(released)
+
+    def _mismatched(self, key: str, obj: Obj) -> Verdict | None:
+        """Kueue reserved quota on another flavor or pod count than the decision made before quota
+        assumed: Atoll's entry to Retry, so Kueue evicts and requeues it and it is decided again."""
+        why = self.before.mismatched.pop(key)
+        entry = check_entry(obj, self._check_names) or {}
+        if entry.get("state") != "Ready" or not condition_true(obj, "QuotaReserved") or condition_true(obj, "Evicted"):
+            return None
+        message = f"Retry: {why}; Kueue requeues the Workload and Atoll decides it again"
+        verdict = Verdict("wait", message, reason="quota-mismatch")
+        if not self.read_only and self._written(key, obj, "retry of a mismatched reservation",
+                                                lambda: self.status.requeue(obj, self._check_names, message)):
+            verdict.written = True
+            _log.warning("reservation does not match the decision made before quota; asked Kueue to requeue", workload=key, why=why)
         return verdict
 
     def _decided(self, key: str, obj: Obj, verdict: Verdict, started: float, term: int | None, plan: Plan | None) -> None:
@@ -895,6 +997,12 @@ class Controller:
                 except Exception:  # noqa: BLE001 - a bug on one Workload must not stop the others
                     _log.exception("reconcile failed", workload=key)
                     self._requeue_later(key)
+            if self.before.enabled and not self._queue and self.clock.monotonic() >= self._before_due:
+                self._before_due = self.clock.monotonic() + self.BEFORE_QUOTA_SECONDS
+                try:
+                    self.before_quota()
+                except Exception:  # noqa: BLE001 - as a reconcile's
+                    _log.exception("deciding before quota failed")
             if self._yield_due and not self._queue:  # once the queue is drained: one pass over the waiters seen
                 try:
                     self._give_quota_back()

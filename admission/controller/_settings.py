@@ -79,6 +79,21 @@ class DecisionSettings(_Group):
     """Decision writes in flight at once (``Controller``'s pipelined writes): the ledger counts a
     decision when it is made and lets it go if its write is refused; 0: each decision is written
     before the next one is made."""
+    decide_before_quota: bool = False
+    """Decide a Workload queued in a ClusterQueue with one Atoll flavor before Kueue reserves its
+    quota (``_before_quota``), so that Kueue admits it in the reservation's own write; the
+    placement is held in the ledger for ``before_quota_hold_seconds``."""
+    before_quota_hold_seconds: float = Field(default=30.0, gt=0)
+    """How long (s) a decision made before quota holds its domain; a Workload still without quota
+    then is set back to Pending, its domain freed, and it is not decided early again for as long."""
+    before_quota_settle_seconds: float = Field(default=1.0, ge=0)
+    """How long (s) a Workload must have waited for quota, as Atoll saw it, before it is decided
+    early: Kueue reserves from its own copy of the Workload, and a reservation made from a copy
+    older than Atoll's Ready resets the entry to Pending (a wasted write); a Workload that waits
+    for quota gives Kueue's copy time to catch up."""
+    before_quota_depth: int = Field(default=2, ge=1, le=64)
+    """Workloads per ClusterQueue holding a decision made before quota at once (the first in
+    Kueue's order): Kueue reserves for a queue's head first."""
 
 
 

@@ -290,6 +290,13 @@ def test_the_span_cost_parking_and_write_values_reach_atoll_run() -> None:
     assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (True, 4)
 
 
+def test_deciding_before_quota_is_off_unless_the_value_turns_it_on_and_its_hold_and_depth_reach_atoll_run() -> None:
+    d = _run_settings(render({})).decisions
+    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth) == (False, 30.0, 2)
+    d = _run_settings(render({"decideBeforeQuota": {"enabled": True, "holdSeconds": 12.5, "depth": 4}})).decisions
+    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth) == (True, 12.5, 4)
+
+
 def test_only_parking_lets_atoll_patch_a_workload() -> None:
     """A parked Workload gives its quota back by ``spec.active`` (``_yielding``): the ClusterRole
     may patch Workloads with ``parkWaiting`` on, and never without it."""
@@ -387,6 +394,7 @@ def test_under_gitops_a_resync_keeps_the_ca_bundle_the_process_wrote(kube_client
     ({"spanCost": {"linkModel": "mesh"}}, "at '/spanCost/linkModel'", "value must be one of 'calibrated', 'flat-ring'"),
     ({"spanCost": {"commFraction": 1.5}}, "at '/spanCost/commFraction'", "maximum: got 1.5, want 1"),
     ({"writeWorkers": 64}, "at '/writeWorkers'", "maximum: got 64, want 32"),
+    ({"decideBeforeQuota": {"depth": 0}}, "at '/decideBeforeQuota/depth'", "minimum: got 0, want 1"),
 ])
 def test_values_the_schema_does_not_know_fail_rendering(values: dict[str, Any], where: str, what: str) -> None:
     with pytest.raises(helm.HelmValuesError) as err:

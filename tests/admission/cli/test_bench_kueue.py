@@ -129,3 +129,34 @@ def test_ready_nodes_lose_the_condition_taints_the_node_lifecycle_controller_is_
     assert not port.get(NODES, "bench-untaint-a")["spec"].get("taints")
     port.patch(NODES, "bench-untaint-b", {"spec": {"taints": None}})
     _wait_nodes_ready(port, 1, seconds=8.0, selector="bench-untaint=yes")  # both Ready, neither tainted: it returns
+
+
+def test_the_bench_loads_no_test_infrastructure_until_it_runs() -> None:
+    """Importing the command (and the whole CLI) leaves ``tests`` unloaded: only a run that
+    starts the control plane reaches for a clone's tests/envtest."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, admission.cli, admission.cli._bench_kueue; "
+            "print(sorted(m for m in sys.modules if m == 'tests' or m.startswith('tests.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[3])
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_outside_a_clone_the_bench_says_where_to_run_it_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tests.envtest", None)  # what an installed package without tests/ finds: no module
+    assert main(["--nodes=1", "--workloads=1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("atoll bench kueue: ") and "run it from the root of a clone" in err[0], err
+
+
+@pytest.mark.parametrize("flag", ["--before-quota-depth=0", "--before-quota-depth=65"])
+def test_a_bad_before_quota_depth_gets_one_line_naming_the_flag(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([flag]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--before-quota-depth must be between 1 and 64" in err[0]

@@ -50,6 +50,17 @@ def test_the_wait_for_kueue_to_list_atolls_check_on_a_reserved_workload_is_split
     assert out["reserved_to_decided_ms"] == pytest.approx(1020.0)
 
 
+def test_workloads_decided_before_quota_are_counted_apart_from_the_stages_after_the_reservation() -> None:
+    created = {"bench-atoll/w0": 10.0, "bench-atoll/w1": 10.0}
+    ready = {"bench-atoll/w0": 10.2, "bench-atoll/w1": 11.3}  # w0: Ready before its reservation
+    reserved = {"bench-atoll/w0": 11.0, "bench-atoll/w1": 11.0}
+    admitted = {"bench-atoll/w0": 11.0, "bench-atoll/w1": 11.5}  # w0: admitted in the reservation's own event
+    out = row("atoll", created, admitted, dict.fromkeys(created, "small"), CLASS_NAMES, reserved, ready)
+    assert (out["ready_before_reserved"], out["admitted_on_reservation"]) == (1, 1)
+    assert out["reserved_to_ready_ms"] == pytest.approx(300.0) and out["ready_to_admitted_ms"] == pytest.approx(200.0)  # w1 alone
+    assert out["reserved_to_admitted_ms"] == pytest.approx(250.0)  # both: (0 + 500) / 2
+
+
 def test_p99_is_the_tail_of_time_to_admission() -> None:
     created = {f"bench-tas/w{i}": 0.0 for i in range(100)}
     admitted = {k: (10.0 if k == "bench-tas/w99" else 0.1) for k in created}

@@ -145,6 +145,23 @@ def test_write_workers_default_to_serial_the_flag_and_variable_set_them_and_bad_
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--write-workers" in err[0] and repr(value) in err[0], err
 
+
+def test_deciding_before_quota_is_off_by_default_the_flags_and_variables_set_it_and_bad_values_are_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    d = build_settings(parser({}).parse_args([])).decisions
+    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth) == (False, 30.0, 2)
+    d = build_settings(parser({"ATOLL_DECIDE_BEFORE_QUOTA": "true", "ATOLL_BEFORE_QUOTA_HOLD": "12.5"}).parse_args([])).decisions
+    assert (d.decide_before_quota, d.before_quota_hold_seconds) == (True, 12.5)
+    d = build_settings(parser({"ATOLL_DECIDE_BEFORE_QUOTA": "true"}).parse_args(["--no-decide-before-quota", "--before-quota-depth", "4"])).decisions
+    assert (d.decide_before_quota, d.before_quota_depth) == (False, 4)
+    for flag, value in (("--before-quota-hold", "0"), ("--before-quota-hold", "soon"), ("--before-quota-depth", "0"),
+                        ("--before-quota-depth", "65")):
+        with pytest.raises(SystemExit):
+            parser({}).parse_args([flag, value])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and flag in err[0] and repr(value) in err[0], err
+
+
 def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     args = parser({"ATOLL_WEBHOOK_TIMEOUT_SECONDS": "7"}).parse_args(["--webhook-timeout-seconds", "12"])
     assert build_webhook_settings(args).timeout_seconds == 12

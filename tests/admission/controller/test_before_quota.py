@@ -1,0 +1,177 @@
+"""Deciding before quota (``DecisionSettings.decide_before_quota``, ``_before_quota``) on the real
+apiserver: the placement is written Ready before Kueue reserves, booked in the ledger, released
+when no quota comes within the hold, given way to a Workload that holds quota, and answered with
+a Retry when Kueue reserves other pod counts or another flavor than it assumed.
+
+Kueue is played write by write (tests/kube_objects.py): its Workload controller lists Atoll's
+check as Pending on a Workload with no reservation, as it does when the check covers every
+flavor of the ClusterQueue; time is a ManualClock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, Settings
+from tests.admission.fabric import Fabric, run
+from tests.kube_objects import apply_workload_status, is_true, now_rfc3339, workload
+
+pytestmark = pytest.mark.apiserver
+
+HOLD = 30.0
+
+
+def settings(fabric: Fabric, *, on: bool = True, depth: int = 2, settle: float = 0.0, write_workers: int = 0) -> Settings:
+    return Settings(kueue=KueueSettings(admission_check=fabric.check), config=ConfigSettings(namespace=fabric.ns),
+                    decisions=DecisionSettings(decide_before_quota=on, before_quota_hold_seconds=HOLD, before_quota_depth=depth,
+                                               before_quota_settle_seconds=settle, write_workers=write_workers))
+
+
+def queue(fabric: Fabric, name: str, podsets: list[tuple[str, int, int]]) -> dict[str, Any]:
+    """Create the Workload; Kueue's Workload controller lists Atoll's check, Pending, with no reservation."""
+    fabric.kueue.create(workload(fabric.ns, name, podsets))
+    return apply_workload_status(fabric.custom, fabric.ns, name, {"admissionChecks": [
+        {"name": fabric.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]})
+
+
+def fill_cliques_but(fabric: Fabric, free: tuple[int, int]) -> None:
+    """Every clique but ``free`` is full (two 4-GPU nodes each, a 4-GPU pod on each node)."""
+    for b in range(2):
+        for c in range(2):
+            if (b, c) != free:
+                for i in range(2):
+                    fabric.bind_pod(f"busy-b{b}c{c}n{i}", fabric.node_name(b, c, i), 4)
+
+
+def test_a_workload_without_quota_is_decided_and_admitted_by_the_reservation_alone(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric))
+    queue(fabric, "early", [("main", 2, 4)])
+    (verdict,) = run(ctrl)
+    entry = fabric.entry("early")
+    assert verdict.outcome == "admit" and entry["state"] == "Ready" and entry["podSetUpdates"]
+    assert "decided before quota" in entry["message"] and not is_true(fabric.workload("early"), "QuotaReserved")
+    assert len(ctrl.ledger) == 1  # booked as if reserved
+
+    reserved = fabric.kueue.reserve_quota(fabric.ns, "early", fabric.cq, fabric.flavor)  # Kueue's reservation, the entry kept
+    assert run(ctrl) == []
+    assert fabric.workload("early")["metadata"]["resourceVersion"] == reserved["metadata"]["resourceVersion"]  # Atoll wrote nothing more
+    assert len(ctrl.ledger) == 1 and ctrl.before.held == {}
+    assert len(fabric.decision_records()) == 1
+
+
+def test_off_by_default_nothing_is_decided_before_quota(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller()
+    queue(fabric, "early", [("main", 2, 4)])
+    assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
+
+
+def test_a_hold_without_quota_is_released_and_not_taken_again_at_once(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric))
+    queue(fabric, "stuck", [("main", 2, 4)])
+    run(ctrl)
+    assert fabric.entry("stuck")["state"] == "Ready" and len(ctrl.ledger) == 1
+
+    fabric.clock.advance(HOLD - 1)
+    assert run(ctrl) == [] and fabric.entry("stuck")["state"] == "Ready"  # still within its hold
+    fabric.clock.advance(2)
+    assert run(ctrl) == []
+    entry = fabric.entry("stuck")
+    assert entry["state"] == "Pending" and "podSetUpdates" not in entry and "released" in entry["message"]
+    assert len(ctrl.ledger) == 0 and ctrl.before.held == {}  # its domain is free again
+
+    fabric.clock.advance(HOLD - 1)
+    assert run(ctrl) == [] and fabric.entry("stuck")["state"] == "Pending"  # not decided early again for a hold's length
+    fabric.clock.advance(2)
+    (again,) = run(ctrl)
+    assert again.outcome == "admit" and fabric.entry("stuck")["state"] == "Ready"
+
+
+def test_a_workload_holding_quota_takes_the_room_of_a_hold(fabric: Fabric) -> None:
+    fabric.install()
+    fill_cliques_but(fabric, (1, 1))  # one clique of 8 GPUs free
+    ctrl = fabric.controller(settings=settings(fabric))
+    queue(fabric, "early", [("main", 2, 4)])
+    run(ctrl)
+    assert fabric.entry("early")["state"] == "Ready"
+
+    fabric.submit("reserved", [("main", 2, 4)])  # holds quota and needs that clique
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and fabric.entry("reserved")["state"] == "Ready"
+    early = fabric.entry("early")
+    assert early["state"] == "Pending" and "needed the room" in early["message"]
+    assert [r.workload for r in ctrl.ledger.reservations()] == [f"{fabric.ns}/reserved"]
+
+
+def test_a_reservation_other_than_assumed_is_answered_with_a_retry(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric))
+    queue(fabric, "partial", [("main", 2, 4)])
+    run(ctrl)
+    assert fabric.entry("partial")["state"] == "Ready"
+
+    fabric.kueue.reserve_quota(fabric.ns, "partial", fabric.cq, fabric.flavor, podset_counts={"main": 1})
+    (verdict,) = run(ctrl)
+    entry = fabric.entry("partial")
+    assert verdict.written and entry["state"] == "Retry"
+    assert "quota reserved for pods {'main': 1}, decided before quota for {'main': 2}" in entry["message"]
+
+
+def test_a_reservation_on_another_flavor_is_answered_with_a_retry(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric))
+    queue(fabric, "moved", [("main", 2, 4)])
+    run(ctrl)
+    fabric.kueue.reserve_quota(fabric.ns, "moved", fabric.cq, "elsewhere")
+    run(ctrl)
+    entry = fabric.entry("moved")
+    assert entry["state"] == "Retry" and f"flavor elsewhere, decided before quota for {fabric.flavor}" in entry["message"]
+
+
+def test_only_the_first_of_a_queue_up_to_the_depth_are_decided_early(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric, depth=2))
+    for name in ("a-first", "b-second", "c-third"):
+        queue(fabric, name, [("main", 1, 4)])
+    run(ctrl)
+    assert [fabric.entry(n)["state"] for n in ("a-first", "b-second", "c-third")] == ["Ready", "Ready", "Pending"]
+
+
+def test_a_restarted_controller_books_the_decisions_made_before_quota(fabric: Fabric) -> None:
+    fabric.install()
+    first = fabric.controller(settings=settings(fabric))
+    queue(fabric, "early", [("main", 2, 4)])
+    run(first)
+    assert fabric.entry("early")["state"] == "Ready"
+
+    second = fabric.controller(settings=settings(fabric))
+    run(second)
+    assert [r.workload for r in second.ledger.reservations()] == [f"{fabric.ns}/early"]
+    fabric.clock.advance(HOLD + 1)  # its adopted hold runs out like any other
+    run(second)
+    assert fabric.entry("early")["state"] == "Pending" and len(second.ledger) == 0
+
+
+def test_a_workload_is_decided_early_only_once_it_has_waited_for_quota_a_while(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric, settle=1.0))
+    queue(fabric, "new", [("main", 2, 4)])
+    assert run(ctrl) == [] and fabric.entry("new")["state"] == "Pending"  # just seen: Kueue may be reserving it now
+    fabric.clock.advance(1.0)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and fabric.entry("new")["state"] == "Ready"
+
+
+def test_with_pipelined_writes_the_early_decision_is_booked_while_in_flight_and_after(fabric: Fabric) -> None:
+    fabric.install()
+    fill_cliques_but(fabric, (1, 1))
+    ctrl = fabric.controller(settings=settings(fabric, write_workers=2))
+    queue(fabric, "early", [("main", 2, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.written and fabric.entry("early")["state"] == "Ready"
+    assert [r.workload for r in ctrl.ledger.reservations()] == [f"{fabric.ns}/early"]
+    queue(fabric, "next", [("main", 2, 4)])  # the only free clique is held: nothing for it before quota
+    assert run(ctrl) == [] and fabric.entry("next")["state"] == "Pending"

@@ -67,7 +67,9 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
                floor_search: Callable[[], Found | None] | None = None, class_floor: float = 0.0) -> tuple[QueueTurn, Found | None]:
     """For a Workload that waits: hold or refresh its reservation once it has waited
     ``reserveAfterSeconds``, and weigh waiting against the best span. The span found (to admit)
-    when spanning is cheaper, else None.
+    when spanning is cheaper, else None. The wait is for one domain with room for whole pods of
+    the Workload's largest pod (``domain_outlook(per_pod=)``): GPUs free in scraps too small for
+    a pod are no room now.
 
     The best span's slowdown is kept in ``outlook.spans`` under ``stamp()`` (what the search reads;
     None: not kept) and reused while the stamp is unchanged; the span is searched again only to
@@ -120,7 +122,8 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             notes.append(f"no reservation: flavor {snap.flavor} holds its {q.max_reservations_per_flavor} already")
     found: Found | None = None
     if q.wait_or_span and profile.preferred_level and not decision.relaxed:
-        best = soonest(outlooks)
+        # in whole pods: GPUs free in scraps too small for one are no room now, nor is a GPU freed that completes no pod
+        best = soonest(outlooks if per_pod <= 1 else domain_outlook(snap, level, gpus, running, outlook.estimator, now, blocked, per_pod=per_pod))
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
         span: Found | None = None
         searched = False

@@ -1,7 +1,7 @@
 """Wait for one domain or span now: the choice an elastic profile makes by expected cost.
 
 Waiting costs the expected wait for one domain (``domain_outlook``: the soonest domain's expected
-free time). Spanning now costs the extra run time of the best span found: the Workload's
+free time, its GPUs counted in whole pods of the Workload's largest pod). Spanning now costs the extra run time of the best span found: the Workload's
 expected runtime times (slowdown − 1), the slowdown priced by the cost model on that span. The
 cheaper side wins; a tie waits (one domain is what the profile prefers). Either number unknown
 (no runtime learned yet, no span found or none it can price): no answer, and the profile's

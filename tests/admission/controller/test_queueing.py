@@ -138,6 +138,22 @@ def test_wait_or_span_says_both_numbers() -> None:
     assert w.outcome == "wait" and "waits (cheaper)" in w.message
 
 
+def test_the_wait_for_one_domain_counts_free_gpus_only_in_whole_pods() -> None:
+    # a gang of 2 × 2-GPU pods: r0 has 4 GPUs free but 1 and 3 per node, room for one pod, not two,
+    # until r0n0's Workload ends at 3000 s. Counted as GPUs, r0 was room now (a 0 s wait), so the
+    # gang always waited for it; in whole pods the wait is 2000 s, dearer than the span's +900 s
+    a = atoll("elastic", used={"r0n0": 3, "r0n1": 1, "r1n0": 2, "r1n1": 4})
+    ends = {"r0n0": (3, 3000), "r0n1": (1, 6000), "r1n0": (2, 5000), "r1n1": (4, 5000)}
+    for node, (gpus, limit) in ends.items():
+        a.outlook.started(f"sim/run-{node}", Running("f", ((node, gpus),), 0.0, queue="sim/default", limit=float(limit)))
+    a.decider.span_cost = lambda snap, decision: 1.25
+    obj = a.workload(1, 0, 2, ResourceVector(gpu=2, cpu_milli=1000, memory_mib=1024), "training")
+    obj["spec"]["maximumExecutionTimeSeconds"] = 3600
+    v = a.decide(1, obj, NOW)
+    assert "wait or span: expected wait for one domain 2000s ± 0s (u0/r0)" in v.message and "spans now (cheaper)" in v.message
+    assert v.outcome == "admit" and v.relaxed and {n for p in v.placements for n in p.nodes} == {"r0n1", "r1n0"}
+
+
 def test_the_best_span_is_priced_once_while_what_it_could_use_is_unchanged() -> None:
     a = atoll("elastic", used={"r0n0": 4, "r1n0": 4})
     for _ in range(3):

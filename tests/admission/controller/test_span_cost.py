@@ -165,3 +165,42 @@ def test_the_price_decides_between_waiting_and_spanning(fabric: Fabric) -> None:
         ctrl.stop()
     assert choices == ["wait", "span"]  # same wait, same runtime: only the price differs, and it decides
     assert {n.rsplit("n", 1)[0] for n in planned(fabric.entry("again"))} == {fabric.clique(0, 0), fabric.clique(0, 1)}  # the span
+
+
+@pytest.mark.apiserver
+def test_free_gpus_in_scraps_too_small_for_a_pod_are_no_room_in_the_record(fabric: Fabric) -> None:
+    # clique 0 has 4 GPUs free, 1 and 3 per node: room for one of the gang's 2-GPU pods, not two,
+    # until its 3-GPU Workload ends at 2000 s. The wait said is those 2000 s, never 0 s
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["elastic"].update({"relaxAfterSeconds": 10 * LIMIT, "queueing": {"waitOrSpan": True}})
+    fabric.install(doc, nodes=False)
+    nodes = {(c, i): fabric.add_node(0, c, i) for c in range(2) for i in range(2)}
+    ctrl = fabric.controller()
+    for (c, i), (gpus, limit) in {(0, 0): (3, 2000), (0, 1): (1, 6000), (1, 0): (2, 5000), (1, 1): (4, 5000)}.items():
+        for at, node in nodes.items():  # only the node it is for is open while it is placed
+            fabric.core.patch_node(node, {"spec": {"unschedulable": at != (c, i)}})
+        name = f"busy-{c}{i}"
+        manifest = workload(fabric.ns, name, [("main", 1, gpus)])
+        manifest["spec"]["maximumExecutionTimeSeconds"] = limit
+        fabric.kueue.create(manifest)
+        fabric.kueue.reserve_quota(fabric.ns, name, fabric.cq, fabric.flavor)
+        assert [v.outcome for v in run(ctrl)] == ["admit"]
+        entry = fabric.entry(name)
+        assert planned(entry) == {nodes[(c, i)]: 1}
+        fabric.bind_pod(f"{name}-0", nodes[(c, i)], gpus, decision_id=entry["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"])
+    for node in nodes.values():
+        fabric.core.patch_node(node, {"spec": {"unschedulable": False}})
+    ctrl.stop()
+    manifest = workload(fabric.ns, "gang", [("main", 2, 2)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+    manifest["spec"]["maximumExecutionTimeSeconds"] = 2400
+    fabric.kueue.create(manifest)
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    ctrl = fabric.controller()
+    (verdict,) = run(ctrl)
+    got = PRICED.search(verdict.message)
+    assert got is not None, verdict.message
+    wait, span_cost = int(got.group(1)), int(got.group(3))
+    assert wait == 2000 and f"/{fabric.clique(0, 0)})" in got.group(0) and int(got.group(4)) == 2400
+    assert verdict.outcome == ("admit" if wait > span_cost else "wait")  # read as 0 s, it could only ever wait
+    (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang"]
+    assert got.group(0) in record["message"]

@@ -222,3 +222,19 @@ def ctrl_violations(ctrl: Controller) -> list[Any]:
     alloc = {n: ctrl.cache.nodes[n].allocatable for n in snap.node_names}
     used = {n: ctrl.cache.usage.get(n, ResourceVector()) for n in snap.node_names}
     return check_invariant(alloc, used, ctrl.ledger.owed(snap))
+
+
+def test_under_strict_a_training_gang_keeps_to_one_rack_and_inference_replicas_take_one_rack_each() -> None:
+    # what was once seen as strict's 8-GPU jobs across two racks with a spine-wide selector: those
+    # were inference replicas, whose class spreads them one per rack (the island level is for gangs)
+    ctrl, port = setup()
+    gang = replica("train", {"atoll.dev/class": "training"})
+    assert admit(ctrl, port, gang).outcome == "admit"
+    assert len({domain(n, CLIQUE) for n in planned_nodes(port, "train")}) == 1
+    entry = next(e for e in port.get(WORKLOADS, "train", "serving")["status"]["admissionChecks"] if e["name"] == CHECK_NAME)
+    assert list(entry["podSetUpdates"][0]["nodeSelector"]) == [CLIQUE]
+    served = replica("serve", {"atoll.dev/class": "inference"})
+    assert admit(ctrl, port, served).outcome == "admit"
+    assert len({domain(n, CLIQUE) for n in planned_nodes(port, "serve")}) == 2
+    entry = next(e for e in port.get(WORKLOADS, "serve", "serving")["status"]["admissionChecks"] if e["name"] == CHECK_NAME)
+    assert CLIQUE not in entry["podSetUpdates"][0].get("nodeSelector", {})  # their lowest common domain: above one rack

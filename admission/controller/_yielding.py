@@ -83,6 +83,9 @@ quota yields are bounded by decisions, and decisions by events.
 A LocalQueue's ``spec.clusterQueue`` is immutable (Kueue's CRD validation), so it is read once
 (``get``) and kept; a ClusterQueue's cohort is read on each pass that needs it. One that cannot be
 read gives nothing back (the Workload keeps its quota, as before).
+
+The module runs past 400 lines because who gives to whom (``choose``) and when it comes back
+(``due``) read the same queue order and cohort quota; split, each half would carry the other's.
 """
 
 from __future__ import annotations

@@ -81,8 +81,9 @@ DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required
 
 PER_RUN_KEYS = ("wait_by_size_band", "reserved_idle_gpu_hours", "decisions_per_job")
 """Figures every run reports in ``runs`` besides its invariant checks (a seed's own queue, not only the first seed's)."""
-PREEMPTION_KEYS = ("preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band")
-"""Figures every run also reports when a policy's profile sets ``preemptDomain``."""
+PREEMPTION_KEYS = ("preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band",
+                   "kueue_preemption", "kueue_preemptions", "kueue_preempted", "kueue_preempted_gpu_hours")
+"""Figures every run also reports when a policy's profile sets ``preemptDomain`` or Kueue preempts (``--kueue-preemption``)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -135,6 +136,10 @@ def _parser() -> argparse.ArgumentParser:
                         "controller's --park-waiting), and gives its quota back as a Retry when the oldest queued job is blocked on "
                         "quota its quota would let in; off (default, as the controller): every wait is a Retry decided again when its "
                         "backoff ends")
+    p.add_argument("--kueue-preemption", choices=("Never", "LowerPriority", "LowerOrNewerEqualPriority"), default="Never",
+                   help="the ClusterQueues' withinClusterQueue, with Kueue's own preemption for quota modelled: a Workload short of "
+                        "quota (on a Kueue TAS flavor, of a placement) evicts a minimal set of the Workloads the policy lets it "
+                        "preempt, as Kueue v0.19.2 does; Never (default, Kueue's): Kueue preempts nobody")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -327,7 +332,8 @@ def main(argv: Sequence[str]) -> int:
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=args.parking == "on", records=args.records, declared_runtime_factor=args.declared_runtime)
+                         parking=args.parking == "on", records=args.records, declared_runtime_factor=args.declared_runtime,
+                         kueue_preemption=args.kueue_preemption)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())
@@ -349,7 +355,7 @@ def main(argv: Sequence[str]) -> int:
     second = _second_baseline(names, baseline)
     others = [compare(records, load=load, seeds=seeds, policies=names, baseline=second) for load in loads] if second else []
     first = {n: records[(loads[0], seeds[0], n)] for n in names}
-    preempting = any(r.summary["preempt_domain"] != "off" for r in records.values())
+    preempting = any(r.summary["preempt_domain"] != "off" or r.summary["kueue_preemption"] != "Never" for r in records.values())
     n_jobs = next(iter(first.values())).status.size
     total = cluster_gpus(cluster)
     what = f"{n_jobs:,} jobs ({fmt})" if fmt != "synthetic" else f"{n_jobs:,} synthetic jobs per seed"
@@ -416,6 +422,11 @@ def _bands(first: Mapping[str, Any], seed: int, load: float | None) -> str:
     return "\n".join(out)
 
 
+def _kueue_policy(records: Mapping[Any, Any]) -> str:
+    """The ``withinClusterQueue`` Kueue's own preemption ran under (one per command)."""
+    return next((r.summary["kueue_preemption"] for r in records.values() if r.summary["kueue_preemption"] != "Never"), "Never")
+
+
 def _preemption(records: Mapping[Any, Any], names: Sequence[str], seeds: Sequence[int], load: float | None) -> str:
     """Per policy and seed: its preemptDomain, the plans made, the victims evicted and the GPU-hours
     they had run, the p95/max wait of the largest size band, and each band's mean JCT."""
@@ -424,19 +435,24 @@ def _preemption(records: Mapping[Any, Any], names: Sequence[str], seeds: Sequenc
 
     bands = list(records[(load, seeds[0], names[0])].summary["wait_by_size_band"])
     top = bands[-1]
-    head = ["policy", "seed", "preemptDomain", "plans", "victims", "preempted GPU-h", f"{top} GPUs p95/max wait h"]
+    kueue = any(records[(load, seed, name)].summary["kueue_preemption"] != "Never" for name in names for seed in seeds)
+    head = ["policy", "seed", "preemptDomain", "plans", "victims", "preempted GPU-h"]
+    head += ["Kueue preemptions", "Kueue victims", "Kueue preempted GPU-h"] if kueue else []
+    head += [f"{top} GPUs p95/max wait h"]
     head += [f"{b} mean JCT h" for b in bands]
     table = [head]
     for name in names:
         for seed in seeds:
             s = records[(load, seed, name)].summary
             w = s["wait_by_size_band"][top]
-            table.append([name, str(seed), s["preempt_domain"], str(s["preemption_plans"]), str(s["preempted"]),
-                          f"{s['preempted_gpu_hours']:.1f}", f"{hours(w['p95_wait_s'])} / {hours(w['max_wait_s'])}"
+            table.append([name, str(seed), s["preempt_domain"], str(s["preemption_plans"]), str(s["preempted"]), f"{s['preempted_gpu_hours']:.1f}"]
+                         + ([str(s["kueue_preemptions"]), str(s["kueue_preempted"]), f"{s['kueue_preempted_gpu_hours']:.1f}"] if kueue else [])
+                         + [f"{hours(w['p95_wait_s'])} / {hours(w['max_wait_s'])}"
                           + (f" ({w['never_started']} never)" if w["never_started"] else "")]
                          + [hours(s["mean_jct_by_size_band"][b]) for b in bands])
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    out = ["preemption that clears a domain (preemptDomain), every seed" + (f", load {load:g}" if load is not None else "")]
+    what = "preemption that clears a domain (preemptDomain)" + (f", and Kueue's own for quota (withinClusterQueue: {_kueue_policy(records)})" if kueue else "")
+    out = [what + ", every seed" + (f", load {load:g}" if load is not None else "")]
     out.append("  ".join(c.ljust(w) for c, w in zip(table[0], widths)).rstrip())
     out.append("  ".join("-" * w for w in widths))
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[1:]]

@@ -292,7 +292,11 @@ class Decider:
         snap, blocked = hold_reservations(self.queue, shared, snap, flavor, key, obj, now)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
-        held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]))
+        away = None
+        if held_away and self._enforcement(flavor) != "exact":  # a selector's domain must not reach them (exact pins each pod)
+            away = np.zeros(shared.num_nodes, dtype=bool)
+            away[held_away] = True
+        held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]), away)
         try:
             group = read_spread(obj, view)
         except WorkloadError as exc:
@@ -319,6 +323,12 @@ class Decider:
             fix = "" if exc.typo else " (fix the profiles document)"
             return _FlavorResult(flavor, "wait", f"{exc}{fix}; retry in {config_wait}s", "config", config_wait,
                                  generation=snap.generation, reserved=reserved)
+        if isinstance(found, _HeldAway):
+            delay = profile.retry.delay(wait.attempts)
+            return _FlavorResult(flavor, "wait", f"every placement found has a nodeSelector domain ({found.selector}) that holds "
+                                                 f"nodes cleared for another gang, and under domain enforcement the kube-scheduler "
+                                                 f"could bind its pods there; waiting until the hold ends; retry in {delay}s",
+                                 "no-domain", delay, generation=snap.generation, reserved=reserved)
         if isinstance(found, _Conflict):
             delay = profile.retry.delay(wait.attempts)
             remedy = (f"flavors.{flavor}.enforcement: exact pins each pod to its planned node, so PodSets cannot trade room"
@@ -476,6 +486,61 @@ class Decider:
 
     def _search_robust(self, shared: Snapshot, snap: Snapshot, search: Callable[[Snapshot], Decision], view: WorkloadView,
                        specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> tuple[Decision, dict[str, int], int, Snapshot] | _Conflict:
+        """``_search_owed``, and with nodes held for another gang (``held.away``), kept to
+        nodeSelector domains that do not reach them: a placement whose selector's domain holds
+        some sets aside every domain of that level that does, and is searched again (its own
+        domain is the narrowest selector it can have). ``_HeldAway`` (naming the first selector
+        that reached them) when no placement clear of them is left."""
+        found = self._search_owed(shared, snap, search, view, specs, profile, held)
+        if held.away is None:
+            return found
+        aside = np.zeros(shared.num_nodes, dtype=bool)
+        first = ""
+        for _ in range(shared.node_level + 1):  # each round sets aside the domains of one more level, at most
+            if isinstance(found, _Conflict) or found[0].outcome != "admit" or found[0].placement is None:
+                return found if not first else _HeldAway((), (), False, first)  # it found room only where the hold is reached
+            reach = self._into_hold(shared, found[0], found[1], view, specs, held.away)
+            if reach is None:
+                return found
+            more, where = reach
+            first = first or where
+            if not (more & ~aside).any():  # a selector of the whole flavor, or nothing new to set aside
+                break
+            aside |= more
+            fork = snap.fork()
+            for i in np.flatnonzero(aside & (fork.eligible != 0)).tolist():
+                fork.exclude(i)
+            found = self._search_owed(shared, fork, search, view, specs, profile, held)
+        return _HeldAway((), (), False, first)
+
+    def _into_hold(self, snap: Snapshot, decision: Decision, levels: Mapping[str, int], view: WorkloadView,
+                   specs: Sequence[PodSetSpec], away: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.bool_], str] | None:
+        """None when no PodSet's nodeSelector (at its chosen level) reaches ``away``; else the nodes
+        of every domain of that level holding some of ``away`` (none for a selector of the whole
+        flavor), and the first such selector, said as ``label=value``."""
+        assert decision.placement is not None
+        by_name = {s.name: s for s in specs}
+        out = np.zeros(snap.num_nodes, dtype=bool)
+        said = ""
+        for ps in decision.placement.podsets:
+            spec = by_name.get(ps.name)
+            if spec is None or spec.per_pod.gpu <= 0:
+                continue
+            own = snap.level_index(ps.domain_level) if ps.domain_level in snap.level_labels else -1
+            level = levels.get(ps.name, own)
+            selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
+            if level >= 0:
+                selector.update(self._selector_at(snap, ps, level))
+            touched = self.ledger.domain_mask(snap, selector.items(), spec.tolerations) & away
+            if not touched.any():
+                continue
+            said = said or (",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "the whole flavor")
+            if level >= 0 and level < snap.node_level:
+                out |= np.isin(snap.node_dom[level], np.unique(snap.node_dom[level][touched]))
+        return None if not said else (out, said)
+
+    def _search_owed(self, shared: Snapshot, snap: Snapshot, search: Callable[[Snapshot], Decision], view: WorkloadView,
+                     specs: Sequence[PodSetSpec], profile: Profile, held: _Holding) -> tuple[Decision, dict[str, int], int, Snapshot] | _Conflict:
         """The placement search, kept away from owed pods the scheduler could trade with the new ones.
 
         Without owed pods around, one search. Otherwise the first search runs with the domains
@@ -729,6 +794,17 @@ class _Holding:
 
     claims: ClaimSet
     free_gpu: npt.NDArray[np.int64]
+    away: npt.NDArray[np.bool_] | None = None
+    """Under ``domain`` enforcement, nodes held for another gang while its victims go: no
+    nodeSelector of this Workload may reach them (the scheduler could bind its pods there)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _HeldAway(_Conflict):
+    """Every placement found has a nodeSelector domain holding nodes held for another gang: the
+    first such selector, said as ``label=value``."""
+
+    selector: str = ""
 
 
 _MAX_SET_ASIDE = 3

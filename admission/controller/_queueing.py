@@ -68,8 +68,9 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     """For a Workload that waits: hold or refresh its reservation once it has waited
     ``reserveAfterSeconds``, and weigh waiting against the best span. The span found (to admit)
     when spanning is cheaper, else None. The wait is for one domain with room for whole pods of
-    the Workload's largest pod (``domain_outlook(per_pod=)``): GPUs free in scraps too small for
-    a pod are no room now.
+    the Workload's largest pod (``domain_outlook(per_pod=)``) on GPUs at its class's speed floor
+    (``class_floor``) or above: GPUs free in scraps too small for a pod, or too slow for the
+    class, are no room now.
 
     The best span's slowdown is kept in ``outlook.spans`` under ``stamp()`` (what the search reads;
     None: not kept) and reused while the stamp is unchanged; the span is searched again only to
@@ -122,8 +123,11 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             notes.append(f"no reservation: flavor {snap.flavor} holds its {q.max_reservations_per_flavor} already")
     found: Found | None = None
     if q.wait_or_span and profile.preferred_level and not decision.relaxed:
-        # in whole pods: GPUs free in scraps too small for one are no room now, nor is a GPU freed that completes no pod
-        best = soonest(outlooks if per_pod <= 1 else domain_outlook(snap, level, gpus, running, outlook.estimator, now, blocked, per_pod=per_pod))
+        # in whole pods: GPUs free in scraps too small for one are no room now, nor is a GPU freed that completes no pod;
+        # and only on GPUs at the class's speed floor or above (the search leaves the slower ones out)
+        usable = _at_floor(snap, class_floor)
+        best = soonest(outlooks if per_pod <= 1 and usable is snap else
+                       domain_outlook(usable, level, gpus, running, outlook.estimator, now, blocked, per_pod=per_pod))
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
         span: Found | None = None
         searched = False
@@ -153,8 +157,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         slower = floor_search()
         placed = span_decision(slower) if slower is not None else None
         slowdown = span_cost(snap, placed) if placed is not None and placed.outcome == "admit" else None
-        fast = snap.fork()  # the wait is for GPUs that meet the class's floor: the slower ones are left out
-        fast.eligible = np.where(snap.perf >= class_floor, snap.eligible, 0).astype(snap.eligible.dtype)
+        fast = _at_floor(snap, class_floor)  # the wait is for GPUs that meet the class's floor: the slower ones are left out
         best = soonest(domain_outlook(fast, _floor_level(profile, snap, decision, level), gpus, running, outlook.estimator, now, blocked,
                                       per_pod=per_pod))  # in whole pods: GPUs free in scraps too small for one are no room
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
@@ -170,6 +173,15 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             found = slower
     turn.note = "; ".join(notes)
     return turn, found
+
+
+def _at_floor(snap: Snapshot, floor: float) -> Snapshot:
+    """``snap`` with nodes under the class's speed floor made ineligible (on a fork); ``snap`` itself when none is."""
+    if floor <= 0 or not (snap.perf < floor).any():
+        return snap
+    fast = snap.fork()
+    fast.eligible = np.where(snap.perf >= floor, snap.eligible, 0).astype(snap.eligible.dtype)
+    return fast
 
 
 def _floor_level(profile: Profile, snap: Snapshot, decision: Decision, level: str | None) -> str | None:

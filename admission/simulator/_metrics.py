@@ -23,7 +23,9 @@ Definitions (the README's table uses them):
 - Preemption (a profile's ``preemptDomain``): ``preemption_plans`` domain-clearing plans made
   (``dry-run`` ones too), ``preempted`` victims evicted, ``preempted_gpu_hours`` the GPU-hours they
   had run when evicted (lost: each restarts from scratch). A victim's wait runs from its arrival
-  to its last start, and its JCT to its last end.
+  to its last start, and its JCT to its last end. Kueue's own preemption for quota
+  (``SimSettings.kueue_preemption``, ``_kueue_preemption``): ``kueue_preemptions`` times it
+  preempted, ``kueue_preempted`` Workloads it evicted, ``kueue_preempted_gpu_hours`` what they had run.
 - Decisions per second: placement calls the policy answered per second of wall time spent in
   them (every call counts, admitted or not).
 """
@@ -51,6 +53,7 @@ JSON_KEYS = (
     "reserved_idle_gpu_hours",
     "quota_yields", "reparked",
     "preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band",
+    "kueue_preemption", "kueue_preemptions", "kueue_preempted", "kueue_preempted_gpu_hours",
 )
 INVARIANT_KEYS = ("invariant_checks", "invariant_full_checks", "invariant_violations")
 """What a run reports of the no-double-booking invariant (per run in ``atoll simulate``'s JSON)."""
@@ -123,6 +126,10 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "preemption_plans": result.preemption_plans,
         "preempted": result.preempted,
         "preempted_gpu_hours": float(result.preempted_gpu_hours),
+        "kueue_preemption": result.kueue_preemption,
+        "kueue_preemptions": result.kueue_preemptions,
+        "kueue_preempted": result.kueue_preempted,
+        "kueue_preempted_gpu_hours": float(result.kueue_preempted_gpu_hours),
     }
     rounded: dict[str, Any] = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
     rounded["wait_by_size_band"] = wait_by_size_band(result)

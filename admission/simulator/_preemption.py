@@ -24,8 +24,8 @@ One ClusterQueue per flavor, as the simulator's Kueue model has (``_sim``); ever
 Workload names the same ClusterQueue object, whose ``spec.preemption`` is ``SimSettings``'
 ``within_cluster_queue``. A plan only takes victims on the gang's own flavor, so one object read
 for all flavors is one ClusterQueue per flavor with the same rules. No cohorts: a victim is
-always of the gang's own queue (``withinClusterQueue``). Kueue's own preemption for quota is not
-modelled: a gang is decided once Kueue's queue gives it quota, as without priorities.
+always of the gang's own queue (``withinClusterQueue``). Kueue's own preemption for quota is
+``_kueue_preemption`` (``SimSettings.kueue_preemption``, off by default).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from admission.simulator._port import MemoryCluster
 if TYPE_CHECKING:
     from admission.simulator._deployed import DeployedAtoll
 
-__all__ = ["CLUSTER_QUEUE", "WITHIN_CLUSTER_QUEUE", "SimPreemption", "drop_events"]
+__all__ = ["CLUSTER_QUEUE", "WITHIN_CLUSTER_QUEUE", "SimPreemption", "drop_events", "release_admitted"]
 
 CLUSTER_QUEUE = "cluster-queue"
 """The ClusterQueue every simulated Workload names (``_port.workload_object``'s default)."""
@@ -112,26 +112,32 @@ class SimPreemption:
         return out
 
     def evict(self, job: int, lost_gpu_hours: float) -> None:
-        """Kueue evicts ``job`` (Atoll's check went to Retry): its pods go, the ledger and the queue
-        manager let it go, and its Workload is Pending again with its quota to be reserved anew."""
-        d = self.deployed
-        adm = d.admitted.pop(job)
-        d.outlook.forget(adm.key)
-        d.drop_owing(adm.flavor, job)
-        with d.cache.pods_at_once():
-            for ps in adm.podsets:
-                for pod in ps.pods:
-                    d.cache.delete(PODS, pod)
-        status = adm.obj["status"]
-        entry = status["admissionChecks"][0]
-        entry["state"] = "Pending"
-        entry.pop("podSetUpdates", None)
-        entry["retryCount"] = int(entry.get("retryCount") or 0) + 1  # the Retry that evicted it
-        status["conditions"] = [c for c in status["conditions"] if c.get("type") != "Admitted"]
-        d.ledger.observe(adm.obj, d.check_names)
-        self.gone(adm.key)
+        """Kueue evicts ``job`` (Atoll's check went to Retry): ``release_admitted``, counted."""
+        release_admitted(self.deployed, job)
         self.evicted += 1
         self.lost_gpu_hours += lost_gpu_hours
+
+
+def release_admitted(d: DeployedAtoll, job: int) -> None:
+    """Kueue evicts admitted ``job`` (Atoll's Retry, or Kueue's own preemption for quota): its pods
+    go, the ledger and the queue manager let it go, it is no preemption candidate any more, and its
+    Workload is Pending again with its quota to be reserved anew. Its check's ``retryCount`` goes
+    up, so its next decision has an id of its own."""
+    adm = d.admitted.pop(job)
+    d.outlook.forget(adm.key)
+    d.drop_owing(adm.flavor, job)
+    with d.cache.pods_at_once():
+        for ps in adm.podsets:
+            for pod in ps.pods:
+                d.cache.delete(PODS, pod)
+    status = adm.obj["status"]
+    entry = status["admissionChecks"][0]
+    entry["state"] = "Pending"
+    entry.pop("podSetUpdates", None)
+    entry["retryCount"] = int(entry.get("retryCount") or 0) + 1
+    status["conditions"] = [c for c in status["conditions"] if c.get("type") != "Admitted"]
+    d.ledger.observe(adm.obj, d.check_names)
+    d.cache.objects[WORKLOADS].pop(adm.key, None)
 
 
 def drop_events(events: list[tuple[float, int, int, int]], job: int, kinds: Sequence[int]) -> None:

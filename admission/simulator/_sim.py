@@ -17,10 +17,10 @@ Kueue, as modelled
     its Workload's ``spec.priority``): higher first, as Kueue's ``baseCompareFunc`` compares
     priority, then the queue-order timestamp, then UID (``pkg/cache/queue/cluster_queue.go``,
     v0.19.2); with every priority equal (0 unless a workload gives them) the order is as above.
-    Quota is checked first (usage + request ≤ nominal); no cohorts or borrowing, and none of
-    Kueue's own preemption for quota. The one preemption modelled is Atoll's: a profile's
-    ``preemptDomain`` clears a domain for a waiting gang through the controller's own plan, and
-    its victims are evicted as Kueue evicts them (``_preemption``). Jobs are routed to a flavor once, before any
+    Quota is checked first (usage + request ≤ nominal); no cohorts or borrowing. Kueue's own
+    preemption for quota is off unless ``SimSettings.kueue_preemption`` names a policy
+    (``_kueue_preemption``). A profile's ``preemptDomain`` clears a domain for a waiting gang
+    through the controller's own plan, and its victims are evicted as Kueue evicts them (``_preemption``). Jobs are routed to a flavor once, before any
     policy runs (the flavor they name, else in proportion to flavor capacity among the flavors
     that can ever hold them), so every policy sees the same queues.
 
@@ -109,8 +109,9 @@ from admission.controller import Violation, check_invariant
 from admission.queue import WaitingRoom
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
+from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, minimal_targets
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
-from admission.simulator._preemption import WITHIN_CLUSTER_QUEUE, drop_events
+from admission.simulator._preemption import WITHIN_CLUSTER_QUEUE, drop_events, release_admitted
 from admission.simulator._scheduler import SCHEDULERS
 from policies import WaitState
 from topology import LINK_MODELS, ClusterModel, CostModel, FlavorModel, ResourceVector, Snapshot, fragmentation_index, island_free_gpus
@@ -205,6 +206,11 @@ class SimSettings:
     """The ClusterQueues' ``spec.preemption.withinClusterQueue``, which bounds whom a profile's
     ``preemptDomain`` may evict (``_preemption``): ``LowerPriority`` (as a cluster that preempts
     sets it), ``LowerOrNewerEqualPriority``, or ``Never`` (Kueue's default: no victim at all)."""
+    kueue_preemption: str = "Never"
+    """Kueue's own preemption for quota (``_kueue_preemption``) under this ``withinClusterQueue``:
+    ``Never`` (the default, and Kueue's: nobody is preempted for quota, as before it was modelled),
+    ``LowerPriority`` or ``LowerOrNewerEqualPriority``, which must then be ``within_cluster_queue``
+    too (one ClusterQueue has one policy, read by Kueue and by Atoll's plan alike)."""
 
     def __post_init__(self) -> None:
         if self.link_model not in LINK_MODELS:
@@ -219,6 +225,11 @@ class SimSettings:
                              "leave healthy GPUs no Workload may use); leave it at 1 for quota equal to capacity")
         if self.within_cluster_queue not in WITHIN_CLUSTER_QUEUE:
             raise ValueError(f"within_cluster_queue: {self.within_cluster_queue!r} is not one of {', '.join(WITHIN_CLUSTER_QUEUE)}")
+        if self.kueue_preemption not in KUEUE_PREEMPTION:
+            raise ValueError(f"kueue_preemption: {self.kueue_preemption!r} is not one of {', '.join(KUEUE_PREEMPTION)}")
+        if self.kueue_preemption != "Never" and self.kueue_preemption != self.within_cluster_queue:
+            raise ValueError(f"kueue_preemption: {self.kueue_preemption!r} differs from within_cluster_queue {self.within_cluster_queue!r}; "
+                             "both are the ClusterQueue's withinClusterQueue: give them the same value")
         if self.enforcement not in (None, *ENFORCEMENTS):
             raise ValueError(f"enforcement: {self.enforcement!r} is not one of {', '.join(ENFORCEMENTS)}")
 
@@ -306,6 +317,14 @@ class SimResult:
     """Victims evicted by those plans (``on`` only; a job evicted twice counts twice)."""
     preempted_gpu_hours: float = 0.0
     """GPU-hours the victims had run when evicted: the work lost (each restarts from scratch)."""
+    kueue_preemption: str = "Never"
+    """``SimSettings.kueue_preemption``: Kueue's own preemption for quota (``Never``: off)."""
+    kueue_preemptions: int = 0
+    """Times Kueue preempted for a Workload (each evicts a minimal set of targets)."""
+    kueue_preempted: int = 0
+    """Workloads Kueue evicted for them (a job evicted twice counts twice)."""
+    kueue_preempted_gpu_hours: float = 0.0
+    """GPU-hours those had run when evicted: the work lost (each restarts from scratch)."""
 
 
 # --------------------------------------------------------------------------------- preparing
@@ -674,23 +693,40 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     freed: list[tuple[int, IntArray]] = []
     """(flavor, nodes) the victims left: parked Workloads are woken by them once the pass ends (the gang has parked by then)."""
 
-    def evict(victims: list[int], now: float) -> None:
-        """Kueue evicts a plan's victims (``_preemption``): their pods leave the nodes, their quota
-        is released, they restart from scratch (what they had run is lost) and rejoin the queue."""
+    def evict(victims: list[int], now: float, by_kueue: bool = False) -> None:
+        """Kueue evicts a plan's victims (``_preemption``), or with ``by_kueue`` the targets of its
+        own preemption for quota (``_kueue_preemption``): their pods leave the nodes, their quota
+        is released, they restart from scratch (what they had run is lost) and rejoin the queue,
+        a plan's at the eviction (Atoll's Retry evicted them), Kueue's at their creation."""
         nonlocal running_gpus, useful_gpus, pending
-        assert deployed is not None and deployed.preemption is not None
         for j in victims:
             fi = int(work.flavor[j])
             f = fl[fi]
             shape = shapes[int(shape_of[j])][1]
-            nodes, pods = deployed.bound_nodes(j, f.snapshot)
+            if by_kueue:
+                kueue_figs[1] += 1
+                if kueue_release(j, fi, shape.gpus):
+                    continue
+            if deployed is not None:
+                nodes, pods = deployed.bound_nodes(j, f.snapshot)
+            else:
+                nodes, pods = placed[j]
             if nodes.size:
                 _release(f.snapshot, nodes, pods, shape.per_pod)
+                if capacity_changed is not None:
+                    capacity_changed(f.snapshot, nodes)
             ran = placed.pop(j, None) is not None
             drop_events(events, j, (_COMPLETE, _BIND))
             if j in blocked.get(fi, ()):
                 blocked[fi].remove(j)
-            deployed.preemption.evict(j, shape.gpus * (now - float(start[j])) / 3600.0 if ran else 0.0)
+            lost = shape.gpus * (now - float(start[j])) / 3600.0 if ran else 0.0
+            if by_kueue:
+                kueue_figs[2] += lost
+                if deployed is not None:
+                    release_admitted(deployed, j)
+            else:
+                assert deployed is not None and deployed.preemption is not None
+                deployed.preemption.evict(j, lost)
             f.used -= shape.gpus
             f.version += 1
             if ran:
@@ -700,10 +736,91 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             islands[j] = 0
             relaxed[j] = False
             pending += 1
-            requeue.append((j, now))
+            requeue.append((j, float(arr[j]) if by_kueue else now))
             if room is not None and nodes.size:
                 freed.append((fi, nodes))
             check(fi, now)
+
+    kueue_figs: list[float] = [0, 0, 0.0]
+    """Kueue's own preemption: preemptions, Workloads evicted by them, GPU-hours those had run."""
+    quota_at = np.full(n, np.nan)
+    """When each job last took quota (its ``QuotaReserved`` time: Kueue preempts the most recent first)."""
+    on_retry: set[int] = set()
+    """Jobs holding quota through a Retry's delay (a timer pending)."""
+    lowest = int(prio.min()) if n else 0
+
+    def may_preempt(j: int) -> bool:
+        """Could Kueue's own preemption find ``j`` a candidate (``SimSettings.kueue_preemption``)?
+        Under ``LowerPriority`` none has a priority below the lowest."""
+        policy = settings.kueue_preemption
+        return policy != "Never" and (policy == "LowerOrNewerEqualPriority" or int(prio[j]) > lowest)
+
+    def holders(fi: int) -> list[Holder]:
+        """The jobs holding quota in flavor ``fi``'s ClusterQueue: admitted (bound or not), on a Retry's delay, parked."""
+        if deployed is None:
+            jobs = [k for k in placed if work.flavor[k] == fi]
+        else:
+            jobs = [k for k, adm in deployed.admitted.items() if adm.flavor == fi]
+            jobs += [k for k in on_retry if work.flavor[k] == fi]
+            jobs += list(parked[fi])
+        return [Holder(k, int(prio[k]), float(arr[k]), float(quota_at[k]), shape_gpus[int(shape_of[k])]) for k in jobs]
+
+    def kueue_preempt(j: int, fi: int, sid: int, now: float) -> bool:
+        """Kueue's own preemption for ``j``, short of quota or, on a Kueue TAS flavor (a
+        baseline's), of a placement (``_kueue_preemption``): a minimal set of the holders the
+        ClusterQueue's policy lets it preempt is evicted, and True (it fits now); False: no set
+        lets it fit. An Atoll flavor is quota alone to Kueue; a baseline's fit is its placement too."""
+        f = fl[fi]
+        ordered = candidates(settings.kueue_preemption, int(prio[j]), float(arr[j]), holders(fi))
+        if not ordered:
+            return False
+        shape = shapes[sid][1]
+        free = [f.nominal - f.used]
+
+        def move(h: Holder, op: Callable[[Snapshot, IntArray, IntArray, ResourceVector], None]) -> None:
+            nodes, pods = placed[h.job]
+            op(f.snapshot, nodes, pods, shapes[int(shape_of[h.job])][1].per_pod)
+            if capacity_changed is not None:
+                capacity_changed(f.snapshot, nodes)
+
+        def remove(h: Holder) -> None:
+            free[0] += h.gpus
+            if deployed is None:
+                move(h, _release)
+
+        def add(h: Holder) -> None:
+            free[0] -= h.gpus
+            if deployed is None:
+                move(h, _reserve)
+
+        def fits() -> bool:
+            return free[0] >= shape.gpus and (deployed is not None or policy.attempt(f.snapshot, shape, now=now, wait=WaitState(None, 0)).outcome == "admit")
+
+        targets = minimal_targets(ordered, remove, add, fits)
+        if targets is None:
+            return False
+        kueue_figs[0] += 1
+        evict([t.job for t in targets], now, by_kueue=True)
+        return True
+
+    def kueue_release(j: int, fi: int, gpus: int) -> bool:
+        """Kueue evicts ``j`` holding quota undecided (on a Retry's delay, or parked): its quota
+        goes, and it rejoins the queue at its creation. False: ``j`` is admitted (``evict`` goes on)."""
+        f = fl[fi]
+        if j in on_retry:
+            on_retry.discard(j)
+            drop_events(events, j, (_RETRY,))
+            retrying[(fi, int(shape_of[j]))] -= 1
+        elif j in parked[fi]:
+            assert room is not None
+            room.leave(j)
+            parked[fi].pop(j)
+            parked_gpus[fi] -= gpus
+        else:
+            return False
+        f.used -= gpus
+        requeue.append((j, float(arr[j])))
+        return True
 
     def check(fi: int, now: float) -> None:
         """The invariant on one flavor: bound + owed fits every node, and every owed pod has room."""
@@ -766,14 +883,15 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         f = fl[fi]
         snap = f.snapshot
         free_quota = f.nominal - f.used
-        heads = [(*q[0], sid) for sid, q in f.queues.items() if shape_gpus[sid] <= free_quota and f.dead.get(sid) != f.version]
+        heads = [(*q[0], sid) for sid, q in f.queues.items() if (shape_gpus[sid] <= free_quota or may_preempt(q[0][1])) and f.dead.get(sid) != f.version]
         heapq.heapify(heads)
         admitted = False
         while heads:
             _, j, sid = heapq.heappop(heads)
-            if shape_gpus[sid] > f.nominal - f.used:
+            if shape_gpus[sid] > f.nominal - f.used and not (may_preempt(j) and kueue_preempt(j, fi, sid, now)):
                 continue
             shape = shapes[sid][1]
+            quota_at[j] = now
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
                 _dequeue(f, sid, heads)
                 left_queue(j, fi)
@@ -797,6 +915,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             decisions += 1
             if deployed is not None and deployed.preemption is not None and deployed.preemption.due:
                 evict(deployed.preemption.take(), now)  # the plan this decision made, under preemptDomain: on
+            if att.outcome == "nofit" and deployed is None and may_preempt(j) and kueue_preempt(j, fi, sid, now):
+                att = policy.attempt(snap, shape, now=now, wait=wait)  # Kueue's next cycle: its targets are gone
             if att.outcome == "nofit":
                 f.dead[sid] = f.version
                 continue
@@ -835,6 +955,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                         seq += 1
                     continue
                 f.used += shape.gpus  # Kueue holds its quota through the Retry's delay
+                on_retry.add(j)
                 heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
                 seq += 1
             else:  # reject
@@ -887,6 +1008,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 sid = int(shape_of[j])
                 retrying[(fi, sid)] -= 1
+                on_retry.discard(j)
                 f.used -= shape_gpus[sid]  # evicted now and queued at once, before the Workloads its quota kept out
                 enqueue(j, -math.inf)
             touched.add(fi)
@@ -922,6 +1044,12 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             idle_gpu_s += idle_now * (now - idle_at)
             idle_at = now
             idle_now = sum(deployed.reserved_idle(fi, f.snapshot) for fi, f in enumerate(fl)) if len(deployed.outlook.reservations) else 0
+        while requeue:  # a baseline's victims of Kueue's own preemption rejoin their queues, and their flavors are tried again
+            again = {enqueue(j, t) for j, t in requeue}
+            requeue.clear()
+            for fi in sorted(again):
+                if pass_and_reactivate(fi, now):
+                    last_admit = now
         times.append(now)
         alloc_t.append(running_gpus)
         useful_t.append(useful_gpus)
@@ -954,6 +1082,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         block_free={b: np.frombuffer(v) for b, v in blocks.items()},
         stranded_gpus=np.frombuffer(stranded_t), reserved_idle_gpu_hours=idle_gpu_s / 3600.0,
         quota_yields=yielded[0], reparked=reparked[0],
+        kueue_preemption=settings.kueue_preemption, kueue_preemptions=int(kueue_figs[0]), kueue_preempted=int(kueue_figs[1]),
+        kueue_preempted_gpu_hours=float(kueue_figs[2]),
         **(deployed.preemption.figures() if deployed is not None and deployed.preemption is not None else {}),
     )
 

@@ -162,6 +162,8 @@ class SweepSpec:
     records: str | None = None
     """``atoll simulate --records``: each Atoll run writes its decision records to ``record_part``
     of this path; ``gather_records`` joins them, in run order, into the file."""
+    kueue_preemption: str = "Never"
+    """``SimSettings.kueue_preemption`` (and ``within_cluster_queue`` when not ``Never``): Kueue's own preemption for quota."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -202,8 +204,10 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     cluster, work = _prepared(spec, load, seed)
     policy = make_policies([name], spec.profiles, seed=seed)[0]
     chosen: dict[str, Any] = {"scheduler": spec.scheduler, "enforcement": spec.enforcement}
+    if spec.kueue_preemption != "Never":  # one ClusterQueue, one policy: Atoll's plan reads what Kueue applies
+        chosen["within_cluster_queue"] = spec.kueue_preemption
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
-                           declared_runtime_factor=spec.declared_runtime_factor,
+                           declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),
                            **{k: v for k, v in chosen.items() if v})
     try:

@@ -445,3 +445,18 @@ def test_without_a_policy_that_preempts_no_preemption_figures_are_printed(capsys
     assert "preemption that clears a domain" not in capsys.readouterr().out
     assert main([*PREEMPTING, "--policies", "atoll-strict", "--format", "json"]) == 0
     assert all("preempted_gpu_hours" not in r for r in json.loads(capsys.readouterr().out)["runs"])
+
+
+def test_kueues_own_preemption_runs_under_the_policy_given_and_is_reported_per_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PREEMPTING, "--policies", "kueue-required,atoll-strict", "--kueue-preemption", "LowerPriority"]) == 0
+    text = capsys.readouterr().out
+    head = "preemption that clears a domain (preemptDomain), and Kueue's own for quota (withinClusterQueue: LowerPriority), every seed"
+    assert head in text
+    table = text.split(head, 1)[1].splitlines()
+    assert "Kueue victims" in table[1] and "Kueue preempted GPU-h" in table[1]
+    assert [row.split()[:2] for row in table[3:7]] == [["kueue-required", "0"], ["kueue-required", "1"], ["atoll-strict", "0"], ["atoll-strict", "1"]]
+    assert main([*PREEMPTING, "--policies", "atoll-strict", "--kueue-preemption", "LowerPriority", "--format", "json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [r["kueue_preemption"] for r in runs] == ["LowerPriority"] * 2 and all(r["kueue_preempted"] >= 0 for r in runs)
+    assert main([*PREEMPTING, "--policies", "atoll-strict"]) == 0
+    assert "Kueue's own for quota" not in capsys.readouterr().out  # Never, the default: no preemption table at all

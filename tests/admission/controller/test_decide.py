@@ -100,3 +100,63 @@ def test_fabric_gauges_are_measured_periodically_not_per_decision() -> None:
     ctrl.clock.advance(Controller.GAUGE_SECONDS)  # type: ignore[attr-defined]
     assert ctrl.reconcile(key_c).outcome == "admit"  # type: ignore[union-attr]
     assert free._value.get() == total - 3 * 72
+
+
+# ---------------------------------------------------------------------- a domain held for a preempting gang
+
+SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
+HELD = ("u0r0n0", "u0r0n1")
+
+
+def held_rack(free: set[str], enforcement: str = "domain", profile: str = "spanning") -> Any:
+    """2 scalable units × 3 racks × 2 nodes of 4 GPUs, every node used but ``free``; rack u0/r0 is
+    held for a preempting gang (its victims still going)."""
+    from admission.simulator._deployed import DeployedAtoll
+    from policies import load_profiles
+    from topology import ClusterModel
+
+    doc = load_profiles(f"""
+defaultProfile: spanning
+profiles:
+  spanning: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 0}}
+  anywhere: {{}}
+""")
+    model = ClusterModel.model_validate({"name": "test", "flavors": [{
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "nodes": [{"name": f"u{u}r{r}n{n}", "labels": {SU: f"u{u}", CLIQUE: f"u{u}r{r}"},
+                   "used": {"nvidia.com/gpu": 0 if f"u{u}r{r}n{n}" in free else 4}}
+                  for u in range(2) for r in range(3) for n in range(2)]}]})
+    a = DeployedAtoll(f"atoll-{profile}", profile, doc, model, enforcement=enforcement)
+    a.decider.holds["f"] = {"gang-uid": HELD}
+    return a
+
+
+def spanning(a: Any, pods: int = 2) -> Any:
+    from topology import ResourceVector
+
+    return a.decide(1, a.workload(1, 0, pods, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training"), 1000.0)
+
+
+def test_under_domain_enforcement_no_selector_reaches_a_domain_held_for_another_gang() -> None:
+    # a span over u0's free nodes would get the selector su=u0, and kube-scheduler could bind its
+    # pods in u0/r0 as the victims leave it; the span over u1 is taken instead
+    v = spanning(held_rack({"u0r1n0", "u0r2n0", "u1r0n0", "u1r1n0", "u1r2n0"}))
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} <= {"u1r0n0", "u1r1n0", "u1r2n0"}
+    assert [u["nodeSelector"] for u in v.podset_updates] == [{SU: "u1"}]
+    # with no such span it waits, and says why
+    w = spanning(held_rack({"u0r1n0", "u0r2n0"}))
+    assert w.outcome == "wait" and f"nodeSelector domain ({SU}=u0) that holds nodes cleared for another gang" in w.message
+    # a selector of the whole flavor reaches every domain: it waits too
+    w = spanning(held_rack({"u0r1n0", "u1r0n0"}, profile="anywhere"))
+    assert w.outcome == "wait" and "(the whole flavor) that holds nodes cleared for another gang" in w.message
+    # a one-pod Workload's selector names its node: never held back
+    v = spanning(held_rack({"u0r1n0"}, profile="anywhere"), pods=1)
+    assert v.outcome == "admit" and [u["nodeSelector"] for u in v.podset_updates] == [{"kubernetes.io/hostname": "u0r1n0"}]
+
+
+def test_under_exact_enforcement_a_selector_may_reach_a_held_domain() -> None:
+    # each pod is pinned to its planned node: the held rack is safe whatever the selector
+    v = spanning(held_rack({"u0r1n0", "u0r2n0"}, enforcement="exact"))
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"u0r1n0", "u0r2n0"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.admission.fabric import GROUP, VERSION, Fabric, planned, profiles_doc, run
+from tests.admission.fabric import BLOCK, GROUP, VERSION, Fabric, planned, profiles_doc, run
 from tests.kube_objects import workload
 
 pytestmark = pytest.mark.apiserver
@@ -80,3 +80,52 @@ def test_the_cluster_queues_policy_is_respected(fabric: Fabric, within: str | No
     (verdict,) = run(ctrl)
     assert verdict.outcome == "wait" and not [n for n in notes(fabric, "gang") if n.startswith("preemption")]
     assert all(fabric.entry(f"low-{i}")["state"] == "Ready" for i in range(4))
+
+
+def test_under_domain_enforcement_no_selector_written_while_a_clique_is_held_reaches_it(fabric: Fabric) -> None:
+    # 2 blocks × 3 cliques × 2 nodes, every node running a priority-0 one-pod Workload; a gang
+    # clears one clique. A span over the other two cliques of its block would get that block's
+    # selector, and kube-scheduler could bind its pods in the cleared clique as the victims go
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["preemptDomain"] = "on"
+    doc["profiles"]["elastic"]["relaxAfterSeconds"] = 0  # it may span at once
+    fabric.install(doc, nodes=False)
+    fabric.add_nodes(blocks=2, cliques=3, per_clique=2)
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}})
+    ctrl = fabric.controller()
+    for i in range(12):
+        submit(fabric, f"low-{i}", 1, 0)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 12
+    on = {f"low-{i}": next(iter(planned(fabric.entry(f"low-{i}")))) for i in range(12)}
+    for name, node in on.items():  # their pods bound where planned: nothing owed
+        fabric.bind_pod(f"{name}-0", node, 4, decision_id=fabric.entry(name)["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"])
+    submit(fabric, "gang", 2, 100)
+    assert [v.outcome for v in run(ctrl)] == ["wait"]
+    (held,) = ctrl.decider.holds[fabric.flavor].values()
+    ((block, clique),) = {(b, fabric.clique(b, c)) for b in range(2) for c in range(3) for n in held if n.startswith(f"{fabric.clique(b, c)}n")}
+
+    def finish_one_in(prefix: str) -> None:
+        name = next(w for w, n in sorted(on.items()) if n.startswith(prefix) and fabric.entry(w)["state"] == "Ready")
+        fabric.finish(name)
+        fabric.finish_pod(f"{name}-0")
+        on.pop(name)
+
+    others = [fabric.clique(block, c) for c in range(3) if fabric.clique(block, c) != clique]
+    for other in others:  # one node free in each other clique of the held block: only a span there fits
+        finish_one_in(other)
+    manifest = workload(fabric.ns, "wide", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+    fabric.kueue.create(manifest)
+    fabric.kueue.reserve_quota(fabric.ns, "wide", fabric.cq, fabric.flavor)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait", verdict.message
+    assert f"nodeSelector domain ({BLOCK}={fabric.ns}-b{block}) that holds nodes cleared for another gang" in verdict.message
+    far = 1 - block
+    for c in range(2):  # and one in two cliques of the other block: the span is taken there
+        finish_one_in(fabric.clique(far, c))
+    fabric.requeue("wide")
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit", verdict.message
+    (update,) = fabric.entry("wide")["podSetUpdates"]
+    assert update["nodeSelector"] == {BLOCK: f"{fabric.ns}-b{far}"}
+    assert all(n.startswith(f"{fabric.ns}-b{far}c") for n in planned(fabric.entry("wide")))
+    fabric.custom.delete_namespaced_custom_object(GROUP, VERSION, fabric.ns, "workloads", "gang")  # its hold ends with it (the apiserver is shared)

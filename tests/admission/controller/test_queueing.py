@@ -192,6 +192,7 @@ profiles:
   floor: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5}}}}
   floor-elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{perfFloorByCost: 0.5}}}}
   floor-hold: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5, perfFloorHoldSeconds: 900}}}}
+  costed: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
 classes:
   training: {{perfFloor: 0.9, uniformPerf: true}}
 """)
@@ -305,6 +306,17 @@ def test_the_floor_wait_counts_free_fast_gpus_only_in_whole_pods() -> None:
     v = decide(a, 1, 1)
     assert "expected wait for one domain 2000s" in v.message and "takes the slower GPUs now (cheaper)" in v.message
     assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} <= {"r0n0", "r0n1"}
+
+
+def test_the_wait_for_one_domain_leaves_out_gpus_under_the_class_floor() -> None:
+    # r0 has 8 GPUs free, but r0n0's run at 0.7, under the training floor: no room for the gang
+    # there, ever. r1 has room when r1n1's Workload ends at 3000 s: 2000 s, dearer than the span's
+    # +750 s. Counted with the slow GPUs, r0 was room now (0 s) and the gang always waited
+    a = floor_cluster("costed", {"r1n1": 4}, {"r0n0"}, {"r1n1": 0.0})
+    a.decider.span_cost = lambda snap, decision: 1.25
+    v = decide(a, 1, 2)
+    assert "wait or span: expected wait for one domain 2000s ± 0s (u0/r1)" in v.message and "spans now (cheaper)" in v.message
+    assert v.outcome == "admit" and v.relaxed and {n for p in v.placements for n in p.nodes} == {"r0n1", "r1n0"}
 
 
 def test_a_gang_larger_than_an_island_weighs_the_floor_against_the_wait_for_a_span() -> None:

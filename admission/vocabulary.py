@@ -92,7 +92,8 @@ QUOTA_YIELD = "atoll.dev/quota-yield"
 """Workload annotation while Atoll keeps a parked Workload inactive (``spec.active=false``) to give
 its quota back (``--park-waiting``): the Workload (namespace/name) it gave way to."""
 QUOTA_YIELD_UNTIL = "atoll.dev/quota-yield-until"
-"""Workload annotation beside ``QUOTA_YIELD``: epoch seconds by which Atoll reactivates it anyway."""
+"""Workload annotation beside ``QUOTA_YIELD`` written by older releases (epoch seconds by which they
+reactivated it); removed on reactivation, no longer written or read."""
 
 # ----------------------------------------------------------------------------- on nodes
 

@@ -82,7 +82,7 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
             obj = by_key[r["workload"]]
             meta = obj.get("metadata") or {}
             try:
-                port.patch(WORKLOADS, str(meta.get("name")), yield_patch(obj, None, None), namespace=meta.get("namespace"))
+                port.patch(WORKLOADS, str(meta.get("name")), yield_patch(obj, None), namespace=meta.get("namespace"))
                 r["active"], r["ended"] = True, True
             except errors.NotFound:
                 r["ended"] = True  # gone meanwhile: nothing left to end

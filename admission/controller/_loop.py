@@ -466,23 +466,22 @@ class Controller:
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue
-            until = self.clock.now() + max(self.parking.backoff.get(key, 1), 1)  # reactivated by then at the latest
             flavor = self.quota_yield.flavor_of(key)
             meta = obj.get("metadata") or {}
-            if self._written(key, obj, "quota yield", functools.partial(self._patch_workload, obj, yield_patch(obj, waiter, until))):
+            if self._written(key, obj, "quota yield", functools.partial(self._patch_workload, obj, yield_patch(obj, waiter))):
                 self.parking.set_aside(key)
-                self.quota_yield.gave(key, waiter, until, flavor)
+                self.quota_yield.gave(key, waiter, self.clock.now(), flavor)
                 self.quota_yields += 1
                 self.metrics.quota_yields.labels(flavor).inc()
                 self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": meta}, "Normal", YIELD_EVENT_REASON,
                                  f"Parked, gives its quota back to Workload {waiter}, which waits for quota in its ClusterQueue or "
-                                 "cohort: deactivated until that Workload holds quota; when it holds quota again it parks again "
-                                 "without a new decision unless what it waits for changed")
+                                 "cohort: deactivated until no Workload queued before this give waits for quota; when it holds "
+                                 "quota again it parks again without a new decision unless what it waits for changed")
                 _log.info("parked workload gave its quota back", workload=key, to=waiter)
 
     def _reactivate_due(self) -> None:
-        """Workloads deactivated to give their quota back whose waiter has its quota (or is gone,
-        or whose time is up) are active again (``_yielding``); after a start or a leader change,
+        """Workloads deactivated to give their quota back that no Workload queued before the give
+        still waits ahead of are active again (``_yielding``); after a start or a leader change,
         those the API shows first."""
         if self.read_only:
             return
@@ -490,12 +489,12 @@ class Controller:
             _log.info("quota yields found on Workloads; each is reactivated by the same rules", count=len(self.quota_yield.yielded))
         if not self.quota_yield.yielded:
             return
-        for key in self.quota_yield.due(self.clock.now()):
+        for key in self.quota_yield.due():
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None:
                 continue
             try:
-                self._patch_workload(obj, yield_patch(obj, None, None))
+                self._patch_workload(obj, yield_patch(obj, None))
             except errors.NotFound:
                 pass
             except errors.ApiError as exc:  # a 409 too: the next turn reads the Workload again from the cache

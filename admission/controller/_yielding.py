@@ -8,12 +8,19 @@ the same cohort, parked Workloads give their quota back, newest parked first, un
 give back cover the waiting Workload's.
 
 **How: deactivated for a moment, not a Retry.** Atoll sets the parked Workload's ``spec.active``
-to false, with the annotations ``atoll.dev/quota-yield`` (the waiter) and
-``atoll.dev/quota-yield-until`` (epoch seconds), in one merge patch at the resourceVersion it read.
-Kueue evicts it and releases its quota, and does not queue it while it is inactive; its check stays
-``Pending`` (eviction resets only the other states). Atoll sets ``spec.active`` back to true, and
-removes the annotations, once the waiter holds quota, is gone or no longer waits, or at the latest
-at ``until`` (the Retry delay its wait gave). It is then queued behind the waiter.
+to false, with the annotation ``atoll.dev/quota-yield`` (the waiter), in one merge patch at the
+resourceVersion it read. Kueue evicts it and releases its quota, and does not queue it while it is
+inactive; its check stays ``Pending`` (eviction resets only the other states). Atoll sets
+``spec.active`` back to true, and removes the annotations, once no Workload that waits for quota in
+its ClusterQueue or cohort is ahead, in Kueue's order, of the place the give left it at (its
+priority, the give's time), counting only waiters the quota could ever let in (``due``). Kueue
+queues a reactivated Workload at its creation time (``Ordering.GetQueueOrderTimestamp``,
+pkg/workload/workload.go, v0.19.2: only an admission-check or PodsReady eviction moves it; the
+reactivation itself is ``Requeued=True``, reason ``Reactivated``, in ``WorkloadReconciler.
+Reconcile``). Reactivated as soon as its waiter held quota, it went back ahead of every Workload
+that had queued while it was parked and took the next quota freed; measured in the simulator
+(``docs/numbers.md``, parking on GB200). ``atoll.dev/quota-yield-until``, which older releases
+wrote, is removed with the rest and no longer read.
 
 A Retry does not work for this on Kueue v0.19, measured on the real-Kueue tier:
 
@@ -37,9 +44,10 @@ An inactive Workload is dropped from Kueue's queues and cache in ``WorkloadRecon
 (the ``!active`` case, which also asks for the inadmissible Workloads to be retried), and a
 reactivated one is queued again (``Requeued=True``, reason ``Reactivated``).
 
-The annotations make a yield survive a restart: a new leader reactivates every Workload that
-carries them and is inactive (``rebuild``), by the same rules; one without them (deactivated by
-someone else) is never touched.
+The annotation makes a yield survive a restart: a new leader reactivates every Workload that
+carries it and is inactive (``rebuild``), by the same rule, the give's time read from Kueue's
+``Evicted`` condition (none: at once); one without it (deactivated by someone else) is never
+touched.
 
 Their need stays on file (``WaitingRoom.set_aside``, as in the simulator): when one holds quota
 again and nothing it waits for changed, it is parked again without a decision (``Controller.
@@ -75,11 +83,13 @@ quota yields are bounded by decisions, and decisions by events.
 A LocalQueue's ``spec.clusterQueue`` is immutable (Kueue's CRD validation), so it is read once
 (``get``) and kept; a ClusterQueue's cohort is read on each pass that needs it. One that cannot be
 read gives nothing back (the Workload keeps its quota, as before).
+
+The module runs past 400 lines because who gives to whom (``choose``) and when it comes back
+(``due``) read the same queue order and cohort quota; split, each half would carry the other's.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -99,7 +109,7 @@ _log = structlog.get_logger("atoll.yield")
 YIELD_ANNOTATION = QUOTA_YIELD
 """On a Workload Atoll deactivated to give its quota back: the Workload (namespace/name) it gave way to."""
 YIELD_UNTIL_ANNOTATION = QUOTA_YIELD_UNTIL
-"""Epoch seconds by which Atoll reactivates it, whether or not the waiter has its quota by then."""
+"""Written by older releases (epoch seconds by which they reactivated it); removed on reactivation, no longer read."""
 
 
 def waits_for_quota(obj: Obj) -> bool:
@@ -118,22 +128,22 @@ def refused_by_kueue(obj: Obj) -> bool:
 
 @dataclass(frozen=True)
 class Yielded:
-    """A Workload deactivated to give its quota back: to whom, until when (epoch seconds), on which flavor."""
+    """A Workload deactivated to give its quota back: to whom, when (epoch seconds: its place in
+    Kueue's order had the give been an eviction), on which flavor ("": unknown)."""
 
     waiter: str
-    until: float
+    at: float
     flavor: str
 
 
-def yield_patch(obj: Obj, waiter: str | None, until: float | None) -> Obj:
+def yield_patch(obj: Obj, waiter: str | None) -> Obj:
     """The merge patch that deactivates ``obj`` for ``waiter`` (at the resourceVersion read), or,
     with ``waiter`` None, reactivates it and removes the annotations."""
     meta = obj.get("metadata") or {}
     if waiter is None:
         return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
                              "annotations": {YIELD_ANNOTATION: None, YIELD_UNTIL_ANNOTATION: None}}, "spec": {"active": True}}
-    return {"metadata": {"resourceVersion": meta.get("resourceVersion"),
-                         "annotations": {YIELD_ANNOTATION: waiter, YIELD_UNTIL_ANNOTATION: json.dumps(round(float(until or 0.0), 3))}},
+    return {"metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": {YIELD_ANNOTATION: waiter}},
             "spec": {"active": False}}
 
 
@@ -192,9 +202,9 @@ class QuotaYield:
         self._claims.pop(key, None)
         self._refused.discard(key)
 
-    def gave(self, key: str, waiter: str, until: float, flavor: str) -> None:
-        """``key`` was deactivated for ``waiter``."""
-        self.yielded[key] = Yielded(waiter, until, flavor)
+    def gave(self, key: str, waiter: str, at: float, flavor: str) -> None:
+        """``key`` was deactivated for ``waiter`` at ``at`` (epoch seconds)."""
+        self.yielded[key] = Yielded(waiter, at, flavor)
 
     def rebuild(self) -> int:
         """After a start or a leader change: every inactive Workload that carries Atoll's yield
@@ -204,26 +214,51 @@ class QuotaYield:
             ann = ((obj.get("metadata") or {}).get("annotations") or {})
             if YIELD_ANNOTATION not in ann or (obj.get("spec") or {}).get("active", True) is not False or key in self.yielded:
                 continue
-            try:
-                until = float(ann.get(YIELD_UNTIL_ANNOTATION) or 0.0)
-            except ValueError:
-                until = 0.0  # unreadable: reactivated at once
-            self.yielded[key] = Yielded(str(ann[YIELD_ANNOTATION]), until, "")
+            evicted = next((c for c in (obj.get("status") or {}).get("conditions") or []
+                            if isinstance(c, dict) and c.get("type") == "Evicted" and c.get("status") == "True"), None)
+            at = parse_time(str((evicted or {}).get("lastTransitionTime") or "")) or 0.0  # none: nothing is ahead, reactivated at once
+            self.yielded[key] = Yielded(str(ann[YIELD_ANNOTATION]), at, "")
         return len(self.yielded)
 
-    def due(self, now: float) -> list[str]:
-        """Yielded Workloads to reactivate now: their waiter holds quota, is gone or no longer
-        waits, or their ``until`` has passed. One no longer inactive (reactivated by someone else) or gone is forgotten."""
+    def due(self) -> list[str]:
+        """Yielded Workloads to reactivate now: no Workload that waits for quota in their
+        ClusterQueue or cohort, and that the quota could ever let in, is ahead in Kueue's order
+        (priority, then queue-order time; a tie counts as ahead) of the place the give left them
+        at: their priority and the give's time. Kueue queues a reactivated Workload at its
+        creation time, so reactivated sooner it would go back ahead of the Workloads that queued
+        while it was parked. One no longer inactive (reactivated by someone else) or gone is forgotten."""
         out: list[str] = []
+        queues: dict[str, Obj | None] = {}
+        waiting: list[tuple[tuple[int, float], str, str | None]] | None = None
         for key, y in list(self.yielded.items()):
             obj = self.objects.get(key)
             if obj is None or (obj.get("spec") or {}).get("active", True) is not False:
                 del self.yielded[key]
                 continue
-            waiter = self.objects.get(y.waiter)
-            if y.until <= now or waiter is None or not waits_for_quota(waiter):
+            if waiting is None:
+                waiting = [(self._kueue_order(w)[:2], w, self._cluster_queue(wobj)) for w in self.waiters
+                           if (wobj := self.objects.get(w)) is not None and waits_for_quota(wobj)]
+            place = (self._kueue_order(key)[0], y.at)
+            cq = self._cluster_queue(obj)
+            if not any(order <= place and w != key and wcq is not None and cq is not None
+                       and (wcq == cq or self._same_cohort(wcq, cq, queues)) and self._could_ever_admit(w, wcq, y.flavor, queues)
+                       for order, w, wcq in waiting):
                 out.append(key)
         return out
+
+    def _could_ever_admit(self, key: str, cq: str, flavor: str, queues: dict[str, Obj | None]) -> bool:
+        """The quota ``cq`` could use on ``flavor`` with nothing reserved anywhere covers what
+        Workload ``key`` asks for (unknown flavor or unreadable ClusterQueue: True). A Workload
+        that asks for more is never admitted, and Kueue's BestEffortFIFO lets others pass it."""
+        if not flavor:
+            return True
+        gpu = self.gpu_resource()
+        try:
+            want = sum(s.count * s.per_pod.gpu for s in parse_workload(self.objects.get(key) or {}, gpu_resource=gpu).podsets)
+        except WorkloadError:
+            return True
+        quota = self._cohort_quota(cq, flavor, queues, gpu, empty=True)
+        return quota is None or want <= quota.available(cq)
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up
@@ -373,9 +408,11 @@ class QuotaYield:
         ca = queue_rules(qa).cohort
         return ca is not None and ca == queue_rules(qb).cohort
 
-    def _cohort_quota(self, cq: str, flavor: str, queues: dict[str, Obj | None], gpu: str | tuple[str, ...]) -> CohortQuota | None:
+    def _cohort_quota(self, cq: str, flavor: str, queues: dict[str, Obj | None], gpu: str | tuple[str, ...],
+                      empty: bool = False) -> CohortQuota | None:
         """The GPU quota on ``flavor`` of ``cq`` and, if it is in a cohort, of every ClusterQueue of
-        that cohort (listed once per pass); None when a ClusterQueue cannot be read."""
+        that cohort (listed once per pass); None when a ClusterQueue cannot be read. ``empty``: as
+        if nothing held any of it."""
         obj = self._queue(cq, queues)
         if obj is None:
             return None
@@ -394,14 +431,14 @@ class QuotaYield:
             members = {name: q for name, q in queues.items() if q is not None and name != _ALL and queue_rules(q).cohort == cohort}
             members.setdefault(cq, obj)
         names = (gpu,) if isinstance(gpu, str) else gpu
-        if self._reserved is None:
+        if self._reserved is None and not empty:
             self._reserved = reserved_by_workloads(self.objects.values(), names)
         out = CohortQuota(cohort)
         for name, q in members.items():
             quota = flavor_quota(q, flavor, names)
             if quota is not None:
                 nominal, borrowing, lending, reported = quota
-                out.add(name, nominal, borrowing, lending, max(reported, self._reserved.get((name, flavor), 0)))
+                out.add(name, nominal, borrowing, lending, 0 if empty else max(reported, (self._reserved or {}).get((name, flavor), 0)))
         return out if cq in out.queues else None
 
 

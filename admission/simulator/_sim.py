@@ -68,11 +68,13 @@ Atoll, as modelled
     no more than it asks for while it waits, and one that gave its quota back and waits for it
     again takes none. A Workload that gives its quota back is deactivated: Kueue evicts it
     (reason ``Deactivated``) and releases its quota, then, in the same instant, tries the waiter
-    again. It is reactivated as soon as its waiter holds quota (or is gone), at the latest after
-    its wait's delay (the controller's ``quota-yield-until``), and Kueue queues it at its
-    creation time: an eviction by deactivation leaves ``Ordering.GetQueueOrderTimestamp``
-    (``pkg/workload/workload.go``, v0.19.2) at ``CreationTimestamp``, where a Retry's eviction
-    would order it by the eviction. Its need stays on file (``WaitingRoom.set_aside``): when it
+    again. Kueue queues a reactivated Workload at its creation time: an eviction by deactivation
+    leaves ``Ordering.GetQueueOrderTimestamp`` (``pkg/workload/workload.go``, v0.19.2) at
+    ``CreationTimestamp``, where a Retry's eviction would order it by the eviction. So it is
+    reactivated (the controller's ``QuotaYield.due``) only once no queued job is ahead of the
+    place the give left it at (its priority, the give's time): reactivated sooner, it went
+    straight back ahead of every job that queued while it was parked, and took the next quota
+    freed. Its need stays on file (``WaitingRoom.set_aside``): when it
     holds quota again while nothing it waits for changed, it is parked again undecided, in its
     old place among the parked; one an event reached is decided again.
 
@@ -143,7 +145,7 @@ STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
 ISLAND_BLOCKS = (72, 64, 32, 16)
 """Block sizes (GPUs) whose availability inside one island is sampled (``SimResult.block_free``)."""
 ENFORCEMENTS = ("domain", "exact")
-_COMPLETE, _RETRY, _BIND, _DEADLINE, _REACTIVATE = 0, 1, 2, 3, 4
+_COMPLETE, _RETRY, _BIND, _DEADLINE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -562,8 +564,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         decision, ``WaitingRoom.may_give``), until what they give covers what it asks for; if that,
         with the quota free, would not let it in, nobody gives anything to it. A waiter served
         takes its quota from what is left for the next. A job that gives its quota back is deactivated (Kueue evicts it and releases
-        its quota) until its waiter holds quota, is gone, or its wait's delay has passed
-        (``reactivate``). True when some job gave its quota back."""
+        its quota) until no queued job is ahead of the place the give left it at
+        (``due_back``). True when some job gave its quota back."""
         nonlocal seq
         assert room is not None
         f = fl[fi]
@@ -616,7 +618,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     def give_back(p: int, j: int, fi: int, now: float) -> None:
         """Parked ``p`` is deactivated for waiter ``j``: Kueue evicts it (reason ``Deactivated``) and releases its quota."""
-        nonlocal seq
         assert room is not None
         f = fl[fi]
         retry_after = parked[fi].pop(p)
@@ -628,48 +629,47 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         parked_gpus[fi] -= gpus
         sid = int(shape_of[p])
         retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
-        until = now + max(retry_after, 1.0)  # the controller's quota-yield-until: reactivated by then at the latest
-        yielded_to[p] = j
-        yielders.setdefault(j, []).append(p)
-        heapq.heappush(events, (until, seq, _REACTIVATE, p))
-        seq += 1
+        gave_at[fi][p] = (-int(prio[p]), now)  # its place in Kueue's order had the give been an eviction
         yielded[0] += 1
 
     def left_queue(j: int, fi: int) -> None:
-        """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends, and
-        the jobs deactivated for it are reactivated at the controller's next turn (``reactivate``)."""
+        """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends."""
         served.pop(j, None)
         aside.discard(j)
-        for p in yielders.pop(j, ()):
-            reactivating[fi].append(p)
 
-    def reactivate(p: int) -> bool:
+    def due_back(fi: int) -> list[int]:
+        """The controller's ``QuotaYield.due``: the deactivated jobs of flavor ``fi`` no queued job
+        is ahead of (priority, then order time) at the place their give left them at; they leave
+        ``gave_at``."""
+        out = gave_at[fi]
+        if not out:
+            return []
+        first = min((q[0][0] for q in fl[fi].queues.values() if q), default=None)
+        due = [p for p, at in out.items() if first is None or first > at]  # one queued at the give's instant came first
+        for p in due:
+            del out[p]
+        return due
+
+    def reactivate(p: int) -> None:
         """Deactivated ``p`` is active again: Kueue queues it at its creation time (an eviction by
         deactivation leaves ``Ordering.GetQueueOrderTimestamp`` at ``CreationTimestamp``)."""
-        j = yielded_to.pop(p, None)
-        if j is None:
-            return False  # reactivated already
-        waiting = yielders.get(j)
-        if waiting is not None and p in waiting:
-            waiting.remove(p)
-            if not waiting:
-                del yielders[j]
         fi = int(work.flavor[p])
         retrying[(fi, int(shape_of[p]))] -= 1
         enqueue(p)
-        return True
 
     def pass_and_reactivate(fi: int, now: float) -> bool:
         """Kueue's pass over flavor ``fi``; then, at the same instant, as long as something
-        changed: the waiters given quota are tried again, and the jobs whose waiter now holds
-        quota are reactivated and tried again (the controller's and Kueue's next turns)."""
+        changed: the waiters given quota are tried again, and the deactivated jobs no queued job
+        is ahead of any more are reactivated and tried again (the controller's and Kueue's next
+        turns)."""
         admitted = run_pass(fi, now)
-        while tried_again[fi] or reactivating[fi]:
+        back = due_back(fi)
+        while tried_again[fi] or back:
             tried_again[fi] = False
-            keys, reactivating[fi] = reactivating[fi], []
-            for p in keys:
+            for p in back:
                 reactivate(p)
             admitted = run_pass(fi, now) or admitted
+            back = due_back(fi)
         return admitted
 
     checks = [0, 0]  # invariant checks, and those run from scratch
@@ -679,14 +679,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
     aside: set[int] = set()
     """Jobs that gave their quota back and do not hold it again yet: they take none from another."""
-    yielded_to: dict[int, int] = {}
-    """A deactivated job → the waiter it gave its quota to, until it is reactivated."""
-    yielders: dict[int, list[int]] = {}
-    """A waiter → the jobs deactivated for it, still inactive."""
+    gave_at: list[dict[int, tuple[int, float]]] = [{} for _ in fl]
+    """Flavor → deactivated job → (−priority, time of the give): reactivated once no queued job is ahead of it."""
     served: dict[int, int] = {}
     """A waiter → GPUs of quota given to it while it waits (it takes no more than it asks for)."""
-    reactivating: list[list[int]] = [[] for _ in fl]
-    """Flavor → deactivated jobs whose waiter left the queue: reactivated after the pass."""
     tried_again: list[bool] = [False for _ in fl]
     """Flavor → quota was given back in its last pass: Kueue tries its queue again at once."""
     park_seq: dict[int, int] = {}
@@ -981,10 +977,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if kind == _BIND:
                 if not bind(j, fi, now):
                     blocked.setdefault(fi, []).append(j)
-                continue
-            if kind == _REACTIVATE:  # its waiter still waits, but the yield's time is up
-                if reactivate(j):
-                    touched.add(fi)
                 continue
             if kind == _DEADLINE:
                 assert room is not None

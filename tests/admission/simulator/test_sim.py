@@ -342,16 +342,32 @@ def test_a_workload_that_gave_its_quota_back_is_not_decided_again_while_nothing_
     assert res.decisions == 2  # the gang once, the job once: the gang's quota back at 110 asks nothing again
 
 
-def test_a_workload_that_gave_its_quota_back_is_reactivated_as_soon_as_its_waiter_holds_quota() -> None:
+def test_a_workload_that_gave_its_quota_back_is_reactivated_once_no_job_queued_before_the_give_waits() -> None:
     # as above, but the 12-GPU job J1 ends at 15: the gang, deactivated for it at 10, was reactivated
-    # the moment J1 held quota (the controller's rule), not after its wait's delay, so it takes its
-    # quota back at 15 and parks again undecided; J2 (12 GPUs, t=20) then waits for quota behind it
+    # the moment J1 held quota (nothing else queued before the give), not after its wait's delay, so
+    # it takes its quota back at 15 and parks again undecided; J2 (12 GPUs, t=20) then waits for
+    # quota behind it
     model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
     jobs = [job(0.0, 100.0, 16), job(10.0, 5.0, 12), job(20.0, 100.0, 12)]
     res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
     assert res.start[1] == pytest.approx(10.0)
     assert (res.quota_yields, res.reparked) == (1, 1) and res.decisions == 2
     assert np.isnan(res.start[2])  # out for its whole delay, the gang would have left J2 the quota at 20
+
+
+def test_a_workload_that_gave_its_quota_back_stays_out_while_a_job_queued_before_the_give_waits() -> None:
+    # the 16-GPU gang G parks (no island of 16) holding 16 of the 24 GPUs of quota; X (8 GPUs) takes
+    # the rest; B (20 GPUs, t=2) waits for quota and for GPUs the flavor does not have free, so
+    # nobody gives it anything; W (12 GPUs, t=5) gets G's quota. Reactivated when W held quota, G
+    # would be queued at its creation time, ahead of B, take its quota back when W ends (105) and
+    # park again undecided, and B would never start; kept out while B, queued before the give,
+    # waits, G leaves B the quota at 105 and comes back once B holds it
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(1.0, 30.0, 8), job(2.0, 50.0, 20), job(5.0, 100.0, 12)]
+    res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
+    assert res.start[3] == pytest.approx(5.0) and res.quota_yields == 1  # W got G's quota
+    assert res.start[2] == pytest.approx(105.0)  # B, queued before the give, starts when W's quota frees
+    assert np.isnan(res.start[0]) and res.reparked == 1  # G back behind B: its quota again after B's end, parked undecided
 
 
 def test_a_workload_parked_again_undecided_keeps_its_quota_until_it_is_decided_again() -> None:

@@ -267,6 +267,11 @@ class BeforeQuota:
         """Not pre-decided again for ``hold_seconds`` (its hold was released, or it could not be placed)."""
         self._not_before[key] = self.clock.now() + self.hold_seconds
 
+    def release(self, key: str) -> None:
+        """``key``'s hold is gone (released, or its write did not land): it rests (``rest``)."""
+        self.held.pop(key, None)
+        self.rest(key)
+
     def due(self) -> list[str]:
         now = self.clock.now()
         return sorted(k for k, pre in self.held.items() if pre.deadline <= now)

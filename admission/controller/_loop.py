@@ -615,8 +615,7 @@ class Controller:
             if self._written(key, obj, "decision before quota", functools.partial(self.status.write, obj, verdict, self._check_names)):
                 self._after_decision(seen, verdict, self.clock.monotonic() - started, term)
             else:
-                self.before.held.pop(key, None)
-                self.before.rest(key)
+                self.before.release(key)
         return out
 
     def _release_hold(self, key: str, why: str) -> bool:
@@ -636,8 +635,7 @@ class Controller:
 
         if not self._written(key, obj, "release of a decision made before quota", release):
             return False
-        self.before.held.pop(key, None)
-        self.before.rest(key)
+        self.before.release(key)
         self.ledger.observe(self.cache.objects[WORKLOADS].get(key) or obj, self._check_names)
         _log.info("released a decision made before quota", workload=key, why=why)
         return True

@@ -91,7 +91,11 @@ class QueueingSettings(_Strict):
     domain; the class floor stays the upper bound, as ``relaxAfterSeconds`` is for spans.
     ``perfFloorHoldSeconds`` (with ``perfFloorByCost``): the longest the class floor holds a
     waiting Workload; past it, the placement under the lower floor is taken whatever the costs
-    say (unset: the costs decide alone)."""
+    say (unset: the costs decide alone). ``perfFloorIdle`` (with ``perfFloorByCost``): ``weigh``
+    (the default) prices every placement under the floor as above; ``take`` takes at once one
+    whose GPUs are all under the class floor (no GPU at the floor is slowed by it, and GPUs under
+    the floor are ones no Workload the floor holds may use, so they idle otherwise), and weighs
+    the rest (a gang mixing nodes above and below the floor, its slowest GPU pacing all)."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -101,6 +105,13 @@ class QueueingSettings(_Strict):
     reserve_at: Literal["island", "span"] = Field(default="island", alias="reserveAt")
     perf_floor_by_cost: float | None = Field(default=None, ge=0.0, le=10.0, alias="perfFloorByCost")
     perf_floor_hold_seconds: int | None = Field(default=None, ge=0, alias="perfFloorHoldSeconds")
+    perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
+
+    @model_validator(mode="after")
+    def _idle_lowers_to(self) -> QueueingSettings:
+        if self.perf_floor_idle == "take" and self.perf_floor_by_cost is None:
+            raise ValueError("perfFloorIdle: take lowers the class floor to perfFloorByCost; set perfFloorByCost (e.g. 0.0)")
+        return self
 
 
 _LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))

@@ -169,7 +169,12 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
                            0.0 if est is None else est.error, kind="floor")
         notes.append(turn.floor.describe())
         hold = q.perf_floor_hold_seconds
-        if turn.floor.choice == "span":
+        idle = q.perf_floor_idle == "take" and placed is not None and _all_under(placed, class_floor)
+        if idle and turn.floor.choice != "span":
+            notes.append(f"every GPU it takes is under the speed floor {class_floor:g} (none at the floor is slowed, and none "
+                         "the floor holds back may use them), perfFloorIdle take: takes the slower GPUs")
+            found = slower
+        elif turn.floor.choice == "span":
             found = slower
         elif slower is not None and hold is not None and waited >= hold:
             notes.append(f"the speed floor has held it {waited:.0f}s, perfFloorHoldSeconds {hold}: takes the slower GPUs")
@@ -185,6 +190,13 @@ def _at_floor(snap: Snapshot, floor: float) -> Snapshot:
     fast = snap.fork()
     fast.eligible = np.where(snap.perf >= floor, snap.eligible, 0).astype(snap.eligible.dtype)
     return fast
+
+
+def _all_under(decision: Decision, floor: float) -> bool:
+    """Whether ``decision`` admits on GPUs all under ``floor`` (each PodSet's fastest node below it)."""
+    placement = decision.placement
+    return (decision.outcome == "admit" and placement is not None and bool(placement.podsets)
+            and all(ps.max_perf < floor for ps in placement.podsets))
 
 
 def _floor_level(profile: Profile, snap: Snapshot, decision: Decision, level: str | None) -> str | None:

@@ -192,6 +192,9 @@ profiles:
   floor: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5}}}}
   floor-elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{perfFloorByCost: 0.5}}}}
   floor-hold: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5, perfFloorHoldSeconds: 900}}}}
+  floor-idle: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5, perfFloorIdle: take}}}}
+  floor-elastic-idle: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600,
+                        queueing: {{perfFloorByCost: 0.5, perfFloorIdle: take}}}}
   costed: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
 classes:
   training: {{perfFloor: 0.9, uniformPerf: true}}
@@ -361,3 +364,30 @@ def test_past_perf_floor_hold_seconds_the_slower_gpus_are_taken_whatever_the_cos
     v = decide(a, 1, 2, now=NOW + 900)  # held 900 s: the bound
     assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0", "r0n1"}
     assert "the speed floor has held it 900s, perfFloorHoldSeconds 900: takes the slower GPUs" in v.message
+
+
+def test_under_perf_floor_idle_take_gpus_all_under_the_floor_are_taken_whatever_the_costs_say() -> None:
+    # r0's two free nodes are both at 0.7: the placement slows no GPU at the floor, and no Workload
+    # the floor holds may use them, so they are taken though +2400 s costs more than 2000 s of waiting
+    a = slow_island("floor-idle")
+    a.decider.span_cost = lambda snap, decision: 1.8
+    v = decide(a, 1, 2)
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0", "r0n1"}
+    assert "slows it 1.800×" in v.message and "waits (cheaper)" in v.message  # the weighing is still said
+    assert "every GPU it takes is under the speed floor 0.9" in v.message and "perfFloorIdle take: takes the slower GPUs" in v.message
+    held = slow_island("floor")  # the same costs under perfFloorIdle weigh (the default): it waits
+    held.decider.span_cost = lambda snap, decision: 1.8
+    assert decide(held, 1, 2).outcome == "wait"
+
+
+def test_under_perf_floor_idle_take_a_gang_mixing_fast_and_slow_gpus_is_still_weighed() -> None:
+    # the 12-GPU gang's placement under the floor takes slow r0n0 with fast r0n1 and r1n1: the slow
+    # node would pace the two fast ones, so the costs decide, and +2400 s against 2000 s waits
+    a = floor_cluster("floor-elastic-idle", {"r1n0": 4}, {"r0n0"}, {"r1n0": 0.0})
+    a.decider.span_cost = lambda snap, decision: 1.8
+    w = decide(a, 1, 3)
+    assert w.outcome == "wait" and "waits (cheaper)" in w.message and "perfFloorIdle" not in w.message
+    b = floor_cluster("floor-elastic-idle", {"r1n0": 4}, {"r0n0"}, {"r1n0": 0.0})
+    b.decider.span_cost = lambda snap, decision: 1 / 0.7  # +1286 s: cheaper than the wait, taken by cost as before
+    v = b.decide(1, b.workload(1, 0, 3, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training"), NOW)
+    assert v.outcome == "admit" and "takes the slower GPUs now (cheaper)" in v.message and "perfFloorIdle" not in v.message

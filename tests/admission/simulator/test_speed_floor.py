@@ -1,10 +1,8 @@
 """The class speed floor priced by cost, in the simulator through the deployed decision path: with
-``perfFloorIdle: take`` nodes under the floor run jobs while a backlog waits, where weighing each
-job's wait against its slowdown leaves them idle."""
+``perfFloorIdle: take`` nodes under the floor run jobs whenever they are free while a backlog
+waits; weighing each job's expected wait against its slowdown leaves them idle longer."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from admission.simulator._jobs import Job, make_job
 from admission.simulator._metrics import summarize

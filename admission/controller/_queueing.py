@@ -84,7 +84,10 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     counts only the GPUs running Workloads free on nodes at the floor or above, in whole pods of
     the Workload's largest pod. With
     ``perfFloorHoldSeconds``, a Workload that has waited that long takes the slower placement
-    whatever the costs say (the bound, as ``relaxAfterSeconds`` is for spans)."""
+    whatever the costs say (the bound, as ``relaxAfterSeconds`` is for spans). With
+    ``perfFloorIdle: take``, a placement under the floor whose GPUs are all under the class floor
+    is taken at once (``_all_under``): no GPU at the floor is slowed by it, and the Workloads the
+    floor holds back cannot use those GPUs, so they would idle; one that mixes is weighed."""
     q = profile.queueing
     turn = QueueTurn()
     if not q.wait_or_span and q.reserve_after_seconds is None and (q.perf_floor_by_cost is None or floor_search is None):

@@ -391,3 +391,26 @@ def test_under_perf_floor_idle_take_a_gang_mixing_fast_and_slow_gpus_is_still_we
     b.decider.span_cost = lambda snap, decision: 1 / 0.7  # +1286 s: cheaper than the wait, taken by cost as before
     v = b.decide(1, b.workload(1, 0, 3, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training"), NOW)
     assert v.outcome == "admit" and "takes the slower GPUs now (cheaper)" in v.message and "perfFloorIdle" not in v.message
+
+
+def test_the_shipped_costed_floor_leaves_a_dear_span_to_wait_or_span_past_an_hour() -> None:
+    """``costed-floor`` as shipped: no island holds the 2-node gang, a span does but doubles its
+    learned 3,000 s run (+3,000 s) while one island is expected in 2,000 s. Past an hour it still
+    waits (a fixed hour forced such spans, and on GB200 they cost more than they saved); the
+    bound is a day."""
+    from pathlib import Path
+
+    from policies import load_profiles_file
+
+    doc = load_profiles_file(Path(__file__).resolve().parents[3] / "config" / "profiles.yaml")
+    a = DeployedAtoll("atoll-costed-floor", "costed-floor", doc, cluster({"r0n0": 4, "r1n0": 4}))
+    for _ in range(3):
+        a.outlook.estimator.learn("sim/default", 8, 3000.0)
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    a.decider.span_cost = lambda snap, decision: 2.0
+    assert decide(a, 1, 2, now=NOW).outcome == "wait"
+    a.workloads[1]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+    w = decide(a, 1, 2, now=NOW + 3601)
+    assert w.outcome == "wait" and "waits (cheaper)" in w.message and "spans allowed after 86400s" in w.message
+    v = decide(a, 1, 2, now=NOW + 86400)
+    assert v.outcome == "admit" and v.relaxed and {n for p in v.placements for n in p.nodes} == {"r0n1", "r1n1"}

@@ -59,6 +59,9 @@ class Reservation:
     expected_free: float | None
     capture: bool = False
     """Also hold what frees elsewhere in the domain, up to the gang's GPUs (``held_on``)."""
+    per_pod: int = 1
+    """The GPUs of the gang's largest pod: with ``capture``, only free GPUs in whole pods of that
+    size are held (scraps too small for one are no room for the gang, and stay open to others)."""
 
     @property
     def gpus(self) -> int:
@@ -69,6 +72,8 @@ class Reservation:
                "since": self.since, "expectedFree": self.expected_free}
         if self.capture:
             out["capture"] = True
+        if self.per_pod > 1:
+            out["perPod"] = self.per_pod
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -79,7 +84,8 @@ class Reservation:
             nodes = tuple(sorted((str(n), int(g)) for n, g in dict(d["nodes"]).items()))
             free = d.get("expectedFree")
             return cls(holder, str(d["flavor"]), None if d.get("level") is None else str(d["level"]), tuple(str(p) for p in d["domain"]),
-                       nodes, float(d["since"]), None if free is None else float(free), d.get("capture") is True)
+                       nodes, float(d["since"]), None if free is None else float(free), d.get("capture") is True,
+                       max(1, int(d.get("perPod", 1))))
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -93,7 +99,8 @@ class Reservation:
         """Node → GPUs this reservation keeps from other Workloads on ``snapshot`` (its flavor, GPUs
         free as they are now): its nodes, and with ``capture`` the free GPUs of its domain's other
         nodes (whole nodes first, then the most free, then node order) until the free GPUs it holds
-        reach the gang's. So at most the gang's GPUs sit idle, and the domain drains as fast as
+        reach the gang's, counted in whole pods of ``per_pod`` GPUs (a node's scraps too small for
+        one are left open). So at most the gang's GPUs sit idle, and the domain drains as fast as
         anything in it ends, not as its reserved nodes do."""
         out = dict(self.nodes)
         if not self.capture:
@@ -102,7 +109,8 @@ class Reservation:
         rows = rows[rows >= 0]
         if not rows.size:
             return out
-        free = np.where(snapshot.eligible.astype(bool), np.minimum(snapshot.free[:, 0], snapshot.alloc[:, 0]), 0)
+        per = max(self.per_pod, 1)
+        free = np.where(snapshot.eligible.astype(bool), np.minimum(snapshot.free[:, 0], snapshot.alloc[:, 0]), 0) // per * per
         room = self.gpus - sum(min(g, int(free[snapshot.node_index[n]])) for n, g in self.nodes if n in snapshot.node_index)
         if room <= 0:
             return out
@@ -227,7 +235,7 @@ def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int,
     if got_gpus < gpus:
         return None
     expected = None if not math.isfinite(latest) else latest
-    return Reservation(holder, snapshot.flavor, level, best.path, tuple(sorted(chosen)), now, expected)
+    return Reservation(holder, snapshot.flavor, level, best.path, tuple(sorted(chosen)), now, expected, per_pod=per)
 
 
 def should_move(held: Reservation, target: Reservation, outlooks: Sequence[DomainOutlook], margin: float | None) -> bool:

@@ -158,3 +158,20 @@ def test_a_capturing_reservation_holds_free_gpus_only_in_whole_pods_of_the_gang(
     assert book.blocked("f", "ns/small", None, snap) == {**dict(r.nodes), "c0n3": 4} and book.idle("f", snap) == 4
     assert Reservation.decode("ns/gang", r.encode()) == r and '"perPod":4' in r.encode()  # restored with its pod size
     assert "perPod" not in replace(r, per_pod=1).encode()  # a reservation of 1-GPU pods is written as before
+
+
+def test_two_capturing_reservations_in_one_domain_never_hold_the_same_free_gpus() -> None:
+    snap = cluster()
+    busy(snap, {f"c{c}n{n}": 20_000.0 for c in range(3) for n in range(4)})
+    old = Reservation("ns/a", "f", SU, ("u0",), (("c0n0", 4), ("c0n1", 4)), 10.0, 900.0, capture=True, per_pod=4)
+    new = Reservation("ns/b", "f", SU, ("u0",), (("c1n0", 4), ("c1n1", 4)), 20.0, 900.0, capture=True, per_pod=4)
+    book = Reservations()
+    assert book.add(old, limit=2) and book.add(new, limit=2)
+    for name in ("c1n0", "c2n0", "c2n1"):  # b's named node frees, and two nodes no reservation named
+        snap.release(name, ResourceVector(gpu=4))
+    held = dict((r.holder, h) for r, h in book.holding("f", snap))
+    assert held["ns/a"] == {"c0n0": 4, "c0n1": 4, "c2n0": 4, "c2n1": 4}  # the older captures what frees elsewhere, never b's c1n0
+    assert held["ns/b"] == dict(new.nodes)  # b's own free node is its own; nothing is left to capture
+    assert book.blocked("f", "ns/a", None, snap) == dict(new.nodes)  # a's gang is kept out of b's nodes only
+    assert book.blocked("f", "ns/b", None, snap) == held["ns/a"]  # and b's out of what a holds, not out of its own c1n0
+    assert book.idle("f", snap) == 12  # each free GPU counted once

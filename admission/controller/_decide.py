@@ -296,8 +296,8 @@ class Decider:
         away = None
         if self._enforcement(flavor) != "exact":  # a selector's domain must not reach them (exact pins each pod)
             # nodes cleared for a preempting gang, and free GPUs other gangs reserved: the kube-scheduler could bind pods there
-            reserved_free = [i for n, g in blocked.items() if (i := unreserved.node_index.get(n)) is not None
-                             and min(g, int(unreserved.free[i, 0])) > 0]
+            rows = ((unreserved.node_index.get(n), g) for n, g in blocked.items())
+            reserved_free = [row for row, g in rows if row is not None and min(g, int(unreserved.free[row, 0])) > 0]
             if held_away or reserved_free:
                 away = np.zeros(shared.num_nodes, dtype=bool)
                 away[held_away + reserved_free] = True

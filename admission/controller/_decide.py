@@ -293,18 +293,7 @@ class Decider:
         snap, blocked = hold_reservations(self.queue, shared, snap, flavor, key, obj, now)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
-        away = None
-        if self._enforcement(flavor) != "exact":  # a selector's domain must not reach them (exact pins each pod)
-            # nodes cleared for a preempting gang, and free GPUs other gangs reserved: the kube-scheduler could bind pods there
-            rows = ((unreserved.node_index.get(n), g) for n, g in blocked.items())
-            reserved_free = [row for row, g in rows if row is not None and min(g, int(unreserved.free[row, 0])) > 0]
-            if held_away or reserved_free:
-                away = np.zeros(shared.num_nodes, dtype=bool)
-                away[held_away + reserved_free] = True
-        cleared = None
-        if away is not None and held_away:  # whole nodes: a pod with no GPU must not be bound there either
-            cleared = np.zeros(shared.num_nodes, dtype=bool)
-            cleared[held_away] = True
+        away, cleared = (None, None) if self._enforcement(flavor) == "exact" else _out_of_reach(unreserved, held_away, blocked)
         held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]), away, cleared)
         try:
             group = read_spread(obj, view)
@@ -805,6 +794,26 @@ def _owed_by(claims: ClaimSet, reach: npt.NDArray[np.bool_]) -> tuple[str, ...]:
     live = np.flatnonzero((claims.pods > 0) & (claims.gpu > 0))
     meets = [i for i in live.tolist() if (claims.mask(i) & reach).any()]
     return tuple(sorted({claims.who[i][0] for i in (meets or live.tolist())}))
+
+
+def _out_of_reach(snap: Snapshot, held_away: Sequence[int], blocked: Mapping[str, int]
+                  ) -> tuple[npt.NDArray[np.bool_] | None, npt.NDArray[np.bool_] | None]:
+    """Under ``domain`` enforcement (exact pins each pod), the nodes no nodeSelector may reach, as
+    ``_Holding.away`` and ``_Holding.cleared``: the kube-scheduler could bind pods there. ``away``:
+    nodes cleared for a preempting gang (``held_away``), and nodes with free GPUs (on ``snap``,
+    before reservations are taken out) other gangs reserved (``blocked``); ``cleared``: the former
+    only, whole nodes that a pod with no GPU must not be bound on either."""
+    rows = ((snap.node_index.get(n), g) for n, g in blocked.items())
+    reserved_free = [row for row, g in rows if row is not None and min(g, int(snap.free[row, 0])) > 0]
+    if not held_away and not reserved_free:
+        return None, None
+    away = np.zeros(snap.num_nodes, dtype=bool)
+    away[list(held_away) + reserved_free] = True
+    if not held_away:
+        return away, None
+    cleared = np.zeros(snap.num_nodes, dtype=bool)
+    cleared[list(held_away)] = True
+    return away, cleared
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ from typing import Any
 
 from admission.cli._args import Parser
 
-__all__ = ["main", "scale_cluster", "traces_dir"]
+__all__ = ["main", "records_file", "scale_cluster", "traces_dir"]
 
 ITP_FILE = "msft_itp_cluster04_day00-14.csv"
 QUALITY_CLUSTERS = ("gb200-nvl72-superpod", "dgx-h100-superpod")
@@ -111,6 +111,14 @@ def scale_cluster(spines: int = 22, sus: int = 8, racks: int = 8, nodes: int = 1
             ],
         }],
     })
+
+
+def records_file(path: str | None, cluster: str, clusters: Sequence[str]) -> str | None:
+    """Where ``--records`` writes one cluster's decision records: ``path`` itself for one cluster,
+    ``path.<cluster>`` for each of several."""
+    if path is None:
+        return None
+    return path if len(clusters) == 1 else f"{path}.{cluster}"
 
 
 def _spec(cluster: Any, trace: Path, policies: Sequence[str], doc: Any, loads: Sequence[float], seeds: Sequence[int],
@@ -198,7 +206,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
             link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None,
-            parking: bool = False) -> tuple[dict[str, Any], int]:
+            parking: bool = False, records_path: str | None = None) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
@@ -210,6 +218,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         format_islands,
         format_reservations,
         format_sweep,
+        gather_records,
         parse_loads,
         reservation_cell,
         reservation_variants,
@@ -260,8 +269,14 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         if not with_quality and not res_policies:
             continue
         ran = (list(policies) if with_quality else []) + [p for p in res_policies if p not in policies]
-        spec = dataclasses.replace(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), parking=parking)
-        records, _ = run_sweep(spec, workers=workers)
+        spec = dataclasses.replace(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), parking=parking,
+                                   records=records_file(records_path, name, clusters))
+        try:
+            records, _ = run_sweep(spec, workers=workers)
+        finally:
+            if spec.records:
+                written = gather_records(spec.records, spec.keys())
+                print(f"atoll bench quality: {written:,} decision records written to {spec.records}", file=sys.stderr)
         if res_policies:
             cells = [reservation_cell(records, cluster=name, load=load, seeds=seed_list, profile=str(reservations), shipped=shipped,
                                       gpus=cluster_gpus(cluster)) for load in load_list]
@@ -409,6 +424,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--reservations", default=None, metavar="PROFILE",
                    help="run PROFILE reserving at the island level, at the span level and not at all; judge the reservation goal "
                         "at loads 1.0-1.3 (exit 1 when missed)")
+    p.add_argument("--records", default=None, metavar="FILE",
+                   help="write the Atoll runs' decision records (atoll.dev/decision/v1, each naming its run) to FILE; with several "
+                        "--clusters, to FILE.<cluster> each")
     p.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(list(argv))
     clusters = [c for c in args.clusters.split(",") if c]
@@ -441,7 +459,7 @@ def main(argv: Sequence[str]) -> int:
                                            seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity,
                                            with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads,
                                            clusters=clusters, link_model=args.link_model, with_goal=args.goal,
-                                           reservations=args.reservations, parking=args.parking == "on")
+                                           reservations=args.reservations, parking=args.parking == "on", records_path=args.records)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

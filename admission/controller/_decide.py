@@ -289,14 +289,12 @@ class Decider:
             for i in held_away:
                 snap.exclude(i)
         key = f"{view.namespace}/{view.name}"
+        unreserved = snap
         snap, blocked = hold_reservations(self.queue, shared, snap, flavor, key, obj, now)
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
-        away = None
-        if held_away and self._enforcement(flavor) != "exact":  # a selector's domain must not reach them (exact pins each pod)
-            away = np.zeros(shared.num_nodes, dtype=bool)
-            away[held_away] = True
-        held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]), away)
+        away, cleared = (None, None) if self._enforcement(flavor) == "exact" else _out_of_reach(unreserved, held_away, blocked)
+        held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]), away, cleared)
         try:
             group = read_spread(obj, view)
         except WorkloadError as exc:
@@ -325,9 +323,11 @@ class Decider:
                                  generation=snap.generation, reserved=reserved)
         if isinstance(found, _HeldAway):
             delay = profile.retry.delay(wait.attempts)
+            what = "nodes cleared for another gang" if held_away else "free GPUs reserved for another gang"
             return _FlavorResult(flavor, "wait", f"every placement found has a nodeSelector domain ({found.selector}) that holds "
-                                                 f"nodes cleared for another gang, and under domain enforcement the kube-scheduler "
-                                                 f"could bind its pods there; waiting until the hold ends; retry in {delay}s",
+                                                 f"{what}, and under domain enforcement the kube-scheduler "
+                                                 f"could bind its pods there; waiting until the "
+                                                 f"{'hold' if held_away else 'reservation'} ends; retry in {delay}s",
                                  "no-domain", delay, generation=snap.generation, reserved=reserved)
         if isinstance(found, _Conflict):
             delay = profile.retry.delay(wait.attempts)
@@ -499,7 +499,7 @@ class Decider:
         for _ in range(shared.node_level + 1):  # each round sets aside the domains of one more level, at most
             if isinstance(found, _Conflict) or found[0].outcome != "admit" or found[0].placement is None:
                 return found if not first else _HeldAway((), (), False, first)  # it found room only where the hold is reached
-            reach = self._into_hold(shared, found[0], found[1], view, specs, held.away)
+            reach = self._into_hold(shared, found[0], found[1], view, specs, held.away, held.cleared)
             if reach is None:
                 return found
             more, where = reach
@@ -514,24 +514,32 @@ class Decider:
         return _HeldAway((), (), False, first)
 
     def _into_hold(self, snap: Snapshot, decision: Decision, levels: Mapping[str, int], view: WorkloadView,
-                   specs: Sequence[PodSetSpec], away: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.bool_], str] | None:
+                   specs: Sequence[PodSetSpec], away: npt.NDArray[np.bool_],
+                   cleared: npt.NDArray[np.bool_] | None = None) -> tuple[npt.NDArray[np.bool_], str] | None:
         """None when no PodSet's nodeSelector (at its chosen level) reaches ``away``; else the nodes
         of every domain of that level holding some of ``away`` (none for a selector of the whole
-        flavor), and the first such selector, said as ``label=value``."""
+        flavor), and the first such selector, said as ``label=value``. A PodSet with no GPU is held
+        only to ``cleared`` (nodes cleared whole for a preempting gang, whose CPU, memory and pod
+        slots the gang needs too; GPUs reserved for a gang are not what such a pod takes)."""
         assert decision.placement is not None
         by_name = {s.name: s for s in specs}
         out = np.zeros(snap.num_nodes, dtype=bool)
         said = ""
         for ps in decision.placement.podsets:
             spec = by_name.get(ps.name)
-            if spec is None or spec.per_pod.gpu <= 0:
+            if spec is None:
+                continue
+            reached = away if spec.per_pod.gpu > 0 else cleared
+            if reached is None:
                 continue
             own = snap.level_index(ps.domain_level) if ps.domain_level in snap.level_labels else -1
             level = levels.get(ps.name, own)
+            if level >= snap.node_level:  # a one-node selector: its pods take the planned node's room, which was counted
+                continue
             selector = dict(view.templates[ps.name].node_selector) if ps.name in view.templates else {}
             if level >= 0:
                 selector.update(self._selector_at(snap, ps, level))
-            touched = self.ledger.domain_mask(snap, selector.items(), spec.tolerations) & away
+            touched = self.ledger.domain_mask(snap, selector.items(), spec.tolerations) & reached
             if not touched.any():
                 continue
             said = said or (",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "the whole flavor")
@@ -788,6 +796,26 @@ def _owed_by(claims: ClaimSet, reach: npt.NDArray[np.bool_]) -> tuple[str, ...]:
     return tuple(sorted({claims.who[i][0] for i in (meets or live.tolist())}))
 
 
+def _out_of_reach(snap: Snapshot, held_away: Sequence[int], blocked: Mapping[str, int]
+                  ) -> tuple[npt.NDArray[np.bool_] | None, npt.NDArray[np.bool_] | None]:
+    """Under ``domain`` enforcement (exact pins each pod), the nodes no nodeSelector may reach, as
+    ``_Holding.away`` and ``_Holding.cleared``: the kube-scheduler could bind pods there. ``away``:
+    nodes cleared for a preempting gang (``held_away``), and nodes with free GPUs (on ``snap``,
+    before reservations are taken out) other gangs reserved (``blocked``); ``cleared``: the former
+    only, whole nodes that a pod with no GPU must not be bound on either."""
+    rows = ((snap.node_index.get(n), g) for n, g in blocked.items())
+    reserved_free = [row for row, g in rows if row is not None and min(g, int(snap.free[row, 0])) > 0]
+    if not held_away and not reserved_free:
+        return None, None
+    away = np.zeros(snap.num_nodes, dtype=bool)
+    away[list(held_away) + reserved_free] = True
+    if not held_away:
+        return away, None
+    cleared = np.zeros(snap.num_nodes, dtype=bool)
+    cleared[list(held_away)] = True
+    return away, cleared
+
+
 @dataclass(frozen=True, slots=True)
 class _Holding:
     """What admitted Workloads still owe on a flavor, for the robustness check."""
@@ -795,8 +823,12 @@ class _Holding:
     claims: ClaimSet
     free_gpu: npt.NDArray[np.int64]
     away: npt.NDArray[np.bool_] | None = None
-    """Under ``domain`` enforcement, nodes held for another gang while its victims go: no
-    nodeSelector of this Workload may reach them (the scheduler could bind its pods there)."""
+    """Under ``domain`` enforcement, nodes held for another gang while its victims go, and nodes
+    with free GPUs another gang reserved: no nodeSelector of this Workload's GPU PodSets may reach
+    them (the scheduler could bind its pods there)."""
+    cleared: npt.NDArray[np.bool_] | None = None
+    """Of ``away``, the nodes held whole for a preempting gang: no PodSet's nodeSelector may reach
+    them, one with no GPU included."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,8 +106,11 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         by = "soonest" if q.reserve_target == "soonestFree" else "drain"
         spans = q.reserve_at == "span" and bool(profile.preferred_level) and widened is None  # the gang may span: reserve where it will
         at = profile.max_span_level if spans else level
-        here = outlooks if at == level else domain_outlook(snap, at, gpus, running, outlook.estimator, now, blocked)
-        target = choose_target(snap, key, at, gpus, per_pod, here, running, outlook.estimator, now, by)
+        # the GPUs to drain count only whole pods on nodes the gang can use (at its class's speed floor or above):
+        # scraps too small for a pod, or GPUs too slow for the class, are not room it can be placed in
+        usable = _at_floor(snap, class_floor)
+        here = domain_outlook(usable, at, gpus, running, outlook.estimator, now, blocked, per_pod=per_pod)
+        target = choose_target(usable, key, at, gpus, per_pod, here, running, outlook.estimator, now, by)
         if target is not None and spans:
             target = replace(target, capture=True)
         if mine is not None and target is not None and mine.path == target.path and mine.level == target.level:

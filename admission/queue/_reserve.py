@@ -59,6 +59,9 @@ class Reservation:
     expected_free: float | None
     capture: bool = False
     """Also hold what frees elsewhere in the domain, up to the gang's GPUs (``held_on``)."""
+    per_pod: int = 1
+    """The GPUs of the gang's largest pod: with ``capture``, only free GPUs in whole pods of that
+    size are held (scraps too small for one are no room for the gang, and stay open to others)."""
 
     @property
     def gpus(self) -> int:
@@ -69,6 +72,8 @@ class Reservation:
                "since": self.since, "expectedFree": self.expected_free}
         if self.capture:
             out["capture"] = True
+        if self.per_pod > 1:
+            out["perPod"] = self.per_pod
         return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -79,7 +84,8 @@ class Reservation:
             nodes = tuple(sorted((str(n), int(g)) for n, g in dict(d["nodes"]).items()))
             free = d.get("expectedFree")
             return cls(holder, str(d["flavor"]), None if d.get("level") is None else str(d["level"]), tuple(str(p) for p in d["domain"]),
-                       nodes, float(d["since"]), None if free is None else float(free), d.get("capture") is True)
+                       nodes, float(d["since"]), None if free is None else float(free), d.get("capture") is True,
+                       max(1, int(d.get("perPod", 1))))
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
@@ -89,12 +95,14 @@ class Reservation:
         also = f", and GPUs freed elsewhere in {where} up to {self.gpus}" if self.capture else ""
         return f"reserves {self.gpus} GPUs on {len(self.nodes)} nodes of {self.level or 'flavor'} {where}{also}{when}"
 
-    def held_on(self, snapshot: Snapshot) -> dict[str, int]:
+    def held_on(self, snapshot: Snapshot, taken: Mapping[str, int] | None = None) -> dict[str, int]:
         """Node → GPUs this reservation keeps from other Workloads on ``snapshot`` (its flavor, GPUs
         free as they are now): its nodes, and with ``capture`` the free GPUs of its domain's other
         nodes (whole nodes first, then the most free, then node order) until the free GPUs it holds
-        reach the gang's. So at most the gang's GPUs sit idle, and the domain drains as fast as
-        anything in it ends, not as its reserved nodes do."""
+        reach the gang's, counted in whole pods of ``per_pod`` GPUs (a node's scraps too small for
+        one are left open). So at most the gang's GPUs sit idle, and the domain drains as fast as
+        anything in it ends, not as its reserved nodes do. ``taken``: node → GPUs other
+        reservations hold (``Reservations.holding``), never captured again here."""
         out = dict(self.nodes)
         if not self.capture:
             return out
@@ -102,7 +110,15 @@ class Reservation:
         rows = rows[rows >= 0]
         if not rows.size:
             return out
+        per = max(self.per_pod, 1)
         free = np.where(snapshot.eligible.astype(bool), np.minimum(snapshot.free[:, 0], snapshot.alloc[:, 0]), 0)
+        if taken:
+            free = free.copy()
+            for n, g in taken.items():
+                i = snapshot.node_index.get(n)
+                if i is not None and n not in out:
+                    free[i] = max(0, int(free[i]) - g)
+        free = free // per * per
         room = self.gpus - sum(min(g, int(free[snapshot.node_index[n]])) for n, g in self.nodes if n in snapshot.node_index)
         if room <= 0:
             return out
@@ -162,24 +178,47 @@ class Reservations:
             del self._by_flavor[flavor]
         return out
 
+    def holding(self, flavor: str, snapshot: Snapshot | None) -> list[tuple[Reservation, dict[str, int]]]:
+        """Each reservation on ``flavor``, oldest first, with what it holds on ``snapshot``
+        (``held_on``; without a snapshot, its named nodes). Held together: a capturing reservation
+        never captures another's named nodes, nor GPUs an older one captured, so two in one domain
+        do not hold the same free GPUs and keep each other's gang out."""
+        rs = self.on(flavor)
+        if snapshot is None or not any(r.capture for r in rs):
+            return [(r, dict(r.nodes)) for r in rs]
+        taken: dict[str, int] = {}
+        for r in rs:
+            for n, g in r.nodes:
+                taken[n] = taken.get(n, 0) + g
+        out = []
+        for r in rs:
+            own = dict(r.nodes)
+            others = {n: g - own.get(n, 0) for n, g in taken.items() if g - own.get(n, 0) > 0}
+            held = r.held_on(snapshot, others)
+            for n, g in held.items():
+                if n not in own:
+                    taken[n] = taken.get(n, 0) + g
+            out.append((r, held))
+        return out
+
     def blocked(self, flavor: str, holder: str, ends_at: float | None, snapshot: Snapshot | None = None) -> dict[str, int]:
         """Node → GPUs a Workload (``holder``; its limit ends at ``ends_at``, None: no limit) may
-        not use: those other gangs reserved (on ``snapshot``, what they hold there: ``held_on``),
+        not use: those other gangs reserved (on ``snapshot``, what they hold there: ``holding``),
         except where it backfills by time."""
         out: dict[str, int] = {}
-        for r in self._by_flavor.get(flavor, {}).values():
+        for r, held in self.holding(flavor, snapshot):
             if r.holder == holder:
                 continue
             if ends_at is not None and r.expected_free is not None and ends_at <= r.expected_free:
                 continue  # backfill: gone before the gang can start
-            for n, g in (r.held_on(snapshot) if snapshot is not None else dict(r.nodes)).items():
+            for n, g in held.items():
                 out[n] = out.get(n, 0) + g
         return out
 
     def idle(self, flavor: str, snapshot: Snapshot) -> int:
         """GPUs the reservations on ``flavor`` hold idle on ``snapshot``: held and free."""
         free = snapshot.free[:, 0]
-        return sum(min(g, int(free[snapshot.node_index[n]])) for r in self.on(flavor) for n, g in r.held_on(snapshot).items()
+        return sum(min(g, int(free[snapshot.node_index[n]])) for _, held in self.holding(flavor, snapshot) for n, g in held.items()
                    if n in snapshot.node_index)
 
 
@@ -227,7 +266,7 @@ def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int,
     if got_gpus < gpus:
         return None
     expected = None if not math.isfinite(latest) else latest
-    return Reservation(holder, snapshot.flavor, level, best.path, tuple(sorted(chosen)), now, expected)
+    return Reservation(holder, snapshot.flavor, level, best.path, tuple(sorted(chosen)), now, expected, per_pod=per)
 
 
 def should_move(held: Reservation, target: Reservation, outlooks: Sequence[DomainOutlook], margin: float | None) -> bool:

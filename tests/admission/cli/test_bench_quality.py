@@ -189,3 +189,22 @@ def test_reservations_of_a_profile_that_reserves_nothing_is_exit_2_naming_the_fi
     monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
     assert bq.main(["--skip-scale", "--skip-quality", "--reservations", "strict", "--seeds", "1"]) == 2
     assert "profiles.strict.queueing.reserveAfterSeconds is unset" in capsys.readouterr().err
+
+
+def test_reservations_parked_write_each_atoll_runs_decision_records_per_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    rows = "".join(f"j{i},{200 * i},{4000 + 97 * i},{[4, 8, 16, 32][i % 4]}\n" for i in range(40))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    out = tmp_path / "records.jsonl"
+    bq.main(["--skip-scale", "--skip-quality", "--reservations", "costed", "--loads", "1.2", "--seeds", "1", "--workers", "1",
+             "--clusters", "gb200-nvl72-superpod", "--parking", "on", "--records", str(out), "--format", "json"])
+    report = json.loads(capsys.readouterr().out)["quality"]
+    assert report["parking"] is True
+    runs = {json.loads(line)["run"] for line in out.read_text().splitlines()}
+    assert runs == {f"atoll-costed-{v} seed 0 load 1.2" for v in ("island", "span", "nores")}  # every variant's decisions, one file
+    assert not list(tmp_path.glob("records.jsonl.part-*"))  # the runs' parts are joined and gone
+    assert bq.records_file(str(out), "dgx-h100-superpod", ["gb200-nvl72-superpod", "dgx-h100-superpod"]) == f"{out}.dgx-h100-superpod"
+    assert bq.records_file(None, "gb200-nvl72-superpod", ["gb200-nvl72-superpod"]) is None

@@ -15,7 +15,7 @@ from admission.controller import ConfigSettings, Controller, Decider, KueueSetti
 from admission.kube import WORKLOADS, ManualClock
 from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, workload_object
 from policies import load_profiles_file
-from topology import load_cluster_model
+from topology import ResourceVector, load_cluster_model
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 
@@ -160,3 +160,51 @@ def test_under_exact_enforcement_a_selector_may_reach_a_held_domain() -> None:
     # each pod is pinned to its planned node: the held rack is safe whatever the selector
     v = spanning(held_rack({"u0r1n0", "u0r2n0"}, enforcement="exact"))
     assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"u0r1n0", "u0r2n0"}
+
+
+# ---------------------------------------------------------------------- free GPUs reserved for a waiting gang
+
+def reserved_rack(free: set[str], enforcement: str = "domain", profile: str = "spanning") -> Any:
+    """``held_rack``'s cluster with no hold; instead rack u0/r0's nodes (free) are reserved for a waiting gang."""
+    from admission.queue import Reservation
+
+    a = held_rack(free | set(HELD), enforcement, profile)
+    a.decider.holds.clear()
+    assert a.outlook.reservations.add(Reservation("other/gang", "f", CLIQUE, ("u0", "u0r0"), tuple((n, 4) for n in HELD), 0.0, None),
+                                            limit=1)
+    return a
+
+
+def test_under_domain_enforcement_no_selector_reaches_free_gpus_reserved_for_another_gang() -> None:
+    # a span over u0's free nodes would get the selector su=u0, and kube-scheduler (least-allocated) would bind
+    # its pods on the reserved rack's empty nodes first; the span over u1 is taken instead
+    v = spanning(reserved_rack({"u0r1n0", "u0r2n0", "u1r0n0", "u1r1n0", "u1r2n0"}))
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} <= {"u1r0n0", "u1r1n0", "u1r2n0"}
+    assert [u["nodeSelector"] for u in v.podset_updates] == [{SU: "u1"}]
+    # with no such span it waits, and says why
+    w = spanning(reserved_rack({"u0r1n0", "u0r2n0"}))
+    assert w.outcome == "wait" and f"nodeSelector domain ({SU}=u0) that holds free GPUs reserved for another gang" in w.message
+    assert "waiting until the reservation ends" in w.message
+    # a one-pod Workload's selector names its node: never held back
+    v = spanning(reserved_rack({"u0r1n0"}, profile="anywhere"), pods=1)
+    assert v.outcome == "admit" and [u["nodeSelector"] for u in v.podset_updates] == [{"kubernetes.io/hostname": "u0r1n0"}]
+    # under exact enforcement each pod is pinned to its planned node: the reserved rack is safe whatever the selector
+    v = spanning(reserved_rack({"u0r1n0", "u0r2n0"}, enforcement="exact"))
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"u0r1n0", "u0r2n0"}
+
+
+def test_under_domain_enforcement_no_selector_of_a_podset_without_gpus_reaches_a_domain_held_for_another_gang() -> None:
+    # three CPU-only pods, one per node, on the Atoll flavor: su=u0 would let kube-scheduler bind one in the held rack u0/r0,
+    # taking CPU, memory and a pod slot the preempting gang needs; the span over u1 is taken instead
+    a = held_rack(set())
+    obj = a.workload(1, 0, 3, ResourceVector(gpu=0, cpu_milli=40_000, memory_mib=1024), "training")
+    obj["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"cpu": "f"}
+    a.views.pop(1, None)
+    v = a.decide(1, obj, 1000.0)
+    assert v.outcome == "admit" and [u["nodeSelector"] for u in v.podset_updates] == [{SU: "u1"}]
+    # GPUs reserved for a waiting gang are not what a pod without GPUs takes: it is not held away from them
+    b = reserved_rack(set())
+    obj = b.workload(1, 0, 3, ResourceVector(gpu=0, cpu_milli=40_000, memory_mib=1024), "training")
+    obj["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"cpu": "f"}
+    b.views.pop(1, None)
+    assert [u["nodeSelector"] for u in b.decide(1, obj, 1000.0).podset_updates] == [{SU: "u0"}]

@@ -346,3 +346,52 @@ def test_a_hold_reads_back_as_written_and_anything_else_reads_as_none() -> None:
     assert decode_hold(encode_hold("f", "lvl", "b0c1", ["n2", "n1"])) == ("f", "lvl", "b0c1", ("n1", "n2"))
     for bad in ("", "{", "[]", '{"flavor": "f"}', '{"flavor": "f", "nodes": "n1"}'):
         assert decode_hold(bad) is None
+
+
+def test_under_domain_enforcement_no_selector_reaches_free_gpus_reserved_for_another_gang(fabric: Fabric) -> None:
+    """2 blocks × 3 cliques × 2 nodes, a one-pod Workload bound on every node; those of one clique
+    end first, so a waiting gang reserves that clique, and one of its nodes frees. A span over the
+    other two cliques of its block would get the block's selector, and kube-scheduler could bind
+    its pods on the reserved free node; the span is taken in the other block instead."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0}
+    doc["profiles"]["elastic"]["relaxAfterSeconds"] = 0  # it may span at once
+    fabric.install(doc, nodes=False)
+    fabric.add_nodes(blocks=2, cliques=3, per_clique=2)
+    ctrl = fabric.controller()
+    for i in range(12):
+        submit(fabric, f"w{i}", 1, limit=600 if i < 2 else 10 * LIMIT)
+        (v,) = run(ctrl)
+        assert v.outcome == "admit"
+    on = {f"w{i}": next(iter(planned(fabric.entry(f"w{i}")))) for i in range(12)}
+    for name, node in on.items():  # their pods bound where planned: nothing owed
+        fabric.bind_pod(f"{name}-0", node, 4, decision_id=fabric.entry(name)["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"])
+    submit(fabric, "gang", 2)
+    (v,) = run(ctrl)
+    held = ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang")
+    assert v.outcome == "wait" and held is not None and {n for n, _ in held.nodes} == {on["w0"], on["w1"]}  # expected free first
+    block = int(on["w0"].split("-b")[-1][0])
+    reserved = on["w0"][: -len("n0")]
+
+    def finish(name: str) -> None:
+        fabric.finish(name)
+        fabric.finish_pod(f"{name}-0")
+
+    finish("w0")  # a reserved node is free: the gang's, not room for others
+    for c in range(3):  # one node free in each other clique of that block: only a span there fits
+        if fabric.clique(block, c) != reserved:
+            finish(next(w for w, n in sorted(on.items()) if n.startswith(f"{fabric.clique(block, c)}n")))
+    fabric.kueue.create(workload(fabric.ns, "wide", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}}))
+    fabric.kueue.reserve_quota(fabric.ns, "wide", fabric.cq, fabric.flavor)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait", verdict.message
+    assert "that holds free GPUs reserved for another gang" in verdict.message
+    far = 1 - block
+    for c in range(2):  # and one in two cliques of the other block: the span is taken there
+        finish(next(w for w, n in sorted(on.items()) if n.startswith(f"{fabric.clique(far, c)}n")))
+    fabric.requeue("wide")
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit", verdict.message
+    (update,) = fabric.entry("wide")["podSetUpdates"]
+    assert all(n.startswith(f"{fabric.ns}-b{far}c") for n in planned(fabric.entry("wide")))
+    assert set(update["nodeSelector"].values()) == {f"{fabric.ns}-b{far}"}

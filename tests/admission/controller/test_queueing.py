@@ -414,3 +414,45 @@ def test_the_shipped_costed_floor_leaves_a_dear_span_to_wait_or_span_past_an_hou
     assert w.outcome == "wait" and "waits (cheaper)" in w.message and "spans allowed after 86400s" in w.message
     v = decide(a, 1, 2, now=NOW + 86400)
     assert v.outcome == "admit" and v.relaxed and {n for p in v.placements for n in p.nodes} == {"r0n1", "r1n1"}
+
+
+def test_the_reservation_target_counts_free_gpus_only_in_whole_pods() -> None:
+    """The gang (2 pods × 4 GPUs) reserves the island with the fewest GPUs to drain. r0 has 5 GPUs
+    free, in scraps of 2 and 3 that hold no 4-GPU pod: 8 still to drain in whole pods. r1 has one
+    whole node free: 4 to drain. Counted as GPUs, r0 (3 to drain) was the target."""
+    a = atoll("strict", used={"r0n0": 2, "r0n1": 1, "r1n1": 4})
+    for i, (node, gpus) in enumerate((("r0n0", 2), ("r0n1", 1), ("r1n1", 4))):
+        a.outlook.started(f"sim/run-{i}", Running("f", ((node, gpus),), 0.0, limit=5000.0))
+    assert decide(a, 7, 2, now=NOW).outcome == "wait"
+    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+    w = decide(a, 7, 2, now=NOW + 600)
+    held = a.outlook.reservations.held_by("sim/job-7")
+    assert w.outcome == "wait" and held is not None and held.path == ("u0", "r1")
+    assert dict(held.nodes) == {"r1n0": 4, "r1n1": 4}
+
+
+RESERVE_FLOOR_DOC = load_profiles(f"""
+defaultProfile: strict
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
+classes:
+  training: {{perfFloor: 0.9, uniformPerf: true}}
+""")
+
+
+def test_the_reservation_target_leaves_out_gpus_under_the_class_floor() -> None:
+    """r0 is all free, but its GPUs run at 0.7, under the training floor: the gang can never be
+    placed there. Counting them, r0 had nothing to drain and was reserved (for nothing, while the
+    nodes it can use went to others); now r1, busy until 5000 s, is its target."""
+    model = cluster({"r1n0": 4, "r1n1": 4}).model_dump(by_alias=True)
+    for node in model["flavors"][0]["nodes"]:
+        if node["name"].startswith("r0"):
+            node["perf"] = 0.7
+    a = DeployedAtoll("atoll-strict", "strict", RESERVE_FLOOR_DOC, ClusterModel.model_validate(model))
+    a.outlook.started("sim/x", Running("f", (("r1n0", 4), ("r1n1", 4)), 0.0, limit=5000.0))
+    assert decide(a, 7, 2, now=NOW).outcome == "wait"
+    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+    w = decide(a, 7, 2, now=NOW + 600)
+    held = a.outlook.reservations.held_by("sim/job-7")
+    assert w.outcome == "wait" and held is not None and held.path == ("u0", "r1") and held.expected_free == 5000.0
+    assert dict(held.nodes) == {"r1n0": 4, "r1n1": 4}

@@ -143,3 +143,35 @@ def test_a_capturing_reservation_holds_what_frees_anywhere_in_its_domain_up_to_t
     assert plain.blocked("f", "ns/small", None, snap) == dict(r.nodes)  # without capture only the named nodes
     assert Reservation.decode("ns/gang", r.encode()) == r  # restored with the flag
     assert "capture" not in replace(r, capture=False).encode()  # a plain reservation is written as before
+
+
+def test_a_capturing_reservation_holds_free_gpus_only_in_whole_pods_of_the_gang() -> None:
+    snap = cluster()
+    busy(snap, {f"c{c}n{n}": 20_000.0 for c in range(3) for n in range(4)})
+    r = Reservation("ns/gang", "f", SU, ("u0",), (("c0n1", 4), ("c1n1", 4), ("c2n1", 4)), 10.0, 900.0, capture=True, per_pod=4)
+    book = Reservations()
+    assert book.add(r, limit=1)
+    snap.release("c1n2", ResourceVector(gpu=2))  # 2 GPUs: no room for one of the gang's 4-GPU pods
+    snap.release("c0n3", ResourceVector(gpu=3))
+    assert book.blocked("f", "ns/small", None, snap) == dict(r.nodes) and book.idle("f", snap) == 0  # the scraps stay open
+    snap.release("c0n3", ResourceVector(gpu=1))  # c0n3 is whole now: a pod of the gang fits, and it is held
+    assert book.blocked("f", "ns/small", None, snap) == {**dict(r.nodes), "c0n3": 4} and book.idle("f", snap) == 4
+    assert Reservation.decode("ns/gang", r.encode()) == r and '"perPod":4' in r.encode()  # restored with its pod size
+    assert "perPod" not in replace(r, per_pod=1).encode()  # a reservation of 1-GPU pods is written as before
+
+
+def test_two_capturing_reservations_in_one_domain_never_hold_the_same_free_gpus() -> None:
+    snap = cluster()
+    busy(snap, {f"c{c}n{n}": 20_000.0 for c in range(3) for n in range(4)})
+    old = Reservation("ns/a", "f", SU, ("u0",), (("c0n0", 4), ("c0n1", 4)), 10.0, 900.0, capture=True, per_pod=4)
+    new = Reservation("ns/b", "f", SU, ("u0",), (("c1n0", 4), ("c1n1", 4)), 20.0, 900.0, capture=True, per_pod=4)
+    book = Reservations()
+    assert book.add(old, limit=2) and book.add(new, limit=2)
+    for name in ("c1n0", "c2n0", "c2n1"):  # b's named node frees, and two nodes no reservation named
+        snap.release(name, ResourceVector(gpu=4))
+    held = dict((r.holder, h) for r, h in book.holding("f", snap))
+    assert held["ns/a"] == {"c0n0": 4, "c0n1": 4, "c2n0": 4, "c2n1": 4}  # the older captures what frees elsewhere, never b's c1n0
+    assert held["ns/b"] == dict(new.nodes)  # b's own free node is its own; nothing is left to capture
+    assert book.blocked("f", "ns/a", None, snap) == dict(new.nodes)  # a's gang is kept out of b's nodes only
+    assert book.blocked("f", "ns/b", None, snap) == held["ns/a"]  # and b's out of what a holds, not out of its own c1n0
+    assert book.idle("f", snap) == 12  # each free GPU counted once

@@ -91,7 +91,12 @@ class QueueingSettings(_Strict):
     domain; the class floor stays the upper bound, as ``relaxAfterSeconds`` is for spans.
     ``perfFloorHoldSeconds`` (with ``perfFloorByCost``): the longest the class floor holds a
     waiting Workload; past it, the placement under the lower floor is taken whatever the costs
-    say (unset: the costs decide alone)."""
+    say (unset: the costs decide alone). ``parkWaiting``: a Workload of this profile that waits
+    for a domain is parked instead of sent to ``Retry``: Atoll's check stays ``Pending``, so Kueue
+    keeps its quota, and it is decided again only when something it waits for can have changed;
+    meanwhile it gives its quota back to a Workload waiting for quota (``docs/queue.md``). The
+    controller's ``--park-waiting`` / ``--no-park-waiting`` (the simulator's ``--parking on|off``)
+    override it for every profile."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -101,6 +106,7 @@ class QueueingSettings(_Strict):
     reserve_at: Literal["island", "span"] = Field(default="island", alias="reserveAt")
     perf_floor_by_cost: float | None = Field(default=None, ge=0.0, le=10.0, alias="perfFloorByCost")
     perf_floor_hold_seconds: int | None = Field(default=None, ge=0, alias="perfFloorHoldSeconds")
+    park_waiting: bool = Field(default=False, alias="parkWaiting", strict=True)
 
 
 _LEVEL_KEYS = (("requiredLevel", "required_level"), ("preferredLevel", "preferred_level"), ("maxSpanLevel", "max_span_level"))

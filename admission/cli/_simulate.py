@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from admission.cli._args import Parser
+from admission.cli._args import PARKING, Parser
 from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
 from admission.simulator import (
     GPU_PERF_TAIL,
@@ -131,11 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--declared-runtime", type=float, default=None, metavar="FACTOR",
                    help="every job's Workload declares Kueue's maximumExecutionTimeSeconds as FACTOR x its runtime (e.g. 2), so it "
                         "may backfill a reserved domain; default: no job declares a limit")
-    p.add_argument("--parking", choices=("on", "off"), default="off",
-                   help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
-                        "controller's --park-waiting), and gives its quota back as a Retry when the oldest queued job is blocked on "
-                        "quota its quota would let in; off (default, as the controller): every wait is a Retry decided again when its "
-                        "backoff ends")
+    p.add_argument("--parking", choices=("profile", "on", "off"), default="profile",
+                   help="profile (default, as the controller): each profile as its queueing.parkWaiting says; on: for every "
+                        "profile, a Workload waiting for a domain stays Pending and is decided again when room frees or it may "
+                        "span, and gives its quota back to a job blocked on quota its quota would let in (the controller's "
+                        "--park-waiting); off: every wait is a Retry decided again when its backoff ends (--no-park-waiting)")
     p.add_argument("--kueue-preemption", choices=("Never", "LowerPriority", "LowerOrNewerEqualPriority"), default="Never",
                    help="the ClusterQueues' withinClusterQueue, with Kueue's own preemption for quota modelled: a Workload short of "
                         "quota (on a Kueue TAS flavor, of a placement) evicts a minimal set of the Workloads the policy lets it "
@@ -332,7 +332,7 @@ def main(argv: Sequence[str]) -> int:
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=args.parking == "on", records=args.records, declared_runtime_factor=args.declared_runtime,
+                         parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
                          kueue_preemption=args.kueue_preemption)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")

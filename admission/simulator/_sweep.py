@@ -155,8 +155,9 @@ class SweepSpec:
     """Kueue slice annotations on jobs larger than one island (``_slicing``); None: no slices."""
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
-    parking: bool = False
-    """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
+    parking: bool | None = None
+    """``SimSettings.parking``: True parks every profile's waits for a domain, False none (Retry
+    loop), None each as its ``queueing.parkWaiting`` says."""
     declared_runtime_factor: float | None = None
     """``SimSettings.declared_runtime_factor``: jobs declare this factor × their runtime as Kueue's limit (None: no limits)."""
     records: str | None = None

@@ -50,6 +50,7 @@ MATRIX: dict[str, dict[str, Any]] = {
     "single-replica": {"replicas": 1, "leaderElection": {"enabled": False}, "podDisruptionBudget": {"enabled": False},
                        "metrics": {"service": {"enabled": False}}, "admissionCheck": {"create": False}},
     "parking": {"parkWaiting": True},
+    "no-parking": {"parkWaiting": False},
 }
 
 
@@ -283,11 +284,20 @@ def _run_settings(objects: list[dict[str, Any]]) -> Any:
 def test_the_span_cost_parking_and_write_values_reach_atoll_run() -> None:
     settings = _run_settings(render({}))
     assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("calibrated", 0.1, 0.0)
-    assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (False, 0)
+    assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (None, 0)  # each profile's queueing.parkWaiting
     settings = _run_settings(render({"parkWaiting": True, "writeWorkers": 4,
                                      "spanCost": {"linkModel": "flat-ring", "commFraction": 0.25, "overlap": 0.5}}))
     assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("flat-ring", 0.25, 0.5)
     assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (True, 4)
+    assert _run_settings(render({"parkWaiting": False})).decisions.park_waiting is False
+    assert settings.decisions.quota_yield_max_seconds == 21600.0
+    assert _run_settings(render({"quotaYieldMaxSeconds": 900})).decisions.quota_yield_max_seconds == 900.0
+    assert _run_settings(render({"parkWaiting": "profile"})).decisions.park_waiting is None
+
+
+def test_a_park_waiting_value_other_than_true_false_or_profile_is_refused() -> None:
+    with pytest.raises(Exception, match="parkWaiting"):
+        render({"parkWaiting": "yes"})
 
 
 def test_deciding_before_quota_is_off_unless_the_value_turns_it_on_and_its_hold_and_depth_reach_atoll_run() -> None:
@@ -299,22 +309,22 @@ def test_deciding_before_quota_is_off_unless_the_value_turns_it_on_and_its_hold_
 
 def test_only_parking_lets_atoll_patch_a_workload() -> None:
     """A parked Workload gives its quota back by ``spec.active`` (``_yielding``): the ClusterRole
-    may patch Workloads with ``parkWaiting`` on, and never without it."""
+    may patch Workloads unless ``parkWaiting`` is false (by default a profile may park), and never with it false."""
     def verbs(values: dict[str, Any]) -> list[str]:
         (rule,) = [r for o in render(values) if o["kind"] == "ClusterRole" and "helm.sh/hook" not in (o["metadata"].get("annotations") or {})
                    for r in o["rules"] if r.get("resources") == ["workloads"]]
         return list(rule["verbs"])
-    assert verbs({}) == ["get", "list", "watch"]
-    assert verbs({"parkWaiting": True}) == ["get", "list", "watch", "patch"]
+    assert verbs({"parkWaiting": False}) == ["get", "list", "watch"]
+    assert verbs({}) == verbs({"parkWaiting": True}) == ["get", "list", "watch", "patch"]
 
 
 def test_parking_brings_a_post_delete_hook_that_ends_the_yields_with_its_own_rbac() -> None:
-    """Only a running Atoll reactivates a Workload that gave its quota back, so with ``parkWaiting``
+    """Only a running Atoll reactivates a Workload that gave its quota back, so unless ``parkWaiting`` is false
     an uninstall runs ``atoll yields --end`` after the release is gone, with RBAC of its own."""
     from admission.cli import COMMANDS
 
-    assert not [o for o in render({}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
-    hooks = [o for o in render({"parkWaiting": True}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    assert not [o for o in render({"parkWaiting": False}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    hooks = [o for o in render({}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]  # by default a profile may park
     assert sorted(o["kind"] for o in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
     assert {o["metadata"]["annotations"]["helm.sh/hook"] for o in hooks} == {"post-delete"}
     [job] = by_kind(hooks, "Job")

@@ -119,7 +119,7 @@ def yield_seconds(text: str) -> float:
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a bound: give seconds above 0 (e.g. 21600 for 6 h)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a bound: give seconds above 0 (e.g. 43200 for 12 h)")
     return value
 
 
@@ -176,8 +176,8 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                         "Unset: each profile as its queueing.parkWaiting says (env ATOLL_PARK_WAITING: true, false or profile)")
     p.add_argument("--quota-yield-max-seconds", type=yield_seconds,
                    default=env.get("ATOLL_QUOTA_YIELD_MAX_SECONDS", str(DecisionSettings().quota_yield_max_seconds)),
-                   help="the longest a parked Workload that gave its quota back stays deactivated, in seconds (default 21600: "
-                        "6 h); it comes back sooner once no Workload queued before the give waits for quota "
+                   help="the longest a parked Workload that gave its quota back stays deactivated, in seconds (default 43200: "
+                        "12 h); it comes back sooner once no Workload queued before the give waits for quota "
                         "(env ATOLL_QUOTA_YIELD_MAX_SECONDS)")
     p.add_argument("--write-workers", type=write_workers, default=env.get("ATOLL_WRITE_WORKERS", "0"),
                    help="decision writes in flight at once: the next decision is made while earlier ones are written "

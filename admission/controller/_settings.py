@@ -76,7 +76,7 @@ class DecisionSettings(_Group):
     decided again when capacity frees in a domain that could hold it, a node or the profiles
     change, or its relax deadline passes (``_parking``); False: every wait is a ``Retry`` with
     the profile's backoff; None (the default): each profile as its ``queueing.parkWaiting`` says."""
-    quota_yield_max_seconds: float = Field(default=21600.0, gt=0)
+    quota_yield_max_seconds: float = Field(default=43200.0, gt=0)
     """The longest (s) a parked Workload that gave its quota back stays deactivated (``_yielding``):
     it is reactivated once no Workload queued before the give waits for quota, or this long after
     the give, whichever comes first. A waiter the quota could admit but that never is (it waits for

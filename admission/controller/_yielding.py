@@ -14,7 +14,7 @@ inactive; its check stays ``Pending`` (eviction resets only the other states). A
 ``spec.active`` back to true, and removes the annotations, once no Workload that waits for quota in
 its ClusterQueue or cohort is ahead, in Kueue's order, of the place the give left it at (its
 priority, the give's time), counting only waiters the quota could ever let in (``due``), or at
-the latest ``decisions.quota_yield_max_seconds`` after the give (6 h by default): a waiter that
+the latest ``decisions.quota_yield_max_seconds`` after the give (12 h by default): a waiter that
 the quota could admit but that never is admitted, because it waits for a domain too, say, would
 otherwise keep it out for ever. One reactivated by that bound goes back ahead of the Workloads
 queued before the give, so its need is dropped: it is decided afresh when it holds quota again,

@@ -290,7 +290,7 @@ def test_the_span_cost_parking_and_write_values_reach_atoll_run() -> None:
     assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("flat-ring", 0.25, 0.5)
     assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (True, 4)
     assert _run_settings(render({"parkWaiting": False})).decisions.park_waiting is False
-    assert settings.decisions.quota_yield_max_seconds == 21600.0
+    assert settings.decisions.quota_yield_max_seconds == 43200.0
     assert _run_settings(render({"quotaYieldMaxSeconds": 900})).decisions.quota_yield_max_seconds == 900.0
     assert _run_settings(render({"parkWaiting": "profile"})).decisions.park_waiting is None
 

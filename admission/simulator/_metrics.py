@@ -122,6 +122,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "reserved_idle_gpu_hours": result.reserved_idle_gpu_hours,
         "quota_yields": result.quota_yields,
         "reparked": result.reparked,
+        "quota_yields_timed_out": result.quota_yields_timed_out,
+        "longest_quota_yield_hours": result.longest_quota_yield_hours,
         "preempt_domain": result.preempt_domain,
         "preemption_plans": result.preemption_plans,
         "preempted": result.preempted,

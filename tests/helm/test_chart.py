@@ -54,6 +54,13 @@ MATRIX: dict[str, dict[str, Any]] = {
 }
 
 
+def _controller_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The controller's ClusterRole (not the uninstall hook's, not the metrics reader's)."""
+    [role] = [o for o in by_kind(objects, "ClusterRole") if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})
+              and not o["metadata"]["name"].endswith("-metrics-reader")]
+    return role
+
+
 def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
     [deployment] = by_kind(objects, "Deployment")
     [container] = deployment["spec"]["template"]["spec"]["containers"]
@@ -83,11 +90,11 @@ def test_the_defaults_render_the_whole_install() -> None:
     """The default profiles use domain enforcement only: no webhook is installed (webhook.enabled auto)."""
     objects = render(release="prod", namespace="gpu-system")
     assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
-        ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRole", "prod-atoll-metrics-reader"),
-        ("ClusterRoleBinding", "prod-atoll"),
-        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"),
+        ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRole", "prod-atoll-end-yields"),
+        ("ClusterRole", "prod-atoll-metrics-reader"), ("ClusterRoleBinding", "prod-atoll"), ("ClusterRoleBinding", "prod-atoll-end-yields"),
+        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"), ("Job", "prod-atoll-end-yields"),  # a profile may park: the uninstall hook
         ("PodDisruptionBudget", "prod-atoll"), ("Role", "prod-atoll"), ("RoleBinding", "prod-atoll"),
-        ("Service", "prod-atoll-metrics"), ("ServiceAccount", "prod-atoll")]
+        ("Service", "prod-atoll-metrics"), ("ServiceAccount", "prod-atoll"), ("ServiceAccount", "prod-atoll-end-yields")]
     [deployment] = by_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert _container(objects)["args"] == [
@@ -147,7 +154,7 @@ def test_the_webhook_follows_the_agreed_contract() -> None:
     # the webhook writes outside dry runs (claims Lease, requeue condition) and nothing under one
     assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("Fail", "NoneOnDryRun", ["v1"], 5)
     assert hook["clientConfig"] == {"service": {"name": "prod-webhook", "namespace": "gpu-system", "path": "/mutate-pods", "port": 443}}
-    [rule] = [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if "mutatingwebhookconfigurations" in r["resources"]]
+    [rule] = [r for r in _controller_role(objects)["rules"] if "mutatingwebhookconfigurations" in r["resources"]]
     assert (rule["resourceNames"], rule["verbs"]) == (["prod-atoll"], ["get", "patch"])
 
 
@@ -168,7 +175,7 @@ def test_the_role_grants_exactly_the_leases_in_use(values: dict[str, Any], names
     update on those names only, create (which no name can restrict) only when one is in use."""
     objects = render(values)
     assert _lease_rules(objects) == ([((), ("create",)), (names, ("get", "update"))] if names else [])
-    assert not [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if "leases" in r["resources"]]
+    assert not [r for r in _controller_role(objects)["rules"] if "leases" in r["resources"]]
 
 
 def test_without_the_webhook_nothing_of_it_is_rendered() -> None:
@@ -176,7 +183,7 @@ def test_without_the_webhook_nothing_of_it_is_rendered() -> None:
     assert not by_kind(objects, "MutatingWebhookConfiguration")
     assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == ["atoll-metrics"]
     assert not [f for f in _flags(objects) if f.startswith("--webhook")]
-    assert not [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert not [r for r in _controller_role(objects)["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
 
 
 def test_cert_manager_mode_mounts_its_secret_and_asks_for_ca_injection() -> None:
@@ -190,7 +197,7 @@ def test_cert_manager_mode_mounts_its_secret_and_asks_for_ca_injection() -> None
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["webhook-certs"]["secret"]["secretName"] == cert["spec"]["secretName"]
     assert "--webhook-generate-certs" not in _flags(objects)
-    assert not [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert not [r for r in _controller_role(objects)["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
     issuer = render(MATRIX["cert-manager-issuer"])
     assert not by_kind(issuer, "Issuer") and by_kind(issuer, "Certificate")[0]["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
 

@@ -95,7 +95,13 @@ class QueueingSettings(_Strict):
     (the default) prices every placement under the floor as above; ``take`` takes at once one
     whose GPUs are all under the class floor (no GPU at the floor is slowed by it, and GPUs under
     the floor are ones no Workload the floor holds may use, so they idle otherwise), and weighs
-    the rest (a gang mixing nodes above and below the floor, its slowest GPU pacing all)."""
+    the rest (a gang mixing nodes above and below the floor, its slowest GPU pacing all).
+    ``parkWaiting``: a Workload of this profile that waits
+    for a domain is parked instead of sent to ``Retry``: Atoll's check stays ``Pending``, so Kueue
+    keeps its quota, and it is decided again only when something it waits for can have changed;
+    meanwhile it gives its quota back to a Workload waiting for quota (``docs/queue.md``). The
+    controller's ``--park-waiting`` / ``--no-park-waiting`` (the simulator's ``--parking on|off``)
+    override it for every profile."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -105,6 +111,7 @@ class QueueingSettings(_Strict):
     reserve_at: Literal["island", "span"] = Field(default="island", alias="reserveAt")
     perf_floor_by_cost: float | None = Field(default=None, ge=0.0, le=10.0, alias="perfFloorByCost")
     perf_floor_hold_seconds: int | None = Field(default=None, ge=0, alias="perfFloorHoldSeconds")
+    park_waiting: bool = Field(default=False, alias="parkWaiting", strict=True)
     perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
 
     @model_validator(mode="after")

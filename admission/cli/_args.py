@@ -9,7 +9,11 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-__all__ = ["Parser", "announce_after_parse", "suggest"]
+__all__ = ["PARKING", "Parser", "announce_after_parse", "suggest"]
+
+PARKING: dict[str, bool | None] = {"profile": None, "on": True, "off": False}
+"""``--parking`` of ``atoll simulate`` and ``atoll bench quality`` → ``SimSettings.parking``: the
+override of each profile's ``queueing.parkWaiting`` (None: no override)."""
 
 _pending: list[str] = []
 

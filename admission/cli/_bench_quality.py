@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from admission.cli._args import Parser
+from admission.cli._args import PARKING, Parser
 
 __all__ = ["main", "records_file", "scale_cluster", "traces_dir"]
 
@@ -63,6 +63,8 @@ QUALITY_CLUSTERS = ("gb200-nvl72-superpod", "dgx-h100-superpod")
 QUALITY_LOAD = 0.85
 QUALITY_LOADS = "0.7,0.85,1.0,1.15,1.3"
 QUALITY_SEEDS = 3
+PARKING_TITLE = {None: ", Atoll's waits parked where the profile says (queueing.parkWaiting)", True: ", Atoll waits parked (quota given back)",
+                 False: ", Atoll waits on Retries"}
 QUALITY_GPU_PERF = "tail:0.015:0.01:1.5"
 """``_sweep.GPU_PERF_TAIL``: a narrow body plus slow outliers (Sinha et al., SC22), drawn per seed."""
 SENSITIVITY_F = (0.02, 0.05, 0.1, 0.2)
@@ -206,7 +208,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
             link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None,
-            parking: bool = False, records_path: str | None = None) -> tuple[dict[str, Any], int]:
+            parking: bool | None = None, records_path: str | None = None) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
@@ -248,7 +250,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         res_policies = [f"atoll-{reservations}-{v}" for v in ("island", "span", "nores")]
     load_list = [x for x in parse_loads(loads) if x is not None]
     seed_list = seeds_of(0, seeds)
-    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model, "parking": parking,
+    report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model, "parking": {True: "on", False: "off", None: "profile"}[parking],
                               "profiles": shown(resolve_profiles(profiles))}  # on every cluster (atoll simulate runs the model's own)
     goal: list[Any] = []
     res_cells: list[Any] = []
@@ -306,7 +308,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             gpus = cluster_gpus(cluster)
             print(format_sweep(cmps, title=f"{name}: ITP cluster04 days 0-14, {jobs:,} jobs on {gpus:,} GPUs, GPU perf "
                                            f"{QUALITY_GPU_PERF}, link model {link_model}, {len(seed_list)} seeds per load"
-                                           f"{', Atoll waits parked (quota given back)' if parking else ''}"))
+                                           f"{PARKING_TITLE[parking]}"))
             print()
             print("\n".join(verdicts))
             print()
@@ -417,9 +419,10 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--clusters", default=",".join(QUALITY_CLUSTERS), help=f"bundled models to run (default {','.join(QUALITY_CLUSTERS)})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--parking", choices=("on", "off"), default="off",
-                   help="the quality sweep's Atoll waits park the Workload and give its quota back (atoll run --park-waiting); "
-                        "off: each wait is a Retry, which keeps its quota through the delay as Kueue does")
+    p.add_argument("--parking", choices=("profile", "on", "off"), default="profile",
+                   help="profile (default): each profile parks its waits as its queueing.parkWaiting says (the sample costed "
+                        "profiles do); on: every Atoll policy's waits park the Workload and give its quota back (atoll run "
+                        "--park-waiting); off: each wait is a Retry, which keeps its quota through the delay as Kueue does")
     p.add_argument("--goal", action="store_true", help="judge the queue manager's goal at loads 1.0-1.3 (exit 1 when missed)")
     p.add_argument("--reservations", default=None, metavar="PROFILE",
                    help="run PROFILE reserving at the island level, at the span level and not at all; judge the reservation goal "
@@ -459,7 +462,7 @@ def main(argv: Sequence[str]) -> int:
                                            seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity,
                                            with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads,
                                            clusters=clusters, link_model=args.link_model, with_goal=args.goal,
-                                           reservations=args.reservations, parking=args.parking == "on", records_path=args.records)
+                                           reservations=args.reservations, parking=PARKING[args.parking], records_path=args.records)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

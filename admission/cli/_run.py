@@ -112,11 +112,28 @@ def hold_seconds(text: str) -> float:
     return value
 
 
+def yield_seconds(text: str) -> float:
+    """``--quota-yield-max-seconds`` (or ``ATOLL_QUOTA_YIELD_MAX_SECONDS``): seconds, above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a bound: give seconds above 0 (e.g. 43200 for 12 h)")
+    return value
+
+
 def before_quota_depth(text: str) -> int:
     """``--before-quota-depth`` (or ``ATOLL_BEFORE_QUOTA_DEPTH``): Workloads per ClusterQueue, 1 to 64."""
     if not text.strip().isdigit() or not 1 <= int(text) <= 64:
         raise argparse.ArgumentTypeError(f"{text!r} is not a depth: give a whole number from 1 to 64 (e.g. 2)")
     return int(text)
+
+
+def park_default(text: str) -> bool | None | str:
+    """``ATOLL_PARK_WAITING``: ``true`` or ``false`` overrides every profile's ``queueing.parkWaiting``;
+    ``profile`` or unset follows it. Anything else is kept as given, for ``main`` to refuse."""
+    return {"true": True, "false": False, "profile": None, "": None}.get(text.strip().lower(), text)
 
 
 def default_bind(env: Mapping[str, str]) -> str:
@@ -153,9 +170,15 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                    help="a standby watches the cluster and compiles its kernels before it leads, so a failover needs no "
                         "relist (default on; off starts everything at takeover)")
     p.add_argument("--identity", default=env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}", help="leader-election identity")
-    p.add_argument("--park-waiting", action=argparse.BooleanOptionalAction, default=env.get("ATOLL_PARK_WAITING", "false") == "true",
-                   help="a Workload waiting for a domain keeps the check Pending (Kueue keeps its quota) and is decided again when "
-                        "room frees, instead of a Retry on the profile's backoff (env ATOLL_PARK_WAITING)")
+    p.add_argument("--park-waiting", action=argparse.BooleanOptionalAction, default=park_default(env.get("ATOLL_PARK_WAITING", "")),
+                   help="for every profile, a Workload waiting for a domain keeps the check Pending (Kueue keeps its quota) and is "
+                        "decided again when room frees, instead of a Retry on the profile's backoff; --no-park-waiting: never. "
+                        "Unset: each profile as its queueing.parkWaiting says (env ATOLL_PARK_WAITING: true, false or profile)")
+    p.add_argument("--quota-yield-max-seconds", type=yield_seconds,
+                   default=env.get("ATOLL_QUOTA_YIELD_MAX_SECONDS", str(DecisionSettings().quota_yield_max_seconds)),
+                   help="the longest a parked Workload that gave its quota back stays deactivated, in seconds (default 43200: "
+                        "12 h); it comes back sooner once no Workload queued before the give waits for quota "
+                        "(env ATOLL_QUOTA_YIELD_MAX_SECONDS)")
     p.add_argument("--write-workers", type=write_workers, default=env.get("ATOLL_WRITE_WORKERS", "0"),
                    help="decision writes in flight at once: the next decision is made while earlier ones are written "
                         "(0: each is written before the next is made; env ATOLL_WRITE_WORKERS)")
@@ -203,7 +226,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
         leader=LeaderSettings(enabled=args.leader_elect, lease_name=args.lease_name, identity=args.identity),
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port, bind_address=args.bind_address,
                             metrics_secure=args.metrics_secure),
-        decisions=DecisionSettings(park_waiting=args.park_waiting, write_workers=args.write_workers,
+        decisions=DecisionSettings(park_waiting=args.park_waiting, quota_yield_max_seconds=args.quota_yield_max_seconds,
+                                   write_workers=args.write_workers,
                                    decide_before_quota=args.decide_before_quota, before_quota_hold_seconds=args.before_quota_hold,
                                    before_quota_depth=args.before_quota_depth),
         cost=cost_settings(args),
@@ -267,6 +291,10 @@ def _secure_metrics(args: argparse.Namespace, port: Any) -> dict[str, Any]:
 
 def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     args = parser().parse_args(list(argv))
+    if isinstance(args.park_waiting, str):
+        print(f"atoll run: ATOLL_PARK_WAITING={args.park_waiting!r}: give true, false or profile "
+              "(profile: each profile's queueing.parkWaiting decides)", file=sys.stderr)
+        return 2
     settings = build_settings(args)
     try:
         webhook_settings = build_webhook_settings(args)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from admission.cli._args import Parser
+from admission.cli._args import PARKING, Parser
 from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
 from admission.simulator import (
     GPU_PERF_TAIL,
@@ -79,7 +79,8 @@ DEFAULT_GPU_PERF = GPU_PERF_TAIL
 body plus slow outliers, the shape Sinha et al. (SC22) measured (``_sweep.GPU_PERF_TAIL``)."""
 DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required", "atoll-strict", "atoll-elastic")
 
-PER_RUN_KEYS = ("wait_by_size_band", "reserved_idle_gpu_hours", "decisions_per_job")
+PER_RUN_KEYS = ("wait_by_size_band", "reserved_idle_gpu_hours", "decisions_per_job", "quota_yields", "reparked", "quota_yields_timed_out",
+                "longest_quota_yield_hours")
 """Figures every run reports in ``runs`` besides its invariant checks (a seed's own queue, not only the first seed's)."""
 PREEMPTION_KEYS = ("preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band",
                    "kueue_preemption", "kueue_preemptions", "kueue_preempted", "kueue_preempted_gpu_hours")
@@ -131,11 +132,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--declared-runtime", type=float, default=None, metavar="FACTOR",
                    help="every job's Workload declares Kueue's maximumExecutionTimeSeconds as FACTOR x its runtime (e.g. 2), so it "
                         "may backfill a reserved domain; default: no job declares a limit")
-    p.add_argument("--parking", choices=("on", "off"), default="off",
-                   help="on: a Workload waiting for a domain stays Pending and is decided again when room frees or it may span (the "
-                        "controller's --park-waiting), and gives its quota back as a Retry when the oldest queued job is blocked on "
-                        "quota its quota would let in; off (default, as the controller): every wait is a Retry decided again when its "
-                        "backoff ends")
+    p.add_argument("--parking", choices=("profile", "on", "off"), default="profile",
+                   help="profile (default, as the controller): each profile as its queueing.parkWaiting says; on: for every "
+                        "profile, a Workload waiting for a domain stays Pending and is decided again when room frees or it may "
+                        "span, and gives its quota back to a job blocked on quota its quota would let in (the controller's "
+                        "--park-waiting); off: every wait is a Retry decided again when its backoff ends (--no-park-waiting)")
+    p.add_argument("--quota-yield-max-seconds", type=float, default=None, metavar="S",
+                   help="the longest a parked Workload that gave its quota back stays deactivated (the controller's "
+                        "--quota-yield-max-seconds; default its default, 43200); it comes back sooner once no job queued before "
+                        "the give waits for quota")
     p.add_argument("--kueue-preemption", choices=("Never", "LowerPriority", "LowerOrNewerEqualPriority"), default="Never",
                    help="the ClusterQueues' withinClusterQueue, with Kueue's own preemption for quota modelled: a Workload short of "
                         "quota (on a Kueue TAS flavor, of a placement) evicts a minimal set of the Workloads the policy lets it "
@@ -299,6 +304,8 @@ def main(argv: Sequence[str]) -> int:
             raise TraceError("--trace-format openb needs --nodes NODE_LIST.csv (the trace's node list) besides --trace PODS.csv")
         if fmt != "synthetic" and not args.trace:
             raise TraceError(f"--trace-format {fmt} needs --trace FILE")
+        if args.quota_yield_max_seconds is not None and not args.quota_yield_max_seconds > 0:
+            raise TraceError(f"--quota-yield-max-seconds must be above 0 (seconds), got {args.quota_yield_max_seconds:g}")
         if args.workers is not None and args.workers < 1:
             raise TraceError(f"--workers must be ≥ 1, got {args.workers}")
         loads = parse_loads(args.load) if args.load is not None else ((DEFAULT_LOAD,) if fmt == "synthetic" else (None,))
@@ -332,8 +339,8 @@ def main(argv: Sequence[str]) -> int:
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=args.parking == "on", records=args.records, declared_runtime_factor=args.declared_runtime,
-                         kueue_preemption=args.kueue_preemption)
+                         parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
+                         kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())

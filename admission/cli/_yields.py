@@ -1,11 +1,10 @@
 """``atoll yields``: the Workloads Atoll has deactivated to give their quota back, and ``--end`` to
 reactivate them all.
 
-With ``parkWaiting`` a parked Workload may give its quota back by going inactive
+A parked Workload (its profile's ``queueing.parkWaiting``, or ``--park-waiting``) may give its quota back by going inactive
 (``spec.active=false`` with Atoll's ``atoll.dev/quota-yield`` annotations), and only a running
-Atoll leader reactivates it. So before Atoll is uninstalled, or while it is down for longer than
-the yields' ``until``, an operator ends them here (the chart's pre-delete hook runs
-``atoll yields --end`` when ``parkWaiting`` is on). A Workload someone else deactivated carries no
+Atoll leader reactivates it. So before Atoll is uninstalled, or while it is down, an operator ends
+them here (the chart's post-delete hook runs ``atoll yields --end`` unless ``parkWaiting`` is false). A Workload someone else deactivated carries no
 such annotation and is never touched.
 """
 

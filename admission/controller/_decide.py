@@ -90,12 +90,21 @@ class Verdict:
     gpus: int = 0
     """GPUs the Workload asks for in all (pods × GPUs a pod), for its size band."""
     parked: bool = False
-    """A wait for a domain the controller parks (``decisions.park_waiting``): the check stays
-    ``Pending`` so Kueue keeps the quota, and Atoll decides again when what it waits for changes."""
+    """A wait for a domain the controller parks (``waits_parked``): the check stays ``Pending``
+    so Kueue keeps the quota, and Atoll decides again when what it waits for changes."""
+    park: bool = False
+    """Its profile parks its waits for a domain (``queueing.parkWaiting``)."""
 
     @property
     def state(self) -> str:
         return "Pending" if self.parked and self.outcome == "wait" else STATE[self.outcome]
+
+    def waits_parked(self, override: bool | None) -> bool:
+        """Whether this verdict parks its Workload: a wait for a domain (``needs``) whose profile
+        parks its waits (``park``), unless ``override`` (``decisions.park_waiting``, the
+        simulator's ``parking``) decides for every profile: True parks, False never. The
+        controller and the simulator ask this same question."""
+        return self.outcome == "wait" and bool(self.needs) and (self.park if override is None else override)
 
 
 @dataclass
@@ -203,7 +212,8 @@ class Decider:
                 groups.setdefault(view.flavors[spec.name], []).append(spec)
             elif spec.per_pod.gpu <= 0 and view.other_flavors.get(spec.name) in doc.flavors:  # no GPU, on an Atoll flavor: placed and counted
                 groups.setdefault(view.other_flavors[spec.name], []).append(spec)
-        base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id)
+        base = Verdict("admit", "", profile=profile_name, workload_class=view.workload_class or "", decision_id=decision_id,
+                       park=profile.queueing.park_waiting)
         placed_here = {s.name for specs in groups.values() for s in specs}
         base.notes = [n for n in unplaced_podsets(view, self.cache.gpu_resource)
                       if not any(n.startswith(f"podSets[{name}]:") for name in placed_here)]

@@ -184,11 +184,14 @@ class Controller:
         """Reservations and expected starts, for ``atoll queue`` and the gauges (``QueueHints``)."""
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
-        self.parking = Parking(self.cache, enabled=self.settings.decisions.park_waiting)
-        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource, self._free_gpus)
+        self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting)
+        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource, self._free_gpus,
+                                      self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
         self.quota_yields = 0
         """Parked Workloads that gave their quota back (deactivated a moment: Kueue evicts them)."""
+        self.quota_yields_timed_out = 0
+        """Yields ended by ``decisions.quota_yield_max_seconds`` rather than by the queue (``QuotaYield.due``)."""
         self.reparked = 0
         """Of those, parked again on their next quota without a decision (nothing they wait for changed)."""
         self._yield_due = False
@@ -489,7 +492,7 @@ class Controller:
             _log.info("quota yields found on Workloads; each is reactivated by the same rules", count=len(self.quota_yield.yielded))
         if not self.quota_yield.yielded:
             return
-        for key in self.quota_yield.due():
+        for key in self.quota_yield.due(self.clock.now()):
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None:
                 continue
@@ -500,7 +503,11 @@ class Controller:
             except errors.ApiError as exc:  # a 409 too: the next turn reads the Workload again from the cache
                 _log.warning("reactivation not written; will retry", workload=key, error=str(exc))
                 continue
-            self.quota_yield.yielded.pop(key, None)
+            y = self.quota_yield.yielded.pop(key, None)
+            if key in self.quota_yield.timed_out:  # back ahead of a Workload queued before the give: decided afresh on its next
+                self.parking.leave(key)  # quota, so it may give it back again, rather than parked again undecided
+                self.quota_yields_timed_out += 1
+                self.metrics.quota_yields_timed_out.labels(y.flavor if y is not None and y.flavor else self.quota_yield.flavor_of(key)).inc()
             _log.info("reactivated after giving its quota back", workload=key)
 
     def _patch_workload(self, obj: Obj, patch: Obj) -> None:

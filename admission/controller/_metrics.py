@@ -59,6 +59,9 @@ class Metrics:
                                            "Decisions that found owed pods with no room in their domain.", registry=r)
         self.quota_yields = Counter("atoll_quota_yields", "Parked Workloads that gave their quota back to a Workload waiting for "
                                     "quota (--park-waiting), per flavor.", ["flavor"], registry=r)
+        self.quota_yields_timed_out = Counter("atoll_quota_yields_timed_out", "Workloads that gave their quota back reactivated by "
+                                              "the time bound (atoll run --quota-yield-max-seconds) while a Workload queued "
+                                              "before the give still waited for quota, per flavor.", ["flavor"], registry=r)
         self.quota_reparks = Counter("atoll_quota_reparks", "Of those, parked again without a decision when they held quota "
                                      "again (nothing they wait for changed), per flavor.", ["flavor"], registry=r)
 

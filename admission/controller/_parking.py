@@ -1,7 +1,9 @@
 """The controller's side of the waiting room (``admission.queue``): which Workloads are parked,
 and which cluster events wake them.
 
-With ``decisions.park_waiting`` (``atoll run --park-waiting``) a Workload that waits for a domain keeps Atoll's check
+A Workload that waits for a domain, of a profile with ``queueing.parkWaiting: true`` (or of any
+profile under ``atoll run --park-waiting``; none under ``--no-park-waiting``: ``decisions.park_waiting``
+wins over the profile when set), keeps Atoll's check
 ``Pending`` (with the reason in its message and ``atoll.dev/TopologyWaiting=True``) instead of
 going to ``Retry``. Kueue then keeps its quota reserved and neither evicts nor requeues it, as
 for any check still at work (its own ProvisioningRequest check waits the same way), and Atoll
@@ -33,9 +35,10 @@ __all__ = ["Parking"]
 
 
 class Parking:
-    def __init__(self, cache: ClusterCache, *, enabled: bool) -> None:
+    def __init__(self, cache: ClusterCache, *, override: bool | None) -> None:
         self.cache = cache
-        self.enabled = enabled
+        self.override = override
+        """``decisions.park_waiting``: True parks every profile's waits, False none, None each as its profile says."""
         self.room = WaitingRoom()
         self.backoff: dict[str, int] = {}
         """The Retry delay (s) each parked Workload's wait gave: what it asks Kueue for when it gives its quota back."""
@@ -43,9 +46,14 @@ class Parking:
     def __contains__(self, key: str) -> bool:
         return key in self.room
 
+    @property
+    def enabled(self) -> bool:
+        """Some Workload may park (a profile may ask for it unless parking is overridden off)."""
+        return self.override is not False
+
     def parks(self, verdict: Verdict) -> bool:
-        """Whether this verdict parks its Workload (a wait for a domain, parking on)."""
-        return self.enabled and verdict.outcome == "wait" and bool(verdict.needs)
+        """Whether this verdict parks its Workload (``Verdict.waits_parked``: a wait for a domain, its profile or the override parks)."""
+        return verdict.waits_parked(self.override)
 
     def park(self, key: str, verdict: Verdict) -> float | None:
         """Park ``key`` with the verdict's need; its deadline (epoch seconds), if any."""

@@ -70,11 +70,18 @@ class DecisionSettings(_Group):
     incomplete (flavor not mapped, Topology missing): fixing config should not wait long."""
     error_requeue_seconds: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)
     """Delays (s) before re-deciding after a failed write (the last one repeats)."""
-    park_waiting: bool = False
-    """A Workload waiting for a domain keeps Atoll's check ``Pending`` (Kueue keeps its quota,
-    no eviction, no requeue) and is decided again when capacity frees in a domain that could
-    hold it, a node or the profiles change, or its relax deadline passes (``_parking``); False:
-    every wait is a ``Retry`` with the profile's backoff."""
+    park_waiting: bool | None = None
+    """Overrides every profile's ``queueing.parkWaiting``. True: a Workload waiting for a domain
+    keeps Atoll's check ``Pending`` (Kueue keeps its quota, no eviction, no requeue) and is
+    decided again when capacity frees in a domain that could hold it, a node or the profiles
+    change, or its relax deadline passes (``_parking``); False: every wait is a ``Retry`` with
+    the profile's backoff; None (the default): each profile as its ``queueing.parkWaiting`` says."""
+    quota_yield_max_seconds: float = Field(default=43200.0, gt=0)
+    """The longest (s) a parked Workload that gave its quota back stays deactivated (``_yielding``):
+    it is reactivated once no Workload queued before the give waits for quota, or this long after
+    the give, whichever comes first. A waiter the quota could admit but that never is (it waits for
+    a domain, say) would otherwise keep it out for ever. Long enough that it ends no yield in the
+    measured runs (``docs/queue.md``); ``atoll yields --end`` ends them all by hand."""
     write_workers: int = Field(default=0, ge=0, le=32)
     """Decision writes in flight at once (``Controller``'s pipelined writes): the ledger counts a
     decision when it is made and lets it go if its write is refused; 0: each decision is written

@@ -13,7 +13,12 @@ resourceVersion it read. Kueue evicts it and releases its quota, and does not qu
 inactive; its check stays ``Pending`` (eviction resets only the other states). Atoll sets
 ``spec.active`` back to true, and removes the annotations, once no Workload that waits for quota in
 its ClusterQueue or cohort is ahead, in Kueue's order, of the place the give left it at (its
-priority, the give's time), counting only waiters the quota could ever let in (``due``). Kueue
+priority, the give's time), counting only waiters the quota could ever let in (``due``), or at
+the latest ``decisions.quota_yield_max_seconds`` after the give (12 h by default): a waiter that
+the quota could admit but that never is admitted, because it waits for a domain too, say, would
+otherwise keep it out for ever. One reactivated by that bound goes back ahead of the Workloads
+queued before the give, so its need is dropped: it is decided afresh when it holds quota again,
+and may give it back again (parked again undecided, it could not, and could keep them out). Kueue
 queues a reactivated Workload at its creation time (``Ordering.GetQueueOrderTimestamp``,
 pkg/workload/workload.go, v0.19.2: only an admission-check or PodsReady eviction moves it; the
 reactivation itself is ``Requeued=True``, reason ``Reactivated``, in ``WorkloadReconciler.
@@ -90,6 +95,7 @@ The module runs past 400 lines because who gives to whom (``choose``) and when i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -161,8 +167,13 @@ class QuotaYield:
     """Which parked Workloads give their quota back to which waiting one (the rules above)."""
 
     def __init__(self, objects: Mapping[str, Obj], port: ClusterPort, gpu_resource: Callable[[], str | tuple[str, ...]],
-                 free_gpus: Callable[[str], int | None] = lambda flavor: None) -> None:
+                 free_gpus: Callable[[str], int | None] = lambda flavor: None, max_seconds: float = math.inf) -> None:
         self.objects = objects
+        self.max_seconds = max_seconds
+        """The longest a yield lasts (s, from the give): ``decisions.quota_yield_max_seconds``."""
+        self.timed_out: set[str] = set()
+        """Yields ``due`` ends by ``max_seconds`` while a Workload queued before the give still waits
+        (the caller takes them out once it has reactivated them)."""
         self.port = port
         self.gpu_resource = gpu_resource
         self.free_gpus = free_gpus
@@ -220,14 +231,17 @@ class QuotaYield:
             self.yielded[key] = Yielded(str(ann[YIELD_ANNOTATION]), at, "")
         return len(self.yielded)
 
-    def due(self) -> list[str]:
-        """Yielded Workloads to reactivate now: no Workload that waits for quota in their
-        ClusterQueue or cohort, and that the quota could ever let in, is ahead in Kueue's order
-        (priority, then queue-order time; a tie counts as ahead) of the place the give left them
-        at: their priority and the give's time. Kueue queues a reactivated Workload at its
-        creation time, so reactivated sooner it would go back ahead of the Workloads that queued
-        while it was parked. One no longer inactive (reactivated by someone else) or gone is forgotten."""
+    def due(self, now: float) -> list[str]:
+        """Yielded Workloads to reactivate at ``now`` (epoch seconds): no Workload that waits for
+        quota in their ClusterQueue or cohort, and that the quota could ever let in, is ahead in
+        Kueue's order (priority, then queue-order time; a tie counts as ahead) of the place the
+        give left them at: their priority and the give's time. Kueue queues a reactivated
+        Workload at its creation time, so reactivated sooner it would go back ahead of the
+        Workloads that queued while it was parked. Or the give is ``max_seconds`` old, whoever
+        still waits (those are in ``timed_out`` until the next call). One no longer inactive (reactivated by someone
+        else) or gone is forgotten."""
         out: list[str] = []
+        self.timed_out.clear()
         queues: dict[str, Obj | None] = {}
         waiting: list[tuple[tuple[int, float], str, str | None]] | None = None
         for key, y in list(self.yielded.items()):
@@ -244,6 +258,11 @@ class QuotaYield:
                        and (wcq == cq or self._same_cohort(wcq, cq, queues)) and self._could_ever_admit(w, wcq, y.flavor, queues)
                        for order, w, wcq in waiting):
                 out.append(key)
+            elif now - y.at >= self.max_seconds:
+                out.append(key)
+                self.timed_out.add(key)
+                _log.warning("quota yield ended by its time bound while a Workload queued before the give still waits for quota",
+                             workload=key, gave_to=y.waiter, seconds=round(now - y.at), bound=self.max_seconds)
         return out
 
     def _could_ever_admit(self, key: str, cq: str, flavor: str, queues: dict[str, Obj | None]) -> bool:

@@ -51,7 +51,7 @@ JSON_KEYS = (
     "invariant_checks", "invariant_full_checks", "invariant_violations",
     "jobs_done", "jobs_rejected", "jobs_unfinished", "makespan_s", "wall_s", "decisions_per_job", "wait_by_size_band",
     "reserved_idle_gpu_hours",
-    "quota_yields", "reparked",
+    "quota_yields", "reparked", "quota_yields_timed_out", "longest_quota_yield_hours",
     "preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band",
     "kueue_preemption", "kueue_preemptions", "kueue_preempted", "kueue_preempted_gpu_hours",
 )
@@ -122,6 +122,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "reserved_idle_gpu_hours": result.reserved_idle_gpu_hours,
         "quota_yields": result.quota_yields,
         "reparked": result.reparked,
+        "quota_yields_timed_out": result.quota_yields_timed_out,
+        "longest_quota_yield_hours": result.longest_quota_yield_hours,
         "preempt_domain": result.preempt_domain,
         "preemption_plans": result.preemption_plans,
         "preempted": result.preempted,

@@ -94,6 +94,9 @@ class Attempt:
     message: str = ""
     needs: tuple[Need, ...] = ()
     """A wait for a domain: what could change the answer (the queue manager parks it until then)."""
+    parks: bool = False
+    """The wait parks its Workload (``Verdict.waits_parked``: its profile's ``queueing.parkWaiting``,
+    or the run's override); False: a Retry on its delay."""
 
 
 class Policy(Protocol):

@@ -52,7 +52,8 @@ Atoll, as modelled
     ``relaxAfterSeconds`` is the first one allowed to span. Reject: the job never runs (it cannot fit the flavor under the profile).
     Decisions take no simulated time.
 
-    With ``SimSettings.parking`` (the controller's ``decisions.park_waiting``) a Workload that waits for a domain is parked
+    A Workload of a profile with ``queueing.parkWaiting`` (or any, with ``SimSettings.parking`` True;
+    none with it False: the controller's ``decisions.park_waiting``) that waits for a domain is parked
     instead (``admission.queue.WaitingRoom``): Atoll's check stays ``Pending``, so Kueue keeps its
     quota reserved and neither evicts nor requeues it, and it is decided again only when capacity
     is freed in a domain of its level that now has the GPUs it needs, or when its profile may
@@ -105,7 +106,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from admission.controller import Violation, check_invariant
+from admission.controller import DecisionSettings, Violation, check_invariant
 from admission.queue import WaitingRoom
 from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
@@ -145,7 +146,7 @@ STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
 ISLAND_BLOCKS = (72, 64, 32, 16)
 """Block sizes (GPUs) whose availability inside one island is sampled (``SimResult.block_free``)."""
 ENFORCEMENTS = ("domain", "exact")
-_COMPLETE, _RETRY, _BIND, _DEADLINE = 0, 1, 2, 3
+_COMPLETE, _RETRY, _BIND, _DEADLINE, _YIELD_END = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +175,15 @@ class SimSettings:
     """``domain`` or ``exact``; None: what the profiles document says for each flavor."""
     seed: int = 0
     """Seed of the scheduler model's ties (same seed, same run)."""
-    parking: bool = False
-    """Atoll's waits for a domain park the Workload (check ``Pending``, quota kept) until what it
-    waits for changes, as the controller does with ``decisions.park_waiting``; False (the
-    controller's default): every wait is a Retry decided again when its delay ends."""
+    parking: bool | None = None
+    """Overrides each profile's ``queueing.parkWaiting``, as the controller's ``decisions.park_waiting``
+    does. True: Atoll's waits for a domain park the Workload (check ``Pending``, quota kept) until
+    what it waits for changes; False: every wait is a Retry decided again when its delay ends;
+    None (the default): each profile as its ``queueing.parkWaiting`` says (``Verdict.waits_parked``)."""
+    quota_yield_max_seconds: float = DecisionSettings().quota_yield_max_seconds
+    """The longest a job that gave its quota back stays deactivated (s, from the give), as the
+    controller's ``decisions.quota_yield_max_seconds`` (the same default): it comes back sooner
+    once no job queued before the give waits for quota (``due_back``)."""
     yield_quota: bool = True
     """With ``parking``: parked Workloads give their quota back to a queued job blocked on quota
     that theirs would let in (deactivated until it holds quota, newest parked first), as the
@@ -309,6 +315,10 @@ class SimResult:
     """Parked Workloads that gave their quota back (in a cluster, a deactivation: Kueue evicts them); ``SimSettings.yield_quota``."""
     reparked: int = 0
     """Of those, parked again without a decision when they held quota again (nothing they wait for had changed)."""
+    quota_yields_timed_out: int = 0
+    """Of those, reactivated by ``SimSettings.quota_yield_max_seconds`` while a job queued before the give still waited."""
+    longest_quota_yield_hours: float = 0.0
+    """The longest a job that gave its quota back stayed deactivated (h)."""
     preempt_domain: str = "off"
     """The policy's profile's ``preemptDomain`` (``off`` for every policy but an Atoll profile that sets it)."""
     preemption_plans: int = 0
@@ -538,7 +548,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
-    room = WaitingRoom() if deployed is not None and settings.parking else None
+    room = WaitingRoom() if deployed is not None and settings.parking is not False else None
     idle_gpu_s, idle_now, idle_at = 0.0, 0, window[0]
     """GPU-seconds reservations held idle (reserved GPUs free on the cluster), integrated over events."""
     parked_gpus = np.zeros(len(fl), dtype=np.int64)
@@ -618,6 +628,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     def give_back(p: int, j: int, fi: int, now: float) -> None:
         """Parked ``p`` is deactivated for waiter ``j``: Kueue evicts it (reason ``Deactivated``) and releases its quota."""
+        nonlocal seq
         assert room is not None
         f = fl[fi]
         retry_after = parked[fi].pop(p)
@@ -631,23 +642,33 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
         gave_at[fi][p] = (-int(prio[p]), now)  # its place in Kueue's order had the give been an eviction
         yielded[0] += 1
+        if math.isfinite(settings.quota_yield_max_seconds):
+            heapq.heappush(events, (now + settings.quota_yield_max_seconds, seq, _YIELD_END, p))
+            seq += 1
 
     def left_queue(j: int, fi: int) -> None:
         """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends."""
         served.pop(j, None)
         aside.discard(j)
 
-    def due_back(fi: int) -> list[int]:
+    def due_back(fi: int, now: float) -> list[int]:
         """The controller's ``QuotaYield.due``: the deactivated jobs of flavor ``fi`` no queued job
-        is ahead of (priority, then order time) at the place their give left them at; they leave
-        ``gave_at``."""
+        is ahead of (priority, then order time) at the place their give left them at, or whose
+        give is ``quota_yield_max_seconds`` old (those leave the room: what they wait for is
+        decided afresh when they hold quota again); they leave ``gave_at``."""
         out = gave_at[fi]
         if not out:
             return []
         first = min((q[0][0] for q in fl[fi].queues.values() if q), default=None)
         due = [p for p, at in out.items() if first is None or first > at]  # one queued at the give's instant came first
+        timed_out = [p for p, at in out.items() if not (first is None or first > at) and now >= at[1] + settings.quota_yield_max_seconds]
+        yield_figs[0] += len(timed_out)
+        for p in timed_out:  # back ahead of a job queued before the give: decided afresh on its next quota, so it may give it again
+            assert room is not None
+            room.leave(p)
+        due += timed_out
         for p in due:
-            del out[p]
+            yield_figs[1] = max(yield_figs[1], now - out.pop(p)[1])
         return due
 
     def reactivate(p: int) -> None:
@@ -663,17 +684,18 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         is ahead of any more are reactivated and tried again (the controller's and Kueue's next
         turns)."""
         admitted = run_pass(fi, now)
-        back = due_back(fi)
+        back = due_back(fi, now)
         while tried_again[fi] or back:
             tried_again[fi] = False
             for p in back:
                 reactivate(p)
             admitted = run_pass(fi, now) or admitted
-            back = due_back(fi)
+            back = due_back(fi, now)
         return admitted
 
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back to a job blocked on quota
+    yield_figs = [0, 0.0]  # of those, reactivated by the time bound; the longest a yield lasted (s)
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
     retry_of: dict[int, float] = {}
     """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
@@ -908,7 +930,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             t0 = time.perf_counter()
             if deployed is not None:
                 deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
-                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j), int(prio[j]), float(arr[j]))
+                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j), int(prio[j]), float(arr[j]), settings.parking)
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
             decision_s += time.perf_counter() - t0
@@ -942,7 +964,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 if math.isnan(first_wait[j]):
                     first_wait[j] = now
                 attempts[j] += 1
-                if room is not None and att.needs:  # parked: Pending, its quota kept
+                if room is not None and att.parks:  # parked: Pending, its quota kept
                     need = att.needs[0]
                     room.park(j, need)
                     park_seq[j] = seq
@@ -970,13 +992,21 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     while nxt < n or events:
         now = min(arr[nxt] if nxt < n else math.inf, events[0][0] if events else math.inf)
         touched: set[int] = set()
+        idle = nxt >= n or arr[nxt] != now  # stays True if only yield ends that end nothing come now: the run goes on as without them
         while events and events[0][0] == now:
             _, _, kind, j = heapq.heappop(events)
             fi = int(work.flavor[j])
             f = fl[fi]
+            idle = idle and kind == _YIELD_END
             if kind == _BIND:
                 if not bind(j, fi, now):
                     blocked.setdefault(fi, []).append(j)
+                continue
+            if kind == _YIELD_END:  # a give this old ends whoever waits: the flavor is tried again (only then, so a give
+                at = gave_at[fi].get(j)  # ended sooner, or a later give of the same job, adds no pass)
+                if at is not None and now >= at[1] + settings.quota_yield_max_seconds:
+                    touched.add(fi)
+                    idle = False
                 continue
             if kind == _DEADLINE:
                 assert room is not None
@@ -1012,6 +1042,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 f.used -= shape_gpus[sid]  # evicted now and queued at once, before the Workloads its quota kept out
                 enqueue(j, -math.inf)
             touched.add(fi)
+        if idle:
+            continue
         while nxt < n and arr[nxt] == now:
             if work.flavor[nxt] < 0:
                 status[nxt] = STATUS_REJECTED
@@ -1081,7 +1113,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         busiest_time=busiest_time, island_grid=grid, invariant_checks=checks[0], invariant_full_checks=checks[1],
         block_free={b: np.frombuffer(v) for b, v in blocks.items()},
         stranded_gpus=np.frombuffer(stranded_t), reserved_idle_gpu_hours=idle_gpu_s / 3600.0,
-        quota_yields=yielded[0], reparked=reparked[0],
+        quota_yields=yielded[0], reparked=reparked[0], quota_yields_timed_out=int(yield_figs[0]),
+        longest_quota_yield_hours=float(yield_figs[1]) / 3600.0,
         kueue_preemption=settings.kueue_preemption, kueue_preemptions=int(kueue_figs[0]), kueue_preempted=int(kueue_figs[1]),
         kueue_preempted_gpu_hours=float(kueue_figs[2]),
         **(deployed.preemption.figures() if deployed is not None and deployed.preemption is not None else {}),
@@ -1089,8 +1122,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
 
 def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None, priority: int = 0,
-                      created: float | None = None) -> Attempt:
-    """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds, of ``priority``), as an attempt of the simulator's loop."""
+                      created: float | None = None, parking: bool | None = False) -> Attempt:
+    """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds, of ``priority``), as an attempt of the simulator's
+    loop; ``parking``: ``SimSettings.parking``, the override of the profile's ``queueing.parkWaiting``."""
     obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit, priority=priority,
                             created=created)
     v = deployed.decide(j, obj, now)
@@ -1098,7 +1132,8 @@ def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape,
         planned = np.array([0], dtype=np.int64)
         return Attempt("admit", planned, planned, relaxed=v.relaxed, message=v.message)
     if v.outcome == "wait":
-        return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message, needs=tuple(v.needs))
+        return Attempt("wait", retry_after=float(v.retry_after), relaxed=v.relaxed, message=v.message, needs=tuple(v.needs),
+                       parks=v.waits_parked(parking))
     return Attempt("reject", message=v.message)
 
 

@@ -155,14 +155,17 @@ class SweepSpec:
     """Kueue slice annotations on jobs larger than one island (``_slicing``); None: no slices."""
     keep_results: frozenset[RunKey] = frozenset()
     """Runs whose whole ``SimResult`` is returned too (for plots over time)."""
-    parking: bool = False
-    """``SimSettings.parking``: Atoll's waits for a domain park the Workload (False: Retry loop)."""
+    parking: bool | None = None
+    """``SimSettings.parking``: True parks every profile's waits for a domain, False none (Retry
+    loop), None each as its ``queueing.parkWaiting`` says."""
     declared_runtime_factor: float | None = None
     """``SimSettings.declared_runtime_factor``: jobs declare this factor × their runtime as Kueue's limit (None: no limits)."""
     records: str | None = None
     """``atoll simulate --records``: each Atoll run writes its decision records to ``record_part``
     of this path; ``gather_records`` joins them, in run order, into the file."""
     kueue_preemption: str = "Never"
+    quota_yield_max_seconds: float | None = None
+    """``SimSettings.quota_yield_max_seconds``; None: its default (the controller's)."""
     """``SimSettings.kueue_preemption`` (and ``within_cluster_queue`` when not ``Never``): Kueue's own preemption for quota."""
 
     def keys(self) -> list[RunKey]:
@@ -206,6 +209,8 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     chosen: dict[str, Any] = {"scheduler": spec.scheduler, "enforcement": spec.enforcement}
     if spec.kueue_preemption != "Never":  # one ClusterQueue, one policy: Atoll's plan reads what Kueue applies
         chosen["within_cluster_queue"] = spec.kueue_preemption
+    if spec.quota_yield_max_seconds is not None:
+        chosen["quota_yield_max_seconds"] = spec.quota_yield_max_seconds
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
                            declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),

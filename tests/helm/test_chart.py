@@ -50,7 +50,15 @@ MATRIX: dict[str, dict[str, Any]] = {
     "single-replica": {"replicas": 1, "leaderElection": {"enabled": False}, "podDisruptionBudget": {"enabled": False},
                        "metrics": {"service": {"enabled": False}}, "admissionCheck": {"create": False}},
     "parking": {"parkWaiting": True},
+    "no-parking": {"parkWaiting": False},
 }
+
+
+def _controller_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The controller's ClusterRole (not the uninstall hook's, not the metrics reader's)."""
+    [role] = [o for o in by_kind(objects, "ClusterRole") if "helm.sh/hook" not in (o["metadata"].get("annotations") or {})
+              and not o["metadata"]["name"].endswith("-metrics-reader")]
+    return role
 
 
 def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
@@ -82,11 +90,11 @@ def test_the_defaults_render_the_whole_install() -> None:
     """The default profiles use domain enforcement only: no webhook is installed (webhook.enabled auto)."""
     objects = render(release="prod", namespace="gpu-system")
     assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
-        ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRole", "prod-atoll-metrics-reader"),
-        ("ClusterRoleBinding", "prod-atoll"),
-        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"),
+        ("AdmissionCheck", "atoll-topology"), ("ClusterRole", "prod-atoll"), ("ClusterRole", "prod-atoll-end-yields"),
+        ("ClusterRole", "prod-atoll-metrics-reader"), ("ClusterRoleBinding", "prod-atoll"), ("ClusterRoleBinding", "prod-atoll-end-yields"),
+        ("ConfigMap", "atoll-policies"), ("Deployment", "prod-atoll"), ("Job", "prod-atoll-end-yields"),  # a profile may park: the uninstall hook
         ("PodDisruptionBudget", "prod-atoll"), ("Role", "prod-atoll"), ("RoleBinding", "prod-atoll"),
-        ("Service", "prod-atoll-metrics"), ("ServiceAccount", "prod-atoll")]
+        ("Service", "prod-atoll-metrics"), ("ServiceAccount", "prod-atoll"), ("ServiceAccount", "prod-atoll-end-yields")]
     [deployment] = by_kind(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
     assert _container(objects)["args"] == [
@@ -146,7 +154,7 @@ def test_the_webhook_follows_the_agreed_contract() -> None:
     # the webhook writes outside dry runs (claims Lease, requeue condition) and nothing under one
     assert (hook["failurePolicy"], hook["sideEffects"], hook["admissionReviewVersions"], hook["timeoutSeconds"]) == ("Fail", "NoneOnDryRun", ["v1"], 5)
     assert hook["clientConfig"] == {"service": {"name": "prod-webhook", "namespace": "gpu-system", "path": "/mutate-pods", "port": 443}}
-    [rule] = [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if "mutatingwebhookconfigurations" in r["resources"]]
+    [rule] = [r for r in _controller_role(objects)["rules"] if "mutatingwebhookconfigurations" in r["resources"]]
     assert (rule["resourceNames"], rule["verbs"]) == (["prod-atoll"], ["get", "patch"])
 
 
@@ -167,7 +175,7 @@ def test_the_role_grants_exactly_the_leases_in_use(values: dict[str, Any], names
     update on those names only, create (which no name can restrict) only when one is in use."""
     objects = render(values)
     assert _lease_rules(objects) == ([((), ("create",)), (names, ("get", "update"))] if names else [])
-    assert not [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if "leases" in r["resources"]]
+    assert not [r for r in _controller_role(objects)["rules"] if "leases" in r["resources"]]
 
 
 def test_without_the_webhook_nothing_of_it_is_rendered() -> None:
@@ -175,7 +183,7 @@ def test_without_the_webhook_nothing_of_it_is_rendered() -> None:
     assert not by_kind(objects, "MutatingWebhookConfiguration")
     assert [s["metadata"]["name"] for s in by_kind(objects, "Service")] == ["atoll-metrics"]
     assert not [f for f in _flags(objects) if f.startswith("--webhook")]
-    assert not [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert not [r for r in _controller_role(objects)["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
 
 
 def test_cert_manager_mode_mounts_its_secret_and_asks_for_ca_injection() -> None:
@@ -189,7 +197,7 @@ def test_cert_manager_mode_mounts_its_secret_and_asks_for_ca_injection() -> None
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["webhook-certs"]["secret"]["secretName"] == cert["spec"]["secretName"]
     assert "--webhook-generate-certs" not in _flags(objects)
-    assert not [r for r in by_kind(objects, "ClusterRole")[0]["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+    assert not [r for r in _controller_role(objects)["rules"] if r["apiGroups"] == ["admissionregistration.k8s.io"]]
     issuer = render(MATRIX["cert-manager-issuer"])
     assert not by_kind(issuer, "Issuer") and by_kind(issuer, "Certificate")[0]["spec"]["issuerRef"] == {"kind": "ClusterIssuer", "name": "corp-ca"}
 
@@ -283,11 +291,20 @@ def _run_settings(objects: list[dict[str, Any]]) -> Any:
 def test_the_span_cost_parking_and_write_values_reach_atoll_run() -> None:
     settings = _run_settings(render({}))
     assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("calibrated", 0.1, 0.0)
-    assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (False, 0)
+    assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (None, 0)  # each profile's queueing.parkWaiting
     settings = _run_settings(render({"parkWaiting": True, "writeWorkers": 4,
                                      "spanCost": {"linkModel": "flat-ring", "commFraction": 0.25, "overlap": 0.5}}))
     assert (settings.cost.link_model, settings.cost.comm_fraction, settings.cost.overlap) == ("flat-ring", 0.25, 0.5)
     assert (settings.decisions.park_waiting, settings.decisions.write_workers) == (True, 4)
+    assert _run_settings(render({"parkWaiting": False})).decisions.park_waiting is False
+    assert settings.decisions.quota_yield_max_seconds == 43200.0
+    assert _run_settings(render({"quotaYieldMaxSeconds": 900})).decisions.quota_yield_max_seconds == 900.0
+    assert _run_settings(render({"parkWaiting": "profile"})).decisions.park_waiting is None
+
+
+def test_a_park_waiting_value_other_than_true_false_or_profile_is_refused() -> None:
+    with pytest.raises(Exception, match="parkWaiting"):
+        render({"parkWaiting": "yes"})
 
 
 def test_deciding_before_quota_is_off_unless_the_value_turns_it_on_and_its_hold_and_depth_reach_atoll_run() -> None:
@@ -299,22 +316,22 @@ def test_deciding_before_quota_is_off_unless_the_value_turns_it_on_and_its_hold_
 
 def test_only_parking_lets_atoll_patch_a_workload() -> None:
     """A parked Workload gives its quota back by ``spec.active`` (``_yielding``): the ClusterRole
-    may patch Workloads with ``parkWaiting`` on, and never without it."""
+    may patch Workloads unless ``parkWaiting`` is false (by default a profile may park), and never with it false."""
     def verbs(values: dict[str, Any]) -> list[str]:
         (rule,) = [r for o in render(values) if o["kind"] == "ClusterRole" and "helm.sh/hook" not in (o["metadata"].get("annotations") or {})
                    for r in o["rules"] if r.get("resources") == ["workloads"]]
         return list(rule["verbs"])
-    assert verbs({}) == ["get", "list", "watch"]
-    assert verbs({"parkWaiting": True}) == ["get", "list", "watch", "patch"]
+    assert verbs({"parkWaiting": False}) == ["get", "list", "watch"]
+    assert verbs({}) == verbs({"parkWaiting": True}) == ["get", "list", "watch", "patch"]
 
 
 def test_parking_brings_a_post_delete_hook_that_ends_the_yields_with_its_own_rbac() -> None:
-    """Only a running Atoll reactivates a Workload that gave its quota back, so with ``parkWaiting``
+    """Only a running Atoll reactivates a Workload that gave its quota back, so unless ``parkWaiting`` is false
     an uninstall runs ``atoll yields --end`` after the release is gone, with RBAC of its own."""
     from admission.cli import COMMANDS
 
-    assert not [o for o in render({}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
-    hooks = [o for o in render({"parkWaiting": True}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    assert not [o for o in render({"parkWaiting": False}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]
+    hooks = [o for o in render({}) if "helm.sh/hook" in (o["metadata"].get("annotations") or {})]  # by default a profile may park
     assert sorted(o["kind"] for o in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
     assert {o["metadata"]["annotations"]["helm.sh/hook"] for o in hooks} == {"post-delete"}
     [job] = by_kind(hooks, "Job")

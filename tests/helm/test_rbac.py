@@ -77,9 +77,11 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(fabric.cq, fabric.flavor, 1000, fabric.check))
         custom.create_namespaced_custom_object(GROUP, VERSION, TEAM_NS, "localqueues", local_queue(TEAM_NS, "lq", fabric.cq))
         # the chart as a user installs it; only the AdmissionCheck's name and the profiles match this fabric
-        # the webhook forced on: the profiles start under domain enforcement and a test switches them to exact
+        # the webhook forced on: the profiles start under domain enforcement and a test switches them to exact;
+        # parking off, the tightest role: by default a profile may park, and the role may then also patch a
+        # Workload's spec.active (test_chart.py::test_only_parking_lets_atoll_patch_a_workload)
         values = {"admissionCheck": {"name": fabric.check}, "profiles": {"document": yaml.safe_dump(profiles_doc(fabric.flavor, fabric.topology))},
-                  "webhook": {"enabled": True}}
+                  "webhook": {"enabled": True}, "parkWaiting": False}
         objects = render(for_server(admin, values), release=RELEASE, namespace=RELEASE_NS)
         for obj in objects:
             apply(admin, obj)

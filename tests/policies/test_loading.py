@@ -19,6 +19,13 @@ def test_sample_document_loads() -> None:
     assert doc.classes["training"].perf_floor == 0.9
     assert doc.classes["inference"].spread is not None and doc.classes["inference"].spread.max_per_domain == 1
     assert doc.flavors["gb200"].enforcement == "domain"
+    # the profiles whose figures were measured with waits parked ship parking on; the rest wait on Retries
+    assert {name for name, p in doc.profiles.items() if p.queueing.park_waiting} == {"costed", "costed-floor"}
+
+
+def test_a_profile_parks_its_waits_only_when_it_says_so() -> None:
+    doc = load_profiles("profiles:\n  a: {requiredLevel: x, queueing: {parkWaiting: true}}\n  b: {requiredLevel: x}\ndefaultProfile: a\n")
+    assert doc.profiles["a"].queueing.park_waiting is True and doc.profiles["b"].queueing.park_waiting is False
 
 
 def test_empty_document_gives_defaults() -> None:
@@ -52,6 +59,9 @@ def test_empty_document_gives_defaults() -> None:
          "profiles.p.queueing.perfFloorIdle: Input should be 'weigh' or 'take' (got 'always')"),
         ("profiles:\n  p: {requiredLevel: a, queueing: {perfFloorIdle: take}}\ndefaultProfile: p\n",
          "profiles.p.queueing: perfFloorIdle: take lowers the class floor to perfFloorByCost; set perfFloorByCost"),
+        ("profiles:\n  p: {requiredLevel: a, queueing: {parkWaiting: 'yes'}}\ndefaultProfile: p\n",
+         "profiles.yaml: profiles.p.queueing.parkWaiting: Input should be a valid boolean (got 'yes')"),
+        ("profiles:\n  p: {requiredLevel: a, queueing: {park: true}}\ndefaultProfile: p\n", "profiles.p.queueing.park: unknown key"),
         ("[1, 2]\n", "expected a mapping at the top"),
         ("profiles: {a: [\n", "not valid YAML"),
     ],

@@ -106,8 +106,10 @@ def test_parking_on_runs_the_quality_sweep_with_atolls_waits_parked(monkeypatch:
             "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod"]
     assert bq.main([*argv, "--parking", "on"]) == 0
     assert seen == [True] and "Atoll waits parked" in capsys.readouterr().out
-    assert bq.main(argv) == 0
-    assert seen == [True, False] and "Atoll waits parked" not in capsys.readouterr().out
+    assert bq.main(argv) == 0  # by default each profile parks as its queueing.parkWaiting says
+    assert seen == [True, None] and "parked where the profile says" in capsys.readouterr().out
+    assert bq.main([*argv, "--parking", "off"]) == 0
+    assert seen == [True, None, False] and "Atoll waits on Retries" in capsys.readouterr().out
     with pytest.raises(SystemExit) as bad:
         bq.main([*argv, "--parking", "sometimes"])
     assert bad.value.code == 2 and "--parking" in capsys.readouterr().err

@@ -162,6 +162,30 @@ def test_deciding_before_quota_is_off_by_default_the_flags_and_variables_set_it_
         assert len(err) == 1 and flag in err[0] and repr(value) in err[0], err
 
 
+def test_parking_follows_each_profile_unless_the_flag_or_variable_overrides_it_and_a_bad_variable_is_refused(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def park(env: dict[str, str], *argv: str) -> bool | None:
+        return build_settings(parser(env).parse_args(list(argv))).decisions.park_waiting
+
+    assert park({}) is None and park({"ATOLL_PARK_WAITING": "profile"}) is None
+    assert park({"ATOLL_PARK_WAITING": "true"}) is True and park({"ATOLL_PARK_WAITING": "false"}) is False
+    assert park({}, "--park-waiting") is True and park({"ATOLL_PARK_WAITING": "true"}, "--no-park-waiting") is False
+    monkeypatch.setenv("ATOLL_PARK_WAITING", "yes")
+    assert main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ATOLL_PARK_WAITING='yes'" in err[0] and "true, false or profile" in err[0], err
+
+
+def test_the_quota_yield_bound_defaults_to_twelve_hours_and_bad_values_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert build_settings(parser({}).parse_args([])).decisions.quota_yield_max_seconds == 43200.0
+    assert build_settings(parser({"ATOLL_QUOTA_YIELD_MAX_SECONDS": "900"}).parse_args([])).decisions.quota_yield_max_seconds == 900.0
+    for value in ("0", "-5", "inf", "long"):
+        with pytest.raises(SystemExit):
+            parser({}).parse_args(["--quota-yield-max-seconds", value])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--quota-yield-max-seconds" in err[0] and repr(value) in err[0], err
+
+
 def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     args = parser({"ATOLL_WEBHOOK_TIMEOUT_SECONDS": "7"}).parse_args(["--webhook-timeout-seconds", "12"])
     assert build_webhook_settings(args).timeout_seconds == 12

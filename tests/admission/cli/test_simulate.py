@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -350,7 +351,9 @@ def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported
     args = ("--cluster", cluster, "--trace", str(trace), "--trace-format", "itp", "--load", "1.3", "--seeds", "1",
             "--policies", "atoll-strict,atoll-elastic")
     parked = run_json(capsys, *args, "--parking", "on")["policies"]
-    retried = run_json(capsys, *args)["policies"]
+    retried = run_json(capsys, *args)["policies"]  # neither profile sets queueing.parkWaiting: Retries
+    off = run_json(capsys, *args, "--parking", "off")["policies"]
+    assert all(off[n][k] == retried[n][k] for n in retried for k in ("decisions_per_job", "wait_by_size_band"))
     for name in ("atoll-strict", "atoll-elastic"):
         assert 1.0 <= parked[name]["decisions_per_job"] < retried[name]["decisions_per_job"]
         assert list(parked[name]["wait_by_size_band"]) == ["1-7", "8-15", "16-63", "64+"]
@@ -358,6 +361,29 @@ def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported
     assert main(list(args)) == 0
     out = capsys.readouterr().out
     assert "wait by size band, all jobs of seed 0, load 1.3" in out and "16-63 GPUs p95/max wait h" in out
+
+
+def test_the_quota_yield_bound_reaches_the_runs_which_report_their_yields(capsys: pytest.CaptureFixture[str], cluster: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import admission.simulator._sweep as sweep
+    from admission.controller import DecisionSettings
+
+    seen: list[float] = []
+    real = sweep.simulate
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        seen.append(kw["settings"].quota_yield_max_seconds)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sweep, "simulate", spy)
+    args = ("--cluster", cluster, "--jobs", "40", "--seeds", "1", "--policies", "atoll-strict", "--parking", "on", "--workers", "1")
+    run = run_json(capsys, *args, "--quota-yield-max-seconds", "60")["runs"][0]
+    assert seen == [60.0]
+    assert {"quota_yields", "reparked", "quota_yields_timed_out", "longest_quota_yield_hours"} <= set(run)
+    run_json(capsys, *args)
+    assert seen == [60.0, DecisionSettings().quota_yield_max_seconds]  # the controller's default
+    assert main([*args, "--quota-yield-max-seconds", "0"]) == 2
+    assert "--quota-yield-max-seconds must be above 0" in capsys.readouterr().err
 
 
 def test_link_model_flag_picks_the_pessimistic_ring_and_refuses_unknown_models(capsys: pytest.CaptureFixture[str], cluster: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from admission.controller import DecisionSettings
-from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, run
+from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, profiles_doc, run
 
 pytestmark = pytest.mark.apiserver
 
@@ -89,3 +89,49 @@ def test_an_elastic_gang_parked_before_its_relax_time_spans_when_the_deadline_pa
     assert late.outcome == "admit" and late.relaxed and entry["state"] == "Ready"
     (label, _), = entry["podSetUpdates"][0]["nodeSelector"].items()
     assert label == BLOCK and len(planned(entry)) == 2
+
+
+def test_in_one_controller_a_workload_of_a_parking_profile_parks_and_one_of_another_profile_gets_a_retry(fabric: Fabric) -> None:
+    """``queueing.parkWaiting`` is the profile's: with no override (``decisions.park_waiting`` None,
+    the default) the gang of the parking profile parks, keeps its entry Pending and gives its quota
+    back to a Workload waiting for quota; the gang of the other profile goes to Retry."""
+    from admission import vocabulary
+    from tests.admission.controller.test_yielding import active, waiter, yielded_to
+
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["parked"] = {"requiredLevel": CLIQUE, "queueing": {"parkWaiting": True}}
+    fabric.install(doc)
+    busy(fabric)
+    ctrl = fabric.controller()
+    assert ctrl.settings.decisions.park_waiting is None
+    fabric.submit("parks", [("main", 2, 4)], podset_annotations={"main": {vocabulary.PROFILE: "parked"}})
+    fabric.submit("retries", [("main", 2, 4)])  # the default profile, strict: no parkWaiting
+    verdicts = {v.profile: v for v in run(ctrl)}
+    assert verdicts["parked"].outcome == verdicts["strict"].outcome == "wait"
+    assert verdicts["parked"].parked and not verdicts["strict"].parked
+    assert fabric.entry("parks")["state"] == "Pending" and "requeueAfterSeconds" not in fabric.entry("parks")
+    assert fabric.entry("retries")["state"] == "Retry" and fabric.entry("retries")["requeueAfterSeconds"] == 30
+    assert f"{fabric.ns}/parks" in ctrl.parking and f"{fabric.ns}/retries" not in ctrl.parking
+    waiter(fabric, "late")
+    run(ctrl)
+    assert not active(fabric, "parks") and yielded_to(fabric, "parks") == f"{fabric.ns}/late"  # the parked one gives its quota back
+    assert active(fabric, "retries") and yielded_to(fabric, "retries") is None
+
+
+@pytest.mark.parametrize("override", [True, False])
+def test_the_controllers_park_waiting_wins_over_every_profile(fabric: Fabric, override: bool) -> None:
+    """``atoll run --park-waiting`` parks the waits of a profile without ``parkWaiting``;
+    ``--no-park-waiting`` sends those of a profile with it to Retry."""
+    from admission import vocabulary
+
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["parked"] = {"requiredLevel": CLIQUE, "queueing": {"parkWaiting": True}}
+    fabric.install(doc)
+    busy(fabric)
+    settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=override)})
+    ctrl = fabric.controller(settings=settings)
+    fabric.submit("parks", [("main", 2, 4)], podset_annotations={"main": {vocabulary.PROFILE: "parked"}})
+    fabric.submit("retries", [("main", 2, 4)])
+    verdicts = run(ctrl)
+    assert len(verdicts) == 2 and all(v.outcome == "wait" and v.parked is override for v in verdicts)
+    assert {fabric.entry(n)["state"] for n in ("parks", "retries")} == {"Pending" if override else "Retry"}

@@ -173,6 +173,33 @@ def test_a_yield_ends_only_once_no_workload_queued_before_the_give_waits_for_quo
     assert active(fabric, "gang") and yielded_to(fabric, "gang") is None  # only "huge" waits, and no quota could let it in
 
 
+def test_a_yield_ends_at_its_time_bound_while_a_workload_queued_before_the_give_still_waits(fabric: Fabric) -> None:
+    """A waiter the quota could admit but that Kueue never admits would keep the gang out for ever:
+    ``decisions.quota_yield_max_seconds`` after the give it is reactivated all the same, and counted."""
+    fabric.install()
+    busy(fabric)
+    settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True, quota_yield_max_seconds=600.0)})
+    ctrl = fabric.controller(settings=settings)
+    fabric.submit("gang", [("main", 2, 4)])
+    (first,) = run(ctrl)
+    assert first.parked
+    waiter(fabric, "late")
+    waiter(fabric, "second")
+    run(ctrl)
+    assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    fabric.clock.advance(599)
+    run(ctrl)
+    assert not active(fabric, "gang")  # "second", queued before the give, waits, and the bound is not reached
+    assert ctrl.quota_yields_timed_out == 0
+    fabric.clock.advance(1)
+    run(ctrl)
+    assert active(fabric, "gang") and yielded_to(fabric, "gang") is None  # 600 s after the give, whoever still waits
+    assert ctrl.quota_yields_timed_out == 1
+    assert ctrl.metrics.registry.get_sample_value("atoll_quota_yields_timed_out_total", {"flavor": fabric.flavor}) == 1
+
+
 def test_the_running_controller_gives_parked_quota_back(fabric: Fabric) -> None:
     """The watch-driven worker loop, not only ``process``: the waiter's watch event leads to the yield."""
     fabric.install()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import random
 
 import numpy as np
@@ -136,6 +137,32 @@ def test_strict_waits_forever_for_an_island_that_never_frees_and_is_reported_unf
     model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
     res = run(model, [job(0.0, 100.0, 16)], "atoll-strict", stall_seconds=3600.0)
     assert res.status[0] == STATUS_UNFINISHED and np.isnan(res.start[0])
+
+
+def test_a_profile_that_parks_and_one_that_does_not_in_the_same_run() -> None:
+    """``queueing.parkWaiting`` is the profile's, through the controller's decision
+    (``Verdict.waits_parked``): with no override the parking profile's gang is decided again when
+    an island frees, the other's on its Retries; ``parking`` True or False overrides both."""
+    doc = load_profiles(f"""
+defaultProfile: strict
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}}}
+  parked: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}, queueing: {{parkWaiting: true}}}}
+""")
+    model = cluster(sus=1, racks=3, used={"u0r1n0": 4, "u0r2n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(1.0, 50.0, 16)]  # as below: the second gang has quota but no island until 100
+    work = prepare_workload(model, jobs)
+
+    def start(parking: bool | None) -> dict[str, float]:
+        out = {}
+        for pol in make_policies(["atoll-parked", "atoll-strict"], doc, seed=11):
+            res = simulate(model, work, pol, settings=SimSettings(parking=parking))
+            out[pol.name] = float(res.start[1])
+        return out
+
+    assert start(None) == {"atoll-parked": pytest.approx(100.0), "atoll-strict": pytest.approx(1.0 + 30 + 60 + 120)}
+    assert start(True) == {"atoll-parked": pytest.approx(100.0), "atoll-strict": pytest.approx(100.0)}
+    assert start(False) == {"atoll-parked": pytest.approx(211.0), "atoll-strict": pytest.approx(211.0)}
 
 
 def test_strict_parked_is_decided_again_when_an_island_frees_and_retries_only_after_backoff() -> None:
@@ -368,6 +395,36 @@ def test_a_workload_that_gave_its_quota_back_stays_out_while_a_job_queued_before
     assert res.start[3] == pytest.approx(5.0) and res.quota_yields == 1  # W got G's quota
     assert res.start[2] == pytest.approx(105.0)  # B, queued before the give, starts when W's quota frees
     assert np.isnan(res.start[0]) and res.reparked == 1  # G back behind B: its quota again after B's end, parked undecided
+
+
+def test_a_yield_ends_at_its_time_bound_while_a_job_queued_before_the_give_still_waits() -> None:
+    # G (16 GPUs) parks with no island of 16; L (8 GPUs) runs until 100,001; B (20 GPUs, t=2) waits
+    # for quota and GPUs the flavor lacks, so nobody gives it anything; W (4 GPUs, t=5) gets G's
+    # quota. B, queued before the give, waits until L ends: without a bound G stays out that long
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(1.0, 100_000.0, 8), job(2.0, 50.0, 20), job(5.0, 100.0, 4)]
+    unbounded = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0, quota_yield_max_seconds=math.inf)
+    assert unbounded.start[3] == pytest.approx(5.0) and unbounded.quota_yields == 1
+    assert unbounded.quota_yields_timed_out == 0 and unbounded.reparked == 1
+    assert unbounded.longest_quota_yield_hours == pytest.approx((100_001.0 - 5.0) / 3600)  # back once B held quota, at L's end
+    assert unbounded.start[2] == pytest.approx(100_001.0)
+    bounded = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0, quota_yield_max_seconds=3600.0)
+    assert bounded.start[3] == pytest.approx(5.0) and bounded.quota_yields_timed_out == 1
+    assert bounded.longest_quota_yield_hours == pytest.approx(1.0)  # the second give, to B, ends the moment B holds quota
+    # back at 3,605 ahead of B it holds quota again, is decided afresh (not parked again undecided),
+    # and so gives its quota to B once L's end frees the GPUs B needs: B starts when it would have
+    assert bounded.decisions == unbounded.decisions + 1 and bounded.quota_yields == 2
+    assert bounded.start[2] == pytest.approx(100_001.0)
+
+
+def test_a_yield_bound_no_yield_reaches_changes_nothing() -> None:
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(1.0, 30.0, 8), job(2.0, 50.0, 20), job(5.0, 100.0, 12)]
+    a = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0, quota_yield_max_seconds=math.inf)
+    b = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0, quota_yield_max_seconds=1000.0)
+    assert a.quota_yields == b.quota_yields == 1 and b.quota_yields_timed_out == 0
+    np.testing.assert_array_equal(a.start, b.start)
+    np.testing.assert_array_equal(a.times, b.times)  # the bound's timer adds no instant to the run
 
 
 def test_a_workload_parked_again_undecided_keeps_its_quota_until_it_is_decided_again() -> None:

@@ -204,7 +204,7 @@ def test_reservations_parked_write_each_atoll_runs_decision_records_per_cluster(
     bq.main(["--skip-scale", "--skip-quality", "--reservations", "costed", "--loads", "1.2", "--seeds", "1", "--workers", "1",
              "--clusters", "gb200-nvl72-superpod", "--parking", "on", "--records", str(out), "--format", "json"])
     report = json.loads(capsys.readouterr().out)["quality"]
-    assert report["parking"] is True
+    assert report["parking"] == "on"
     runs = {json.loads(line)["run"] for line in out.read_text().splitlines()}
     assert runs == {f"atoll-costed-{v} seed 0 load 1.2" for v in ("island", "span", "nores")}  # every variant's decisions, one file
     assert not list(tmp_path.glob("records.jsonl.part-*"))  # the runs' parts are joined and gone

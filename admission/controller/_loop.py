@@ -45,6 +45,7 @@ from typing import Any
 
 import structlog
 
+from admission import vocabulary
 from admission.controller._before_quota import BeforeQuota
 from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem
 from admission.controller._decide import Decider, Verdict
@@ -162,6 +163,7 @@ class Controller:
         self.before = BeforeQuota(self.writes, self.cache, self.settings, self.clock)
         """Decisions made before Kueue reserves quota, and their holds (``_before_quota``)."""
         self.ledger.booked_as = self.before.view
+        self.before.on_count = lambda kind: self.metrics.before_quota.labels(kind).inc()
         self._before_due = 0.0
         self.queue_state = QueueState(self.cache, self.ledger, self.decider.holds)
         """The queue manager's state fed from the cache, and kept on the Workloads (``_queue_state``)."""
@@ -593,7 +595,7 @@ class Controller:
         if not self.before.enabled or self.read_only or self.cache.profiles is None or not self._check_names:
             return []
         for key in self.before.due():
-            self._release_hold(key, f"no quota within {self.before.hold_seconds:g}s of the decision made before it")
+            self._release_hold(key, f"no quota within {self.before.hold_seconds:g}s of the decision made before it", "expired")
         out: list[Verdict] = []
         for key, cq, flavor in self.before.next_candidates():
             obj = self.cache.objects[WORKLOADS].get(key)
@@ -607,6 +609,8 @@ class Controller:
                 self.before.rest(key)
                 continue
             verdict.message += f" | decided before quota, on flavor {flavor}, the only one of ClusterQueue {cq}"
+            for update in verdict.podset_updates:  # read back at the reservation, by this replica or a restarted one
+                update["annotations"] = {**(update.get("annotations") or {}), vocabulary.DECIDED_BEFORE_QUOTA: flavor}
             self.before.hold(obj, cq, flavor)
             out.append(verdict)
             if self._writers is not None:  # pipelined as any decision: a write that does not land releases the hold (``saw``)
@@ -618,7 +622,7 @@ class Controller:
                 self.before.release(key)
         return out
 
-    def _release_hold(self, key: str, why: str) -> bool:
+    def _release_hold(self, key: str, why: str, kind: str) -> bool:
         """Atoll's entry of a Workload decided before quota back to Pending (its placement gone
         from the ledger), when it still has no quota; True if written."""
         obj = self.cache.objects[WORKLOADS].get(key)
@@ -635,7 +639,7 @@ class Controller:
 
         if not self._written(key, obj, "release of a decision made before quota", release):
             return False
-        self.before.release(key)
+        self.before.release(key, entry, str((obj.get("metadata") or {}).get("uid")), kind)
         self.ledger.observe(self.cache.objects[WORKLOADS].get(key) or obj, self._check_names)
         _log.info("released a decision made before quota", workload=key, why=why)
         return True
@@ -643,7 +647,7 @@ class Controller:
     def _free_holds(self, flavors: str) -> bool:
         """A Workload holding quota waits for room: the holds of decisions made before quota on its flavors are released."""
         released = [k for k in self.before.on_flavors(f for f in flavors.split(",") if f)
-                    if self._release_hold(k, "a Workload holding quota needed the room")]
+                    if self._release_hold(k, "a Workload holding quota needed the room", "room")]
         return bool(released)
 
     def _mismatched(self, key: str, obj: Obj) -> Verdict | None:

@@ -59,6 +59,11 @@ class Metrics:
                                            "Decisions that found owed pods with no room in their domain.", registry=r)
         self.quota_yields = Counter("atoll_quota_yields", "Parked Workloads that gave their quota back to a Workload waiting for "
                                     "quota (--park-waiting), per flavor.", ["flavor"], registry=r)
+        self.before_quota = Counter("atoll_before_quota", "Decisions made before Kueue reserved quota (--decide-before-quota), by "
+                                    "what happened: decided, released-expired (no quota within the hold), released-room (a "
+                                    "Workload holding quota needed the room), retry-mismatch (quota reserved on another flavor or "
+                                    "pod count), retry-released (quota reserved from Kueue's copy older than a release).",
+                                    ["kind"], registry=r)
         self.quota_reparks = Counter("atoll_quota_reparks", "Of those, parked again without a decision when they held quota "
                                      "again (nothing they wait for changed), per flavor.", ["flavor"], registry=r)
 

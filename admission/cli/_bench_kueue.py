@@ -312,7 +312,7 @@ def nodes_ready_seconds(nodes: int) -> float:
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
               write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None,
               create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2,
-              before_quota_settle: float = 1.0) -> dict[str, Any]:
+              before_quota_settle: float = 1.0, before_quota_list_own: bool = False) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
     ``create_workers``: the bench's creates in flight at once (each on its own connection);
@@ -348,7 +348,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                      "--kubeconfig", str(api.kubeconfig_path), "--namespace", ATOLL_NS, "--admission-check", CHECK,
                      "--metrics-port", str(metrics_port), "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
                      "--log-level", "warning", *(["--decide-before-quota", "--before-quota-depth", str(before_quota_depth),
-                                                  "--before-quota-settle", str(before_quota_settle)] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                                                  "--before-quota-settle", str(before_quota_settle),
+                                                  *(["--before-quota-list-own"] if before_quota_list_own else [])] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
                 try:
                     _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
                     result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records,
@@ -362,7 +363,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                         ctrl.kill()
                         ctrl.wait()
             return {**result, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth,
-                    "before_quota_settle": before_quota_settle, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
+                    "before_quota_settle": before_quota_settle, "before_quota_list_own": before_quota_list_own, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
                     "kueue_workload_controller": workload_controller_figures(cluster.metrics())}
         finally:
             if logs is not None:
@@ -551,6 +552,8 @@ def main(argv: Sequence[str]) -> int:
                    help="with --decide-before-quota: Workloads per ClusterQueue holding an early decision at once (1-64)")
     p.add_argument("--before-quota-settle", type=float, default=1.0,
                    help="with --decide-before-quota: seconds a Workload must have waited for quota before it is decided early")
+    p.add_argument("--before-quota-list-own", action="store_true",
+                   help="with --decide-before-quota: atoll run --before-quota-list-own")
     p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
@@ -582,7 +585,8 @@ def main(argv: Sequence[str]) -> int:
         out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
                         write_workers=args.write_workers, kueue_config=_workload_concurrency(args.kueue_workload_concurrency),
                         logs=args.logs, create_workers=args.create_workers, decide_before_quota=args.decide_before_quota,
-                        before_quota_depth=args.before_quota_depth, before_quota_settle=args.before_quota_settle)
+                        before_quota_depth=args.before_quota_depth, before_quota_settle=args.before_quota_settle,
+                        before_quota_list_own=args.before_quota_list_own)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1

@@ -184,6 +184,10 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                    help="seconds a Workload must have been seen waiting for quota before it is decided early (0: at first "
                         "sight); Kueue reserves from its own copy, and one older than the decision writes it back to Pending "
                         "(env ATOLL_BEFORE_QUOTA_SETTLE)")
+    p.add_argument("--before-quota-list-own", action=argparse.BooleanOptionalAction,
+                   default=env.get("ATOLL_BEFORE_QUOTA_LIST_OWN", "false") == "true",
+                   help="with --decide-before-quota: decide a Workload holding quota before Kueue has listed Atoll's check "
+                        "on it, and write the entry with the decision (env ATOLL_BEFORE_QUOTA_LIST_OWN)")
     add_cost_args(p, env)
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
@@ -220,7 +224,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
                             metrics_secure=args.metrics_secure),
         decisions=DecisionSettings(park_waiting=args.park_waiting, write_workers=args.write_workers,
                                    decide_before_quota=args.decide_before_quota, before_quota_hold_seconds=args.before_quota_hold,
-                                   before_quota_depth=args.before_quota_depth, before_quota_settle_seconds=args.before_quota_settle),
+                                   before_quota_depth=args.before_quota_depth, before_quota_settle_seconds=args.before_quota_settle,
+                                   before_quota_list_own=args.before_quota_list_own),
         cost=cost_settings(args),
     )
 

@@ -30,6 +30,13 @@ to ``Retry`` (Kueue evicts and requeues; the next reservation is decided anew). 
 controller adopts the pre-decisions it finds (entry ``Ready`` carrying Atoll's decision id, no
 quota) with a fresh hold.
 
+With ``before_quota_list_own``, a Workload whose quota Kueue's scheduler reserved before Kueue's
+Workload controller listed the checks on it (the scheduler does not wait for them:
+``HasAllRequiredChecks`` only decides whether the reservation's write also admits) is decided at
+once, Atoll's entry added by the decision's own write (``own_check`` names it); Kueue's listing
+then finds it there and keeps it (``syncAdmissionCheckConditions``), and its next reconcile
+admits. A listing that lands first makes Atoll's write conflict (409): it decides again.
+
 A release races Kueue's scheduler: it applies its reservation from its own copy of the Workload
 with forced ownership (``PatchAdmissionStatus``, pkg/workload/patching/patching.go), so a copy
 taken while the entry still said ``Ready`` writes that entry back, with ``Admitted=True``, after
@@ -107,6 +114,9 @@ class BeforeQuota:
         """Key → when it may be pre-decided again (after a release, or a decision that was not a placement)."""
         self._lq: dict[str, tuple[float, str | None]] = {}
         self._cq: dict[str, tuple[float, str | None]] = {}
+        self._checks: dict[str, tuple[float, dict[str, frozenset[str]] | None]] = {}
+        """ClusterQueue → its admission checks and the flavors each applies to (empty: every flavor)."""
+        self.list_own = d.before_quota_list_own
 
     # ------------------------------------------------------------------ queues and flavors
 
@@ -149,6 +159,36 @@ class BeforeQuota:
             return names.pop() if len(names) == 1 else None
         name = self._get(self._cq, cluster_queue, read)
         return name if name is not None and doc is not None and name in doc.flavors else None
+
+    def own_check(self, obj: Obj, check_names: Iterable[str]) -> str | None:
+        """The name of Atoll's check that Kueue will list on ``obj``, a Workload holding quota
+        whose entries Kueue's Workload controller has not listed yet: its ClusterQueue's checks
+        that apply to a flavor of its admission, as Kueue's ``AdmissionChecksForWorkload`` picks
+        them (pkg/workload/workload.go; a check with no ``onFlavors`` applies to every flavor).
+        None unless exactly one of ``check_names`` applies."""
+        admission = (obj.get("status") or {}).get("admission") or {}
+        cq = str(admission.get("clusterQueue") or "")
+        if not cq:
+            return None
+        now = self.clock.monotonic()
+        hit = self._checks.get(cq)
+        if hit is None or now - hit[0] >= QUEUE_TTL_SECONDS:
+            try:
+                spec = self.port.get(CLUSTER_QUEUES, cq).get("spec") or {}
+                checks: dict[str, frozenset[str]] = {str(n): frozenset() for n in spec.get("admissionChecks") or []}
+                for c in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
+                    checks[str(c.get("name"))] = frozenset(str(f) for f in c.get("onFlavors") or [])
+                hit = (now, checks)
+                self._checks[cq] = hit
+            except errors.NotFound:
+                hit = self._checks[cq] = (now, None)
+            except errors.ApiError:  # the last reading stands, read again next time
+                if hit is None:
+                    return None
+        flavors = {str(f) for a in admission.get("podSetAssignments") or [] for f in (a.get("flavors") or {}).values()}
+        names = set(check_names)
+        applying = [n for n, on in (hit[1] or {}).items() if n in names and (not on or on & flavors)]
+        return applying[0] if len(applying) == 1 else None
 
     # ------------------------------------------------------------------ what the watch shows
 

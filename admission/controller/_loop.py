@@ -325,6 +325,8 @@ class Controller:
 
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
+        if self.before.list_own and self.before.enabled:
+            current = self._listed(current)
         flight = self._in_flight.get(object_key(current))
         same = flight is not None and (current.get("metadata") or {}).get("resourceVersion") == (flight.obj.get("metadata") or {}).get("resourceVersion")
         if self.before.saw(current, self._check_names):  # its reservation does not match its decision made before quota
@@ -336,6 +338,25 @@ class Controller:
             self._queue[object_key(current)] = None
         if self.parking.enabled and not self.read_only:
             self._yield_due |= self.quota_yield.saw(current)
+
+    def _listed(self, obj: Obj) -> Obj:
+        """``obj`` with Atoll's entry as Kueue will list it (``Pending``), when it holds quota, its
+        entry is not listed yet and Atoll's check applies (``BeforeQuota.own_check``): decided
+        now, its write adds the entry (and is refused, 409, if Kueue listed it first)."""
+        if not self._check_names or not condition_true(obj, "QuotaReserved") or check_entry(obj, self._check_names) is not None:
+            return obj
+        if condition_true(obj, "Evicted") or condition_true(obj, "Finished") or condition_true(obj, "Admitted"):
+            return obj
+        name = self.before.own_check(obj, self._check_names)
+        if name is None:
+            return obj
+        status = dict(obj.get("status") or {})
+        meta = obj.get("metadata") or {}
+        status["admissionChecks"] = [*(status.get("admissionChecks") or []), {
+            "name": name, "state": "Pending", "message": "", "lastTransitionTime": meta.get("creationTimestamp") or rfc3339(self.clock.now())}]
+        listed = {**obj, "status": status}
+        self.cache.objects[WORKLOADS][object_key(obj)] = listed
+        return listed
 
     def _on_admission_checks(self) -> None:
         k = self.settings.kueue

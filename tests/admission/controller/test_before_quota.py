@@ -23,10 +23,12 @@ pytestmark = pytest.mark.apiserver
 HOLD = 30.0
 
 
-def settings(fabric: Fabric, *, on: bool = True, depth: int = 2, settle: float = 0.0, write_workers: int = 0) -> Settings:
+def settings(fabric: Fabric, *, on: bool = True, depth: int = 2, settle: float = 0.0, write_workers: int = 0,
+             list_own: bool = False) -> Settings:
     return Settings(kueue=KueueSettings(admission_check=fabric.check), config=ConfigSettings(namespace=fabric.ns),
                     decisions=DecisionSettings(decide_before_quota=on, before_quota_hold_seconds=HOLD, before_quota_depth=depth,
-                                               before_quota_settle_seconds=settle, write_workers=write_workers))
+                                               before_quota_settle_seconds=settle, write_workers=write_workers,
+                                               before_quota_list_own=list_own))
 
 
 def queue(fabric: Fabric, name: str, podsets: list[tuple[str, int, int]]) -> dict[str, Any]:
@@ -240,3 +242,26 @@ def test_a_matching_reservation_seen_only_after_a_restart_is_kept(fabric: Fabric
     assert run(second) == []
     assert fabric.workload("kept")["metadata"]["resourceVersion"] == reserved["metadata"]["resourceVersion"]  # nothing written
     assert [r.workload for r in second.ledger.reservations()] == [f"{fabric.ns}/kept"] and counted(second, "retry-mismatch") == 0
+
+
+@pytest.mark.parametrize("list_own", [False, True])
+def test_a_reservation_made_before_kueue_listed_the_check_is_decided_at_once_only_when_atoll_lists_its_own(
+        fabric: Fabric, list_own: bool) -> None:
+    """Kueue's scheduler can reserve before its Workload controller has listed the checks (it
+    does not wait for them). With ``before_quota_list_own`` Atoll decides at once and its write
+    adds its entry, Ready; Kueue's listing then finds it there and keeps it."""
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric, list_own=list_own))
+    fabric.kueue.create(workload(fabric.ns, "quick", [("main", 2, 4)]))
+    reserved = fabric.kueue.reserve_quota(fabric.ns, "quick", fabric.cq, fabric.flavor, list_missing=False)
+    assert not reserved["status"].get("admissionChecks")
+    verdicts = run(ctrl)
+    if not list_own:
+        assert verdicts == [] and not fabric.workload("quick")["status"].get("admissionChecks")  # it waits for Kueue's listing
+        return
+    (verdict,) = verdicts
+    entry = fabric.entry("quick")
+    assert verdict.outcome == "admit" and verdict.written and entry["state"] == "Ready" and entry["podSetUpdates"]
+    assert vocabulary.DECIDED_BEFORE_QUOTA not in entry["podSetUpdates"][0]["annotations"]  # decided on the reservation itself
+    fabric.kueue.list_checks(fabric.ns, "quick")  # Kueue's listing: the entry is there, nothing to add
+    assert fabric.entry("quick")["state"] == "Ready" and run(ctrl) == [] and len(ctrl.ledger) == 1

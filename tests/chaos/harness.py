@@ -214,6 +214,9 @@ class RunConfig:
     faults: tuple[str, ...] | None = None
     """Only these faults (None: all of them)."""
     settle_seconds: float = 1.0
+    settle_faults: bool = False
+    """Keep the proxy's faults on while settling: a server still slow once the chaos stops, as a
+    loaded machine's is (reads timing out)."""
     process: bool = False
     """Run the controller as an ``atoll run`` process killed with SIGKILL (instead of in-process,
     where ``crash_rate`` also kills it around decision writes)."""
@@ -258,15 +261,14 @@ class RunResult:
 LEASE = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=1.5, renew_deadline_seconds=1.0, retry_period_seconds=0.1,
                       write_margin_seconds=0.2)
 """Short terms, so a killed leader is replaced within a run's chaos phase."""
-SETTLE_LEASE = LEASE.model_copy(update={"lease_duration_seconds": 6.0, "renew_deadline_seconds": 4.0, "retry_period_seconds": 0.5,
-                                        "write_margin_seconds": 1.0})
+SETTLE_LEASE = LeaderSettings(lease_name=LEASE.lease_name)
 """The clean replicas' terms while settling: a chaos term leaves a write 0.8 s to end, which a
 loaded apiserver (reads timing out) does not answer in, so a clean leader's writes were all
 refused by its own fence and it stepped down again and again until the settle ran out (9
 Workloads left undecided, counted as lost). A term a loaded server can renew in is what a
-clean deployment runs (the chart's are longer still); every write is still checked against
-the term it was sent in (``writes_outside_term``)."""
-SETTLE_QUIET_S = 20.0
+clean deployment runs (client-go's defaults, as ``atoll run`` and the chart have them); every
+write is still checked against the term it was sent in (``writes_outside_term``)."""
+SETTLE_QUIET_S = 30.0
 """The settle phase ends when nothing is left to decide, or after this long without progress
 (fewer Workloads left to decide); ``SETTLE_MAX_S`` in all."""
 SETTLE_MAX_S = 120.0
@@ -555,7 +557,7 @@ class ChaosRun:
     def _settle(self) -> None:
         """Faults off, no new reservations, no more binding: a clean controller decides what is left."""
         self._kill(count=False)
-        self.proxy.enabled = False
+        self.proxy.enabled = self.cfg.settle_faults
         self.kueue.reserving = False
         self._lease = SETTLE_LEASE
         self._start(0.0)

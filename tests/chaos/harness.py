@@ -263,9 +263,10 @@ LEASE = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=1.5
 """Short terms, so a killed leader is replaced within a run's chaos phase."""
 SETTLE_LEASE = LeaderSettings(lease_name=LEASE.lease_name)
 """The clean replicas' terms while settling: a chaos term leaves a write 0.8 s to end, which a
-loaded apiserver (reads timing out) does not answer in, so a clean leader's writes were all
-refused by its own fence and it stepped down again and again until the settle ran out (9
-Workloads left undecided, counted as lost). A term a loaded server can renew in is what a
+loaded apiserver (reads timing out) does not answer in, so a clean leader's writes were
+refused by its own fence and it stepped down again and again until the settle ran out, and the
+Workloads left undecided counted as lost (``test_a_server_still_slow_while_settling_…``: 11 at
+seed 41 with the chaos terms and 20 s). A term a loaded server can renew in is what a
 clean deployment runs (client-go's defaults, as ``atoll run`` and the chart have them); every
 write is still checked against the term it was sent in (``writes_outside_term``)."""
 SETTLE_QUIET_S = 30.0

@@ -10,6 +10,7 @@ __all__ = [
     "BENCH_POOL",
     "CLASS",
     "CONTROLLER_NAME",
+    "DECIDED_BEFORE_QUOTA",
     "DECISION_ID",
     "DECISION_SCHEMA",
     "DRAINING",
@@ -49,6 +50,10 @@ PLANNED_NODES = "atoll.dev/planned-nodes"
 """Pod annotation: the planned nodes and pods per node (``encode_planned``)."""
 ENFORCEMENT = "atoll.dev/enforcement"
 """Pod annotation ``exact`` when the flavor pins each pod to a planned node; absent under ``domain``."""
+DECIDED_BEFORE_QUOTA = "atoll.dev/decided-before-quota"
+"""Pod annotation: the flavor a decision made before Kueue reserved quota assumed
+(``admission/controller/_before_quota.py``); read back at the reservation, also by a restarted
+controller, to answer a reservation on another flavor with a Retry."""
 
 # ----------------------------------------------------------------------------- on pod templates (what users set)
 

@@ -203,13 +203,18 @@ def _kueue_conditions(wl: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def reserve_quota(custom: client.CustomObjectsApi, namespace: str, name: str, cluster_queue: str, flavor: str,
-                  podset_counts: dict[str, int] | None = None, check_name: str = CHECK) -> dict[str, Any]:
+                  podset_counts: dict[str, int] | None = None, check_name: str = CHECK,
+                  copy: dict[str, Any] | None = None, list_missing: bool = True) -> dict[str, Any]:
     """What Kueue's scheduler writes at quota reservation, in one forced apply: ``status.admission``
     (every requested resource on ``flavor``, usage = per-pod requests x count), ``QuotaReserved=True``,
     ``Evicted`` and ``Preempted`` back to False if they were True, and the check entries as they
     are, with a ``Pending`` one (empty message) for a check that has none. ``podset_counts``
-    overrides counts (partial admission)."""
-    wl = _get(custom, namespace, name)
+    overrides counts (partial admission). ``copy``: the scheduler's own copy of the Workload, as
+    ``admit`` writes from it (``e.Obj``, pkg/scheduler/scheduler.go): its check entries are
+    written, and ``Admitted=True`` with them when every one is ``Ready`` (``prepareWorkload``).
+    ``list_missing=False``: a check with no entry gets none, as Kueue's scheduler writes when it
+    reserves before its Workload controller has listed the checks."""
+    wl = copy if copy is not None else _get(custom, namespace, name)
     assignments = []
     for ps in wl["spec"]["podSets"]:
         count = (podset_counts or {}).get(ps["name"], ps["count"])
@@ -225,12 +230,14 @@ def reserve_quota(custom: client.CustomObjectsApi, namespace: str, name: str, cl
         if prev and prev.get("status") == "True":
             set_condition(conditions, type_, "False", "QuotaReserved", "Previously: " + str(prev.get("message", "")), t, gen)
     checks = [dict(e) for e in (wl.get("status") or {}).get("admissionChecks") or []]
-    if not any(e.get("name") == check_name for e in checks):
+    if list_missing and not any(e.get("name") == check_name for e in checks):
         checks.append({"name": check_name, "state": "Pending", "message": PENDING_MESSAGE, "lastTransitionTime": t})
+    if copy is not None and checks and all(e.get("state") == "Ready" for e in checks):
+        set_condition(conditions, "Admitted", "True", "Admitted", "The workload is admitted", t, gen)
     return apply_workload_status(custom, namespace, name, {
         "admission": {"clusterQueue": cluster_queue, "podSetAssignments": assignments},
         "conditions": conditions,
-        "admissionChecks": checks,
+        **({"admissionChecks": checks} if checks else {}),
     })
 
 
@@ -251,9 +258,10 @@ class KueueActor:
         return obj
 
     def reserve_quota(self, namespace: str, name: str, cluster_queue: str, flavor: str,
-                      podset_counts: dict[str, int] | None = None) -> dict[str, Any]:
+                      podset_counts: dict[str, int] | None = None, copy: dict[str, Any] | None = None,
+                      list_missing: bool = True) -> dict[str, Any]:
         self.writes.append("reserve")
-        return reserve_quota(self.custom, namespace, name, cluster_queue, flavor, podset_counts, self.check)
+        return reserve_quota(self.custom, namespace, name, cluster_queue, flavor, podset_counts, self.check, copy, list_missing)
 
     def check_state(self, namespace: str, name: str) -> dict[str, Any] | None:
         for entry in self.get(namespace, name).get("status", {}).get("admissionChecks", []):
@@ -286,6 +294,16 @@ class KueueActor:
             self.writes.append(what)
             return out
         raise AssertionError(f"Kueue's {what} write of {namespace}/{name} kept conflicting")
+
+    def list_checks(self, namespace: str, name: str) -> dict[str, Any]:
+        """``reconcileSyncAdmissionChecks`` → ``syncAdmissionCheckConditions``: a ``Pending`` entry
+        for the check when it has none; an entry already there is kept as it is."""
+        def change(wl: dict[str, Any]) -> dict[str, Any] | None:
+            checks = [dict(e) for e in (wl.get("status") or {}).get("admissionChecks") or []]
+            if any(e.get("name") == self.check for e in checks):
+                return None
+            return {"admissionChecks": [*checks, {"name": self.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]}
+        return self._write(namespace, name, "list-checks", change)
 
     def set_requeue_at(self, namespace: str, name: str) -> dict[str, Any]:
         """``NeedsRequeueAtUpdate``: requeueAt = the latest Retry entry's lastTransitionTime +

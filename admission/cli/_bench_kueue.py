@@ -68,7 +68,7 @@ import yaml
 
 from admission import vocabulary
 from admission.cli._args import Parser
-from admission.cli._bench_kueue_figures import decision_starts, row, workload_controller_figures
+from admission.cli._bench_kueue_figures import before_quota_counts, decision_starts, row, workload_controller_figures
 
 __all__ = ["CLASSES", "main", "run_bench"]
 
@@ -181,6 +181,9 @@ class _Runner:
         self.reserved: dict[str, float] = {}
         self.ready: dict[str, float] = {}
         self.listed: dict[str, float] = {}
+        self.first_listed: dict[str, float] = {}
+        """When Atoll's check entry was first seen on the Workload, reserved or not (the earliest an
+        early decision can start)."""
         self.runtime: dict[str, float] = {}
         self.due: list[tuple[float, str]] = []
         self.cv = threading.Condition()
@@ -222,7 +225,10 @@ class _Runner:
                         continue
                     if key not in self.reserved and any(c["type"] == "QuotaReserved" and c["status"] == "True" for c in conds):
                         self.reserved[key] = now
-                    if key in self.reserved and key not in self.listed and any(a.get("name") == CHECK for a in status.get("admissionChecks") or []):
+                    entry_listed = any(a.get("name") == CHECK for a in status.get("admissionChecks") or [])
+                    if entry_listed and key not in self.first_listed and key not in self.admitted:
+                        self.first_listed[key] = now
+                    if key in self.reserved and key not in self.listed and entry_listed:
                         self.listed[key] = now  # reserved, and Atoll's check entry there to act on
                     if key not in self.ready and any(a.get("name") == CHECK and a.get("state") == "Ready"
                                                      for a in status.get("admissionChecks") or []):
@@ -305,14 +311,15 @@ def nodes_ready_seconds(nodes: int) -> float:
 
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
               write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None,
-              create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2) -> dict[str, Any]:
+              create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2,
+              before_quota_settle: float = 1.0, before_quota_list_own: bool = False) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
     ``create_workers``: the bench's creates in flight at once (each on its own connection);
     ``kueue_config``: fields of Kueue's Configuration set over the tier's (``KueueCluster``);
     ``logs``: a folder that gets Kueue's log and ``atoll run``'s records and log at the end;
     ``decide_before_quota``: ``atoll run --decide-before-quota`` (its default hold), with
-    ``--before-quota-depth before_quota_depth``."""
+    ``--before-quota-depth before_quota_depth`` and ``--before-quota-settle before_quota_settle``."""
     from admission.kube import ADMISSION_CHECKS, KubePort
     from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
     from tests.envtest._server import die_with_parent
@@ -334,16 +341,20 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
             _install(port, nodes, queues)
             _wait_nodes_ready(port, nodes)
             records, log = api.dir / "atoll-run.jsonl", api.dir / "atoll-run.log"
+            metrics_port = _free_port()
             with open(records, "wb") as out, open(log, "wb") as err:
                 ctrl = subprocess.Popen(  # as deployed: its own process, its own interpreter
                     [sys.executable, "-c", "import sys; from admission.cli import main; sys.argv[0] = 'atoll'; sys.exit(main())", "run",
                      "--kubeconfig", str(api.kubeconfig_path), "--namespace", ATOLL_NS, "--admission-check", CHECK,
-                     "--metrics-port", "off", "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
-                     "--log-level", "warning", *(["--decide-before-quota", "--before-quota-depth", str(before_quota_depth)] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                     "--metrics-port", str(metrics_port), "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
+                     "--log-level", "warning", *(["--decide-before-quota", "--before-quota-depth", str(before_quota_depth),
+                                                  "--before-quota-settle", str(before_quota_settle),
+                                                  *(["--before-quota-list-own"] if before_quota_list_own else [])] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
                 try:
                     _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
                     result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records,
                                        create_workers)
+                    result["atoll_before_quota"] = before_quota_counts(_scrape(metrics_port))
                 finally:
                     ctrl.terminate()
                     try:
@@ -351,7 +362,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                     except subprocess.TimeoutExpired:
                         ctrl.kill()
                         ctrl.wait()
-            return {**result, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
+            return {**result, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth,
+                    "before_quota_settle": before_quota_settle, "before_quota_list_own": before_quota_list_own, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
                     "kueue_workload_controller": workload_controller_figures(cluster.metrics())}
         finally:
             if logs is not None:
@@ -359,6 +371,26 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                 for name in ("kueue.log", "kueue-config.yaml", "atoll-run.jsonl", "atoll-run.log", "kwok.log", "kube-controller-manager.log"):
                     if (api.dir / name).exists():
                         shutil.copy(api.dir / name, logs / name)
+
+
+def _free_port() -> int:
+    """A loopback port free now, for ``atoll run``'s metrics (read once at the end of the run)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _scrape(port: int) -> str:
+    """``atoll run``'s Prometheus text; "" when it does not answer (its counts then read as none)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:  # noqa: S310 - loopback, our own process
+            return str(answer.read().decode())
+    except OSError:
+        return ""
 
 
 CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
@@ -475,8 +507,10 @@ def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: 
     runner.stop()
     with runner.cv:
         admitted, reserved, ready, listed = dict(runner.admitted), dict(runner.reserved), dict(runner.ready), dict(runner.listed)
+        first_listed = dict(runner.first_listed)
     decided = decision_starts(records.read_text(errors="replace").splitlines(), admitted, wall)
-    rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided, listed) for arm in ARMS}
+    rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided, listed, first_listed)
+            for arm in ARMS}
     tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
     creates_s = max(created.values(), default=started) - started
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
@@ -516,6 +550,10 @@ def main(argv: Sequence[str]) -> int:
                    help="Atoll decides each Workload before Kueue reserves its quota (atoll run --decide-before-quota)")
     p.add_argument("--before-quota-depth", type=int, default=2,
                    help="with --decide-before-quota: Workloads per ClusterQueue holding an early decision at once (1-64)")
+    p.add_argument("--before-quota-settle", type=float, default=1.0,
+                   help="with --decide-before-quota: seconds a Workload must have waited for quota before it is decided early")
+    p.add_argument("--before-quota-list-own", action="store_true",
+                   help="with --decide-before-quota: atoll run --before-quota-list-own")
     p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
@@ -527,6 +565,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if not 1 <= args.create_workers <= 64:
         print("atoll bench kueue: --create-workers must be between 1 and 64", file=sys.stderr)
+        return 2
+    if not 0 <= args.before_quota_settle < float("inf"):
+        print("atoll bench kueue: --before-quota-settle must be 0 or more seconds", file=sys.stderr)
         return 2
     if not 1 <= args.before_quota_depth <= 64:
         print("atoll bench kueue: --before-quota-depth must be between 1 and 64", file=sys.stderr)
@@ -544,7 +585,8 @@ def main(argv: Sequence[str]) -> int:
         out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
                         write_workers=args.write_workers, kueue_config=_workload_concurrency(args.kueue_workload_concurrency),
                         logs=args.logs, create_workers=args.create_workers, decide_before_quota=args.decide_before_quota,
-                        before_quota_depth=args.before_quota_depth)
+                        before_quota_depth=args.before_quota_depth, before_quota_settle=args.before_quota_settle,
+                        before_quota_list_own=args.before_quota_list_own)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1
@@ -557,11 +599,13 @@ def main(argv: Sequence[str]) -> int:
         columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
                    "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
                    "reserved_to_listed_ms", "listed_to_decided_ms", "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms",
-                   "ready_before_reserved", "admitted_on_reservation")
+                   "ready_before_reserved", "admitted_on_reservation", "listed_before_reserved", "create_to_first_listed_ms")
         wc = out["kueue_workload_controller"]
         print(" | ".join(columns))
         for r in out["rows"]:
             print(" | ".join(str(r[c]) for c in columns))
+        if out["decide_before_quota"]:
+            print("atoll run, decisions before quota: " + ", ".join(f"{k} {v:g}" for k, v in out["atoll_before_quota"].items()))
         print(f"atoll / kueue-tas mean time to admission: {ratio} (goal ≤ {args.goal_ratio}: {'met' if met else 'MISSED'}); "
               f"{out['nodes_per_arm']} KWOK nodes per arm, {out['queues_per_arm']} ClusterQueues per cohort, "
               f"{out['rate_per_s']} Workloads/s per arm ({out['creates_s']} s of creates, {out['create_workers']} at once), {out['write_workers']} write workers{', deciding before quota' if out['decide_before_quota'] else ''}; Kueue's Workload controller "

@@ -11,7 +11,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["decision_starts", "row", "stages", "workload_controller_figures"]
+__all__ = ["BEFORE_QUOTA_KINDS", "before_quota_counts", "decision_starts", "row", "stages", "workload_controller_figures"]
+
+BEFORE_QUOTA_KINDS = ("decided", "released-expired", "released-room", "retry-mismatch", "retry-released")
+"""The kinds of ``atoll run``'s ``atoll_before_quota`` counter (``admission.controller._metrics``)."""
 
 
 def decision_starts(lines: Sequence[str], admitted: dict[str, float], wall: float) -> dict[str, float]:
@@ -38,6 +41,19 @@ def decision_starts(lines: Sequence[str], admitted: dict[str, float], wall: floa
         start = at - float(rec.get("latency_ms") or 0.0) / 1000.0 - wall
         if start <= admitted.get(key, float("inf")) and start > out.get(key, float("-inf")):
             out[key] = start
+    return out
+
+
+def before_quota_counts(metrics: str) -> dict[str, float]:
+    """From ``atoll run``'s Prometheus text: its decisions made before quota, holds released and
+    reservations answered with a Retry, by kind (``BEFORE_QUOTA_KINDS``; 0 where none)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = dict.fromkeys(BEFORE_QUOTA_KINDS, 0.0)
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "atoll_before_quota_total" and sample.labels.get("kind") in out:
+                out[sample.labels["kind"]] = sample.value
     return out
 
 
@@ -70,13 +86,15 @@ def workload_controller_figures(metrics: str) -> dict[str, float | None]:
 
 def stages(keys: list[str], created: dict[str, float], reserved: dict[str, float], ready: dict[str, float],
             admitted: dict[str, float], decided: dict[str, float] | None = None,
-            listed: dict[str, float] | None = None) -> dict[str, float | None]:
+            listed: dict[str, float] | None = None, first_listed: dict[str, float] | None = None) -> dict[str, float | None]:
     """Mean ms of each stage over the Workloads that passed both its ends (``listed``: when the
     reserved Workload was first seen with Atoll's check entry). A Workload whose check was Ready
     before its reservation (Atoll decided it before quota) is counted in ``ready_before_reserved``
     and left out of the stages from the reservation to Ready and from Ready to admission, which
     it did not pass through; ``admitted_on_reservation`` counts the Workloads whose reservation
-    and admission came in one watch event (one write)."""
+    and admission came in one watch event (one write); ``first_listed``: when Atoll's check entry
+    was first seen at all, counted in ``listed_before_reserved`` when before the reservation
+    (the Workloads an early decision could reach) and timed from the create."""
     out: dict[str, float | None] = {}
     decided, listed = decided or {}, listed or {}
     early = {k for k in keys if k in ready and k in reserved and ready[k] < reserved[k]}
@@ -89,12 +107,17 @@ def stages(keys: list[str], created: dict[str, float], reserved: dict[str, float
         out[f"{name}_ms"] = round(float(np.mean(d)), 1) if d else None
     out["ready_before_reserved"] = len(early)
     out["admitted_on_reservation"] = sum(1 for k in keys if k in reserved and k in admitted and admitted[k] == reserved[k])
+    first = first_listed or {}
+    out["listed_before_reserved"] = sum(1 for k in keys if k in first and k in reserved and first[k] < reserved[k])
+    d = [1000.0 * (first[k] - created[k]) for k in keys if k in first and k in created]
+    out["create_to_first_listed_ms"] = round(float(np.mean(d)), 1) if d else None
     return out
 
 
 def row(arm: str, created: dict[str, float], admitted: dict[str, float], classes: dict[str, str], class_names: Sequence[str] = (),
         reserved: dict[str, float] | None = None, ready: dict[str, float] | None = None,
-        decided: dict[str, float] | None = None, listed: dict[str, float] | None = None) -> dict[str, Any]:
+        decided: dict[str, float] | None = None, listed: dict[str, float] | None = None,
+        first_listed: dict[str, float] | None = None) -> dict[str, Any]:
     keys = [k for k in created if k.startswith(f"bench-{arm}/")]
     done = [k for k in keys if k in admitted]
     tta = np.array([admitted[k] - created[k] for k in done]) * 1000.0
@@ -108,5 +131,5 @@ def row(arm: str, created: dict[str, float], admitted: dict[str, float], classes
     for name in class_names:
         sel = np.array([admitted[k] - created[k] for k in done if classes[k] == name]) * 1000.0
         row[f"tta_{name}_ms"] = round(float(sel.mean()), 1) if sel.size else None
-    row.update(stages(keys, created, reserved or {}, ready or {}, admitted, decided, listed))
+    row.update(stages(keys, created, reserved or {}, ready or {}, admitted, decided, listed, first_listed))
     return row

@@ -123,6 +123,17 @@ def yield_seconds(text: str) -> float:
     return value
 
 
+def settle_seconds(text: str) -> float:
+    """``--before-quota-settle`` (or ``ATOLL_BEFORE_QUOTA_SETTLE``): seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a settle time: give seconds, 0 or more (e.g. 1)")
+    return value
+
+
 def before_quota_depth(text: str) -> int:
     """``--before-quota-depth`` (or ``ATOLL_BEFORE_QUOTA_DEPTH``): Workloads per ClusterQueue, 1 to 64."""
     if not text.strip().isdigit() or not 1 <= int(text) <= 64:
@@ -192,6 +203,14 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--before-quota-depth", type=before_quota_depth, default=env.get("ATOLL_BEFORE_QUOTA_DEPTH", "2"),
                    help="Workloads per ClusterQueue holding a decision made before quota at once, the first in Kueue's order "
                         "(env ATOLL_BEFORE_QUOTA_DEPTH)")
+    p.add_argument("--before-quota-settle", type=settle_seconds, default=env.get("ATOLL_BEFORE_QUOTA_SETTLE", "1"),
+                   help="seconds a Workload must have been seen waiting for quota before it is decided early (0: at first "
+                        "sight); Kueue reserves from its own copy, and one older than the decision writes it back to Pending "
+                        "(env ATOLL_BEFORE_QUOTA_SETTLE)")
+    p.add_argument("--before-quota-list-own", action=argparse.BooleanOptionalAction,
+                   default=env.get("ATOLL_BEFORE_QUOTA_LIST_OWN", "false") == "true",
+                   help="with --decide-before-quota: decide a Workload holding quota before Kueue has listed Atoll's check "
+                        "on it, and write the entry with the decision (env ATOLL_BEFORE_QUOTA_LIST_OWN)")
     add_cost_args(p, env)
     p.add_argument("--log-level", default=env.get("ATOLL_LOG_LEVEL", "info"), choices=("debug", "info", "warning", "error"))
     w = p.add_argument_group("exact-placement webhook", "pins each pod of a Workload placed under enforcement: exact to a planned node")
@@ -229,7 +248,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
         decisions=DecisionSettings(park_waiting=args.park_waiting, quota_yield_max_seconds=args.quota_yield_max_seconds,
                                    write_workers=args.write_workers,
                                    decide_before_quota=args.decide_before_quota, before_quota_hold_seconds=args.before_quota_hold,
-                                   before_quota_depth=args.before_quota_depth),
+                                   before_quota_depth=args.before_quota_depth, before_quota_settle_seconds=args.before_quota_settle,
+                                   before_quota_list_own=args.before_quota_list_own),
         cost=cost_settings(args),
     )
 

@@ -22,17 +22,30 @@ order (priority, then creation).
 A pre-decision is booked in the ledger as if the Workload held quota on that flavor (``view``),
 for ``before_quota_hold_seconds``: a Workload still without quota then is set back to
 ``Pending`` and its domain freed, and it is not pre-decided again for as long. A Workload that
-holds quota and would wait for room frees every hold on its flavors first. At the reservation
-the flavor and pod counts Kueue assigned are compared with the pre-decision's: a mismatch sets
-the entry to ``Retry`` (Kueue evicts and requeues; the next reservation is decided anew). A
-restarted controller adopts the pre-decisions it finds (entry ``Ready`` carrying Atoll's
-decision id, no quota) with a fresh hold.
+holds quota and would wait for room frees every hold on its flavors first. A pre-decision's
+podSetUpdates carry the flavor it assumed (``vocabulary.DECIDED_BEFORE_QUOTA``): at the
+reservation the flavor and pod counts Kueue assigned are compared with it, from the Workload
+alone, so a controller restarted after the reservation compares too; a mismatch sets the entry
+to ``Retry`` (Kueue evicts and requeues; the next reservation is decided anew). A restarted
+controller adopts the pre-decisions it finds (entry ``Ready`` carrying Atoll's decision id, no
+quota) with a fresh hold.
 
-Not covered: Kueue's scheduler applies its reservation from its own copy of the Workload with
-forced ownership (``PatchAdmissionStatus``, pkg/workload/patching/patching.go), so a release
-written while that copy still says ``Ready`` can be overwritten and the Workload admitted on the
-released placement; the ledger then counts it again from the admitted Workload (as after a
-restart) and a Workload given the same nodes meanwhile shows up as a shortfall.
+With ``before_quota_list_own``, a Workload whose quota Kueue's scheduler reserved before Kueue's
+Workload controller listed the checks on it (the scheduler does not wait for them:
+``HasAllRequiredChecks`` only decides whether the reservation's write also admits) is decided at
+once, Atoll's entry added by the decision's own write (``own_check`` names it); Kueue's listing
+then finds it there and keeps it (``syncAdmissionCheckConditions``), and its next reconcile
+admits. A listing that lands first makes Atoll's write conflict (409): it decides again.
+
+A release races Kueue's scheduler: it applies its reservation from its own copy of the Workload
+with forced ownership (``PatchAdmissionStatus``, pkg/workload/patching/patching.go), so a copy
+taken while the entry still said ``Ready`` writes that entry back, with ``Admitted=True``, after
+the release, and the Workload would run on the released placement, which may have been given
+to another Workload since. Such a reservation carries the released decision's id: it is
+answered with a ``Retry`` (Kueue evicts it and it is decided anew), and the ledger does not
+book it meanwhile (``view``). Not covered: a controller restarted between the release and that
+reservation no longer knows the decision was released (the ledger then books it from the
+admitted Workload, and a Workload given the same nodes meanwhile shows up as a shortfall).
 """
 
 from __future__ import annotations
@@ -82,6 +95,16 @@ class BeforeQuota:
         """Workload key → its pre-decision, while it has no quota."""
         self.mismatched: dict[str, str] = {}
         """Workload key → why its reservation does not match its pre-decision (answered with a Retry)."""
+        self.released: dict[str, tuple[str, str]] = {}
+        """Workload key → (uid, decision id) of its pre-decision released while it had no quota."""
+        self.counts: dict[str, int] = {"decided": 0, "released-expired": 0, "released-room": 0, "retry-mismatch": 0,
+                                       "retry-released": 0}
+        """Pre-decisions made, holds released (their time up, or room needed), and reservations
+        answered with a Retry (a mismatch, or a reservation of a released placement)."""
+        self.on_count: Callable[[str], None] = lambda _kind: None
+        """Told each count as it is made (the controller's ``atoll_before_quota`` counter)."""
+        self._checked: set[str] = set()
+        """Keys whose current reservation was compared with the pre-decision its entry carries."""
         self._queued: dict[str, dict[str, tuple[int, str, str]]] = {}
         """ClusterQueue → candidate key → its place in Kueue's order (-priority, created, key)."""
         self._cq_of: dict[str, str] = {}
@@ -91,6 +114,9 @@ class BeforeQuota:
         """Key → when it may be pre-decided again (after a release, or a decision that was not a placement)."""
         self._lq: dict[str, tuple[float, str | None]] = {}
         self._cq: dict[str, tuple[float, str | None]] = {}
+        self._checks: dict[str, tuple[float, dict[str, frozenset[str]] | None]] = {}
+        """ClusterQueue → its admission checks and the flavors each applies to (empty: every flavor)."""
+        self.list_own = d.before_quota_list_own
 
     # ------------------------------------------------------------------ queues and flavors
 
@@ -134,6 +160,36 @@ class BeforeQuota:
         name = self._get(self._cq, cluster_queue, read)
         return name if name is not None and doc is not None and name in doc.flavors else None
 
+    def own_check(self, obj: Obj, check_names: Iterable[str]) -> str | None:
+        """The name of Atoll's check that Kueue will list on ``obj``, a Workload holding quota
+        whose entries Kueue's Workload controller has not listed yet: its ClusterQueue's checks
+        that apply to a flavor of its admission, as Kueue's ``AdmissionChecksForWorkload`` picks
+        them (pkg/workload/workload.go; a check with no ``onFlavors`` applies to every flavor).
+        None unless exactly one of ``check_names`` applies."""
+        admission = (obj.get("status") or {}).get("admission") or {}
+        cq = str(admission.get("clusterQueue") or "")
+        if not cq:
+            return None
+        now = self.clock.monotonic()
+        hit = self._checks.get(cq)
+        if hit is None or now - hit[0] >= QUEUE_TTL_SECONDS:
+            try:
+                spec = self.port.get(CLUSTER_QUEUES, cq).get("spec") or {}
+                checks: dict[str, frozenset[str]] = {str(n): frozenset() for n in spec.get("admissionChecks") or []}
+                for c in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
+                    checks[str(c.get("name"))] = frozenset(str(f) for f in c.get("onFlavors") or [])
+                hit = (now, checks)
+                self._checks[cq] = hit
+            except errors.NotFound:
+                hit = self._checks[cq] = (now, None)
+            except errors.ApiError:  # the last reading stands, read again next time
+                if hit is None:
+                    return None
+        flavors = {str(f) for a in admission.get("podSetAssignments") or [] for f in (a.get("flavors") or {}).values()}
+        names = set(check_names)
+        applying = [n for n, on in (hit[1] or {}).items() if n in names and (not on or on & flavors)]
+        return applying[0] if len(applying) == 1 else None
+
     # ------------------------------------------------------------------ what the watch shows
 
     def _waits_for_quota(self, obj: Obj, check_names: Iterable[str]) -> bool:
@@ -160,14 +216,28 @@ class BeforeQuota:
         self._unqueue(key)
         if condition_true(obj, "QuotaReserved"):
             self._since.pop(key, None)
-            if pre is None:
+            self.held.pop(key, None)
+            released = self.released.pop(key, None)
+            if entry.get("state") != "Ready" or key in self._checked:
                 return False
-            self.held.pop(key)
-            why = self._mismatch(obj, pre) if entry.get("state") == "Ready" else None
+            self._checked.add(key)
+            why = None
+            if released is not None and released == (uid, _decision_id(entry)):
+                why = ("quota reserved from a copy of the Workload older than the release of its decision made before quota "
+                       "(its placement may have been given to another Workload)")
+                self._count("retry-released")
+            else:
+                assumed = _assumed_flavor(entry)
+                if assumed is not None:  # the entry says what was assumed: a controller restarted since compares too
+                    pre = PreDecision(uid, "", assumed, _counts(obj), 0.0)
+                why = self._mismatch(obj, pre) if pre is not None else None
+                if why:
+                    self._count("retry-mismatch")
             if why:
                 self.mismatched[key] = why
                 return True
             return False
+        self._checked.discard(key)
         if not self._waits_for_quota(obj, check_names):
             self.held.pop(key, None)
             return False
@@ -189,11 +259,17 @@ class BeforeQuota:
                                                          str(meta.get("creationTimestamp") or ""), key)
         return False
 
+    def _count(self, kind: str) -> None:
+        self.counts[kind] += 1
+        self.on_count(kind)
+
     def gone(self, key: str) -> None:
         self._unqueue(key)
         self._since.pop(key, None)
         self.held.pop(key, None)
         self.mismatched.pop(key, None)
+        self.released.pop(key, None)
+        self._checked.discard(key)
         self._not_before.pop(key, None)
 
     def _unqueue(self, key: str) -> None:
@@ -251,15 +327,25 @@ class BeforeQuota:
         return {**obj, "status": status}
 
     def view(self, obj: Obj) -> Obj:
-        """What the ledger books for ``obj``: its reserved view while it holds a pre-decision, else itself."""
-        if not self.held:
+        """What the ledger books for ``obj``: its reserved view while it holds a pre-decision; no
+        placement while its reservation waits for the ``Retry`` of a mismatch (its entry read as
+        ``Retry``); else itself."""
+        if not self.held and not self.mismatched:
             return obj
-        pre = self.held.get(object_key(obj))
+        key = object_key(obj)
+        if key in self.mismatched:
+            status = dict(obj.get("status") or {})
+            status["admissionChecks"] = [{**a, "state": "Retry"} if a.get("podSetUpdates") and _decision_id(a) else a
+                                         for a in status.get("admissionChecks") or []]
+            return {**obj, "status": status}
+        pre = self.held.get(key)
         if pre is None or not pre.flavor or condition_true(obj, "QuotaReserved") or pre.uid != str((obj.get("metadata") or {}).get("uid")):
             return obj
         return self.reserved_view(obj, pre.cluster_queue, pre.flavor)
 
     def hold(self, obj: Obj, cluster_queue: str, flavor: str) -> None:
+        self.released.pop(object_key(obj), None)
+        self._count("decided")
         self.held[object_key(obj)] = PreDecision(str((obj.get("metadata") or {}).get("uid")), cluster_queue, flavor, _counts(obj),
                                                  self.clock.now() + self.hold_seconds)
 
@@ -267,10 +353,17 @@ class BeforeQuota:
         """Not pre-decided again for ``hold_seconds`` (its hold was released, or it could not be placed)."""
         self._not_before[key] = self.clock.now() + self.hold_seconds
 
-    def release(self, key: str) -> None:
-        """``key``'s hold is gone (released, or its write did not land): it rests (``rest``)."""
+    def release(self, key: str, entry: dict[str, Any] | None = None, uid: str = "", why: str = "") -> None:
+        """``key``'s hold is gone (released, or its write did not land): it rests (``rest``).
+        ``entry``: its check entry as it was when written back to ``Pending`` (``why``: "expired"
+        or "room"), so that a reservation carrying that decision is caught (``saw``)."""
         self.held.pop(key, None)
         self.rest(key)
+        if entry is not None:
+            decision = _decision_id(entry)
+            if decision:
+                self.released[key] = (uid, decision)
+            self._count(f"released-{why}")
 
     def due(self) -> list[str]:
         now = self.clock.now()
@@ -283,6 +376,19 @@ class BeforeQuota:
 
 def _counts(obj: Obj) -> tuple[tuple[str, int], ...]:
     return tuple((str(ps.get("name")), int(ps.get("count", 1))) for ps in (obj.get("spec") or {}).get("podSets") or [])
+
+
+def _decision_id(entry: dict[str, Any]) -> str:
+    """The decision id Atoll's podSetUpdates of this check entry carry ("" when none)."""
+    return next((str(a[vocabulary.DECISION_ID]) for u in entry.get("podSetUpdates") or []
+                 if vocabulary.DECISION_ID in (a := u.get("annotations") or {})), "")
+
+
+def _assumed_flavor(entry: dict[str, Any]) -> str | None:
+    """The flavor a decision made before quota assumed, as its podSetUpdates say; None when the
+    entry was not decided before quota."""
+    return next((str(a[vocabulary.DECIDED_BEFORE_QUOTA]) for u in entry.get("podSetUpdates") or []
+                 if vocabulary.DECIDED_BEFORE_QUOTA in (a := u.get("annotations") or {})), None)
 
 
 def _atolls(entry: dict[str, Any]) -> bool:

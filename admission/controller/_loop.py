@@ -45,6 +45,7 @@ from typing import Any
 
 import structlog
 
+from admission import vocabulary
 from admission.controller._before_quota import BeforeQuota
 from admission.controller._cache import BoundPod, ClusterCache, FlavorProblem
 from admission.controller._decide import Decider, Verdict
@@ -162,6 +163,7 @@ class Controller:
         self.before = BeforeQuota(self.writes, self.cache, self.settings, self.clock)
         """Decisions made before Kueue reserves quota, and their holds (``_before_quota``)."""
         self.ledger.booked_as = self.before.view
+        self.before.on_count = lambda kind: self.metrics.before_quota.labels(kind).inc()
         self._before_due = 0.0
         self.queue_state = QueueState(self.cache, self.ledger, self.decider.holds)
         """The queue manager's state fed from the cache, and kept on the Workloads (``_queue_state``)."""
@@ -326,6 +328,8 @@ class Controller:
 
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
+        if self.before.list_own and self.before.enabled:
+            current = self._listed(current)
         flight = self._in_flight.get(object_key(current))
         same = flight is not None and (current.get("metadata") or {}).get("resourceVersion") == (flight.obj.get("metadata") or {}).get("resourceVersion")
         if self.before.saw(current, self._check_names):  # its reservation does not match its decision made before quota
@@ -337,6 +341,25 @@ class Controller:
             self._queue[object_key(current)] = None
         if self.parking.enabled and not self.read_only:
             self._yield_due |= self.quota_yield.saw(current)
+
+    def _listed(self, obj: Obj) -> Obj:
+        """``obj`` with Atoll's entry as Kueue will list it (``Pending``), when it holds quota, its
+        entry is not listed yet and Atoll's check applies (``BeforeQuota.own_check``): decided
+        now, its write adds the entry (and is refused, 409, if Kueue listed it first)."""
+        if not self._check_names or not condition_true(obj, "QuotaReserved") or check_entry(obj, self._check_names) is not None:
+            return obj
+        if condition_true(obj, "Evicted") or condition_true(obj, "Finished") or condition_true(obj, "Admitted"):
+            return obj
+        name = self.before.own_check(obj, self._check_names)
+        if name is None:
+            return obj
+        status = dict(obj.get("status") or {})
+        meta = obj.get("metadata") or {}
+        status["admissionChecks"] = [*(status.get("admissionChecks") or []), {
+            "name": name, "state": "Pending", "message": "", "lastTransitionTime": meta.get("creationTimestamp") or rfc3339(self.clock.now())}]
+        listed = {**obj, "status": status}
+        self.cache.objects[WORKLOADS][object_key(obj)] = listed
+        return listed
 
     def _on_admission_checks(self) -> None:
         k = self.settings.kueue
@@ -600,7 +623,7 @@ class Controller:
         if not self.before.enabled or self.read_only or self.cache.profiles is None or not self._check_names:
             return []
         for key in self.before.due():
-            self._release_hold(key, f"no quota within {self.before.hold_seconds:g}s of the decision made before it")
+            self._release_hold(key, f"no quota within {self.before.hold_seconds:g}s of the decision made before it", "expired")
         out: list[Verdict] = []
         for key, cq, flavor in self.before.next_candidates():
             obj = self.cache.objects[WORKLOADS].get(key)
@@ -614,6 +637,8 @@ class Controller:
                 self.before.rest(key)
                 continue
             verdict.message += f" | decided before quota, on flavor {flavor}, the only one of ClusterQueue {cq}"
+            for update in verdict.podset_updates:  # read back at the reservation, by this replica or a restarted one
+                update["annotations"] = {**(update.get("annotations") or {}), vocabulary.DECIDED_BEFORE_QUOTA: flavor}
             self.before.hold(obj, cq, flavor)
             out.append(verdict)
             if self._writers is not None:  # pipelined as any decision: a write that does not land releases the hold (``saw``)
@@ -625,7 +650,7 @@ class Controller:
                 self.before.release(key)
         return out
 
-    def _release_hold(self, key: str, why: str) -> bool:
+    def _release_hold(self, key: str, why: str, kind: str) -> bool:
         """Atoll's entry of a Workload decided before quota back to Pending (its placement gone
         from the ledger), when it still has no quota; True if written."""
         obj = self.cache.objects[WORKLOADS].get(key)
@@ -642,7 +667,7 @@ class Controller:
 
         if not self._written(key, obj, "release of a decision made before quota", release):
             return False
-        self.before.release(key)
+        self.before.release(key, entry, str((obj.get("metadata") or {}).get("uid")), kind)
         self.ledger.observe(self.cache.objects[WORKLOADS].get(key) or obj, self._check_names)
         _log.info("released a decision made before quota", workload=key, why=why)
         return True
@@ -650,7 +675,7 @@ class Controller:
     def _free_holds(self, flavors: str) -> bool:
         """A Workload holding quota waits for room: the holds of decisions made before quota on its flavors are released."""
         released = [k for k in self.before.on_flavors(f for f in flavors.split(",") if f)
-                    if self._release_hold(k, "a Workload holding quota needed the room")]
+                    if self._release_hold(k, "a Workload holding quota needed the room", "room")]
         return bool(released)
 
     def _mismatched(self, key: str, obj: Obj) -> Verdict | None:

@@ -62,6 +62,11 @@ class Metrics:
         self.quota_yields_timed_out = Counter("atoll_quota_yields_timed_out", "Workloads that gave their quota back reactivated by "
                                               "the time bound (atoll run --quota-yield-max-seconds) while a Workload queued "
                                               "before the give still waited for quota, per flavor.", ["flavor"], registry=r)
+        self.before_quota = Counter("atoll_before_quota", "Decisions made before Kueue reserved quota (--decide-before-quota), by "
+                                    "what happened: decided, released-expired (no quota within the hold), released-room (a "
+                                    "Workload holding quota needed the room), retry-mismatch (quota reserved on another flavor or "
+                                    "pod count), retry-released (quota reserved from Kueue's copy older than a release).",
+                                    ["kind"], registry=r)
         self.quota_reparks = Counter("atoll_quota_reparks", "Of those, parked again without a decision when they held quota "
                                      "again (nothing they wait for changed), per flavor.", ["flavor"], registry=r)
 

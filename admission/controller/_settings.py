@@ -98,6 +98,11 @@ class DecisionSettings(_Group):
     early: Kueue reserves from its own copy of the Workload, and a reservation made from a copy
     older than Atoll's Ready resets the entry to Pending (a wasted write); a Workload that waits
     for quota gives Kueue's copy time to catch up."""
+    before_quota_list_own: bool = False
+    """With ``decide_before_quota``: a Workload that holds quota before Kueue's Workload
+    controller has listed Atoll's check on it is decided at once and Atoll's entry written with
+    the decision (Kueue keeps an entry already there: ``syncAdmissionCheckConditions``), instead
+    of waiting for Kueue's listing write."""
     before_quota_depth: int = Field(default=2, ge=1, le=64)
     """Workloads per ClusterQueue holding a decision made before quota at once (the first in
     Kueue's order): Kueue reserves for a queue's head first."""

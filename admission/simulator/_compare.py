@@ -276,7 +276,7 @@ def summary_lines(cmp: Comparison) -> list[str]:
                 line += f"; driven by {med} job{'s' if med != 1 else ''} (median over seeds) of {jobs:,}"
             t1 = _share(conc, "top1_share")
             if t1.known:
-                line += f"; top 1 % of jobs carry {100 * t1.mean:.0f} % of the difference"
+                line += f"; top 1 % of jobs carry {100 * t1.mean:.0f} % of the {'gains' if v.startswith('win') else 'losses'}"
         rej, unf = f["jobs_rejected"], f["jobs_unfinished"]
         if rej.known and rej.mean > 0:
             line += f"; rejected {rej.mean:.0f} jobs ({f['gpu_hours_rejected'].mean:,.0f} GPU-h)"

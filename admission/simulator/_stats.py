@@ -10,10 +10,12 @@
   baseline on the same workload and the same tie-breaks, then the interval over those
   differences. A difference whose interval holds 0 is a tie, whatever its sign.
 - **Concentration.** Per seed, each common job's JCT gain ``d = JCT(baseline) − JCT(policy)``.
-  The share of the net gain Σd carried by the top 1 % / 10 % of jobs (the largest gains when the
-  net is a gain, the largest losses when it is a loss; a share above 100 % means the other jobs
-  gave some back), the counts of jobs better / worse / equal (|d| ≤ 1 s), and ``driven_by``: the
-  fewest jobs whose gains alone reach the net.
+  The share of the gains in the net's direction (every job's gain when the net Σd is a gain,
+  every job's loss when it is a loss) carried by the top 1 % / 10 % of jobs, at most 100 %: a
+  share of the *net* exceeds 100 % whenever other jobs went the other way, and on a small run,
+  where gains and losses nearly cancel, read 434 % or 1,233 %; how much went the other way is in
+  the counts of jobs better / worse / equal (|d| ≤ 1 s) and in ``driven_by``: the fewest jobs
+  whose gains alone reach the net.
 """
 
 from __future__ import annotations
@@ -192,6 +194,7 @@ class Concentration:
     net_s: float
     """Σ (JCT baseline − JCT policy) over common jobs: > 0 the policy gained job-seconds."""
     top1_share: float
+    """Share of the gains in the net's direction carried by the top 1 % of jobs (0 to 1)."""
     top10_share: float
     better: int
     worse: int
@@ -212,7 +215,8 @@ def concentration(policy: RunRecord, baseline: RunRecord, common: npt.NDArray[np
     signed = np.sort(d if net > 0 else -d)[::-1]
     total = abs(net)
     cum = np.cumsum(signed)
-    top1 = float(cum[max(1, math.ceil(0.01 * n)) - 1]) / total
-    top10 = float(cum[max(1, math.ceil(0.10 * n)) - 1]) / total
+    gains = np.cumsum(np.maximum(signed, 0.0))  # the gains in the net's direction, largest first
+    top1 = float(gains[max(1, math.ceil(0.01 * n)) - 1] / gains[-1])
+    top10 = float(gains[max(1, math.ceil(0.10 * n)) - 1] / gains[-1])
     driven = int(np.searchsorted(cum, total * (1 - 1e-12))) + 1
     return Concentration(n, net, top1, top10, better, worse, n - better - worse, min(driven, n))

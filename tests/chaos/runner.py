@@ -9,7 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.chaos.harness import RunConfig, RunResult, run_once
+from tests.chaos.harness import SETTLE_MAX_S, RunConfig, RunResult, run_once
 from tests.chaos.proxy import FaultProxy
 from tests.envtest import ApiServer
 
@@ -103,7 +103,7 @@ def run_many(server: ApiServer, runs: int, config: RunConfig, *, prefix: str = "
     summary = Summary(fault_rate=config.fault_rate, shapes=config.shapes, replicas=config.replicas)
     started = time.monotonic()
     with FaultProxy("127.0.0.1", server.port, server.ca_file, seed=config.seed, rate=config.fault_rate,
-                    max_seconds=runs * (config.seconds + 60.0) + 60.0, slow_seconds=config.slow_seconds, faults=config.faults) as proxy:
+                    max_seconds=runs * (config.seconds + SETTLE_MAX_S + 60.0) + 60.0, slow_seconds=config.slow_seconds, faults=config.faults) as proxy:
         for i in range(runs):
             seed = config.seed + i
             kw = {"controller_factory": controller_factory} if controller_factory else {}

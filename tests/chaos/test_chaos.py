@@ -102,6 +102,18 @@ def test_write_attempts_bounded_by_the_term_never_land_outside_it(apiserver: Any
     assert summary.clean, summary.json()
 
 
+def test_a_server_still_slow_while_settling_has_every_workload_decided_within_the_terms(apiserver: Any) -> None:
+    """The settle phase on a server that stays slow (as a loaded machine's: reads time out):
+    with the chaos terms a clean leader's writes were refused by its own fence and 11 Workloads
+    were left undecided (counted lost); the settle's terms leave room for the server's answers,
+    and every write still lands inside its sender's term."""
+    config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, settle_faults=True, **SLOW_SERVER)  # type: ignore[arg-type]
+    summary = run_many(apiserver, 2, config, prefix="chaos-slow-settle")
+    assert summary.writes_received > 0 and summary.decisions > 0, summary.json()
+    assert summary.lost == 0 and summary.writes_outside_term == 0, summary.json()
+    assert summary.clean, summary.json()
+
+
 def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:
     """A controller whose ledger counts nothing as owed: admitted pods not yet bound look free."""
     ctrl = Controller(*args, **kwargs)

@@ -309,9 +309,9 @@ def test_a_park_waiting_value_other_than_true_false_or_profile_is_refused() -> N
 
 def test_deciding_before_quota_is_off_unless_the_value_turns_it_on_and_its_hold_and_depth_reach_atoll_run() -> None:
     d = _run_settings(render({})).decisions
-    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth) == (False, 30.0, 2)
-    d = _run_settings(render({"decideBeforeQuota": {"enabled": True, "holdSeconds": 12.5, "depth": 4}})).decisions
-    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth) == (True, 12.5, 4)
+    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth, d.before_quota_settle_seconds) == (False, 30.0, 2, 1.0)
+    d = _run_settings(render({"decideBeforeQuota": {"enabled": True, "holdSeconds": 12.5, "depth": 4, "settleSeconds": 0}})).decisions
+    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth, d.before_quota_settle_seconds) == (True, 12.5, 4, 0.0)
 
 
 def test_only_parking_lets_atoll_patch_a_workload() -> None:

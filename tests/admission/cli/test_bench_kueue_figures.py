@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from admission.cli._bench_kueue_figures import decision_starts, row, workload_controller_figures
+from admission.cli._bench_kueue_figures import BEFORE_QUOTA_KINDS, before_quota_counts, decision_starts, row, workload_controller_figures
 from admission.controller import DECISION_EVENT
 
 CLASS_NAMES = ("small", "medium", "large")
@@ -106,3 +106,25 @@ controller_runtime_reconcile_time_seconds_count{controller="workload_controller"
 """
     assert workload_controller_figures(text) == {"workers": 10, "queue_wait_ms": 500.0, "reconcile_ms": 100.0, "reconciles": 3}
     assert workload_controller_figures("")["queue_wait_ms"] is None
+
+
+def test_the_entry_listed_before_the_reservation_is_counted_and_timed_from_the_create() -> None:
+    created = {"bench-atoll/a": 0.0, "bench-atoll/b": 0.0}
+    reserved = {"bench-atoll/a": 0.5, "bench-atoll/b": 0.2}
+    first_listed = {"bench-atoll/a": 0.1, "bench-atoll/b": 0.3}  # a: listed before its reservation; b: after
+    r = row("atoll", created, {"bench-atoll/a": 1.0, "bench-atoll/b": 1.0}, {"bench-atoll/a": "small", "bench-atoll/b": "small"},
+            reserved=reserved, first_listed=first_listed)
+    assert r["listed_before_reserved"] == 1 and r["create_to_first_listed_ms"] == pytest.approx(200.0)
+
+
+def test_the_counts_of_decisions_before_quota_come_from_atoll_runs_counter_and_read_0_when_absent() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from admission.controller._metrics import Metrics
+
+    m = Metrics(CollectorRegistry())
+    m.before_quota.labels("decided").inc(3)
+    m.before_quota.labels("retry-released").inc()
+    counts = before_quota_counts(generate_latest(m.registry).decode())
+    assert counts == {**dict.fromkeys(BEFORE_QUOTA_KINDS, 0.0), "decided": 3.0, "retry-released": 1.0}
+    assert before_quota_counts("") == dict.fromkeys(BEFORE_QUOTA_KINDS, 0.0)

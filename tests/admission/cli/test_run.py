@@ -149,13 +149,15 @@ def test_write_workers_default_to_serial_the_flag_and_variable_set_them_and_bad_
 def test_deciding_before_quota_is_off_by_default_the_flags_and_variables_set_it_and_bad_values_are_refused_in_one_line(
         capsys: pytest.CaptureFixture[str]) -> None:
     d = build_settings(parser({}).parse_args([])).decisions
-    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth) == (False, 30.0, 2)
-    d = build_settings(parser({"ATOLL_DECIDE_BEFORE_QUOTA": "true", "ATOLL_BEFORE_QUOTA_HOLD": "12.5"}).parse_args([])).decisions
-    assert (d.decide_before_quota, d.before_quota_hold_seconds) == (True, 12.5)
+    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth, d.before_quota_settle_seconds) == (False, 30.0, 2, 1.0)
+    d = build_settings(parser({"ATOLL_DECIDE_BEFORE_QUOTA": "true", "ATOLL_BEFORE_QUOTA_HOLD": "12.5",
+                               "ATOLL_BEFORE_QUOTA_SETTLE": "0.25"}).parse_args([])).decisions
+    assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_settle_seconds) == (True, 12.5, 0.25)
+    assert build_settings(parser({}).parse_args(["--before-quota-settle", "0"])).decisions.before_quota_settle_seconds == 0.0
     d = build_settings(parser({"ATOLL_DECIDE_BEFORE_QUOTA": "true"}).parse_args(["--no-decide-before-quota", "--before-quota-depth", "4"])).decisions
     assert (d.decide_before_quota, d.before_quota_depth) == (False, 4)
     for flag, value in (("--before-quota-hold", "0"), ("--before-quota-hold", "soon"), ("--before-quota-depth", "0"),
-                        ("--before-quota-depth", "65")):
+                        ("--before-quota-depth", "65"), ("--before-quota-settle", "-1"), ("--before-quota-settle", "soon")):
         with pytest.raises(SystemExit):
             parser({}).parse_args([flag, value])
         err = capsys.readouterr().err.strip().splitlines()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from admission import vocabulary
 from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, Settings
 from tests.admission.fabric import Fabric, run
 from tests.kube_objects import apply_workload_status, is_true, now_rfc3339, workload
@@ -22,10 +23,12 @@ pytestmark = pytest.mark.apiserver
 HOLD = 30.0
 
 
-def settings(fabric: Fabric, *, on: bool = True, depth: int = 2, settle: float = 0.0, write_workers: int = 0) -> Settings:
+def settings(fabric: Fabric, *, on: bool = True, depth: int = 2, settle: float = 0.0, write_workers: int = 0,
+             list_own: bool = False) -> Settings:
     return Settings(kueue=KueueSettings(admission_check=fabric.check), config=ConfigSettings(namespace=fabric.ns),
                     decisions=DecisionSettings(decide_before_quota=on, before_quota_hold_seconds=HOLD, before_quota_depth=depth,
-                                               before_quota_settle_seconds=settle, write_workers=write_workers))
+                                               before_quota_settle_seconds=settle, write_workers=write_workers,
+                                               before_quota_list_own=list_own))
 
 
 def queue(fabric: Fabric, name: str, podsets: list[tuple[str, int, int]]) -> dict[str, Any]:
@@ -33,6 +36,11 @@ def queue(fabric: Fabric, name: str, podsets: list[tuple[str, int, int]]) -> dic
     fabric.kueue.create(workload(fabric.ns, name, podsets))
     return apply_workload_status(fabric.custom, fabric.ns, name, {"admissionChecks": [
         {"name": fabric.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]})
+
+
+def counted(ctrl: Any, kind: str) -> float:
+    """The controller's ``atoll_before_quota`` counter for ``kind``."""
+    return float(ctrl.metrics.registry.get_sample_value("atoll_before_quota_total", {"kind": kind}) or 0.0)
 
 
 def fill_cliques_but(fabric: Fabric, free: tuple[int, int]) -> None:
@@ -52,7 +60,8 @@ def test_a_workload_without_quota_is_decided_and_admitted_by_the_reservation_alo
     entry = fabric.entry("early")
     assert verdict.outcome == "admit" and entry["state"] == "Ready" and entry["podSetUpdates"]
     assert "decided before quota" in entry["message"] and not is_true(fabric.workload("early"), "QuotaReserved")
-    assert len(ctrl.ledger) == 1  # booked as if reserved
+    assert entry["podSetUpdates"][0]["annotations"][vocabulary.DECIDED_BEFORE_QUOTA] == fabric.flavor  # what it assumed
+    assert len(ctrl.ledger) == 1 and counted(ctrl, "decided") == 1  # booked as if reserved
 
     reserved = fabric.kueue.reserve_quota(fabric.ns, "early", fabric.cq, fabric.flavor)  # Kueue's reservation, the entry kept
     assert run(ctrl) == []
@@ -82,6 +91,7 @@ def test_a_hold_without_quota_is_released_and_not_taken_again_at_once(fabric: Fa
     entry = fabric.entry("stuck")
     assert entry["state"] == "Pending" and "podSetUpdates" not in entry and "released" in entry["message"]
     assert len(ctrl.ledger) == 0 and ctrl.before.held == {}  # its domain is free again
+    assert counted(ctrl, "released-expired") == 1 and counted(ctrl, "released-room") == 0
 
     fabric.clock.advance(HOLD - 1)
     assert run(ctrl) == [] and fabric.entry("stuck")["state"] == "Pending"  # not decided early again for a hold's length
@@ -104,6 +114,7 @@ def test_a_workload_holding_quota_takes_the_room_of_a_hold(fabric: Fabric) -> No
     early = fabric.entry("early")
     assert early["state"] == "Pending" and "needed the room" in early["message"]
     assert [r.workload for r in ctrl.ledger.reservations()] == [f"{fabric.ns}/reserved"]
+    assert counted(ctrl, "released-room") == 1 and counted(ctrl, "released-expired") == 0
 
 
 def test_a_reservation_other_than_assumed_is_answered_with_a_retry(fabric: Fabric) -> None:
@@ -175,3 +186,82 @@ def test_with_pipelined_writes_the_early_decision_is_booked_while_in_flight_and_
     assert [r.workload for r in ctrl.ledger.reservations()] == [f"{fabric.ns}/early"]
     queue(fabric, "next", [("main", 2, 4)])  # the only free clique is held: nothing for it before quota
     assert run(ctrl) == [] and fabric.entry("next")["state"] == "Pending"
+
+
+def test_a_reservation_from_a_copy_older_than_the_release_is_answered_with_a_retry_not_booked_twice(fabric: Fabric) -> None:
+    """Kueue's scheduler reserves from its own copy with forced ownership: a copy taken while
+    the entry was Ready writes it back, with Admitted, after Atoll released that placement and
+    gave the room to another Workload. Atoll answers with a Retry; the room stays the other's."""
+    fabric.install()
+    fill_cliques_but(fabric, (1, 1))  # one clique of 8 GPUs free
+    ctrl = fabric.controller(settings=settings(fabric))
+    queue(fabric, "early", [("main", 2, 4)])
+    run(ctrl)
+    stale = fabric.workload("early")  # the scheduler's copy: Atoll's entry Ready
+    fabric.clock.advance(HOLD + 1)
+    run(ctrl)
+    assert fabric.entry("early")["state"] == "Pending" and counted(ctrl, "released-expired") == 1
+
+    queue(fabric, "taker", [("main", 2, 4)])  # the released clique is the only room: it is decided there
+    run(ctrl)
+    taker = fabric.entry("taker")
+    assert taker["state"] == "Ready" and taker["podSetUpdates"][0]["nodeSelector"] == stale["status"]["admissionChecks"][0]["podSetUpdates"][0]["nodeSelector"]
+
+    reserved = fabric.kueue.reserve_quota(fabric.ns, "early", fabric.cq, fabric.flavor, copy=stale)
+    assert is_true(reserved, "Admitted") and (reserved["status"]["admissionChecks"][0])["state"] == "Ready"  # the race, as Kueue writes it
+    (verdict,) = run(ctrl)
+    entry = fabric.entry("early")
+    assert verdict.written and entry["state"] == "Retry" and "older than the release" in entry["message"]
+    assert [r.workload for r in ctrl.ledger.reservations()] == [f"{fabric.ns}/taker"]  # the clique counted once
+    assert counted(ctrl, "retry-released") == 1 and counted(ctrl, "retry-mismatch") == 0
+
+
+def test_a_controller_restarted_after_the_reservation_still_answers_a_mismatch(fabric: Fabric) -> None:
+    fabric.install()
+    first = fabric.controller(settings=settings(fabric))
+    queue(fabric, "moved", [("main", 2, 4)])
+    run(first)
+    assert fabric.entry("moved")["state"] == "Ready"
+    fabric.kueue.reserve_quota(fabric.ns, "moved", fabric.cq, "elsewhere")  # while no controller runs
+
+    second = fabric.controller(settings=settings(fabric))  # knows nothing of the first one's holds
+    run(second)
+    entry = fabric.entry("moved")
+    assert entry["state"] == "Retry" and f"flavor elsewhere, decided before quota for {fabric.flavor}" in entry["message"]
+    assert counted(second, "retry-mismatch") == 1 and len(second.ledger) == 0
+
+
+def test_a_matching_reservation_seen_only_after_a_restart_is_kept(fabric: Fabric) -> None:
+    fabric.install()
+    first = fabric.controller(settings=settings(fabric))
+    queue(fabric, "kept", [("main", 2, 4)])
+    run(first)
+    reserved = fabric.kueue.reserve_quota(fabric.ns, "kept", fabric.cq, fabric.flavor)
+
+    second = fabric.controller(settings=settings(fabric))
+    assert run(second) == []
+    assert fabric.workload("kept")["metadata"]["resourceVersion"] == reserved["metadata"]["resourceVersion"]  # nothing written
+    assert [r.workload for r in second.ledger.reservations()] == [f"{fabric.ns}/kept"] and counted(second, "retry-mismatch") == 0
+
+
+@pytest.mark.parametrize("list_own", [False, True])
+def test_a_reservation_made_before_kueue_listed_the_check_is_decided_at_once_only_when_atoll_lists_its_own(
+        fabric: Fabric, list_own: bool) -> None:
+    """Kueue's scheduler can reserve before its Workload controller has listed the checks (it
+    does not wait for them). With ``before_quota_list_own`` Atoll decides at once and its write
+    adds its entry, Ready; Kueue's listing then finds it there and keeps it."""
+    fabric.install()
+    ctrl = fabric.controller(settings=settings(fabric, list_own=list_own))
+    fabric.kueue.create(workload(fabric.ns, "quick", [("main", 2, 4)]))
+    reserved = fabric.kueue.reserve_quota(fabric.ns, "quick", fabric.cq, fabric.flavor, list_missing=False)
+    assert not reserved["status"].get("admissionChecks")
+    verdicts = run(ctrl)
+    if not list_own:
+        assert verdicts == [] and not fabric.workload("quick")["status"].get("admissionChecks")  # it waits for Kueue's listing
+        return
+    (verdict,) = verdicts
+    entry = fabric.entry("quick")
+    assert verdict.outcome == "admit" and verdict.written and entry["state"] == "Ready" and entry["podSetUpdates"]
+    assert vocabulary.DECIDED_BEFORE_QUOTA not in entry["podSetUpdates"][0]["annotations"]  # decided on the reservation itself
+    fabric.kueue.list_checks(fabric.ns, "quick")  # Kueue's listing: the entry is there, nothing to add
+    assert fabric.entry("quick")["state"] == "Ready" and run(ctrl) == [] and len(ctrl.ledger) == 1

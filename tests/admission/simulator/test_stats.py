@@ -98,3 +98,19 @@ def test_a_loss_is_measured_from_the_losing_jobs() -> None:
     base, pol = record("b", [100.0, 100.0, 100.0, 100.0]), record("p", [100.0, 400.0, 100.0, 100.0])
     c = concentration(pol, base, common_mask([base, pol]))
     assert c.net_s == -300.0 and c.worse == 1 and c.top1_share == pytest.approx(1.0) and c.driven_by == 1
+
+
+def test_the_top_shares_are_of_the_gains_and_never_pass_100_percent_when_others_give_back() -> None:
+    """A small run whose gains and losses nearly cancel: the top job's gain is 13 times the net,
+    yet it carries a share of the gains, at most 100 %, and the top 10 % carry at least as much."""
+    gains = [600.0, 200.0, 100.0, 100.0]
+    losses = [-250.0, -250.0, -250.0, -150.0]  # the others give back 900 of the 1,000 s gained
+    d = gains + losses + [0.0] * 12
+    base = record("b", [1000.0] * len(d))
+    pol = record("p", [1000.0 - x for x in d])
+    c = concentration(pol, base, common_mask([base, pol]))
+    assert c.net_s == pytest.approx(100.0) and (c.better, c.worse, c.equal) == (4, 4, 12)
+    assert c.top1_share == pytest.approx(0.6)  # 600 of the 1,000 s gained (6x the net, as it read before)
+    assert c.top10_share == pytest.approx(0.8) and c.top1_share <= c.top10_share <= 1.0  # the top 2 of 20 jobs
+    flipped = concentration(base, pol, common_mask([base, pol]))  # the same run from the other side: a loss
+    assert flipped.net_s == pytest.approx(-100.0) and flipped.top1_share == pytest.approx(0.6)

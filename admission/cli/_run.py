@@ -101,37 +101,31 @@ def write_workers(text: str) -> int:
     return int(text)
 
 
-def hold_seconds(text: str) -> float:
-    """``--before-quota-hold`` (or ``ATOLL_BEFORE_QUOTA_HOLD``): seconds, above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a hold: give seconds above 0 (e.g. 30)")
-    return value
-
-
-def yield_seconds(text: str) -> float:
-    """``--quota-yield-max-seconds`` (or ``ATOLL_QUOTA_YIELD_MAX_SECONDS``): seconds, above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a bound: give seconds above 0 (e.g. 43200 for 12 h)")
-    return value
-
-
-def settle_seconds(text: str) -> float:
-    """``--before-quota-settle`` (or ``ATOLL_BEFORE_QUOTA_SETTLE``): seconds, 0 or more."""
+def _seconds(text: str, what: str, example: str, *, zero_ok: bool) -> float:
+    """A finite number of seconds, above 0 (or 0 too when ``zero_ok``), else one line naming ``what``."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a settle time: give seconds, 0 or more (e.g. 1)")
+    if not (0 <= value if zero_ok else 0 < value) or value == float("inf"):
+        bound = "0 or more" if zero_ok else "above 0"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {what}: give seconds, {bound} (e.g. {example})")
     return value
+
+
+def hold_seconds(text: str) -> float:
+    """``--before-quota-hold`` (or ``ATOLL_BEFORE_QUOTA_HOLD``): seconds, above 0."""
+    return _seconds(text, "hold", "30", zero_ok=False)
+
+
+def yield_seconds(text: str) -> float:
+    """``--quota-yield-max-seconds`` (or ``ATOLL_QUOTA_YIELD_MAX_SECONDS``): seconds, above 0."""
+    return _seconds(text, "bound", "43200 for 12 h", zero_ok=False)
+
+
+def settle_seconds(text: str) -> float:
+    """``--before-quota-settle`` (or ``ATOLL_BEFORE_QUOTA_SETTLE``): seconds, 0 or more."""
+    return _seconds(text, "settle time", "1", zero_ok=True)
 
 
 def before_quota_depth(text: str) -> int:

@@ -378,18 +378,21 @@ def _counts(obj: Obj) -> tuple[tuple[str, int], ...]:
     return tuple((str(ps.get("name")), int(ps.get("count", 1))) for ps in (obj.get("spec") or {}).get("podSets") or [])
 
 
+def _annotation(entry: dict[str, Any], name: str) -> str | None:
+    """The first value of annotation ``name`` on the podSetUpdates of this check entry; None when none carries it."""
+    return next((str(a[name]) for u in entry.get("podSetUpdates") or [] if name in (a := u.get("annotations") or {})), None)
+
+
 def _decision_id(entry: dict[str, Any]) -> str:
     """The decision id Atoll's podSetUpdates of this check entry carry ("" when none)."""
-    return next((str(a[vocabulary.DECISION_ID]) for u in entry.get("podSetUpdates") or []
-                 if vocabulary.DECISION_ID in (a := u.get("annotations") or {})), "")
+    return _annotation(entry, vocabulary.DECISION_ID) or ""
 
 
 def _assumed_flavor(entry: dict[str, Any]) -> str | None:
     """The flavor a decision made before quota assumed, as its podSetUpdates say; None when the
     entry was not decided before quota."""
-    return next((str(a[vocabulary.DECIDED_BEFORE_QUOTA]) for u in entry.get("podSetUpdates") or []
-                 if vocabulary.DECIDED_BEFORE_QUOTA in (a := u.get("annotations") or {})), None)
+    return _annotation(entry, vocabulary.DECIDED_BEFORE_QUOTA)
 
 
 def _atolls(entry: dict[str, Any]) -> bool:
-    return any(vocabulary.DECISION_ID in (u.get("annotations") or {}) for u in entry.get("podSetUpdates") or [])
+    return _annotation(entry, vocabulary.DECISION_ID) is not None

@@ -660,8 +660,13 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         if not out:
             return []
         first = min((q[0][0] for q in fl[fi].queues.values() if q), default=None)
-        due = [p for p, at in out.items() if first is None or first > at]  # one queued at the give's instant came first
-        timed_out = [p for p, at in out.items() if not (first is None or first > at) and now >= at[1] + settings.quota_yield_max_seconds]
+        due: list[int] = []
+        timed_out: list[int] = []
+        for p, at in out.items():
+            if first is None or first > at:  # one queued at the give's instant came first
+                due.append(p)
+            elif now >= at[1] + settings.quota_yield_max_seconds:
+                timed_out.append(p)
         yield_figs[0] += len(timed_out)
         for p in timed_out:  # back ahead of a job queued before the give: decided afresh on its next quota, so it may give it again
             assert room is not None

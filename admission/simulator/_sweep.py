@@ -164,9 +164,9 @@ class SweepSpec:
     """``atoll simulate --records``: each Atoll run writes its decision records to ``record_part``
     of this path; ``gather_records`` joins them, in run order, into the file."""
     kueue_preemption: str = "Never"
+    """``SimSettings.kueue_preemption`` (and ``within_cluster_queue`` when not ``Never``): Kueue's own preemption for quota."""
     quota_yield_max_seconds: float | None = None
     """``SimSettings.quota_yield_max_seconds``; None: its default (the controller's)."""
-    """``SimSettings.kueue_preemption`` (and ``within_cluster_queue`` when not ``Never``): Kueue's own preemption for quota."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]

@@ -1127,7 +1127,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
 
 def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None, priority: int = 0,
-                      created: float | None = None, parking: bool | None = False) -> Attempt:
+                      created: float | None = None, parking: bool | None = None) -> Attempt:
     """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds, of ``priority``), as an attempt of the simulator's
     loop; ``parking``: ``SimSettings.parking``, the override of the profile's ``queueing.parkWaiting``."""
     obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit, priority=priority,

@@ -160,3 +160,46 @@ def test_a_bad_before_quota_depth_gets_one_line_naming_the_flag(flag: str, capsy
     assert main([flag]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--before-quota-depth must be between 1 and 64" in err[0]
+
+
+def test_the_control_arm_asks_no_topology_and_no_profile() -> None:
+    podset = _workload("instant", "w1", 0, 2, "500m", required=True)["spec"]["podSets"][0]
+    assert "topologyRequest" not in podset and "annotations" not in podset["template"]["metadata"]
+    assert podset["count"] == 2
+
+
+def _listed(state: str, *conditions: str) -> dict[str, Any]:
+    return {"metadata": {"name": "w1", "namespace": "bench-instant", "uid": "u1", "resourceVersion": "9"},
+            "status": {"admissionChecks": [{"name": "bench-instant", "state": state}],
+                       "conditions": [{"type": c, "status": "True"} for c in conditions]}}
+
+
+def test_the_control_check_answers_a_pending_entry_ready_at_once_and_nothing_else() -> None:
+    from admission.cli._bench_kueue_instant import INSTANT_CHECK, answer
+
+    body = answer(_listed("Pending"), "listed", 0.0)
+    assert body is not None and body["status"]["admissionChecks"] == [
+        {"name": INSTANT_CHECK, "state": "Ready", "message": "answered at once", "lastTransitionTime": "1970-01-01T00:00:00Z"}]
+    assert "resourceVersion" not in body["metadata"] and body["metadata"]["uid"] == "u1"  # it always lands
+    assert answer(_listed("Pending"), "reserved", 0.0) is None  # no quota yet
+    assert answer(_listed("Pending", "QuotaReserved"), "reserved", 0.0) is not None
+    for done in (_listed("Ready"), _listed("Retry"), _listed("Pending", "Finished"), _listed("Pending", "QuotaReserved", "Evicted"),
+                 {"metadata": {"name": "w1"}, "status": {"admissionChecks": [{"name": "atoll-topology", "state": "Pending"}]}}):
+        assert answer(done, "listed", 0.0) is None
+
+
+def test_a_bad_control_check_mode_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--control-check=soon"])
+    assert exc.value.code == 2 and "--control-check" in capsys.readouterr().err
+
+
+def test_kueue_feature_gates_are_read_as_named_booleans_and_a_bad_item_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from admission.cli._bench_kueue import feature_gates
+
+    assert feature_gates("WorkloadRequestUseMergePatch=true, TopologyAwareScheduling=False") == {
+        "WorkloadRequestUseMergePatch": True, "TopologyAwareScheduling": False}
+    assert feature_gates(None) == feature_gates("") == {}
+    assert main(["--kueue-feature-gates=WorkloadRequestUseMergePatch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'WorkloadRequestUseMergePatch' is not Name=true or Name=false" in err[0]

@@ -13,6 +13,11 @@ PodSet needs no placement, and Atoll admits it at once):
   Atoll's AdmissionCheck on its ClusterQueues; Atoll's controller places, as its own ``atoll
   run`` process (as it is deployed: it shares no interpreter with the bench's watch, creators
   and runner), with ``--write-workers`` decision writes in flight at once.
+- ``instant`` (``--control-check listed|reserved``, optional): Atoll's arm with a check that does
+  no work in place of Atoll's (``_bench_kueue_instant``, its own process too): it answers
+  ``Ready`` as soon as Kueue lists it, or once the Workload holds quota. What it adds to Kueue
+  TAS's time to admission is what Kueue charges any admission check; Atoll's arm is measured
+  against it in the same run (``atoll_over_control``).
 
 Each arm has ``--queues`` ClusterQueues in one cohort (nominal 20 CPUs each, borrowing up to 100),
 a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second (at most
@@ -38,7 +43,8 @@ bench's watch. Reserved → decided is split where Atoll's check entry is first 
 reserved Workload (``listed``): Kueue's scheduler can reserve quota before Kueue's Workload
 controller has added the check entries (it adds them in a write of its own, and Atoll acts on
 its entry alone), so reserved → listed is Kueue's wait, listed → decided Atoll's. Kueue's own metrics give its Workload controller's mean queue wait and reconcile
-time over the run. Creates and the runner's status writes are retried on a loaded apiserver's
+time over the run; ``versions_to_admission`` counts the versions of each Workload the watch saw up
+to its admission (the create and every write: Kueue reconciles each). Creates and the runner's status writes are retried on a loaded apiserver's
 errors (429, 5xx, timeouts), up to ``RETRIES`` times with backoff. Goal: Atoll's mean
 time to admission at most ``--goal-ratio`` (1.10) times Kueue's alone; the command exits 1 when
 it is missed or a Workload is not admitted within ``--timeout``.

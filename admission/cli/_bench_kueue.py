@@ -671,7 +671,8 @@ def main(argv: Sequence[str]) -> int:
         columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
                    "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
                    "reserved_to_listed_ms", "listed_to_decided_ms", "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms",
-                   "ready_before_reserved", "admitted_on_reservation", "listed_before_reserved", "create_to_first_listed_ms")
+                   "ready_before_reserved", "admitted_on_reservation", "listed_before_reserved", "create_to_first_listed_ms",
+                   "versions_to_admission")
         wc = out["kueue_workload_controller"]
         print(" | ".join(columns))
         for r in out["rows"]:

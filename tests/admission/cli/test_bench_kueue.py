@@ -203,3 +203,32 @@ def test_kueue_feature_gates_are_read_as_named_booleans_and_a_bad_item_is_named(
     assert main(["--kueue-feature-gates=WorkloadRequestUseMergePatch"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'WorkloadRequestUseMergePatch' is not Name=true or Name=false" in err[0]
+
+
+def test_the_table_names_the_control_checks_ratio_and_atolls_over_it(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from admission.cli import _bench_kueue
+    from admission.cli._bench_kueue import CLASSES
+    from admission.cli._bench_kueue_figures import row
+
+    seen: dict[str, Any] = {}
+
+    def run(*_args: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.update(kwargs)
+        rows = []
+        for arm, tta, versions in (("tas", 1.0, 2.0), ("atoll", 2.3, 5.2), ("instant", 2.2, 5.3)):
+            key = f"bench-{arm}/w00000"
+            rows.append({**row(arm, {key: 0.0}, {key: tta}, {key: "small"}, [c[0] for c in CLASSES], {key: 0.5}),
+                         "versions_to_admission": versions})
+        return {"rows": rows, "tta_ratio": 2.3, "control_ratio": 2.2, "atoll_over_control": 1.045, "control_check": "listed",
+                "decide_before_quota": False, "not_created": 0, "nodes_per_arm": 64, "queues_per_arm": 3, "rate_per_s": 10.0,
+                "creates_s": 4.0, "create_workers": 16, "write_workers": 4, "load_before": [1.0], "load_after": [2.0], "cores": 2,
+                "kueue_workload_controller": {"workers": 10, "queue_wait_ms": 5.0, "reconcile_ms": 3.0}}
+
+    monkeypatch.setattr(_bench_kueue, "run_bench", run)
+    assert main(["--nodes=64", "--workloads=40", "--control-check=listed", "--kueue-feature-gates=WorkloadRequestUseMergePatch=true"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert seen["control_check"] == "listed"
+    assert seen["kueue_config"] == {"featureGates": {"VisibilityOnDemand": False, "WorkloadRequestUseMergePatch": True}}
+    assert [line.split(" | ")[0] for line in out[1:4]] == ["tas", "atoll", "instant"] and out[3].endswith(" | 5.3")
+    assert "control check (listed) / kueue-tas mean time to admission: 2.2; atoll / control check: 1.045" in out

@@ -336,7 +336,8 @@ def nodes_ready_seconds(nodes: int) -> float:
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
               write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None,
               create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2,
-              before_quota_settle: float = 1.0, before_quota_list_own: bool = False, control_check: str | None = None) -> dict[str, Any]:
+              before_quota_settle: float = 1.0, before_quota_list_own: bool = False, control_check: str | None = None,
+              control_only: bool = False) -> dict[str, Any]:
     """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
     ``create_workers``: the bench's creates in flight at once (each on its own connection);
@@ -345,7 +346,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
     ``decide_before_quota``: ``atoll run --decide-before-quota`` (its default hold), with
     ``--before-quota-depth before_quota_depth`` and ``--before-quota-settle before_quota_settle``;
     ``control_check`` (``WHEN``): a third arm, ``CONTROL_ARM``, whose check answers at once, then or
-    once reserved."""
+    once reserved; ``control_only``: that arm in place of Atoll's (Kueue TAS and the control check
+    alone: the floor at the two-arm run's load)."""
     from admission.kube import ADMISSION_CHECKS, KubePort
     from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
     from tests.envtest._server import die_with_parent
@@ -358,7 +360,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
     shares = np.array([c[4] for c in CLASSES])
     draws = [(CLASSES[int(rng.choice(len(CLASSES), p=shares / shares.sum()))], bool(rng.random() < 0.5)) for _ in range(workloads)]
     load_before = os.getloadavg()
-    arms = ARMS + ((CONTROL_ARM,) if control_check else ())
+    arms = ("tas", CONTROL_ARM) if control_check and control_only else ARMS + ((CONTROL_ARM,) if control_check else ())
     with ApiServer(binaries) as api:
         try:
             cluster = KueueCluster(api, kueue_config=kueue_config).start()
@@ -370,7 +372,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
             records, log = api.dir / "atoll-run.jsonl", api.dir / "atoll-run.log"
             metrics_port = _free_port()
             with open(records, "wb") as out, open(log, "wb") as err:
-                ctrl = subprocess.Popen(  # as deployed: its own process, its own interpreter
+                ctrl = None if "atoll" not in arms else subprocess.Popen(  # as deployed: its own process, its own interpreter
                     [sys.executable, "-c", "import sys; from admission.cli import main; sys.argv[0] = 'atoll'; sys.exit(main())", "run",
                      "--kubeconfig", str(api.kubeconfig_path), "--namespace", ATOLL_NS, "--admission-check", CHECK,
                      "--metrics-port", str(metrics_port), "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
@@ -382,12 +384,13 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                      "--kubeconfig", str(api.kubeconfig_path), "--namespace", f"bench-{CONTROL_ARM}", "--when", control_check,
                      "--writers", str(max(1, write_workers))], stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
                 try:
-                    _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
+                    if ctrl is not None:
+                        _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
                     if control is not None:
                         _wait_active(port, ADMISSION_CHECKS, control, 60.0, INSTANT_CHECK)
                     result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records,
                                        create_workers, arms)
-                    result["atoll_before_quota"] = before_quota_counts(_scrape(metrics_port))
+                    result["atoll_before_quota"] = before_quota_counts(_scrape(metrics_port) if ctrl is not None else "")
                 finally:
                     for proc in (ctrl, control):
                         if proc is None:
@@ -398,7 +401,7 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
                         except subprocess.TimeoutExpired:
                             proc.kill()
                             proc.wait()
-            return {**result, "control_check": control_check, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth,
+            return {**result, "control_check": control_check, "control_only": control_only, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth,
                     "before_quota_settle": before_quota_settle, "before_quota_list_own": before_quota_list_own, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
                     "kueue_feature_gates": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("featureGates"),
                     "kueue_workload_controller": workload_controller_figures(cluster.metrics())}
@@ -553,7 +556,7 @@ def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: 
     for arm, r in rows.items():
         seen = [versions[k] for k in admitted if k.startswith(f"bench-{arm}/") and k in versions]
         r["versions_to_admission"] = round(float(np.mean(seen)), 2) if seen else None
-    tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
+    tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"] if "atoll" in rows else None
     control = rows[CONTROL_ARM]["tta_mean_ms"] if CONTROL_ARM in rows else None
     creates_s = max(created.values(), default=started) - started
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
@@ -618,6 +621,8 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--control-check", choices=WHEN, default=None,
                    help="a third arm whose check does no work and answers Ready at once: as soon as Kueue lists it (listed) "
                         "or once the Workload holds quota (reserved); what Kueue charges any check, apart from Atoll's placement")
+    p.add_argument("--control-only", action="store_true",
+                   help="with --control-check: Kueue TAS and the control check's arm alone, no Atoll arm (the floor at a two-arm run's load)")
     p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
@@ -635,6 +640,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     if not 1 <= args.before_quota_depth <= 64:
         print("atoll bench kueue: --before-quota-depth must be between 1 and 64", file=sys.stderr)
+        return 2
+    if args.control_only and not args.control_check:
+        print("atoll bench kueue: --control-only needs --control-check listed|reserved (the check its arm runs)", file=sys.stderr)
         return 2
     if args.kueue_workload_concurrency is not None and args.kueue_workload_concurrency < 1:
         print("atoll bench kueue: --kueue-workload-concurrency must be ≥ 1 (or left out for Kueue's shipped value)", file=sys.stderr)
@@ -658,7 +666,8 @@ def main(argv: Sequence[str]) -> int:
                         write_workers=args.write_workers, kueue_config=kueue_config or None,
                         logs=args.logs, create_workers=args.create_workers, decide_before_quota=args.decide_before_quota,
                         before_quota_depth=args.before_quota_depth, before_quota_settle=args.before_quota_settle,
-                        before_quota_list_own=args.before_quota_list_own, control_check=args.control_check)
+                        before_quota_list_own=args.before_quota_list_own, control_check=args.control_check,
+                        control_only=args.control_only)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1

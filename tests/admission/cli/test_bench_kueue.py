@@ -232,3 +232,9 @@ def test_the_table_names_the_control_checks_ratio_and_atolls_over_it(monkeypatch
     assert seen["kueue_config"] == {"featureGates": {"VisibilityOnDemand": False, "WorkloadRequestUseMergePatch": True}}
     assert [line.split(" | ")[0] for line in out[1:4]] == ["tas", "atoll", "instant"] and out[3].endswith(" | 5.3")
     assert "control check (listed) / kueue-tas mean time to admission: 2.2; atoll / control check: 1.045" in out
+
+
+def test_control_only_without_a_control_check_gets_one_line_naming_both_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--control-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--control-only needs --control-check listed|reserved" in err[0]

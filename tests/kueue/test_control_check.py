@@ -35,7 +35,8 @@ def _cluster_queue(cpu: str) -> dict[str, Any]:
 def control(live: Live) -> Iterator[Live]:
     """A ClusterQueue with no quota yet whose only check is the control check, and its LocalQueue."""
     kueue = {"apiVersion": f"{GROUP}/{VERSION}"}
-    live.core.create_namespace({"metadata": {"name": NS}})
+    if not live.core.list_namespace(field_selector=f"metadata.name={NS}").items:  # kept for the next case: deleting one takes a while
+        live.core.create_namespace({"metadata": {"name": NS}})
     live.custom.create_cluster_custom_object(GROUP, VERSION, "resourceflavors", {**kueue, "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}})
     live.custom.create_cluster_custom_object(GROUP, VERSION, "admissionchecks", {
         **kueue, "kind": "AdmissionCheck", "metadata": {"name": INSTANT_CHECK}, "spec": {"controllerName": CONTROLLER}})
@@ -56,7 +57,9 @@ def control(live: Live) -> Iterator[Live]:
             c["metadata"]["name"] == CQ for c in live.custom.list_cluster_custom_object(GROUP, VERSION, "clusterqueues")["items"]))
         live.custom.delete_cluster_custom_object(GROUP, VERSION, "admissionchecks", INSTANT_CHECK)
         live.custom.delete_cluster_custom_object(GROUP, VERSION, "resourceflavors", FLAVOR)
-        live.core.delete_namespace(NS)
+        for plural, name in (("admissionchecks", INSTANT_CHECK), ("resourceflavors", FLAVOR)):  # Kueue's finalizers go first
+            wait_for(f"{plural} {name} gone", lambda plural=plural, name=name: not any(
+                o["metadata"]["name"] == name for o in live.custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]))
 
 
 def _versions(history: History, name: str, pred: Any) -> dict[str, Any]:

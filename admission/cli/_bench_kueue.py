@@ -200,12 +200,11 @@ class _Runner:
         self.ready: dict[str, float] = {}
         self.listed: dict[str, float] = {}
         self.first_listed: dict[str, float] = {}
+        """When the arm's check entry was first seen on the Workload, reserved or not (the earliest an
+        early decision can start)."""
         self.versions: dict[str, int] = {}
         """Versions of each Workload seen up to its admission, the create's included: every write
-        to it (Kueue's, the check's, the runner's) makes one, and Kueue's Workload controller
-        reconciles each."""
-        """When Atoll's check entry was first seen on the Workload, reserved or not (the earliest an
-        early decision can start)."""
+        to it (Kueue's, the check's) makes one, and Kueue's Workload controller reconciles each."""
         self.runtime: dict[str, float] = {}
         self.due: list[tuple[float, str]] = []
         self.cv = threading.Condition()
@@ -253,7 +252,7 @@ class _Runner:
                     if entry_listed and key not in self.first_listed and key not in self.admitted:
                         self.first_listed[key] = now
                     if key in self.reserved and key not in self.listed and entry_listed:
-                        self.listed[key] = now  # reserved, and Atoll's check entry there to act on
+                        self.listed[key] = now  # reserved, and the arm's check entry there to act on
                     if key not in self.ready and any(a.get("name") in CHECKS and a.get("state") == "Ready"
                                                      for a in status.get("admissionChecks") or []):
                         self.ready[key] = now

@@ -337,7 +337,8 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
               create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2,
               before_quota_settle: float = 1.0, before_quota_list_own: bool = False, control_check: str | None = None,
               control_only: bool = False) -> dict[str, Any]:
-    """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
+    """One control plane, two arms (three with ``control_check``) of ``nodes`` KWOK nodes each,
+    ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
     ``create_workers``: the bench's creates in flight at once (each on its own connection);
     ``kueue_config``: fields of Kueue's Configuration set over the tier's (``KueueCluster``);

@@ -19,6 +19,7 @@ from admission.controller._invariant import ClaimSet
 from tests.admission.fabric import Fabric, planned, run
 from tests.chaos.actors import FAILED_NODE, NodeSpec, Scheduler, admitted
 from tests.chaos.harness import AGENT, ChaosRun, RunConfig, unplaceable_pods, writes_answered_late, writes_outside_term
+from tests.chaos.planted import planted_failure
 from tests.chaos.proxy import Received
 from tests.chaos.runner import run_many
 from topology import ResourceVector
@@ -172,14 +173,22 @@ def counts_failed_pods_as_done(*args: Any, **kwargs: Any) -> Controller:
 
 
 def test_the_audit_catches_a_ledger_that_counts_failed_pods_as_done(apiserver: Any) -> None:
-    config = RunConfig(seed=5, fault_rate=0.0, seconds=3.0, quota_factor=2.0, kill_rate=0.0, crash_rate=0.0, bind_rate=0.5,
-                       finish_rate=0.0, preempt_rate=0.0, fail_rate=0.5, shapes="nested")
-    # Six runs: whether a replacement meets another Workload on its slot depends on the order the
-    # apiserver serves events in, so a run can pass the faulty ledger by luck.
-    summary = run_many(apiserver, 6, config, prefix="chaos-failed-done", controller_factory=counts_failed_pods_as_done)
-    assert summary.pods_failed > 0 and summary.replacements_bound > 0, summary.json()
-    assert summary.unplaceable_owed + summary.double_booked > 0, summary.json()
-    assert not summary.clean
+    """The planted failure (``planted``): the faulty ledger hands the failed pod's slot to the
+    next Workload while the replacement is pending, and the audit finds the pod left without room."""
+    faulty = planted_failure(apiserver, "chaos-failed-done", counts_failed_pods_as_done)
+    assert faulty.narrow_outcome == "admit", faulty.result.violations
+    assert faulty.result.pods_failed == 1 and faulty.result.replacements_bound == 1, faulty.result
+    assert faulty.result.unplaceable_owed + faulty.result.double_booked > 0, faulty.result
+    assert not faulty.result.clean
+
+
+def test_an_honest_ledger_keeps_a_failed_pods_slot_for_its_replacement(apiserver: Any) -> None:
+    """The same planted failure with the controller as it ships: the next Workload waits, and
+    the audit finds nothing (so what it finds with the faulty ledger is the fault)."""
+    honest = planted_failure(apiserver, "chaos-failed-honest")
+    assert honest.narrow_outcome == "wait", honest.result.violations
+    assert honest.result.pods_failed == 1 and honest.result.replacements_bound == 1, honest.result
+    assert honest.result.clean and honest.result.ledger_mismatch == 0, honest.result.violations
 
 
 def one_clique(kube_client: Any, ns: str) -> tuple[Fabric, list[str]]:

@@ -18,10 +18,11 @@ from admission.controller import Controller
 from admission.controller._invariant import ClaimSet
 from tests.admission.fabric import Fabric, planned, run
 from tests.chaos.actors import FAILED_NODE, NodeSpec, Scheduler, admitted
-from tests.chaos.harness import AGENT, ChaosRun, RunConfig, unplaceable_pods, writes_answered_late, writes_outside_term
+from tests.chaos.harness import ChaosRun, RunConfig, unplaceable_pods
 from tests.chaos.planted import planted_failure
 from tests.chaos.proxy import Received
 from tests.chaos.runner import run_many
+from tests.chaos.terms import AGENT, writes_answered_late, writes_outside_term
 from topology import ResourceVector
 
 pytestmark = pytest.mark.apiserver

@@ -29,10 +29,12 @@ the chance to decide what is left:
   forwards it, with the server's answer: the resourceVersion it answered, and for each Lease
   write it accepted, the holder. A write must be applied after its sender's hold of the Lease
   was accepted and before any other replica's Lease write, in the server's order of revisions
-  (``writes_outside_term`` says why that order is exact here); ``writes_answered_late`` counts
-  the writes answered after a takeover began that were applied before it. Terms are real (the
-  short ``LEASE``); a replica killed in-process is a paused one: a write it had in flight still
-  lands unless its timeout ends it first.
+  (``terms``). That order is exact on this test server only: it keeps every object in one
+  etcd, whose revision is one store-wide counter, and answers an object's last revision as its
+  resourceVersion; the Kubernetes API calls resourceVersion opaque, and Atoll never reads it
+  this way. ``writes_answered_late`` counts the writes answered after a takeover began that
+  were applied before it. Terms are real (the short ``LEASE``); a replica killed in-process is
+  a paused one: a write it had in flight still lands unless its timeout ends it first.
 """
 
 from __future__ import annotations

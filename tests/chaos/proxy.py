@@ -59,7 +59,9 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgra
 @dataclass(frozen=True, slots=True)
 class Received:
     """One write the apiserver received: forwarded at ``sent``, answered at ``answered``
-    (``time.monotonic()`` of this process; None if no answer came)."""
+    (``time.monotonic()`` of this process; None if no answer came). ``status`` 0: the server
+    closed the connection at ``answered`` without an answer (as it may once the request's
+    deadline has passed)."""
 
     sent: float
     answered: float | None
@@ -279,9 +281,10 @@ class _Handler(BaseHTTPRequestHandler):
                 time.sleep(self.owner.uniform(*self.owner.slow_seconds))
             try:
                 resp = conn.getresponse()
-            except (OSError, http.client.HTTPException):
-                if write:
-                    self.owner.received(Received(sent, None, self.command, self.path, self.headers.get("User-Agent") or "", 0))
+            except (OSError, http.client.HTTPException) as exc:
+                if write:  # the server ended the request without an answer, as with a 5xx; or no answer came at all
+                    ended = None if isinstance(exc, TimeoutError) else time.monotonic()
+                    self.owner.received(Received(sent, ended, self.command, self.path, self.headers.get("User-Agent") or "", 0))
                 raise
             if watch and resp.status == 200:
                 self._stream(resp, fault)

@@ -38,7 +38,8 @@ def _outside_by_time(w: Received, who: str, leases: list[Received]) -> str | Non
              and lease.sent < end]
     if not taken:
         return None
-    when = f"answered {end - taken[0].sent:.3f}s after" if w.answered is not None else "got no answer; meanwhile"
+    when = ("got no answer; meanwhile" if w.answered is None else
+            f"{'answered' if w.status else 'ended without an answer'} {end - taken[0].sent:.3f}s after")
     return f"{who} {w.method} {w.path} {when} {taken[0].lease_holder!r} sent its Lease write (term {taken[0].lease_term})"
 
 
@@ -59,8 +60,10 @@ def writes_outside_term(timeline: list[Received], identity_prefix: str) -> list[
     release) or before its sender held the Lease at all; one answered late but applied inside
     its sender's hold does not (``writes_answered_late`` counts those). Writes the server
     refused (4xx) applied nothing; a no-op write (answered at a revision it did not make)
-    neither. A write whose outcome or revision is unknown (no answer came, or a 5xx, which may
-    follow a commit) is judged by the conservative timing rule instead (``_outside_by_time``).
+    neither. A write whose outcome or revision is unknown (a 5xx, which may follow a commit, the
+    server ending it without an answer, or no answer at all) is judged by the conservative
+    timing rule instead (``_outside_by_time``): the server's answer, or its hang-up, must come
+    before another replica's Lease write was sent (no answer at all: never).
 
     The order is exact on this test server, not on Kubernetes in general: the API calls
     resourceVersion opaque, but this kube-apiserver stores every object in one etcd, where an

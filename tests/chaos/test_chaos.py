@@ -92,17 +92,20 @@ def test_the_term_audit_reads_the_servers_timeline() -> None:
     no_answer = _write(1.95, None, "chaos-x-a", None)  # the server's answer never came: outcome unknown, b took over meanwhile
     refused = _write(3.0, 3.01, "chaos-x-a", None, status=409)  # the server applied nothing
     timed_out = _write(1.95, 2.3, "chaos-x-a", None, status=504)  # the server gave up: maybe applied, after b's Lease write was sent
+    cut_early = _write(1.5, 1.6, "chaos-x-a", None, status=0)  # the server hung up at 1.6, before b's Lease write: inside
+    cut_late = _write(1.9, 2.2, "chaos-x-a", None, status=0)  # the server hung up after b's Lease write was sent
     no_op = _write(3.0, 3.01, "chaos-x-a", 12)  # answered at an earlier revision: the object as it was, nothing applied
     other_run = _write(3.0, 3.02, "chaos-y-a", 30)  # another namespace's replica: not this run's
-    timeline = [a_holds, inside, answered_late, applied_late, b_takes, reached_late, before_any, no_answer, refused, timed_out, no_op,
-                other_run]
+    timeline = [a_holds, inside, answered_late, applied_late, b_takes, reached_late, before_any, no_answer, refused, timed_out, cut_early,
+                cut_late, no_op, other_run]
     found = writes_outside_term(timeline, "chaos-x-")
-    assert len(found) == 5, found
+    assert len(found) == 6, found
     assert sum("applied at revision 21 while the Lease named 'chaos-x-b'" in f for f in found) == 1
     assert sum("applied at revision 25 while the Lease named 'chaos-x-b' (its Lease write at revision 20, term 2)" in f for f in found) == 1
     assert sum("applied at revision 5 while the Lease named 'nobody'" in f for f in found) == 1
     assert sum("got no answer; meanwhile 'chaos-x-b' sent its Lease write (term 2)" in f for f in found) == 1
     assert sum("answered 0.300s after 'chaos-x-b' sent its Lease write" in f for f in found) == 1
+    assert sum("ended without an answer 0.200s after 'chaos-x-b' sent its Lease write" in f for f in found) == 1
     assert writes_answered_late(timeline, "chaos-x-") == 2  # answered_late, and no_op (overlapping b's takeover by time)
     assert writes_outside_term([a_holds, inside, answered_late, b_takes], "chaos-x-") == []
 

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import json
-import ssl
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from admission.kube import CONFIGMAPS, LEASES, ApiRetrySettings, KubePort, LeaderElector, LeaderSettings, ManualClock, errors
-from admission.webhook import ensure_serving_cert
 from tests.chaos.proxy import FaultProxy
 from tests.envtest import ApiServer
 
@@ -178,91 +171,6 @@ def test_a_write_attempt_ends_before_the_term_and_the_server_never_sees_it(apise
     time.sleep(SLOW + 0.5 - (time.monotonic() - started))  # past when the server would have applied it
     assert direct.get(CONFIGMAPS, "late", namespace)["data"] == {"a": "1"}
     assert slow_proxy.dropped == 1 and slow_proxy.timeline == []
-
-
-SLOW_REVIEW = "atoll.dev/slow-review"
-"""Label of the ConfigMaps the slow validating webhook (``slow_review``) holds on update."""
-
-
-@contextlib.contextmanager
-def slow_review(kube_client: Any, namespace: str, tmp: Path) -> Iterator[list[float]]:
-    """A validating webhook that answers every update of a ConfigMap labelled ``SLOW_REVIEW``
-    (= ``namespace``) after ``SLOW`` seconds, as a slow admission webhook holds a write inside the
-    apiserver; yields the times its reviews arrived. Registered, and active, before it yields."""
-    cert = ensure_serving_cert(tmp / "certs", ["127.0.0.1"], generate=True)
-    assert cert.ca_pem is not None
-    arrived: list[float] = []
-
-    class Review(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            arrived.append(time.monotonic())
-            review = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-            time.sleep(SLOW)
-            body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                               "response": {"uid": review["request"]["uid"], "allowed": True}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's signature
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Review)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert.cert_file, cert.key_file)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    name = f"slow-review-{namespace}"
-    admission = client.AdmissionregistrationV1Api(kube_client)
-    admission.create_validating_webhook_configuration({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name},
-        "webhooks": [{"name": "slow.configmaps.atoll.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                      "clientConfig": {"url": f"https://127.0.0.1:{server.server_address[1]}/",
-                                       "caBundle": base64.b64encode(cert.ca_pem).decode()},
-                      "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["configmaps"]}],
-                      "objectSelector": {"matchLabels": {SLOW_REVIEW: namespace}}, "failurePolicy": "Fail", "timeoutSeconds": 10}]})
-    try:
-        direct = KubePort(kube_client)
-        direct.create(CONFIGMAPS, {"metadata": {"name": "probe", "namespace": namespace, "labels": {SLOW_REVIEW: namespace}}})
-        deadline = time.monotonic() + 30
-        while not arrived:  # the apiserver calls a new webhook once its informer has it
-            assert time.monotonic() < deadline, "the apiserver never called the slow webhook"
-            direct.patch(CONFIGMAPS, "probe", {"data": {"t": str(time.monotonic())}}, namespace)
-        arrived.clear()
-        yield arrived
-    finally:
-        admission.delete_validating_webhook_configuration(name)
-        server.shutdown()
-        server.server_close()
-
-
-def test_a_write_the_server_is_slow_to_get_to_ends_at_the_attempts_deadline_inside_the_server(
-        apiserver: Any, kube_client: Any, namespace: str, tmp_path: Path) -> None:
-    """A write sent with 0.8 s of term left, held 2 s inside the apiserver by an admission webhook,
-    behind a proxy that does not pass the client's hang-up on (the server never learns the client
-    left): the client gives up at 0.8 s, and the server, told that deadline, ends the write
-    there instead of applying it at 2 s. Without the deadline the same write is applied."""
-    direct = KubePort(kube_client)
-    direct.create(CONFIGMAPS, {"metadata": {"name": "late", "namespace": namespace, "labels": {SLOW_REVIEW: namespace}},
-                               "data": {"a": "1"}})
-    with slow_review(kube_client, namespace, tmp_path) as reviews, \
-            FaultProxy("127.0.0.1", apiserver.port, apiserver.ca_file, rate=0.0, max_seconds=60) as proxy:
-        ends = time.monotonic() + 0.8
-        port = KubePort(through(proxy, apiserver), ApiRetrySettings(backoffs=(), request_timeout=10.0),
-                        fence=lambda: ends - time.monotonic())
-        with pytest.raises(errors.NetworkError):
-            port.patch(CONFIGMAPS, "late", {"data": {"a": "2"}}, namespace)
-        time.sleep(SLOW + 1.0)  # past the webhook's answer
-        assert len(reviews) == 1  # the server did get to the write
-        assert direct.get(CONFIGMAPS, "late", namespace)["data"] == {"a": "1"}
-        assert [w.status for w in proxy.timeline if 200 <= w.status < 300] == []  # the server answered no success
-
-        # the control: the same write with a deadline past the webhook's answer is applied
-        KubePort(through(proxy, apiserver), ApiRetrySettings(backoffs=(), request_timeout=10.0)).patch(
-            CONFIGMAPS, "late", {"data": {"a": "3"}}, namespace)
-        assert len(reviews) == 2 and direct.get(CONFIGMAPS, "late", namespace)["data"] == {"a": "3"}
 
 
 def test_a_renewal_round_ends_within_the_renew_deadline(apiserver: Any, namespace: str, slow_proxy: FaultProxy) -> None:

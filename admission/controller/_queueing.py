@@ -19,8 +19,8 @@ from admission.queue import Need, Outlook, OwedGang, Reservation, WaitOrSpan, ch
 from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
-__all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "max_execution_seconds", "queue_turn",
-           "reserve_deadline"]
+__all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "max_execution_seconds", "priority_of",
+           "queue_turn", "reserve_deadline"]
 
 SpanCost = Callable[[Snapshot, Decision], "float | None"]
 """The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""

@@ -108,7 +108,8 @@ class QueueingSettings(_Strict):
     ``behind-gang``) instead of taking quota or GPUs the gang needs. ``quota``: while the gang
     waits for quota; ``start``: until the gang starts. ``off`` (the default): never. A gang that
     is owed itself is never held; with it set, the reservation's ``reserveAfterSeconds`` counts
-    from the Workload's creation, not its first decision."""
+    from the Workload's creation, not its first decision. ``holdBehindGangsMinGPUs``: only a gang
+    of at least this many GPUs is owed (0: any gang)."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -121,6 +122,7 @@ class QueueingSettings(_Strict):
     park_waiting: bool = Field(default=False, alias="parkWaiting", strict=True)
     perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
     hold_behind_gangs: Literal["off", "quota", "start"] = Field(default="off", alias="holdBehindGangs")
+    hold_min_gpus: int = Field(default=0, ge=0, alias="holdBehindGangsMinGPUs")
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:

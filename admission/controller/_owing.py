@@ -3,8 +3,8 @@
 The decision code holds a Workload behind an owed gang (``_queueing.behind_gang``) on what the
 ``Outlook`` says is owed; the simulator says it from its queues, the controller from here: each
 Workload that waits for quota (``QuotaYield.waiters``) and, under ``start``, each parked one (it
-holds quota and waits for room), that is a gang (more than one pod) of a profile with
-``holdBehindGangs``, and has waited ``reserveAfterSeconds`` since its creation. One waiting for
+holds quota and waits for room), that is a gang (more than one pod, at least
+``holdBehindGangsMinGPUs`` GPUs) of a profile with ``holdBehindGangs``, and has waited ``reserveAfterSeconds`` since its creation. One waiting for
 quota is keyed by the ClusterQueue its LocalQueue points at, its flavor not known yet (Kueue picks
 it when it reserves quota); a parked one by its admission's ClusterQueue and flavor.
 """
@@ -47,12 +47,12 @@ def owed_gangs(objects: Mapping[str, Obj], waiting: Iterable[str], parked: Itera
         if mode == "off" or (quota and mode != "start"):
             continue
         created = created_at(obj)
-        if created is None or not is_owed(profile, sum(s.count for s in view.podsets), created, now):
+        gpus = sum(s.count * s.per_pod.gpu for s in view.podsets)
+        if created is None or not is_owed(profile, sum(s.count for s in view.podsets), gpus, created, now):
             continue
         queue = view.cluster_queue if quota else cluster_queue_of(obj)
         if not queue:
             continue
         flavor = (flavor_of(key) or None) if quota else None
-        gpus = sum(s.count * s.per_pod.gpu for s in view.podsets)
         out.setdefault((queue, flavor), []).append(OwedGang(-priority_of(obj), created, key, queue, gpus, flavor))
     return out

@@ -47,12 +47,13 @@ def priority_of(obj: Mapping[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def is_owed(profile: Profile, pods: int, created: float | None, now: float) -> bool:
-    """Whether a Workload of ``pods`` pods created at ``created`` is a gang owed its turn under
-    ``profile``'s ``holdBehindGangs``: more than one pod, waiting ``reserveAfterSeconds`` since creation."""
+def is_owed(profile: Profile, pods: int, gpus: int, created: float | None, now: float) -> bool:
+    """Whether a Workload of ``pods`` pods and ``gpus`` GPUs created at ``created`` is a gang owed
+    its turn under ``profile``'s ``holdBehindGangs``: more than one pod, at least
+    ``holdBehindGangsMinGPUs`` GPUs, waiting ``reserveAfterSeconds`` since creation."""
     q = profile.queueing
-    return (q.hold_behind_gangs != "off" and q.reserve_after_seconds is not None and pods > 1 and created is not None
-            and now - created >= q.reserve_after_seconds)
+    return (q.hold_behind_gangs != "off" and q.reserve_after_seconds is not None and pods > 1 and gpus >= q.hold_min_gpus
+            and created is not None and now - created >= q.reserve_after_seconds)
 
 
 def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mapping[str, Any], cluster_queue: str | None, flavor: str,
@@ -63,7 +64,7 @@ def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mappin
     if outlook is None or profile.queueing.hold_behind_gangs == "off" or not len(outlook.owed):
         return None
     created = created_at(obj)
-    if is_owed(profile, sum(s.count for s in specs), created, now):
+    if is_owed(profile, sum(s.count for s in specs), sum(s.count * s.per_pod.gpu for s in specs), created, now):
         return None
     return outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created)
 

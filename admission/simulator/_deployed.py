@@ -173,6 +173,7 @@ class DeployedAtoll:
         self.behind = own.queueing.hold_behind_gangs if own is not None else "off"
         """The profile's ``queueing.holdBehindGangs``: with it, the simulator says which gangs are owed (``set_owed``)."""
         self.owed_after = float(own.queueing.reserve_after_seconds or 0) if own is not None else 0.0
+        self.owed_min_gpus = own.queueing.hold_min_gpus if own is not None else 0
         self.unheld: dict[int, list[str]] = {}
         """Flavor → gangs owed no longer since ``take_unheld`` last looked."""
         self._index_map: tuple[tuple[int, int], IntArray | None] | None = None

@@ -899,8 +899,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         return None if factor is None else max(1, math.ceil(float(work.duration[j]) * factor))
 
     owing = deployed is not None and deployed.behind != "off"
+    owed_min = deployed.owed_min_gpus if deployed is not None else 0
     gangs_pending: list[dict[int, None]] = [{} for _ in fl]
-    """Flavor → gangs that arrived and have not started (nor were rejected), in arrival order (``holdBehindGangs``)."""
+    """Flavor → gangs (of ``holdBehindGangsMinGPUs`` or more) that arrived and have not started (nor were rejected), in
+    arrival order (``holdBehindGangs``)."""
 
     def feed_owed(fi: int, now: float) -> None:
         """Tell the queue manager which gangs of flavor ``fi`` are owed their turn now, as the
@@ -1080,7 +1082,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 touched.add(enqueue(nxt))
                 pending += 1
-                if owing and shapes[int(shape_of[nxt])][1].pods > 1:
+                if owing and shapes[int(shape_of[nxt])][1].pods > 1 and shape_gpus[int(shape_of[nxt])] >= owed_min:
                     gangs_pending[int(work.flavor[nxt])][nxt] = None
             nxt += 1
             if progress is not None and nxt % 500 == 0:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from admission.controller._queueing import is_owed
 from admission.queue import Reservation, Running
 from admission.simulator._deployed import DeployedAtoll
 from policies import ProfilesError, load_profiles
@@ -499,3 +500,19 @@ def test_a_profile_without_hold_behind_gangs_ignores_owed_gangs() -> None:
 def test_hold_behind_gangs_without_reserve_after_seconds_is_refused_naming_the_field() -> None:
     with pytest.raises(ProfilesError, match=r"profiles\.p\.queueing: holdBehindGangs: start .* set reserveAfterSeconds"):
         load_profiles(f"defaultProfile: p\nprofiles: {{p: {{requiredLevel: {CLIQUE}, queueing: {{holdBehindGangs: start}}}}}}")
+
+
+def test_only_a_gang_of_at_least_the_min_gpus_that_waited_reserve_after_seconds_since_creation_is_owed() -> None:
+    doc = load_profiles(f"""
+defaultProfile: big
+profiles:
+  big: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 16}}}}
+  off: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
+""")
+    big, off = doc.profiles["big"], doc.profiles["off"]
+    assert is_owed(big, 4, 16, NOW - 600, NOW)
+    assert not is_owed(big, 2, 8, NOW - 600, NOW)  # a gang under 16 GPUs
+    assert not is_owed(big, 1, 16, NOW - 600, NOW)  # one pod: no gang
+    assert not is_owed(big, 4, 16, NOW - 599, NOW)  # not waited long enough since its creation
+    assert not is_owed(big, 4, 16, None, NOW)  # no creation time
+    assert not is_owed(off, 4, 16, NOW - 6000, NOW)  # the profile holds nothing behind gangs

@@ -507,12 +507,12 @@ def test_only_a_gang_of_at_least_the_min_gpus_that_waited_reserve_after_seconds_
 defaultProfile: big
 profiles:
   big: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 16}}}}
-  off: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
+  plain: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
 """)
-    big, off = doc.profiles["big"], doc.profiles["off"]
+    big, plain = doc.profiles["big"], doc.profiles["plain"]
     assert is_owed(big, 4, 16, NOW - 600, NOW)
     assert not is_owed(big, 2, 8, NOW - 600, NOW)  # a gang under 16 GPUs
     assert not is_owed(big, 1, 16, NOW - 600, NOW)  # one pod: no gang
     assert not is_owed(big, 4, 16, NOW - 599, NOW)  # not waited long enough since its creation
     assert not is_owed(big, 4, 16, None, NOW)  # no creation time
-    assert not is_owed(off, 4, 16, NOW - 6000, NOW)  # the profile holds nothing behind gangs
+    assert not is_owed(plain, 4, 16, NOW - 6000, NOW)  # the profile holds nothing behind gangs

@@ -54,7 +54,7 @@ from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
-from admission.controller._owing import owed_gangs
+from admission.controller._owing import owed_gangs, owes
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
@@ -491,7 +491,12 @@ class Controller:
             return
         held = self.queue_state.outlook.reservations.held_by
         may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
-        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, lambda k: held(k) is not None):
+        objects, now = self.cache.objects[WORKLOADS], self.clock.now()
+
+        def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
+            return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
+
+        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, keeps):
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue

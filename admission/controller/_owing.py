@@ -19,7 +19,7 @@ from admission.kube import Obj
 from admission.queue import OwedGang
 from policies import ProfilesDocument
 
-__all__ = ["owed_gangs"]
+__all__ = ["owed_gangs", "owes"]
 
 
 def owed_gangs(objects: Mapping[str, Obj], waiting: Iterable[str], parked: Iterable[str], doc: ProfilesDocument,
@@ -56,3 +56,17 @@ def owed_gangs(objects: Mapping[str, Obj], waiting: Iterable[str], parked: Itera
         flavor = (flavor_of(key) or None) if quota else None
         out.setdefault((queue, flavor), []).append(OwedGang(-priority_of(obj), created, key, queue, gpus, flavor))
     return out
+
+
+def owes(obj: Obj | None, doc: ProfilesDocument | None, read: Callable[[Obj], WorkloadView], now: float) -> bool:
+    """Whether ``obj`` is a gang owed its turn (``is_owed`` under its profile): it keeps its quota
+    when parked, as a reservation's holder does (given away, it would be owed again and hold back
+    the Workload it gave it to)."""
+    if obj is None or doc is None:
+        return False
+    try:
+        view = read(obj)
+        _, profile = doc.profile_for(annotation=view.profile, local_queue=view.local_queue, cluster_queue=view.cluster_queue)
+    except (WorkloadError, KeyError):
+        return False
+    return is_owed(profile, sum(s.count for s in view.podsets), sum(s.count * s.per_pod.gpu for s in view.podsets), created_at(obj), now)

@@ -608,6 +608,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     break
                 if deployed is not None and deployed.reserving(p):
                     continue  # first in line on its reserved domain: its quota is what starts it there
+                if owing and p in gangs_pending[fi] and arr[p] <= now - owed_after:
+                    continue  # a gang owed its turn keeps its quota: given away, it would be owed again and hold what it gave to
                 if not room.may_give(p):
                     continue  # it gave its quota back since its last decision: at most once per decision
                 picked.append(p)
@@ -900,6 +902,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     owing = deployed is not None and deployed.behind != "off"
     owed_min = deployed.owed_min_gpus if deployed is not None else 0
+    owed_after = deployed.owed_after if deployed is not None else 0.0
     gangs_pending: list[dict[int, None]] = [{} for _ in fl]
     """Flavor → gangs (of ``holdBehindGangsMinGPUs`` or more) that arrived and have not started (nor were rejected), in
     arrival order (``holdBehindGangs``)."""

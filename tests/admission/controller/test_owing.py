@@ -59,3 +59,4 @@ def test_without_hold_behind_gangs_a_gang_waiting_for_quota_holds_nothing(fabric
     fabric.submit("small", [("main", 1, 4)])
     (v,) = run(ctrl)
     assert v.outcome == "admit" and fabric.entry("small")["state"] == "Ready"
+

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from admission.controller._owing import owes
 from admission.controller._queueing import is_owed
 from admission.queue import Reservation, Running
 from admission.simulator._deployed import DeployedAtoll
@@ -516,3 +517,16 @@ profiles:
     assert not is_owed(big, 4, 16, NOW - 599, NOW)  # not waited long enough since its creation
     assert not is_owed(big, 4, 16, None, NOW)  # no creation time
     assert not is_owed(plain, 4, 16, NOW - 6000, NOW)  # the profile holds nothing behind gangs
+
+
+def test_a_gang_owed_its_turn_is_one_that_keeps_its_quota_when_parked() -> None:
+    """``owes`` (the controller's quota yield asks it, as the simulator's does): a parked gang owed
+    its turn keeps its quota, as a reservation's holder does; given away, it would wait for quota
+    again, owed, and hold back the Workload it gave it to."""
+    a = DeployedAtoll("atoll-held", "held", HOLD_DOC, cluster({}))
+    per_pod = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024)
+    gang = a.workload(5, 0, 2, per_pod, "training", created=NOW - 700)
+    assert owes(gang, a.doc, a.decider.read, NOW)
+    assert not owes(gang, a.doc, a.decider.read, NOW - 200)  # 500 s since its creation: not owed yet
+    assert not owes(a.workload(6, 0, 1, per_pod, "training", created=NOW - 700), a.doc, a.decider.read, NOW)  # one pod
+    assert not owes(None, a.doc, a.decider.read, NOW) and not owes(gang, None, a.decider.read, NOW)

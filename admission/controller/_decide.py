@@ -292,14 +292,14 @@ class Decider:
         if gang is not None:  # holdBehindGangs: an owed gang comes first; parked (its quota can go back to the gang)
             smallest = min(specs, key=lambda s: (s.count * s.per_pod.gpu, s.per_pod.gpu))
             delay = profile.retry.delay(wait.attempts)
-            held = _FlavorResult(flavor, "wait", f"waits behind an owed gang: {gang.describe()} (it has waited "
+            behind = _FlavorResult(flavor, "wait", f"waits behind an owed gang: {gang.describe()} (it has waited "
                                                  f"{now - gang.created:.0f}s since it was created, queueing.reserveAfterSeconds "
                                                  f"{profile.queueing.reserve_after_seconds}), and queueing.holdBehindGangs "
                                                  f"{profile.queueing.hold_behind_gangs} keeps what is behind it from taking its quota "
                                                  f"and GPUs; decided again when it is owed no longer; retry in {delay}s",
                                  "behind-gang", delay, generation=shared.generation)
-            held.need = Need(flavor, None, smallest.count, max(smallest.per_pod.gpu, 1), behind=gang.key)
-            return held
+            behind.need = Need(flavor, None, smallest.count, max(smallest.per_pod.gpu, 1), behind=gang.key)
+            return behind
         owed = self.ledger.witness(shared, exclude_uid=view.uid)
         # What admitted Workloads still owe counts as used, on a fork; with nothing owed the
         # search reads the shared snapshot itself (nothing below writes to it).

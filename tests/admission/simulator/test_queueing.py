@@ -270,3 +270,18 @@ def test_a_gang_that_waits_for_quota_is_owed_its_turn_and_starts_within_a_bounde
 
     assert passed(start) == 0  # under start nothing behind it starts until it does
     assert 0 < passed(quota) < passed(plain)  # under quota, those behind it start outside its reserved island once it holds quota
+
+
+def test_a_parked_gang_owed_its_turn_keeps_its_quota_from_a_waiter() -> None:
+    """Three 12-GPU jobs leave one free node per island (12 GPUs) until 5,000 s; quota is 72 GPUs.
+    Two 16-GPU gangs (t=1, 2) hold quota and park: no island is whole. Past 600 s both are owed;
+    the first reserves, the second waits for the one reservation. An 8-GPU job at t=700 finds 4
+    GPUs of quota free and 12 GPUs free: without the rule, the second gang (parked, no reservation)
+    gives it its quota, is owed again without quota, and holds the job it gave it to. It keeps it."""
+    plan = [(0, 5000, 12), (0.1, 5000, 12), (0.2, 5000, 12), (1, 300, 16), (2, 300, 16), (700, 100, 8)]
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies(["atoll-quota"], HOLD_DOC, seed=1)
+    res = simulate(cluster(3), prepare_workload(cluster(3), jobs), pol, settings=SimSettings(parking=True, quota_factor=1.5))
+    assert (res.status == STATUS_DONE).all()
+    assert res.quota_yields == 0
+    assert res.start[5] >= 5000  # it waits for quota until the 12-GPU jobs end

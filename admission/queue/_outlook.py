@@ -10,6 +10,7 @@ both weigh waits and hold reservations on the same numbers.
 from __future__ import annotations
 
 from admission.queue._estimate import Running, RuntimeEstimator
+from admission.queue._owed import OwedGangs
 from admission.queue._reserve import Reservations
 from admission.queue._waitspan import SpanPrices
 
@@ -17,12 +18,14 @@ __all__ = ["Outlook"]
 
 
 class Outlook:
-    """Running Workloads by key, the runtime estimator and the reservations."""
+    """Running Workloads by key, the runtime estimator, the reservations and the owed gangs."""
 
     def __init__(self, min_samples: int = 3) -> None:
         self.estimator = RuntimeEstimator(min_samples)
         self.reservations = Reservations()
         self.spans = SpanPrices()
+        self.owed = OwedGangs()
+        """Gangs owed their turn by ClusterQueue (``queueing.holdBehindGangs``), as the feeder last said."""
         self._running: dict[str, Running] = {}
         self._by_flavor: dict[str, dict[str, Running]] = {}
 

@@ -174,6 +174,10 @@ class QuotaYield:
         self.timed_out: set[str] = set()
         """Yields ``due`` ends by ``max_seconds`` while a Workload queued before the give still waits
         (the caller takes them out once it has reactivated them)."""
+        self.passed: set[str] = set()
+        """Yields ``due`` ends while a Workload queued before the give still waits, one the quota free
+        with the yielded Workload's could not let in (Kueue passes it either way): back ahead of it,
+        each is decided afresh on its next quota, as one ``timed_out`` is."""
         self.port = port
         self.gpu_resource = gpu_resource
         self.free_gpus = free_gpus
@@ -242,6 +246,8 @@ class QuotaYield:
         else) or gone is forgotten."""
         out: list[str] = []
         self.timed_out.clear()
+        self.passed.clear()
+        self._reserved = None
         queues: dict[str, Obj | None] = {}
         waiting: list[tuple[tuple[int, float], str, str | None]] | None = None
         for key, y in list(self.yielded.items()):
@@ -254,10 +260,13 @@ class QuotaYield:
                            if (wobj := self.objects.get(w)) is not None and waits_for_quota(wobj)]
             place = (self._kueue_order(key)[0], y.at)
             cq = self._cluster_queue(obj)
-            if not any(order <= place and w != key and wcq is not None and cq is not None
-                       and (wcq == cq or self._same_cohort(wcq, cq, queues)) and self._could_ever_admit(w, wcq, y.flavor, queues)
-                       for order, w, wcq in waiting):
+            back = max(self._gpus(obj), 0)
+            ahead = [(w, wcq) for order, w, wcq in waiting if order <= place and w != key and wcq is not None and cq is not None
+                     and (wcq == cq or self._same_cohort(wcq, cq, queues)) and self._could_ever_admit(w, wcq, y.flavor, queues)]
+            if not any(self._could_admit_with(w, wcq, y.flavor, queues, back) for w, wcq in ahead):
                 out.append(key)
+                if ahead:  # back ahead of a waiter queued before the give (one the free quota could not let in): decided afresh
+                    self.passed.add(key)
             elif now - y.at >= self.max_seconds:
                 out.append(key)
                 self.timed_out.add(key)
@@ -278,6 +287,25 @@ class QuotaYield:
             return True
         quota = self._cohort_quota(cq, flavor, queues, gpu, empty=True)
         return quota is None or want <= quota.available(cq)
+
+    def _could_admit_with(self, key: str, cq: str, flavor: str, queues: dict[str, Obj | None], back: int) -> bool:
+        """The quota ``cq`` could use on ``flavor`` now, with ``back`` GPUs more (what the yielded
+        Workload would take again), covers what Workload ``key`` asks for (unknown: True). One that
+        asks for more is not admitted whether the yielded Workload is back or not: Kueue's
+        BestEffortFIFO lets a smaller Workload pass it, so it keeps nobody out."""
+        if not flavor:
+            return True
+        gpu = self.gpu_resource()
+        want = self._gpus(self.objects.get(key) or {})
+        quota = self._cohort_quota(cq, flavor, queues, gpu)
+        return want < 0 or quota is None or want <= quota.available(cq) + back
+
+    def _gpus(self, obj: Obj) -> int:
+        """The GPUs a Workload asks for (-1: unreadable)."""
+        try:
+            return sum(s.count * s.per_pod.gpu for s in parse_workload(obj, gpu_resource=self.gpu_resource()).podsets)
+        except WorkloadError:
+            return -1
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up

@@ -13,7 +13,10 @@ resourceVersion it read. Kueue evicts it and releases its quota, and does not qu
 inactive; its check stays ``Pending`` (eviction resets only the other states). Atoll sets
 ``spec.active`` back to true, and removes the annotations, once no Workload that waits for quota in
 its ClusterQueue or cohort is ahead, in Kueue's order, of the place the give left it at (its
-priority, the give's time), counting only waiters the quota could ever let in (``due``), or at
+priority, the give's time), counting only waiters the quota could ever let in and that the quota
+free now, with the GPUs it would take again, could let in: Kueue's BestEffortFIFO passes a larger
+one whether it is back or not (``due``; one back ahead of such a waiter is decided afresh on its
+next quota, so it may give it to that waiter again), or at
 the latest ``decisions.quota_yield_max_seconds`` after the give (12 h by default): a waiter that
 the quota could admit but that never is admitted, because it waits for a domain too, say, would
 otherwise keep it out for ever. One reactivated by that bound goes back ahead of the Workloads
@@ -237,7 +240,9 @@ class QuotaYield:
 
     def due(self, now: float) -> list[str]:
         """Yielded Workloads to reactivate at ``now`` (epoch seconds): no Workload that waits for
-        quota in their ClusterQueue or cohort, and that the quota could ever let in, is ahead in
+        quota in their ClusterQueue or cohort, that the quota could ever let in, and that the quota
+        free now with the yielded Workload's GPUs could let in (``passed``: those back while a
+        larger one still waits), is ahead in
         Kueue's order (priority, then queue-order time; a tie counts as ahead) of the place the
         give left them at: their priority and the give's time. Kueue queues a reactivated
         Workload at its creation time, so reactivated sooner it would go back ahead of the

@@ -527,8 +527,6 @@ class Controller:
                 _log.warning("reactivation not written; will retry", workload=key, error=str(exc))
                 continue
             y = self.quota_yield.yielded.pop(key, None)
-            if key in self.quota_yield.passed:  # back ahead of a waiter queued before the give that the free quota could not
-                self.parking.leave(key)  # let in: decided afresh on its next quota, so it may give it to that waiter again
             if key in self.quota_yield.timed_out:  # back ahead of a Workload queued before the give: decided afresh on its next
                 self.parking.leave(key)  # quota, so it may give it back again, rather than parked again undecided
                 self.quota_yields_timed_out += 1

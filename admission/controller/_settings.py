@@ -78,8 +78,7 @@ class DecisionSettings(_Group):
     the profile's backoff; None (the default): each profile as its ``queueing.parkWaiting`` says."""
     quota_yield_max_seconds: float = Field(default=43200.0, gt=0)
     """The longest (s) a parked Workload that gave its quota back stays deactivated (``_yielding``):
-    it is reactivated once no Workload queued before the give waits for quota (counting one only if
-    the quota free now, with the yielded Workload's GPUs, could admit it), or this long after
+    it is reactivated once no Workload queued before the give waits for quota, or this long after
     the give, whichever comes first. A waiter the quota could admit but that never is (it waits for
     a domain, say) would otherwise keep it out for ever. Long enough that it ends no yield in the
     measured runs (``docs/queue.md``); ``atoll yields --end`` ends them all by hand."""

@@ -13,10 +13,7 @@ resourceVersion it read. Kueue evicts it and releases its quota, and does not qu
 inactive; its check stays ``Pending`` (eviction resets only the other states). Atoll sets
 ``spec.active`` back to true, and removes the annotations, once no Workload that waits for quota in
 its ClusterQueue or cohort is ahead, in Kueue's order, of the place the give left it at (its
-priority, the give's time), counting only waiters the quota could ever let in and that the quota
-free now, with the GPUs it would take again, could let in: Kueue's BestEffortFIFO passes a larger
-one whether it is back or not (``due``; one back ahead of such a waiter is decided afresh on its
-next quota, so it may give it to that waiter again), or at
+priority, the give's time), counting only waiters the quota could ever let in (``due``), or at
 the latest ``decisions.quota_yield_max_seconds`` after the give (12 h by default): a waiter that
 the quota could admit but that never is admitted, because it waits for a domain too, say, would
 otherwise keep it out for ever. One reactivated by that bound goes back ahead of the Workloads
@@ -177,10 +174,6 @@ class QuotaYield:
         self.timed_out: set[str] = set()
         """Yields ``due`` ends by ``max_seconds`` while a Workload queued before the give still waits
         (the caller takes them out once it has reactivated them)."""
-        self.passed: set[str] = set()
-        """Yields ``due`` ends while a Workload queued before the give still waits, one the quota free
-        with the yielded Workload's could not let in (Kueue passes it either way): back ahead of it,
-        each is decided afresh on its next quota, as one ``timed_out`` is."""
         self.port = port
         self.gpu_resource = gpu_resource
         self.free_gpus = free_gpus
@@ -240,9 +233,7 @@ class QuotaYield:
 
     def due(self, now: float) -> list[str]:
         """Yielded Workloads to reactivate at ``now`` (epoch seconds): no Workload that waits for
-        quota in their ClusterQueue or cohort, that the quota could ever let in, and that the quota
-        free now with the yielded Workload's GPUs could let in (``passed``: those back while a
-        larger one still waits), is ahead in
+        quota in their ClusterQueue or cohort, and that the quota could ever let in, is ahead in
         Kueue's order (priority, then queue-order time; a tie counts as ahead) of the place the
         give left them at: their priority and the give's time. Kueue queues a reactivated
         Workload at its creation time, so reactivated sooner it would go back ahead of the
@@ -251,8 +242,6 @@ class QuotaYield:
         else) or gone is forgotten."""
         out: list[str] = []
         self.timed_out.clear()
-        self.passed.clear()
-        self._reserved = None
         queues: dict[str, Obj | None] = {}
         waiting: list[tuple[tuple[int, float], str, str | None]] | None = None
         for key, y in list(self.yielded.items()):
@@ -265,13 +254,10 @@ class QuotaYield:
                            if (wobj := self.objects.get(w)) is not None and waits_for_quota(wobj)]
             place = (self._kueue_order(key)[0], y.at)
             cq = self._cluster_queue(obj)
-            back = max(self._gpus(obj), 0)
-            ahead = [(w, wcq) for order, w, wcq in waiting if order <= place and w != key and wcq is not None and cq is not None
-                     and (wcq == cq or self._same_cohort(wcq, cq, queues)) and self._could_ever_admit(w, wcq, y.flavor, queues)]
-            if not any(self._could_admit_with(w, wcq, y.flavor, queues, back) for w, wcq in ahead):
+            if not any(order <= place and w != key and wcq is not None and cq is not None
+                       and (wcq == cq or self._same_cohort(wcq, cq, queues)) and self._could_ever_admit(w, wcq, y.flavor, queues)
+                       for order, w, wcq in waiting):
                 out.append(key)
-                if ahead:  # back ahead of a waiter queued before the give (one the free quota could not let in): decided afresh
-                    self.passed.add(key)
             elif now - y.at >= self.max_seconds:
                 out.append(key)
                 self.timed_out.add(key)
@@ -292,25 +278,6 @@ class QuotaYield:
             return True
         quota = self._cohort_quota(cq, flavor, queues, gpu, empty=True)
         return quota is None or want <= quota.available(cq)
-
-    def _could_admit_with(self, key: str, cq: str, flavor: str, queues: dict[str, Obj | None], back: int) -> bool:
-        """The quota ``cq`` could use on ``flavor`` now, with ``back`` GPUs more (what the yielded
-        Workload would take again), covers what Workload ``key`` asks for (unknown: True). One that
-        asks for more is not admitted whether the yielded Workload is back or not: Kueue's
-        BestEffortFIFO lets a smaller Workload pass it, so it keeps nobody out."""
-        if not flavor:
-            return True
-        gpu = self.gpu_resource()
-        want = self._gpus(self.objects.get(key) or {})
-        quota = self._cohort_quota(cq, flavor, queues, gpu)
-        return want < 0 or quota is None or want <= quota.available(cq) + back
-
-    def _gpus(self, obj: Obj) -> int:
-        """The GPUs a Workload asks for (-1: unreadable)."""
-        try:
-            return sum(s.count * s.per_pod.gpu for s in parse_workload(obj, gpu_resource=self.gpu_resource()).podsets)
-        except WorkloadError:
-            return -1
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up

@@ -653,32 +653,22 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     def due_back(fi: int, now: float) -> list[int]:
         """The controller's ``QuotaYield.due``: the deactivated jobs of flavor ``fi`` no queued job
-        is ahead of (priority, then order time) at the place their give left them at, counting
-        only a job the quota free with theirs could admit (one asking more is passed by Kueue's
-        BestEffortFIFO whether they are back or not), or whose
+        is ahead of (priority, then order time) at the place their give left them at, or whose
         give is ``quota_yield_max_seconds`` old (those leave the room: what they wait for is
         decided afresh when they hold quota again); they leave ``gave_at``."""
         out = gave_at[fi]
         if not out:
             return []
-        f = fl[fi]
-        free = f.nominal - f.used
-        heads = [(q[0][0], shape_gpus[sid]) for sid, q in f.queues.items() if q]  # one shape asks one GPU count: its first job is enough
+        first = min((q[0][0] for q in fl[fi].queues.values() if q), default=None)
         due: list[int] = []
         timed_out: list[int] = []
-        passed: list[int] = []
         for p, at in out.items():
-            back = shape_gpus[int(shape_of[p])]
-            ahead = [want for order, want in heads if order <= at]  # queued before the give (a tie at its instant counts as ahead)
-            # one of those keeps it out only if the quota free, with what it would take back, could let that job in
-            if not any(want <= free + back for want in ahead):
+            if first is None or first > at:  # one queued at the give's instant came first
                 due.append(p)
-                if ahead:
-                    passed.append(p)
             elif now >= at[1] + settings.quota_yield_max_seconds:
                 timed_out.append(p)
         yield_figs[0] += len(timed_out)
-        for p in timed_out + passed:  # back ahead of a job queued before the give: decided afresh on its next quota, so it may give it again
+        for p in timed_out:  # back ahead of a job queued before the give: decided afresh on its next quota, so it may give it again
             assert room is not None
             room.leave(p)
         due += timed_out

@@ -173,35 +173,6 @@ def test_a_yield_ends_only_once_no_workload_queued_before_the_give_waits_for_quo
     assert active(fabric, "gang") and yielded_to(fabric, "gang") is None  # only "huge" waits, and no quota could let it in
 
 
-def test_a_waiter_queued_before_the_give_keeps_the_gang_out_only_while_the_free_quota_with_the_gangs_could_admit_it(
-        fabric: Fabric) -> None:
-    """Kueue's BestEffortFIFO lets a Workload pass one that asks for more quota than is free. A
-    waiter queued before the give that the quota free now, with the gang's 8 GPUs, could not let
-    in is passed whether the gang is back or not, so it keeps the gang out no longer; one it could
-    let in does (the gang back would take the quota it needs)."""
-    ctrl = parked_gang(fabric)
-    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 16}]}]}]}},
-        _content_type="application/merge-patch+json")
-    # created within one second: Kueue orders them by name
-    waiter(fabric, "a-late", gpus=12)  # 12 <= the gang's 8 + 8 free: it gets the gang's quota
-    waiter(fabric, "b-mid", gpus=10)
-    waiter(fabric, "c-big", gpus=14)  # the quota could let it in, when nothing holds any
-    run(ctrl)
-    assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/a-late"
-    kueue_deactivates(fabric, "gang")
-    fabric.kueue.reserve_quota(fabric.ns, "a-late", fabric.cq, fabric.flavor)  # 4 of the 16 left free
-    run(ctrl)
-    assert not active(fabric, "gang")  # "b-mid" (10 <= 4 free + the gang's 8) waits: the gang back would take its quota
-    fabric.finish("b-mid")
-    run(ctrl)
-    assert active(fabric, "gang") and yielded_to(fabric, "gang") is None  # only "c-big" waits: 14 > 4 + 8, Kueue passes it either way
-    assert ctrl.quota_yields_timed_out == 0 and not ctrl.parking.is_aside(f"{fabric.ns}/gang")
-    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)  # quota again, ahead of "c-big"
-    (decided,) = run(ctrl)  # decided afresh, not parked again undecided: it may give its quota back again
-    assert decided.parked and ctrl.reparked == 0 and records_of(fabric, "gang") == 2
-
-
 def test_a_yield_ends_at_its_time_bound_while_a_workload_queued_before_the_give_still_waits(fabric: Fabric) -> None:
     """A waiter the quota could admit but that Kueue never admits would keep the gang out for ever:
     ``decisions.quota_yield_max_seconds`` after the give it is reactivated all the same, and counted."""

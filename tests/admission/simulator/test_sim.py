@@ -397,22 +397,6 @@ def test_a_workload_that_gave_its_quota_back_stays_out_while_a_job_queued_before
     assert np.isnan(res.start[0]) and res.reparked == 1  # G back behind B: its quota again after B's end, parked undecided
 
 
-def test_a_job_queued_before_the_give_that_the_free_quota_with_the_givers_could_not_admit_keeps_nobody_out() -> None:
-    # as above, but B asks for 24 GPUs: once W holds G's quota, 4 are free, and B (24 > 4 + G's 16)
-    # is passed by Kueue whether G is back or not, so G comes back at once (kept out until B held
-    # quota, it stayed out from 5 to 105); back ahead of B, G is decided afresh on its next quota
-    # (105: still no island of 16, it parks) and so may give it to B, which starts when it would have
-    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
-    jobs = [job(0.0, 100.0, 16), job(1.0, 30.0, 8), job(2.0, 50.0, 24), job(5.0, 100.0, 12)]
-    res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
-    assert res.start[3] == pytest.approx(5.0)
-    assert res.longest_quota_yield_hours == 0.0  # back the moment W held quota, and again the moment B did
-    assert res.quota_yields == 2  # decided afresh at 105, it gave its quota again, to B
-    assert res.reparked == 1  # back once B held quota, it held its own again at B's end and parked again undecided
-    assert res.start[2] == pytest.approx(105.0) and np.isnan(res.start[0])
-    assert res.quota_yields_timed_out == 0
-
-
 def test_a_yield_ends_at_its_time_bound_while_a_job_queued_before_the_give_still_waits() -> None:
     # G (16 GPUs) parks with no island of 16; L (8 GPUs) runs until 100,001; B (20 GPUs, t=2) waits
     # for quota and GPUs the flavor lacks, so nobody gives it anything; W (4 GPUs, t=5) gets G's

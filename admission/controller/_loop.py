@@ -180,6 +180,10 @@ class Controller:
         """Keys on ``_delayed``: one entry per key, the earliest retry."""
         self._failures: Counter[str] = Counter()
         self._conflicts: Counter[str] = Counter()
+        self._unknown: set[str] = set()
+        """Workloads whose last decision write failed in a way that may have been applied (a 5xx or
+        no answer): the ledger keeps that decision's booking until the Workload is decided again
+        or the cache shows what landed (``_written``)."""
         self._waiting: dict[str, str] = {}
         self._waiting_band: dict[str, str] = {}
         """uid → size band of each waiting Workload (``size_band``), for the gauge by reason and band."""
@@ -328,6 +332,7 @@ class Controller:
         any, finds nothing to decide when due)."""
         self._failures.pop(key, None)
         self._conflicts.pop(key, None)
+        self._unknown.discard(key)
 
     def _on_workload(self, obj: Obj) -> None:
         current = self.cache.objects[WORKLOADS].get(object_key(obj), obj)
@@ -620,6 +625,9 @@ class Controller:
             _log.info("parked again without a decision: nothing it waits for changed since it gave its quota back", workload=key)
             self._yield_due = True  # it holds quota again: a Workload may wait for it
             return None
+        if key in self._unknown:  # decided afresh on what the cache holds; a landed write answers the next one with a conflict
+            self._unknown.discard(key)
+            self.ledger.observe(obj, self._check_names)
         self._feed_owed()
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         if verdict.outcome == "wait" and self.before.held and self._free_holds(verdict.flavor):
@@ -629,8 +637,11 @@ class Controller:
         if self._writers is not None and not self.read_only:
             self._send(key, obj, verdict, started, term, plan)
             return verdict
-        if not self.read_only and self._written(key, obj, "decision", lambda: self.status.write(
-                obj, verdict, self._check_names, self.queue_state.conditions(obj, verdict.outcome, plan, self.clock.now()))):
+        if self.read_only:
+            return verdict
+        extra = self.queue_state.conditions(obj, verdict.outcome, plan, self.clock.now())
+        if self._written(key, obj, "decision", lambda: self.status.write(obj, verdict, self._check_names, extra),
+                                                unknown=functools.partial(self._book_unknown, key, obj, verdict, extra)):
             self._decided(key, obj, verdict, started, term, plan)
         return verdict
 
@@ -754,10 +765,11 @@ class Controller:
         del self._in_flight[key]
         landed = self._written(key, flight.obj, "decision", lambda: self.status.landed(
             flight.obj, flight.verdict, flight.names,
-            self.status.took(flight.obj, flight.names, flight.status, flight.answer.result())))
+            self.status.took(flight.obj, flight.names, flight.status, flight.answer.result())),
+            unknown=lambda: self._unknown.add(key))  # its booking, counted when sent, stays
         if landed:
             self._decided(key, flight.obj, flight.verdict, flight.started, flight.term, flight.plan)
-        else:
+        elif key not in self._unknown:  # refused: the ledger goes back to the Workload as cached
             self.ledger.observe(self.cache.objects[WORKLOADS].get(key) or {"metadata": flight.obj.get("metadata")}, flight.names)
         if key in self._after_write:
             self._after_write.discard(key)
@@ -808,10 +820,13 @@ class Controller:
             self._after_decision(obj, verdict, self.clock.monotonic() - started, term)
         return verdict
 
-    def _written(self, key: str, obj: Obj, what: str, write: Callable[[], None]) -> bool:
+    def _written(self, key: str, obj: Obj, what: str, write: Callable[[], None], *, unknown: Callable[[], None] | None = None) -> bool:
         """Run one status write for ``key``; False when it did not land: the Workload is gone, it
         changed since it was read (read again, decide again at once), or the API failed (retried
-        on the error backoff)."""
+        on the error backoff). A failure that may have been applied all the same (a 5xx, or no
+        answer: the server may have applied the write and lost its answer) runs ``unknown`` first,
+        so a decision's booking outlives the doubt: were it given back, the next decision could
+        plan the same GPUs as one the server admitted."""
         try:
             write()
         except errors.NotFound:
@@ -822,12 +837,22 @@ class Controller:
             return False
         except errors.ApiError as exc:
             self.metrics.api_write_failures.labels(type(exc).__name__).inc()
+            if unknown is not None and isinstance(exc, (errors.ServerError, errors.NetworkError)):
+                unknown()
             _log.error(f"{what} not written; will retry", workload=key, error=str(exc))
             self._requeue_later(key)
             return False
         self._failures.pop(key, None)
         self._conflicts.pop(key, None)
         return True
+
+    def _book_unknown(self, key: str, obj: Obj, verdict: Verdict, extra: list[dict[str, Any]]) -> None:
+        """A serial decision write whose outcome is unknown: the ledger books the decision as if it
+        landed, until the Workload is decided again or the cache shows it."""
+        status = self.status.prepare(obj, verdict, self._check_names, extra)
+        if status is not None:
+            self._unknown.add(key)
+            self.ledger.observe(self.status.booked(obj, status), self._check_names)
 
     MAX_CONFLICTS = 5
     """Refused writes in a row after which a Workload waits on the error backoff instead."""

@@ -101,7 +101,10 @@ class QueueingSettings(_Strict):
     keeps its quota, and it is decided again only when something it waits for can have changed;
     meanwhile it gives its quota back to a Workload waiting for quota (``docs/queue.md``). The
     controller's ``--park-waiting`` / ``--no-park-waiting`` (the simulator's ``--parking on|off``)
-    override it for every profile."""
+    override it for every profile. ``waitCountsQueue``: the expected wait for one domain (both
+    sides of ``waitOrSpan`` and of ``perfFloorByCost``) counts the Workloads queued ahead on the
+    flavor (priority, then creation), which take the room before this one as it frees, instead
+    of the room alone (``docs/queue.md``, "The queue ahead")."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -113,6 +116,7 @@ class QueueingSettings(_Strict):
     perf_floor_hold_seconds: int | None = Field(default=None, ge=0, alias="perfFloorHoldSeconds")
     park_waiting: bool = Field(default=False, alias="parkWaiting", strict=True)
     perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
+    wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:

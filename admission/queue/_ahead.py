@@ -126,7 +126,11 @@ def queued_start(snapshot: Snapshot, level: str | None, gpus: int, per_pod: int,
     domain of ``level`` (None: the whole flavor) with ``gpus`` GPUs in whole pods of ``per_pod``,
     after the waiters ``ahead`` (front first; past ``MAX_AHEAD``, the rest are left out and the
     answer says so) took the room as it frees. None when no domain of the level holds it even
-    empty."""
+    empty.
+
+    Why this function is long: the run-out is one loop over moments whose two steps (frees come
+    back, the line takes room) write the same per-node and per-domain counts; the steps are kept
+    as closures over those plain lists, so each moment costs a few list operations, not objects."""
     capped = len(ahead) > MAX_AHEAD
     ahead = ahead[:MAX_AHEAD]
     if gpus <= 0:

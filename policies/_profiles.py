@@ -101,10 +101,18 @@ class QueueingSettings(_Strict):
     keeps its quota, and it is decided again only when something it waits for can have changed;
     meanwhile it gives its quota back to a Workload waiting for quota (``docs/queue.md``). The
     controller's ``--park-waiting`` / ``--no-park-waiting`` (the simulator's ``--parking on|off``)
-    override it for every profile. ``waitCountsQueue``: the expected wait for one domain (both
-    sides of ``waitOrSpan`` and of ``perfFloorByCost``) counts the Workloads queued ahead on the
-    flavor (priority, then creation), which take the room before this one as it frees, instead
-    of the room alone (``docs/queue.md``, "The queue ahead")."""
+    override it for every profile.
+    ``holdBehindGangs`` (with ``reserveAfterSeconds``): a gang that has waited
+    ``reserveAfterSeconds`` since it was created (for quota or for a domain) is owed: a Workload of
+    this profile behind it in Kueue's order in the same ClusterQueue waits (parked, reason
+    ``behind-gang``) instead of taking quota or GPUs the gang needs. ``quota``: while the gang
+    waits for quota; ``start``: until the gang starts. ``off`` (the default): never. A gang that
+    is owed itself is never held; with it set, the reservation's ``reserveAfterSeconds`` counts
+    from the Workload's creation, not its first decision. ``holdBehindGangsMinGPUs``: only a gang
+    of at least this many GPUs is owed (0: any gang). ``waitCountsQueue``: the expected
+    wait for one domain (both sides of ``waitOrSpan`` and of ``perfFloorByCost``) counts the
+    Workloads queued ahead on the flavor (priority, then creation), which take the room before this
+    one as it frees, instead of the room alone (``docs/queue.md``, "The queue ahead")."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -116,12 +124,17 @@ class QueueingSettings(_Strict):
     perf_floor_hold_seconds: int | None = Field(default=None, ge=0, alias="perfFloorHoldSeconds")
     park_waiting: bool = Field(default=False, alias="parkWaiting", strict=True)
     perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
+    hold_behind_gangs: Literal["off", "quota", "start"] = Field(default="off", alias="holdBehindGangs")
+    hold_min_gpus: int = Field(default=0, ge=0, alias="holdBehindGangsMinGPUs")
     wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:
         if self.perf_floor_idle == "take" and self.perf_floor_by_cost is None:
             raise ValueError("perfFloorIdle: take lowers the class floor to perfFloorByCost; set perfFloorByCost (e.g. 0.0)")
+        if self.hold_behind_gangs != "off" and self.reserve_after_seconds is None:
+            raise ValueError(f"holdBehindGangs: {self.hold_behind_gangs} holds Workloads behind a gang that has waited "
+                             "reserveAfterSeconds; set reserveAfterSeconds (e.g. 1800)")
         return self
 
 

@@ -47,7 +47,7 @@ EXPECTED = {
         "Need", "WaitingRoom",
         "Candidate", "Gang", "Plan", "QueueRules", "plan_preemption",
         "NO_HINTS", "REASONS", "SIZE_BANDS", "Block", "Held", "QueueHints", "draining_domains", "largest_block", "plain_reason", "size_band",
-        "DomainOutlook", "Estimate", "Outlook", "Reservation", "Reservations", "Running", "RuntimeEstimator", "WaitOrSpan",
+        "DomainOutlook", "Estimate", "Outlook", "OwedGang", "OwedGangs", "Reservation", "Reservations", "Running", "RuntimeEstimator", "WaitOrSpan",
         "choose_target", "domain_outlook", "restore", "should_move", "soonest", "weigh", "SpanPrices", "span_stamp",
         "MAX_AHEAD", "Queued", "QueuedStart", "Waiter", "queued_start",
     },

@@ -13,6 +13,11 @@ PodSet needs no placement, and Atoll admits it at once):
   Atoll's AdmissionCheck on its ClusterQueues; Atoll's controller places, as its own ``atoll
   run`` process (as it is deployed: it shares no interpreter with the bench's watch, creators
   and runner), with ``--write-workers`` decision writes in flight at once.
+- ``instant`` (``--control-check listed|reserved``, optional): Atoll's arm with a check that does
+  no work in place of Atoll's (``_bench_kueue_instant``, its own process too): it answers
+  ``Ready`` as soon as Kueue lists it, or once the Workload holds quota. What it adds to Kueue
+  TAS's time to admission is what Kueue charges any admission check; Atoll's arm is measured
+  against it in the same run (``atoll_over_control``).
 
 Each arm has ``--queues`` ClusterQueues in one cohort (nominal 20 CPUs each, borrowing up to 100),
 a LocalQueue each, and gets the same stream of Workloads at ``--rate`` per second (at most
@@ -38,7 +43,8 @@ bench's watch. Reserved → decided is split where Atoll's check entry is first 
 reserved Workload (``listed``): Kueue's scheduler can reserve quota before Kueue's Workload
 controller has added the check entries (it adds them in a write of its own, and Atoll acts on
 its entry alone), so reserved → listed is Kueue's wait, listed → decided Atoll's. Kueue's own metrics give its Workload controller's mean queue wait and reconcile
-time over the run. Creates and the runner's status writes are retried on a loaded apiserver's
+time over the run; ``versions_to_admission`` counts the versions of each Workload the watch saw up
+to its admission (the create and every write: Kueue reconciles each). Creates and the runner's status writes are retried on a loaded apiserver's
 errors (429, 5xx, timeouts), up to ``RETRIES`` times with backoff. Goal: Atoll's mean
 time to admission at most ``--goal-ratio`` (1.10) times Kueue's alone; the command exits 1 when
 it is missed or a Workload is not admitted within ``--timeout``.
@@ -69,6 +75,8 @@ import yaml
 from admission import vocabulary
 from admission.cli._args import Parser
 from admission.cli._bench_kueue_figures import before_quota_counts, decision_starts, row, workload_controller_figures
+from admission.cli._bench_kueue_instant import CONTROLLER as CONTROL_CONTROLLER
+from admission.cli._bench_kueue_instant import INSTANT_CHECK, WHEN
 
 __all__ = ["CLASSES", "main", "run_bench"]
 
@@ -77,6 +85,10 @@ BLOCK, RACK, HOST = "cloud.provider.com/topology-block", "cloud.provider.com/top
 POOL, ARM_LABEL = vocabulary.BENCH_POOL, vocabulary.BENCH_ARM
 TOPOLOGY, CHECK, ATOLL_NS = "bench-topology", "atoll-topology", "atoll-system"
 ARMS = ("tas", "atoll")
+CONTROL_ARM = "instant"
+"""The arm of ``--control-check``: Atoll's arm with the bench's control check in place of Atoll's
+(``_bench_kueue_instant``), on its own pool of nodes."""
+CHECKS = (CHECK, INSTANT_CHECK)
 GPU = "nvidia.com/gpu"
 NODES_PER_RACK = 64
 CLASSES = (("small", 2, "500m", 0.2, 0.7), ("medium", 4, "1250m", 0.5, 0.2), ("large", 8, "2500m", 1.0, 0.1))
@@ -94,14 +106,14 @@ def _node(arm: str, i: int) -> dict[str, Any]:
             "status": {"allocatable": res, "capacity": res}}
 
 
-def _install(port: Any, nodes: int, queues: int) -> None:
-    """Nodes, the Topology, both flavors, the AdmissionCheck, the cohorts' ClusterQueues,
+def _install(port: Any, nodes: int, queues: int, arms: Sequence[str] = ARMS) -> None:
+    """Nodes, the Topology, each arm's flavor, the AdmissionChecks, the cohorts' ClusterQueues,
     namespaces and LocalQueues, and Atoll's profiles."""
     from admission.kube import ADMISSION_CHECKS, CLUSTER_QUEUES, CONFIGMAPS, LOCAL_QUEUES, NODES, RESOURCE_FLAVORS, TOPOLOGIES, Resource
 
     namespaces = Resource("", "v1", "namespaces", "Namespace", False)
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda a_i: _retry(lambda: port.create(NODES, _node(*a_i)), create=True), [(a, i) for a in ARMS for i in range(nodes)]))
+        list(pool.map(lambda a_i: _retry(lambda: port.create(NODES, _node(*a_i)), create=True), [(a, i) for a in arms for i in range(nodes)]))
     kueue = {"apiVersion": f"{GROUP}/{VERSION}"}
     port.create(TOPOLOGIES, {**kueue, "kind": "Topology", "metadata": {"name": TOPOLOGY},
                              "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]}})
@@ -110,7 +122,12 @@ def _install(port: Any, nodes: int, queues: int) -> None:
     port.create(RESOURCE_FLAVORS, {**kueue, "kind": "ResourceFlavor", "metadata": {"name": "atoll"}, "spec": {"nodeLabels": {POOL: "atoll"}}})
     port.create(ADMISSION_CHECKS, {**kueue, "kind": "AdmissionCheck", "metadata": {"name": CHECK},
                                    "spec": {"controllerName": vocabulary.CONTROLLER_NAME}})
-    for arm in ARMS:
+    if CONTROL_ARM in arms:
+        port.create(RESOURCE_FLAVORS, {**kueue, "kind": "ResourceFlavor", "metadata": {"name": CONTROL_ARM},
+                                       "spec": {"nodeLabels": {POOL: CONTROL_ARM}}})
+        port.create(ADMISSION_CHECKS, {**kueue, "kind": "AdmissionCheck", "metadata": {"name": INSTANT_CHECK},
+                                       "spec": {"controllerName": CONTROL_CONTROLLER}})
+    for arm in arms:
         port.create(namespaces, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"bench-{arm}"}})
         for q in range(queues):
             spec: dict[str, Any] = {
@@ -119,8 +136,9 @@ def _install(port: Any, nodes: int, queues: int) -> None:
                 "resourceGroups": [{"coveredResources": ["cpu", GPU], "flavors": [
                     {"name": arm, "resources": [{"name": "cpu", "nominalQuota": 20, "borrowingLimit": 100},
                                                 {"name": GPU, "nominalQuota": 8 * nodes}]}]}]}
-            if arm == "atoll":
-                spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": CHECK, "onFlavors": ["atoll"]}]}
+            if arm != "tas":
+                check = CHECK if arm == "atoll" else INSTANT_CHECK
+                spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": check, "onFlavors": [arm]}]}
             port.create(CLUSTER_QUEUES, {**kueue, "kind": "ClusterQueue", "metadata": {"name": f"{arm}-cq-{q}"}, "spec": spec})
             port.create(LOCAL_QUEUES, {**kueue, "kind": "LocalQueue", "metadata": {"name": f"lq-{q}", "namespace": f"bench-{arm}"},
                                        "spec": {"clusterQueue": f"{arm}-cq-{q}"}})
@@ -137,7 +155,7 @@ def _workload(arm: str, name: str, queue: int, pods: int, cpu: str, required: bo
         "containers": [{"name": "c", "image": "registry.example.com/bench/pause:1", "resources": {"requests": {"cpu": cpu, GPU: "1"}, "limits": {GPU: "1"}}}]}}}
     if arm == "tas":
         podset["topologyRequest"] = {"required" if required else "preferred": RACK}
-    else:
+    elif arm == "atoll":
         podset["template"]["metadata"]["annotations"] = {vocabulary.PROFILE: "strict" if required else "elastic"}
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload",
             "metadata": {"name": name, "namespace": f"bench-{arm}", "labels": {ARM_LABEL: arm}},
@@ -182,8 +200,11 @@ class _Runner:
         self.ready: dict[str, float] = {}
         self.listed: dict[str, float] = {}
         self.first_listed: dict[str, float] = {}
-        """When Atoll's check entry was first seen on the Workload, reserved or not (the earliest an
+        """When the arm's check entry was first seen on the Workload, reserved or not (the earliest an
         early decision can start)."""
+        self.versions: dict[str, int] = {}
+        """Versions of each Workload seen up to its admission, the create's included: every write
+        to it (Kueue's, the check's) makes one, and Kueue's Workload controller reconciles each."""
         self.runtime: dict[str, float] = {}
         self.due: list[tuple[float, str]] = []
         self.cv = threading.Condition()
@@ -210,6 +231,8 @@ class _Runner:
                     status = obj.get("status") or {}
                     conds = status.get("conditions") or []
                     now = time.monotonic()
+                    if key not in self.admitted:
+                        self.versions[key] = self.versions.get(key, 0) + 1
                     evicted = _eviction_finished(obj, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
                     if evicted is not None:
                         if key not in self.admitted:  # its wait for a reservation starts again
@@ -225,12 +248,12 @@ class _Runner:
                         continue
                     if key not in self.reserved and any(c["type"] == "QuotaReserved" and c["status"] == "True" for c in conds):
                         self.reserved[key] = now
-                    entry_listed = any(a.get("name") == CHECK for a in status.get("admissionChecks") or [])
+                    entry_listed = any(a.get("name") in CHECKS for a in status.get("admissionChecks") or [])
                     if entry_listed and key not in self.first_listed and key not in self.admitted:
                         self.first_listed[key] = now
                     if key in self.reserved and key not in self.listed and entry_listed:
-                        self.listed[key] = now  # reserved, and Atoll's check entry there to act on
-                    if key not in self.ready and any(a.get("name") == CHECK and a.get("state") == "Ready"
+                        self.listed[key] = now  # reserved, and the arm's check entry there to act on
+                    if key not in self.ready and any(a.get("name") in CHECKS and a.get("state") == "Ready"
                                                      for a in status.get("admissionChecks") or []):
                         self.ready[key] = now
                     if key not in self.admitted and any(c["type"] == "Admitted" and c["status"] == "True" for c in conds):
@@ -312,14 +335,19 @@ def nodes_ready_seconds(nodes: int) -> float:
 def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0, seed: int = 7, timeout: float = 600.0,
               write_workers: int = 4, kueue_config: dict[str, Any] | None = None, logs: Path | None = None,
               create_workers: int = CREATE_WORKERS, decide_before_quota: bool = False, before_quota_depth: int = 2,
-              before_quota_settle: float = 1.0, before_quota_list_own: bool = False) -> dict[str, Any]:
-    """One control plane, two arms of ``nodes`` KWOK nodes each, ``workloads`` Workloads per arm;
+              before_quota_settle: float = 1.0, before_quota_list_own: bool = False, control_check: str | None = None,
+              control_only: bool = False) -> dict[str, Any]:
+    """One control plane, two arms (three with ``control_check``) of ``nodes`` KWOK nodes each,
+    ``workloads`` Workloads per arm;
     ``write_workers``: Atoll's decision writes in flight at once (``atoll run --write-workers``);
     ``create_workers``: the bench's creates in flight at once (each on its own connection);
     ``kueue_config``: fields of Kueue's Configuration set over the tier's (``KueueCluster``);
     ``logs``: a folder that gets Kueue's log and ``atoll run``'s records and log at the end;
     ``decide_before_quota``: ``atoll run --decide-before-quota`` (its default hold), with
-    ``--before-quota-depth before_quota_depth`` and ``--before-quota-settle before_quota_settle``."""
+    ``--before-quota-depth before_quota_depth`` and ``--before-quota-settle before_quota_settle``;
+    ``control_check`` (``WHEN``): a third arm, ``CONTROL_ARM``, whose check answers at once, then or
+    once reserved; ``control_only``: that arm in place of Atoll's (Kueue TAS and the control check
+    alone: the floor at the two-arm run's load)."""
     from admission.kube import ADMISSION_CHECKS, KubePort
     from tests.envtest import ApiServer, EnvtestError, KueueCluster, find_current  # a clone's test infrastructure
     from tests.envtest._server import die_with_parent
@@ -332,38 +360,50 @@ def run_bench(nodes: int, workloads: int, *, queues: int = 3, rate: float = 10.0
     shares = np.array([c[4] for c in CLASSES])
     draws = [(CLASSES[int(rng.choice(len(CLASSES), p=shares / shares.sum()))], bool(rng.random() < 0.5)) for _ in range(workloads)]
     load_before = os.getloadavg()
+    arms = ("tas", CONTROL_ARM) if control_check and control_only else ARMS + ((CONTROL_ARM,) if control_check else ())
     with ApiServer(binaries) as api:
         try:
             cluster = KueueCluster(api, kueue_config=kueue_config).start()
             api_client = api.api_client()
             api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = create_workers + 4  # a connection per creator
             port = KubePort(api_client)
-            _install(port, nodes, queues)
-            _wait_nodes_ready(port, nodes)
+            _install(port, nodes, queues, arms)
+            _wait_nodes_ready(port, nodes, arms=len(arms))
             records, log = api.dir / "atoll-run.jsonl", api.dir / "atoll-run.log"
             metrics_port = _free_port()
             with open(records, "wb") as out, open(log, "wb") as err:
-                ctrl = subprocess.Popen(  # as deployed: its own process, its own interpreter
+                ctrl = None if "atoll" not in arms else subprocess.Popen(  # as deployed: its own process, its own interpreter
                     [sys.executable, "-c", "import sys; from admission.cli import main; sys.argv[0] = 'atoll'; sys.exit(main())", "run",
                      "--kubeconfig", str(api.kubeconfig_path), "--namespace", ATOLL_NS, "--admission-check", CHECK,
                      "--metrics-port", str(metrics_port), "--health-port", "off", "--no-leader-elect", "--write-workers", str(write_workers),
                      "--log-level", "warning", *(["--decide-before-quota", "--before-quota-depth", str(before_quota_depth),
                                                   "--before-quota-settle", str(before_quota_settle),
                                                   *(["--before-quota-list-own"] if before_quota_list_own else [])] if decide_before_quota else [])], stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+                control = None if not control_check else subprocess.Popen(  # its own process too
+                    [sys.executable, "-c", "import sys; from admission.cli._bench_kueue_instant import main; sys.exit(main(sys.argv[1:]))",
+                     "--kubeconfig", str(api.kubeconfig_path), "--namespace", f"bench-{CONTROL_ARM}", "--when", control_check,
+                     "--writers", str(max(1, write_workers))], stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
                 try:
-                    _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
+                    if ctrl is not None:
+                        _wait_active(port, ADMISSION_CHECKS, ctrl, 120.0)
+                    if control is not None:
+                        _wait_active(port, ADMISSION_CHECKS, control, 60.0, INSTANT_CHECK)
                     result = _run_arms(port, draws, queues, rate, workloads, timeout, write_workers, nodes, load_before, records,
-                                       create_workers)
-                    result["atoll_before_quota"] = before_quota_counts(_scrape(metrics_port))
+                                       create_workers, arms)
+                    result["atoll_before_quota"] = before_quota_counts(_scrape(metrics_port) if ctrl is not None else "")
                 finally:
-                    ctrl.terminate()
-                    try:
-                        ctrl.wait(30)
-                    except subprocess.TimeoutExpired:
-                        ctrl.kill()
-                        ctrl.wait()
-            return {**result, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth,
+                    for proc in (ctrl, control):
+                        if proc is None:
+                            continue
+                        proc.terminate()
+                        try:
+                            proc.wait(30)
+                        except subprocess.TimeoutExpired:
+                            proc.kill()
+                            proc.wait()
+            return {**result, "control_check": control_check, "control_only": control_only, "decide_before_quota": decide_before_quota, "before_quota_depth": before_quota_depth,
                     "before_quota_settle": before_quota_settle, "before_quota_list_own": before_quota_list_own, "kueue_config": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("controller"),
+                    "kueue_feature_gates": yaml.safe_load((api.dir / "kueue-config.yaml").read_text()).get("featureGates"),
                     "kueue_workload_controller": workload_controller_figures(cluster.metrics())}
         finally:
             if logs is not None:
@@ -397,8 +437,8 @@ CONDITION_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 """The taints the node lifecycle controller puts on a node that is not Ready, and lifts once it is."""
 
 
-def _wait_nodes_ready(port: Any, nodes: int, *, seconds: float | None = None, selector: str = "type=kwok") -> None:
-    """Until both arms' KWOK nodes are Ready and untainted (``nodes_ready_seconds``), listing
+def _wait_nodes_ready(port: Any, nodes: int, *, seconds: float | None = None, selector: str = "type=kwok", arms: int = 2) -> None:
+    """Until every arm's KWOK nodes (``arms`` pools of ``nodes``) are Ready and untainted (``nodes_ready_seconds``), listing
     every 5 s (a list of thousands of nodes costs the apiserver and this process); a timeout
     names how many were Ready, how many untainted, and the taints left (``seconds``: instead of
     ``nodes_ready_seconds``; ``selector``: the nodes' label).
@@ -422,10 +462,10 @@ def _wait_nodes_ready(port: Any, nodes: int, *, seconds: float | None = None, se
                                           for c in (n.get("status") or {}).get("conditions") or [])]
         taints = Counter(t.get("key") for n in listed for t in (n.get("spec") or {}).get("taints") or [])
         untainted = sum(not (n.get("spec") or {}).get("taints") for n in listed)
-        if len(listed) == 2 * nodes and len(ready) == untainted == 2 * nodes:
+        if len(listed) == arms * nodes and len(ready) == untainted == arms * nodes:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the {2 * nodes} KWOK nodes were not Ready and untainted within {ready_s:.0f}s: {len(listed)} listed, "
+            raise TimeoutError(f"the {arms * nodes} KWOK nodes were not Ready and untainted within {ready_s:.0f}s: {len(listed)} listed, "
                                f"{len(ready)} Ready, {untainted} untainted (taints left: {dict(taints) or 'none'})")
         for n in ready:
             meta, left = n["metadata"], (n.get("spec") or {}).get("taints") or []
@@ -439,23 +479,25 @@ def _wait_nodes_ready(port: Any, nodes: int, *, seconds: float | None = None, se
         time.sleep(5)
 
 
-def _wait_active(port: Any, checks: Any, proc: subprocess.Popen[bytes], seconds: float) -> None:
+def _wait_active(port: Any, checks: Any, proc: subprocess.Popen[bytes], seconds: float, name: str = CHECK) -> None:
     """Until Atoll's controller has listed the cluster, compiled its finder and marked its
-    AdmissionCheck Active (it does so on its worker's first turn as leader)."""
+    AdmissionCheck Active (it does so on its worker's first turn as leader); ``name``: another
+    check's, ``proc`` its controller."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise TimeoutError(f"atoll run exited with {proc.returncode} before its AdmissionCheck was Active")
-        ac: dict[str, Any] = next((o for o in port.list(checks).items if (o.get("metadata") or {}).get("name") == CHECK), {})
+            raise TimeoutError(f"the controller of AdmissionCheck {name} exited with {proc.returncode} before it was Active")
+        ac: dict[str, Any] = next((o for o in port.list(checks).items if (o.get("metadata") or {}).get("name") == name), {})
         if any(c.get("type") == "Active" and c.get("status") == "True" for c in (ac.get("status") or {}).get("conditions") or []):
             return
         time.sleep(0.5)
-    raise TimeoutError(f"Atoll's AdmissionCheck {CHECK} was not Active within {seconds:.0f}s of starting atoll run")
+    raise TimeoutError(f"AdmissionCheck {name} was not Active within {seconds:.0f}s of starting its controller")
 
 
 def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: int, timeout: float, write_workers: int,
-              nodes: int, load_before: tuple[float, float, float], records: Path, create_workers: int = 4) -> dict[str, Any]:
-    """Create both arms' Workloads at ``rate`` with ``create_workers`` creates in flight, and time
+              nodes: int, load_before: tuple[float, float, float], records: Path, create_workers: int = 4,
+              arms: Sequence[str] = ARMS) -> dict[str, Any]:
+    """Create every arm's Workloads at ``rate`` with ``create_workers`` creates in flight, and time
     them to admission (module docstring)."""
     from admission.kube import WORKLOADS
     from admission.kube.errors import ApiError
@@ -491,30 +533,36 @@ def _run_arms(port: Any, draws: list[Any], queues: int, rate: float, workloads: 
             wait = started + i / rate - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            for arm in (ARMS if i % 2 == 0 else ARMS[::-1]):  # neither arm always first
+            for arm in (*arms[i % len(arms):], *arms[:i % len(arms)]):  # no arm always first
                 futures.append(pool.submit(submit, arm, i))
         for f in futures:
             f.result()  # a create that failed ends the run, named
     end, report = time.monotonic() + timeout, time.monotonic() + PROGRESS_S
-    while time.monotonic() < end and len(runner.admitted) < 2 * workloads:
+    while time.monotonic() < end and len(runner.admitted) < len(arms) * workloads:
         time.sleep(0.2)
         if time.monotonic() > report:  # a long run says how far it is, on stderr
             report += PROGRESS_S
             with runner.cv:
-                done = {arm: sum(k.startswith(f"bench-{arm}/") for k in runner.admitted) for arm in ARMS}
+                done = {arm: sum(k.startswith(f"bench-{arm}/") for k in runner.admitted) for arm in arms}
             print(f"atoll bench kueue: {time.monotonic() - started:.0f}s: admitted {done} of {workloads} per arm; "
                   f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     runner.stop()
     with runner.cv:
         admitted, reserved, ready, listed = dict(runner.admitted), dict(runner.reserved), dict(runner.ready), dict(runner.listed)
-        first_listed = dict(runner.first_listed)
+        first_listed, versions = dict(runner.first_listed), dict(runner.versions)
     decided = decision_starts(records.read_text(errors="replace").splitlines(), admitted, wall)
     rows = {arm: row(arm, created, admitted, classes, [c[0] for c in CLASSES], reserved, ready, decided, listed, first_listed)
-            for arm in ARMS}
-    tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"]
+            for arm in arms}
+    for arm, r in rows.items():
+        seen = [versions[k] for k in admitted if k.startswith(f"bench-{arm}/") and k in versions]
+        r["versions_to_admission"] = round(float(np.mean(seen)), 2) if seen else None
+    tas, atoll = rows["tas"]["tta_mean_ms"], rows["atoll"]["tta_mean_ms"] if "atoll" in rows else None
+    control = rows[CONTROL_ARM]["tta_mean_ms"] if CONTROL_ARM in rows else None
     creates_s = max(created.values(), default=started) - started
     return {"nodes_per_arm": nodes, "workloads_per_arm": workloads, "queues_per_arm": queues, "rate_per_s": rate,
-            "create_workers": create_workers, "creates_s": round(creates_s, 1), "write_workers": write_workers, "rows": [rows["tas"], rows["atoll"]], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
+            "create_workers": create_workers, "creates_s": round(creates_s, 1), "write_workers": write_workers, "rows": [rows[arm] for arm in arms], "not_created": len(failed), "tta_ratio": round(atoll / tas, 3) if tas and atoll else None,
+            "control_ratio": round(control / tas, 3) if tas and control else None,
+            "atoll_over_control": round(atoll / control, 3) if atoll and control else None,
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "cores": os.cpu_count()}
 
@@ -529,6 +577,20 @@ def _workload_concurrency(n: int | None) -> dict[str, Any] | None:
     path = go_module_dir("sigs.k8s.io/kueue", KUEUE_VERSION) / "config" / "components" / "manager" / "controller_manager_config.yaml"
     concurrency = dict(yaml.safe_load(path.read_text())["controller"]["groupKindConcurrency"])
     return {"controller": {"groupKindConcurrency": {**concurrency, "Workload.kueue.x-k8s.io": n}}}
+
+
+def feature_gates(text: str | None) -> dict[str, bool]:
+    """``--kueue-feature-gates``' ``Name=true,Other=false`` as Kueue's Configuration ``featureGates``;
+    ValueError naming the item that is not ``Name=true|false``."""
+    out: dict[str, bool] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, value = item.strip().partition("=")
+        if not name or value.lower() not in ("true", "false"):
+            raise ValueError(f"--kueue-feature-gates: {item.strip()!r} is not Name=true or Name=false")
+        out[name] = value.lower() == "true"
+    return out
 
 
 def main(argv: Sequence[str]) -> int:
@@ -546,6 +608,8 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--write-workers", type=int, default=4, help="Atoll's decision writes in flight at once (0: serial)")
     p.add_argument("--kueue-workload-concurrency", type=int, default=None,
                    help="Workloads Kueue's Workload controller reconciles at once (default: what Kueue's shipped Configuration sets)")
+    p.add_argument("--kueue-feature-gates", default=None,
+                   help="Kueue feature gates over its defaults, Name=true|false,... (e.g. WorkloadRequestUseMergePatch=true)")
     p.add_argument("--decide-before-quota", action="store_true",
                    help="Atoll decides each Workload before Kueue reserves its quota (atoll run --decide-before-quota)")
     p.add_argument("--before-quota-depth", type=int, default=2,
@@ -554,6 +618,11 @@ def main(argv: Sequence[str]) -> int:
                    help="with --decide-before-quota: seconds a Workload must have waited for quota before it is decided early")
     p.add_argument("--before-quota-list-own", action="store_true",
                    help="with --decide-before-quota: atoll run --before-quota-list-own")
+    p.add_argument("--control-check", choices=WHEN, default=None,
+                   help="a third arm whose check does no work and answers Ready at once: as soon as Kueue lists it (listed) "
+                        "or once the Workload holds quota (reserved); what Kueue charges any check, apart from Atoll's placement")
+    p.add_argument("--control-only", action="store_true",
+                   help="with --control-check: Kueue TAS and the control check's arm alone, no Atoll arm (the floor at a two-arm run's load)")
     p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
@@ -572,9 +641,20 @@ def main(argv: Sequence[str]) -> int:
     if not 1 <= args.before_quota_depth <= 64:
         print("atoll bench kueue: --before-quota-depth must be between 1 and 64", file=sys.stderr)
         return 2
+    if args.control_only and not args.control_check:
+        print("atoll bench kueue: --control-only needs --control-check listed|reserved (the check its arm runs)", file=sys.stderr)
+        return 2
     if args.kueue_workload_concurrency is not None and args.kueue_workload_concurrency < 1:
         print("atoll bench kueue: --kueue-workload-concurrency must be ≥ 1 (or left out for Kueue's shipped value)", file=sys.stderr)
         return 2
+    try:
+        gates = feature_gates(args.kueue_feature_gates)
+    except ValueError as exc:
+        print(f"atoll bench kueue: {exc}", file=sys.stderr)
+        return 2
+    kueue_config = _workload_concurrency(args.kueue_workload_concurrency) or {}
+    if gates:  # the tier's own gate (VisibilityOnDemand off) kept unless named
+        kueue_config["featureGates"] = {"VisibilityOnDemand": False, **gates}
     try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
         from tests.envtest import EnvtestError
     except ImportError:
@@ -583,10 +663,11 @@ def main(argv: Sequence[str]) -> int:
         return 1
     try:
         out = run_bench(args.nodes, args.workloads, queues=args.queues, rate=args.rate, seed=args.seed, timeout=args.timeout,
-                        write_workers=args.write_workers, kueue_config=_workload_concurrency(args.kueue_workload_concurrency),
+                        write_workers=args.write_workers, kueue_config=kueue_config or None,
                         logs=args.logs, create_workers=args.create_workers, decide_before_quota=args.decide_before_quota,
                         before_quota_depth=args.before_quota_depth, before_quota_settle=args.before_quota_settle,
-                        before_quota_list_own=args.before_quota_list_own)
+                        before_quota_list_own=args.before_quota_list_own, control_check=args.control_check,
+                        control_only=args.control_only)
     except (EnvtestError, TimeoutError) as exc:
         print(f"atoll bench kueue: {exc}", file=sys.stderr)
         return 1
@@ -599,11 +680,15 @@ def main(argv: Sequence[str]) -> int:
         columns = ("arm", "workloads", "admitted", "admissions_per_s", "tta_mean_ms", "tta_p50_ms", "tta_p90_ms", "tta_p99_ms",
                    "tta_max_ms", *(f"tta_{c[0]}_ms" for c in CLASSES), "create_to_reserved_ms", "reserved_to_ready_ms",
                    "reserved_to_listed_ms", "listed_to_decided_ms", "reserved_to_decided_ms", "decided_to_ready_ms", "ready_to_admitted_ms",
-                   "ready_before_reserved", "admitted_on_reservation", "listed_before_reserved", "create_to_first_listed_ms")
+                   "ready_before_reserved", "admitted_on_reservation", "listed_before_reserved", "create_to_first_listed_ms",
+                   "versions_to_admission")
         wc = out["kueue_workload_controller"]
         print(" | ".join(columns))
         for r in out["rows"]:
             print(" | ".join(str(r[c]) for c in columns))
+        if out["control_check"]:
+            print(f"control check ({out['control_check']}) / kueue-tas mean time to admission: {out['control_ratio']}; "
+                  f"atoll / control check: {out['atoll_over_control']}")
         if out["decide_before_quota"]:
             print("atoll run, decisions before quota: " + ", ".join(f"{k} {v:g}" for k, v in out["atoll_before_quota"].items()))
         print(f"atoll / kueue-tas mean time to admission: {ratio} (goal ≤ {args.goal_ratio}: {'met' if met else 'MISSED'}); "

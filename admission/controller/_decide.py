@@ -30,7 +30,7 @@ from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._domains import DomainLedger
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
-from admission.controller._queueing import SpanCost, hold_reservations, join_line, queue_turn, reserve_deadline
+from admission.controller._queueing import SpanCost, behind_gang, created_at, hold_reservations, join_line, queue_turn, reserve_deadline
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
 from admission.controller._spread import apply_spread, never_message, read_spread
@@ -290,6 +290,19 @@ class Decider:
             return _FlavorResult(flavor, "wait", f"{problem}; retry in {config_wait}s", "config", config_wait)
         except ValueError as exc:
             return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
+        key = f"{view.namespace}/{view.name}"
+        gang = behind_gang(self.queue, profile, key, obj, view.cluster_queue, flavor, specs, now)
+        if gang is not None:  # holdBehindGangs: an owed gang comes first; parked (its quota can go back to the gang)
+            smallest = min(specs, key=lambda s: (s.count * s.per_pod.gpu, s.per_pod.gpu))
+            delay = profile.retry.delay(wait.attempts)
+            behind = _FlavorResult(flavor, "wait", f"waits behind an owed gang: {gang.describe()} (it has waited "
+                                                 f"{now - gang.created:.0f}s since it was created, queueing.reserveAfterSeconds "
+                                                 f"{profile.queueing.reserve_after_seconds}), and queueing.holdBehindGangs "
+                                                 f"{profile.queueing.hold_behind_gangs} keeps what is behind it from taking its quota "
+                                                 f"and GPUs; decided again when it is owed no longer; retry in {delay}s",
+                                 "behind-gang", delay, generation=shared.generation)
+            behind.need = Need(flavor, None, smallest.count, max(smallest.per_pod.gpu, 1), behind=gang.key)
+            return behind
         owed = self.ledger.witness(shared, exclude_uid=view.uid)
         # What admitted Workloads still owe counts as used, on a fork; with nothing owed the
         # search reads the shared snapshot itself (nothing below writes to it).
@@ -301,7 +314,6 @@ class Decider:
             snap = snap.fork() if snap is shared else snap
             for i in held_away:
                 snap.exclude(i)
-        key = f"{view.namespace}/{view.name}"
         unreserved = snap
         snap, blocked = hold_reservations(self.queue, shared, snap, flavor, key, obj, now)
         names = {s.name for s in specs}
@@ -419,7 +431,7 @@ class Decider:
                              "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain")
             if not set_aside:
                 result.need = _need(flavor, decision, profile, wait, now, shared.level_labels)
-                result.need = reserve_deadline(result.need, self.queue, key, profile, wait, now, specs)
+                result.need = reserve_deadline(result.need, self.queue, key, profile, wait, now, specs, created_at(obj))
         elif decision.outcome == "admit" and placement is not None:
             per_pod = {s.name: s.per_pod for s in specs}
             for ps in placement.podsets:

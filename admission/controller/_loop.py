@@ -54,6 +54,7 @@ from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
+from admission.controller._owing import owed_gangs, owes
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
@@ -197,6 +198,8 @@ class Controller:
         self.reparked = 0
         """Of those, parked again on their next quota without a decision (nothing they wait for changed)."""
         self._yield_due = False
+        self._owed_at: set[tuple[str, str | None]] = set()
+        """Where gangs were owed at the last look (``_feed_owed``)."""
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._leading = threading.Event()
@@ -488,7 +491,12 @@ class Controller:
             return
         held = self.queue_state.outlook.reservations.held_by
         may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
-        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, lambda k: held(k) is not None):
+        objects, now = self.cache.objects[WORKLOADS], self.clock.now()
+
+        def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
+            return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
+
+        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, keeps):
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue
@@ -544,6 +552,22 @@ class Controller:
         except (FlavorProblem, ValueError):
             return None
 
+    def _feed_owed(self) -> None:
+        """Tell the queue manager which gangs are owed their turn now (``queueing.holdBehindGangs``,
+        ``_owing``); what waited behind a gang owed no longer is decided again."""
+        doc = self.cache.profiles
+        modes = {p.queueing.hold_behind_gangs for p in doc.profiles.values()} if doc is not None else set()
+        if doc is None or modes == {"off"}:
+            return
+        parked = self.parking.parked() if "start" in modes else []  # under quota only those waiting for quota are owed
+        found = owed_gangs(self.cache.objects[WORKLOADS], list(self.quota_yield.waiters), parked, doc, self.decider.read,
+                           self.quota_yield.cluster_queue_of, self.quota_yield.flavor_of, self.clock.now())
+        owed = self.queue_state.outlook.owed
+        left = [k for queue, flavor in sorted(self._owed_at | set(found), key=str) for k in owed.set(queue, flavor, found.get((queue, flavor), []))]
+        self._owed_at = set(found)
+        if left:
+            self._wake([str(k) for k in self.parking.room.wake_behind(left)])
+
     def _wake(self, keys: list[str]) -> None:
         """Parked Workloads whose wait may be over: decided again, in the order they were parked."""
         for key in keys:
@@ -596,6 +620,7 @@ class Controller:
             _log.info("parked again without a decision: nothing it waits for changed since it gave its quota back", workload=key)
             self._yield_due = True  # it holds quota again: a Workload may wait for it
             return None
+        self._feed_owed()
         verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())
         if verdict.outcome == "wait" and self.before.held and self._free_holds(verdict.flavor):
             verdict = self.decider.evaluate(obj, self._new_id(), self.clock.now())  # it holds quota: decisions made before quota give way

@@ -71,7 +71,7 @@ class Metrics:
                                      "again (nothing they wait for changed), per flavor.", ["flavor"], registry=r)
 
     def set_waiting(self, counts: Mapping[str, int]) -> None:
-        for reason in ("no-domain", "relax-pending", "owed-pods", "config", "node-lost"):
+        for reason in ("no-domain", "relax-pending", "owed-pods", "behind-gang", "config", "node-lost"):
             self.waiting.labels(reason).set(counts.get(reason, 0))
         for reason, n in counts.items():
             self.waiting.labels(reason).set(n)

@@ -19,6 +19,7 @@ from admission.queue import (
     DomainOutlook,
     Need,
     Outlook,
+    OwedGang,
     Reservation,
     Running,
     Waiter,
@@ -33,7 +34,8 @@ from admission.queue import (
 from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
-__all__ = ["QueueTurn", "SpanCost", "hold_reservations", "join_line", "max_execution_seconds", "queue_turn", "reserve_deadline"]
+__all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "join_line", "max_execution_seconds",
+           "priority_of", "queue_turn", "reserve_deadline"]
 
 SpanCost = Callable[[Snapshot, Decision], "float | None"]
 """The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""
@@ -47,23 +49,54 @@ def max_execution_seconds(obj: Mapping[str, Any]) -> float | None:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def created_at(obj: Mapping[str, Any]) -> float | None:
+    """The Workload's ``metadata.creationTimestamp`` (epoch seconds); None when unset or unreadable."""
+    meta = obj.get("metadata")
+    return parse_time(str(meta.get("creationTimestamp") or "")) if isinstance(meta, Mapping) else None
+
+
+def priority_of(obj: Mapping[str, Any]) -> int:
+    """Kueue's ``spec.priority`` (0 when unset)."""
+    spec = obj.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def is_owed(profile: Profile, pods: int, gpus: int, created: float | None, now: float) -> bool:
+    """Whether a Workload of ``pods`` pods and ``gpus`` GPUs created at ``created`` is a gang owed
+    its turn under ``profile``'s ``holdBehindGangs``: more than one pod, at least
+    ``holdBehindGangsMinGPUs`` GPUs, waiting ``reserveAfterSeconds`` since creation."""
+    q = profile.queueing
+    return (q.hold_behind_gangs != "off" and q.reserve_after_seconds is not None and pods > 1 and gpus >= q.hold_min_gpus
+            and created is not None and now - created >= q.reserve_after_seconds)
+
+
+def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mapping[str, Any], cluster_queue: str | None, flavor: str,
+                specs: Sequence[PodSetSpec], now: float) -> OwedGang | None:
+    """The owed gang this Workload waits behind (``holdBehindGangs``), or None: the profile holds
+    nothing, the Workload is an owed gang itself, or no owed gang of its ClusterQueue is ahead of
+    it in Kueue's order (priority, then creation time)."""
+    if outlook is None or profile.queueing.hold_behind_gangs == "off" or not len(outlook.owed):
+        return None
+    created = created_at(obj)
+    if is_owed(profile, sum(s.count for s in specs), sum(s.count * s.per_pod.gpu for s in specs), created, now):
+        return None
+    return outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created)
+
+
 def join_line(outlook: Outlook, key: str, flavor: str, specs: Sequence[PodSetSpec], obj: Mapping[str, Any], wait: WaitState,
               now: float) -> None:
     """``key`` waits for a domain on ``flavor``: it takes (or keeps) its place in Kueue's order
     there, by its ``spec.priority`` and its creation time (else its first wait, else ``now``)."""
-    spec = obj.get("spec")
-    priority = spec.get("priority") if isinstance(spec, Mapping) else None
-    priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
     gpus = sum(s.count * s.per_pod.gpu for s in specs)
     per_pod = max((s.per_pod.gpu for s in specs), default=1)
     have = outlook.queued.get(key)
     if have is not None and have.flavor == flavor:
         since = have.since
     else:
-        meta = obj.get("metadata")
-        created = parse_time(str(meta.get("creationTimestamp") or "")) if isinstance(meta, Mapping) else None
+        created = created_at(obj)
         since = created if created is not None else wait.first_waited_at if wait.first_waited_at is not None else now
-    outlook.queued.waits(key, Waiter(flavor, gpus, per_pod, priority, since, _queue_of(obj), max_execution_seconds(obj)))
+    outlook.queued.waits(key, Waiter(flavor, gpus, per_pod, priority_of(obj), since, _queue_of(obj), max_execution_seconds(obj)))
 
 
 def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot, flavor: str, key: str, obj: Mapping[str, Any],
@@ -134,6 +167,9 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     outlooks = domain_outlook(snap, level, gpus, running, outlook.estimator, now, blocked)
     notes = []
     waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
+    created = created_at(obj) if q.hold_behind_gangs != "off" else None
+    if created is not None:  # an owed gang's wait counts from its creation: the time it waited for quota counts
+        waited = max(waited, now - created)
     gang = sum(s.count for s in specs) > 1
     if q.reserve_after_seconds is not None and gang and waited >= q.reserve_after_seconds:
         mine = outlook.reservations.held_by(key)
@@ -297,15 +333,18 @@ def _queue_of(obj: Mapping[str, Any]) -> str | None:
 
 
 def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profile: Profile, wait: WaitState, now: float,
-                     specs: Sequence[PodSetSpec]) -> Need | None:
+                     specs: Sequence[PodSetSpec], created: float | None = None) -> Need | None:
     """A parked gang that will reserve is woken when ``reserveAfterSeconds`` has passed (if that
     comes before its relax deadline), so it reserves on time without a timer Retry; and with
     ``perfFloorHoldSeconds``, a parked Workload is woken when that has passed, so the class
-    speed floor holds it no longer."""
+    speed floor holds it no longer. With ``holdBehindGangs``, ``reserveAfterSeconds`` counts from
+    ``created`` (the Workload's creation)."""
     q = profile.queueing
     if need is None or outlook is None:
         return need
     first = wait.first_waited_at if wait.first_waited_at is not None else now
+    if created is not None and q.hold_behind_gangs != "off":
+        first = min(first, created)
     times = []
     if q.reserve_after_seconds is not None and sum(s.count for s in specs) > 1 and not outlook.reservations.held_by(key):
         times.append(first + q.reserve_after_seconds)

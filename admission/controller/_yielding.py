@@ -395,6 +395,10 @@ class QuotaYield:
         obj = self.objects.get(key)
         return _flavor(obj, self.gpu_resource()) if obj is not None else ""
 
+    def cluster_queue_of(self, obj: Obj) -> str | None:
+        """The ClusterQueue the Workload's LocalQueue points at (None: unknown yet)."""
+        return self._cluster_queue(obj)
+
     def _cluster_queue(self, obj: Obj) -> str | None:
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace") or ""), str((obj.get("spec") or {}).get("queueName") or "")

@@ -7,6 +7,7 @@ controller and the simulator re-decide the same Workloads at the same moments.
 from admission.queue._ahead import MAX_AHEAD, Queued, QueuedStart, Waiter, queued_start
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
 from admission.queue._outlook import Outlook
+from admission.queue._owed import OwedGang, OwedGangs
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption
 from admission.queue._reserve import Reservation, Reservations, choose_target, restore, should_move
 from admission.queue._room import Need, WaitingRoom
@@ -26,6 +27,8 @@ __all__ = [
     "Held",
     "Need",
     "Outlook",
+    "OwedGang",
+    "OwedGangs",
     "Plan",
     "QueueHints",
     "QueueRules",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from admission.queue._ahead import Queued
 from admission.queue._estimate import Running, RuntimeEstimator
+from admission.queue._owed import OwedGangs
 from admission.queue._reserve import Reservations
 from admission.queue._waitspan import SpanPrices
 
@@ -19,12 +20,14 @@ __all__ = ["Outlook"]
 
 
 class Outlook:
-    """Running Workloads by key, the runtime estimator and the reservations."""
+    """Running Workloads by key, the runtime estimator, the reservations and the owed gangs."""
 
     def __init__(self, min_samples: int = 3) -> None:
         self.estimator = RuntimeEstimator(min_samples)
         self.reservations = Reservations()
         self.spans = SpanPrices()
+        self.owed = OwedGangs()
+        """Gangs owed their turn by ClusterQueue (``queueing.holdBehindGangs``), as the feeder last said."""
         self.queued = Queued()
         """The Workloads waiting for a domain (the ``Decider`` adds each wait; a start or ``left`` ends it)."""
         self.expected: dict[str, float] = {}

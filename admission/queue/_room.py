@@ -52,6 +52,10 @@ class Need:
     pods: int
     gpus_per_pod: int
     deadline: float | None = None
+    behind: str | None = None
+    """Held behind this owed gang (``holdBehindGangs``): woken by ``wake_behind`` when the gang is
+    owed no longer (or ``wake_flavor``, or the deadline); freed GPUs never wake it (it could go at
+    once, and it must not)."""
 
     @property
     def gpus(self) -> int:
@@ -84,7 +88,7 @@ class WaitingRoom:
 
     def flavors(self) -> set[str]:
         """The flavors some parked Workload waits on."""
-        return {fl for fl, _, _ in self._by_level}
+        return {n.flavor for n in self._needs.values()}
 
     def park(self, key: Hashable, need: Need) -> None:
         """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need."""
@@ -92,7 +96,8 @@ class WaitingRoom:
         self._seq += 1
         self._needs[key] = need
         self._order[key] = self._seq
-        bisect.insort(self._by_level.setdefault((need.flavor, need.level, need.gpus_per_pod), []), (need.pods, self._seq, key))
+        if need.behind is None:
+            bisect.insort(self._by_level.setdefault((need.flavor, need.level, need.gpus_per_pod), []), (need.pods, self._seq, key))
         if need.deadline is not None:
             heapq.heappush(self._deadlines, (need.deadline, self._seq, key))
 
@@ -133,6 +138,8 @@ class WaitingRoom:
         self._aside.discard(key)
         self._kept.discard(key)
         seq = self._order.pop(key)
+        if need.behind is not None:
+            return need
         row = self._by_level[(need.flavor, need.level, need.gpus_per_pod)]
         i = bisect.bisect_left(row, (need.pods, seq))
         while i < len(row) and row[i][1] != seq:
@@ -179,6 +186,13 @@ class WaitingRoom:
     def wake_flavor(self, flavor: str) -> list[Hashable]:
         """Every Workload parked on ``flavor`` (a change the GPU counts cannot see), oldest first."""
         return self._wake(sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor))
+
+    def wake_behind(self, gangs: Iterable[str]) -> list[Hashable]:
+        """Every Workload held behind one of ``gangs`` (``Need.behind``), owed no longer, oldest first."""
+        left = set(gangs)
+        if not left:
+            return []
+        return self._wake(sorted((self._order[k], k) for k, n in self._needs.items() if n.behind is not None and n.behind in left))
 
     def wake_all(self) -> list[Hashable]:
         return self._wake(sorted((seq, k) for k, seq in self._order.items()))

@@ -28,6 +28,8 @@ REASONS: Mapping[str, str] = {
     "no-domain": "no domain of the level the profile asks for has room for the Workload now; it waits for room to free",
     "relax-pending": "an elastic profile waits for one domain until its relax deadline, then may span domains",
     "owed-pods": "the only room is where pods of admitted Workloads are still owed; it waits until they bind",
+    "behind-gang": "a gang ahead of it in Kueue's order is owed its turn (queueing.holdBehindGangs); it waits, parked, until that "
+                   "gang holds quota (quota) or starts (start)",
     "draining": f"it would fit now if draining nodes (label {DRAINING}=true) took new placements; it waits for them "
                 "or for other room",
     "config": "the configuration is broken (profiles document, flavor, Topology or node annotation); the message names the fix",

@@ -53,8 +53,8 @@ from admission.controller import (
     waiting_condition,
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
-from admission.queue import Outlook, Running
-from admission.simulator._port import CHECK_NAME, cluster_objects, profiles_for_cluster, quantities, workload_object
+from admission.queue import Outlook, OwedGang, Running
+from admission.simulator._port import CHECK_NAME, CLUSTER_QUEUE, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._preemption import SimPreemption
 from admission.simulator._scheduler import BindingModel
 from policies import SLICE_REQUIRED_TOPOLOGY, SLICE_SIZE, ProfilesDocument
@@ -170,6 +170,12 @@ class DeployedAtoll:
         own = self.doc.profiles.get(profile_name)
         if own is not None and own.preempt_domain != "off":
             self.preemption = SimPreemption(self, own.preempt_domain, within_cluster_queue)
+        self.behind = own.queueing.hold_behind_gangs if own is not None else "off"
+        """The profile's ``queueing.holdBehindGangs``: with it, the simulator says which gangs are owed (``set_owed``)."""
+        self.owed_after = float(own.queueing.reserve_after_seconds or 0) if own is not None else 0.0
+        self.owed_min_gpus = own.queueing.hold_min_gpus if own is not None else 0
+        self.unheld: dict[int, list[str]] = {}
+        """Flavor → gangs owed no longer since ``take_unheld`` last looked."""
         self._index_map: tuple[tuple[int, int], IntArray | None] | None = None
 
     # ------------------------------------------------------------------ Kueue's Workload
@@ -204,7 +210,7 @@ class DeployedAtoll:
                 obj["spec"]["maximumExecutionTimeSeconds"] = int(max_execution_seconds)
             if priority:
                 obj["spec"]["priority"] = int(priority)
-            if created is not None and self.preemption is not None:
+            if created is not None and (self.preemption is not None or self.behind != "off"):
                 obj["metadata"]["creationTimestamp"] = rfc3339(created)
             self.views[job] = self.read(obj, key)
         return obj
@@ -448,6 +454,21 @@ class DeployedAtoll:
         """Flavors where a reservation ended since the last call (their parked Workloads may now fit)."""
         out = sorted(self.released)
         self.released.clear()
+        return out
+
+    def set_owed(self, flavor: int, gangs: Iterable[tuple[int, int, float, int]]) -> None:
+        """The gangs owed their turn on ``flavor`` now, as the controller's cache would show them
+        (job, priority, creation time, GPUs), in the one ClusterQueue of that flavor; those owed
+        no longer are kept for ``take_unheld`` (what waited behind them is decided again)."""
+        name = self.flavor_names[flavor]
+        owed = [OwedGang(-prio, created, f"{NAMESPACE}/job-{j}", CLUSTER_QUEUE, gpus, name) for j, prio, created, gpus in gangs]
+        left = self.outlook.owed.set(CLUSTER_QUEUE, name, owed)
+        if left:
+            self.unheld.setdefault(flavor, []).extend(left)
+
+    def take_unheld(self) -> dict[int, list[str]]:
+        """Flavor → gangs owed no longer since the last call (``set_owed``)."""
+        out, self.unheld = self.unheld, {}
         return out
 
     def reserving(self, job: int) -> bool:

@@ -46,6 +46,7 @@ from topology import HOSTNAME_LABEL, ClusterModel, FlavorModel, NodeInfo, Resour
 
 __all__ = [
     "CHECK_NAME",
+    "CLUSTER_QUEUE",
     "CONTROLLER_NAME",
     "FLAVOR_LABEL",
     "PROFILES_NAMESPACE",
@@ -322,8 +323,12 @@ def cluster_objects(cluster: ClusterModel, doc: ProfilesDocument, *, namespace: 
     return out
 
 
+CLUSTER_QUEUE = "cluster-queue"
+"""The ClusterQueue every simulated Workload names (the simulator models one per flavor)."""
+
+
 def workload_object(name: str, podsets: Sequence[Mapping[str, Any]], *, flavor: str, namespace: str = "default",
-                    queue: str = "default", cluster_queue: str = "cluster-queue", gpu_resource: str = "nvidia.com/gpu",
+                    queue: str = "default", cluster_queue: str = CLUSTER_QUEUE, gpu_resource: str = "nvidia.com/gpu",
                     check: str = CHECK_NAME, uid: str | None = None) -> Obj:
     """The Workload Kueue creates for a job, with quota reserved on ``flavor`` for every PodSet
     and Atoll's check entry Pending: the state in which Atoll decides. ``podsets`` are

@@ -4,7 +4,8 @@ Issue 26's goal: reservations cut the p95 wait of the largest size band by at le
 the same profile without them, at a GPU-idle cost that is reported. ``reservation_variants``
 adds three copies of a profile whose ``queueing`` holds ``reserveAfterSeconds`` to a profiles
 document: ``<p>-island`` (``reserveAt: island``), ``<p>-span`` (``reserveAt: span``) and
-``<p>-nores`` (``reserveAfterSeconds`` removed: no reservation, everything else the same).
+``<p>-nores`` (``reserveAfterSeconds`` removed, and with it ``holdBehindGangs``: no reservation
+and nothing held behind a gang, everything else the same).
 ``reservation_cell`` reads the runs of one load:
 
 - the band: the largest size band (``SIZE_BANDS`` of ``_metrics``) with a job in the workload;
@@ -59,6 +60,7 @@ def reservation_variants(doc: ProfilesDocument, profile: str) -> tuple[ProfilesD
         queueing = dict(base["queueing"])
         if suffix == "nores":
             del queueing["reserveAfterSeconds"]
+            queueing.pop("holdBehindGangs", None)  # it holds Workloads behind a gang owed a reservation: nothing is owed without one
         else:
             queueing["reserveAt"] = suffix
         raw["profiles"][name] = {**base, "queueing": queueing}

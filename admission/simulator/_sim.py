@@ -608,6 +608,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     break
                 if deployed is not None and deployed.reserving(p):
                     continue  # first in line on its reserved domain: its quota is what starts it there
+                if owing and p in gangs_pending[fi] and arr[p] <= now - owed_after:
+                    continue  # a gang owed its turn keeps its quota: given away, it would be owed again and hold what it gave to
                 if not room.may_give(p):
                     continue  # it gave its quota back since its last decision: at most once per decision
                 picked.append(p)
@@ -898,6 +900,30 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         factor = settings.declared_runtime_factor
         return None if factor is None else max(1, math.ceil(float(work.duration[j]) * factor))
 
+    owing = deployed is not None and deployed.behind != "off"
+    owed_min = deployed.owed_min_gpus if deployed is not None else 0
+    owed_after = deployed.owed_after if deployed is not None else 0.0
+    gangs_pending: list[dict[int, None]] = [{} for _ in fl]
+    """Flavor → gangs (of ``holdBehindGangsMinGPUs`` or more) that arrived and have not started (nor were rejected), in
+    arrival order (``holdBehindGangs``)."""
+
+    def feed_owed(fi: int, now: float) -> None:
+        """Tell the queue manager which gangs of flavor ``fi`` are owed their turn now, as the
+        controller's cache shows them: waiting ``reserveAfterSeconds`` since arrival, and under
+        ``quota`` without quota (queued, or deactivated by a give), under ``start`` not started."""
+        if not owing:
+            return
+        assert deployed is not None
+        horizon = now - deployed.owed_after
+        out = []
+        for g in gangs_pending[fi]:
+            if arr[g] > horizon:
+                break
+            if deployed.behind == "quota" and (g in parked[fi] or g in on_retry):
+                continue
+            out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[int(shape_of[g])])))
+        deployed.set_owed(fi, out)
+
     def enqueue(j: int, order: float | None = None) -> int:
         """Job ``j`` joins its flavor's queue, ordered by priority, then ``order`` (Kueue's order time; None: its arrival)."""
         f = fl[work.flavor[j]]
@@ -935,6 +961,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             t0 = time.perf_counter()
             if deployed is not None:
                 deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
+                feed_owed(fi, now)
                 att = _deployed_attempt(deployed, j, fi, shape, now, declared(j), int(prio[j]), float(arr[j]), settings.parking)
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
@@ -949,6 +976,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             _dequeue(f, sid, heads)
             left_queue(j, fi)
+            if att.outcome != "wait":
+                gangs_pending[fi].pop(j, None)
             if att.outcome == "admit":
                 assert att.nodes is not None and att.pods is not None
                 f.used += shape.gpus
@@ -992,6 +1021,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     deployed.forget(j)
         if room is not None and parked_gpus[fi] and settings.yield_quota and yield_quota(fi, now):
             tried_again[fi] = True
+        feed_owed(fi, now)
         return admitted
 
     while nxt < n or events:
@@ -1055,12 +1085,22 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 touched.add(enqueue(nxt))
                 pending += 1
+                if owing and shapes[int(shape_of[nxt])][1].pods > 1 and shape_gpus[int(shape_of[nxt])] >= owed_min:
+                    gangs_pending[int(work.flavor[nxt])][nxt] = None
             nxt += 1
             if progress is not None and nxt % 500 == 0:
                 progress(nxt, n)
         for fi in sorted(touched):
             if pass_and_reactivate(fi, now):
                 last_admit = now
+        if owing and room is not None:
+            assert deployed is not None
+            for fi, gangs in sorted(deployed.take_unheld().items()):  # gangs owed no longer: what waited behind them goes again
+                woken = room.wake_behind(gangs)
+                if woken:
+                    wake(woken)
+                    if pass_and_reactivate(fi, now):
+                        last_admit = now
         if deployed is not None:
             ended = deployed.take_released()
             if ended and room is not None:  # a reservation ended: what it kept out may fit now
@@ -1127,7 +1167,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
 
 def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None, priority: int = 0,
-                      created: float | None = None, parking: bool | None = False) -> Attempt:
+                      created: float | None = None, parking: bool | None = None) -> Attempt:
     """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds, of ``priority``), as an attempt of the simulator's
     loop; ``parking``: ``SimSettings.parking``, the override of the profile's ``queueing.parkWaiting``."""
     obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit, priority=priority,

@@ -223,10 +223,13 @@ class Scheduler:
         running = [p for p in self.pods() if p["spec"].get("nodeName") and phase_of(p) == "Running" and decision_of(p) in live]
         if not running:
             return
-        victim = self.rng.choice(running)
+        self.fail_pod(self.rng.choice(running), workloads)
+
+    def fail_pod(self, victim: dict[str, Any], workloads: list[dict[str, Any]]) -> None:
+        """This running pod of an admitted Workload fails; its replacement is created pending."""
+        wl, ps, update = self.admitted_podsets(workloads)[decision_of(victim)]
         self.core.patch_namespaced_pod_status(victim["metadata"]["name"], self.ns, {"status": {"phase": "Failed"}})
         self.failed += 1
-        wl, ps, update = live[decision_of(victim)]
         self._create(wl, ps, update, 0, None, {FAILED_NODE: victim["spec"]["nodeName"]})
 
     def tick(self, workloads: list[dict[str, Any]], finish: Any) -> None:

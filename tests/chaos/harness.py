@@ -24,13 +24,17 @@ the chance to decide what is left:
 - ``dual_leaders`` (with ``replicas``: two controllers electing a leader on a Lease, the leader
   killed at random): decision records of one lease term written by two replicas, records written
   with no term, and moments when two live replicas both held a valid term;
-- ``writes_outside_term`` (with ``replicas``): writes the apiserver received from a replica
-  when the Lease's history says it did not hold the Lease. The proxy timestamps each write as
-  it forwards it and as the server answers, and each Lease write the server accepted, with the
-  holder it answered; a write must reach the server after its sender's hold of the Lease was
-  accepted, and be answered before any other replica's Lease write was sent
-  (``writes_outside_term``). Terms are real (the short ``LEASE``); a replica killed in-process
-  is a paused one: a write it had in flight still lands unless its timeout ends it first.
+- ``writes_outside_term`` (with ``replicas``): writes the apiserver applied from a replica
+  when the Lease's history says it did not hold the Lease. The proxy records each write as it
+  forwards it, with the server's answer: the resourceVersion it answered, and for each Lease
+  write it accepted, the holder. A write must be applied after its sender's hold of the Lease
+  was accepted and before any other replica's Lease write, in the server's order of revisions
+  (``terms``). That order is exact on this test server only: it keeps every object in one
+  etcd, whose revision is one store-wide counter, and answers an object's last revision as its
+  resourceVersion; the Kubernetes API calls resourceVersion opaque, and Atoll never reads it
+  this way. ``writes_answered_late`` counts the writes answered after a takeover began that
+  were applied before it. Terms are real (the short ``LEASE``); a replica killed in-process is
+  a paused one: a write it had in flight still lands unless its timeout ends it first.
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ from tests.chaos.actors import (
     gpus_of,
     phase_of,
 )
-from tests.chaos.proxy import FaultProxy, Received
+from tests.chaos.proxy import FaultProxy
+from tests.chaos.terms import AGENT, writes_answered_late, writes_outside_term
 from tests.kube_objects import (
     GROUP,
     VERSION,
@@ -101,7 +106,7 @@ from tests.kube_objects import (
 )
 from topology import ResourceVector
 
-__all__ = ["Crash", "CrashingPort", "RunConfig", "RunResult", "run_once", "writes_outside_term"]
+__all__ = ["AGENT", "Crash", "CrashingPort", "RunConfig", "RunResult", "run_once", "writes_answered_late", "writes_outside_term"]
 
 
 NESTED = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
@@ -250,6 +255,8 @@ class RunResult:
     writes_received: int = 0
     """Writes of the replicas the apiserver received (the timeline the term audit read)."""
     writes_outside_term: int = 0
+    writes_answered_late: int = 0
+    """Writes applied inside their sender's term whose answer came after a takeover began."""
     violations: list[str] = field(default_factory=list)
 
     @property
@@ -286,10 +293,6 @@ class _Replica:
     thread: threading.Thread
 
 
-AGENT = "atoll-chaos/"
-"""User-Agent prefix of a replica's requests (then its identity): how the proxy's timeline names the sender."""
-
-
 def _client(host: str, token: str, identity: str | None = None) -> client.ApiClient:
     cfg = client.Configuration()
     cfg.host = host
@@ -298,34 +301,6 @@ def _client(host: str, token: str, identity: str | None = None) -> client.ApiCli
     if identity is not None:
         api.user_agent = AGENT + identity
     return api
-
-
-def writes_outside_term(timeline: list[Received], identity_prefix: str) -> list[str]:
-    """Writes of replicas (User-Agent ``AGENT`` + identity starting with ``identity_prefix``) the
-    apiserver received outside their sender's hold of the Lease, by the server's own history:
-    the last Lease write it accepted before the write arrived must name the sender, and no Lease
-    write naming another holder may have been sent before the write was answered. Conservative:
-    a write that overlaps a takeover in any way counts."""
-    mine = [w for w in timeline if w.agent.startswith(AGENT + identity_prefix)]
-    leases = sorted((w for w in mine if w.lease and w.lease_holder is not None and w.answered is not None),
-                    key=lambda w: w.answered or 0.0)
-    out = []
-    for w in mine:
-        if w.lease:
-            continue
-        who = w.agent.removeprefix(AGENT)
-        end = w.answered if w.answered is not None else float("inf")
-        before = [lease for lease in leases if (lease.answered or 0.0) <= w.sent]
-        if not before or before[-1].lease_holder != who:
-            holder = before[-1].lease_holder if before else "nobody"
-            out.append(f"{who} {w.method} {w.path} reached the server while the Lease named {holder!r}")
-            continue
-        taken = [lease for lease in leases if lease.lease_holder != who and (lease.answered or 0.0) > (before[-1].answered or 0.0)
-                 and lease.sent < end]
-        if taken:
-            out.append(f"{who} {w.method} {w.path} answered {end - taken[0].sent:.3f}s after {taken[0].lease_holder!r} "
-                       f"sent its Lease write (term {taken[0].lease_term})")
-    return out
 
 
 class ChaosRun:
@@ -613,6 +588,7 @@ class ChaosRun:
             r.writes_received = sum(1 for w in timeline if not w.lease and w.agent.startswith(f"{AGENT}chaos-{self.ns}-"))
             late = writes_outside_term(timeline, f"chaos-{self.ns}-")
             r.writes_outside_term = len(late)
+            r.writes_answered_late = writes_answered_late(timeline, f"chaos-{self.ns}-")
             r.violations.extend(late[:5])
 
         ctrl = Controller(KubePort(self.api), settings=self.settings(), recorder=Recorder(io.StringIO()))

@@ -12,6 +12,10 @@ passed through. Every request is forwarded unchanged unless the seeded dice say 
 - ``slow``: held for a while, as the apiserver's priority-and-fairness queue holds a request,
   then forwarded; like that queue, it drops a request whose client has gone meanwhile (timed
   out and closed its connection): the server never sees it;
+- ``late-read`` (writes; drawn only when ``faults`` names it): forwarded at once, and the
+  server's answer read only a while later, as a loaded proxy process gets to it: the write was
+  applied when it arrived, its answer is stamped late (the shape of a write answered after a
+  takeover though applied before it);
 - on watches: ``watch-drop`` (the stream ends after a few events), ``watch-truncate`` (half an
   event, then the connection breaks) and ``watch-gone`` (an ``ERROR`` event with code 410, the
   way the apiserver ends a watch whose resourceVersion is too old).
@@ -19,8 +23,9 @@ passed through. Every request is forwarded unchanged unless the seeded dice say 
 Bounded: the proxy stops itself after ``max_seconds`` and closes every stream it holds.
 
 ``timeline`` records every write the apiserver received, as the proxy forwards it: when it was
-sent on, when the server's answer came back, who sent it (the client's User-Agent), and for a
-Lease the holder and term the server answered. The chaos audit compares the two histories.
+sent on, when the server's answer came back, who sent it (the client's User-Agent), the
+resourceVersion of the object the server answered with, and for a Lease the holder and term the
+server answered. The chaos audit compares the two histories.
 """
 
 from __future__ import annotations
@@ -45,14 +50,18 @@ __all__ = ["FAULTS", "FaultProxy", "Received"]
 REQUEST_FAULTS = ("500", "503", "slow")
 WRITE_FAULTS = ("409", "lost-answer")
 WATCH_FAULTS = ("watch-drop", "watch-truncate", "watch-gone", "500")
-FAULTS = tuple(sorted(set(REQUEST_FAULTS + WRITE_FAULTS + WATCH_FAULTS)))
+OPT_IN_WRITE_FAULTS = ("late-read",)
+"""Drawn only when a proxy's ``faults`` name them (the default mix stays as it was)."""
+FAULTS = tuple(sorted(set(REQUEST_FAULTS + WRITE_FAULTS + WATCH_FAULTS + OPT_IN_WRITE_FAULTS)))
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection", "content-length"}
 
 
 @dataclass(frozen=True, slots=True)
 class Received:
     """One write the apiserver received: forwarded at ``sent``, answered at ``answered``
-    (``time.monotonic()`` of this process; None if no answer came)."""
+    (``time.monotonic()`` of this process; None if no answer came). ``status`` 0: the server
+    closed the connection at ``answered`` without an answer (as it may once the request's
+    deadline has passed)."""
 
     sent: float
     answered: float | None
@@ -63,6 +72,9 @@ class Received:
     lease_holder: str | None = None
     """For a Lease write the server accepted: the holder it now names ("" for none)."""
     lease_term: int | None = None
+    resource_version: int | None = None
+    """For a write the server accepted: the ``metadata.resourceVersion`` of the object it
+    answered with (None when the answer carried none, or there was no answer)."""
 
     @property
     def lease(self) -> bool:
@@ -75,7 +87,8 @@ def _status(code: int, reason: str, message: str) -> bytes:
 
 
 class FaultProxy:
-    """``with FaultProxy(host, port, ca_file, seed=1, rate=0.2) as proxy: proxy.url``."""
+    """``with FaultProxy(host, port, ca_file, seed=1, rate=0.2) as proxy: proxy.url``; ``slow_seconds``
+    is how long ``slow`` holds a request and ``late-read`` its answer."""
 
     def __init__(self, upstream_host: str, upstream_port: int, ca_file: Path | str, *, seed: int = 0, rate: float = 0.2,
                  max_seconds: float = 600.0, slow_seconds: tuple[float, float] = (0.05, 0.4),
@@ -158,7 +171,7 @@ class FaultProxy:
                 return None
             choices = WATCH_FAULTS if watch else REQUEST_FAULTS + (WRITE_FAULTS if write else ())
             if self.faults is not None:
-                choices = tuple(f for f in choices if f in self.faults)
+                choices = tuple(f for f in choices + (OPT_IN_WRITE_FAULTS if write and not watch else ()) if f in self.faults)
                 if not choices:
                     return None
             fault = self.rng.choice(choices)
@@ -264,11 +277,14 @@ class _Handler(BaseHTTPRequestHandler):
         sent = time.monotonic()
         try:
             conn.request(self.command, self.path, body=body, headers=headers)
+            if fault == "late-read":
+                time.sleep(self.owner.uniform(*self.owner.slow_seconds))
             try:
                 resp = conn.getresponse()
-            except (OSError, http.client.HTTPException):
-                if write:
-                    self.owner.received(Received(sent, None, self.command, self.path, self.headers.get("User-Agent") or "", 0))
+            except (OSError, http.client.HTTPException) as exc:
+                if write:  # the server ended the request without an answer, as with a 5xx; or no answer came at all
+                    ended = None if isinstance(exc, TimeoutError) else time.monotonic()
+                    self.owner.received(Received(sent, ended, self.command, self.path, self.headers.get("User-Agent") or "", 0))
                 raise
             if watch and resp.status == 200:
                 self._stream(resp, fault)
@@ -339,11 +355,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _received(sent: float, method: str, path: str, agent: str, status: int, data: bytes) -> Received:
     answered = time.monotonic()
-    if "/leases" not in path or not 200 <= status < 300:
+    if not 200 <= status < 300:
         return Received(sent, answered, method, path, agent, status)
     try:
-        spec = json.loads(data).get("spec") or {}
+        obj = json.loads(data)
+        spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
     except (ValueError, AttributeError):
-        spec = {}
+        spec, meta = {}, {}
+    version = str(meta.get("resourceVersion") or "")
+    rv = int(version) if version.isdigit() else None
+    if "/leases" not in path:
+        return Received(sent, answered, method, path, agent, status, resource_version=rv)
     return Received(sent, answered, method, path, agent, status, str(spec.get("holderIdentity") or ""),
-                    int(spec.get("leaseTransitions") or 0))
+                    int(spec.get("leaseTransitions") or 0), rv)

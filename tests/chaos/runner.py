@@ -42,6 +42,8 @@ class Summary:
     takeovers: int = 0
     writes_received: int = 0
     writes_outside_term: int = 0
+    writes_answered_late: int = 0
+    """Writes applied inside their sender's term, answered after a takeover began."""
     dropped_slow: int = 0
     """Slow requests the proxy dropped because their client had given up."""
     replicas: bool = False
@@ -51,7 +53,8 @@ class Summary:
         self.runs += 1
         for name in ("double_booked", "unplaceable_owed", "lost", "duplicate_decisions", "ledger_mismatch", "admissions",
                      "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "pods_failed",
-                     "replacements_bound", "dual_leaders", "takeovers", "writes_received", "writes_outside_term"):
+                     "replacements_bound", "dual_leaders", "takeovers", "writes_received", "writes_outside_term",
+                     "writes_answered_late"):
             setattr(self, name, getattr(self, name) + getattr(r, name))
         self.faults.update(r.faults)
         self.kills.update(r.kills)
@@ -74,7 +77,8 @@ class Summary:
                 "preemptions": self.preemptions, "pods_failed": self.pods_failed, "replacements_bound": self.replacements_bound,
                 "dual_leaders": self.dual_leaders, "replicas": self.replicas,
                 "leader_takeovers": self.takeovers, "writes_received": self.writes_received,
-                "writes_outside_term": self.writes_outside_term, "dropped_slow": self.dropped_slow, "wall_seconds": round(self.wall_seconds, 1),
+                "writes_outside_term": self.writes_outside_term,
+                "writes_answered_late": self.writes_answered_late, "dropped_slow": self.dropped_slow, "wall_seconds": round(self.wall_seconds, 1),
                 "peak_rss_mib": peak_rss_mib(), "failed_runs": self.failed_runs[:10]}
 
     def line(self) -> str:
@@ -82,7 +86,7 @@ class Summary:
         return (f"runs={self.runs} shapes={self.shapes} faults={round(self.fault_rate * 100)}% double_booked={self.double_booked} "
                 f"unplaceable_owed={self.unplaceable_owed} lost={self.lost} duplicate_decisions={self.duplicate_decisions} "
                 + (f"dual_leaders={self.dual_leaders} leader_takeovers={self.takeovers} writes_outside_term={self.writes_outside_term}/"
-                   f"{self.writes_received} " if self.replicas else "") +
+                   f"{self.writes_received} answered_late={self.writes_answered_late} " if self.replicas else "") +
                 f"admissions={self.admissions} admissions/s={d['admissions_per_s']} injected={d['faults_injected']}/{self.requests} "
                 f"kills={sum(self.kills.values())} pods_failed={self.pods_failed} replacements_bound={self.replacements_bound} "
                 f"peak_rss={d['peak_rss_mib']}MiB")

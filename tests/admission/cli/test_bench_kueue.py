@@ -160,3 +160,81 @@ def test_a_bad_before_quota_depth_gets_one_line_naming_the_flag(flag: str, capsy
     assert main([flag]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--before-quota-depth must be between 1 and 64" in err[0]
+
+
+def test_the_control_arm_asks_no_topology_and_no_profile() -> None:
+    podset = _workload("instant", "w1", 0, 2, "500m", required=True)["spec"]["podSets"][0]
+    assert "topologyRequest" not in podset and "annotations" not in podset["template"]["metadata"]
+    assert podset["count"] == 2
+
+
+def _listed(state: str, *conditions: str) -> dict[str, Any]:
+    return {"metadata": {"name": "w1", "namespace": "bench-instant", "uid": "u1", "resourceVersion": "9"},
+            "status": {"admissionChecks": [{"name": "bench-instant", "state": state}],
+                       "conditions": [{"type": c, "status": "True"} for c in conditions]}}
+
+
+def test_the_control_check_answers_a_pending_entry_ready_at_once_and_nothing_else() -> None:
+    from admission.cli._bench_kueue_instant import INSTANT_CHECK, answer
+
+    body = answer(_listed("Pending"), "listed", 0.0)
+    assert body is not None and body["status"]["admissionChecks"] == [
+        {"name": INSTANT_CHECK, "state": "Ready", "message": "answered at once", "lastTransitionTime": "1970-01-01T00:00:00Z"}]
+    assert "resourceVersion" not in body["metadata"] and body["metadata"]["uid"] == "u1"  # it always lands
+    assert answer(_listed("Pending"), "reserved", 0.0) is None  # no quota yet
+    assert answer(_listed("Pending", "QuotaReserved"), "reserved", 0.0) is not None
+    for done in (_listed("Ready"), _listed("Retry"), _listed("Pending", "Finished"), _listed("Pending", "QuotaReserved", "Evicted"),
+                 {"metadata": {"name": "w1"}, "status": {"admissionChecks": [{"name": "atoll-topology", "state": "Pending"}]}}):
+        assert answer(done, "listed", 0.0) is None
+
+
+def test_a_bad_control_check_mode_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--control-check=soon"])
+    assert exc.value.code == 2 and "--control-check" in capsys.readouterr().err
+
+
+def test_kueue_feature_gates_are_read_as_named_booleans_and_a_bad_item_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    from admission.cli._bench_kueue import feature_gates
+
+    assert feature_gates("WorkloadRequestUseMergePatch=true, TopologyAwareScheduling=False") == {
+        "WorkloadRequestUseMergePatch": True, "TopologyAwareScheduling": False}
+    assert feature_gates(None) == feature_gates("") == {}
+    assert main(["--kueue-feature-gates=WorkloadRequestUseMergePatch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'WorkloadRequestUseMergePatch' is not Name=true or Name=false" in err[0]
+
+
+def test_the_table_names_the_control_checks_ratio_and_atolls_over_it(monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from admission.cli import _bench_kueue
+    from admission.cli._bench_kueue import CLASSES
+    from admission.cli._bench_kueue_figures import row
+
+    seen: dict[str, Any] = {}
+
+    def run(*_args: Any, **kwargs: Any) -> dict[str, Any]:
+        seen.update(kwargs)
+        rows = []
+        for arm, tta, versions in (("tas", 1.0, 2.0), ("atoll", 2.3, 5.2), ("instant", 2.2, 5.3)):
+            key = f"bench-{arm}/w00000"
+            rows.append({**row(arm, {key: 0.0}, {key: tta}, {key: "small"}, [c[0] for c in CLASSES], {key: 0.5}),
+                         "versions_to_admission": versions})
+        return {"rows": rows, "tta_ratio": 2.3, "control_ratio": 2.2, "atoll_over_control": 1.045, "control_check": "listed",
+                "decide_before_quota": False, "not_created": 0, "nodes_per_arm": 64, "queues_per_arm": 3, "rate_per_s": 10.0,
+                "creates_s": 4.0, "create_workers": 16, "write_workers": 4, "load_before": [1.0], "load_after": [2.0], "cores": 2,
+                "kueue_workload_controller": {"workers": 10, "queue_wait_ms": 5.0, "reconcile_ms": 3.0}}
+
+    monkeypatch.setattr(_bench_kueue, "run_bench", run)
+    assert main(["--nodes=64", "--workloads=40", "--control-check=listed", "--kueue-feature-gates=WorkloadRequestUseMergePatch=true"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert seen["control_check"] == "listed"
+    assert seen["kueue_config"] == {"featureGates": {"VisibilityOnDemand": False, "WorkloadRequestUseMergePatch": True}}
+    assert [line.split(" | ")[0] for line in out[1:4]] == ["tas", "atoll", "instant"] and out[3].endswith(" | 5.3")
+    assert "control check (listed) / kueue-tas mean time to admission: 2.2; atoll / control check: 1.045" in out
+
+
+def test_control_only_without_a_control_check_gets_one_line_naming_both_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--control-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--control-only needs --control-check listed|reserved" in err[0]

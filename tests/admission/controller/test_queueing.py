@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from admission.controller._owing import owes
+from admission.controller._queueing import is_owed
 from admission.queue import Reservation, Running
 from admission.simulator._deployed import DeployedAtoll
-from policies import load_profiles
+from policies import ProfilesError, load_profiles
 from topology import ClusterModel, ResourceVector, Snapshot
 
 CLIQUE, SU = "nvidia.com/gpu.clique", "network.example.com/su"
@@ -494,3 +498,73 @@ def test_the_reservation_target_leaves_out_gpus_under_the_class_floor() -> None:
     held = a.outlook.reservations.held_by("sim/job-7")
     assert w.outcome == "wait" and held is not None and held.path == ("u0", "r1") and held.expected_free == 5000.0
     assert dict(held.nodes) == {"r1n0": 4, "r1n1": 4}
+
+
+HOLD_DOC = load_profiles(f"""
+defaultProfile: held
+profiles:
+  held: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, parkWaiting: true}}}}
+  free: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
+""")
+
+
+def test_a_workload_behind_an_owed_gang_waits_parked_and_one_ahead_of_it_or_the_gang_itself_is_decided() -> None:
+    a = DeployedAtoll("atoll-held", "held", HOLD_DOC, cluster({}))
+    a.set_owed(0, [(50, 0, NOW - 700, 16)])  # job 50, created 700 s ago, waits for quota
+    small = a.workload(1, 0, 1, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", created=NOW - 10)
+    v = a.decide(1, small, NOW)
+    assert v.outcome == "wait" and v.reason == "behind-gang" and v.waits_parked(None)  # parked: its quota can go back to the gang
+    assert "sim/job-50 (16 GPUs) is owed its turn" in v.message and "holdBehindGangs quota" in v.message
+    assert [n.behind for n in v.needs] == ["sim/job-50"]
+    older = a.workload(2, 0, 1, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", created=NOW - 800)
+    assert a.decide(2, older, NOW).outcome == "admit"  # created before the gang: ahead of it in Kueue's order
+    urgent = a.workload(3, 0, 1, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", created=NOW - 5, priority=10)
+    assert a.decide(3, urgent, NOW).outcome == "admit"  # a higher priority is ahead whatever its age
+    owed_too = a.workload(4, 0, 2, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", created=NOW - 650)
+    assert a.decide(4, owed_too, NOW).outcome == "admit"  # a gang owed itself (waited 650 s) is never held
+    a.set_owed(0, [])
+    assert a.take_unheld() == {0: ["sim/job-50"]}  # the gang holds quota now: what waited behind it is woken
+    again = a.decide(1, small, NOW)
+    assert again.reason == "no-domain" and "owed" not in again.message  # decided on its own: the three admitted filled the flavor
+
+
+def test_a_profile_without_hold_behind_gangs_ignores_owed_gangs() -> None:
+    a = DeployedAtoll("atoll-free", "free", HOLD_DOC, cluster({}))
+    a.outlook.owed.set("cluster-queue", "f", [])
+    a.set_owed(0, [(50, 0, NOW - 700, 16)])
+    small = a.workload(1, 0, 1, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", created=NOW - 10)
+    assert a.decide(1, small, NOW).outcome == "admit"
+
+
+def test_hold_behind_gangs_without_reserve_after_seconds_is_refused_naming_the_field() -> None:
+    with pytest.raises(ProfilesError, match=r"profiles\.p\.queueing: holdBehindGangs: start .* set reserveAfterSeconds"):
+        load_profiles(f"defaultProfile: p\nprofiles: {{p: {{requiredLevel: {CLIQUE}, queueing: {{holdBehindGangs: start}}}}}}")
+
+
+def test_only_a_gang_of_at_least_the_min_gpus_that_waited_reserve_after_seconds_since_creation_is_owed() -> None:
+    doc = load_profiles(f"""
+defaultProfile: big
+profiles:
+  big: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 16}}}}
+  plain: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
+""")
+    big, plain = doc.profiles["big"], doc.profiles["plain"]
+    assert is_owed(big, 4, 16, NOW - 600, NOW)
+    assert not is_owed(big, 2, 8, NOW - 600, NOW)  # a gang under 16 GPUs
+    assert not is_owed(big, 1, 16, NOW - 600, NOW)  # one pod: no gang
+    assert not is_owed(big, 4, 16, NOW - 599, NOW)  # not waited long enough since its creation
+    assert not is_owed(big, 4, 16, None, NOW)  # no creation time
+    assert not is_owed(plain, 4, 16, NOW - 6000, NOW)  # the profile holds nothing behind gangs
+
+
+def test_a_gang_owed_its_turn_is_one_that_keeps_its_quota_when_parked() -> None:
+    """``owes`` (the controller's quota yield asks it, as the simulator's does): a parked gang owed
+    its turn keeps its quota, as a reservation's holder does; given away, it would wait for quota
+    again, owed, and hold back the Workload it gave it to."""
+    a = DeployedAtoll("atoll-held", "held", HOLD_DOC, cluster({}))
+    per_pod = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024)
+    gang = a.workload(5, 0, 2, per_pod, "training", created=NOW - 700)
+    assert owes(gang, a.doc, a.decider.read, NOW)
+    assert not owes(gang, a.doc, a.decider.read, NOW - 200)  # 500 s since its creation: not owed yet
+    assert not owes(a.workload(6, 0, 1, per_pod, "training", created=NOW - 700), a.doc, a.decider.read, NOW)  # one pod
+    assert not owes(None, a.doc, a.decider.read, NOW) and not owes(gang, None, a.decider.read, NOW)

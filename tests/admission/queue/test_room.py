@@ -125,3 +125,17 @@ def test_parked_lists_what_is_parked_oldest_first_without_those_set_aside() -> N
     room.set_aside("b")
     assert room.parked() == ["c", "a"]
     assert room.unchanged("b", 0.0) is not None and room.parked() == ["b", "c", "a"]  # back in its old place
+
+
+def test_a_workload_held_behind_an_owed_gang_is_woken_by_its_flavor_or_deadline_never_by_freed_gpus() -> None:
+    snap, room = cluster(), WaitingRoom()
+    room.park("small", Need("f", None, 1, 4, behind="ns/gang"))
+    room.park("timed", Need("f", None, 1, 4, deadline=50.0, behind="ns/gang"))
+    room.park("waits", Need("f", None, 1, 4))
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["waits"]  # room for all three: only the one not held goes
+    assert "small" in room and "timed" in room and room.flavors() == {"f"}
+    assert room.due(49.0) == [] and room.due(50.0) == ["timed"]
+    room.park("other", Need("f", None, 1, 4, behind="ns/other-gang"))
+    assert room.wake_behind(["ns/gang"]) == ["small"]  # the gang is owed no longer: what waited behind it is decided again
+    assert room.wake_flavor("f") == ["other"]
+    assert len(room) == 0

@@ -221,3 +221,67 @@ def test_a_declared_runtime_factor_below_1_is_refused_naming_the_field() -> None
     for bad in (0, 0.5):
         with pytest.raises(ValueError, match="declared_runtime_factor"):
             SimSettings(declared_runtime_factor=bad)
+
+
+HOLD_DOC = load_profiles(f"""
+defaultProfile: reserving
+profiles:
+  reserving: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
+               queueing: {{reserveAfterSeconds: {RESERVE_AFTER}, parkWaiting: true}}}}
+  quota: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
+           queueing: {{reserveAfterSeconds: {RESERVE_AFTER}, parkWaiting: true, holdBehindGangs: quota}}}}
+  start: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
+           queueing: {{reserveAfterSeconds: {RESERVE_AFTER}, parkWaiting: true, holdBehindGangs: start}}}}
+""")
+
+
+def full_run(profile: str) -> tuple[SimResult, int]:
+    """Quota equals capacity (32 GPUs) and 2-GPU jobs of 200-400 s arrive every ~15 s (about 40
+    GPUs' worth): the queue grows, and every 2 GPUs that free go to the next small job, which
+    Kueue lets pass a 16-GPU gang (t=1500) that does not fit the free quota."""
+    rng = random.Random(5)
+    plan, t = [], 0.0
+    for _ in range(400):
+        t += rng.uniform(10, 20)
+        plan.append((t, rng.uniform(200, 400), 2))
+    plan.append((1500.0, 300.0, 16))
+    plan.sort()
+    gang = next(i for i, p in enumerate(plan) if p[2] == 16)
+    (pol,) = make_policies([f"atoll-{profile}"], HOLD_DOC, seed=1)
+    jobs = [job(a, d, g) for a, d, g in plan]
+    return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=True)), gang
+
+
+def test_a_gang_that_waits_for_quota_is_owed_its_turn_and_starts_within_a_bounded_time_where_a_reservation_alone_waits() -> None:
+    plain, gang = full_run("reserving")
+    quota, _ = full_run("quota")
+    start, _ = full_run("start")
+    assert all((r.status == STATUS_DONE).all() for r in (plain, quota, start))
+    # owed from 600 s after it was created: what Kueue admits behind it parks with its quota, which goes back to the gang once
+    # its 16 GPUs are free (the jobs running then end within 400 s); it reserves at once, and its island drains (≤ 400 s)
+    for r in (quota, start):
+        assert r.start[gang] - r.arrival[gang] <= RESERVE_AFTER + 400 + 400 + 120
+    assert plain.start[gang] - plain.arrival[gang] > 2 * (quota.start[gang] - quota.arrival[gang])  # quota never comes in time
+
+    def passed(r: SimResult) -> int:
+        """Jobs created after the gang that started while it was owed and had not started."""
+        owed = r.arrival[gang] + RESERVE_AFTER
+        return sum(1 for j in range(len(r.start)) if r.arrival[j] > r.arrival[gang] and owed <= r.start[j] < r.start[gang])
+
+    assert passed(start) == 0  # under start nothing behind it starts until it does
+    assert 0 < passed(quota) < passed(plain)  # under quota, those behind it start outside its reserved island once it holds quota
+
+
+def test_a_parked_gang_owed_its_turn_keeps_its_quota_from_a_waiter() -> None:
+    """Three 12-GPU jobs leave one free node per island (12 GPUs) until 5,000 s; quota is 72 GPUs.
+    Two 16-GPU gangs (t=1, 2) hold quota and park: no island is whole. Past 600 s both are owed;
+    the first reserves, the second waits for the one reservation. An 8-GPU job at t=700 finds 4
+    GPUs of quota free and 12 GPUs free: without the rule, the second gang (parked, no reservation)
+    gives it its quota, is owed again without quota, and holds the job it gave it to. It keeps it."""
+    plan = [(0, 5000, 12), (0.1, 5000, 12), (0.2, 5000, 12), (1, 300, 16), (2, 300, 16), (700, 100, 8)]
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies(["atoll-quota"], HOLD_DOC, seed=1)
+    res = simulate(cluster(3), prepare_workload(cluster(3), jobs), pol, settings=SimSettings(parking=True, quota_factor=1.5))
+    assert (res.status == STATUS_DONE).all()
+    assert res.quota_yields == 0
+    assert res.start[5] >= 5000  # it waits for quota until the 12-GPU jobs end

@@ -49,6 +49,14 @@ def test_the_variants_are_the_profile_reserving_at_each_level_and_not_at_all() -
     assert shipped == "span"
 
 
+def test_a_profile_holding_behind_gangs_keeps_the_hold_where_it_reserves_and_drops_it_with_its_reservations() -> None:
+    held = DOC.replace("maxReservationsPerFlavor: 1", "maxReservationsPerFlavor: 1, holdBehindGangs: quota")
+    doc, _ = reservation_variants(load_profiles(held), "costed")
+    assert doc.profiles["costed-island"].queueing.hold_behind_gangs == doc.profiles["costed-span"].queueing.hold_behind_gangs == "quota"
+    nores = doc.profiles["costed-nores"].queueing
+    assert nores.hold_behind_gangs == "off" and nores.reserve_after_seconds is None  # the same profile with neither
+
+
 def test_a_profile_that_reserves_nothing_or_is_missing_is_refused_naming_the_field() -> None:
     with pytest.raises(ValueError, match=r"profiles\.strict\.queueing\.reserveAfterSeconds is unset"):
         reservation_variants(load_profiles(DOC), "strict")

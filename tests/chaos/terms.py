@@ -1,0 +1,108 @@
+"""The term audit: did the apiserver apply a replica's write outside that replica's hold of
+the Lease? It reads the fault proxy's ``timeline`` (``Received``: every write the server
+received, with its answer), in the server's own order of revisions where the answer gives one.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from tests.chaos.proxy import Received
+
+__all__ = ["AGENT", "writes_answered_late", "writes_outside_term"]
+
+AGENT = "atoll-chaos/"
+"""User-Agent prefix of a replica's requests (then its identity): how the proxy's timeline names the sender."""
+
+
+def _ours(timeline: list[Received], identity_prefix: str) -> tuple[list[Received], list[Received]]:
+    """The replicas' writes (User-Agent ``AGENT`` + identity starting with ``identity_prefix``),
+    and their Lease writes the server accepted, in the server's order (by resourceVersion)."""
+    mine = [w for w in timeline if w.agent.startswith(AGENT + identity_prefix)]
+    leases = sorted((w for w in mine if w.lease and w.lease_holder is not None and w.resource_version is not None),
+                    key=lambda w: w.resource_version or 0)
+    return mine, leases
+
+
+def _outside_by_time(w: Received, who: str, leases: list[Received]) -> str | None:
+    """The timing rule, for a write whose revision is unknown: it must reach the server after
+    the last Lease write answered before it names its sender, and be answered before any other
+    replica's later Lease write was sent. Conservative: any overlap with a takeover counts."""
+    end = w.answered if w.answered is not None else float("inf")
+    by_answer = sorted(leases, key=lambda lease: lease.answered or 0.0)
+    before = [lease for lease in by_answer if (lease.answered or 0.0) <= w.sent]
+    if not before or before[-1].lease_holder != who:
+        holder = before[-1].lease_holder if before else "nobody"
+        return f"{who} {w.method} {w.path} reached the server while the Lease named {holder!r}"
+    taken = [lease for lease in by_answer if lease.lease_holder != who and (lease.answered or 0.0) > (before[-1].answered or 0.0)
+             and lease.sent < end]
+    if not taken:
+        return None
+    when = ("got no answer; meanwhile" if w.answered is None else
+            f"{'answered' if w.status else 'ended without an answer'} {end - taken[0].sent:.3f}s after")
+    return f"{who} {w.method} {w.path} {when} {taken[0].lease_holder!r} sent its Lease write (term {taken[0].lease_term})"
+
+
+def _changed(w: Received, timeline: list[Received]) -> bool:
+    """Did the server change the object at ``w``'s revision? A write it applies gets a revision
+    above every revision answered before the write reached it; an answer at or below one of
+    those is the object as it already was (a no-op write: nothing applied)."""
+    earlier = [x.resource_version for x in timeline
+               if x.resource_version is not None and x.answered is not None and x.answered <= w.sent]
+    return not earlier or (w.resource_version or 0) > max(earlier)
+
+
+def writes_outside_term(timeline: list[Received], identity_prefix: str) -> list[str]:
+    """Writes of replicas (User-Agent ``AGENT`` + identity starting with ``identity_prefix``) the
+    apiserver applied outside their sender's hold of the Lease, in the server's own order: the
+    last Lease write it accepted before the write's revision must name the sender. So a write
+    counts if the server applied it after another replica's Lease write (a takeover, or a
+    release) or before its sender held the Lease at all; one answered late but applied inside
+    its sender's hold does not (``writes_answered_late`` counts those). Writes the server
+    refused (4xx) applied nothing; a no-op write (answered at a revision it did not make)
+    neither. A write whose outcome or revision is unknown (a 5xx, which may follow a commit, the
+    server ending it without an answer, or no answer at all) is judged by the conservative
+    timing rule instead (``_outside_by_time``): the server's answer, or its hang-up, must come
+    before another replica's Lease write was sent (no answer at all: never).
+
+    The order is exact on this test server, not on Kubernetes in general: the API calls
+    resourceVersion opaque, but this kube-apiserver stores every object in one etcd, where an
+    object's resourceVersion is the etcd revision of its last change, one counter for the
+    whole store; two writes' resourceVersions order them as the server applied them."""
+    mine, leases = _ours(timeline, identity_prefix)
+    out = []
+    for w in mine:
+        if w.lease or (w.answered is not None and 400 <= w.status < 500):
+            continue
+        who = w.agent.removeprefix(AGENT)
+        exact = w.resource_version is not None and 200 <= w.status < 300
+        found = _outside_by_revision(w, who, leases, timeline) if exact else _outside_by_time(w, who, leases)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _outside_by_revision(w: Received, who: str, leases: list[Received], timeline: list[Received]) -> str | None:
+    if not _changed(w, timeline):
+        return None
+    i = bisect.bisect_left([lease.resource_version or 0 for lease in leases], w.resource_version or 0)
+    last = leases[i - 1] if i else None
+    if last is not None and last.lease_holder == who:
+        return None
+    holder = (last.lease_holder or "nobody") if last is not None else "nobody"
+    since = f" (its Lease write at revision {last.resource_version}, term {last.lease_term})" if last is not None else ""
+    return f"{who} {w.method} {w.path} applied at revision {w.resource_version} while the Lease named {holder!r}{since}"
+
+
+def writes_answered_late(timeline: list[Received], identity_prefix: str) -> int:
+    """Writes the server applied inside their sender's hold of the Lease (or as no-ops) whose
+    answer overlapped a takeover: the timing rule would count them, the server's revisions
+    clear them."""
+    mine, leases = _ours(timeline, identity_prefix)
+    late = 0
+    for w in mine:
+        if w.lease or w.resource_version is None or not 200 <= w.status < 300:
+            continue
+        who = w.agent.removeprefix(AGENT)
+        late += _outside_by_time(w, who, leases) is not None and _outside_by_revision(w, who, leases, timeline) is None
+    return late

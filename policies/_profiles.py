@@ -109,7 +109,10 @@ class QueueingSettings(_Strict):
     waits for quota; ``start``: until the gang starts. ``off`` (the default): never. A gang that
     is owed itself is never held; with it set, the reservation's ``reserveAfterSeconds`` counts
     from the Workload's creation, not its first decision. ``holdBehindGangsMinGPUs``: only a gang
-    of at least this many GPUs is owed (0: any gang)."""
+    of at least this many GPUs is owed (0: any gang). ``waitCountsQueue``: the expected
+    wait for one domain (both sides of ``waitOrSpan`` and of ``perfFloorByCost``) counts the
+    Workloads queued ahead on the flavor (priority, then creation), which take the room before this
+    one as it frees, instead of the room alone (``docs/queue.md``, "The queue ahead")."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -123,6 +126,7 @@ class QueueingSettings(_Strict):
     perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
     hold_behind_gangs: Literal["off", "quota", "start"] = Field(default="off", alias="holdBehindGangs")
     hold_min_gpus: int = Field(default=0, ge=0, alias="holdBehindGangsMinGPUs")
+    wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:

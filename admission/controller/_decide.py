@@ -30,7 +30,7 @@ from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._domains import DomainLedger
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
-from admission.controller._queueing import SpanCost, behind_gang, created_at, hold_reservations, queue_turn, reserve_deadline
+from admission.controller._queueing import SpanCost, behind_gang, created_at, hold_reservations, join_line, queue_turn, reserve_deadline
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
 from admission.controller._spread import apply_spread, never_message, read_spread
@@ -226,7 +226,10 @@ class Decider:
             return base
         results = [self._evaluate_flavor(obj, view, flavor, specs, profile_name, profile, cls, wait, decision_id, now)
                    for flavor, specs in sorted(groups.items())]
-        return self._combine(results, profile, wait, base)
+        verdict = self._combine(results, profile, wait, base)
+        if self.queue is not None and verdict.outcome != "wait":  # placed or rejected: out of the line
+            self.queue.left(f"{view.namespace}/{view.name}")
+        return verdict
 
     def _combine(self, results: Sequence[_FlavorResult], profile: Profile, wait: WaitState, base: Verdict) -> Verdict:
         """One verdict from the per-flavor ones: any reject rejects, any wait waits, else admit."""
@@ -374,6 +377,8 @@ class Decider:
         searched = snap
         decision, levels, set_aside, snap = found
         turn_note = ""
+        if self.queue is not None and decision.outcome == "wait":  # in line for a domain on this flavor: the waits behind count it
+            join_line(self.queue, key, flavor, specs, obj, wait, now)
         if self.queue is not None and decision.outcome == "wait" and not set_aside:
             def span_search() -> tuple[Decision, dict[str, int], int, Snapshot] | None:
                 relax = dataclasses.replace(wait, first_waited_at=now - (profile.relax_after_seconds or 0))

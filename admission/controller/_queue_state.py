@@ -122,6 +122,7 @@ class QueueState:
         key, uid = object_key(obj), str(meta.get("uid"))
         self._keys[uid] = key
         if condition_true(obj, "Finished"):
+            self.outlook.left(key)
             self._finished(obj, key, uid)
             self._drop_holds(uid)
             self.outlook.reservations.release(key)
@@ -142,6 +143,7 @@ class QueueState:
         """The Workload was deleted: it is forgotten (nothing learned), its reservation and hold end."""
         key, uid = object_key(obj), str((obj.get("metadata") or {}).get("uid"))
         self.outlook.forget(key)
+        self.outlook.left(key)
         self.outlook.reservations.release(key)
         self._drop_holds(uid)
         self._keys.pop(uid, None)
@@ -155,7 +157,9 @@ class QueueState:
             if r.holder not in live:
                 self.outlook.reservations.release(r.holder)
         for uid in [u for u in self._keys if u not in uids]:
-            self.outlook.forget(self._keys.pop(uid))
+            gone = self._keys.pop(uid)
+            self.outlook.forget(gone)
+            self.outlook.left(gone)
             self._drop_holds(uid)
             self._learned.discard(uid)
 
@@ -262,9 +266,15 @@ class QueueState:
         return None
 
     def expected_start(self, uid: str) -> float | None:
+        """The reservation's expected free time, else the expected start last weighed for it
+        (wait-or-span or the speed floor: with ``waitCountsQueue``, after the Workloads queued ahead)."""
         key = self._keys.get(uid)
-        r = self.outlook.reservations.held_by(key) if key is not None else None
-        return None if r is None else r.expected_free
+        if key is None:
+            return None
+        r = self.outlook.reservations.held_by(key)
+        if r is not None and r.expected_free is not None:
+            return r.expected_free
+        return self.outlook.expected.get(key)
 
     def held_domains(self, flavor: str) -> int:
         return len(self.outlook.reservations.on(flavor)) + len(self.holds.get(flavor, {}))

@@ -15,12 +15,27 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from admission.controller._records import parse_time
-from admission.queue import Need, Outlook, OwedGang, Reservation, WaitOrSpan, choose_target, domain_outlook, should_move, soonest, weigh
+from admission.queue import (
+    DomainOutlook,
+    Need,
+    Outlook,
+    OwedGang,
+    Reservation,
+    Running,
+    Waiter,
+    WaitOrSpan,
+    choose_target,
+    domain_outlook,
+    queued_start,
+    should_move,
+    soonest,
+    weigh,
+)
 from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
-__all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "max_execution_seconds", "priority_of",
-           "queue_turn", "reserve_deadline"]
+__all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "join_line", "max_execution_seconds",
+           "priority_of", "queue_turn", "reserve_deadline"]
 
 SpanCost = Callable[[Snapshot, Decision], "float | None"]
 """The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""
@@ -67,6 +82,21 @@ def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mappin
     if is_owed(profile, sum(s.count for s in specs), sum(s.count * s.per_pod.gpu for s in specs), created, now):
         return None
     return outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created)
+
+
+def join_line(outlook: Outlook, key: str, flavor: str, specs: Sequence[PodSetSpec], obj: Mapping[str, Any], wait: WaitState,
+              now: float) -> None:
+    """``key`` waits for a domain on ``flavor``: it takes (or keeps) its place in Kueue's order
+    there, by its ``spec.priority`` and its creation time (else its first wait, else ``now``)."""
+    gpus = sum(s.count * s.per_pod.gpu for s in specs)
+    per_pod = max((s.per_pod.gpu for s in specs), default=1)
+    have = outlook.queued.get(key)
+    if have is not None and have.flavor == flavor:
+        since = have.since
+    else:
+        created = created_at(obj)
+        since = created if created is not None else wait.first_waited_at if wait.first_waited_at is not None else now
+    outlook.queued.waits(key, Waiter(flavor, gpus, per_pod, priority_of(obj), since, _queue_of(obj), max_execution_seconds(obj)))
 
 
 def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot, flavor: str, key: str, obj: Mapping[str, Any],
@@ -192,9 +222,10 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             slowdown = span_cost(snap, placed) if placed is not None and placed.outcome == "admit" else None
             if mark is not None:
                 outlook.spans.put(key, mark, slowdown)
-        where = "/".join(best.path) if best is not None else ""
-        turn.weighed = weigh(None if best is None or best.free_at is None else best.free_at - now, best.error if best else 0.0, where,
-                             slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error)
+        wait_s, error, where, ahead, alone = _expected_wait(outlook, key, usable, level, gpus, per_pod, running, now, blocked, best,
+                                                           q.wait_counts_queue)
+        turn.weighed = weigh(wait_s, error, where, slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error,
+                             ahead=ahead, wait_alone_s=alone)
         notes.append(turn.weighed.describe())
         if turn.weighed.choice == "span":
             found = span if searched else span_search()
@@ -207,12 +238,14 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         placed = span_decision(slower) if slower is not None else None
         slowdown = span_cost(snap, placed) if placed is not None and placed.outcome == "admit" else None
         fast = _at_floor(snap, class_floor)  # the wait is for GPUs that meet the class's floor: the slower ones are left out
-        best = soonest(domain_outlook(fast, _floor_level(profile, snap, decision, level), gpus, running, outlook.estimator, now, blocked,
+        at_level = _floor_level(profile, snap, decision, level)
+        best = soonest(domain_outlook(fast, at_level, gpus, running, outlook.estimator, now, blocked,
                                       per_pod=per_pod))  # in whole pods: GPUs free in scraps too small for one are no room
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
-        turn.floor = weigh(None if best is None or best.free_at is None else best.free_at - now, best.error if best else 0.0,
-                           "/".join(best.path) if best is not None else "", slowdown, None if est is None else est.seconds,
-                           0.0 if est is None else est.error, kind="floor")
+        wait_s, error, where, ahead, alone = _expected_wait(outlook, key, fast, at_level, gpus, per_pod, running, now, blocked, best,
+                                                           q.wait_counts_queue)
+        turn.floor = weigh(wait_s, error, where, slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error,
+                           kind="floor", ahead=ahead, wait_alone_s=alone)
         notes.append(turn.floor.describe())
         hold = q.perf_floor_hold_seconds
         idle = q.perf_floor_idle == "take" and placed is not None and _all_under(placed, class_floor)
@@ -227,6 +260,28 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             found = slower
     turn.note = "; ".join(notes)
     return turn, found
+
+
+def _expected_wait(outlook: Outlook, key: str, snap: Snapshot, level: str | None, gpus: int, per_pod: int, running: Sequence[Running],
+                   now: float, blocked: Mapping[str, int], best: DomainOutlook | None,
+                   counts_queue: bool) -> tuple[float | None, float, str, int | None, float | None]:
+    """The expected wait for one domain, its error and domain, the waiters queued ahead it counts
+    and the wait for the room alone (the last two None unless ``counts_queue``): the room alone is
+    ``best`` (``domain_outlook``'s soonest); with the queue counted, ``queued_start`` after the
+    Workloads queued ahead of ``key``. The expected start is kept for ``atoll queue``."""
+    alone = None if best is None or best.free_at is None else best.free_at - now
+    wait, error, where = alone, best.error if best is not None else 0.0, "/".join(best.path) if best is not None else ""
+    ahead: int | None = None
+    if counts_queue:
+        got = queued_start(snap, level, gpus, per_pod, running, outlook.estimator, now, outlook.queued.ahead(key), blocked)
+        if got is not None:
+            wait = None if got.free_at is None else got.free_at - now
+            error, where, ahead = got.error, "/".join(got.path), got.ahead
+    if wait is not None:
+        outlook.expected[key] = now + wait
+    else:
+        outlook.expected.pop(key, None)
+    return wait, error, where, ahead, alone if counts_queue else None
 
 
 def _at_floor(snap: Snapshot, floor: float) -> Snapshot:

@@ -4,6 +4,7 @@ Pure state and decisions, fed by the controller's cache (or the simulator's clus
 controller and the simulator re-decide the same Workloads at the same moments.
 """
 
+from admission.queue._ahead import MAX_AHEAD, Queued, QueuedStart, Waiter, queued_start
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
 from admission.queue._outlook import Outlook
 from admission.queue._owed import OwedGang, OwedGangs
@@ -14,6 +15,7 @@ from admission.queue._seeing import NO_HINTS, REASONS, SIZE_BANDS, Block, Held, 
 from admission.queue._waitspan import SpanPrices, WaitOrSpan, span_stamp, weigh
 
 __all__ = [
+    "MAX_AHEAD",
     "NO_HINTS",
     "REASONS",
     "SIZE_BANDS",
@@ -30,12 +32,15 @@ __all__ = [
     "Plan",
     "QueueHints",
     "QueueRules",
+    "Queued",
+    "QueuedStart",
     "Reservation",
     "Reservations",
     "Running",
     "RuntimeEstimator",
     "SpanPrices",
     "WaitOrSpan",
+    "Waiter",
     "WaitingRoom",
     "choose_target",
     "domain_outlook",
@@ -43,6 +48,7 @@ __all__ = [
     "largest_block",
     "plain_reason",
     "plan_preemption",
+    "queued_start",
     "restore",
     "should_move",
     "size_band",

@@ -1,6 +1,7 @@
 """What the queue manager knows beyond the waiting room: what runs where and since when, the
-runtimes learned from what finished, the reservations held, and the best spans priced for
-waiting Workloads (``SpanPrices``).
+runtimes learned from what finished, the reservations held, the best spans priced for
+waiting Workloads (``SpanPrices``), and the Workloads waiting for a domain in Kueue's order
+(``Queued``) with the expected start last weighed for each.
 
 Pure state, fed by the controller's cache or the simulator's cluster alike (``started`` when a
 Workload's pods are all bound, ``finished`` when it ends, ``forget`` when it goes otherwise), so
@@ -9,6 +10,7 @@ both weigh waits and hold reservations on the same numbers.
 
 from __future__ import annotations
 
+from admission.queue._ahead import Queued
 from admission.queue._estimate import Running, RuntimeEstimator
 from admission.queue._owed import OwedGangs
 from admission.queue._reserve import Reservations
@@ -26,6 +28,10 @@ class Outlook:
         self.spans = SpanPrices()
         self.owed = OwedGangs()
         """Gangs owed their turn by ClusterQueue (``queueing.holdBehindGangs``), as the feeder last said."""
+        self.queued = Queued()
+        """The Workloads waiting for a domain (the ``Decider`` adds each wait; a start or ``left`` ends it)."""
+        self.expected: dict[str, float] = {}
+        """Key → the expected start last weighed for a waiting Workload (``atoll queue``)."""
         self._running: dict[str, Running] = {}
         self._by_flavor: dict[str, dict[str, Running]] = {}
 
@@ -38,6 +44,12 @@ class Outlook:
         self._by_flavor.setdefault(running.flavor, {})[key] = running
         self.reservations.release(key)
         self.spans.forget(key)
+        self.left(key)
+
+    def left(self, key: str) -> None:
+        """``key`` waits no more (placed, rejected, finished or gone): out of the line."""
+        self.queued.left(key)
+        self.expected.pop(key, None)
 
     def running(self, key: str) -> Running | None:
         return self._running.get(key)

@@ -1,7 +1,9 @@
 """Wait for one domain or span now: the choice an elastic profile makes by expected cost.
 
 Waiting costs the expected wait for one domain (``domain_outlook``: the soonest domain's expected
-free time, its GPUs counted in whole pods of the Workload's largest pod). Spanning now costs the extra run time of the best span found: the Workload's
+free time, its GPUs counted in whole pods of the Workload's largest pod; with
+``queueing.waitCountsQueue``, ``queued_start``: after the Workloads queued ahead took that room
+first). Spanning now costs the extra run time of the best span found: the Workload's
 expected runtime times (slowdown − 1), the slowdown priced by the cost model on that span. The
 cheaper side wins; a tie waits (one domain is what the profile prefers). Either number unknown
 (no runtime learned yet, no span found or none it can price): no answer, and the profile's
@@ -35,6 +37,10 @@ class WaitOrSpan:
     kind: Literal["span", "floor"] = "span"
     """``span``: the other side is a span of domains; ``floor``: a placement on GPUs below the
     class's ``perfFloor`` (``queueing.perfFloorByCost``)."""
+    ahead: int | None = None
+    """Waiters queued ahead counted in ``wait_s`` (``queueing.waitCountsQueue``); None: the room alone."""
+    wait_alone_s: float | None = None
+    """With the queue counted: the expected wait for the room alone, as if nobody waited ahead."""
 
     @property
     def span_cost_s(self) -> float | None:
@@ -47,6 +53,9 @@ class WaitOrSpan:
         other, best = ("placement under the speed floor", "placement under the speed floor") if floor else ("span", "best span")
         wait = (f"expected wait for one domain {self.wait_s:.0f}s ± {self.wait_error_s:.0f}s ({self.domain})"
                 if self.wait_s is not None else "expected wait for one domain unknown (no runtime learned for what runs there)")
+        if self.ahead is not None:
+            alone = f"{self.wait_alone_s:.0f}s" if self.wait_alone_s is not None else "unknown"
+            wait += f" after {self.ahead} queued ahead (alone {alone})"
         if self.span_slowdown is None:  # none found, or none the cost model can price
             span = (f"no {other} priced now" if self.runtime_s is None else
                     f"no {other} priced now; expected runtime {self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
@@ -65,7 +74,8 @@ class WaitOrSpan:
         return {"expectedWaitSeconds": _r(self.wait_s), "expectedWaitErrorSeconds": _r(self.wait_error_s), "waitDomain": self.domain,
                 "spanSlowdown": None if self.span_slowdown is None else round(self.span_slowdown, 4),
                 "expectedRuntimeSeconds": _r(self.runtime_s), "runtimeErrorSeconds": _r(self.runtime_error_s),
-                "spanCostSeconds": _r(self.span_cost_s), "choice": self.choice}
+                "spanCostSeconds": _r(self.span_cost_s), "choice": self.choice, "queuedAhead": self.ahead,
+                "expectedWaitAloneSeconds": _r(self.wait_alone_s)}
 
 
 def _r(x: float | None) -> float | None:
@@ -73,12 +83,15 @@ def _r(x: float | None) -> float | None:
 
 
 def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown: float | None, runtime_s: float | None,
-          runtime_error_s: float = 0.0, kind: Literal["span", "floor"] = "span") -> WaitOrSpan:
-    """Span when the expected wait exceeds the span's expected extra run time; wait on a tie."""
+          runtime_error_s: float = 0.0, kind: Literal["span", "floor"] = "span", ahead: int | None = None,
+          wait_alone_s: float | None = None) -> WaitOrSpan:
+    """Span when the expected wait exceeds the span's expected extra run time; wait on a tie.
+    ``ahead`` and ``wait_alone_s``: the waiters queued ahead ``wait_s`` counts, and the wait
+    for the room alone (said beside it)."""
     choice: Literal["span", "wait"] | None = None
     if span_slowdown is not None and wait_s is not None and runtime_s is not None:
         choice = "span" if wait_s > runtime_s * max(span_slowdown - 1.0, 0.0) else "wait"
-    return WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, choice, kind)
+    return WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, choice, kind, ahead, wait_alone_s)
 
 
 def span_stamp(*parts: object) -> tuple[object, ...]:

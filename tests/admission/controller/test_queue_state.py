@@ -395,3 +395,33 @@ def test_under_domain_enforcement_no_selector_reaches_free_gpus_reserved_for_ano
     (update,) = fabric.entry("wide")["podSetUpdates"]
     assert all(n.startswith(f"{fabric.ns}-b{far}c") for n in planned(fabric.entry("wide")))
     assert set(update["nodeSelector"].values()) == {f"{fabric.ns}-b{far}"}
+
+
+def test_explain_the_record_and_atoll_queue_count_the_gangs_queued_ahead(fabric: Fabric) -> None:
+    from admission.controller._records import iso_time
+
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["elastic"].update(relaxAfterSeconds=86400, queueing={"waitOrSpan": True, "waitCountsQueue": True})
+    fabric.install(doc)
+    ctrl = fabric.controller()
+    for i in range(3):  # three cliques full for two hours, one half full for one
+        submit(fabric, f"full-{i}", 2, limit=2 * LIMIT)
+    submit(fabric, "half", 1, limit=LIMIT)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
+    for name in ("ahead-0", "ahead-1", "gang"):  # three 2 × 4-GPU gangs of two hours queue in this order
+        manifest = workload(fabric.ns, name, [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+        manifest["spec"]["maximumExecutionTimeSeconds"] = 2 * LIMIT
+        fabric.kueue.create(manifest)
+        fabric.kueue.reserve_quota(fabric.ns, name, fabric.cq, fabric.flavor)
+        (verdict,) = run(ctrl)
+        assert verdict.outcome == "wait"
+    # ahead-0 takes the half-full clique when it frees in an hour, ahead-1 and the gang two of the three that free in two
+    said = f"expected wait for one domain {2 * LIMIT}s ± 0s"
+    assert said in verdict.message and f"after 2 queued ahead (alone {LIMIT}s)" in verdict.message
+    (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang"]
+    assert said in record["message"]
+    assert said in ctrl.explain(f"{fabric.ns}/gang")["check"]["message"]
+    (row,) = [r for r in ctrl.waiting_line() if r["workload"] == f"{fabric.ns}/gang"]
+    assert row["expected_start"] == iso_time(fabric.clock.now() + 2 * LIMIT)  # not the clique free in an hour: ahead-0 takes it
+    (first,) = [r for r in ctrl.waiting_line() if r["workload"] == f"{fabric.ns}/ahead-0"]
+    assert first["expected_start"] == iso_time(fabric.clock.now() + LIMIT)

@@ -23,6 +23,7 @@ profiles:
   strict: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
   soonest: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, reserveTarget: soonestFree, retargetMarginSeconds: 1800}}}}
   elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
+  queued: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 86400, queueing: {{waitOrSpan: true, waitCountsQueue: true}}}}
   island: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{reserveAfterSeconds: 600}}}}
   spanning: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{reserveAfterSeconds: 600, reserveAt: span}}}}
 """)
@@ -140,6 +141,43 @@ def test_wait_or_span_says_both_numbers() -> None:
     b.decider.span_cost = lambda snap, decision: 2.0  # a span doubles its run: waiting 2000 s is cheaper
     w = decide(b, 1, 2)
     assert w.outcome == "wait" and "waits (cheaper)" in w.message
+
+
+def two_gangs_ahead(profile: str) -> DeployedAtoll:
+    """One free node per island; r0's Workload is expected to end at 3,000 s, r1's at 6,000 s; an
+    8-GPU gang runs 3,000 s. Gangs job-1 and job-2 wait for one island (a span would treble their
+    run), in that order."""
+    a = atoll(profile, used={"r0n0": 4, "r1n0": 4})
+    for _ in range(3):
+        a.outlook.estimator.learn("sim/default", 8, 3000.0)
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    a.outlook.started("sim/y", Running("f", (("r1n0", 4),), 0.0, queue="sim/default", limit=6000.0))
+    a.decider.span_cost = lambda snap, decision: 3.0
+    assert decide(a, 1, 2, now=NOW).outcome == "wait" and decide(a, 2, 2, now=NOW + 1).outcome == "wait"
+    a.decider.span_cost = lambda snap, decision: 2.0  # +3,000 s for the gang behind them
+    return a
+
+
+def test_a_gang_behind_two_queued_gangs_expects_to_start_after_them_and_spans_for_it() -> None:
+    alone = two_gangs_ahead("elastic")
+    v = decide(alone, 3, 2, now=NOW + 2)
+    assert v.outcome == "wait" and "expected wait for one domain 1998s ± 0s (u0/r0); " in v.message  # r0 at 3,000 s: cheaper to wait
+    queued = two_gangs_ahead("queued")
+    # job-1 takes r0 at 3,000 s, job-2 then r1 at 6,000 s with job-1's r0 back at 6,000 s: the gang starts at 6,000 s
+    w = decide(queued, 3, 2, now=NOW + 2)
+    assert "expected wait for one domain 4998s ± 0s (u0/r1) after 2 queued ahead (alone 1998s)" in w.message
+    assert w.outcome == "admit" and w.relaxed  # 4,998 s of waiting against 3,000 s of slowdown: spans
+    assert queued.outlook.queued.get("sim/job-3") is None and len(queued.outlook.queued) == 2  # placed: out of the line
+
+
+def test_a_higher_priority_gang_has_nobody_ahead_of_it() -> None:
+    a = two_gangs_ahead("queued")
+    obj = a.workload(3, 0, 2, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", priority=5)
+    v = a.decide(3, obj, NOW + 2)
+    assert v.outcome == "wait" and "expected wait for one domain 1998s ± 0s (u0/r0) after 0 queued ahead" in v.message
+    assert a.outlook.expected["sim/job-3"] == 3000.0  # its expected start, for atoll queue
+    line = a.outlook.queued.ahead("sim/job-1")
+    assert [w.priority for w in line] == [5]  # in Kueue's order it is now ahead of the gangs that queued first
 
 
 def test_the_wait_for_one_domain_counts_free_gpus_only_in_whole_pods() -> None:

@@ -16,7 +16,8 @@ timeout (``Settings.worker_turn_worst_case_seconds``, below the liveness stall l
 With ``DecisionSettings.write_workers`` > 0 the decision writes are pipelined: the worker still
 decides one Workload at a time, the ledger counts each decision when it is made (so the next one
 sees it), a writer thread applies it, and the worker takes the answer from its inbox; a write
-that does not land gives the booking back and is handled as a serial one's. One write per
+that is refused gives the booking back and is handled as a serial one's (one whose answer is
+lost, a 5xx or none, keeps it until the Workload is decided again: the server may have applied it). One write per
 Workload is in flight at a time: a later one never overtakes it.
 Tests drive the same code synchronously: ``sync()`` lists everything, ``process()`` decides what
 is queued.
@@ -743,7 +744,7 @@ class Controller:
     def _send(self, key: str, obj: Obj, verdict: Verdict, started: float, term: int | None, plan: Plan | None) -> None:
         """Pipelined write: the ledger counts the decision now (the next decision sees it), a
         writer thread applies it, and the worker takes the answer from its inbox
-        (``_write_answered``); a write that does not land gives the booking back."""
+        (``_write_answered``); a write refused gives the booking back, one whose answer is lost keeps it."""
         status = self.status.prepare(obj, verdict, self._check_names,
                                      self.queue_state.conditions(obj, verdict.outcome, plan, self.clock.now()))
         if status is None:  # the Workload already says it: nothing to write

@@ -8,7 +8,7 @@ import sys
 
 import structlog
 
-from tests.chaos.harness import RunConfig
+from tests.chaos.config import RunConfig
 from tests.chaos.runner import run_many
 from tests.envtest import (
     ApiServer,

@@ -23,7 +23,7 @@ passed through. Every request is forwarded unchanged unless the seeded dice say 
 Bounded: the proxy stops itself after ``max_seconds`` and closes every stream it holds.
 
 ``timeline`` records every write the apiserver received, as the proxy forwards it: when it was
-sent on, when the server's answer came back, who sent it (the client's User-Agent), the
+sent on, when the server's answer came back, who sent it (the client's User-Agent), its body, the
 resourceVersion of the object the server answered with, and for a Lease the holder and term the
 server answered. The chaos audit compares the two histories.
 """
@@ -75,6 +75,9 @@ class Received:
     resource_version: int | None = None
     """For a write the server accepted: the ``metadata.resourceVersion`` of the object it
     answered with (None when the answer carried none, or there was no answer)."""
+    body: bytes | None = None
+    """The write's request body, as sent: what the audit looks for in the server's history
+    (``history``) when the answer did not say whether the write was applied."""
 
     @property
     def lease(self) -> bool:
@@ -284,14 +287,14 @@ class _Handler(BaseHTTPRequestHandler):
             except (OSError, http.client.HTTPException) as exc:
                 if write:  # the server ended the request without an answer, as with a 5xx; or no answer came at all
                     ended = None if isinstance(exc, TimeoutError) else time.monotonic()
-                    self.owner.received(Received(sent, ended, self.command, self.path, self.headers.get("User-Agent") or "", 0))
+                    self.owner.received(Received(sent, ended, self.command, self.path, self.headers.get("User-Agent") or "", 0, body=body))
                 raise
             if watch and resp.status == 200:
                 self._stream(resp, fault)
                 return
             data = resp.read()
             if write:
-                self.owner.received(_received(sent, self.command, self.path, self.headers.get("User-Agent") or "", resp.status, data))
+                self.owner.received(_received(sent, self.command, self.path, self.headers.get("User-Agent") or "", resp.status, data, body))
             if fault == "lost-answer":
                 self._answer(503, _status(503, "ServiceUnavailable", "injected: the answer was lost after the write"))
                 return
@@ -353,10 +356,10 @@ class _Handler(BaseHTTPRequestHandler):
             sent += 1
 
 
-def _received(sent: float, method: str, path: str, agent: str, status: int, data: bytes) -> Received:
+def _received(sent: float, method: str, path: str, agent: str, status: int, data: bytes, body: bytes | None) -> Received:
     answered = time.monotonic()
     if not 200 <= status < 300:
-        return Received(sent, answered, method, path, agent, status)
+        return Received(sent, answered, method, path, agent, status, body=body)
     try:
         obj = json.loads(data)
         spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
@@ -365,6 +368,6 @@ def _received(sent: float, method: str, path: str, agent: str, status: int, data
     version = str(meta.get("resourceVersion") or "")
     rv = int(version) if version.isdigit() else None
     if "/leases" not in path:
-        return Received(sent, answered, method, path, agent, status, resource_version=rv)
+        return Received(sent, answered, method, path, agent, status, resource_version=rv, body=body)
     return Received(sent, answered, method, path, agent, status, str(spec.get("holderIdentity") or ""),
-                    int(spec.get("leaseTransitions") or 0), rv)
+                    int(spec.get("leaseTransitions") or 0), rv, body)

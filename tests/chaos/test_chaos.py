@@ -18,7 +18,9 @@ from admission.controller import Controller
 from admission.controller._invariant import ClaimSet
 from tests.admission.fabric import Fabric, planned, run
 from tests.chaos.actors import FAILED_NODE, NodeSpec, Scheduler, admitted
-from tests.chaos.harness import ChaosRun, RunConfig, unplaceable_pods
+from tests.chaos.audit import unplaceable_pods
+from tests.chaos.config import RunConfig
+from tests.chaos.harness import ChaosRun
 from tests.chaos.planted import planted_failure
 from tests.chaos.proxy import Received
 from tests.chaos.runner import run_many
@@ -29,7 +31,10 @@ pytestmark = pytest.mark.apiserver
 
 
 def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver: Any) -> None:
-    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2), prefix="chaos-small")
+    """Every run also fails its first running pod (``plant_failure``), so the failure path is
+    audited whatever the dice draw (a random ``fail_rate`` alone drew no failure in some runs)."""
+    config = RunConfig(seed=11, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2, plant_failure=True)
+    summary = run_many(apiserver, 3, config, prefix="chaos-small")
     assert summary.clean, summary.json()
     assert summary.ledger_mismatch == 0, summary.failed_runs
     # the runs did what they claim: faults answered, controllers killed, decisions written, pods bound, failed and replaced

@@ -36,7 +36,7 @@ from admission.controller import Controller, Recorder, check_invariant, decode_p
 from admission.controller._invariant import Demand, OwedPods, place_owed, pod_shape
 from admission.kube import KubePort
 from tests.chaos.actors import FINISHED, actionable, admitted, decision_of, entry_of, failed_node_of, gpus_of, phase_of
-from tests.chaos.terms import AGENT, settle_unknown, writes_answered_late, writes_outside_term
+from tests.chaos.terms import AGENT, record_misses, settle_unknown, writes_answered_late, writes_outside_term
 from topology import ResourceVector
 
 if TYPE_CHECKING:
@@ -115,6 +115,9 @@ def audit_terms(run: ChaosRun, records: list[dict[str, Any]]) -> None:
     if record is not None:
         settled = settle_unknown(timeline, mine, record)
         r.writes_unknown, r.writes_unknown_applied, r.writes_unknown_unsettled = settled.unknown, settled.applied, settled.unsettled
+        r.writes_checked, misses = record_misses(timeline, mine, record)
+        r.record_misses = len(misses)
+        r.violations.extend(f"the record misses an answered write: {m}" for m in misses[:3])
     r.violations.extend(late[:5])
 
 

@@ -89,12 +89,17 @@ class RunResult:
     """... of which the record shows a revision they made (the rest made none) ..."""
     writes_unknown_unsettled: int = 0
     """... and those on objects the record does not cover (judged by time)."""
+    record_misses: int = 0
+    """Writes answered as applied that the record does not show holding what they set: the
+    matching that settles unknown writes failed on a known one (a failure of the audit; unclean)."""
+    writes_checked: int = 0
+    """Writes answered as applied that the record was checked against."""
     violations: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
         return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders
-                    or self.writes_outside_term)
+                    or self.writes_outside_term or self.record_misses)
 
 
 LEASE = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=1.5, renew_deadline_seconds=1.0, retry_period_seconds=0.1,

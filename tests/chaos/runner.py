@@ -50,6 +50,10 @@ class Summary:
     from the server's record; ``writes_unknown_applied`` of them made a revision."""
     writes_unknown_applied: int = 0
     writes_unknown_unsettled: int = 0
+    record_misses: int = 0
+    """Writes answered as applied that the server's record did not show holding what they set
+    (of ``writes_checked``)."""
+    writes_checked: int = 0
     dropped_slow: int = 0
     """Slow requests the proxy dropped because their client had given up."""
     replicas: bool = False
@@ -60,7 +64,7 @@ class Summary:
         for name in ("double_booked", "unplaceable_owed", "lost", "duplicate_decisions", "ledger_mismatch", "admissions",
                      "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "pods_failed",
                      "replacements_bound", "dual_leaders", "takeovers", "writes_received", "writes_outside_term",
-                     "writes_answered_late", "writes_unknown", "writes_unknown_applied", "writes_unknown_unsettled"):
+                     "writes_answered_late", "writes_unknown", "writes_unknown_applied", "writes_unknown_unsettled", "record_misses", "writes_checked"):
             setattr(self, name, getattr(self, name) + getattr(r, name))
         self.faults.update(r.faults)
         self.kills.update(r.kills)
@@ -71,7 +75,7 @@ class Summary:
     @property
     def clean(self) -> bool:
         return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders
-                    or self.writes_outside_term)
+                    or self.writes_outside_term or self.record_misses)
 
     def as_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "fault_rate": self.fault_rate, "shapes": self.shapes, "double_booked": self.double_booked,
@@ -85,7 +89,8 @@ class Summary:
                 "leader_takeovers": self.takeovers, "writes_received": self.writes_received,
                 "writes_outside_term": self.writes_outside_term,
                 "writes_answered_late": self.writes_answered_late, "writes_unknown": self.writes_unknown,
-                "writes_unknown_applied": self.writes_unknown_applied, "writes_unknown_unsettled": self.writes_unknown_unsettled,
+                "writes_unknown_applied": self.writes_unknown_applied, "writes_unknown_unsettled": self.writes_unknown_unsettled, "record_misses": self.record_misses,
+                "writes_checked": self.writes_checked,
                 "dropped_slow": self.dropped_slow, "wall_seconds": round(self.wall_seconds, 1),
                 "peak_rss_mib": peak_rss_mib(), "failed_runs": self.failed_runs[:10]}
 
@@ -95,7 +100,7 @@ class Summary:
                 f"unplaceable_owed={self.unplaceable_owed} lost={self.lost} duplicate_decisions={self.duplicate_decisions} "
                 + (f"dual_leaders={self.dual_leaders} leader_takeovers={self.takeovers} writes_outside_term={self.writes_outside_term}/"
                    f"{self.writes_received} answered_late={self.writes_answered_late} unknown={self.writes_unknown} "
-                   f"(applied {self.writes_unknown_applied}, unsettled {self.writes_unknown_unsettled}) " if self.replicas else "") +
+                   f"(applied {self.writes_unknown_applied}, unsettled {self.writes_unknown_unsettled}) record_misses={self.record_misses}/{self.writes_checked} " if self.replicas else "") +
                 f"admissions={self.admissions} admissions/s={d['admissions_per_s']} injected={d['faults_injected']}/{self.requests} "
                 f"kills={sum(self.kills.values())} pods_failed={self.pods_failed} replacements_bound={self.replacements_bound} "
                 f"peak_rss={d['peak_rss_mib']}MiB")

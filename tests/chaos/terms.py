@@ -9,12 +9,13 @@ apiserver), or that it made none.
 from __future__ import annotations
 
 import bisect
+import json
 from dataclasses import dataclass
 
-from tests.chaos.history import Record
+from tests.chaos.history import Record, holds, written_key
 from tests.chaos.proxy import Received
 
-__all__ = ["AGENT", "Settled", "settle_unknown", "writes_answered_late", "writes_outside_term"]
+__all__ = ["AGENT", "Settled", "record_misses", "settle_unknown", "writes_answered_late", "writes_outside_term"]
 
 AGENT = "atoll-chaos/"
 """User-Agent prefix of a replica's requests (then its identity): how the proxy's timeline names the sender."""
@@ -150,6 +151,24 @@ class Settled:
     applied: int = 0
     not_applied: int = 0
     unsettled: int = 0
+
+
+def record_misses(timeline: list[Received], identity_prefix: str, record: Record) -> tuple[int, list[str]]:
+    """The check on the matching itself: every write the server answered as applied (a 2xx at a
+    revision it made) must be in the record at that revision, holding what it set. A miss
+    means ``landed`` could call an applied write unapplied; the audit reports each. Returns how
+    many answered writes were checked, and the misses."""
+    mine, _ = _ours(timeline, identity_prefix)
+    out, checked = [], 0
+    for w in mine:
+        if w.lease or w.resource_version is None or not 200 <= w.status < 300 or not record.covers(w) or not _changed(w, timeline):
+            continue
+        checked += 1
+        rev = next((r for r in record.revisions.get(written_key(w) or ("", "", ""), []) if r.resource_version == w.resource_version), None)
+        if rev is None or not holds(rev.object, json.loads(w.body or b"{}")):
+            out.append(f"{w.method} {w.path} answered at revision {w.resource_version}: "
+                       + ("no such revision in the record" if rev is None else "the record's revision does not hold what it set"))
+    return checked, out
 
 
 def settle_unknown(timeline: list[Received], identity_prefix: str, record: Record) -> Settled:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.chaos.history import Record, Revision, holds, written_key
 from tests.chaos.proxy import Received
-from tests.chaos.terms import AGENT, Settled, settle_unknown, writes_outside_term
+from tests.chaos.terms import AGENT, Settled, record_misses, settle_unknown, writes_outside_term
 
 NS = "ns"
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/atoll"
@@ -96,6 +96,11 @@ def test_the_audit_settles_504s_hang_ups_and_lost_answers_from_the_servers_recor
     assert sum("w11/status" in f and "applied at revision 21 while the Lease named 'chaos-x-b'" in f for f in found) == 1
     assert sum("configmaps/c" in f and "answered 0.300s after 'chaos-x-b' sent its Lease write" in f for f in found) == 1
     assert settle_unknown(timeline, "chaos-x-", record) == Settled(unknown=10, applied=4, not_applied=5, unsettled=1)  # applied: w1 w2 w5 w7
+
+    assert record_misses(timeline, "chaos-x-", record) == (2, [])  # w11 and B's w9 are in the record as answered
+    wrong = _record(*[r for revs in record.revisions.values() for r in revs if r.key[2] != "w11"], _wl("w11", 21, "not m11"))
+    assert record_misses(timeline, "chaos-x-", wrong)[1] == [f"PATCH {_path('w11')} answered at revision 21: the record's revision "
+                                                             "does not hold what it set"]
 
     # without the record, the same timeline is judged by time: every unknown write overlapping B's takeover counts,
     # the 7 the record shows applied inside A's term (w1, w7) or never applied (w3, w4, w6, w8, w9) among them

@@ -16,6 +16,12 @@ passed through. Every request is forwarded unchanged unless the seeded dice say 
   server's answer read only a while later, as a loaded proxy process gets to it: the write was
   applied when it arrived, its answer is stamped late (the shape of a write answered after a
   takeover though applied before it);
+- ``deadline`` (writes; opt-in): forwarded with the apiserver's ``timeout`` parameter cut to
+  1 ms, so the server itself ends the write at its deadline (a 504, or applied if it got there
+  first): a write the server ended, whose outcome only the server's record tells;
+- ``hang-up`` (writes; opt-in): forwarded, then the proxy drops both connections before the
+  answer, as a proxy or load balancer that dies mid-request does; the client sees the
+  connection close, and whether the server applied the write only its record tells;
 - on watches: ``watch-drop`` (the stream ends after a few events), ``watch-truncate`` (half an
   event, then the connection breaks) and ``watch-gone`` (an ``ERROR`` event with code 410, the
   way the apiserver ends a watch whose resourceVersion is too old).
@@ -43,14 +49,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 __all__ = ["FAULTS", "FaultProxy", "Received"]
 
 REQUEST_FAULTS = ("500", "503", "slow")
 WRITE_FAULTS = ("409", "lost-answer")
 WATCH_FAULTS = ("watch-drop", "watch-truncate", "watch-gone", "500")
-OPT_IN_WRITE_FAULTS = ("late-read",)
+OPT_IN_WRITE_FAULTS = ("late-read", "deadline", "hang-up")
 """Drawn only when a proxy's ``faults`` name them (the default mix stays as it was)."""
 FAULTS = tuple(sorted(set(REQUEST_FAULTS + WRITE_FAULTS + WATCH_FAULTS + OPT_IN_WRITE_FAULTS)))
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection", "content-length"}
@@ -277,9 +283,14 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self._answer(503, _status(503, "ServiceUnavailable", "proxy stopping"))
             return
+        path = _cut_deadline(self.path) if fault == "deadline" else self.path
         sent = time.monotonic()
         try:
-            conn.request(self.command, self.path, body=body, headers=headers)
+            conn.request(self.command, path, body=body, headers=headers)
+            if fault == "hang-up":
+                self.owner.received(Received(sent, time.monotonic(), self.command, self.path, self.headers.get("User-Agent") or "", 0, body=body))
+                self.close_connection = True
+                return
             if fault == "late-read":
                 time.sleep(self.owner.uniform(*self.owner.slow_seconds))
             try:
@@ -354,6 +365,13 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._chunk(line)
             sent += 1
+
+
+def _cut_deadline(path: str) -> str:
+    """``path`` with the apiserver's ``timeout`` parameter set to 1 ms."""
+    parts = urlsplit(path)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "timeout"] + [("timeout", "1ms")]
+    return parts._replace(query=urlencode(query)).geturl()
 
 
 def _received(sent: float, method: str, path: str, agent: str, status: int, data: bytes, body: bytes | None) -> Received:

@@ -136,6 +136,21 @@ def test_writes_answered_after_a_takeover_but_applied_before_it_are_not_outside_
     assert summary.writes_outside_term == 0 and summary.clean, summary.json()
 
 
+def test_writes_the_server_ended_or_hung_up_on_are_settled_from_its_record(apiserver: Any) -> None:
+    """30 % of writes either reach the server with a 1 ms deadline (``deadline``: the server ends
+    them itself, with a 504 or after applying them) or are cut off after the server got them
+    (``hang-up``): their answers say nothing of whether they were applied. The audit settles
+    every one from the server's record, finds its matching sound on every answered write, and
+    none of them applied outside its sender's term."""
+    config = RunConfig(seed=51, fault_rate=0.3, faults=("deadline", "hang-up"), seconds=6.0, kill_rate=0.05, shapes="nested",
+                       replicas=True)
+    summary = run_many(apiserver, 2, config, prefix="chaos-ended")
+    assert summary.faults["deadline"] > 0 and summary.faults["hang-up"] > 0 and summary.decisions > 0, summary.json()
+    assert summary.writes_unknown > 0 and summary.writes_unknown_unsettled == 0, summary.json()
+    assert summary.record_misses == 0 and summary.writes_checked > 0, summary.json()
+    assert summary.writes_outside_term == 0 and summary.clean, summary.json()
+
+
 def test_a_server_still_slow_while_settling_has_every_workload_decided_within_the_terms(apiserver: Any) -> None:
     """The settle phase on a server that stays slow (as a loaded machine's: reads time out):
     with the chaos terms a clean leader's writes were refused by its own fence and 11 Workloads

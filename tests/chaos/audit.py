@@ -19,8 +19,12 @@ the chance to decide what is left:
   (``terms``). That order is exact on this test server only: it keeps every object in one
   etcd, whose revision is one store-wide counter, and answers an object's last revision as its
   resourceVersion; the Kubernetes API calls resourceVersion opaque, and Atoll never reads it
-  this way. ``writes_answered_late`` counts the writes answered after a takeover began that
-  were applied before it. Terms are real (the short ``LEASE``); a replica killed in-process is
+  this way. A write whose answer did not say whether it was applied (a 5xx, a hang-up, no
+  answer) is settled from the server's own record (``history``: watches on the run's objects):
+  the revision it made, or none. ``writes_answered_late`` counts the writes answered after a
+  takeover began that were applied before it; ``writes_unknown`` those settled from the record
+  (``writes_unknown_applied`` of them made a revision); ``record_misses`` answered writes the
+  record did not show as answered (the matching's own check). Terms are real (the short ``LEASE``); a replica killed in-process is
   a paused one: a write it had in flight still lands unless its timeout ends it first.
 """
 

@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 
 from admission.kube import LeaderSettings
 
-__all__ = ["LEASE", "SETTLE_LEASE", "SETTLE_MAX_S", "SETTLE_QUIET_S", "RunConfig", "RunResult"]
+__all__ = ["LEASE", "SETTLE_LEASE", "SETTLE_MAX_S", "SETTLE_QUIET_S", "SHAPES", "RunConfig", "RunResult"]
+
+
+NESTED = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
+"""(pods, GPUs per pod) of the Workloads, on 4-GPU nodes: single-node ones get a hostname
+selector, multi-node ones a clique selector, so domains nest (a node inside another Workload's
+clique) and the scheduler may bind the wide Workload's pods on the narrow one's only node."""
+FLAT = ((2, 4), (3, 4), (5, 2), (6, 1))
+"""Shapes that never fit on one 4-GPU node, all under the strict profile: every selector is a
+whole clique, domains never nest."""
+SHAPES = {"nested": NESTED, "flat": FLAT}
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from admission.kube import ApiRetrySettings, KubePort, LeaderElector
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, profiles_doc
 from tests.chaos.actors import Kueue, NodeSpec, Scheduler, actionable, entry_of
 from tests.chaos.audit import audit, owed_from_api, unplaceable_pods
-from tests.chaos.config import LEASE, SETTLE_LEASE, SETTLE_MAX_S, SETTLE_QUIET_S, RunConfig, RunResult
+from tests.chaos.config import LEASE, SETTLE_LEASE, SETTLE_MAX_S, SETTLE_QUIET_S, SHAPES, RunConfig, RunResult
 from tests.chaos.crashing import Crash, CrashingPort
 from tests.chaos.history import History
 from tests.chaos.proxy import FaultProxy
@@ -62,16 +62,6 @@ from tests.kube_objects import (
 )
 
 __all__ = ["SETTLE_MAX_S", "ChaosRun", "RunConfig", "RunResult", "run_once", "unplaceable_pods"]
-
-
-NESTED = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
-"""(pods, GPUs per pod) of the Workloads, on 4-GPU nodes: single-node ones get a hostname
-selector, multi-node ones a clique selector, so domains nest (a node inside another Workload's
-clique) and the scheduler may bind the wide Workload's pods on the narrow one's only node."""
-FLAT = ((2, 4), (3, 4), (5, 2), (6, 1))
-"""Shapes that never fit on one 4-GPU node, all under the strict profile: every selector is a
-whole clique, domains never nest."""
-SHAPES = {"nested": NESTED, "flat": FLAT}
 
 
 @dataclass

@@ -119,6 +119,7 @@ def audit_terms(run: ChaosRun, records: list[dict[str, Any]]) -> None:
     if record is not None:
         settled = settle_unknown(timeline, mine, record)
         r.writes_unknown, r.writes_unknown_applied, r.writes_unknown_unsettled = settled.unknown, settled.applied, settled.unsettled
+        r.writes_outside_by_time = len(writes_outside_term(timeline, mine))  # what the timing rule alone would count
         r.writes_checked, misses = record_misses(timeline, mine, record)
         r.record_misses = len(misses)
         r.violations.extend(f"the record misses an answered write: {m}" for m in misses[:3])

@@ -104,6 +104,8 @@ class RunResult:
     matching that settles unknown writes failed on a known one (a failure of the audit; unclean)."""
     writes_checked: int = 0
     """Writes answered as applied that the record was checked against."""
+    writes_outside_by_time: int = 0
+    """What the audit would count outside a term judging unknown writes by time alone (no record)."""
     violations: list[str] = field(default_factory=list)
 
     @property

@@ -54,6 +54,8 @@ class Summary:
     """Writes answered as applied that the server's record did not show holding what they set
     (of ``writes_checked``)."""
     writes_checked: int = 0
+    writes_outside_by_time: int = 0
+    """What the timing rule alone (no record) would have counted outside a term."""
     dropped_slow: int = 0
     """Slow requests the proxy dropped because their client had given up."""
     replicas: bool = False
@@ -64,7 +66,7 @@ class Summary:
         for name in ("double_booked", "unplaceable_owed", "lost", "duplicate_decisions", "ledger_mismatch", "admissions",
                      "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "pods_failed",
                      "replacements_bound", "dual_leaders", "takeovers", "writes_received", "writes_outside_term",
-                     "writes_answered_late", "writes_unknown", "writes_unknown_applied", "writes_unknown_unsettled", "record_misses", "writes_checked"):
+                     "writes_answered_late", "writes_unknown", "writes_unknown_applied", "writes_unknown_unsettled", "record_misses", "writes_checked", "writes_outside_by_time"):
             setattr(self, name, getattr(self, name) + getattr(r, name))
         self.faults.update(r.faults)
         self.kills.update(r.kills)
@@ -90,7 +92,7 @@ class Summary:
                 "writes_outside_term": self.writes_outside_term,
                 "writes_answered_late": self.writes_answered_late, "writes_unknown": self.writes_unknown,
                 "writes_unknown_applied": self.writes_unknown_applied, "writes_unknown_unsettled": self.writes_unknown_unsettled, "record_misses": self.record_misses,
-                "writes_checked": self.writes_checked,
+                "writes_checked": self.writes_checked, "writes_outside_by_time": self.writes_outside_by_time,
                 "dropped_slow": self.dropped_slow, "wall_seconds": round(self.wall_seconds, 1),
                 "peak_rss_mib": peak_rss_mib(), "failed_runs": self.failed_runs[:10]}
 

@@ -108,6 +108,15 @@ class KubeWatch:
         return WatchEvent(kind, obj)
 
 
+def server_timeout(seconds: float) -> str:
+    """An attempt's timeout as the apiserver's ``timeout`` query parameter, as client-go sends its
+    own: the server sets that deadline on the request from when it received it, and a write
+    that has not reached storage by then (still in an admission webhook, say) ends there
+    unapplied, instead of being applied for a client that gave up. Whole milliseconds, at least
+    1 (``0s`` means none)."""
+    return f"{max(int(seconds * 1000), 1)}ms"
+
+
 class KubePort:
     """``ClusterPort`` over a ``kubernetes.client.ApiClient``; transient failures are retried on
     the settings' backoff list (watches are retried by their caller, which relists)."""
@@ -121,7 +130,9 @@ class KubePort:
         self.fence = fence
         """Asked before every attempt of a write: the seconds this replica may still write (its
         lease term's end, less a margin). The attempt's timeout is at most that; 0 or less refuses
-        it with ``errors.Fenced``. So no attempt, retries included, is waited on past the term."""
+        it with ``errors.Fenced``. So no attempt, retries included, is waited on past the term.
+        Every attempt also tells the server its timeout (``server_timeout``), so the server ends
+        a write it has not applied by then, even when the client's hang-up never reaches it."""
         self.budget = budget
         """Asked before every attempt of any non-watch call: the seconds left for it (the lease's
         renew deadline, for the elector's port); the attempt's timeout is at most that, and none
@@ -187,7 +198,8 @@ class KubePort:
                 if whole <= 0:
                     raise errors.OutOfTime(f"{operation}: not sent: the time budget is spent")
                 timeout = min(timeout, whole)
-            resp = self._send(method, path, operation=operation, timeout=timeout, **kwargs)
+            query = [*(kwargs.get("query") or []), ("timeout", server_timeout(timeout))]
+            resp = self._send(method, path, operation=operation, timeout=timeout, **{**kwargs, "query": query})
             out: Obj = json.loads(_read(resp, operation))
             return out
 

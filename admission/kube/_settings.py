@@ -51,8 +51,9 @@ class LeaderSettings(_Group):
     """Period (s) of renewal and of a standby's acquisition attempts."""
     write_margin_seconds: float = Field(default=1.0, ge=0)
     """A write attempt must end this long (s) before the leader's term may have lapsed (the renew
-    deadline after the sending of its last renewal): room for the server to see the client give
-    up. Below the renew deadline, or the leader could never write."""
+    deadline after the sending of its last renewal): room for a request the attempt's deadline
+    cannot end (delayed on its way to the server, which counts the deadline from when it got
+    it). Below the renew deadline, or the leader could never write."""
 
     @field_validator("renew_deadline_seconds")
     @classmethod

@@ -8,7 +8,8 @@ import sys
 
 import structlog
 
-from tests.chaos.harness import RunConfig
+from tests.chaos.config import RunConfig
+from tests.chaos.proxy import FAULTS
 from tests.chaos.runner import run_many
 from tests.envtest import (
     ApiServer,
@@ -34,11 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kill-rate", type=float, default=RunConfig.kill_rate, help="chance per 50 ms tick of killing the controller")
     ap.add_argument("--fail-rate", type=float, default=RunConfig.fail_rate,
                     help="chance per 50 ms tick that a running pod fails and its job controller creates a replacement")
+    ap.add_argument("--faults", default="",
+                    help=f"comma-separated: draw only these faults (of {', '.join(FAULTS)}; the opt-in ones only when named)")
     ap.add_argument("--format", choices=("text", "json"), default="text")
     ap.add_argument("--verbose", action="store_true", help="a line per run on stderr")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error("--runs: at least 1")
+    faults = tuple(f for f in args.faults.split(",") if f) or None
+    unknown = sorted(set(faults or ()) - set(FAULTS))
+    if unknown:
+        ap.error(f"--faults: unknown fault {', '.join(unknown)}; choose from {', '.join(FAULTS)}")
     # the controllers' own logs go nowhere (decision records have their own stream, read back by the audit)
     structlog.configure(logger_factory=structlog.ReturnLoggerFactory())
     crds, binaries = kueue_crd_dir(), find_binaries()
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = RunConfig(seed=args.seed, fault_rate=args.fault_rate, seconds=args.seconds, workloads=args.workloads,
                        shapes=args.shapes, process=args.process, kill_rate=args.kill_rate, replicas=args.replicas,
-                       fail_rate=args.fail_rate)
+                       fail_rate=args.fail_rate, faults=faults)
 
     def progress(i: int, r: object) -> None:
         if args.verbose:

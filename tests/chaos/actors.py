@@ -225,6 +225,17 @@ class Scheduler:
             return
         self.fail_pod(self.rng.choice(running), workloads)
 
+    def fail_first(self, workloads: list[dict[str, Any]]) -> bool:
+        """The planted failure: the first running pod (by name) of an admitted Workload fails, and
+        is replaced; False when none runs yet."""
+        live = self.admitted_podsets(workloads)
+        running = sorted((p for p in self.pods() if p["spec"].get("nodeName") and phase_of(p) == "Running" and decision_of(p) in live),
+                         key=lambda p: str(p["metadata"]["name"]))
+        if not running:
+            return False
+        self.fail_pod(running[0], workloads)
+        return True
+
     def fail_pod(self, victim: dict[str, Any], workloads: list[dict[str, Any]]) -> None:
         """This running pod of an admitted Workload fails; its replacement is created pending."""
         wl, ps, update = self.admitted_podsets(workloads)[decision_of(victim)]

@@ -1,45 +1,12 @@
-"""One chaos run and many: a small fabric on the real apiserver, the controller behind the fault
-proxy (killed and restarted at random points), Kueue and an adversarial scheduler around it
-(running pods fail now and then, and their job controller creates replacements: ``actors``),
-then an audit of the final API state.
-
-Killing in-process: the controller's port is wrapped in ``CrashingPort``. Once killed, every call
-any of the controller's threads makes raises ``Crash`` (a ``BaseException``, so no handler in
-the controller swallows it): from that instant the dead controller has no further effect on
-the cluster, wherever it was, as after SIGKILL. Besides kills at random times, the port kills
-the controller on its own between computing a decision and writing it, and right after the
-write (before the decision record), at ``crash_rate`` per decision write. A fresh ``Controller``
-then starts from nothing but the API.
-
-The audit (``audit``), on the final state, after faults stop and a clean controller has had
-the chance to decide what is left:
-
-- ``double_booked``: a node where bound pods plus the owed pods the ledger (rebuilt by a fresh
-  controller from a list of the API) counts there exceed allocatable;
-- ``unplaceable_owed``: owed pods, counted independently from the API (admitted count minus the
-  pods of that decision bound and unfinished, minus those that succeeded), that no assignment
-  fits in their nodeSelector domain;
-- ``lost``: Workloads Atoll must decide (quota held, not evicted, entry Pending) left undecided;
-- ``duplicate_decisions``: decision records beyond one per quota reservation Kueue made;
-- ``dual_leaders`` (with ``replicas``: two controllers electing a leader on a Lease, the leader
-  killed at random): decision records of one lease term written by two replicas, records written
-  with no term, and moments when two live replicas both held a valid term;
-- ``writes_outside_term`` (with ``replicas``): writes the apiserver applied from a replica
-  when the Lease's history says it did not hold the Lease. The proxy records each write as it
-  forwards it, with the server's answer: the resourceVersion it answered, and for each Lease
-  write it accepted, the holder. A write must be applied after its sender's hold of the Lease
-  was accepted and before any other replica's Lease write, in the server's order of revisions
-  (``terms``). That order is exact on this test server only: it keeps every object in one
-  etcd, whose revision is one store-wide counter, and answers an object's last revision as its
-  resourceVersion; the Kubernetes API calls resourceVersion opaque, and Atoll never reads it
-  this way. ``writes_answered_late`` counts the writes answered after a takeover began that
-  were applied before it. Terms are real (the short ``LEASE``); a replica killed in-process is
-  a paused one: a write it had in flight still lands unless its timeout ends it first.
+"""One chaos run: a small fabric on the real apiserver, the controller behind the fault proxy
+(killed and restarted at random points: ``crashing``), Kueue and an adversarial scheduler around
+it (running pods fail now and then, and their job controller creates replacements: ``actors``),
+then a settle phase and the audit of the final API state (``audit``). ``config`` holds what a
+run is asked to do and what it found; ``runner`` runs many.
 """
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -53,11 +20,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 from kubernetes import client
 
@@ -69,27 +35,17 @@ from admission.controller import (
     Recorder,
     Settings,
     WatchSettings,
-    check_invariant,
-    decode_planned,
 )
-from admission.controller._invariant import Demand, OwedPods, place_owed, pod_shape
-from admission.kube import WORKLOADS, ApiRetrySettings, KubePort, LeaderElector, LeaderSettings, Obj, Resource
+from admission.controller._invariant import OwedPods
+from admission.kube import ApiRetrySettings, KubePort, LeaderElector
 from tests.admission.fabric import BLOCK, CLIQUE, POOL, profiles_doc
-from tests.chaos.actors import (
-    FINISHED,
-    Kueue,
-    NodeSpec,
-    Scheduler,
-    actionable,
-    admitted,
-    decision_of,
-    entry_of,
-    failed_node_of,
-    gpus_of,
-    phase_of,
-)
+from tests.chaos.actors import Kueue, NodeSpec, Scheduler, actionable, entry_of
+from tests.chaos.audit import audit, owed_from_api, unplaceable_pods
+from tests.chaos.config import LEASE, SETTLE_LEASE, SETTLE_MAX_S, SETTLE_QUIET_S, SHAPES, RunConfig, RunResult
+from tests.chaos.crashing import Crash, CrashingPort
+from tests.chaos.history import History
 from tests.chaos.proxy import FaultProxy
-from tests.chaos.terms import AGENT, writes_answered_late, writes_outside_term
+from tests.chaos.terms import AGENT
 from tests.kube_objects import (
     GROUP,
     VERSION,
@@ -104,182 +60,8 @@ from tests.kube_objects import (
     topology,
     workload,
 )
-from topology import ResourceVector
 
-__all__ = ["AGENT", "Crash", "CrashingPort", "RunConfig", "RunResult", "run_once", "writes_answered_late", "writes_outside_term"]
-
-
-NESTED = ((1, 4), (2, 4), (3, 4), (1, 2), (3, 2), (4, 2), (2, 1), (6, 1))
-"""(pods, GPUs per pod) of the Workloads, on 4-GPU nodes: single-node ones get a hostname
-selector, multi-node ones a clique selector, so domains nest (a node inside another Workload's
-clique) and the scheduler may bind the wide Workload's pods on the narrow one's only node."""
-FLAT = ((2, 4), (3, 4), (5, 2), (6, 1))
-"""Shapes that never fit on one 4-GPU node, all under the strict profile: every selector is a
-whole clique, domains never nest."""
-SHAPES = {"nested": NESTED, "flat": FLAT}
-
-
-class Crash(BaseException):
-    """The controller process died here."""
-
-
-class CrashingPort:
-    """A ``ClusterPort`` that can die: ``kill()`` at any time, or on its own around decision writes."""
-
-    def __init__(self, port: KubePort, rng: random.Random, crash_rate: float) -> None:
-        self.port = port
-        self.rng = rng
-        self.crash_rate = crash_rate
-        self.dead = threading.Event()
-        self.crashes: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def single_attempt(self) -> CrashingPort:
-        """The same port, dying with it, making one attempt per call (the controller's worker's view)."""
-        view = copy.copy(self)
-        view.port = self.port.single_attempt()
-        return view
-
-    def kill(self, where: str = "random-time") -> None:
-        if not self.dead.is_set():
-            self.crashes[where] += 1
-        self.dead.set()
-
-    def _alive(self) -> None:
-        if self.dead.is_set():
-            raise Crash("controller killed")
-
-    def list(self, resource: Resource, **kw: Any) -> Any:
-        self._alive()
-        return self.port.list(resource, **kw)
-
-    def watch(self, resource: Resource, resource_version: str, **kw: Any) -> Any:
-        self._alive()
-        return self.port.watch(resource, resource_version, **kw)
-
-    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj:
-        self._alive()
-        return self.port.get(resource, name, namespace)
-
-    def create(self, resource: Resource, obj: Obj) -> Obj:
-        self._alive()
-        return self.port.create(resource, obj)
-
-    def replace(self, resource: Resource, obj: Obj) -> Obj:
-        self._alive()
-        return self.port.replace(resource, obj)
-
-    def patch(self, resource: Resource, name: str, patch: Obj, namespace: str | None = None) -> Obj:
-        self._alive()
-        return self.port.patch(resource, name, patch, namespace)
-
-    def apply(self, resource: Resource, obj: Obj, **kw: Any) -> Obj:
-        self._alive()
-        if resource != WORKLOADS or kw.get("subresource") != "status":
-            return self.port.apply(resource, obj, **kw)
-        with self._lock:
-            roll = self.rng.random()
-        if roll < self.crash_rate / 2:
-            self.kill("decided-not-written")
-            raise Crash("killed between deciding and writing")
-        out = self.port.apply(resource, obj, **kw)
-        if roll < self.crash_rate:
-            self.kill("written-not-recorded")
-            raise Crash("killed after writing, before recording")
-        return out
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    seed: int = 1
-    fault_rate: float = 0.2
-    seconds: float = 3.0
-    """Chaos phase length; the settle phase and the audit come after."""
-    blocks: int = 1
-    cliques: int = 2
-    per_clique: int = 3
-    node_gpus: int = 4
-    workloads: int = 8
-    shapes: str = "nested"
-    """``nested`` or ``flat`` (``SHAPES``)."""
-    quota_factor: float = 1.5
-    """ClusterQueue quota as a multiple of the fabric's GPUs: Kueue reserves more than fits."""
-    kill_rate: float = 0.03
-    """Chance per harness tick (~50 ms) that the controller is killed at whatever it is doing."""
-    crash_rate: float = 0.1
-    """Chance per decision write of a kill just before or just after it."""
-    bind_rate: float = 0.4
-    finish_rate: float = 0.05
-    preempt_rate: float = 0.01
-    fail_rate: float = 0.05
-    """Chance per harness tick that a running pod of an admitted Workload fails and its job
-    controller creates a replacement (``actors``): its slot is owed again until the replacement binds."""
-    slow_seconds: tuple[float, float] = (0.05, 0.4)
-    """How long the proxy holds a request drawn ``slow`` (s, uniform)."""
-    faults: tuple[str, ...] | None = None
-    """Only these faults (None: all of them)."""
-    settle_seconds: float = 1.0
-    settle_faults: bool = False
-    """Keep the proxy's faults on while settling: a server still slow once the chaos stops, as a
-    loaded machine's is (reads timing out)."""
-    process: bool = False
-    """Run the controller as an ``atoll run`` process killed with SIGKILL (instead of in-process,
-    where ``crash_rate`` also kills it around decision writes)."""
-    replicas: bool = False
-    """Two in-process replicas electing a leader on a Lease (short terms, ``LEASE``); kills go to
-    the leader; each write is fenced by its replica's term."""
-    write_workers: int = 0
-    """``DecisionSettings.write_workers``: decision writes in flight at once (0: serial)."""
-    """How long a clean controller must have had nothing to decide before the audit."""
-
-
-@dataclass
-class RunResult:
-    double_booked: int = 0
-    unplaceable_owed: int = 0
-    lost: int = 0
-    duplicate_decisions: int = 0
-    ledger_mismatch: int = 0
-    admissions: int = 0
-    decisions: int = 0
-    chaos_seconds: float = 0.0
-    faults: Counter[str] = field(default_factory=Counter)
-    kills: Counter[str] = field(default_factory=Counter)
-    bound: int = 0
-    bound_on_others_plan: int = 0
-    preemptions: int = 0
-    pods_failed: int = 0
-    replacements_bound: int = 0
-    dual_leaders: int = 0
-    takeovers: int = 0
-    writes_received: int = 0
-    """Writes of the replicas the apiserver received (the timeline the term audit read)."""
-    writes_outside_term: int = 0
-    writes_answered_late: int = 0
-    """Writes applied inside their sender's term whose answer came after a takeover began."""
-    violations: list[str] = field(default_factory=list)
-
-    @property
-    def clean(self) -> bool:
-        return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders
-                    or self.writes_outside_term)
-
-
-LEASE = LeaderSettings(lease_name="atoll-controller", lease_duration_seconds=1.5, renew_deadline_seconds=1.0, retry_period_seconds=0.1,
-                      write_margin_seconds=0.2)
-"""Short terms, so a killed leader is replaced within a run's chaos phase."""
-SETTLE_LEASE = LeaderSettings(lease_name=LEASE.lease_name)
-"""The clean replicas' terms while settling: a chaos term leaves a write 0.8 s to end, which a
-loaded apiserver (reads timing out) does not answer in, so a clean leader's writes were
-refused by its own fence and it stepped down again and again until the settle ran out, and the
-Workloads left undecided counted as lost (``test_a_server_still_slow_while_settling_…``: 11 at
-seed 41 with the chaos terms and 20 s). A term a loaded server can renew in is what a
-clean deployment runs (client-go's defaults, as ``atoll run`` and the chart have them); every
-write is still checked against the term it was sent in (``writes_outside_term``)."""
-SETTLE_QUIET_S = 30.0
-"""The settle phase ends when nothing is left to decide, or after this long without progress
-(fewer Workloads left to decide); ``SETTLE_MAX_S`` in all."""
-SETTLE_MAX_S = 120.0
+__all__ = ["SETTLE_MAX_S", "ChaosRun", "RunConfig", "RunResult", "run_once", "unplaceable_pods"]
 
 
 @dataclass
@@ -328,6 +110,9 @@ class ChaosRun:
         self._timeline_from = len(proxy.timeline) if proxy is not None else 0
         self._terms_seen: set[int] = set()
         self._dir = Path(tempfile.mkdtemp(prefix="atoll-chaos-"))
+        self._planted = False
+        self.history: History | None = None
+        """With ``replicas``: the server's own record of the run's objects, for the term audit."""
 
     # ------------------------------------------------------------------ setup
 
@@ -506,12 +291,16 @@ class ChaosRun:
         if bind:
             now = self.workloads()
             self.scheduler.fail(now)
+            if self.cfg.plant_failure and not self._planted:
+                self._planted = self.scheduler.fail_first(now)
             self.scheduler.tick(now, self._finish)
         return wls
 
     def run(self) -> RunResult:
         c = self.cfg
         self.install()
+        if c.replicas:
+            self.history = History(KubePort(client.ApiClient(self.api.configuration)), self.ns, self.check).start()
         started = time.monotonic()
         self.proxy.enabled = True
         while time.monotonic() - started < c.seconds:
@@ -559,111 +348,11 @@ class ChaosRun:
     # ------------------------------------------------------------------ the audit
 
     def _audit(self) -> None:
-        r = self.result
-        wls = self.workloads()
-        r.lost = sum(actionable(wl, self.check) for wl in wls)
-        r.admissions = self.kueue.admissions
-        r.preemptions = self.kueue.preemptions
-        r.bound, r.bound_on_others_plan = self.scheduler.bound, self.scheduler.on_planned_of_others
-        r.pods_failed, r.replacements_bound = self.scheduler.failed, self.scheduler.replacements_bound
-        records = self._records()
-        r.decisions = len(records)
-        per_uid = Counter(str(rec["uid"]) for rec in records if rec.get("namespace") == self.ns)
-        r.duplicate_decisions = sum(max(0, n - self.kueue.reservations[uid]) for uid, n in per_uid.items())
-        if self.cfg.replicas:  # one writer per lease term, and no write outside a term
-            writers: dict[int, set[str]] = {}
-            for rec in records:
-                if rec.get("namespace") != self.ns:
-                    continue
-                if rec.get("lease_term") is None:
-                    r.dual_leaders += 1
-                    r.violations.append(f"{rec.get('controller')} wrote decision {rec.get('decision_id')} holding no lease term")
-                    continue
-                writers.setdefault(int(rec["lease_term"]), set()).add(str(rec.get("controller")))
-            for term, who in sorted(writers.items()):
-                if len(who) > 1:
-                    r.dual_leaders += len(who) - 1
-                    r.violations.append(f"lease term {term} written by {sorted(who)}")
-            timeline = self.proxy.timeline[self._timeline_from:]
-            r.writes_received = sum(1 for w in timeline if not w.lease and w.agent.startswith(f"{AGENT}chaos-{self.ns}-"))
-            late = writes_outside_term(timeline, f"chaos-{self.ns}-")
-            r.writes_outside_term = len(late)
-            r.writes_answered_late = writes_answered_late(timeline, f"chaos-{self.ns}-")
-            r.violations.extend(late[:5])
-
-        ctrl = Controller(KubePort(self.api), settings=self.settings(), recorder=Recorder(io.StringIO()))
-        ctrl.sync()
-        snap = ctrl.cache.snapshot(self.flavor)
-        names = list(snap.node_names)
-        alloc = {n: ctrl.cache.nodes[n].allocatable for n in names}
-        used = {n: ctrl.cache.usage.get(n, ResourceVector()) for n in names}
-        ledger_owed = ctrl.ledger.owed(snap)
-        own = self.owed_from_api(wls)
-        for v in check_invariant(alloc, used, ledger_owed):
-            r.violations.append(f"ledger {v.kind}: {v.message}")
-            r.double_booked += v.kind == "overbooked"
-        for v in check_invariant(alloc, used, own, check_witness=False):
-            r.violations.append(f"api {v.kind}: {v.message}")
-            r.double_booked += v.kind == "overbooked"
-        r.unplaceable_owed = unplaceable_pods(alloc, used, own)
-        if r.violations:
-            r.violations.append(self.describe(wls, used))
-        if sum(o.pods for o in ledger_owed) != sum(o.pods for o in own):
-            r.ledger_mismatch += 1
-            r.violations.append(f"ledger owes {sum(o.pods for o in ledger_owed)} pods, the API says {sum(o.pods for o in own)}")
-
-    def describe(self, wls: list[dict[str, Any]], used: dict[str, ResourceVector]) -> str:
-        """The state behind a violation: each admitted Workload's selector, plan and bound pods."""
-        pods = self.scheduler.pods()
-        parts = [f"gpus used {{{', '.join(f'{n}: {u.gpu}' for n, u in sorted(used.items()))}}}"]
-        for wl in wls:
-            if not admitted(wl, self.check):
-                continue
-            for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or []:
-                ann = u.get("annotations") or {}
-                on = sorted(p["spec"].get("nodeName", "") for p in pods
-                            if (p["metadata"].get("annotations") or {}).get("atoll.dev/decision-id") == ann.get("atoll.dev/decision-id"))
-                parts.append(f"{wl['metadata']['name']} {gpus_of(wl)} GPUs selector={u.get('nodeSelector')} "
-                             f"planned={ann.get('atoll.dev/planned-nodes')} pods on {on}")
-        return "; ".join(parts).replace(f"{self.ns}-", "")
+        audit(self)
 
     def owed_from_api(self, wls: list[dict[str, Any]]) -> list[OwedPods]:
-        """Owed pods read straight from the API, without the controller's code: per admitted
-        PodSet, its admitted count minus the pods of its decision bound and unfinished, minus
-        those that succeeded (a failed pod's slot is owed until its replacement binds), in the
-        domain its nodeSelector allows. They prefer their planned nodes, and a pending
-        replacement the node its failed pod ran on, where it binds: the greedy ``place_owed``
-        then does not hand that replacement another Workload's planned node (a failure gives a
-        wide claim back over narrow ones admitted meanwhile, where a greedy first pick can miss
-        an assignment that exists)."""
-        pods = self.scheduler.pods()
-        out = []
-        for wl in wls:
-            if not admitted(wl, self.check):
-                continue
-            counts = {a["name"]: int(a.get("count", 0)) for a in (wl["status"].get("admission") or {}).get("podSetAssignments") or []}
-            for ps in wl["spec"]["podSets"]:
-                update = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or [] if u["name"] == ps["name"]), None)
-                if update is None:
-                    continue
-                ann = update.get("annotations") or {}
-                decision = ann.get("atoll.dev/decision-id", "")
-                mine = [p for p in pods if decision_of(p) == (decision, ps["name"])]
-                running = sum(1 for p in mine if p["spec"].get("nodeName") and phase_of(p) not in FINISHED)
-                succeeded = sum(1 for p in mine if phase_of(p) == "Succeeded")
-                owed = counts.get(ps["name"], int(ps["count"])) - running - succeeded
-                if owed <= 0:
-                    continue
-                selector = {**(ps["template"]["spec"].get("nodeSelector") or {}), **(update.get("nodeSelector") or {})}
-                domain = tuple(n.name for n in self.nodes if all(n.labels.get(k) == v for k, v in selector.items()))
-                per_pod_gpu = gpus_of({"spec": {"podSets": [{**ps, "count": 1}]}})
-                planned = tuple(decode_planned(ann["atoll.dev/planned-nodes"]).items()) if ann.get("atoll.dev/planned-nodes") else ()
-                replacing = Counter(node for p in mine if not p["spec"].get("nodeName") and phase_of(p) not in FINISHED
-                                    and (node := failed_node_of(p)) is not None)
-                planned = tuple(replacing.items()) + planned
-                out.append(OwedPods(f"{self.ns}/{wl['metadata']['name']}", ps["name"], owed,
-                                    ResourceVector(per_pod_gpu, 1000, 0, 1), domain, planned))
-        return out
+        return owed_from_api(self, wls)
+
 
     def cleanup(self) -> None:
         """Pods, Workloads and nodes of the run go (forced), so later runs list only their own."""
@@ -673,17 +362,6 @@ class ChaosRun:
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "workloads", wl["metadata"]["name"])
         for n in self.nodes:
             self.core.delete_node(n.name)
-
-
-def unplaceable_pods(alloc: dict[str, ResourceVector], used: dict[str, ResourceVector], owed: list[OwedPods]) -> int:
-    """Owed pods that no assignment (``place_owed``, as ``check_invariant`` builds it) fits in their domain."""
-    names = sorted(alloc)
-    index = {n: i for i, n in enumerate(names)}
-    free = np.maximum(np.array([alloc[n].as_tuple() for n in names], dtype=np.int64).reshape(len(names), 4)
-                      - np.array([used.get(n, ResourceVector()).as_tuple() for n in names], dtype=np.int64).reshape(len(names), 4), 0)
-    demands = [Demand(o.pods, pod_shape(o.per_pod), tuple((index[n], k) for n, k in o.planned if n in index and n in o.domain),
-                      np.array(sorted(index[n] for n in o.domain if n in index), dtype=np.int64)) for o in owed]
-    return sum(place_owed(free, demands)[1])
 
 
 def _evicted(wl: dict[str, Any]) -> bool:
@@ -708,6 +386,8 @@ def run_once(api: client.ApiClient, token: str, proxy: FaultProxy, ns: str, conf
     finally:
         threading.excepthook = previous
         run._kill(count=False)
+        if run.history is not None:
+            run.history.stop()
     run.cleanup()
     proxy.clear_timeline()  # audited; the next run starts its own
     shutil.rmtree(run._dir, ignore_errors=True)

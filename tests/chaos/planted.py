@@ -27,7 +27,8 @@ from typing import Any
 
 from admission.controller import Controller
 from tests.chaos.actors import phase_of
-from tests.chaos.harness import SETTLE_MAX_S, ChaosRun, RunConfig, RunResult
+from tests.chaos.config import SETTLE_MAX_S, RunConfig, RunResult
+from tests.chaos.harness import ChaosRun
 from tests.chaos.proxy import FaultProxy
 from tests.envtest import ApiServer
 from tests.kube_objects import workload

@@ -16,6 +16,12 @@ passed through. Every request is forwarded unchanged unless the seeded dice say 
   server's answer read only a while later, as a loaded proxy process gets to it: the write was
   applied when it arrived, its answer is stamped late (the shape of a write answered after a
   takeover though applied before it);
+- ``deadline`` (writes; opt-in): forwarded with the apiserver's ``timeout`` parameter cut to
+  1 ms, so the server itself ends the write at its deadline (a 504, or applied if it got there
+  first): a write the server ended, whose outcome only the server's record tells;
+- ``hang-up`` (writes; opt-in): forwarded, then the proxy drops both connections before the
+  answer, as a proxy or load balancer that dies mid-request does; the client sees the
+  connection close, and whether the server applied the write only its record tells;
 - on watches: ``watch-drop`` (the stream ends after a few events), ``watch-truncate`` (half an
   event, then the connection breaks) and ``watch-gone`` (an ``ERROR`` event with code 410, the
   way the apiserver ends a watch whose resourceVersion is too old).
@@ -23,7 +29,7 @@ passed through. Every request is forwarded unchanged unless the seeded dice say 
 Bounded: the proxy stops itself after ``max_seconds`` and closes every stream it holds.
 
 ``timeline`` records every write the apiserver received, as the proxy forwards it: when it was
-sent on, when the server's answer came back, who sent it (the client's User-Agent), the
+sent on, when the server's answer came back, who sent it (the client's User-Agent), its body, the
 resourceVersion of the object the server answered with, and for a Lease the holder and term the
 server answered. The chaos audit compares the two histories.
 """
@@ -43,14 +49,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 __all__ = ["FAULTS", "FaultProxy", "Received"]
 
 REQUEST_FAULTS = ("500", "503", "slow")
 WRITE_FAULTS = ("409", "lost-answer")
 WATCH_FAULTS = ("watch-drop", "watch-truncate", "watch-gone", "500")
-OPT_IN_WRITE_FAULTS = ("late-read",)
+OPT_IN_WRITE_FAULTS = ("late-read", "deadline", "hang-up")
 """Drawn only when a proxy's ``faults`` name them (the default mix stays as it was)."""
 FAULTS = tuple(sorted(set(REQUEST_FAULTS + WRITE_FAULTS + WATCH_FAULTS + OPT_IN_WRITE_FAULTS)))
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection", "content-length"}
@@ -75,6 +81,9 @@ class Received:
     resource_version: int | None = None
     """For a write the server accepted: the ``metadata.resourceVersion`` of the object it
     answered with (None when the answer carried none, or there was no answer)."""
+    body: bytes | None = None
+    """The write's request body, as sent: what the audit looks for in the server's history
+    (``history``) when the answer did not say whether the write was applied."""
 
     @property
     def lease(self) -> bool:
@@ -274,9 +283,14 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self._answer(503, _status(503, "ServiceUnavailable", "proxy stopping"))
             return
+        path = _cut_deadline(self.path) if fault == "deadline" else self.path
         sent = time.monotonic()
         try:
-            conn.request(self.command, self.path, body=body, headers=headers)
+            conn.request(self.command, path, body=body, headers=headers)
+            if fault == "hang-up":
+                self.owner.received(Received(sent, time.monotonic(), self.command, self.path, self.headers.get("User-Agent") or "", 0, body=body))
+                self.close_connection = True
+                return
             if fault == "late-read":
                 time.sleep(self.owner.uniform(*self.owner.slow_seconds))
             try:
@@ -284,14 +298,14 @@ class _Handler(BaseHTTPRequestHandler):
             except (OSError, http.client.HTTPException) as exc:
                 if write:  # the server ended the request without an answer, as with a 5xx; or no answer came at all
                     ended = None if isinstance(exc, TimeoutError) else time.monotonic()
-                    self.owner.received(Received(sent, ended, self.command, self.path, self.headers.get("User-Agent") or "", 0))
+                    self.owner.received(Received(sent, ended, self.command, self.path, self.headers.get("User-Agent") or "", 0, body=body))
                 raise
             if watch and resp.status == 200:
                 self._stream(resp, fault)
                 return
             data = resp.read()
             if write:
-                self.owner.received(_received(sent, self.command, self.path, self.headers.get("User-Agent") or "", resp.status, data))
+                self.owner.received(_received(sent, self.command, self.path, self.headers.get("User-Agent") or "", resp.status, data, body))
             if fault == "lost-answer":
                 self._answer(503, _status(503, "ServiceUnavailable", "injected: the answer was lost after the write"))
                 return
@@ -353,10 +367,17 @@ class _Handler(BaseHTTPRequestHandler):
             sent += 1
 
 
-def _received(sent: float, method: str, path: str, agent: str, status: int, data: bytes) -> Received:
+def _cut_deadline(path: str) -> str:
+    """``path`` with the apiserver's ``timeout`` parameter set to 1 ms."""
+    parts = urlsplit(path)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "timeout"] + [("timeout", "1ms")]
+    return parts._replace(query=urlencode(query)).geturl()
+
+
+def _received(sent: float, method: str, path: str, agent: str, status: int, data: bytes, body: bytes | None) -> Received:
     answered = time.monotonic()
     if not 200 <= status < 300:
-        return Received(sent, answered, method, path, agent, status)
+        return Received(sent, answered, method, path, agent, status, body=body)
     try:
         obj = json.loads(data)
         spec, meta = obj.get("spec") or {}, obj.get("metadata") or {}
@@ -365,6 +386,6 @@ def _received(sent: float, method: str, path: str, agent: str, status: int, data
     version = str(meta.get("resourceVersion") or "")
     rv = int(version) if version.isdigit() else None
     if "/leases" not in path:
-        return Received(sent, answered, method, path, agent, status, resource_version=rv)
+        return Received(sent, answered, method, path, agent, status, resource_version=rv, body=body)
     return Received(sent, answered, method, path, agent, status, str(spec.get("holderIdentity") or ""),
-                    int(spec.get("leaseTransitions") or 0), rv)
+                    int(spec.get("leaseTransitions") or 0), rv, body)

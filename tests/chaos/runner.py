@@ -9,7 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tests.chaos.harness import SETTLE_MAX_S, RunConfig, RunResult, run_once
+from tests.chaos.config import SETTLE_MAX_S, RunConfig, RunResult
+from tests.chaos.harness import run_once
 from tests.chaos.proxy import FaultProxy
 from tests.envtest import ApiServer
 
@@ -44,6 +45,17 @@ class Summary:
     writes_outside_term: int = 0
     writes_answered_late: int = 0
     """Writes applied inside their sender's term, answered after a takeover began."""
+    writes_unknown: int = 0
+    """Writes whose answer did not say whether they were applied (5xx, hang-up, none), settled
+    from the server's record; ``writes_unknown_applied`` of them made a revision."""
+    writes_unknown_applied: int = 0
+    writes_unknown_unsettled: int = 0
+    record_misses: int = 0
+    """Writes answered as applied that the server's record did not show holding what they set
+    (of ``writes_checked``)."""
+    writes_checked: int = 0
+    writes_outside_by_time: int = 0
+    """What the timing rule alone (no record) would have counted outside a term."""
     dropped_slow: int = 0
     """Slow requests the proxy dropped because their client had given up."""
     replicas: bool = False
@@ -54,7 +66,7 @@ class Summary:
         for name in ("double_booked", "unplaceable_owed", "lost", "duplicate_decisions", "ledger_mismatch", "admissions",
                      "decisions", "chaos_seconds", "bound", "bound_on_others_plan", "preemptions", "pods_failed",
                      "replacements_bound", "dual_leaders", "takeovers", "writes_received", "writes_outside_term",
-                     "writes_answered_late"):
+                     "writes_answered_late", "writes_unknown", "writes_unknown_applied", "writes_unknown_unsettled", "record_misses", "writes_checked", "writes_outside_by_time"):
             setattr(self, name, getattr(self, name) + getattr(r, name))
         self.faults.update(r.faults)
         self.kills.update(r.kills)
@@ -65,7 +77,7 @@ class Summary:
     @property
     def clean(self) -> bool:
         return not (self.double_booked or self.unplaceable_owed or self.lost or self.duplicate_decisions or self.dual_leaders
-                    or self.writes_outside_term)
+                    or self.writes_outside_term or self.record_misses)
 
     def as_dict(self) -> dict[str, Any]:
         return {"runs": self.runs, "fault_rate": self.fault_rate, "shapes": self.shapes, "double_booked": self.double_booked,
@@ -78,7 +90,10 @@ class Summary:
                 "dual_leaders": self.dual_leaders, "replicas": self.replicas,
                 "leader_takeovers": self.takeovers, "writes_received": self.writes_received,
                 "writes_outside_term": self.writes_outside_term,
-                "writes_answered_late": self.writes_answered_late, "dropped_slow": self.dropped_slow, "wall_seconds": round(self.wall_seconds, 1),
+                "writes_answered_late": self.writes_answered_late, "writes_unknown": self.writes_unknown,
+                "writes_unknown_applied": self.writes_unknown_applied, "writes_unknown_unsettled": self.writes_unknown_unsettled, "record_misses": self.record_misses,
+                "writes_checked": self.writes_checked, "writes_outside_by_time": self.writes_outside_by_time,
+                "dropped_slow": self.dropped_slow, "wall_seconds": round(self.wall_seconds, 1),
                 "peak_rss_mib": peak_rss_mib(), "failed_runs": self.failed_runs[:10]}
 
     def line(self) -> str:
@@ -86,7 +101,8 @@ class Summary:
         return (f"runs={self.runs} shapes={self.shapes} faults={round(self.fault_rate * 100)}% double_booked={self.double_booked} "
                 f"unplaceable_owed={self.unplaceable_owed} lost={self.lost} duplicate_decisions={self.duplicate_decisions} "
                 + (f"dual_leaders={self.dual_leaders} leader_takeovers={self.takeovers} writes_outside_term={self.writes_outside_term}/"
-                   f"{self.writes_received} answered_late={self.writes_answered_late} " if self.replicas else "") +
+                   f"{self.writes_received} answered_late={self.writes_answered_late} unknown={self.writes_unknown} "
+                   f"(applied {self.writes_unknown_applied}, unsettled {self.writes_unknown_unsettled}) record_misses={self.record_misses}/{self.writes_checked} " if self.replicas else "") +
                 f"admissions={self.admissions} admissions/s={d['admissions_per_s']} injected={d['faults_injected']}/{self.requests} "
                 f"kills={sum(self.kills.values())} pods_failed={self.pods_failed} replacements_bound={self.replacements_bound} "
                 f"peak_rss={d['peak_rss_mib']}MiB")

@@ -18,7 +18,9 @@ from admission.controller import Controller
 from admission.controller._invariant import ClaimSet
 from tests.admission.fabric import Fabric, planned, run
 from tests.chaos.actors import FAILED_NODE, NodeSpec, Scheduler, admitted
-from tests.chaos.harness import ChaosRun, RunConfig, unplaceable_pods
+from tests.chaos.audit import unplaceable_pods
+from tests.chaos.config import RunConfig
+from tests.chaos.harness import ChaosRun
 from tests.chaos.planted import planted_failure
 from tests.chaos.proxy import Received
 from tests.chaos.runner import run_many
@@ -29,7 +31,10 @@ pytestmark = pytest.mark.apiserver
 
 
 def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver: Any) -> None:
-    summary = run_many(apiserver, 3, RunConfig(seed=11, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2), prefix="chaos-small")
+    """Every run also fails its first running pod (``plant_failure``), so the failure path is
+    audited whatever the dice draw (a random ``fail_rate`` alone drew no failure in some runs)."""
+    config = RunConfig(seed=11, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2, plant_failure=True)
+    summary = run_many(apiserver, 3, config, prefix="chaos-small")
     assert summary.clean, summary.json()
     assert summary.ledger_mismatch == 0, summary.failed_runs
     # the runs did what they claim: faults answered, controllers killed, decisions written, pods bound, failed and replaced
@@ -128,6 +133,21 @@ def test_writes_answered_after_a_takeover_but_applied_before_it_are_not_outside_
     summary = run_many(apiserver, 2, config, prefix="chaos-late-read")
     assert summary.faults["late-read"] > 0 and summary.takeovers >= 2 and summary.decisions > 0, summary.json()
     assert summary.writes_answered_late > 0, summary.json()  # the timing audit's false alarm happened
+    assert summary.writes_outside_term == 0 and summary.clean, summary.json()
+
+
+def test_writes_the_server_ended_or_hung_up_on_are_settled_from_its_record(apiserver: Any) -> None:
+    """30 % of writes either reach the server with a 1 ms deadline (``deadline``: the server ends
+    them itself, with a 504 or after applying them) or are cut off after the server got them
+    (``hang-up``): their answers say nothing of whether they were applied. The audit settles
+    every one from the server's record, finds its matching sound on every answered write, and
+    none of them applied outside its sender's term."""
+    config = RunConfig(seed=51, fault_rate=0.3, faults=("deadline", "hang-up"), seconds=6.0, kill_rate=0.05, shapes="nested",
+                       replicas=True)
+    summary = run_many(apiserver, 2, config, prefix="chaos-ended")
+    assert summary.faults["deadline"] > 0 and summary.faults["hang-up"] > 0 and summary.decisions > 0, summary.json()
+    assert summary.writes_unknown > 0 and summary.writes_unknown_unsettled == 0, summary.json()
+    assert summary.record_misses == 0 and summary.writes_checked > 0, summary.json()
     assert summary.writes_outside_term == 0 and summary.clean, summary.json()
 
 

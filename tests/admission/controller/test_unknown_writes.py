@@ -1,17 +1,25 @@
 """A decision write whose answer is lost (a 5xx or no answer) may have been applied all the same:
 the ledger keeps its booking, so the next decision, made before the cache shows what landed,
-never plans the same GPUs; a write refused outright still gives its booking back."""
+never plans the same GPUs; a write refused outright still gives its booking back. And a write
+the server still holds when the controller gives up is ended by the server at that deadline,
+so it never lands after the Workload's next decision."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from admission.controller import Controller, DecisionSettings
-from admission.kube import WORKLOADS, KubePort, Obj, Resource, errors
+from admission.kube import WORKLOADS, ApiRetrySettings, KubePort, Obj, Resource, errors
 from tests.admission.controller.test_racing_workloads import assert_no_double_booking, one_island_free
 from tests.admission.fabric import Fabric
+from tests.admission.slow_review import SLOW_REVIEW, slow_review
+from tests.chaos.proxy import FaultProxy
+from tests.envtest import ApiServer
 
 pytestmark = pytest.mark.apiserver
 
@@ -105,3 +113,45 @@ def test_a_lost_answer_whose_write_never_landed_is_decided_afresh_on_its_retry(f
     fabric.clock.advance(max(DecisionSettings().error_requeue_seconds) + 1)
     (again,) = ctrl.process()
     assert again.outcome == "admit" and again.written and fabric.entry("a")["state"] == "Ready"
+
+
+HELD = 2.0
+"""How long the slow webhook holds the first decision write inside the apiserver (s)."""
+
+
+def test_a_decision_write_the_server_holds_past_the_controllers_give_up_is_never_applied(
+        apiserver: ApiServer, fabric: Fabric, tmp_path: Path) -> None:
+    """The first decision write is held 2 s inside the apiserver (an admission webhook), behind
+    a proxy that does not pass the client's hang-up on; the controller gives up at its attempt's
+    0.8 s. The attempt told the server that deadline (``timeout``), so the server ends the write
+    there: it is never applied, the Workload is decided again and only that decision lands.
+    Without the deadline the server applied the abandoned write at 2 s, whenever the controller
+    had moved on (the window where a decision lands after the Workload's next one)."""
+    fabric.install()
+    fabric.submit("a", [("main", 2, 4)])
+    fabric.port.patch(WORKLOADS, "a", {"metadata": {"labels": {SLOW_REVIEW: fabric.ns}}}, fabric.ns)
+
+    def probe() -> None:
+        fabric.port.patch(WORKLOADS, "a", {"metadata": {"annotations": {"probe": str(time.monotonic())}}}, fabric.ns)
+
+    rules = [{"apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["workloads", "workloads/status"]}]
+    with slow_review(fabric.api, tmp_path, fabric.ns, rules, probe, lambda i: HELD if i == 0 else 0.0) as reviews, \
+            FaultProxy("127.0.0.1", apiserver.port, apiserver.ca_file, rate=0.0, max_seconds=60) as proxy:
+        cfg = client.Configuration()
+        cfg.host, cfg.api_key = proxy.url, {"authorization": f"Bearer {apiserver.token}"}
+        port = KubePort(client.ApiClient(cfg), ApiRetrySettings(backoffs=(), request_timeout=0.8))
+        ctrl = Controller(port, settings=fabric.settings(), clock=fabric.clock, metrics=fabric.metrics)
+        ctrl.sync()
+        (first,) = ctrl.process()
+        assert first.outcome == "admit" and not first.written
+        time.sleep(HELD + 1.0)  # past the webhook's answer to the held write
+        assert len(reviews) == 1  # the server did get to it
+        assert fabric.entry("a")["state"] == "Pending", "the abandoned decision write was applied after the controller gave up"
+        assert [w.status for w in proxy.timeline if "/workloads/a/status" in w.path] == [504]  # the server's own answer: its deadline passed
+
+        fabric.clock.advance(max(DecisionSettings().error_requeue_seconds) + 1)
+        (again,) = ctrl.process()
+        assert again.outcome == "admit" and again.written
+        entry = fabric.entry("a")
+        assert entry["state"] == "Ready"
+        assert entry["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"] == again.decision_id != first.decision_id

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from admission.kube import NODES, WORKLOADS, ApiRetrySettings, KubePort, errors
+from admission.kube._client import server_timeout
 
 
 def dead_port(**kw: object) -> KubePort:
@@ -102,3 +103,11 @@ def test_replace_of_the_status_subresource_writes_status_alone_and_only_on_the_v
     assert port.get(WORKLOADS, "w", namespace)["spec"]["queueName"] == "lq"  # the status subresource leaves the spec alone
     with pytest.raises(errors.Conflict):  # the version read is gone
         port.replace(WORKLOADS, body, subresource="status")
+
+
+def test_an_attempts_timeout_reaches_the_server_in_whole_milliseconds_never_as_none() -> None:
+    """``0s`` would tell the apiserver the client sets no deadline: a window under a millisecond
+    still sends one."""
+    assert server_timeout(0.8129) == "812ms"
+    assert server_timeout(30.0) == "30000ms"
+    assert server_timeout(0.0004) == "1ms"

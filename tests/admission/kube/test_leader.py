@@ -5,12 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from admission.kube import CONFIGMAPS, LEASES, ApiRetrySettings, KubePort, LeaderElector, LeaderSettings, ManualClock, errors
+from tests.admission.slow_review import SLOW_REVIEW, slow_review
 from tests.chaos.proxy import FaultProxy
 from tests.envtest import ApiServer
 
@@ -171,6 +173,38 @@ def test_a_write_attempt_ends_before_the_term_and_the_server_never_sees_it(apise
     time.sleep(SLOW + 0.5 - (time.monotonic() - started))  # past when the server would have applied it
     assert direct.get(CONFIGMAPS, "late", namespace)["data"] == {"a": "1"}
     assert slow_proxy.dropped == 1 and slow_proxy.timeline == []
+
+
+def test_a_write_the_server_is_slow_to_get_to_ends_at_the_attempts_deadline_inside_the_server(
+        apiserver: Any, kube_client: Any, namespace: str, tmp_path: Path) -> None:
+    """A write sent with 0.8 s of term left, held 2 s inside the apiserver by an admission webhook,
+    behind a proxy that does not pass the client's hang-up on (the server never learns the client
+    left): the client gives up at 0.8 s, and the server, told that deadline, ends the write
+    there instead of applying it at 2 s. Without the deadline the same write is applied."""
+    direct = KubePort(kube_client)
+    direct.create(CONFIGMAPS, {"metadata": {"name": "late", "namespace": namespace, "labels": {SLOW_REVIEW: namespace}},
+                               "data": {"a": "1"}})
+
+    def probe() -> None:
+        direct.patch(CONFIGMAPS, "late", {"metadata": {"annotations": {"probe": str(time.monotonic())}}}, namespace)
+
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["configmaps"]}]
+    with slow_review(kube_client, tmp_path, namespace, rules, probe, lambda i: SLOW) as reviews, \
+            FaultProxy("127.0.0.1", apiserver.port, apiserver.ca_file, rate=0.0, max_seconds=60) as proxy:
+        ends = time.monotonic() + 0.8
+        port = KubePort(through(proxy, apiserver), ApiRetrySettings(backoffs=(), request_timeout=10.0),
+                        fence=lambda: ends - time.monotonic())
+        with pytest.raises(errors.NetworkError):
+            port.patch(CONFIGMAPS, "late", {"data": {"a": "2"}}, namespace)
+        time.sleep(SLOW + 1.0)  # past the webhook's answer
+        assert len(reviews) == 1  # the server did get to the write
+        assert direct.get(CONFIGMAPS, "late", namespace)["data"] == {"a": "1"}
+        assert [w.status for w in proxy.timeline if 200 <= w.status < 300] == []  # the server answered no success
+
+        # the control: the same write with a deadline past the webhook's answer is applied
+        KubePort(through(proxy, apiserver), ApiRetrySettings(backoffs=(), request_timeout=10.0)).patch(
+            CONFIGMAPS, "late", {"data": {"a": "3"}}, namespace)
+        assert len(reviews) == 2 and direct.get(CONFIGMAPS, "late", namespace)["data"] == {"a": "3"}
 
 
 def test_a_renewal_round_ends_within_the_renew_deadline(apiserver: Any, namespace: str, slow_proxy: FaultProxy) -> None:

@@ -165,7 +165,7 @@ class Decision:
 
 
 def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, str | None], cls: WorkloadClass | None,
-                    snapshot: Snapshot, *, tight: bool, balanced: bool) -> PodSetRequest:
+                    snapshot: Snapshot, *, tight: bool, balanced: bool, perf_first: str = "all") -> PodSetRequest:
     required, preferred, span = (None, None, None) if cls and cls.spread else level_mode  # replicas spread; island levels are for gangs
     spread = Spread(cls.spread.level, cls.spread.max_per_domain) if cls and cls.spread else None
     if spec.required_topology:
@@ -194,7 +194,7 @@ def _podset_request(spec: PodSetSpec, level_mode: tuple[str | None, str | None, 
         preferred_level=preferred,
         max_span_level=span if preferred else None,
         perf_floor=cls.perf_floor if cls else 0.0,
-        uniform_perf=cls.uniform_perf if cls else False,
+        uniform_perf=bool(cls and cls.uniform_perf and (perf_first == "all" or spec.count > 1)),  # fragmentation.perfFirst
         perf_band=cls.perf_band if cls else DEFAULT_PERF_BAND,
         perf_rank=cls.perf_rank if cls else "min",
         spread=spread,
@@ -250,9 +250,10 @@ def _build(podsets: Sequence[PodSetSpec], mode: tuple[str | None, str | None, st
     frag = profile.fragmentation
     # Keyed by identity (the memo holds the inputs): the specs are frozen, and hashing them field
     # by field cost more than building the request.
-    key = (tuple(map(id, podsets)), mode, id(cls), tuple(map(id, links)), frag.protect_empty_domains, frag.best_fit, tight, balanced)
+    key = (tuple(map(id, podsets)), mode, id(cls), tuple(map(id, links)), frag.protect_empty_domains, frag.best_fit, frag.perf_first, tight,
+           balanced)
     return snapshot.remember(_REQUESTS, key, (tuple(podsets), cls, tuple(links)), lambda: PlacementRequest(
-        tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced) for p in podsets),
+        tuple(_podset_request(p, mode, cls, snapshot, tight=tight, balanced=balanced, perf_first=frag.perf_first) for p in podsets),
         tuple(links), frag.protect_empty_domains, frag.best_fit))
 
 

@@ -67,6 +67,11 @@ class FragmentationSettings(_Strict):
     protect_empty_domains: bool = Field(default=False, alias="protectEmptyDomains")
     reference_gang_gpus: int = Field(default=8, gt=0, alias="referenceGangGPUs")
     """Gang size (GPUs) the fragmentation index is measured against."""
+    perf_first: Literal["all", "gangs"] = Field(default="all", alias="perfFirst")
+    """Which PodSets a class's ``uniformPerf`` ranks by speed before fit: ``all`` (the default),
+    or ``gangs``, those of more than one pod only. A one-pod PodSet then takes the best-fitting
+    domain (speed breaks ties; the class's ``perfFloor`` still applies), so small Workloads fill
+    partly used islands and leave whole ones to the Workloads that need them (``docs/queue.md``)."""
 
 
 class QueueingSettings(_Strict):

@@ -123,7 +123,8 @@ def profiles_documents(draw: st.DrawFn) -> Any:
         "requiredLevel": level, "preferredLevel": level, "maxSpanLevel": level, "relaxAfterSeconds": seconds,
         "retry": maybe(st.fixed_dictionaries({}, optional={"initialSeconds": seconds, "maxSeconds": seconds})),
         "fragmentation": maybe(st.fixed_dictionaries({}, optional={"bestFit": maybe(st.booleans()),
-                                                                  "protectEmptyDomains": maybe(st.booleans())})),
+                                                                  "protectEmptyDomains": maybe(st.booleans()),
+                                                                  "perfFirst": maybe(st.sampled_from(["all", "gangs", "pods"]))})),
     })
     return draw(maybe(st.fixed_dictionaries({}, optional={
         "defaultProfile": maybe(st.sampled_from(["strict", "elastic", "missing"])),

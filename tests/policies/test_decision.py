@@ -175,3 +175,47 @@ def test_without_explanations_the_decision_is_the_same_minus_the_losing_domains(
         assert lean.placement is not None and full.placement.podsets == lean.placement.podsets
         assert full.placement.reason == lean.placement.reason and not lean.placement.why_not
         assert full.placement.why_not or outcome == "admit"
+
+
+PERF_FIRST = load_profiles(f"""
+defaultProfile: speed
+profiles:
+  speed: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}}}
+  fit: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, fragmentation: {{perfFirst: gangs}}}}
+classes:
+  training: {{perfFloor: 0.9, uniformPerf: true}}
+""")
+
+
+def half_used_slow_island() -> Snapshot:
+    """``cluster()``'s fabric with island u0c0 half taken (nodes 0-1 full) and its free nodes at perf
+    0.95; every other island is empty at perf 1.0."""
+    nodes = []
+    for u in range(2):
+        for c in range(2):
+            for n in range(4):
+                first = (u, c) == (0, 0)
+                nodes.append(NodeInfo(f"u{u}c{c}n{n}", {SU: f"u{u}", CLIQUE: f"u{u}c{c}"}, ResourceVector(4, 1000, 1000, 10),
+                                      ResourceVector(gpu=4 if first and n < 2 else 0), perf=0.95 if first else 1.0))
+    return Snapshot("f", [Level(SU, 50), Level(CLIQUE, 1800)], nodes)
+
+
+@pytest.mark.parametrize(("profile", "pods", "island"), [("speed", 1, "u0c1"), ("fit", 1, "u0c0"), ("speed", 2, "u0c1"), ("fit", 2, "u0c1")])
+def test_perf_first_gangs_places_a_one_pod_workload_by_fit_and_a_gang_by_speed(profile: str, pods: int, island: str) -> None:
+    # uniformPerf ranks islands by speed before fit: by default a one-pod Workload takes an empty
+    # island at perf 1.0 over the half-used one at 0.95; with perfFirst: gangs it fills the
+    # half-used one, and a gang of two pods still takes the fastest island
+    d = decide(half_used_slow_island(), gang(pods), profile_name=profile, profile=PERF_FIRST.profiles[profile], now=0.0,
+               workload_class=PERF_FIRST.classes["training"])
+    assert d.outcome == "admit" and d.placement is not None
+    ps = d.placement.podsets[0]
+    assert {n[:4] for n in ps.nodes} == {island}
+
+
+def test_perf_first_gangs_keeps_the_class_speed_floor() -> None:
+    snap = half_used_slow_island()
+    floor = load_profiles("defaultProfile: fit\nprofiles: {fit: {fragmentation: {perfFirst: gangs}}}\n"
+                          "classes: {training: {perfFloor: 0.97, uniformPerf: true}}\n")
+    d = decide(snap, gang(1), profile_name="fit", profile=floor.profiles["fit"], now=0.0, workload_class=floor.classes["training"])
+    assert d.outcome == "admit" and d.placement is not None
+    assert d.placement.podsets[0].min_perf >= 0.97  # the half-used island's 0.95 nodes are under the floor: not taken by fit

@@ -250,6 +250,25 @@ def test_a_class_perf_rank_defaults_to_min_reaches_the_request_and_is_checked() 
         load_profiles("classes: {fast: {uniformPerf: true, perfRank: fastest}}\n")
 
 
+def test_fragmentation_perf_first_defaults_to_all_leaves_one_pod_podsets_to_fit_under_gangs_and_is_checked() -> None:
+    from policies import podset_spec
+    from policies._decision import _podset_request
+    from topology import Level, NodeInfo, ResourceVector, Snapshot
+
+    doc = load_profiles("profiles: {elastic: {}, fit: {fragmentation: {perfFirst: gangs}}}\nclasses: {training: {uniformPerf: true}}\n")
+    assert doc.profiles["elastic"].fragmentation.perf_first == "all" and doc.profiles["fit"].fragmentation.perf_first == "gangs"
+    snap = Snapshot("f", [Level("nvidia.com/gpu.clique", 1800, 1)],
+                    [NodeInfo("n0", {"nvidia.com/gpu.clique": "c0"}, ResourceVector(4, 1000, 1000, 10))])
+    mode = ("nvidia.com/gpu.clique", None, None)
+    cls = doc.classes["training"]
+    one, two = podset_spec("main", 1, ResourceVector(gpu=2), {}), podset_spec("main", 2, ResourceVector(gpu=1), {})
+    assert _podset_request(one, mode, cls, snap, tight=False, balanced=False).uniform_perf
+    assert not _podset_request(one, mode, cls, snap, tight=False, balanced=False, perf_first="gangs").uniform_perf
+    assert _podset_request(two, mode, cls, snap, tight=False, balanced=False, perf_first="gangs").uniform_perf
+    with pytest.raises(ProfilesError, match=r"profiles\.fit\.fragmentation\.perfFirst: Input should be 'all' or 'gangs'"):
+        load_profiles("profiles: {elastic: {}, fit: {fragmentation: {perfFirst: pods}}}\n")
+
+
 def test_a_flavor_names_its_accelerator_and_a_bad_name_is_refused_naming_the_field() -> None:
     doc = load_profiles("flavors: {a: {topology: t}, m: {topology: t, gpuResource: amd.com/gpu}, g: {topology: t, gpuResource: habana.ai/gaudi}}\n")
     assert doc.accelerators("nvidia.com/gpu") == ("nvidia.com/gpu", "amd.com/gpu", "habana.ai/gaudi")

@@ -79,3 +79,13 @@ def test_atoll_place_decides_for_every_combination(cluster: str, flavor: str, do
 def test_the_chart_document_is_the_one_the_chart_renders() -> None:
     text = yaml.safe_load((ROOT / "helm" / "atoll" / "values.yaml").read_text())["profiles"]["document"]
     assert load_profiles(text).default_profile
+
+
+@pytest.mark.parametrize("name", ["costed", "costed-floor"])
+def test_a_costed_profile_is_the_same_in_every_document_that_ships_it(name: str, tmp_path: Path) -> None:
+    """The goal table measures ``config/profiles.yaml``'s costed profiles on every bundled cluster;
+    a per-setup document that ships one under the same name must install what was measured."""
+    measured = load_profiles_file(CONFIG / "profiles.yaml").profiles[name]
+    shipping = {d: load_profiles_file(_document(d, tmp_path)).profiles.get(name) for d in PROFILE_DOCUMENTS}
+    assert any(p is not None for d, p in shipping.items() if d != "config/profiles.yaml")
+    assert {d: p for d, p in shipping.items() if p is not None and p != measured} == {}

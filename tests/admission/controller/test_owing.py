@@ -1,23 +1,25 @@
 """Gangs owed their turn (``queueing.holdBehindGangs``), on the real apiserver: the controller
 reads a gang waiting for quota from its cache, parks a Workload Kueue admits behind it (reason
 ``behind-gang``), decides the gang itself when it holds quota, and then decides again what waited
-behind it."""
+behind it; in the quota yield a parked gang owed its turn keeps its quota from a Workload
+waiting for quota, where one that is not owed gives it."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.admission.controller.test_parking import parking
-from tests.admission.controller.test_yielding import active, kueue_deactivates, yielded_to
+from tests.admission.controller.test_parking import busy, parking
+from tests.admission.controller.test_yielding import active, kueue_deactivates, waiter, yielded_to
 from tests.admission.fabric import Fabric, profiles_doc, run
 from tests.kube_objects import now_rfc3339, workload
 
 pytestmark = pytest.mark.apiserver
 
 
-def held_doc(fabric: Fabric, mode: str) -> dict[str, object]:
+def held_doc(fabric: Fabric, mode: str, min_gpus: int = 0) -> dict[str, object]:
     doc = profiles_doc(fabric.flavor, fabric.topology)
-    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 600, "holdBehindGangs": mode}  # type: ignore[index]
+    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 600, "holdBehindGangs": mode,  # type: ignore[index]
+                                             "holdBehindGangsMinGPUs": min_gpus}
     return doc
 
 
@@ -60,3 +62,30 @@ def test_without_hold_behind_gangs_a_gang_waiting_for_quota_holds_nothing(fabric
     (v,) = run(ctrl)
     assert v.outcome == "admit" and fabric.entry("small")["state"] == "Ready"
 
+
+
+@pytest.mark.parametrize(("min_gpus", "owed"), [(0, True), (16, False)])
+def test_in_the_quota_yield_a_parked_gang_owed_its_turn_keeps_its_quota_where_one_not_owed_gives_it(
+        fabric: Fabric, min_gpus: int, owed: bool) -> None:
+    """The controller's quota yield asks ``owes``. Two parked 8-GPU gangs (every island has one
+    busy node): the first holds the flavor's one reservation (``maxReservationsPerFlavor`` 1), so
+    it keeps its quota either way; the second holds none. Having waited ``reserveAfterSeconds``
+    since its creation, the second is owed under ``holdBehindGangsMinGPUs`` 0 and keeps its quota
+    from a Workload waiting for it (given away, it would wait for quota again, owed, and hold back
+    the Workload it gave it to); under 16 it is not owed and gives it, as any parked Workload does."""
+    fabric.install(held_doc(fabric, "quota", min_gpus))
+    busy(fabric)
+    ctrl = parking(fabric)
+    fabric.submit("first", [("main", 2, 4)])
+    fabric.submit("second", [("main", 2, 4)])
+    verdicts = run(ctrl)
+    assert [v.outcome for v in verdicts] == ["wait", "wait"] and all(v.parked and v.reason != "behind-gang" for v in verdicts)
+    holder = ctrl.queue_state.outlook.reservations.held_by
+    assert holder(f"{fabric.ns}/first") is not None and holder(f"{fabric.ns}/second") is None
+    waiter(fabric, "late")  # 4 GPUs, Kueue found too little quota for it
+    assert run(ctrl) == []  # giving quota back is no decision
+    assert active(fabric, "first") and yielded_to(fabric, "first") is None  # a reservation's holder keeps its quota
+    if owed:
+        assert active(fabric, "second") and yielded_to(fabric, "second") is None and ctrl.quota_yields == 0
+    else:
+        assert not active(fabric, "second") and yielded_to(fabric, "second") == f"{fabric.ns}/late" and ctrl.quota_yields == 1

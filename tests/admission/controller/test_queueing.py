@@ -568,3 +568,43 @@ def test_a_gang_owed_its_turn_is_one_that_keeps_its_quota_when_parked() -> None:
     assert not owes(gang, a.doc, a.decider.read, NOW - 200)  # 500 s since its creation: not owed yet
     assert not owes(a.workload(6, 0, 1, per_pod, "training", created=NOW - 700), a.doc, a.decider.read, NOW)  # one pod
     assert not owes(None, a.doc, a.decider.read, NOW) and not owes(gang, None, a.decider.read, NOW)
+
+
+OWED_DOC = load_profiles(f"""
+defaultProfile: all
+profiles:
+  all: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsScope: all, parkWaiting: true}}}}
+  fill: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsBackfill: true, parkWaiting: true}}}}
+""")
+SMALL = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024)
+
+
+def test_under_hold_scope_all_an_owed_gang_holds_workloads_created_before_it_but_not_a_higher_priority_or_an_owed_gang() -> None:
+    a = DeployedAtoll("atoll-all", "all", OWED_DOC, cluster({}))
+    a.set_owed(0, [(50, 0, NOW - 700, 16)])
+    older = a.workload(2, 0, 1, SMALL, "training", created=NOW - 800)
+    v = a.decide(2, older, NOW)
+    assert v.outcome == "wait" and v.reason == "behind-gang" and v.waits_parked(None)  # ahead in Kueue's order, held all the same
+    assert [n.behind for n in v.needs] == ["sim/job-50"]
+    urgent = a.workload(3, 0, 1, SMALL, "training", created=NOW - 5, priority=10)
+    assert a.decide(3, urgent, NOW).outcome == "admit"  # Kueue ranks it above the gang by priority
+    owed_too = a.workload(4, 0, 2, SMALL, "training", created=NOW - 650)
+    assert a.decide(4, owed_too, NOW).outcome == "admit"  # a gang owed itself is never held
+
+
+def test_under_hold_backfill_a_workload_expected_to_end_before_the_gang_has_its_gpus_goes_first() -> None:
+    a = DeployedAtoll("atoll-fill", "fill", OWED_DOC, cluster({"r0n0": 4, "r0n1": 4}))  # 8 GPUs free
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4), ("r0n1", 4)), 0.0, limit=NOW + 5000))  # the gang's 16 are there at NOW + 5000
+    a.set_owed(0, [(50, 0, NOW - 700, 16)])
+    short = a.workload(1, 0, 1, SMALL, "training", max_execution_seconds=4000, created=NOW - 10)
+    assert a.decide(1, short, NOW).outcome == "admit"  # ends at NOW + 4000, before the gang's GPUs are free
+    long = a.workload(2, 0, 1, SMALL, "training", max_execution_seconds=6000, created=NOW - 10)
+    assert a.decide(2, long, NOW).reason == "behind-gang"  # would end after the gang's start: held
+    unknown = a.workload(3, 0, 1, SMALL, "training", created=NOW - 10)
+    assert a.decide(3, unknown, NOW).reason == "behind-gang"  # nothing known about its runtime: held
+    for _ in range(3):
+        a.outlook.estimator.learn(None, 4, 1000.0)
+    assert a.decide(3, unknown, NOW).outcome == "admit"  # its size's learned runtime ends it first
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4), ("r0n1", 4)), 0.0, limit=NOW + 500))
+    assert a.decide(2, long, NOW).reason == "behind-gang"  # the gang's GPUs free sooner: the short one would not go now either
+    assert a.decide(1, short, NOW).reason == "behind-gang"

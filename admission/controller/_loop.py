@@ -55,7 +55,7 @@ from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
-from admission.controller._owing import OwedFeed, held_waiter, owes
+from admission.controller._owing import OwedFeed, owes
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
@@ -503,10 +503,7 @@ class Controller:
         def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
             return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
 
-        def held_back(obj: Obj) -> bool:  # an owed gang would hold it: given quota, it would only park again
-            return held_waiter(obj, self.cache.profiles, self.decider.read, self.queue_state.outlook.owed, self.quota_yield.cluster_queue_of, now)
-
-        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, keeps, held_back):
+        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, keeps):
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from admission.controller._queueing import created_at, is_owed, priority_of
 from admission.controller._workloads import WorkloadError, WorkloadView, condition_true
 from admission.kube import Obj
-from admission.queue import OwedGang, OwedGangs
+from admission.queue import OwedGang
 from policies import Profile, ProfilesDocument
 
-__all__ = ["OwedFeed", "held_waiter", "owed_gangs", "owes"]
+__all__ = ["OwedFeed", "owed_gangs", "owes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,24 +115,3 @@ def owes(obj: Obj | None, doc: ProfilesDocument | None, read: Callable[[Obj], Wo
     except (WorkloadError, KeyError):
         return False
     return is_owed(profile, sum(s.count for s in view.podsets), sum(s.count * s.per_pod.gpu for s in view.podsets), created_at(obj), now)
-
-
-def held_waiter(obj: Obj, doc: ProfilesDocument | None, read: Callable[[Obj], WorkloadView], owed: OwedGangs,
-                cluster_queue_of: Callable[[Obj], str | None], now: float) -> bool:
-    """Whether an owed gang would hold ``obj``, which waits for quota (its profile's
-    ``holdBehindGangs`` and scope, on any flavor of its ClusterQueue): the quota yield gives it
-    none, since it would only park again (and the gang that holds it waits for that quota)."""
-    if doc is None or not len(owed):
-        return False
-    try:
-        view = read(obj)
-        _, profile = doc.profile_for(annotation=view.profile, local_queue=view.local_queue, cluster_queue=view.cluster_queue)
-    except (WorkloadError, KeyError):
-        return False
-    if profile.queueing.hold_behind_gangs == "off":
-        return False
-    created = created_at(obj)
-    if is_owed(profile, sum(s.count for s in view.podsets), sum(s.count * s.per_pod.gpu for s in view.podsets), created, now):
-        return False
-    return owed.holds_waiter(cluster_queue_of(obj), f"{view.namespace}/{view.name}", priority_of(obj), created,
-                             every=profile.queueing.hold_scope == "all")

@@ -279,13 +279,11 @@ class QuotaYield:
         quota = self._cohort_quota(cq, flavor, queues, gpu, empty=True)
         return quota is None or want <= quota.available(cq)
 
-    def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool],
-               held: Callable[[Obj], bool] = lambda obj: False) -> list[tuple[str, str]]:
+    def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up
         to what it asks for while it waits, not more however many passes see it. ``parked``: keys in the order they were parked
         that may give their quota back (``WaitingRoom.may_give``: at most once per decision); ``set_aside(key)``:
-        it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation;
-        ``held(waiter)``: an owed gang would hold it (``holdBehindGangs``), so it is given nothing."""
+        it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation."""
         waiters = sorted(self.waiters, key=self._kueue_order)
         order = list(parked)
         out: list[tuple[str, str]] = []
@@ -302,7 +300,7 @@ class QuotaYield:
                 self._claims.pop(w, None)
                 self._refused.discard(w)
                 continue
-            if set_aside(w) or w in self.yielded or not refused_by_kueue(obj) or held(obj):
+            if set_aside(w) or w in self.yielded or not refused_by_kueue(obj):
                 continue
             cq = self._cluster_queue(obj)
             try:

@@ -84,14 +84,6 @@ class OwedGangs:
         keys = {g.key for g in new}
         return [g.key for g in old if g.key not in keys]
 
-    def holds_waiter(self, queue: str | None, key: str, priority: int, created: float | None, *, every: bool = False) -> bool:
-        """Whether an owed gang of ``queue`` on any flavor would hold Workload ``key``, which waits
-        for quota (its flavor not known yet): given quota, it would only park again (the quota
-        yield gives it none; ``ahead`` for the rest)."""
-        return any(self.ahead(queue, flavor, key, priority, created, every=every) is not None
-                   for q, flavor in list(self._by_queue) if q == queue and flavor is not None) or (
-            self.ahead(queue, "", key, priority, created, every=every) is not None)
-
     def ahead(self, queue: str | None, flavor: str, key: str, priority: int, created: float | None, *,
               every: bool = False) -> OwedGang | None:
         """The first owed gang of ``queue`` (on ``flavor``, or on a flavor not known yet) ahead of

@@ -174,7 +174,6 @@ class DeployedAtoll:
         """The profile's ``queueing.holdBehindGangs``: with it, the simulator says which gangs are owed (``set_owed``)."""
         self.owed_after = float(own.queueing.reserve_after_seconds or 0) if own is not None else 0.0
         self.owed_min_gpus = own.queueing.hold_min_gpus if own is not None else 0
-        self.hold_every = own is not None and own.queueing.hold_scope == "all"
         self.unheld: dict[int, list[str]] = {}
         """Flavor → gangs owed no longer since ``take_unheld`` last looked."""
         self._index_map: tuple[tuple[int, int], IntArray | None] | None = None
@@ -466,14 +465,6 @@ class DeployedAtoll:
         left = self.outlook.owed.set(CLUSTER_QUEUE, name, owed)
         if left:
             self.unheld.setdefault(flavor, []).extend(left)
-
-    def held_back(self, flavor: int, job: int, priority: int, created: float, pods: int, gpus: int, now: float) -> bool:
-        """Would an owed gang hold job ``job``, which waits for quota (``OwedGangs.ahead``)? A gang
-        owed itself never is. The quota yield gives such a job none: it would only park again."""
-        if self.behind == "off" or (pods > 1 and gpus >= self.owed_min_gpus and created <= now - self.owed_after):
-            return False
-        return self.outlook.owed.ahead(CLUSTER_QUEUE, self.flavor_names[flavor], f"{NAMESPACE}/job-{job}", priority, created,
-                                       every=self.hold_every) is not None
 
     def take_unheld(self) -> dict[int, list[str]]:
         """Flavor → gangs owed no longer since the last call (``set_owed``)."""

@@ -597,9 +597,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if j in aside or served.get(j, 0) >= want:
                 _advance(order, it)
                 continue
-            if owing and deployed is not None and deployed.held_back(fi, j, int(prio[j]), float(arr[j]), shapes[sid][1].pods, want, now):
-                _advance(order, it)  # an owed gang holds it: given quota, it would only park again
-                continue
             if want > gpus_free:
                 heapq.heappop(order)  # the flavor lacks the GPUs for it, and for every later job of its shape
                 continue

@@ -29,10 +29,10 @@ profiles:
 NOW = 1_800_000_000.0
 
 
-def held_doc(fabric: Fabric, mode: str, min_gpus: int = 0, scope: str = "behind") -> dict[str, object]:
+def held_doc(fabric: Fabric, mode: str, min_gpus: int = 0) -> dict[str, object]:
     doc = profiles_doc(fabric.flavor, fabric.topology)
     doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 600, "holdBehindGangs": mode,  # type: ignore[index]
-                                             "holdBehindGangsMinGPUs": min_gpus, "holdBehindGangsScope": scope}
+                                             "holdBehindGangsMinGPUs": min_gpus}
     return doc
 
 
@@ -66,22 +66,6 @@ def test_a_workload_admitted_behind_a_gang_owed_quota_parks_until_the_gang_holds
     fabric.kueue.reserve_quota(fabric.ns, "small", fabric.cq, fabric.flavor)
     (again,) = run(ctrl)
     assert again.outcome == "admit" and fabric.entry("small")["state"] == "Ready"  # owed no longer: decided on its own
-
-
-@pytest.mark.apiserver
-def test_under_scope_all_the_quota_yield_gives_to_the_owed_gang_not_to_an_older_waiter_the_gang_holds(fabric: Fabric) -> None:
-    """``holdBehindGangsScope: all``: a Workload waiting for quota since before the gang is held
-    by it too, so the quota yield passes it over (given quota, it would only park again) and
-    gives the parked Workload's quota to the gang, although Kueue's order puts the older one first."""
-    fabric.install(held_doc(fabric, "quota", scope="all"))
-    ctrl = parking(fabric)
-    waiter(fabric, "older")  # 4 GPUs, Kueue found too little quota for it
-    gang_waits_for_quota(fabric)
-    assert run(ctrl) == []
-    fabric.submit("small", [("main", 1, 4)])
-    (held,) = run(ctrl)
-    assert held.reason == "behind-gang" and held.parked
-    assert not active(fabric, "small") and yielded_to(fabric, "small") == f"{fabric.ns}/gang"
 
 
 @pytest.mark.apiserver

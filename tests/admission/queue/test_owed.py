@@ -76,15 +76,3 @@ def test_a_workload_goes_before_the_gang_only_when_it_is_known_to_end_by_the_gan
     assert not ends_before_gang(601.0, 700.0, 100.0)
     assert not ends_before_gang(None, 700.0, 100.0)
     assert not ends_before_gang(10.0, None, 100.0)
-
-
-def test_a_workload_waiting_for_quota_is_held_by_an_owed_gang_of_its_queue_on_any_flavor() -> None:
-    owed = OwedGangs()
-    owed.set("cq", "g", [gang("ns/on-g", 100.0, flavor="g")])
-    assert owed.holds_waiter("cq", "ns/small", 0, 150.0)  # its flavor is not known: a gang on any flavor holds it
-    assert not owed.holds_waiter("cq", "ns/older", 0, 50.0)  # ahead of the gang in Kueue's order
-    assert owed.holds_waiter("cq", "ns/older", 0, 50.0, every=True)
-    assert not owed.holds_waiter("other", "ns/small", 0, 150.0)
-    owed.set("cq", "g", [])
-    owed.set("cq", None, [gang("ns/pending", 100.0, flavor=None)])
-    assert owed.holds_waiter("cq", "ns/small", 0, 150.0) and not owed.holds_waiter("cq", "ns/pending", 0, 100.0)

@@ -214,26 +214,3 @@ def test_each_flavor_s_jobs_request_its_own_accelerator_through_the_deployed_con
         held = sum(deployed.cache.pods[p["metadata"]["uid"]].usage.gpu for p in pods)
         assert held == 8  # the cache reads the flavor's resource on its pods: a controller counting only nvidia.com/gpu read 0
         assert deployed.ledger.owed(deployed.cache.snapshot(name)) == []
-
-
-def test_the_quota_yield_passes_over_a_job_an_owed_gang_holds_as_the_decision_would_hold_it() -> None:
-    """``held_back``: the simulator's yield gives no quota to a job an owed gang holds (the same
-    ``OwedGangs.ahead`` the decision asks), nor holds a gang owed itself."""
-    doc = load_profiles(f"""
-defaultProfile: behind
-profiles:
-  behind: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 8}}}}
-  every: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 8,
-          holdBehindGangsScope: all}}}}
-  plain: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600}}}}
-""")
-    now = 10_000.0
-    held = {}
-    for name in ("behind", "every", "plain"):
-        a = DeployedAtoll(f"atoll-{name}", name, doc, one_island())
-        a.set_owed(0, [(50, 0, now - 700, 8)])
-        held[name] = (a.held_back(0, 1, 0, now - 10, 1, 4, now),  # created after the gang
-                      a.held_back(0, 2, 0, now - 800, 1, 4, now),  # created before it
-                      a.held_back(0, 3, 0, now - 650, 2, 8, now),  # a gang owed itself
-                      a.held_back(0, 4, 5, now - 10, 1, 4, now))  # a higher priority
-    assert held == {"behind": (True, False, False, False), "every": (True, True, False, False), "plain": (False, False, False, False)}

@@ -59,6 +59,10 @@ class OwedGang:
         return f"gang {self.key} ({self.gpus} GPUs) is owed its turn in ClusterQueue {self.queue}"
 
 
+def _order(g: OwedGang) -> tuple[int, float, str]:
+    return g.neg_priority, g.created, g.key
+
+
 class OwedGangs:
     """The owed gangs by ClusterQueue and flavor (None: not known yet), each list in Kueue's order."""
 
@@ -75,7 +79,7 @@ class OwedGangs:
         """The gangs owed in ``queue`` on ``flavor`` now (those of another queue or flavor are left
         out); the keys of those owed before and owed no longer (what waited behind them may go
         now: wake it, ``WaitingRoom.wake_behind``)."""
-        new = sorted(g for g in gangs if g.queue == queue and g.flavor == flavor)
+        new = sorted((g for g in gangs if g.queue == queue and g.flavor == flavor), key=_order)  # by tuple: thousands per decision
         old = self._by_queue.get((queue, flavor), [])
         if new:
             self._by_queue[(queue, flavor)] = new
@@ -93,12 +97,12 @@ class OwedGangs:
         lower but an owed gang, whatever its creation time."""
         if queue is None or (created is None and not every):
             return None
-        gangs = self._by_queue.get((queue, flavor), []) + self._by_queue.get((queue, None), [])
-        if not gangs:
+        lists = [x for x in (self._by_queue.get((queue, flavor)), self._by_queue.get((queue, None))) if x]
+        if not lists:
             return None
-        first = min(gangs)
+        first = min((x[0] for x in lists), key=_order)  # each list is in Kueue's order: its first is its least
         if every:
-            if any(g.key == key for g in gangs) or priority > first.priority:
+            if any(g.key == key for x in lists for g in x) or priority > first.priority:
                 return None  # an owed gang is never held, nor a Workload Kueue ranks above the gang by priority
             return first
         assert created is not None

@@ -109,11 +109,7 @@ class QueueingSettings(_Strict):
     waits for quota; ``start``: until the gang starts. ``off`` (the default): never. A gang that
     is owed itself is never held; with it set, the reservation's ``reserveAfterSeconds`` counts
     from the Workload's creation, not its first decision. ``holdBehindGangsMinGPUs``: only a gang
-    of at least this many GPUs is owed (0: any gang). ``holdBehindGangsScope``: ``behind`` (the
-    default) holds the Workloads behind the first owed gang in Kueue's order; ``all`` holds every
-    Workload of the ClusterQueue that is not a gang owed itself, ahead of it in Kueue's order
-    too: a gang owed by how long it waited, not by its place in the queue.
-    ``holdBehindGangsBackfill``: a held Workload goes when it is expected to end (its
+    of at least this many GPUs is owed (0: any gang). ``holdBehindGangsBackfill``: a held Workload goes when it is expected to end (its
     ``maximumExecutionTimeSeconds``, else the runtime learned for its queue and size) before the
     gang is expected to have its GPUs (as the running Workloads' expected ends free them).
     ``waitCountsQueue``: the expected
@@ -133,7 +129,6 @@ class QueueingSettings(_Strict):
     perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
     hold_behind_gangs: Literal["off", "quota", "start"] = Field(default="off", alias="holdBehindGangs")
     hold_min_gpus: int = Field(default=0, ge=0, alias="holdBehindGangsMinGPUs")
-    hold_scope: Literal["behind", "all"] = Field(default="behind", alias="holdBehindGangsScope")
     hold_backfill: bool = Field(default=False, alias="holdBehindGangsBackfill", strict=True)
     wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
 

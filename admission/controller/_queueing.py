@@ -77,8 +77,7 @@ def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mappin
                 specs: Sequence[PodSetSpec], now: float, free_gpus: int = 0) -> OwedGang | None:
     """The owed gang this Workload waits behind (``holdBehindGangs``), or None: the profile holds
     nothing, the Workload is an owed gang itself, no owed gang of its ClusterQueue is ahead of
-    it in Kueue's order (priority, then creation time; under ``holdBehindGangsScope: all`` any),
-    or under ``holdBehindGangsBackfill`` it is expected to end before the gang has its GPUs
+    it in Kueue's order (priority, then creation time), or under ``holdBehindGangsBackfill`` it is expected to end before the gang has its GPUs
     (``free_gpus`` free on the flavor now)."""
     if outlook is None or profile.queueing.hold_behind_gangs == "off" or not len(outlook.owed):
         return None
@@ -86,7 +85,7 @@ def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mappin
     gpus = sum(s.count * s.per_pod.gpu for s in specs)
     if is_owed(profile, sum(s.count for s in specs), gpus, created, now):
         return None
-    gang = outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created, every=profile.queueing.hold_scope == "all")
+    gang = outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created)
     if gang is not None and profile.queueing.hold_backfill:
         est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
         starts = gang_start(gang.gpus, free_gpus, outlook.on(flavor), outlook.estimator, now)

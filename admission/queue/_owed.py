@@ -9,10 +9,7 @@ time, then key) in the same ClusterQueue waits when Kueue gives it quota, parked
 instead of starting. Parked, its quota goes back to the gang as soon as the gang's GPUs are free
 on the flavor (``QuotaYield``), and the GPUs it would have taken stay free for the gang.
 
-``holdBehindGangsScope: all`` holds every Workload of the ClusterQueue but the owed gangs, those
-ahead of the gang in Kueue's order too: the gang is owed by how long it has waited, so it waits
-only for the quota the running Workloads free, not for the backlog created before it. Either
-way a Workload is held by the first owed gang alone.
+A Workload is held by the first owed gang alone.
 
 ``quota`` owes a gang while it waits for quota; ``start`` until it starts (with quota, while it
 waits for room), so nothing behind it takes the nodes that free meanwhile. The feeder (the
@@ -88,24 +85,16 @@ class OwedGangs:
         keys = {g.key for g in new}
         return [g.key for g in old if g.key not in keys]
 
-    def ahead(self, queue: str | None, flavor: str, key: str, priority: int, created: float | None, *,
-              every: bool = False) -> OwedGang | None:
+    def ahead(self, queue: str | None, flavor: str, key: str, priority: int, created: float | None) -> OwedGang | None:
         """The first owed gang of ``queue`` (on ``flavor``, or on a flavor not known yet) ahead of
         Workload ``key`` (its ``priority`` and creation time) in Kueue's order; None: nothing holds
-        it (it is owed itself, or first, or its creation time is unknown). ``every``
-        (``holdBehindGangsScope: all``): the first owed gang holds every Workload of its priority or
-        lower but an owed gang, whatever its creation time."""
-        if queue is None or (created is None and not every):
+        it (it is owed itself, or first, or its creation time is unknown)."""
+        if queue is None or created is None:
             return None
         lists = [x for x in (self._by_queue.get((queue, flavor)), self._by_queue.get((queue, None))) if x]
         if not lists:
             return None
         first = min((x[0] for x in lists), key=_order)  # each list is in Kueue's order: its first is its least
-        if every:
-            if any(g.key == key for x in lists for g in x) or priority > first.priority:
-                return None  # an owed gang is never held, nor a Workload Kueue ranks above the gang by priority
-            return first
-        assert created is not None
         if first.key == key or (first.neg_priority, first.created, first.key) >= (-priority, created, key):
             return None  # it is owed itself, or the first is behind it: so is every other
         return first

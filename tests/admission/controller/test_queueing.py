@@ -571,25 +571,11 @@ def test_a_gang_owed_its_turn_is_one_that_keeps_its_quota_when_parked() -> None:
 
 
 OWED_DOC = load_profiles(f"""
-defaultProfile: all
+defaultProfile: fill
 profiles:
-  all: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsScope: all, parkWaiting: true}}}}
   fill: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsBackfill: true, parkWaiting: true}}}}
 """)
 SMALL = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024)
-
-
-def test_under_hold_scope_all_an_owed_gang_holds_workloads_created_before_it_but_not_a_higher_priority_or_an_owed_gang() -> None:
-    a = DeployedAtoll("atoll-all", "all", OWED_DOC, cluster({}))
-    a.set_owed(0, [(50, 0, NOW - 700, 16)])
-    older = a.workload(2, 0, 1, SMALL, "training", created=NOW - 800)
-    v = a.decide(2, older, NOW)
-    assert v.outcome == "wait" and v.reason == "behind-gang" and v.waits_parked(None)  # ahead in Kueue's order, held all the same
-    assert [n.behind for n in v.needs] == ["sim/job-50"]
-    urgent = a.workload(3, 0, 1, SMALL, "training", created=NOW - 5, priority=10)
-    assert a.decide(3, urgent, NOW).outcome == "admit"  # Kueue ranks it above the gang by priority
-    owed_too = a.workload(4, 0, 2, SMALL, "training", created=NOW - 650)
-    assert a.decide(4, owed_too, NOW).outcome == "admit"  # a gang owed itself is never held
 
 
 def test_under_hold_backfill_a_workload_expected_to_end_before_the_gang_has_its_gpus_goes_first() -> None:

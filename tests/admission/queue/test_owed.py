@@ -42,19 +42,6 @@ def test_set_says_when_a_gang_is_owed_no_longer_and_keeps_other_queues_and_flavo
     assert owed.ahead("cq", "f", "ns/small", 0, 150.0) is None and len(owed) == 1
 
 
-def test_under_every_the_first_owed_gang_holds_what_is_ahead_of_it_too_but_not_an_owed_gang_or_a_higher_priority() -> None:
-    owed = OwedGangs()
-    owed.set("cq", "f", [gang("ns/first", 100.0), gang("ns/second", 200.0)])
-    held = owed.ahead("cq", "f", "ns/older", 0, 50.0, every=True)
-    assert held is not None and held.key == "ns/first"  # created before the gang: held all the same
-    assert owed.ahead("cq", "f", "ns/older", 0, 50.0) is None  # Kueue's order alone: ahead of it
-    held = owed.ahead("cq", "f", "ns/nodate", 0, None, every=True)
-    assert held is not None and held.key == "ns/first"  # no creation time needed: nothing is ordered by it
-    assert owed.ahead("cq", "f", "ns/second", 0, 200.0, every=True) is None  # owed itself
-    assert owed.ahead("cq", "f", "ns/urgent", 1, 300.0, every=True) is None  # a higher priority than the gang's
-    assert owed.ahead("cq", "g", "ns/older", 0, 50.0, every=True) is None  # another flavor
-
-
 def running(flavor: str, gpus: int, ends: float) -> Running:
     return Running(flavor, (("n", gpus),), 0.0, limit=ends)
 

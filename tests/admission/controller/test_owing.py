@@ -1,8 +1,9 @@
-"""Gangs owed their turn (``queueing.holdBehindGangs``), on the real apiserver: the controller
+"""Gangs owed their turn (``queueing.holdBehindGangs``). On the real apiserver: the controller
 reads a gang waiting for quota from its cache, parks a Workload Kueue admits behind it (reason
 ``behind-gang``), decides the gang itself when it holds quota, and then decides again what waited
 behind it; in the quota yield a parked gang owed its turn keeps its quota from a Workload
-waiting for quota, where one that is not owed gives it."""
+waiting for quota, where one that is not owed gives it. Without one: ``OwedFeed`` reads each
+version of a Workload once."""
 
 from __future__ import annotations
 

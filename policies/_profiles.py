@@ -114,7 +114,10 @@ class QueueingSettings(_Strict):
     waits for quota; ``start``: until the gang starts. ``off`` (the default): never. A gang that
     is owed itself is never held; with it set, the reservation's ``reserveAfterSeconds`` counts
     from the Workload's creation, not its first decision. ``holdBehindGangsMinGPUs``: only a gang
-    of at least this many GPUs is owed (0: any gang). ``waitCountsQueue``: the expected
+    of at least this many GPUs is owed (0: any gang). ``holdBehindGangsBackfill``: a held Workload goes when it is expected to end (its
+    ``maximumExecutionTimeSeconds``, else the runtime learned for its queue and size) before the
+    gang is expected to have its GPUs (as the running Workloads' expected ends free them).
+    ``waitCountsQueue``: the expected
     wait for one domain (both sides of ``waitOrSpan`` and of ``perfFloorByCost``) counts the
     Workloads queued ahead on the flavor (priority, then creation), which take the room before this
     one as it frees, instead of the room alone (``docs/queue.md``, "The queue ahead")."""
@@ -131,6 +134,7 @@ class QueueingSettings(_Strict):
     perf_floor_idle: Literal["weigh", "take"] = Field(default="weigh", alias="perfFloorIdle")
     hold_behind_gangs: Literal["off", "quota", "start"] = Field(default="off", alias="holdBehindGangs")
     hold_min_gpus: int = Field(default=0, ge=0, alias="holdBehindGangsMinGPUs")
+    hold_backfill: bool = Field(default=False, alias="holdBehindGangsBackfill", strict=True)
     wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
 
     @model_validator(mode="after")

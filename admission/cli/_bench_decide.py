@@ -25,6 +25,13 @@ cluster and to list it into the controller. Events are posted from their thread 
 the port without being kept. Decision ids are numbered, so ``verdicts_sha256`` (over each
 verdict's Workload, outcome, message and podSetUpdates, in order) compares two versions' verdicts.
 
+``--waiting N`` adds N Workloads waiting for quota in the same ClusterQueue (no admission,
+``QuotaReserved=False`` as Kueue writes it, created a day before the clock: every gang among
+them has waited ``reserveAfterSeconds``), and ``--hold-behind-gangs quota|start`` gives the
+profile ``queueing.holdBehindGangs`` (``reserveAfterSeconds: 1800``), so each decision first
+reads which gangs are owed (``Controller._feed_owed``). ``feed_owed_p50_ms``/``p99_ms`` are its
+own CPU time per decision, inside the decision's.
+
 Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is missed.
 """
 
@@ -220,17 +227,34 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[str, Any]:
-    """Build the fleet in memory, list it into a controller, and time ``decisions`` reconciles."""
+def _waiting(job: Any, k: int, profile: str) -> dict[str, Any]:
+    """A Workload Kueue found too little quota for, created a day before the bench's clock."""
+    obj = _workload(job, k, profile)
+    obj["metadata"]["creationTimestamp"] = "2025-12-31T00:00:00Z"
+    obj["status"] = {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                                     "lastTransitionTime": "2025-12-31T00:00:00Z",
+                                     "message": "couldn't assign flavors to pod set main: insufficient unused quota"}],
+                     "resourceRequests": obj["status"]["resourceRequests"]}
+    return obj
+
+
+def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting: int = 0, hold: str = "off") -> dict[str, Any]:
+    """Build the fleet in memory, list it into a controller, and time ``decisions`` reconciles
+    (with ``waiting`` Workloads waiting for quota, and ``hold``: ``queueing.holdBehindGangs``)."""
     from admission.cli._bundled import resolve_profiles
     from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
-    from admission.kube import NODES, PODS, WORKLOADS, ManualClock
+    from admission.kube import LOCAL_QUEUES, NODES, PODS, WORKLOADS, ManualClock
     from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, synthetic_jobs
-    from policies import load_profiles_file
+    from policies import ProfilesDocument, load_profiles_file
 
     t0 = time.perf_counter()
     cluster = fleet_cluster(nodes)
     doc = profiles_for_cluster(load_profiles_file(resolve_profiles(None)), cluster)
+    if hold != "off":
+        raw = doc.model_dump(by_alias=True, exclude_unset=True)
+        raw["profiles"]["elastic"]["queueing"] = {**raw["profiles"]["elastic"].get("queueing", {}), "reserveAfterSeconds": 1800,
+                                                  "holdBehindGangs": hold}
+        doc = ProfilesDocument.model_validate(raw)
     port = MemoryCluster(ManualClock(1_767_225_600.0))
     kept: list[str] = []
     for res, obj in cluster_objects(cluster, doc):
@@ -245,6 +269,12 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
     jobs = synthetic_jobs(pending, seed, gpus_per_node=4)
     for k, job in enumerate(jobs):
         port.put(WORKLOADS, _workload(job, k, "elastic"))
+    if waiting:
+        for k, job in enumerate(synthetic_jobs(waiting, seed + 1, gpus_per_node=4), start=pending):
+            port.put(WORKLOADS, _waiting(job, k, "elastic"))
+        for i in range(NAMESPACES):
+            port.put(LOCAL_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                                    "metadata": {"name": "training", "namespace": f"team-{i}"}, "spec": {"clusterQueue": "gpu-cq"}})
     del jobs
     gc.collect()
     build_s = time.perf_counter() - t0
@@ -262,6 +292,17 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
     rss_synced = _rss_mb()
     queued = controller.pending()
     controller.decider.warm_up()
+    feed: list[float] = []
+    feed_owed = controller._feed_owed
+
+    def timed_feed() -> None:
+        c = time.thread_time()
+        try:
+            feed_owed()
+        finally:
+            feed.append(time.thread_time() - c)
+
+    controller._feed_owed = timed_feed  # type: ignore[method-assign]
     controller.events.start()
     own, wall, total = [], [], []
     digest = hashlib.sha256()
@@ -295,14 +336,16 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0) -> dict[
                                     "status": {"phase": "Running"}})
     finally:
         controller.events.stop()
-    arr, walls, whole = (np.array(v) if v else np.zeros(1) for v in (own, wall, total))
+    arr, walls, whole, fed = (np.array(v) if v else np.zeros(1) for v in (own, wall, total, feed))
 
     def ms(a: Any, q: float) -> float:
         return round(float(np.percentile(a, q)) * 1e3, 3)
 
     return {
-        "nodes": len(kept), "gpus": 4 * len(kept), "pending": pending, "decisions": len(own), **outcomes,
+        "nodes": len(kept), "gpus": 4 * len(kept), "pending": pending, "waiting": waiting, "hold_behind_gangs": hold,
+        "owed": len(controller.queue_state.outlook.owed), "decisions": len(own), **outcomes,
         "p50_ms": ms(arr, 50), "p99_ms": ms(arr, 99), "max_ms": round(float(arr.max()) * 1e3, 3),
+        "feed_owed_p50_ms": ms(fed, 50), "feed_owed_p99_ms": ms(fed, 99),
         "verdicts_sha256": digest.hexdigest()[:16],
         "wall_p50_ms": ms(walls, 50), "wall_p99_ms": ms(walls, 99), "wall_max_ms": round(float(walls.max()) * 1e3, 3),
         "with_port_p50_ms": ms(whole, 50), "with_port_p99_ms": ms(whole, 99), "events": timed.events,
@@ -320,6 +363,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--pending", type=int, default=50_000, help="Workloads with quota reserved and Atoll's check Pending")
     p.add_argument("--decisions", type=int, default=2_000, help="of the pending Workloads, how many to decide (timed)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--waiting", type=int, default=0, help="Workloads waiting for quota in the same ClusterQueue (Kueue refused them)")
+    p.add_argument("--hold-behind-gangs", choices=("off", "quota", "start"), default="off",
+                   help="the profile's queueing.holdBehindGangs (reserveAfterSeconds 1800): each decision reads which gangs are owed")
     p.add_argument("--goal-p99-ms", type=float, default=10.0, help="PASS when the p99 decision takes at most this long")
     p.add_argument("--goal-rss-mb", type=float, default=4096.0, help="PASS when the process's peak RSS stays at or below this")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -327,10 +373,10 @@ def main(argv: Sequence[str]) -> int:
     if args.nodes < NODES_PER_RACK:
         print(f"atoll bench decide: --nodes must be ≥ {NODES_PER_RACK} (one rack), got {args.nodes}", file=sys.stderr)
         return 2
-    if args.pending < 1 or args.decisions < 1:
-        print("atoll bench decide: --pending and --decisions must be ≥ 1", file=sys.stderr)
+    if args.pending < 1 or args.decisions < 1 or args.waiting < 0:
+        print("atoll bench decide: --pending and --decisions must be ≥ 1, --waiting ≥ 0", file=sys.stderr)
         return 2
-    row = run_decide(args.nodes, args.pending, min(args.decisions, args.pending), args.seed)
+    row = run_decide(args.nodes, args.pending, min(args.decisions, args.pending), args.seed, args.waiting, args.hold_behind_gangs)
     ok = row["p99_ms"] <= args.goal_p99_ms and row["peak_rss_mb"] <= args.goal_rss_mb
     row["goal"] = {"p99_ms": args.goal_p99_ms, "peak_rss_mb": args.goal_rss_mb, "met": ok}
     if args.format == "json":

@@ -291,7 +291,8 @@ class Decider:
         except ValueError as exc:
             return _FlavorResult(flavor, "wait", f"flavor {flavor}: {exc}; retry in {config_wait}s", "config", config_wait)
         key = f"{view.namespace}/{view.name}"
-        gang = behind_gang(self.queue, profile, key, obj, view.cluster_queue, flavor, specs, now)
+        gang = behind_gang(self.queue, profile, key, obj, view.cluster_queue, flavor, specs, now,
+                           shared.free_gpus() if profile.queueing.hold_backfill else 0)
         if gang is not None:  # holdBehindGangs: an owed gang comes first; parked (its quota can go back to the gang)
             smallest = min(specs, key=lambda s: (s.count * s.per_pod.gpu, s.per_pod.gpu))
             delay = profile.retry.delay(wait.attempts)

@@ -55,7 +55,7 @@ from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
-from admission.controller._owing import owed_gangs, owes
+from admission.controller._owing import OwedFeed, owes
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
@@ -205,6 +205,7 @@ class Controller:
         self._yield_due = False
         self._owed_at: set[tuple[str, str | None]] = set()
         """Where gangs were owed at the last look (``_feed_owed``)."""
+        self._owed_feed = OwedFeed()
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._leading = threading.Event()
@@ -566,8 +567,8 @@ class Controller:
         if doc is None or modes == {"off"}:
             return
         parked = self.parking.parked() if "start" in modes else []  # under quota only those waiting for quota are owed
-        found = owed_gangs(self.cache.objects[WORKLOADS], list(self.quota_yield.waiters), parked, doc, self.decider.read,
-                           self.quota_yield.cluster_queue_of, self.quota_yield.flavor_of, self.clock.now())
+        found = self._owed_feed.gangs(self.cache.objects[WORKLOADS], self.quota_yield.waiters, parked, doc, self.decider.read,
+                                      self.quota_yield.cluster_queue_of, self.quota_yield.flavor_of, self.clock.now())
         owed = self.queue_state.outlook.owed
         left = [k for queue, flavor in sorted(self._owed_at | set(found), key=str) for k in owed.set(queue, flavor, found.get((queue, flavor), []))]
         self._owed_at = set(found)

@@ -12,50 +12,95 @@ it when it reserves quota); a parked one by its admission's ClusterQueue and fla
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from admission.controller._queueing import created_at, is_owed, priority_of
 from admission.controller._workloads import WorkloadError, WorkloadView, condition_true
 from admission.kube import Obj
 from admission.queue import OwedGang
-from policies import ProfilesDocument
+from policies import Profile, ProfilesDocument
 
-__all__ = ["owed_gangs", "owes"]
+__all__ = ["OwedFeed", "owed_gangs", "owes"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What ``OwedFeed`` read of one version of a Workload under one profiles document."""
+
+    obj: Obj
+    """The version read (by identity: the cache holds a new object for each new version)."""
+    doc: ProfilesDocument
+    profile: Profile | None = None
+    """None: not a gang that a profile holding Workloads behind gangs could owe (read no further)."""
+    pods: int = 0
+    gpus: int = 0
+    created: float | None = None
+    priority: int = 0
+    quota: bool = False
+    cluster_queue: str | None = None
+    """Its admission's ClusterQueue (when it holds quota)."""
+
+
+def _read_gang(obj: Obj, doc: ProfilesDocument, read: Callable[[Obj], WorkloadView]) -> _Read:
+    pods = sum(int(ps.get("count", 1)) for ps in (obj.get("spec") or {}).get("podSets") or [] if isinstance(ps, dict))
+    if pods <= 1:  # not a gang: read no further
+        return _Read(obj, doc)
+    try:
+        view = read(obj)
+        _, profile = doc.profile_for(annotation=view.profile, local_queue=view.local_queue, cluster_queue=view.cluster_queue)
+    except (WorkloadError, KeyError):
+        return _Read(obj, doc)
+    mode = profile.queueing.hold_behind_gangs
+    quota = condition_true(obj, "QuotaReserved")
+    created = created_at(obj)
+    if mode == "off" or (quota and mode != "start") or created is None:
+        return _Read(obj, doc)
+    return _Read(obj, doc, profile, sum(s.count for s in view.podsets), sum(s.count * s.per_pod.gpu for s in view.podsets), created,
+                 priority_of(obj), quota, view.cluster_queue)
+
+
+class OwedFeed:
+    """``owed_gangs`` reading each version of a Workload once. The controller asks before every
+    decision, over every Workload waiting for quota, and a queue of thousands changes little
+    between two decisions; parsing each gang's Workload and finding its profile every time made
+    the look most of a decision's time (``atoll bench decide --waiting``). Only the Workloads of
+    the last look are kept."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, _Read] = {}
+
+    def gangs(self, objects: Mapping[str, Obj], waiting: Iterable[str], parked: Iterable[str], doc: ProfilesDocument,
+              read: Callable[[Obj], WorkloadView], cluster_queue_of: Callable[[Obj], str | None], flavor_of: Callable[[str], str],
+              now: float) -> dict[tuple[str, str | None], list[OwedGang]]:
+        """(ClusterQueue, flavor or None) → the gangs owed there now, from the Workloads ``waiting``
+        for quota and ``parked`` (each looked at once; gone or unreadable ones are left out)."""
+        out: dict[tuple[str, str | None], list[OwedGang]] = {}
+        kept: dict[str, _Read] = {}
+        for key in [*waiting, *parked]:
+            obj = objects.get(key)
+            if obj is None or key in kept:
+                continue
+            r = self._read.get(key)
+            if r is None or r.obj is not obj or r.doc is not doc:
+                r = _read_gang(obj, doc, read)
+            kept[key] = r
+            if r.profile is None or not is_owed(r.profile, r.pods, r.gpus, r.created, now):
+                continue
+            queue = r.cluster_queue if r.quota else cluster_queue_of(obj)
+            if not queue:
+                continue
+            flavor = (flavor_of(key) or None) if r.quota else None
+            assert r.created is not None
+            out.setdefault((queue, flavor), []).append(OwedGang(-r.priority, r.created, key, queue, r.gpus, flavor))
+        self._read = kept
+        return out
 
 
 def owed_gangs(objects: Mapping[str, Obj], waiting: Iterable[str], parked: Iterable[str], doc: ProfilesDocument,
                read: Callable[[Obj], WorkloadView], cluster_queue_of: Callable[[Obj], str | None], flavor_of: Callable[[str], str],
                now: float) -> dict[tuple[str, str | None], list[OwedGang]]:
-    """(ClusterQueue, flavor or None) → the gangs owed there now, from the Workloads ``waiting``
-    for quota and ``parked`` (each looked at once; gone or unreadable ones are left out)."""
-    out: dict[tuple[str, str | None], list[OwedGang]] = {}
-    seen: set[str] = set()
-    for key in [*waiting, *parked]:
-        obj = objects.get(key)
-        if obj is None or key in seen:
-            continue
-        seen.add(key)
-        pods = sum(int(ps.get("count", 1)) for ps in (obj.get("spec") or {}).get("podSets") or [] if isinstance(ps, dict))
-        if pods <= 1:  # not a gang: read no further (this runs before every decision)
-            continue
-        try:
-            view = read(obj)
-            _, profile = doc.profile_for(annotation=view.profile, local_queue=view.local_queue, cluster_queue=view.cluster_queue)
-        except (WorkloadError, KeyError):
-            continue
-        mode = profile.queueing.hold_behind_gangs
-        quota = condition_true(obj, "QuotaReserved")
-        if mode == "off" or (quota and mode != "start"):
-            continue
-        created = created_at(obj)
-        gpus = sum(s.count * s.per_pod.gpu for s in view.podsets)
-        if created is None or not is_owed(profile, sum(s.count for s in view.podsets), gpus, created, now):
-            continue
-        queue = view.cluster_queue if quota else cluster_queue_of(obj)
-        if not queue:
-            continue
-        flavor = (flavor_of(key) or None) if quota else None
-        out.setdefault((queue, flavor), []).append(OwedGang(-priority_of(obj), created, key, queue, gpus, flavor))
-    return out
+    """``OwedFeed.gangs`` with nothing read before."""
+    return OwedFeed().gangs(objects, waiting, parked, doc, read, cluster_queue_of, flavor_of, now)
 
 
 def owes(obj: Obj | None, doc: ProfilesDocument | None, read: Callable[[Obj], WorkloadView], now: float) -> bool:

@@ -26,6 +26,8 @@ from admission.queue import (
     WaitOrSpan,
     choose_target,
     domain_outlook,
+    ends_before_gang,
+    gang_start,
     queued_start,
     should_move,
     soonest,
@@ -72,16 +74,24 @@ def is_owed(profile: Profile, pods: int, gpus: int, created: float | None, now: 
 
 
 def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mapping[str, Any], cluster_queue: str | None, flavor: str,
-                specs: Sequence[PodSetSpec], now: float) -> OwedGang | None:
+                specs: Sequence[PodSetSpec], now: float, free_gpus: int = 0) -> OwedGang | None:
     """The owed gang this Workload waits behind (``holdBehindGangs``), or None: the profile holds
-    nothing, the Workload is an owed gang itself, or no owed gang of its ClusterQueue is ahead of
-    it in Kueue's order (priority, then creation time)."""
+    nothing, the Workload is an owed gang itself, no owed gang of its ClusterQueue is ahead of
+    it in Kueue's order (priority, then creation time), or under ``holdBehindGangsBackfill`` it is expected to end before the gang has its GPUs
+    (``free_gpus`` free on the flavor now)."""
     if outlook is None or profile.queueing.hold_behind_gangs == "off" or not len(outlook.owed):
         return None
     created = created_at(obj)
-    if is_owed(profile, sum(s.count for s in specs), sum(s.count * s.per_pod.gpu for s in specs), created, now):
+    gpus = sum(s.count * s.per_pod.gpu for s in specs)
+    if is_owed(profile, sum(s.count for s in specs), gpus, created, now):
         return None
-    return outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created)
+    gang = outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created)
+    if gang is not None and profile.queueing.hold_backfill:
+        est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
+        starts = gang_start(gang.gpus, free_gpus, outlook.on(flavor), outlook.estimator, now)
+        if ends_before_gang(None if est is None else est.seconds, starts, now):
+            return None
+    return gang
 
 
 def join_line(outlook: Outlook, key: str, flavor: str, specs: Sequence[PodSetSpec], obj: Mapping[str, Any], wait: WaitState,

@@ -7,7 +7,7 @@ controller and the simulator re-decide the same Workloads at the same moments.
 from admission.queue._ahead import MAX_AHEAD, Queued, QueuedStart, Waiter, queued_start
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
 from admission.queue._outlook import Outlook
-from admission.queue._owed import OwedGang, OwedGangs
+from admission.queue._owed import OwedGang, OwedGangs, ends_before_gang, gang_start
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption
 from admission.queue._reserve import Reservation, Reservations, choose_target, restore, should_move
 from admission.queue._room import Need, WaitingRoom
@@ -45,6 +45,8 @@ __all__ = [
     "choose_target",
     "domain_outlook",
     "draining_domains",
+    "ends_before_gang",
+    "gang_start",
     "largest_block",
     "plain_reason",
     "plan_preemption",

@@ -909,8 +909,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     def feed_owed(fi: int, now: float) -> None:
         """Tell the queue manager which gangs of flavor ``fi`` are owed their turn now, as the
-        controller's cache shows them: waiting ``reserveAfterSeconds`` since arrival, and under
-        ``quota`` without quota (queued, or deactivated by a give), under ``start`` not started."""
+        controller's cache shows them: waiting ``reserveAfterSeconds`` since arrival, not
+        deactivated by a give (the controller reads only active Workloads as waiting for quota),
+        and under ``quota`` without quota (queued), under ``start`` not started."""
         if not owing:
             return
         assert deployed is not None
@@ -921,6 +922,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 break
             if deployed.behind == "quota" and (g in parked[fi] or g in on_retry):
                 continue
+            if g in gave_at[fi]:
+                continue  # deactivated by a give: the controller sees no Workload waiting for quota in it (inactive)
             out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[int(shape_of[g])])))
         deployed.set_owed(fi, out)
 

@@ -29,3 +29,16 @@ def test_a_missed_goal_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
 def test_too_few_nodes_is_refused_with_the_field_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--nodes", "5"]) == 2
     assert "--nodes must be ≥ 18" in capsys.readouterr().err
+
+
+def test_with_workloads_waiting_for_quota_the_owed_gangs_are_read_before_each_decision(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--nodes", "144", "--pending", "20", "--decisions", "10", "--waiting", "60", "--hold-behind-gangs", "quota",
+                 "--format", "json", "--goal-p99-ms", "1e9"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["waiting"] == 60 and row["hold_behind_gangs"] == "quota"
+    assert row["owed"] > 0  # gangs among the waiting, created a day before the clock: owed
+    assert 0 < row["feed_owed_p50_ms"] <= row["feed_owed_p99_ms"]
+    assert main(["--nodes", "144", "--pending", "20", "--decisions", "10", "--waiting", "60", "--format", "json",
+                 "--goal-p99-ms", "1e9"]) == 0
+    off = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert off["owed"] == 0  # no profile holds anything behind gangs: none is looked for

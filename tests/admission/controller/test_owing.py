@@ -1,23 +1,39 @@
-"""Gangs owed their turn (``queueing.holdBehindGangs``), on the real apiserver: the controller
+"""Gangs owed their turn (``queueing.holdBehindGangs``). On the real apiserver: the controller
 reads a gang waiting for quota from its cache, parks a Workload Kueue admits behind it (reason
 ``behind-gang``), decides the gang itself when it holds quota, and then decides again what waited
-behind it."""
+behind it; in the quota yield a parked gang owed its turn keeps its quota from a Workload
+waiting for quota, where one that is not owed gives it. Without one: ``OwedFeed`` reads each
+version of a Workload once."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.admission.controller.test_parking import parking
-from tests.admission.controller.test_yielding import active, kueue_deactivates, yielded_to
+from admission.controller._owing import OwedFeed, owed_gangs
+from admission.controller._records import rfc3339
+from admission.controller._workloads import WorkloadView, parse_workload
+from admission.kube import Obj
+from admission.simulator import workload_object
+from policies import load_profiles
+from tests.admission.controller.test_parking import busy, parking
+from tests.admission.controller.test_yielding import active, kueue_deactivates, waiter, yielded_to
 from tests.admission.fabric import Fabric, profiles_doc, run
 from tests.kube_objects import now_rfc3339, workload
 
-pytestmark = pytest.mark.apiserver
+CLIQUE = "nvidia.com/gpu.clique"
+
+HELD = load_profiles(f"""
+defaultProfile: held
+profiles:
+  held: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 8}}}}
+""")
+NOW = 1_800_000_000.0
 
 
-def held_doc(fabric: Fabric, mode: str) -> dict[str, object]:
+def held_doc(fabric: Fabric, mode: str, min_gpus: int = 0) -> dict[str, object]:
     doc = profiles_doc(fabric.flavor, fabric.topology)
-    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 600, "holdBehindGangs": mode}  # type: ignore[index]
+    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 600, "holdBehindGangs": mode,  # type: ignore[index]
+                                             "holdBehindGangsMinGPUs": min_gpus}
     return doc
 
 
@@ -30,6 +46,7 @@ def gang_waits_for_quota(fabric: Fabric, name: str = "gang") -> None:
         "message": "couldn't assign flavors to pod set main: insufficient unused quota"}]})
 
 
+@pytest.mark.apiserver
 def test_a_workload_admitted_behind_a_gang_owed_quota_parks_until_the_gang_holds_it(fabric: Fabric) -> None:
     fabric.install(held_doc(fabric, "quota"))
     ctrl = parking(fabric)
@@ -52,6 +69,7 @@ def test_a_workload_admitted_behind_a_gang_owed_quota_parks_until_the_gang_holds
     assert again.outcome == "admit" and fabric.entry("small")["state"] == "Ready"  # owed no longer: decided on its own
 
 
+@pytest.mark.apiserver
 def test_without_hold_behind_gangs_a_gang_waiting_for_quota_holds_nothing(fabric: Fabric) -> None:
     fabric.install()
     ctrl = parking(fabric)
@@ -60,3 +78,69 @@ def test_without_hold_behind_gangs_a_gang_waiting_for_quota_holds_nothing(fabric
     (v,) = run(ctrl)
     assert v.outcome == "admit" and fabric.entry("small")["state"] == "Ready"
 
+
+
+@pytest.mark.apiserver
+@pytest.mark.parametrize(("min_gpus", "owed"), [(0, True), (16, False)])
+def test_in_the_quota_yield_a_parked_gang_owed_its_turn_keeps_its_quota_where_one_not_owed_gives_it(
+        fabric: Fabric, min_gpus: int, owed: bool) -> None:
+    """The controller's quota yield asks ``owes``. Two parked 8-GPU gangs (every island has one
+    busy node): the first holds the flavor's one reservation (``maxReservationsPerFlavor`` 1), so
+    it keeps its quota either way; the second holds none. Having waited ``reserveAfterSeconds``
+    since its creation, the second is owed under ``holdBehindGangsMinGPUs`` 0 and keeps its quota
+    from a Workload waiting for it (given away, it would wait for quota again, owed, and hold back
+    the Workload it gave it to); under 16 it is not owed and gives it, as any parked Workload does."""
+    fabric.install(held_doc(fabric, "quota", min_gpus))
+    busy(fabric)
+    ctrl = parking(fabric)
+    fabric.submit("first", [("main", 2, 4)])
+    fabric.submit("second", [("main", 2, 4)])
+    verdicts = run(ctrl)
+    assert [v.outcome for v in verdicts] == ["wait", "wait"] and all(v.parked and v.reason != "behind-gang" for v in verdicts)
+    holder = ctrl.queue_state.outlook.reservations.held_by
+    assert holder(f"{fabric.ns}/first") is not None and holder(f"{fabric.ns}/second") is None
+    waiter(fabric, "late")  # 4 GPUs, Kueue found too little quota for it
+    assert run(ctrl) == []  # giving quota back is no decision
+    assert active(fabric, "first") and yielded_to(fabric, "first") is None  # a reservation's holder keeps its quota
+    if owed:
+        assert active(fabric, "second") and yielded_to(fabric, "second") is None and ctrl.quota_yields == 0
+    else:
+        assert not active(fabric, "second") and yielded_to(fabric, "second") == f"{fabric.ns}/late" and ctrl.quota_yields == 1
+
+
+def waiting_for_quota(name: str, pods: int, created: float) -> Obj:
+    obj = workload_object(name, [{"name": "main", "count": pods, "template": {"spec": {"containers": [{"name": "c", "resources": {
+        "requests": {"nvidia.com/gpu": "4"}}}]}}}], flavor="f", namespace="ns")
+    obj["metadata"]["creationTimestamp"] = rfc3339(created)
+    obj["status"] = {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending"}]}
+    return obj
+
+
+def test_the_owed_feed_reads_each_version_of_a_workload_once_and_a_new_version_or_document_afresh() -> None:
+    objects = {"ns/early": waiting_for_quota("early", 2, NOW - 700), "ns/small": waiting_for_quota("small", 1, NOW - 800),
+               "ns/late": waiting_for_quota("late", 2, NOW - 100)}
+    reads: list[str] = []
+
+    def read(obj: Obj) -> WorkloadView:
+        reads.append(obj["metadata"]["name"])
+        return parse_workload(obj)
+
+    feed = OwedFeed()
+
+    def look(now: float, doc: object = HELD) -> dict[tuple[str, str | None], list[str]]:
+        found = feed.gangs(objects, list(objects), [], doc, read, lambda obj: "cq", lambda key: "f", now)  # type: ignore[arg-type]
+        assert found == owed_gangs(objects, list(objects), [], doc, parse_workload, lambda obj: "cq", lambda key: "f", now)  # type: ignore[arg-type]
+        return {k: [g.key for g in v] for k, v in found.items()}
+
+    assert look(NOW) == {("cq", None): ["ns/early"]}  # the late gang has waited 100 s of 600; one pod is no gang
+    assert sorted(reads) == ["early", "late"]  # a single pod is not read at all
+    assert look(NOW + 600) == {("cq", None): ["ns/early", "ns/late"]} and len(reads) == 2  # time alone: nothing read again
+    objects["ns/early"] = {**objects["ns/early"], "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}],
+                                                             "admission": {"clusterQueue": "cq", "podSetAssignments": []}}}
+    assert look(NOW + 600) == {("cq", None): ["ns/late"]} and reads[2:] == ["early"]  # a new version is read afresh: it holds quota
+    again = load_profiles(f"""
+defaultProfile: held
+profiles:
+  held: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 16}}}}
+""")
+    assert look(NOW + 600, again) == {} and sorted(reads[3:]) == ["early", "late"]  # a new document: every gang read afresh

@@ -568,3 +568,29 @@ def test_a_gang_owed_its_turn_is_one_that_keeps_its_quota_when_parked() -> None:
     assert not owes(gang, a.doc, a.decider.read, NOW - 200)  # 500 s since its creation: not owed yet
     assert not owes(a.workload(6, 0, 1, per_pod, "training", created=NOW - 700), a.doc, a.decider.read, NOW)  # one pod
     assert not owes(None, a.doc, a.decider.read, NOW) and not owes(gang, None, a.decider.read, NOW)
+
+
+OWED_DOC = load_profiles(f"""
+defaultProfile: fill
+profiles:
+  fill: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsBackfill: true, parkWaiting: true}}}}
+""")
+SMALL = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024)
+
+
+def test_under_hold_backfill_a_workload_expected_to_end_before_the_gang_has_its_gpus_goes_first() -> None:
+    a = DeployedAtoll("atoll-fill", "fill", OWED_DOC, cluster({"r0n0": 4, "r0n1": 4}))  # 8 GPUs free
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4), ("r0n1", 4)), 0.0, limit=NOW + 5000))  # the gang's 16 are there at NOW + 5000
+    a.set_owed(0, [(50, 0, NOW - 700, 16)])
+    short = a.workload(1, 0, 1, SMALL, "training", max_execution_seconds=4000, created=NOW - 10)
+    assert a.decide(1, short, NOW).outcome == "admit"  # ends at NOW + 4000, before the gang's GPUs are free
+    long = a.workload(2, 0, 1, SMALL, "training", max_execution_seconds=6000, created=NOW - 10)
+    assert a.decide(2, long, NOW).reason == "behind-gang"  # would end after the gang's start: held
+    unknown = a.workload(3, 0, 1, SMALL, "training", created=NOW - 10)
+    assert a.decide(3, unknown, NOW).reason == "behind-gang"  # nothing known about its runtime: held
+    for _ in range(3):
+        a.outlook.estimator.learn(None, 4, 1000.0)
+    assert a.decide(3, unknown, NOW).outcome == "admit"  # its size's learned runtime ends it first
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4), ("r0n1", 4)), 0.0, limit=NOW + 500))
+    assert a.decide(2, long, NOW).reason == "behind-gang"  # the gang's GPUs free sooner: the short one would not go now either
+    assert a.decide(1, short, NOW).reason == "behind-gang"

@@ -3,7 +3,7 @@ a gang owed no longer is said so (what it held is woken)."""
 
 from __future__ import annotations
 
-from admission.queue import OwedGang, OwedGangs
+from admission.queue import OwedGang, OwedGangs, Running, RuntimeEstimator, ends_before_gang, gang_start
 
 
 def gang(key: str, created: float, priority: int = 0, flavor: str | None = "f", queue: str = "cq") -> OwedGang:
@@ -40,3 +40,26 @@ def test_set_says_when_a_gang_is_owed_no_longer_and_keeps_other_queues_and_flavo
     assert len(owed) == 3 and [g.key for g in owed.on("cq", "g")] == ["ns/c"]
     assert owed.set("cq", "f", []) == ["ns/b", "ns/d"]
     assert owed.ahead("cq", "f", "ns/small", 0, 150.0) is None and len(owed) == 1
+
+
+def running(flavor: str, gpus: int, ends: float) -> Running:
+    return Running(flavor, (("n", gpus),), 0.0, limit=ends)
+
+
+def test_a_gang_is_expected_to_start_when_the_running_workloads_free_its_gpus_in_the_order_they_end() -> None:
+    est = RuntimeEstimator()
+    jobs = [running("f", 8, 900.0), running("f", 4, 300.0), running("f", 4, 600.0)]
+    assert gang_start(8, 8, jobs, est, 100.0) == 100.0  # free already
+    assert gang_start(8, 0, jobs, est, 100.0) == 600.0  # the 4 ending at 300, then the 4 at 600
+    assert gang_start(12, 2, jobs, est, 100.0) == 900.0
+    assert gang_start(32, 2, jobs, est, 100.0) is None  # never, as far as is known
+    unknown = Running("f", (("n", 8),), 0.0)  # no limit, nothing learned: left out
+    assert gang_start(8, 0, [unknown, running("f", 8, 700.0)], est, 100.0) == 700.0
+
+
+def test_a_workload_goes_before_the_gang_only_when_it_is_known_to_end_by_the_gangs_start() -> None:
+    assert ends_before_gang(500.0, 700.0, 100.0)
+    assert ends_before_gang(600.0, 700.0, 100.0)
+    assert not ends_before_gang(601.0, 700.0, 100.0)
+    assert not ends_before_gang(None, 700.0, 100.0)
+    assert not ends_before_gang(10.0, None, 100.0)

@@ -40,7 +40,7 @@ import numpy as np
 from admission.queue._estimate import Running, RuntimeEstimator
 from topology import Snapshot
 
-__all__ = ["MAX_AHEAD", "MAX_EVENTS", "Queued", "QueuedStart", "Waiter", "queued_start"]
+__all__ = ["MAX_AHEAD", "MAX_EVENTS", "QueueCost", "Queued", "QueuedStart", "Waiter", "queued_start", "span_queue_cost"]
 
 MAX_AHEAD = 256
 """Waiters ahead counted, from the front of the line (the ones that take the room first)."""
@@ -104,6 +104,20 @@ class Queued:
         at = bisect.bisect_left(line, (-me.priority, me.since, key))
         return [self._by_key[k] for _, _, k in line[:min(at, limit)]]
 
+    def line(self, key: str, limit: int = MAX_AHEAD + 1) -> tuple[list[Waiter], int]:
+        """The waiters on ``key``'s flavor, front of the line first (at most ``limit``, ``key`` kept
+        last when further back), and ``key``'s index there; ``([], -1)`` when ``key`` does not wait."""
+        me = self._by_key.get(key)
+        if me is None:
+            return [], -1
+        line = self._line[me.flavor]
+        at = bisect.bisect_left(line, (-me.priority, me.since, key))
+        keys = [k for _, _, k in line[:limit]]
+        if at >= limit:
+            keys = keys[:limit - 1] + [key]
+            at = limit - 1
+        return [self._by_key[k] for k in keys], at
+
 
 @dataclass(frozen=True, slots=True)
 class QueuedStart:
@@ -126,89 +140,231 @@ def queued_start(snapshot: Snapshot, level: str | None, gpus: int, per_pod: int,
     domain of ``level`` (None: the whole flavor) with ``gpus`` GPUs in whole pods of ``per_pod``,
     after the waiters ``ahead`` (front first; past ``MAX_AHEAD``, the rest are left out and the
     answer says so) took the room as it frees. None when no domain of the level holds it even
-    empty.
-
-    Why this function is long: the run-out is one loop over moments whose two steps (frees come
-    back, the line takes room) write the same per-node and per-domain counts; the steps are kept
-    as closures over those plain lists, so each moment costs a few list operations, not objects."""
+    empty."""
     capped = len(ahead) > MAX_AHEAD
     ahead = ahead[:MAX_AHEAD]
     if gpus <= 0:
         return None
-    lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else 0
-    flat = level is None or level not in snapshot.level_labels
-    alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0).astype(np.int64)
-    if blocked:  # GPUs another gang's reservation holds: room for nobody in this line
-        for name, g in blocked.items():
-            i = snapshot.node_index.get(name)
-            if i is not None:
-                alloc[i] = max(0, int(alloc[i]) - int(g))
-    cap = alloc.tolist()
-    free = np.minimum(snapshot.free[:, 0], alloc).tolist()
-    dom = [0] * snapshot.num_nodes if flat else snapshot.node_dom[lv].tolist()
-    ndom = 1 if flat else snapshot.num_domains(lv)
-    span = [(0, snapshot.num_nodes)] if flat else [snapshot.domain_range(lv, d) for d in range(ndom)]
-    pod = max(int(per_pod), 1)
-    sizes = sorted({pod} | {max(int(w.per_pod), 1) for w in ahead})
-    room = {p: [0] * ndom for p in sizes}  # per pod size: GPUs free per domain in whole pods
-    most = {p: [0] * ndom for p in sizes}  # the same with the domain empty
-    for i, d in enumerate(dom):
-        for p in sizes:
-            room[p][d] += free[i] // p * p
-            most[p][d] += cap[i] // p * p
-    if max(most[pod]) < gpus:
+    room = _Room(snapshot, level, {max(int(per_pod), 1)} | {max(int(w.per_pod), 1) for w in ahead}, blocked)
+    if not room.holds(gpus, per_pod):
         return None
-    # the line: waiters ahead that one domain of the level holds, then the Workload itself
-    line: list[tuple[int, int, tuple[float, float] | None]] = []
-    for w in ahead:
-        p = max(int(w.per_pod), 1)
-        if w.gpus <= 0 or max(most[p]) < w.gpus:
-            continue
-        est = estimator.estimate(w.queue, w.gpus, w.limit)
-        line.append((w.gpus, p, None if est is None else (est.seconds, est.error)))
+    line = [e for e in (_entry(room, w, estimator) for w in ahead) if e is not None]
     me = len(line)
-    line.append((gpus, pod, None))
-    buckets: dict[tuple[int, int], deque[int]] = {}
-    for idx, (g, p, _) in enumerate(line):
-        buckets.setdefault((g, p), deque()).append(idx)
+    line.append((gpus, max(int(per_pod), 1), None))
+    run = _run(room, line, _frees(room, snapshot.flavor, running, estimator, now), now, me)
+    competing = me
+    before = sum(1 for idx in range(me) if run.starts[idx] is not None)
+    got = run.starts[me]
+    if got is None:
+        return QueuedStart(None, 0.0, -1, (), competing, before, capped or run.capped)
+    t, err, d = got
+    path = () if room.flat else snapshot.domain_path(room.lv, d)
+    return QueuedStart(t if math.isfinite(t) else None, err, d, path, competing, before, capped or run.capped)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCost:
+    """What a span now costs the Workloads in line on its flavor (``queueing.spanCountsQueue``):
+    the sum of their expected starts' delays against the Workload waiting its turn in line
+    instead (seconds; negative: the span lets them start sooner on balance), how many start
+    later and how many sooner, the waiters counted, and whether a bound was reached."""
+
+    seconds: float
+    later: int
+    sooner: int
+    counted: int
+    capped: bool = False
+
+    @property
+    def price_s(self) -> float:
+        """What the span is charged for the line: the delays, never a credit."""
+        return max(self.seconds, 0.0)
+
+
+def span_queue_cost(snapshot: Snapshot, level: str | None, line: Sequence[Waiter], me: int, span: Mapping[str, int], span_s: float,
+                    runtime_s: float, running: Iterable[Running], estimator: RuntimeEstimator, now: float,
+                    blocked: Mapping[str, int] | None = None) -> QueueCost | None:
+    """What spanning now costs the other waiters in ``line`` (front first, the Workload itself at
+    ``me``): the line is run out twice on ``snapshot`` for one domain of ``level`` each, as
+    ``queued_start`` runs it. Once with the Workload waiting its turn at ``me`` and holding its
+    domain ``runtime_s`` once started; once without it in line, its span's GPUs (``span``: node
+    name → GPUs, free now) held for ``span_s`` (its slowed runtime) from ``now``. The cost is the
+    sum over the other waiters of their start with the span minus their start with it waiting; a
+    waiter started in one run only is counted as starting at the later of the two runs' last
+    moments in the other. At most ``MAX_AHEAD`` waiters from the front (the Workload kept at the
+    end when further back) and ``MAX_EVENTS`` moments a run. None when the Workload is not in
+    ``line`` or no domain of the level holds it even empty."""
+    if not 0 <= me < len(line):
+        return None
+    mine = line[me]
+    others = [w for i, w in enumerate(line) if i != me]
+    capped = len(others) > MAX_AHEAD
+    at = min(me, MAX_AHEAD)
+    others = others[:MAX_AHEAD]
+    flavor = snapshot.flavor
+    sizes = {max(int(w.per_pod), 1) for w in others} | {max(int(mine.per_pod), 1)}
+    room = _Room(snapshot, level, sizes, blocked)
+    if not room.holds(mine.gpus, mine.per_pod):
+        return None
+    line_s: list[Entry] = []
+    k = 0  # the others kept ahead of the Workload
+    for i, w in enumerate(others):
+        e = _entry(room, w, estimator)
+        if e is not None:
+            line_s.append(e)
+            k += i < at
+    line_w = line_s[:k] + [(mine.gpus, max(int(mine.per_pod), 1), (float(runtime_s), 0.0))] + line_s[k:]
+    running = list(running)
+    waited = _run(room.copy(), line_w, _frees(room, flavor, running, estimator, now), now, None)
+    spanned_room = room.copy()
+    frees = _frees(room, flavor, running, estimator, now)
+    for name, g in span.items():
+        n = snapshot.node_index.get(name)
+        if n is not None and spanned_room.cap[n] > 0 and g > 0:
+            spanned_room.change(n, -int(g))
+            heapq.heappush(frees, (now + float(span_s), 0.0, n, int(g)))
+    spanned = _run(spanned_room, line_s, frees, now, None)
+    horizon = max(waited.last, spanned.last)
+    total, later, sooner = 0.0, 0, 0
+    for j in range(len(line_s)):
+        a = waited.starts[j + (1 if j >= k else 0)]
+        b = spanned.starts[j]
+        if a is None and b is None:
+            continue
+        ta = a[0] if a is not None else horizon
+        tb = b[0] if b is not None else horizon
+        if not (math.isfinite(ta) and math.isfinite(tb)):
+            continue
+        total += tb - ta
+        later += tb > ta
+        sooner += tb < ta
+    return QueueCost(total, later, sooner, len(line_s), capped or waited.capped or spanned.capped)
+
+
+Entry = tuple[int, int, "tuple[float, float] | None"]
+"""A waiter as a run reads it: its GPUs, its pod's GPUs, and its expected runtime and error (None: unknown, never handed back)."""
+
+
+class _Room:
+    """The GPUs free per node and, per pod size, per domain of one level, in whole pods; plain
+    lists, so each moment of a run costs a few list operations, not objects."""
+
+    __slots__ = ("cap", "dom", "flat", "free", "index", "lv", "most", "ndom", "room", "sizes", "span")
+
+    def __init__(self, snapshot: Snapshot, level: str | None, sizes: Iterable[int], blocked: Mapping[str, int] | None) -> None:
+        self.index = snapshot.node_index
+        self.lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else 0
+        self.flat = level is None or level not in snapshot.level_labels
+        alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0).astype(np.int64)
+        if blocked:  # GPUs another gang's reservation holds: room for nobody in this line
+            for name, g in blocked.items():
+                i = snapshot.node_index.get(name)
+                if i is not None:
+                    alloc[i] = max(0, int(alloc[i]) - int(g))
+        self.cap: list[int] = alloc.tolist()
+        self.free: list[int] = np.minimum(snapshot.free[:, 0], alloc).tolist()
+        self.dom: list[int] = [0] * snapshot.num_nodes if self.flat else snapshot.node_dom[self.lv].tolist()
+        self.ndom = 1 if self.flat else snapshot.num_domains(self.lv)
+        self.span = [(0, snapshot.num_nodes)] if self.flat else [snapshot.domain_range(self.lv, d) for d in range(self.ndom)]
+        self.sizes = sorted(set(sizes))
+        self.room = {p: [0] * self.ndom for p in self.sizes}  # per pod size: GPUs free per domain in whole pods
+        self.most = {p: [0] * self.ndom for p in self.sizes}  # the same with the domain empty
+        for i, d in enumerate(self.dom):
+            for p in self.sizes:
+                self.room[p][d] += self.free[i] // p * p
+                self.most[p][d] += self.cap[i] // p * p
+
+    def copy(self) -> _Room:
+        out = object.__new__(_Room)
+        out.index, out.lv, out.flat, out.cap, out.dom = self.index, self.lv, self.flat, self.cap, self.dom
+        out.ndom, out.span, out.sizes = self.ndom, self.span, self.sizes
+        out.free = list(self.free)
+        out.room = {p: list(v) for p, v in self.room.items()}
+        out.most = self.most
+        return out
+
+    def holds(self, gpus: int, per_pod: int) -> bool:
+        """Whether some domain holds ``gpus`` in whole pods of ``per_pod`` when empty."""
+        return max(self.most[max(int(per_pod), 1)]) >= gpus
+
+    def change(self, i: int, delta: int) -> None:
+        was = self.free[i]
+        now_ = min(max(was + delta, 0), self.cap[i])
+        self.free[i] = now_
+        d = self.dom[i]
+        for p in self.sizes:
+            self.room[p][d] += now_ // p * p - was // p * p
+
+
+def _entry(room: _Room, w: Waiter, estimator: RuntimeEstimator) -> Entry | None:
+    """``w`` as a run reads it; None when no domain holds it even empty (it does not compete for one)."""
+    p = max(int(w.per_pod), 1)
+    if w.gpus <= 0 or not room.holds(w.gpus, p):
+        return None
+    est = estimator.estimate(w.queue, w.gpus, w.limit)
+    return (w.gpus, p, None if est is None else (est.seconds, est.error))
+
+
+def _frees(room: _Room, flavor: str, running: Iterable[Running], estimator: RuntimeEstimator, now: float) -> list[tuple[float, float, int, int]]:
+    """The running Workloads' GPUs as (expected end, error, node, GPUs), a heap."""
     events: list[tuple[float, float, int, int]] = []
     for r in running:
-        if r.flavor != snapshot.flavor:
+        if r.flavor != flavor:
             continue
         got = r.expected_end(estimator, now)
         if got is None:
             continue
         for name, g in r.nodes:
-            i = snapshot.node_index.get(name)
-            if i is not None and cap[i] > 0:
+            i = room.index.get(name)
+            if i is not None and room.cap[i] > 0:
                 events.append((got[0], got[1], i, int(g)))
     heapq.heapify(events)
+    return events
 
-    def change(i: int, delta: int) -> None:
-        was = free[i]
-        now_ = min(max(was + delta, 0), cap[i])
-        free[i] = now_
-        d = dom[i]
-        for p in sizes:
-            room[p][d] += now_ // p * p - was // p * p
 
-    def take(t: float, domains: Iterable[int]) -> int | None:
-        """Waiters in line order take room in ``domains`` at ``t``; the domain the Workload took, if it did."""
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Each line entry's start (moment, its error, domain; None: not within the run), the last
+    moment run, and whether ``MAX_EVENTS`` was reached."""
+
+    starts: list[tuple[float, float, int] | None]
+    last: float
+    capped: bool
+
+
+def _run(room: _Room, line: Sequence[Entry], events: list[tuple[float, float, int, int]], now: float, stop: int | None) -> _Run:
+    """Run ``line`` (front first) out on ``room`` as ``events`` (a heap of frees) come: at each
+    moment the entries, in line order, each take room in one domain as soon as one has it (in
+    whole pods, the domain with the least room that holds them) and hand it back one expected
+    runtime later. Until ``stop`` started (None: every entry), the frees run out, or
+    ``MAX_EVENTS`` moments. ``room`` and ``events`` are used up."""
+    starts: list[tuple[float, float, int] | None] = [None] * len(line)
+    buckets: dict[tuple[int, int], deque[int]] = {}
+    for idx, (g, p, _) in enumerate(line):
+        buckets.setdefault((g, p), deque()).append(idx)
+    left = len(line)
+    free, span, rm = room.free, room.span, room.room
+
+    def take(t: float, err: float, domains: Iterable[int]) -> bool:
+        """Entries in line order take room in ``domains`` at ``t``; whether ``stop`` (or the last) started."""
+        nonlocal left
         ds = list(domains)
         while True:
             best: tuple[int, int, int, int] | None = None
             for (g, p), queue in buckets.items():
                 if not queue or (best is not None and queue[0] > best[0]):
                     continue
-                fits = [d for d in ds if room[p][d] >= g]
+                fits = [d for d in ds if rm[p][d] >= g]
                 if fits:
-                    best = (queue[0], g, p, min(fits, key=lambda d: (room[p][d], d)))
+                    best = (queue[0], g, p, min(fits, key=lambda d: (rm[p][d], d)))
             if best is None:
-                return None
+                return False
             idx, g, p, d = best
             buckets[(g, p)].popleft()
-            if idx == me:
-                return d
+            starts[idx] = (t, err, d)
+            left -= 1
+            if idx == stop or left == 0:
+                return True
             ends = line[idx][2]
             lo, hi = span[d]
             need = g // p + (1 if g % p else 0)
@@ -217,14 +373,14 @@ def queued_start(snapshot: Snapshot, level: str | None, gpus: int, per_pod: int,
                     break
                 k = min(free[i] // p, need)
                 if k > 0:
-                    change(i, -k * p)
+                    room.change(i, -k * p)
                     need -= k
                     if ends is not None:
                         heapq.heappush(events, (t + ends[0], ends[1], i, k * p))
 
-    started = take(now, range(ndom))
-    t, err, moments = now, 0.0, 0
-    while started is None and events:
+    done = not line or take(now, 0.0, range(room.ndom))
+    t, moments, capped = now, 0, False
+    while not done and events:
         if moments >= MAX_EVENTS:
             capped = True
             break
@@ -233,13 +389,8 @@ def queued_start(snapshot: Snapshot, level: str | None, gpus: int, per_pod: int,
         changed: set[int] = set()
         while events and events[0][0] == t:
             _, e, i, g = heapq.heappop(events)
-            change(i, g)
-            changed.add(dom[i])
+            room.change(i, g)
+            changed.add(room.dom[i])
             err = max(err, e)
-        started = take(t, sorted(changed))
-    competing = me
-    before = me - sum(1 for q in buckets.values() for idx in q if idx != me)
-    if started is None:
-        return QueuedStart(None, 0.0, -1, (), competing, before, capped)
-    path = () if flat else snapshot.domain_path(lv, started)
-    return QueuedStart(t if math.isfinite(t) else None, err, started, path, competing, before, capped)
+        done = take(t, err, sorted(changed))
+    return _Run(starts, t, capped)

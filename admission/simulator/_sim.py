@@ -107,8 +107,8 @@ import numpy as np
 import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
-from admission.queue import WaitingRoom
-from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
+from admission.queue import MAX_AHEAD, Waiter, WaitingRoom
+from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, minimal_targets
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
@@ -923,6 +923,18 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[int(shape_of[g])])))
         deployed.set_owed(fi, out)
+
+    def quota_line(flavor: str, _cluster_queue: str | None) -> list[Waiter]:
+        """The jobs waiting for quota on ``flavor`` (its one ClusterQueue), in Kueue's order (``Outlook.quota_waiters``)."""
+        f = fl[deployed.flavor_names.index(flavor)] if deployed is not None and flavor in deployed.flavor_names else None
+        if f is None:
+            return []
+        front = heapq.nsmallest(MAX_AHEAD, (e for q in f.queues.values() for e in q))
+        return [Waiter(flavor, shape_gpus[int(shape_of[j])], shapes[int(shape_of[j])][1].per_pod.gpu, -neg, float(t),
+                       f"{NAMESPACE}/default", declared(j)) for (neg, t), j in front]
+
+    if deployed is not None:
+        deployed.outlook.quota_waiters = quota_line
 
     def enqueue(j: int, order: float | None = None) -> int:
         """Job ``j`` joins its flavor's queue, ordered by priority, then ``order`` (Kueue's order time; None: its arrival)."""

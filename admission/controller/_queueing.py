@@ -15,7 +15,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from admission.controller._records import parse_time
-from admission.controller._span_cost import line_priced
+from admission.controller._span_cost import holds_blocked, line_priced
 from admission.queue import (
     DomainOutlook,
     Need,
@@ -273,12 +273,14 @@ def _expected_wait(outlook: Outlook, key: str, snap: Snapshot, level: str | None
     """The expected wait for one domain, its error and domain, the waiters queued ahead it counts
     and the wait for the room alone (the last two None unless ``counts_queue``): the room alone is
     ``best`` (``domain_outlook``'s soonest); with the queue counted, ``queued_start`` after the
-    Workloads queued ahead of ``key``. The expected start is kept for ``atoll queue``."""
+    Workloads queued ahead of ``key`` (a gang ahead holding a reservation whose room is
+    ``blocked`` left out: it takes that room, no other). The expected start is kept for ``atoll queue``."""
     alone = None if best is None or best.free_at is None else best.free_at - now
     wait, error, where = alone, best.error if best is not None else 0.0, "/".join(best.path) if best is not None else ""
     ahead: int | None = None
     if counts_queue:
-        got = queued_start(snap, level, gpus, per_pod, running, outlook.estimator, now, outlook.queued.ahead(key), blocked)
+        line = outlook.queued.ahead(key, skip=lambda k: holds_blocked(outlook, k, blocked))  # a reserving gang takes its own room
+        got = queued_start(snap, level, gpus, per_pod, running, outlook.estimator, now, line, blocked)
         if got is not None:
             wait = None if got.free_at is None else got.free_at - now
             error, where, ahead = got.error, "/".join(got.path), got.ahead

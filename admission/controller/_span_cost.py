@@ -30,7 +30,7 @@ from admission.queue import MAX_AHEAD, Outlook, Running, Waiter, WaitOrSpan, spa
 from policies import Decision
 from topology import CostModel, ResourceVector, Snapshot, default_model_gb
 
-__all__ = ["SpanPricer", "line_priced", "span_gpus", "with_quota_waiters"]
+__all__ = ["SpanPricer", "holds_blocked", "line_priced", "span_gpus", "with_quota_waiters"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +101,23 @@ def span_gpus(decision: Decision) -> dict[str, int]:
     return out
 
 
-def with_quota_waiters(outlook: Outlook, key: str, flavor: str, cluster_queue: str | None = None) -> tuple[list[Waiter], int]:
+def holds_blocked(outlook: Outlook, key: str, blocked: Mapping[str, int]) -> bool:
+    """Whether ``key`` holds a reservation whose room is ``blocked`` for the Workload deciding: the
+    gang takes that room when it frees, not another domain, so it is no competitor in the line."""
+    held = outlook.reservations.held_by(key)
+    return held is not None and any(name in blocked for name, _ in held.nodes)
+
+
+def with_quota_waiters(outlook: Outlook, key: str, flavor: str, cluster_queue: str | None = None,
+                       blocked: Mapping[str, int] | None = None) -> tuple[list[Waiter], int]:
     """The line ``key`` waits in on ``flavor`` (``Queued.line``) with the Workloads waiting for
     quota there (``Outlook.quota_waiters``; ``cluster_queue``: the one ``key`` holds quota in; None:
     none of them) merged in Kueue's order (priority, then ``since``; a
     tie keeps the domain waiter first): they take free GPUs as soon as they hold quota, so a span
-    that takes those GPUs delays them too. At most ``MAX_AHEAD + 1`` waiters from the front, ``key``
+    that takes those GPUs delays them too. A gang holding a reservation whose room is ``blocked``
+    is left out (``holds_blocked``). At most ``MAX_AHEAD + 1`` waiters from the front, ``key``
     kept last when further back; and ``key``'s index."""
-    line, me = outlook.queued.line(key)
+    line, me = outlook.queued.line(key, skip=lambda k: holds_blocked(outlook, k, blocked or {}))
     feed = outlook.quota_waiters
     if me < 0 or feed is None or cluster_queue is None:
         return line, me
@@ -136,7 +145,7 @@ def line_priced(weighed: WaitOrSpan, outlook: Outlook, key: str, snap: Snapshot,
     if weighed.runtime_s is None or weighed.span_slowdown is None or weighed.wait_s is None:
         return weighed
     gpus = span_gpus(span)
-    line, me = with_quota_waiters(outlook, key, snap.flavor, cluster_queue)
+    line, me = with_quota_waiters(outlook, key, snap.flavor, cluster_queue, blocked)
     if not gpus or me < 0:
         return weighed
     cost = span_queue_cost(snap, level, line, me, gpus, weighed.runtime_s * max(weighed.span_slowdown, 1.0), weighed.runtime_s,

@@ -20,7 +20,8 @@ Workloads queued ahead take that room first. ``queued_start`` runs the frees out
 
 A smaller Workload behind one that does not fit yet may take room first (Atoll decides each
 waiting Workload on its own, and Kueue has admitted all of them for quota); a reservation keeps
-its gang's room out of the others' (``blocked``). The waiters ahead are counted on the nodes the
+its gang's room out of the others' (``blocked``), and its gang out of the line (``skip``): it
+takes the room it holds, not another domain. The waiters ahead are counted on the nodes the
 Workload may use (its class's speed floor, eligibility). The cost is bounded: at most
 ``MAX_AHEAD`` waiters and ``MAX_EVENTS`` moments; past either the answer is the start reached so
 far when the Workload has started, else unknown. Pure: plain lists and arrays, no clock, no API.
@@ -30,9 +31,10 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,24 +97,27 @@ class Queued:
         if at < len(line) and line[at][2] == key:
             del line[at]
 
-    def ahead(self, key: str, limit: int = MAX_AHEAD + 1) -> list[Waiter]:
-        """The waiters ahead of ``key`` on its flavor, front of the line first (at most ``limit``)."""
+    def ahead(self, key: str, limit: int = MAX_AHEAD + 1, skip: Callable[[str], bool] | None = None) -> list[Waiter]:
+        """The waiters ahead of ``key`` on its flavor, front of the line first (at most ``limit``;
+        those ``skip`` names left out)."""
         me = self._by_key.get(key)
         if me is None:
             return []
         line = self._line[me.flavor]
         at = bisect.bisect_left(line, (-me.priority, me.since, key))
-        return [self._by_key[k] for _, _, k in line[:min(at, limit)]]
+        keys = (k for _, _, k in line[:at] if skip is None or not skip(k))
+        return [self._by_key[k] for k in itertools.islice(keys, limit)]
 
-    def line(self, key: str, limit: int = MAX_AHEAD + 1) -> tuple[list[Waiter], int]:
+    def line(self, key: str, limit: int = MAX_AHEAD + 1, skip: Callable[[str], bool] | None = None) -> tuple[list[Waiter], int]:
         """The waiters on ``key``'s flavor, front of the line first (at most ``limit``, ``key`` kept
-        last when further back), and ``key``'s index there; ``([], -1)`` when ``key`` does not wait."""
+        last when further back; the others ``skip`` names left out), and ``key``'s index there;
+        ``([], -1)`` when ``key`` does not wait."""
         me = self._by_key.get(key)
         if me is None:
             return [], -1
-        line = self._line[me.flavor]
-        at = bisect.bisect_left(line, (-me.priority, me.since, key))
-        keys = [k for _, _, k in line[:limit]]
+        keys = [k for _, _, k in self._line[me.flavor] if k == key or skip is None or not skip(k)]
+        at = keys.index(key)
+        keys = keys[:limit]
         if at >= limit:
             keys = keys[:limit - 1] + [key]
             at = limit - 1

@@ -200,6 +200,16 @@ def test_workloads_waiting_for_quota_join_the_line_the_span_is_priced_by() -> No
     assert [w.priority for w in line] == [5, 0] and me == 1
 
 
+def test_a_gang_ahead_holding_a_reservation_takes_its_reserved_island_not_another() -> None:
+    a = two_gangs_ahead("queued")
+    assert a.outlook.reservations.add(Reservation("sim/job-1", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4), ("r0n1", 4)), NOW, 3000.0),
+                                      limit=1)
+    v = decide(a, 3, 2, now=NOW + 2)
+    # r0 is job-1's and out of job-3's reach: job-2 takes r1 at 6,000 s and hands it back at 9,000 s.
+    # Counted as a competitor, job-1 would take r1 first and put job-3 at 12,000 s
+    assert "expected wait for one domain 7998s ± 0s (u0/r1) after 1 queued ahead" in v.message
+
+
 def test_a_higher_priority_gang_has_nobody_ahead_of_it() -> None:
     a = two_gangs_ahead("queued")
     obj = a.workload(3, 0, 2, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", priority=5)

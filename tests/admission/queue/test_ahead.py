@@ -181,3 +181,15 @@ def test_the_line_is_the_front_with_the_workload_kept_last_when_further_back() -
     got, at = line.line("ns/w1", limit=3)
     assert [w.since for w in got] == [0.0, 1.0, 2.0] and at == 1
     assert line.line("ns/nobody") == ([], -1)
+
+
+def test_the_line_can_leave_out_waiters_by_key() -> None:
+    line = Queued()
+    for i in range(4):
+        line.waits(f"ns/w{i}", gang(float(i)))
+    skip = {"ns/w1"}.__contains__
+    assert [w.since for w in line.ahead("ns/w3", skip=skip)] == [0.0, 2.0]
+    got, at = line.line("ns/w3", skip=skip)
+    assert [w.since for w in got] == [0.0, 2.0, 3.0] and at == 2
+    got, at = line.line("ns/w1", skip=skip)  # the Workload itself is never left out of its own line
+    assert [w.since for w in got] == [0.0, 1.0, 2.0, 3.0] and at == 1

@@ -4,8 +4,9 @@ Pure state and decisions, fed by the controller's cache (or the simulator's clus
 controller and the simulator re-decide the same Workloads at the same moments.
 """
 
-from admission.queue._ahead import MAX_AHEAD, QueueCost, Queued, QueuedStart, Waiter, queued_start, span_queue_cost
+from admission.queue._ahead import MAX_AHEAD, Queued, QueuedStart, Waiter, queued_start
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
+from admission.queue._linecost import QueueCost, span_queue_cost
 from admission.queue._outlook import Outlook
 from admission.queue._owed import OwedGang, OwedGangs
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption

@@ -42,7 +42,7 @@ import numpy as np
 from admission.queue._estimate import Running, RuntimeEstimator
 from topology import Snapshot
 
-__all__ = ["MAX_AHEAD", "MAX_EVENTS", "QueueCost", "Queued", "QueuedStart", "Waiter", "queued_start", "span_queue_cost"]
+__all__ = ["MAX_AHEAD", "MAX_EVENTS", "Entry", "Queued", "QueuedStart", "Room", "Waiter", "entry", "frees", "queued_start", "run_out"]
 
 MAX_AHEAD = 256
 """Waiters ahead counted, from the front of the line (the ones that take the room first)."""
@@ -150,13 +150,13 @@ def queued_start(snapshot: Snapshot, level: str | None, gpus: int, per_pod: int,
     ahead = ahead[:MAX_AHEAD]
     if gpus <= 0:
         return None
-    room = _Room(snapshot, level, {max(int(per_pod), 1)} | {max(int(w.per_pod), 1) for w in ahead}, blocked)
+    room = Room(snapshot, level, {max(int(per_pod), 1)} | {max(int(w.per_pod), 1) for w in ahead}, blocked)
     if not room.holds(gpus, per_pod):
         return None
-    line = [e for e in (_entry(room, w, estimator) for w in ahead) if e is not None]
+    line = [e for e in (entry(room, w, estimator) for w in ahead) if e is not None]
     me = len(line)
     line.append((gpus, max(int(per_pod), 1), None))
-    run = _run(room, line, _frees(room, snapshot.flavor, running, estimator, now), now, me)
+    run = run_out(room, line, frees(room, snapshot.flavor, running, estimator, now), now, me)
     competing = me
     before = sum(1 for idx in range(me) if run.starts[idx] is not None)
     got = run.starts[me]
@@ -167,90 +167,11 @@ def queued_start(snapshot: Snapshot, level: str | None, gpus: int, per_pod: int,
     return QueuedStart(t if math.isfinite(t) else None, err, d, path, competing, before, capped or run.capped)
 
 
-@dataclass(frozen=True, slots=True)
-class QueueCost:
-    """What a span now costs the Workloads in line on its flavor (``queueing.spanCountsQueue``):
-    the sum of their expected starts' delays against the Workload waiting its turn in line
-    instead (seconds; negative: the span lets them start sooner on balance), how many start
-    later and how many sooner, the waiters counted, and whether a bound was reached."""
-
-    seconds: float
-    later: int
-    sooner: int
-    counted: int
-    capped: bool = False
-
-    @property
-    def price_s(self) -> float:
-        """What the span is charged for the line: the delays, never a credit."""
-        return max(self.seconds, 0.0)
-
-
-def span_queue_cost(snapshot: Snapshot, level: str | None, line: Sequence[Waiter], me: int, span: Mapping[str, int], span_s: float,
-                    runtime_s: float, running: Iterable[Running], estimator: RuntimeEstimator, now: float,
-                    blocked: Mapping[str, int] | None = None) -> QueueCost | None:
-    """What spanning now costs the other waiters in ``line`` (front first, the Workload itself at
-    ``me``): the line is run out twice on ``snapshot`` for one domain of ``level`` each, as
-    ``queued_start`` runs it. Once with the Workload waiting its turn at ``me`` and holding its
-    domain ``runtime_s`` once started; once without it in line, its span's GPUs (``span``: node
-    name → GPUs, free now) held for ``span_s`` (its slowed runtime) from ``now``. The cost is the
-    sum over the other waiters of their start with the span minus their start with it waiting; a
-    waiter started in one run only is counted as starting at the later of the two runs' last
-    moments in the other. At most ``MAX_AHEAD`` waiters from the front (the Workload kept at the
-    end when further back) and ``MAX_EVENTS`` moments a run. None when the Workload is not in
-    ``line`` or no domain of the level holds it even empty."""
-    if not 0 <= me < len(line):
-        return None
-    mine = line[me]
-    others = [w for i, w in enumerate(line) if i != me]
-    capped = len(others) > MAX_AHEAD
-    at = min(me, MAX_AHEAD)
-    others = others[:MAX_AHEAD]
-    flavor = snapshot.flavor
-    sizes = {max(int(w.per_pod), 1) for w in others} | {max(int(mine.per_pod), 1)}
-    room = _Room(snapshot, level, sizes, blocked)
-    if not room.holds(mine.gpus, mine.per_pod):
-        return None
-    line_s: list[Entry] = []
-    k = 0  # the others kept ahead of the Workload
-    for i, w in enumerate(others):
-        e = _entry(room, w, estimator)
-        if e is not None:
-            line_s.append(e)
-            k += i < at
-    line_w = line_s[:k] + [(mine.gpus, max(int(mine.per_pod), 1), (float(runtime_s), 0.0))] + line_s[k:]
-    running = list(running)
-    waited = _run(room.copy(), line_w, _frees(room, flavor, running, estimator, now), now, None)
-    spanned_room = room.copy()
-    frees = _frees(room, flavor, running, estimator, now)
-    for name, g in span.items():
-        n = snapshot.node_index.get(name)
-        if n is not None and spanned_room.cap[n] > 0 and g > 0:
-            spanned_room.change(n, -int(g))
-            heapq.heappush(frees, (now + float(span_s), 0.0, n, int(g)))
-    spanned = _run(spanned_room, line_s, frees, now, None)
-    horizon = max(waited.last, spanned.last)
-    total, later, sooner = 0.0, 0, 0
-    for j in range(len(line_s)):
-        a = waited.starts[j + (1 if j >= k else 0)]
-        b = spanned.starts[j]
-        if a is None and b is None:
-            continue
-        ta = a[0] if a is not None else horizon
-        tb = b[0] if b is not None else horizon
-        if not (math.isfinite(ta) and math.isfinite(tb)):
-            continue
-        total += tb - ta
-        later += tb > ta
-        sooner += tb < ta
-    return QueueCost(total, later, sooner, len(line_s), capped or waited.capped or spanned.capped)
-
-
 Entry = tuple[int, int, "tuple[float, float] | None"]
 """A waiter as a run reads it: its GPUs, its pod's GPUs, and its expected runtime and error (None: unknown, never handed back)."""
 
 
-class _Room:
+class Room:
     """The GPUs free per node and, per pod size, per domain of one level, in whole pods; plain
     lists, so each moment of a run costs a few list operations, not objects."""
 
@@ -279,8 +200,8 @@ class _Room:
                 self.room[p][d] += self.free[i] // p * p
                 self.most[p][d] += self.cap[i] // p * p
 
-    def copy(self) -> _Room:
-        out = object.__new__(_Room)
+    def copy(self) -> Room:
+        out = object.__new__(Room)
         out.index, out.lv, out.flat, out.cap, out.dom = self.index, self.lv, self.flat, self.cap, self.dom
         out.ndom, out.span, out.sizes = self.ndom, self.span, self.sizes
         out.free = list(self.free)
@@ -301,7 +222,7 @@ class _Room:
             self.room[p][d] += now_ // p * p - was // p * p
 
 
-def _entry(room: _Room, w: Waiter, estimator: RuntimeEstimator) -> Entry | None:
+def entry(room: Room, w: Waiter, estimator: RuntimeEstimator) -> Entry | None:
     """``w`` as a run reads it; None when no domain holds it even empty (it does not compete for one)."""
     p = max(int(w.per_pod), 1)
     if w.gpus <= 0 or not room.holds(w.gpus, p):
@@ -310,7 +231,7 @@ def _entry(room: _Room, w: Waiter, estimator: RuntimeEstimator) -> Entry | None:
     return (w.gpus, p, None if est is None else (est.seconds, est.error))
 
 
-def _frees(room: _Room, flavor: str, running: Iterable[Running], estimator: RuntimeEstimator, now: float) -> list[tuple[float, float, int, int]]:
+def frees(room: Room, flavor: str, running: Iterable[Running], estimator: RuntimeEstimator, now: float) -> list[tuple[float, float, int, int]]:
     """The running Workloads' GPUs as (expected end, error, node, GPUs), a heap."""
     events: list[tuple[float, float, int, int]] = []
     for r in running:
@@ -328,7 +249,7 @@ def _frees(room: _Room, flavor: str, running: Iterable[Running], estimator: Runt
 
 
 @dataclass(frozen=True, slots=True)
-class _Run:
+class RunOut:
     """Each line entry's start (moment, its error, domain; None: not within the run), the last
     moment run, and whether ``MAX_EVENTS`` was reached."""
 
@@ -337,12 +258,16 @@ class _Run:
     capped: bool
 
 
-def _run(room: _Room, line: Sequence[Entry], events: list[tuple[float, float, int, int]], now: float, stop: int | None) -> _Run:
+def run_out(room: Room, line: Sequence[Entry], events: list[tuple[float, float, int, int]], now: float, stop: int | None) -> RunOut:
     """Run ``line`` (front first) out on ``room`` as ``events`` (a heap of frees) come: at each
     moment the entries, in line order, each take room in one domain as soon as one has it (in
     whole pods, the domain with the least room that holds them) and hand it back one expected
     runtime later. Until ``stop`` started (None: every entry), the frees run out, or
-    ``MAX_EVENTS`` moments. ``room`` and ``events`` are used up."""
+    ``MAX_EVENTS`` moments. ``room`` and ``events`` are used up.
+
+    Why this function is long: the run-out is one loop over moments whose two steps (frees come
+    back, the line takes room) write the same per-node and per-domain counts; the taking step is
+    a closure over those plain lists, so each moment costs a few list operations, not objects."""
     starts: list[tuple[float, float, int] | None] = [None] * len(line)
     buckets: dict[tuple[int, int], deque[int]] = {}
     for idx, (g, p, _) in enumerate(line):
@@ -398,4 +323,4 @@ def _run(room: _Room, line: Sequence[Entry], events: list[tuple[float, float, in
             changed.add(room.dom[i])
             err = max(err, e)
         done = take(t, err, sorted(changed))
-    return _Run(starts, t, capped)
+    return RunOut(starts, t, capped)

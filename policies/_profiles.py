@@ -120,7 +120,13 @@ class QueueingSettings(_Strict):
     ``waitCountsQueue``: the expected
     wait for one domain (both sides of ``waitOrSpan`` and of ``perfFloorByCost``) counts the
     Workloads queued ahead on the flavor (priority, then creation), which take the room before this
-    one as it frees, instead of the room alone (``docs/queue.md``, "The queue ahead")."""
+    one as it frees, instead of the room alone (``docs/queue.md``, "The queue ahead").
+    ``spanCountsQueue``: ``waitOrSpan`` prices a span as its own extra run time plus what it costs
+    the other Workloads in line: the delay to their expected starts with the span's GPUs held for
+    its slowed runtime, against this Workload waiting its turn in line. ``domain``: the line is
+    the Workloads waiting for a domain on the flavor; ``quota``: and those of its ClusterQueue
+    still waiting for quota; ``off`` (the default): the span's own cost alone (``docs/queue.md``,
+    "A span priced by the queue behind it")."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -136,6 +142,7 @@ class QueueingSettings(_Strict):
     hold_min_gpus: int = Field(default=0, ge=0, alias="holdBehindGangsMinGPUs")
     hold_backfill: bool = Field(default=False, alias="holdBehindGangsBackfill", strict=True)
     wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
+    span_counts_queue: Literal["off", "domain", "quota"] = Field(default="off", alias="spanCountsQueue")
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:

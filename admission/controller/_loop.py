@@ -60,6 +60,7 @@ from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
 from admission.controller._queue_state import QueueState
+from admission.controller._quota_line import quota_line
 from admission.controller._records import DecisionRecord, Recorder, rfc3339, truncate
 from admission.controller._requeue import RequeueRequest, requeue_request
 from admission.controller._settings import Settings
@@ -196,6 +197,8 @@ class Controller:
         self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource, self._free_gpus,
                                       self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
+        self.queue_state.outlook.quota_waiters = lambda flavor, cq: quota_line(
+            self.cache.objects[WORKLOADS], list(self.quota_yield.waiters), self.decider.read, self.quota_yield.cluster_queue_of, flavor, cq)
         self.quota_yields = 0
         """Parked Workloads that gave their quota back (deactivated a moment: Kueue evicts them)."""
         self.quota_yields_timed_out = 0

@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from admission.controller._records import parse_time
+from admission.controller._span_cost import holds_blocked, line_priced
 from admission.queue import (
     DomainOutlook,
     Need,
@@ -236,9 +237,13 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
                                                            q.wait_counts_queue)
         turn.weighed = weigh(wait_s, error, where, slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error,
                              ahead=ahead, wait_alone_s=alone)
-        notes.append(turn.weighed.describe())
         if turn.weighed.choice == "span":
             found = span if searched else span_search()
+            if q.span_counts_queue != "off" and found is not None:  # the span is charged what it costs the others in line too
+                turn.weighed = line_priced(turn.weighed, outlook, key, usable, level, span_decision(found), running, now, blocked,
+                                           _admitted_in(obj) if q.span_counts_queue == "quota" else None)
+                found = found if turn.weighed.choice == "span" else None
+        notes.append(turn.weighed.describe())
     if found is None and turn.reservation is not None and turn.reservation.capture and not decision.relaxed:
         found = span_search()  # reserved at the span level, it takes a span as soon as one is free
         if found is not None:
@@ -278,12 +283,14 @@ def _expected_wait(outlook: Outlook, key: str, snap: Snapshot, level: str | None
     """The expected wait for one domain, its error and domain, the waiters queued ahead it counts
     and the wait for the room alone (the last two None unless ``counts_queue``): the room alone is
     ``best`` (``domain_outlook``'s soonest); with the queue counted, ``queued_start`` after the
-    Workloads queued ahead of ``key``. The expected start is kept for ``atoll queue``."""
+    Workloads queued ahead of ``key`` (a gang ahead holding a reservation whose room is
+    ``blocked`` left out: it takes that room, no other). The expected start is kept for ``atoll queue``."""
     alone = None if best is None or best.free_at is None else best.free_at - now
     wait, error, where = alone, best.error if best is not None else 0.0, "/".join(best.path) if best is not None else ""
     ahead: int | None = None
     if counts_queue:
-        got = queued_start(snap, level, gpus, per_pod, running, outlook.estimator, now, outlook.queued.ahead(key), blocked)
+        line = outlook.queued.ahead(key, skip=lambda k: holds_blocked(outlook, k, blocked))  # a reserving gang takes its own room
+        got = queued_start(snap, level, gpus, per_pod, running, outlook.estimator, now, line, blocked)
         if got is not None:
             wait = None if got.free_at is None else got.free_at - now
             error, where, ahead = got.error, "/".join(got.path), got.ahead
@@ -332,6 +339,13 @@ def _holds(snap: Snapshot, level: str, gpus: int) -> bool:
     alloc = np.where(snap.eligible.astype(bool), snap.alloc[:, 0], 0)
     lv = snap.level_index(level)
     return any(int(alloc[slice(*snap.domain_range(lv, d))].sum()) >= gpus for d in range(snap.num_domains(lv)))
+
+
+def _admitted_in(obj: Mapping[str, Any]) -> str | None:
+    """The ClusterQueue Kueue admitted the Workload's quota in (``status.admission.clusterQueue``)."""
+    admission = (obj.get("status") or {}).get("admission")
+    name = admission.get("clusterQueue") if isinstance(admission, Mapping) else None
+    return str(name) if name else None
 
 
 def _queue_of(obj: Mapping[str, Any]) -> str | None:

@@ -10,7 +10,9 @@ both weigh waits and hold reservations on the same numbers.
 
 from __future__ import annotations
 
-from admission.queue._ahead import Queued
+from collections.abc import Callable, Sequence
+
+from admission.queue._ahead import Queued, Waiter
 from admission.queue._estimate import Running, RuntimeEstimator
 from admission.queue._owed import OwedGangs
 from admission.queue._reserve import Reservations
@@ -32,6 +34,11 @@ class Outlook:
         """The Workloads waiting for a domain (the ``Decider`` adds each wait; a start or ``left`` ends it)."""
         self.expected: dict[str, float] = {}
         """Key → the expected start last weighed for a waiting Workload (``atoll queue``)."""
+        self.quota_waiters: Callable[[str, str | None], Sequence[Waiter]] | None = None
+        """(flavor, the deciding Workload's ClusterQueue) → the Workloads waiting for quota that
+        would take it there, in Kueue's order, front first (at most ``MAX_AHEAD``); read only when
+        a span is priced by the line (``spanCountsQueue``); set by the feeder (the simulator's
+        queues, the controller's cache). None: not known."""
         self._running: dict[str, Running] = {}
         self._by_flavor: dict[str, dict[str, Running]] = {}
 

@@ -4,7 +4,9 @@ Waiting costs the expected wait for one domain (``domain_outlook``: the soonest 
 free time, its GPUs counted in whole pods of the Workload's largest pod; with
 ``queueing.waitCountsQueue``, ``queued_start``: after the Workloads queued ahead took that room
 first). Spanning now costs the extra run time of the best span found: the Workload's
-expected runtime times (slowdown − 1), the slowdown priced by the cost model on that span. The
+expected runtime times (slowdown − 1), the slowdown priced by the cost model on that span; with
+``queueing.spanCountsQueue``, plus what the span costs the other Workloads in line
+(``span_queue_cost``: the delay to their expected starts, never a credit). The
 cheaper side wins; a tie waits (one domain is what the profile prefers). Either number unknown
 (no runtime learned yet, no span found or none it can price): no answer, and the profile's
 ``relaxAfterSeconds`` decides alone. ``relaxAfterSeconds`` stays the upper bound in every case:
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -41,12 +43,28 @@ class WaitOrSpan:
     """Waiters queued ahead counted in ``wait_s`` (``queueing.waitCountsQueue``); None: the room alone."""
     wait_alone_s: float | None = None
     """With the queue counted: the expected wait for the room alone, as if nobody waited ahead."""
+    queue_cost_s: float | None = None
+    """With ``spanCountsQueue``: the delay the span imposes on the other waiters' expected starts,
+    summed (negative: they start sooner on balance); None: not priced (the span lost already)."""
+    queue_later: int = 0
+    """Of those waiters, how many start later with the span."""
+    queue_counted: int = 0
+    """The waiters in line counted."""
 
     @property
     def span_cost_s(self) -> float | None:
+        """The span's own extra run time."""
         if self.span_slowdown is None or self.runtime_s is None:
             return None
         return self.runtime_s * max(self.span_slowdown - 1.0, 0.0)
+
+    @property
+    def span_price_s(self) -> float | None:
+        """What the span is charged: its own extra run time plus the line's delays (never a credit)."""
+        own = self.span_cost_s
+        if own is None or self.queue_cost_s is None:
+            return own
+        return own + max(self.queue_cost_s, 0.0)
 
     def describe(self) -> str:
         floor = self.kind == "floor"
@@ -64,6 +82,9 @@ class WaitOrSpan:
         else:
             span = (f"{best} slows it {self.span_slowdown:.3f}× = +{self.span_cost_s:.0f}s on an expected "
                     f"{self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
+            if self.queue_cost_s is not None:
+                span += (f", and delays the {self.queue_counted} others in line {self.queue_cost_s:+.0f}s in all "
+                         f"({self.queue_later} start later) = {self.span_price_s:.0f}s")
         if floor:
             verdict = {"span": "takes the slower GPUs now (cheaper)", "wait": "waits (cheaper)", None: "perfFloor decides"}[self.choice]
             return f"wait or slower GPUs: {wait}; {span}; {verdict}"
@@ -75,7 +96,9 @@ class WaitOrSpan:
                 "spanSlowdown": None if self.span_slowdown is None else round(self.span_slowdown, 4),
                 "expectedRuntimeSeconds": _r(self.runtime_s), "runtimeErrorSeconds": _r(self.runtime_error_s),
                 "spanCostSeconds": _r(self.span_cost_s), "choice": self.choice, "queuedAhead": self.ahead,
-                "expectedWaitAloneSeconds": _r(self.wait_alone_s)}
+                "expectedWaitAloneSeconds": _r(self.wait_alone_s), "queueCostSeconds": _r(self.queue_cost_s),
+                "queueDelayed": self.queue_later if self.queue_cost_s is not None else None,
+                "spanPriceSeconds": _r(self.span_price_s)}
 
 
 def _r(x: float | None) -> float | None:
@@ -84,14 +107,19 @@ def _r(x: float | None) -> float | None:
 
 def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown: float | None, runtime_s: float | None,
           runtime_error_s: float = 0.0, kind: Literal["span", "floor"] = "span", ahead: int | None = None,
-          wait_alone_s: float | None = None) -> WaitOrSpan:
-    """Span when the expected wait exceeds the span's expected extra run time; wait on a tie.
-    ``ahead`` and ``wait_alone_s``: the waiters queued ahead ``wait_s`` counts, and the wait
-    for the room alone (said beside it)."""
-    choice: Literal["span", "wait"] | None = None
-    if span_slowdown is not None and wait_s is not None and runtime_s is not None:
-        choice = "span" if wait_s > runtime_s * max(span_slowdown - 1.0, 0.0) else "wait"
-    return WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, choice, kind, ahead, wait_alone_s)
+          wait_alone_s: float | None = None, queue_cost_s: float | None = None, queue_later: int = 0,
+          queue_counted: int = 0) -> WaitOrSpan:
+    """Span when the expected wait exceeds the span's price (its expected extra run time, plus
+    ``queue_cost_s``, the delay it imposes on the others in line, when that is positive); wait on
+    a tie. ``ahead`` and ``wait_alone_s``: the waiters queued ahead ``wait_s`` counts, and the wait
+    for the room alone (said beside it); ``queue_later``, ``queue_counted``: of the others in line,
+    how many start later with the span, and how many were counted."""
+    out = WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, None, kind, ahead, wait_alone_s,
+                     queue_cost_s, queue_later, queue_counted)
+    price = out.span_price_s
+    if price is not None and wait_s is not None:
+        out = replace(out, choice="span" if wait_s > price else "wait")
+    return out
 
 
 def span_stamp(*parts: object) -> tuple[object, ...]:

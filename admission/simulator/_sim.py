@@ -98,7 +98,7 @@ import heapq
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -107,8 +107,8 @@ import numpy as np
 import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
-from admission.queue import WaitingRoom
-from admission.simulator._deployed import DeployedAtoll, LedgerFactory, node_rows, witness_holds
+from admission.queue import MAX_AHEAD, Waiter, WaitingRoom
+from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, minimal_targets
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
@@ -131,6 +131,7 @@ __all__ = [
     "SimSettings",
     "build_snapshots",
     "prepare_workload",
+    "quota_waiters",
     "simulate",
 ]
 
@@ -927,6 +928,14 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[int(shape_of[g])])))
         deployed.set_owed(fi, out)
 
+    def quota_line(flavor: str, _cluster_queue: str | None) -> list[Waiter]:
+        """The jobs waiting for quota on ``flavor`` (its one ClusterQueue): ``Outlook.quota_waiters``."""
+        f = fl[deployed.flavor_names.index(flavor)] if deployed is not None and flavor in deployed.flavor_names else None
+        return [] if f is None else quota_waiters(f.queues, flavor, lambda sid: shapes[sid][1], shape_of, declared)
+
+    if deployed is not None:
+        deployed.outlook.quota_waiters = quota_line
+
     def enqueue(j: int, order: float | None = None) -> int:
         """Job ``j`` joins its flavor's queue, ordered by priority, then ``order`` (Kueue's order time; None: its arrival)."""
         f = fl[work.flavor[j]]
@@ -1203,6 +1212,18 @@ def _reserve(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: Resou
 def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: ResourceVector) -> None:
     """``Snapshot.release`` for every node of a placement at once."""
     snapshot.free[nodes] = np.minimum(snapshot.free[nodes] + _amounts(pods, per_pod), snapshot.alloc[nodes])
+
+
+def quota_waiters(queues: Mapping[int, list[_Entry]], flavor: str, shape: Callable[[int], JobShape], shape_of: npt.NDArray[np.int64],
+                  declared: Callable[[int], int | None], limit: int = MAX_AHEAD) -> list[Waiter]:
+    """The jobs in Kueue's ``queues`` (shape → heap of entries) of ``flavor``, front of Kueue's order
+    first (priority, then order time, then job; at most ``limit``), as waiters for the line a span
+    is priced by (``queueing.spanCountsQueue: quota``)."""
+    out = []
+    for (neg, t), j in heapq.nsmallest(limit, (e for q in queues.values() for e in q)):
+        s = shape(int(shape_of[j]))
+        out.append(Waiter(flavor, s.gpus, s.per_pod.gpu, -neg, float(t), f"{NAMESPACE}/default", declared(j)))
+    return out
 
 
 def _in_order(q: list[_Entry]) -> Iterator[_Entry]:

@@ -57,6 +57,8 @@ def test_empty_document_gives_defaults() -> None:
          "profiles.p.queueing.retargetMarginSeconds: Input should be greater than 0"),
         ("profiles:\n  p: {requiredLevel: a, queueing: {perfFloorByCost: 0.0, perfFloorIdle: always}}\ndefaultProfile: p\n",
          "profiles.p.queueing.perfFloorIdle: Input should be 'weigh' or 'take' (got 'always')"),
+        ("profiles:\n  p: {preferredLevel: a, queueing: {waitOrSpan: true, spanCountsQueue: true}}\ndefaultProfile: p\n",
+         "profiles.p.queueing.spanCountsQueue: Input should be 'off', 'domain' or 'quota' (got True)"),
         ("profiles:\n  p: {requiredLevel: a, queueing: {perfFloorIdle: take}}\ndefaultProfile: p\n",
          "profiles.p.queueing: perfFloorIdle: take lowers the class floor to perfFloorByCost; set perfFloorByCost"),
         ("profiles:\n  p: {requiredLevel: a, queueing: {parkWaiting: 'yes'}}\ndefaultProfile: p\n",

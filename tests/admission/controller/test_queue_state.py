@@ -425,3 +425,44 @@ def test_explain_the_record_and_atoll_queue_count_the_gangs_queued_ahead(fabric:
     assert row["expected_start"] == iso_time(fabric.clock.now() + 2 * LIMIT)  # not the clique free in an hour: ahead-0 takes it
     (first,) = [r for r in ctrl.waiting_line() if r["workload"] == f"{fabric.ns}/ahead-0"]
     assert first["expected_start"] == iso_time(fabric.clock.now() + LIMIT)
+
+
+def test_a_span_priced_by_the_line_waits_for_a_workload_waiting_for_quota_and_says_so(fabric: Fabric) -> None:
+    """2 blocks × 2 cliques × 2 nodes, a one-pod Workload of an hour on every node; one node frees
+    in each clique of block 0. A 2 × 4-GPU gang of two hours would span those two nodes now
+    (+2,368 s of its own, against an hour's wait for a clique). A one-pod Workload waits for quota
+    in the same ClusterQueue: given quota, it would take one of those nodes now; behind the span it
+    starts in an hour. Charged that hour, the span costs more than waiting: the gang waits, and the
+    check, the record and ``atoll explain`` say why."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["elastic"].update(relaxAfterSeconds=86400, queueing={"waitOrSpan": True, "spanCountsQueue": "quota"})
+    fabric.install(doc)
+    ctrl = fabric.controller()
+    names = [f"w{i}" for i in range(8)]
+    for name in names:
+        submit(fabric, name, 1, limit=LIMIT)
+        (v,) = run(ctrl)
+        assert v.outcome == "admit"
+    on = {name: next(iter(planned(fabric.entry(name)))) for name in names}
+    for name, node in on.items():
+        fabric.bind_pod(f"{name}-0", node, 4, decision_id=fabric.entry(name)["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"])
+    run(ctrl)
+    for c in range(2):
+        name = next(w for w, n in sorted(on.items()) if n.startswith(f"{fabric.clique(0, c)}n"))
+        fabric.finish(name)
+        fabric.finish_pod(f"{name}-0")
+    run(ctrl)
+    small = workload(fabric.ns, "small", [("main", 1, 4)])
+    small["spec"]["maximumExecutionTimeSeconds"] = 600
+    fabric.kueue.create(small)  # it waits for quota: Kueue reserves none
+    gang = workload(fabric.ns, "gang", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+    gang["spec"]["maximumExecutionTimeSeconds"] = 2 * LIMIT
+    fabric.kueue.create(gang)
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    (verdict,) = [v for v in run(ctrl) if v is not None]
+    said = f"and delays the 1 others in line +{LIMIT}s in all (1 start later)"
+    assert verdict.outcome == "wait" and said in verdict.message and "waits (cheaper)" in verdict.message, verdict.message
+    assert f"expected wait for one domain {LIMIT}s" in verdict.message
+    (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang"]
+    assert said in record["message"]
+    assert said in ctrl.explain(f"{fabric.ns}/gang")["check"]["message"]

@@ -11,7 +11,8 @@ import pytest
 
 from admission.controller._owing import owes
 from admission.controller._queueing import is_owed
-from admission.queue import Reservation, Running
+from admission.controller._span_cost import with_quota_waiters
+from admission.queue import Reservation, Running, Waiter
 from admission.simulator._deployed import DeployedAtoll
 from policies import ProfilesError, load_profiles
 from topology import ClusterModel, ResourceVector, Snapshot
@@ -24,6 +25,8 @@ profiles:
   soonest: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, reserveTarget: soonestFree, retargetMarginSeconds: 1800}}}}
   elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
   queued: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 86400, queueing: {{waitOrSpan: true, waitCountsQueue: true}}}}
+  lined: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 86400,
+           queueing: {{waitOrSpan: true, waitCountsQueue: true, spanCountsQueue: quota}}}}
   island: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{reserveAfterSeconds: 600}}}}
   spanning: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{reserveAfterSeconds: 600, reserveAt: span}}}}
 """)
@@ -168,6 +171,43 @@ def test_a_gang_behind_two_queued_gangs_expects_to_start_after_them_and_spans_fo
     assert "expected wait for one domain 4998s ± 0s (u0/r1) after 2 queued ahead (alone 1998s)" in w.message
     assert w.outcome == "admit" and w.relaxed  # 4,998 s of waiting against 3,000 s of slowdown: spans
     assert queued.outlook.queued.get("sim/job-3") is None and len(queued.outlook.queued) == 2  # placed: out of the line
+
+
+def test_a_span_that_takes_the_nodes_both_gangs_ahead_need_is_charged_their_delay_and_waits() -> None:
+    a = two_gangs_ahead("lined")
+    v = decide(a, 3, 2, now=NOW + 2)
+    # spanning, job-3 holds r0n1 and r1n1 for 6,000 s (until 7,002 s): job-1 starts then instead of at
+    # 3,000 s, job-2 instead of at 6,000 s; 3,000 s of its own slowdown + 5,004 s > 4,998 s of waiting
+    assert "after 2 queued ahead (alone 1998s)" in v.message
+    assert "delays the 2 others in line +5004s in all (2 start later) = 8004s; waits (cheaper)" in v.message
+    assert v.outcome == "wait" and a.outlook.queued.get("sim/job-3") is not None
+
+
+def test_workloads_waiting_for_quota_join_the_line_the_span_is_priced_by() -> None:
+    a = two_gangs_ahead("lined")
+    a.outlook.queued.left("sim/job-1")
+    a.outlook.queued.left("sim/job-2")
+    # nobody else waits for a domain; a 4-GPU Workload waits for quota on flavor f
+    a.outlook.quota_waiters = lambda flavor, cq: [Waiter(flavor, 4, 4, 0, NOW + 5, "sim/default")] if flavor == "f" else []
+    assert decide(a, 3, 2, now=NOW + 2).outcome == "wait"  # alone, r0 in 1,998 s against +3,000 s: it waits, in line
+    line, me = with_quota_waiters(a.outlook, "sim/job-3", "f", "cluster-queue")
+    assert [w.gpus for w in line] == [8, 4] and me == 0  # it waited first: ahead in Kueue's order
+    alone = ([a.outlook.queued.get("sim/job-3")], 0)
+    assert with_quota_waiters(a.outlook, "sim/job-3", "g", "cluster-queue") == alone  # none on flavor g
+    assert with_quota_waiters(a.outlook, "sim/job-3", "f") == alone  # spanCountsQueue: domain leaves them out
+    a.outlook.quota_waiters = lambda flavor, cq: [Waiter(flavor, 4, 4, 5, NOW + 5, "sim/default")]  # a higher priority: first
+    line, me = with_quota_waiters(a.outlook, "sim/job-3", "f", "cluster-queue")
+    assert [w.priority for w in line] == [5, 0] and me == 1
+
+
+def test_a_gang_ahead_holding_a_reservation_takes_its_reserved_island_not_another() -> None:
+    a = two_gangs_ahead("queued")
+    assert a.outlook.reservations.add(Reservation("sim/job-1", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4), ("r0n1", 4)), NOW, 3000.0),
+                                      limit=1)
+    v = decide(a, 3, 2, now=NOW + 2)
+    # r0 is job-1's and out of job-3's reach: job-2 takes r1 at 6,000 s and hands it back at 9,000 s.
+    # Counted as a competitor, job-1 would take r1 first and put job-3 at 12,000 s
+    assert "expected wait for one domain 7998s ± 0s (u0/r1) after 1 queued ahead" in v.message
 
 
 def test_a_higher_priority_gang_has_nobody_ahead_of_it() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from admission.queue import weigh
 
 
@@ -25,3 +27,19 @@ def test_both_numbers_are_said() -> None:
     rec = w.as_record()
     assert rec["expectedWaitSeconds"] == 900.0 and rec["spanCostSeconds"] == 360.0 and rec["choice"] == "span"
     assert "unknown" in weigh(None, 0.0, "", 1.1, 3600.0).describe()
+
+
+def test_a_span_charged_for_the_line_waits_when_the_delays_it_imposes_tip_the_balance() -> None:
+    alone = weigh(900.0, 60.0, "u0/c1", 1.10, 3600.0)  # +360 s of its own: spans
+    lined = weigh(900.0, 60.0, "u0/c1", 1.10, 3600.0, queue_cost_s=600.0, queue_later=2, queue_counted=5)
+    assert alone.choice == "span" and lined.choice == "wait" and lined.span_price_s == pytest.approx(960.0)
+    text = lined.describe()
+    assert "delays the 5 others in line +600s in all (2 start later) = 960s" in text and "waits (cheaper)" in text
+    rec = lined.as_record()
+    assert rec["queueCostSeconds"] == 600.0 and rec["queueDelayed"] == 2 and rec["spanPriceSeconds"] == 960.0 and rec["choice"] == "wait"
+    assert alone.as_record()["queueCostSeconds"] is None and alone.as_record()["spanPriceSeconds"] == 360.0
+
+
+def test_a_span_that_lets_the_line_start_sooner_is_not_credited_for_it() -> None:
+    w = weigh(300.0, 0.0, "u0/c1", 1.10, 3600.0, queue_cost_s=-5000.0, queue_counted=3)
+    assert w.span_price_s == pytest.approx(360.0) and w.choice == "wait"  # its own 360 s still outweigh a 300 s wait

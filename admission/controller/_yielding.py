@@ -65,7 +65,9 @@ The churn is bounded by these rules:
   and parked again undecided, it keeps its quota until an event has it decided afresh;
 - a Workload waiting for quota takes GPUs up to what it asks for while it waits, however many
   passes see it (Kueue may take a while to admit it);
-- a Workload that gave its quota back and waits for it again takes none from another parked one,
+- a Workload that gave its quota back and waits for it again takes none from another parked one
+  while its need is on file (``WaitingRoom.is_aside``, the simulator's rule too: holding quota it
+  would park again undecided; one an event reached may fit now, and takes quota as any waiter),
   and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator;
 - nothing is given to a waiter Kueue's scheduler has not tried yet (no ``QuotaReserved=False``:
   Kueue may admit it in a moment), nor to one that the flavor of the parked Workload lacks the free GPUs for, or

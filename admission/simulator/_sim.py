@@ -67,7 +67,7 @@ Atoll, as modelled
     it asks for, and nothing if that with the free quota would not let it in; a Workload holding a reservation keeps its
     quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
     no more than it asks for while it waits, and one that gave its quota back and waits for it
-    again takes none. A Workload that gives its quota back is deactivated: Kueue evicts it
+    again takes none while its need is on file (``WaitingRoom.is_aside``). A Workload that gives its quota back is deactivated: Kueue evicts it
     (reason ``Deactivated``) and releases its quota, then, in the same instant, tries the waiter
     again. Kueue queues a reactivated Workload at its creation time: an eviction by deactivation
     leaves ``Ordering.GetQueueOrderTimestamp`` (``pkg/workload/workload.go``, v0.19.2) at
@@ -568,7 +568,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     def yield_quota(fi: int, now: float) -> bool:
         """Parked jobs give their quota back as the controller's ``QuotaYield.choose`` does, after
         Kueue's pass has refused the queued jobs blocked on quota. Each such job, in Kueue's order
-        (the waiters; not one that gave its quota back and waits for it again, nor one given its
+        (the waiters; not one that gave its quota back and waits for it again with its need on file
+        (``WaitingRoom.is_aside``), nor one given its
         GPUs' worth already while it waits), whose GPUs the flavor has free, is given parked
         quota, newest parked first (a job holding a reservation never; each at most once per
         decision, ``WaitingRoom.may_give``), until what they give covers what it asks for; if that,
@@ -594,7 +595,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         while order:
             (_, j), sid, it = order[0]
             want = shape_gpus[sid]
-            if j in aside or served.get(j, 0) >= want:
+            if room.is_aside(j) or served.get(j, 0) >= want:
                 _advance(order, it)
                 continue
             if want > gpus_free:
@@ -636,7 +637,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         retry_after = parked[fi].pop(p)
         retry_of[p] = retry_after
         room.set_aside(p)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
-        aside.add(p)
         gpus = shape_gpus[int(shape_of[p])]
         f.used -= gpus
         parked_gpus[fi] -= gpus
@@ -651,7 +651,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     def left_queue(j: int, fi: int) -> None:
         """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends."""
         served.pop(j, None)
-        aside.discard(j)
 
     def due_back(fi: int, now: float) -> list[int]:
         """The controller's ``QuotaYield.due``: the deactivated jobs of flavor ``fi`` no queued job
@@ -706,8 +705,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
     retry_of: dict[int, float] = {}
     """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
-    aside: set[int] = set()
-    """Jobs that gave their quota back and do not hold it again yet: they take none from another."""
     gave_at: list[dict[int, tuple[int, float]]] = [{} for _ in fl]
     """Flavor → deactivated job → (−priority, time of the give): reactivated once no queued job is ahead of it."""
     served: dict[int, int] = {}

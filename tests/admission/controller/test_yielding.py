@@ -361,3 +361,27 @@ def test_a_waiter_served_takes_its_quota_from_what_the_next_waiter_of_the_pass_c
     assert run(ctrl) == []
     assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang-2") == f"{fabric.ns}/small"
     assert active(fabric, "gang")  # 16 - 4 taken + 8 = 12 < 16
+
+
+def test_a_giver_takes_parked_quota_only_once_an_event_reached_it(fabric: Fabric) -> None:
+    """The simulator's rule too (``WaitingRoom.is_aside``, one function for both; its twin is
+    ``test_sim.py::test_a_job_that_gave_its_quota_back_takes_parked_quota_once_an_event_reached_it``):
+    a Workload that gave its quota back and waits for it again takes none from another parked one
+    while its need is on file (holding quota, it would park again undecided in what it took); once
+    an event reached it, its need is dropped, it may fit now, and it waits as any Workload does."""
+    ctrl = parked_gang(fabric)
+    key = f"{fabric.ns}/gang"
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    run(ctrl)
+    assert active(fabric, "gang") and ctrl.parking.is_aside(key)  # reactivated, refused quota by Kueue (QuotaReserved=False)
+    fabric.submit("other", [("main", 2, 4)])
+    (other,) = run(ctrl)
+    assert other.parked and active(fabric, "other")  # the gang waits for quota beside it, and takes none: its need is on file
+    assert ctrl.quota_yields == 1
+    fabric.core.patch_node(fabric.node_name(0, 0, 1), {"metadata": {"labels": {"touched": "yes"}}})  # wakes every parked Workload
+    (again,) = run(ctrl)  # "other" decided afresh (parks again); the gang's need is dropped: it holds no quota to be decided on
+    assert again.parked and not ctrl.parking.is_aside(key) and key not in ctrl.parking
+    assert not active(fabric, "other") and yielded_to(fabric, "other") == key and ctrl.quota_yields == 2

@@ -112,7 +112,13 @@ class QueueingSettings(_Strict):
     of at least this many GPUs is owed (0: any gang). ``waitCountsQueue``: the expected
     wait for one domain (both sides of ``waitOrSpan`` and of ``perfFloorByCost``) counts the
     Workloads queued ahead on the flavor (priority, then creation), which take the room before this
-    one as it frees, instead of the room alone (``docs/queue.md``, "The queue ahead")."""
+    one as it frees, instead of the room alone (``docs/queue.md``, "The queue ahead").
+    ``lendParked`` (with parking): a parked Workload of this profile that gave its quota back is
+    reactivated, even while a Workload queued before the give still waits for quota, as soon as
+    the placement its decision searched would succeed now (``fits``), or only when, besides, the
+    quota free now covers it, so it starts without taking quota a waiter ahead could use
+    (``starts``); it is then decided afresh. ``off`` (the default): never (``docs/queue.md``,
+    "Lending parked quota")."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -127,6 +133,7 @@ class QueueingSettings(_Strict):
     hold_behind_gangs: Literal["off", "quota", "start"] = Field(default="off", alias="holdBehindGangs")
     hold_min_gpus: int = Field(default=0, ge=0, alias="holdBehindGangsMinGPUs")
     wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
+    lend_parked: Literal["off", "fits", "starts"] = Field(default="off", alias="lendParked")
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:

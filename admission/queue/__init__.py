@@ -6,6 +6,7 @@ controller and the simulator re-decide the same Workloads at the same moments.
 
 from admission.queue._ahead import MAX_AHEAD, Queued, QueuedStart, Waiter, queued_start
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
+from admission.queue._lend import fits_now
 from admission.queue._outlook import Outlook
 from admission.queue._owed import OwedGang, OwedGangs
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption
@@ -45,6 +46,7 @@ __all__ = [
     "choose_target",
     "domain_outlook",
     "draining_domains",
+    "fits_now",
     "largest_block",
     "plain_reason",
     "plan_preemption",

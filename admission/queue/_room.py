@@ -32,12 +32,12 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from topology import Snapshot
+from topology import PlacementRequest, Snapshot
 
 __all__ = ["Need", "WaitingRoom"]
 
@@ -57,6 +57,9 @@ class Need:
     """Held behind this owed gang (``holdBehindGangs``): woken by ``wake_behind`` when the gang is
     owed no longer (or ``wake_flavor``, or the deadline); freed GPUs never wake it (it could go at
     once, and it must not)."""
+    request: PlacementRequest | None = field(default=None, compare=False, repr=False)
+    """The placement request the decision that parked it searched (``queueing.lendParked`` asks it
+    again: ``fits_now``); None: unknown. Not part of the need's identity."""
 
     @property
     def gpus(self) -> int:

@@ -126,7 +126,13 @@ class QueueingSettings(_Strict):
     its slowed runtime, against this Workload waiting its turn in line. ``domain``: the line is
     the Workloads waiting for a domain on the flavor; ``quota``: and those of its ClusterQueue
     still waiting for quota; ``off`` (the default): the span's own cost alone (``docs/queue.md``,
-    "A span priced by the queue behind it")."""
+    "A span priced by the queue behind it").
+    ``lendParked`` (with parking): a parked Workload of this profile that gave its quota back is
+    reactivated, even while a Workload queued before the give still waits for quota, as soon as
+    the placement its decision searched would succeed now (``fits``), or only when, besides, the
+    quota free now covers it, so it starts without taking quota a waiter ahead could use
+    (``starts``); it is then decided afresh. ``off`` (the default): never (``docs/queue.md``,
+    "Lending parked quota")."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -143,6 +149,7 @@ class QueueingSettings(_Strict):
     hold_backfill: bool = Field(default=False, alias="holdBehindGangsBackfill", strict=True)
     wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
     span_counts_queue: Literal["off", "domain", "quota"] = Field(default="off", alias="spanCountsQueue")
+    lend_parked: Literal["off", "fits", "starts"] = Field(default="off", alias="lendParked")
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:

@@ -142,6 +142,9 @@ class Decider:
         """The queue manager's state (reservations, expected ends); None: the profiles' fixed rules alone."""
         self.span_cost: SpanCost | None = None
         """Prices a span for wait-or-span (``_queueing``); None: relaxAfterSeconds decides."""
+        self.lent: set[str] = set()
+        """Workloads (namespace/name) reactivated by ``queueing.lendParked`` since their last
+        decision: the next one says so in its record's notes."""
         self.holds: dict[str, dict[str, tuple[str, ...]]] = {}
         """flavor → gang uid → the nodes of a domain held for that gang while preempted Workloads
         leave it: every other Workload's decision leaves them out (``Preemptor``)."""
@@ -227,6 +230,10 @@ class Decider:
         results = [self._evaluate_flavor(obj, view, flavor, specs, profile_name, profile, cls, wait, decision_id, now)
                    for flavor, specs in sorted(groups.items())]
         verdict = self._combine(results, profile, wait, base)
+        if self.lent and (lent := f"{view.namespace}/{view.name}") in self.lent:
+            self.lent.discard(lent)
+            verdict.notes.append(f"back from a quota yield by queueing.lendParked: {profile.queueing.lend_parked}, the placement "
+                                 "it was parked on fitting while a Workload queued before the give still waited for quota")
         if self.queue is not None and verdict.outcome != "wait":  # placed or rejected: out of the line
             self.queue.left(f"{view.namespace}/{view.name}")
         return verdict
@@ -278,6 +285,19 @@ class Decider:
 
         v.fabric_after = fabric_after
         return v
+
+    def room_now(self, flavor: str) -> Snapshot | None:
+        """The flavor's snapshot as a decision would search it, what admitted Workloads still owe
+        counted as used (on a fork; the shared one when nothing is owed); None when the flavor
+        cannot be read. ``queueing.lendParked``'s fit test (``fits_now``) reads it."""
+        try:
+            shared = self.cache.snapshot(flavor)
+        except (FlavorProblem, ValueError):
+            return None
+        owed = self.ledger.witness(shared)
+        snap = shared.fork() if owed.used_rows()[0].size or owed.short() else shared
+        self.ledger.apply(snap, witness=owed, report=False)
+        return snap
 
     def _evaluate_flavor(self, obj: Obj, view: WorkloadView, flavor: str, specs: list[PodSetSpec], profile_name: str, profile: Profile,
                          cls: WorkloadClass | None, wait: WaitState, decision_id: str, now: float) -> _FlavorResult:
@@ -907,7 +927,7 @@ def _need(flavor: str, decision: Decision, profile: Profile, wait: WaitState, no
     deadline = None
     if profile.preferred_level and not decision.relaxed and profile.relax_after_seconds is not None:
         deadline = (wait.first_waited_at if wait.first_waited_at is not None else now) + profile.relax_after_seconds
-    return Need(flavor, level, smallest.pods, smallest.per_pod.gpu, deadline)
+    return Need(flavor, level, smallest.pods, smallest.per_pod.gpu, deadline, request=request)
 
 
 def _reserve(snap: Snapshot, decision: Decision) -> None:

@@ -68,8 +68,8 @@ from admission.controller._span_cost import SpanPricer
 from admission.controller._status import YIELD_EVENT_REASON, StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._watching import Inbox, Informers, Watch
-from admission.controller._workloads import check_entry, condition_true
-from admission.controller._yielding import QuotaYield, yield_patch
+from admission.controller._workloads import WorkloadError, check_entry, condition_true
+from admission.controller._yielding import QuotaYield, Yielded, yield_patch
 from admission.kube import (
     ADMISSION_CHECKS,
     CONFIGMAPS,
@@ -87,7 +87,7 @@ from admission.kube import (
     errors,
     object_key,
 )
-from admission.queue import Plan, QueueHints, draining_domains, size_band
+from admission.queue import Plan, QueueHints, draining_domains, fits_now, size_band
 from policies import ProfilesError, profiles_from_configmap
 
 __all__ = ["Controller"]
@@ -203,6 +203,8 @@ class Controller:
         """Parked Workloads that gave their quota back (deactivated a moment: Kueue evicts them)."""
         self.quota_yields_timed_out = 0
         """Yields ended by ``decisions.quota_yield_max_seconds`` rather than by the queue (``QuotaYield.due``)."""
+        self.quota_lends = 0
+        """Yields ended because the giver's placement fit now (``queueing.lendParked``) rather than by the queue."""
         self.reparked = 0
         """Of those, parked again on their next quota without a decision (nothing they wait for changed)."""
         self._yield_due = False
@@ -514,7 +516,7 @@ class Controller:
             meta = obj.get("metadata") or {}
             if self._written(key, obj, "quota yield", functools.partial(self._patch_workload, obj, yield_patch(obj, waiter))):
                 self.parking.set_aside(key)
-                self.quota_yield.gave(key, waiter, self.clock.now(), flavor)
+                self.quota_yield.gave(key, waiter, self.clock.now(), flavor, self.parking.room.need(key))
                 self.quota_yields += 1
                 self.metrics.quota_yields.labels(flavor).inc()
                 self.events.post({"apiVersion": WORKLOADS.api_version, "kind": "Workload", "metadata": meta}, "Normal", YIELD_EVENT_REASON,
@@ -533,7 +535,7 @@ class Controller:
             _log.info("quota yields found on Workloads; each is reactivated by the same rules", count=len(self.quota_yield.yielded))
         if not self.quota_yield.yielded:
             return
-        for key in self.quota_yield.due(self.clock.now()):
+        for key in self.quota_yield.due(self.clock.now(), self._lends):
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None:
                 continue
@@ -545,11 +547,32 @@ class Controller:
                 _log.warning("reactivation not written; will retry", workload=key, error=str(exc))
                 continue
             y = self.quota_yield.yielded.pop(key, None)
+            if key in self.quota_yield.lent:  # its placement fits now: decided afresh on its next quota, never parked again undecided
+                self.parking.leave(key)
+                self.quota_lends += 1
+                self.decider.lent.add(key)  # the decision's record says so
             if key in self.quota_yield.timed_out:  # back ahead of a Workload queued before the give: decided afresh on its next
                 self.parking.leave(key)  # quota, so it may give it back again, rather than parked again undecided
                 self.quota_yields_timed_out += 1
                 self.metrics.quota_yields_timed_out.labels(y.flavor if y is not None and y.flavor else self.quota_yield.flavor_of(key)).inc()
             _log.info("reactivated after giving its quota back", workload=key)
+
+    def _lends(self, key: str, y: Yielded) -> str:
+        """``key``'s profile's ``queueing.lendParked`` if the placement it was parked on fits the
+        flavor now (``fits_now``, on the snapshot a decision reads), else ``off``."""
+        obj, doc = self.cache.objects[WORKLOADS].get(key), self.cache.profiles
+        if obj is None or doc is None or y.need is None:
+            return "off"
+        try:
+            view = self.decider.read(obj)
+            _, profile = doc.profile_for(annotation=view.profile, local_queue=view.local_queue, cluster_queue=view.cluster_queue)
+        except (WorkloadError, KeyError):
+            return "off"
+        mode = profile.queueing.lend_parked
+        if mode == "off":
+            return mode
+        snap = self.decider.room_now(y.need.flavor)
+        return mode if snap is not None and fits_now(snap, y.need) else "off"
 
     def _patch_workload(self, obj: Obj, patch: Obj) -> None:
         """A merge patch of a Workload's metadata and spec (Atoll's yield annotations, ``spec.active``); the cache takes the answer."""

@@ -71,8 +71,8 @@ class Parking:
         self.room.set_aside(key)
 
     def is_aside(self, key: str) -> bool:
-        """``key`` gave its quota back and its need is still on file."""
-        return self.room.need(key) is not None and key not in self.room
+        """``key`` gave its quota back and its need is still on file (``WaitingRoom.is_aside``)."""
+        return self.room.is_aside(key)
 
     def leave(self, key: str) -> None:
         self.room.leave(key)

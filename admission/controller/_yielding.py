@@ -14,7 +14,9 @@ inactive; its check stays ``Pending`` (eviction resets only the other states). A
 ``spec.active`` back to true, and removes the annotations, once no Workload that waits for quota in
 its ClusterQueue or cohort is ahead, in Kueue's order, of the place the give left it at (its
 priority, the give's time), counting only waiters the quota could ever let in (``due``), or at
-the latest ``decisions.quota_yield_max_seconds`` after the give (12 h by default): a waiter that
+the latest ``decisions.quota_yield_max_seconds`` after the give (12 h by default), or, under the
+profile's ``queueing.lendParked`` (off by default), as soon as the placement it was parked on
+fits now (``admission.queue._lend``; it is then decided afresh): a waiter that
 the quota could admit but that never is admitted, because it waits for a domain too, say, would
 otherwise keep it out for ever. One reactivated by that bound goes back ahead of the Workloads
 queued before the give, so its need is dropped: it is decided afresh when it holds quota again,
@@ -65,7 +67,9 @@ The churn is bounded by these rules:
   and parked again undecided, it keeps its quota until an event has it decided afresh;
 - a Workload waiting for quota takes GPUs up to what it asks for while it waits, however many
   passes see it (Kueue may take a while to admit it);
-- a Workload that gave its quota back and waits for it again takes none from another parked one,
+- a Workload that gave its quota back and waits for it again takes none from another parked one
+  while its need is on file (``WaitingRoom.is_aside``, the simulator's rule too: holding quota it
+  would park again undecided; one an event reached may fit now, and takes quota as any waiter),
   and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator;
 - nothing is given to a waiter Kueue's scheduler has not tried yet (no ``QuotaReserved=False``:
   Kueue may admit it in a moment), nor to one that the flavor of the parked Workload lacks the free GPUs for, or
@@ -106,6 +110,7 @@ from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_w
 from admission.controller._records import parse_time
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
+from admission.queue import Need
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
 
 __all__ = ["YIELD_ANNOTATION", "YIELD_UNTIL_ANNOTATION", "QuotaYield", "Yielded", "waits_for_quota", "yield_patch"]
@@ -135,11 +140,13 @@ def refused_by_kueue(obj: Obj) -> bool:
 @dataclass(frozen=True)
 class Yielded:
     """A Workload deactivated to give its quota back: to whom, when (epoch seconds: its place in
-    Kueue's order had the give been an eviction), on which flavor ("": unknown)."""
+    Kueue's order had the give been an eviction), on which flavor ("": unknown), and the need it
+    was parked on (None: unknown, as after a restart; ``queueing.lendParked`` asks it again)."""
 
     waiter: str
     at: float
     flavor: str
+    need: Need | None = None
 
 
 def yield_patch(obj: Obj, waiter: str | None) -> Obj:
@@ -172,6 +179,9 @@ class QuotaYield:
         self.max_seconds = max_seconds
         """The longest a yield lasts (s, from the give): ``decisions.quota_yield_max_seconds``."""
         self.timed_out: set[str] = set()
+        self.lent: set[str] = set()
+        """Yields ``due`` ends because the giver's placement fits now (``queueing.lendParked``)
+        while a Workload queued before the give still waits (the caller takes them out too)."""
         """Yields ``due`` ends by ``max_seconds`` while a Workload queued before the give still waits
         (the caller takes them out once it has reactivated them)."""
         self.port = port
@@ -213,9 +223,9 @@ class QuotaYield:
         self._claims.pop(key, None)
         self._refused.discard(key)
 
-    def gave(self, key: str, waiter: str, at: float, flavor: str) -> None:
-        """``key`` was deactivated for ``waiter`` at ``at`` (epoch seconds)."""
-        self.yielded[key] = Yielded(waiter, at, flavor)
+    def gave(self, key: str, waiter: str, at: float, flavor: str, need: Need | None = None) -> None:
+        """``key``, parked on ``need``, was deactivated for ``waiter`` at ``at`` (epoch seconds)."""
+        self.yielded[key] = Yielded(waiter, at, flavor, need)
 
     def rebuild(self) -> int:
         """After a start or a leader change: every inactive Workload that carries Atoll's yield
@@ -231,17 +241,23 @@ class QuotaYield:
             self.yielded[key] = Yielded(str(ann[YIELD_ANNOTATION]), at, "")
         return len(self.yielded)
 
-    def due(self, now: float) -> list[str]:
+    def due(self, now: float, lends: Callable[[str, Yielded], str] | None = None) -> list[str]:
         """Yielded Workloads to reactivate at ``now`` (epoch seconds): no Workload that waits for
         quota in their ClusterQueue or cohort, and that the quota could ever let in, is ahead in
         Kueue's order (priority, then queue-order time; a tie counts as ahead) of the place the
         give left them at: their priority and the give's time. Kueue queues a reactivated
         Workload at its creation time, so reactivated sooner it would go back ahead of the
         Workloads that queued while it was parked. Or the give is ``max_seconds`` old, whoever
-        still waits (those are in ``timed_out`` until the next call). One no longer inactive (reactivated by someone
-        else) or gone is forgotten."""
+        still waits (those are in ``timed_out`` until the next call). Or its profile lends parked
+        quota and its placement fits now: ``lends(key, yielded)`` is then its ``lendParked``
+        (``fits``, or ``starts``: only while the quota its ClusterQueue could use now covers it,
+        each taking its share in turn), else ``off`` (those are in ``lent`` until the next call).
+        One no longer inactive (reactivated by someone else) or gone is forgotten."""
         out: list[str] = []
         self.timed_out.clear()
+        self.lent.clear()
+        self._reserved = None
+        quotas: dict[tuple[str, str], CohortQuota | None] = {}
         queues: dict[str, Obj | None] = {}
         waiting: list[tuple[tuple[int, float], str, str | None]] | None = None
         for key, y in list(self.yielded.items()):
@@ -263,7 +279,34 @@ class QuotaYield:
                 self.timed_out.add(key)
                 _log.warning("quota yield ended by its time bound while a Workload queued before the give still waits for quota",
                              workload=key, gave_to=y.waiter, seconds=round(now - y.at), bound=self.max_seconds)
+            elif lends is not None and y.need is not None and self._lent_now(key, y, lends(key, y), cq, queues, quotas):
+                out.append(key)
+                self.lent.add(key)
+                _log.info("quota yield ended: the giver's placement fits now (lendParked)", workload=key, gave_to=y.waiter)
         return out
+
+    def _lent_now(self, key: str, y: Yielded, mode: str, cq: str | None, queues: dict[str, Obj | None],
+                  quotas: dict[tuple[str, str], CohortQuota | None]) -> bool:
+        """``due``'s lend: ``fits`` lends; ``starts`` only while the quota ``cq`` could use on the
+        flavor now covers what ``key`` asks for (taken from what the next one sees)."""
+        if mode == "fits":
+            return True
+        if mode != "starts" or cq is None or not y.flavor:
+            return False
+        gpu = self.gpu_resource()
+        try:
+            want = sum(s.count * s.per_pod.gpu for s in parse_workload(self.objects.get(key) or {}, gpu_resource=gpu).podsets)
+        except WorkloadError:
+            return False
+        if (cq, y.flavor) not in quotas:
+            quota = self._cohort_quota(cq, y.flavor, queues, gpu)
+            for name in quota.queues if quota is not None else (cq,):
+                quotas[(name, y.flavor)] = quota
+        quota = quotas[(cq, y.flavor)]
+        if quota is None or quota.available(cq) < want:
+            return False
+        quota.release(cq, -want)
+        return True
 
     def _could_ever_admit(self, key: str, cq: str, flavor: str, queues: dict[str, Obj | None]) -> bool:
         """The quota ``cq`` could use on ``flavor`` with nothing reserved anywhere covers what

@@ -19,7 +19,8 @@ stays on file, and until one of those events touches it, it is ``unchanged``. Wh
 again it is parked again on the need it had, without being decided (the answer could not have
 changed); an event that would have woken it takes it out instead, and it is decided afresh. One
 parked again that way keeps its quota until it is decided afresh (``may_give``): a Workload gives
-its quota back at most once per decision, so yields are bounded by decisions.
+its quota back at most once per decision, so yields are bounded by decisions. While its need is
+on file (``is_aside``) one that gave its quota back takes none from another parked Workload.
 
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
@@ -31,12 +32,12 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from topology import Snapshot
+from topology import PlacementRequest, Snapshot
 
 __all__ = ["Need", "WaitingRoom"]
 
@@ -56,6 +57,9 @@ class Need:
     """Held behind this owed gang (``holdBehindGangs``): woken by ``wake_behind`` when the gang is
     owed no longer (or ``wake_flavor``, or the deadline); freed GPUs never wake it (it could go at
     once, and it must not)."""
+    request: PlacementRequest | None = field(default=None, compare=False, repr=False)
+    """The placement request the decision that parked it searched (``queueing.lendParked`` asks it
+    again: ``fits_now``); None: unknown. Not part of the need's identity."""
 
     @property
     def gpus(self) -> int:
@@ -110,6 +114,15 @@ class WaitingRoom:
         so ``unchanged`` tells whether anything it waits for changed before it holds quota again."""
         if key in self._needs:
             self._aside.add(key)
+
+    def is_aside(self, key: Hashable) -> bool:
+        """``key`` gave its quota back and its need is still on file: no event that would have woken
+        it came since. While so, waiting for quota again, it takes none from another parked
+        Workload: holding quota, it would only park again undecided in the quota it took (the
+        answer could not have changed). One an event reached has left the room: it may fit now,
+        and waits for quota as any Workload does. The one rule the simulator and the controller
+        both ask (Kueue itself queues a reactivated Workload as any other, at its creation time)."""
+        return key in self._aside
 
     def unchanged(self, key: Hashable, now: float) -> Need | None:
         """``key``'s need if it was set aside and no event that would have woken it came since

@@ -174,6 +174,8 @@ class DeployedAtoll:
         """The profile's ``queueing.holdBehindGangs``: with it, the simulator says which gangs are owed (``set_owed``)."""
         self.owed_after = float(own.queueing.reserve_after_seconds or 0) if own is not None else 0.0
         self.owed_min_gpus = own.queueing.hold_min_gpus if own is not None else 0
+        self.lend_parked = own.queueing.lend_parked if own is not None else "off"
+        """The profile's ``queueing.lendParked``: a giver whose placement fits now comes back at once (``admission.queue.fits_now``)."""
         self.unheld: dict[int, list[str]] = {}
         """Flavor → gangs owed no longer since ``take_unheld`` last looked."""
         self._index_map: tuple[tuple[int, int], IntArray | None] | None = None
@@ -214,6 +216,10 @@ class DeployedAtoll:
                 obj["metadata"]["creationTimestamp"] = rfc3339(created)
             self.views[job] = self.read(obj, key)
         return obj
+
+    def lent(self, job: int) -> None:
+        """Job ``job`` was reactivated by ``queueing.lendParked``: its next decision's record says so (``Decider.lent``)."""
+        self.decider.lent.add(f"{NAMESPACE}/job-{job}")
 
     def read(self, obj: dict[str, Any], key: tuple[Any, ...]) -> WorkloadView:
         """``parse_workload(obj)``: Workloads of one shape differ only in name and uid, so each

@@ -67,7 +67,7 @@ Atoll, as modelled
     it asks for, and nothing if that with the free quota would not let it in; a Workload holding a reservation keeps its
     quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
     no more than it asks for while it waits, and one that gave its quota back and waits for it
-    again takes none. A Workload that gives its quota back is deactivated: Kueue evicts it
+    again takes none while its need is on file (``WaitingRoom.is_aside``). A Workload that gives its quota back is deactivated: Kueue evicts it
     (reason ``Deactivated``) and releases its quota, then, in the same instant, tries the waiter
     again. Kueue queues a reactivated Workload at its creation time: an eviction by deactivation
     leaves ``Ordering.GetQueueOrderTimestamp`` (``pkg/workload/workload.go``, v0.19.2) at
@@ -107,7 +107,7 @@ import numpy as np
 import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
-from admission.queue import MAX_AHEAD, Waiter, WaitingRoom
+from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, minimal_targets
@@ -320,6 +320,8 @@ class SimResult:
     """Of those, reactivated by ``SimSettings.quota_yield_max_seconds`` while a job queued before the give still waited."""
     longest_quota_yield_hours: float = 0.0
     """The longest a job that gave its quota back stayed deactivated (h)."""
+    quota_lends: int = 0
+    """Of the yields, ended because the giver's placement fit now while a job queued before the give still waited (``queueing.lendParked``)."""
     preempt_domain: str = "off"
     """The policy's profile's ``preemptDomain`` (``off`` for every policy but an Atoll profile that sets it)."""
     preemption_plans: int = 0
@@ -569,7 +571,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     def yield_quota(fi: int, now: float) -> bool:
         """Parked jobs give their quota back as the controller's ``QuotaYield.choose`` does, after
         Kueue's pass has refused the queued jobs blocked on quota. Each such job, in Kueue's order
-        (the waiters; not one that gave its quota back and waits for it again, nor one given its
+        (the waiters; not one that gave its quota back and waits for it again with its need on file
+        (``WaitingRoom.is_aside``), nor one given its
         GPUs' worth already while it waits), whose GPUs the flavor has free, is given parked
         quota, newest parked first (a job holding a reservation never; each at most once per
         decision, ``WaitingRoom.may_give``), until what they give covers what it asks for; if that,
@@ -595,7 +598,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         while order:
             (_, j), sid, it = order[0]
             want = shape_gpus[sid]
-            if j in aside or served.get(j, 0) >= want:
+            if room.is_aside(j) or served.get(j, 0) >= want:
                 _advance(order, it)
                 continue
             if want > gpus_free:
@@ -637,13 +640,15 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         retry_after = parked[fi].pop(p)
         retry_of[p] = retry_after
         room.set_aside(p)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
-        aside.add(p)
         gpus = shape_gpus[int(shape_of[p])]
         f.used -= gpus
         parked_gpus[fi] -= gpus
         sid = int(shape_of[p])
         retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
         gave_at[fi][p] = (-int(prio[p]), now)  # its place in Kueue's order had the give been an eviction
+        need = room.need(p)
+        if need is not None:
+            lent_need[p] = need
         yielded[0] += 1
         if math.isfinite(settings.quota_yield_max_seconds):
             heapq.heappush(events, (now + settings.quota_yield_max_seconds, seq, _YIELD_END, p))
@@ -652,7 +657,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     def left_queue(j: int, fi: int) -> None:
         """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends."""
         served.pop(j, None)
-        aside.discard(j)
 
     def due_back(fi: int, now: float) -> list[int]:
         """The controller's ``QuotaYield.due``: the deactivated jobs of flavor ``fi`` no queued job
@@ -671,13 +675,45 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             elif now >= at[1] + settings.quota_yield_max_seconds:
                 timed_out.append(p)
         yield_figs[0] += len(timed_out)
-        for p in timed_out:  # back ahead of a job queued before the give: decided afresh on its next quota, so it may give it again
+        lent = lent_back(fi, [p for p in out if p not in due and p not in timed_out]) if lend_parked != "off" else []
+        yield_figs[2] += len(lent)
+        for p in lent:
+            assert deployed is not None
+            deployed.lent(p)
+        for p in timed_out + lent:  # back ahead of a job queued before the give: decided afresh on its next quota, so it may give it again
             assert room is not None
             room.leave(p)
-        due += timed_out
+        due += timed_out + lent
+        for p in due:
+            lent_need.pop(p, None)
         for p in due:
             yield_figs[1] = max(yield_figs[1], now - out.pop(p)[1])
         return due
+
+    def lent_back(fi: int, held: list[int]) -> list[int]:
+        """``queueing.lendParked``: of the deactivated jobs ``held`` out by a job queued before their
+        give, those whose placement (the request their parking decision searched) fits now
+        (``fits_now``, on the snapshot a decision reads); under ``starts`` only while the quota
+        free covers them too, each taking its share in turn."""
+        if not held:
+            return []
+        assert deployed is not None
+        snap = deployed.decider.room_now(deployed.flavor_names[fi])
+        if snap is None:
+            return []
+        free = fl[fi].nominal - fl[fi].used
+        out = []
+        for p in held:
+            need = lent_need.get(p)
+            if need is None or not fits_now(snap, need):
+                continue
+            if lend_parked == "starts":
+                want = shape_gpus[int(shape_of[p])]
+                if want > free:
+                    continue
+                free -= want
+            out.append(p)
+        return out
 
     def reactivate(p: int) -> None:
         """Deactivated ``p`` is active again: Kueue queues it at its creation time (an eviction by
@@ -703,12 +739,13 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     checks = [0, 0]  # invariant checks, and those run from scratch
     yielded = [0]  # parked jobs that gave their quota back to a job blocked on quota
-    yield_figs = [0, 0.0]  # of those, reactivated by the time bound; the longest a yield lasted (s)
+    yield_figs = [0, 0.0, 0]  # of those, reactivated by the time bound; the longest a yield lasted (s); ended by a lend
+    lend_parked = deployed.lend_parked if deployed is not None else "off"
+    lent_need: dict[int, Need] = {}
+    """A deactivated job → the need it parked on (its placement request: ``lent_back`` asks it again)."""
     reparked = [0]  # of those, parked again on quota without a decision (nothing they wait for changed)
     retry_of: dict[int, float] = {}
     """A job set aside by ``yield_quota``: the Retry delay its wait gave (kept when it parks again)."""
-    aside: set[int] = set()
-    """Jobs that gave their quota back and do not hold it again yet: they take none from another."""
     gave_at: list[dict[int, tuple[int, float]]] = [{} for _ in fl]
     """Flavor → deactivated job → (−priority, time of the give): reactivated once no queued job is ahead of it."""
     served: dict[int, int] = {}
@@ -1171,7 +1208,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         block_free={b: np.frombuffer(v) for b, v in blocks.items()},
         stranded_gpus=np.frombuffer(stranded_t), reserved_idle_gpu_hours=idle_gpu_s / 3600.0,
         quota_yields=yielded[0], reparked=reparked[0], quota_yields_timed_out=int(yield_figs[0]),
-        longest_quota_yield_hours=float(yield_figs[1]) / 3600.0,
+        longest_quota_yield_hours=float(yield_figs[1]) / 3600.0, quota_lends=int(yield_figs[2]),
         kueue_preemption=settings.kueue_preemption, kueue_preemptions=int(kueue_figs[0]), kueue_preempted=int(kueue_figs[1]),
         kueue_preempted_gpu_hours=float(kueue_figs[2]),
         **(deployed.preemption.figures() if deployed is not None and deployed.preemption is not None else {}),

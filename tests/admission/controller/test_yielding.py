@@ -16,7 +16,7 @@ from admission.controller import Controller, DecisionSettings
 from admission.controller._status import YIELD_EVENT_REASON
 from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
 from tests.admission.controller.test_parking import busy, parking
-from tests.admission.fabric import Fabric, run
+from tests.admission.fabric import Fabric, profiles_doc, run
 from tests.kube_objects import GPU, GROUP, VERSION, cluster_queue, local_queue, now_rfc3339, workload
 
 pytestmark = pytest.mark.apiserver
@@ -361,3 +361,62 @@ def test_a_waiter_served_takes_its_quota_from_what_the_next_waiter_of_the_pass_c
     assert run(ctrl) == []
     assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang-2") == f"{fabric.ns}/small"
     assert active(fabric, "gang")  # 16 - 4 taken + 8 = 12 < 16
+
+
+def test_a_giver_takes_parked_quota_only_once_an_event_reached_it(fabric: Fabric) -> None:
+    """The simulator's rule too (``WaitingRoom.is_aside``, one function for both; its twin is
+    ``test_sim.py::test_a_job_that_gave_its_quota_back_takes_parked_quota_once_an_event_reached_it``):
+    a Workload that gave its quota back and waits for it again takes none from another parked one
+    while its need is on file (holding quota, it would park again undecided in what it took); once
+    an event reached it, its need is dropped, it may fit now, and it waits as any Workload does."""
+    ctrl = parked_gang(fabric)
+    key = f"{fabric.ns}/gang"
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    run(ctrl)
+    assert active(fabric, "gang") and ctrl.parking.is_aside(key)  # reactivated, refused quota by Kueue (QuotaReserved=False)
+    fabric.submit("other", [("main", 2, 4)])
+    (other,) = run(ctrl)
+    assert other.parked and active(fabric, "other")  # the gang waits for quota beside it, and takes none: its need is on file
+    assert ctrl.quota_yields == 1
+    fabric.core.patch_node(fabric.node_name(0, 0, 1), {"metadata": {"labels": {"touched": "yes"}}})  # wakes every parked Workload
+    (again,) = run(ctrl)  # "other" decided afresh (parks again); the gang's need is dropped: it holds no quota to be decided on
+    assert again.parked and not ctrl.parking.is_aside(key) and key not in ctrl.parking
+    assert not active(fabric, "other") and yielded_to(fabric, "other") == key and ctrl.quota_yields == 2
+
+
+@pytest.mark.parametrize("mode", ["fits", "starts"])
+def test_a_giver_whose_placement_fits_now_is_reactivated_while_a_workload_queued_before_the_give_waits(fabric: Fabric, mode: str) -> None:
+    """``queueing.lendParked`` (the simulator's twin: ``test_sim.py::
+    test_a_giver_whose_placement_fits_now_comes_back_while_a_larger_job_queued_before_it_waits``):
+    the gang gave its quota to "late" while "second", queued before the give, waits for quota; it
+    stays out until the request its decision searched fits an island, then comes back at once
+    (under ``starts`` the ClusterQueue's free quota covers it too) and is decided afresh."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["queueing"] = {"lendParked": mode}
+    fabric.install(doc)
+    busy(fabric)
+    ctrl = parking(fabric)
+    key = f"{fabric.ns}/gang"
+    fabric.submit("gang", [("main", 2, 4)])
+    (first,) = run(ctrl)
+    assert first.parked
+    waiter(fabric, "late")
+    waiter(fabric, "second")
+    run(ctrl)
+    assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    run(ctrl)
+    assert not active(fabric, "gang") and ctrl.quota_lends == 0  # "second" waits, and no island has room for the gang
+    fabric.finish_pod("busy-b0c1")  # island b0c1 is whole again: the gang's placement fits now
+    run(ctrl)
+    assert active(fabric, "gang") and yielded_to(fabric, "gang") is None and ctrl.quota_lends == 1
+    assert not ctrl.parking.is_aside(key) and key not in ctrl.parking  # decided afresh on its next quota, never parked again undecided
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    (decided,) = run(ctrl)
+    assert decided.outcome == "admit" and records_of(fabric, "gang") == 2
+    (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang" and r["outcome"] == "admit"]
+    assert any(f"queueing.lendParked: {mode}" in n for n in record["notes"])  # the record says why it came back

@@ -89,6 +89,37 @@ def test_a_workload_set_aside_parks_again_unchanged_until_an_event_would_have_wo
     assert room.unchanged("small", 100.0) is None  # never set aside: decided as usual
 
 
+def test_a_workload_set_aside_is_aside_only_while_its_need_is_on_file() -> None:
+    """The one rule the simulator and the controller ask before a Workload waiting for quota takes
+    a parked one's: set aside and unchanged, it would park again undecided in what it took."""
+    snap, room = cluster(), WaitingRoom()
+    room.park("gang", Need("f", CLIQUE, 2, 4))
+    room.park("big", Need("f", CLIQUE, 4, 4))
+    assert not room.is_aside("gang") and not room.is_aside("never-parked")  # parked: it holds its quota
+    room.set_aside("gang")
+    room.set_aside("big")
+    assert room.is_aside("gang") and room.is_aside("big")
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == []  # room for two pods in one island: an event that reaches the gang
+    assert not room.is_aside("gang")  # its need is dropped: it may fit now
+    assert room.is_aside("big")  # nothing it waits for changed
+    room.set_aside("never-parked")
+    assert not room.is_aside("never-parked")  # nothing on file, nothing set aside
+
+
+def test_a_deadline_ends_a_workloads_time_aside() -> None:
+    room = WaitingRoom()
+    room.park("late", Need("f", CLIQUE, 2, 4, deadline=300.0))
+    room.park("kept", Need("f", CLIQUE, 2, 4))
+    room.set_aside("late")
+    room.set_aside("kept")
+    assert room.due(299.0) == [] and room.is_aside("late")
+    assert room.due(300.0) == [] and not room.is_aside("late")  # it may span now: decided afresh, and waits as any Workload
+    assert room.unchanged("kept", 300.0) is not None and not room.is_aside("kept")  # holds quota again: parked, not aside
+    room.set_aside("kept")
+    room.leave("kept")
+    assert not room.is_aside("kept")
+
+
 def test_a_workload_gives_its_quota_back_at_most_once_per_decision() -> None:
     room = WaitingRoom()
     room.park("gang", Need("f", CLIQUE, 2, 4))

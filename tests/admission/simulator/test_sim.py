@@ -397,6 +397,54 @@ def test_a_workload_that_gave_its_quota_back_stays_out_while_a_job_queued_before
     assert np.isnan(res.start[0]) and res.reparked == 1  # G back behind B: its quota again after B's end, parked undecided
 
 
+def test_a_job_that_gave_its_quota_back_takes_parked_quota_once_an_event_reached_it() -> None:
+    # islands of 12 free GPUs, quota 24; elastic gangs wait 300 s for one island, then span. G (16
+    # GPUs) parks, deadline 300; P (16, t=100) is blocked on quota, so G gives it its quota; P parks
+    # (deadline 400) and G, reactivated, waits for quota with its need on file, taking none of P's.
+    # G's deadline passes at 300 while it is out: its need is dropped, it may span now, so at the
+    # next pass (S arrives at 310) it takes P's quota as any waiter would, and spans before P's
+    # deadline. The controller's twin: test_yielding.py::test_a_giver_takes_parked_quota_only_once_an_event_reached_it
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 1000.0, 16), job(100.0, 1000.0, 16), job(310.0, 10.0, 4)]
+    res = run(model, jobs, "atoll-elastic", parking=True, stall_seconds=3600.0)
+    assert res.start[2] == pytest.approx(310.0) and res.quota_yields == 2  # G gave to P, then P to G
+    assert res.start[0] < 400.0  # kept out until it held quota again, G would have waited for P's deadline to free it
+    assert res.start[1] > res.start[0] + 1000.0  # P, out of its quota, starts only once G's span ends
+
+
+LEND_DOC = load_profiles(f"""
+defaultProfile: strict
+profiles:
+  strict: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}}}
+  strict-fits: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}, queueing: {{lendParked: fits}}}}
+  strict-starts: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}, queueing: {{lendParked: starts}}}}
+""")
+
+
+def test_a_giver_whose_placement_fits_now_comes_back_while_a_larger_job_queued_before_it_waits() -> None:
+    # islands of 12 free GPUs, quota 24. G (16 GPUs) never finds an island and parks; B's 8 take G's
+    # quota; G waits for quota again with its need on file. C (8, t=6) gets quota, finds no island
+    # with 8 (A and B hold 8 of each) and parks; D (4, t=10) takes C's quota, and C is deactivated.
+    # G, queued before that give, waits for 16 GPUs of quota: without lending it keeps C out until
+    # it holds them (A's and B's ends), parks again undecided on them, and C gets quota only when
+    # D ends (1,010). With lendParked C comes back at A's end (52), when its own placement fits
+    # island r0 and, under ``starts``, the 12 GPUs of quota free cover it: Kueue passes G (16).
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 1000.0, 16), job(2.0, 50.0, 8), job(4.0, 50.0, 8), job(6.0, 200.0, 8), job(10.0, 1000.0, 4)]
+
+    def run_with(policy: str):
+        work = prepare_workload(model, jobs)
+        (pol,) = make_policies([policy], LEND_DOC, seed=11)
+        return simulate(model, work, pol, settings=SimSettings(parking=True, stall_seconds=3600.0))
+
+    kept, fits, starts = run_with("atoll-strict"), run_with("atoll-strict-fits"), run_with("atoll-strict-starts")
+    assert kept.start[3] == pytest.approx(1010.0) and kept.quota_lends == 0
+    for lent in (fits, starts):
+        assert lent.start[3] == pytest.approx(52.0) and lent.quota_lends == 1
+        np.testing.assert_array_equal(lent.start[[1, 2, 4]], kept.start[[1, 2, 4]])  # nobody else moves
+        assert np.isnan(lent.start[0])  # G never finds an island either way
+
+
 def test_a_yield_ends_at_its_time_bound_while_a_job_queued_before_the_give_still_waits() -> None:
     # G (16 GPUs) parks with no island of 16; L (8 GPUs) runs until 100,001; B (20 GPUs, t=2) waits
     # for quota and GPUs the flavor lacks, so nobody gives it anything; W (4 GPUs, t=5) gets G's

@@ -6,8 +6,8 @@ controller and the simulator re-decide the same Workloads at the same moments.
 
 from admission.queue._ahead import MAX_AHEAD, Queued, QueuedStart, Waiter, queued_start
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
-from admission.queue._linecost import QueueCost, span_queue_cost
 from admission.queue._lend import fits_now
+from admission.queue._linecost import QueueCost, span_queue_cost
 from admission.queue._outlook import Outlook
 from admission.queue._owed import OwedGang, OwedGangs, ends_before_gang, gang_start
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption

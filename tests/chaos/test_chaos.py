@@ -128,12 +128,19 @@ def test_writes_answered_after_a_takeover_but_applied_before_it_are_not_outside_
     """The proxy reads the server's answer to 40% of writes 0.5 to 3 s late (``late-read``, as a
     loaded proxy process does): many answers come after another replica's Lease write, which a
     timing audit counts against their sender; the server's revisions show each was applied
-    inside its sender's term."""
-    config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, **{**SLOW_SERVER, "faults": ("late-read",)})  # type: ignore[arg-type]
-    summary = run_many(apiserver, 2, config, prefix="chaos-late-read")
-    assert summary.faults["late-read"] > 0 and summary.takeovers >= 2 and summary.decisions > 0, summary.json()
-    assert summary.writes_answered_late > 0, summary.json()  # the timing audit's false alarm happened
-    assert summary.writes_outside_term == 0 and summary.clean, summary.json()
+    inside its sender's term. Whether a late answer meets a takeover is up to thread timing (on a
+    loaded machine the client may give up first), so up to three seeds run until one does; every
+    run, that one or not, must stay inside its terms."""
+    late = 0
+    for seed in (41, 42, 43):
+        config = RunConfig(seed=seed, kill_rate=0.06, shapes="nested", replicas=True, **{**SLOW_SERVER, "faults": ("late-read",)})  # type: ignore[arg-type]
+        summary = run_many(apiserver, 2, config, prefix=f"chaos-late-read-s{seed}")
+        assert summary.faults["late-read"] > 0 and summary.takeovers >= 2 and summary.decisions > 0, summary.json()
+        assert summary.writes_outside_term == 0 and summary.clean, summary.json()
+        late += summary.writes_answered_late
+        if late:
+            break
+    assert late > 0  # the timing audit's false alarm happened, and the server's record cleared it
 
 
 def test_writes_the_server_ended_or_hung_up_on_are_settled_from_its_record(apiserver: Any) -> None:

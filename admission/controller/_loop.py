@@ -535,7 +535,9 @@ class Controller:
             _log.info("quota yields found on Workloads; each is reactivated by the same rules", count=len(self.quota_yield.yielded))
         if not self.quota_yield.yielded:
             return
-        for key in self.quota_yield.due(self.clock.now(), self._lends):
+        doc = self.cache.profiles
+        lending = doc is not None and any(p.queueing.lend_parked != "off" for p in doc.profiles.values())
+        for key in self.quota_yield.due(self.clock.now(), self._lends if lending else None):  # no profile lends: no giver is parsed
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None:
                 continue

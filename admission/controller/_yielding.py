@@ -294,9 +294,8 @@ class QuotaYield:
         if mode != "starts" or cq is None or not y.flavor:
             return False
         gpu = self.gpu_resource()
-        try:
-            want = sum(s.count * s.per_pod.gpu for s in parse_workload(self.objects.get(key) or {}, gpu_resource=gpu).podsets)
-        except WorkloadError:
+        want = self._gpus_asked(key, gpu)
+        if want is None:
             return False
         if (cq, y.flavor) not in quotas:
             quota = self._cohort_quota(cq, y.flavor, queues, gpu)
@@ -315,12 +314,18 @@ class QuotaYield:
         if not flavor:
             return True
         gpu = self.gpu_resource()
-        try:
-            want = sum(s.count * s.per_pod.gpu for s in parse_workload(self.objects.get(key) or {}, gpu_resource=gpu).podsets)
-        except WorkloadError:
+        want = self._gpus_asked(key, gpu)
+        if want is None:
             return True
         quota = self._cohort_quota(cq, flavor, queues, gpu, empty=True)
         return quota is None or want <= quota.available(cq)
+
+    def _gpus_asked(self, key: str, gpu: str | tuple[str, ...]) -> int | None:
+        """The GPUs Workload ``key`` asks for in all its PodSets (None: it does not parse)."""
+        try:
+            return sum(s.count * s.per_pod.gpu for s in parse_workload(self.objects.get(key) or {}, gpu_resource=gpu).podsets)
+        except WorkloadError:
+            return None
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up

@@ -18,7 +18,7 @@ EXPECTED = {
     },
     "admission.controller": {
         "ANN_DECISION_ID", "ANN_ENFORCEMENT", "ANN_PLANNED_NODES", "DECISION_EVENT", "REQUEUE_CONDITION", "WAITING_CONDITION",
-        "BoundPod", "ClusterCache", "ConfigSettings", "Controller", "CostSettings", "Decider", "DecisionRecord", "DecisionSettings",
+        "BoundPod", "ClusterCache", "CohortQuota", "ConfigSettings", "Controller", "CostSettings", "Decider", "DecisionRecord", "DecisionSettings",
         "EventPoster", "FlavorProblem", "HttpEndpoints", "KueueSettings", "Ledger", "Metrics", "MetricsAuthorizer", "OwedPods", "PodSetRecord",
         "Preemptor", "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
         "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "build_record", "check_entry", "check_invariant",
@@ -54,10 +54,10 @@ EXPECTED = {
     },
     "admission.simulator": {
         "CHECK_NAME", "GPU_PERF_TAIL", "LLAMA3_70B_FP16", "read_azure_llm", "serve_on", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",
-        "AtollPolicy", "Comparison", "CostError", "CostParams", "Job", "JobKind", "JobShape", "MemoryCluster",
+        "AtollPolicy", "CohortError", "CohortShape", "Comparison", "CostError", "CostParams", "Job", "JobKind", "JobShape", "MemoryCluster",
         "NodeGroup", "NodeMix", "OpenbTrace", "Policy", "PolicyError", "PreparedWorkload", "RunFailed", "SimResult",
         "SimSettings", "Slicing", "SweepSpec", "SyntheticParams", "TraceError", "TraceFormat", "WorkloadSpec", "available_cores",
-        "build_snapshots", "cluster_gpus", "cluster_objects", "compare", "comparison_json",
+        "build_snapshots", "cluster_gpus", "cluster_objects", "compare", "comparison_json", "load_cohort",
         "format_comparison", "format_islands", "parse_link_model", "format_sweep", "format_table", "gather_records", "make_job", "make_policies", "offered_load", "parse_bandwidths",
         "parse_comm_fraction", "parse_loads", "parse_overlap", "prepare_workload", "profiles_for_cluster", "quantities",
         "read_itp", "read_openb", "read_openb_nodes", "read_trace", "run_sweep", "scale_load", "seeds_of",

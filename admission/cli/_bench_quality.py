@@ -208,7 +208,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
             link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None,
-            parking: bool | None = None, records_path: str | None = None) -> tuple[dict[str, Any], int]:
+            parking: bool | None = None, records_path: str | None = None, cohort: Any = None) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
@@ -251,7 +251,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
     load_list = [x for x in parse_loads(loads) if x is not None]
     seed_list = seeds_of(0, seeds)
     report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model, "parking": {True: "on", False: "off", None: "profile"}[parking],
-                              "profiles": shown(resolve_profiles(profiles))}  # on every cluster (atoll simulate runs the model's own)
+                              "profiles": shown(resolve_profiles(profiles)),  # on every cluster (atoll simulate runs the model's own)
+                              "cohort": cohort.describe() if cohort is not None else "one ClusterQueue per flavor"}
     goal: list[Any] = []
     res_cells: list[Any] = []
     for name in clusters:
@@ -272,7 +273,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             continue
         ran = (list(policies) if with_quality else []) + [p for p in res_policies if p not in policies]
         spec = dataclasses.replace(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), parking=parking,
-                                   records=records_file(records_path, name, clusters))
+                                   records=records_file(records_path, name, clusters), cohort=cohort)
         try:
             records, _ = run_sweep(spec, workers=workers)
         finally:
@@ -430,6 +431,10 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--records", default=None, metavar="FILE",
                    help="write the Atoll runs' decision records (atoll.dev/decision/v1, each naming its run) to FILE; with several "
                         "--clusters, to FILE.<cluster> each")
+    p.add_argument("--cohort", default=None, metavar="N|FILE",
+                   help="each flavor's quota split over N ClusterQueues of one cohort (equal nominal shares, borrowing unlimited), "
+                        "or as a YAML file of clusterQueues (name, nominalQuota, borrowingLimit, lendingLimit: shares of the "
+                        "flavor's quota); jobs go to a ClusterQueue by a seeded hash of their id (default: one ClusterQueue per flavor)")
     p.add_argument("--scale-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(list(argv))
     clusters = [c for c in args.clusters.split(",") if c]
@@ -448,6 +453,13 @@ def main(argv: Sequence[str]) -> int:
         print(f"atoll bench quality: --bindings: unknown {', '.join(unknown)} (choose from {BINDINGS})", file=sys.stderr)
         return 2
     from admission.cli._quality_goal import goal_judgeable
+    from admission.simulator import CohortError, load_cohort
+
+    try:
+        cohort = load_cohort(args.cohort) if args.cohort is not None else None
+    except CohortError as exc:
+        print(f"atoll bench quality: --cohort: {exc}", file=sys.stderr)
+        return 2
 
     policies = [s for s in args.policies.split(",") if s]
     if args.goal and (args.skip_quality or not goal_judgeable(policies, args.loads)):
@@ -462,7 +474,8 @@ def main(argv: Sequence[str]) -> int:
                                            seeds=args.seeds, workers=args.workers, with_sensitivity=not args.skip_sensitivity,
                                            with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads,
                                            clusters=clusters, link_model=args.link_model, with_goal=args.goal,
-                                           reservations=args.reservations, parking=PARKING[args.parking], records_path=args.records)
+                                           reservations=args.reservations, parking=PARKING[args.parking], records_path=args.records,
+                                           cohort=cohort)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

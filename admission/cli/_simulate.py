@@ -26,6 +26,7 @@ from admission.simulator import (
     GPU_PERF_TAIL,
     INVARIANT_KEYS,
     AtollPolicy,
+    CohortError,
     Comparison,
     CostError,
     CostParams,
@@ -49,6 +50,7 @@ from admission.simulator import (
     format_islands,
     format_sweep,
     gather_records,
+    load_cohort,
     make_policies,
     parse_bandwidths,
     parse_comm_fraction,
@@ -145,6 +147,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the ClusterQueues' withinClusterQueue, with Kueue's own preemption for quota modelled: a Workload short of "
                         "quota (on a Kueue TAS flavor, of a placement) evicts a minimal set of the Workloads the policy lets it "
                         "preempt, as Kueue v0.19.2 does; Never (default, Kueue's): Kueue preempts nobody")
+    p.add_argument("--cohort", default=None, metavar="N|FILE",
+                   help="each flavor's quota split over N ClusterQueues of one cohort (equal nominal shares, borrowing unlimited), "
+                        "or as a YAML file of clusterQueues (name, nominalQuota, borrowingLimit, lendingLimit: shares of the "
+                        "flavor's quota; reclaimWithinCohort, borrowWithinCohort); each job goes to a ClusterQueue by a seeded hash "
+                        "of its id; Kueue borrows and orders across them as v0.19.2 does (default: one ClusterQueue per flavor)")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -340,7 +347,8 @@ def main(argv: Sequence[str]) -> int:
         spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
                          parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
-                         kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds)
+                         kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
+                         cohort=load_cohort(args.cohort) if args.cohort is not None else None)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())
@@ -351,6 +359,9 @@ def main(argv: Sequence[str]) -> int:
                 written = gather_records(args.records, spec.keys())
         if args.records:
             print(f"atoll simulate: {written:,} decision records written to {args.records}", file=sys.stderr)
+    except CohortError as exc:
+        print(f"atoll simulate: --cohort: {exc}", file=sys.stderr)
+        return 2
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
         print(f"atoll simulate: {exc}", file=sys.stderr)
         return 2

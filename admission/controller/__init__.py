@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from admission.controller._metrics import HttpEndpoints, Metrics
     from admission.controller._metrics_auth import MetricsAuthorizer
     from admission.controller._preempting import Preemptor, describe
+    from admission.controller._quota import CohortQuota
     from admission.controller._records import DECISION_EVENT, DecisionRecord, PodSetRecord, Recorder, WhyNotRecord, iso_time, rfc3339
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
     from admission.controller._schema import record_problems
@@ -67,6 +68,7 @@ _WHERE = {
     "ANN_DECISION_ID": "_ledger",
     "ANN_PLANNED_NODES": "_ledger",
     "ClusterCache": "_cache",
+    "CohortQuota": "_quota",
     "ConfigSettings": "_settings",
     "CostSettings": "_settings",
     "Controller": "_loop",
@@ -125,6 +127,7 @@ __all__ = [
     "WAITING_CONDITION",
     "BoundPod",
     "ClusterCache",
+    "CohortQuota",
     "ConfigSettings",
     "Controller",
     "CostSettings",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from admission.simulator._cohort import CohortError, CohortShape, load_cohort
 from admission.simulator._cost import (
     SOURCES,
     CostError,
@@ -95,6 +96,8 @@ __all__ = [
     "PROFILES_NAMESPACE",
     "SOURCES",
     "AtollPolicy",
+    "CohortError",
+    "CohortShape",
     "Comparison",
     "CostError",
     "CostParams",
@@ -130,6 +133,7 @@ __all__ = [
     "format_sweep",
     "format_table",
     "gather_records",
+    "load_cohort",
     "make_job",
     "make_policies",
     "offered_load",

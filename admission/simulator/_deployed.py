@@ -54,6 +54,7 @@ from admission.controller import (
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
 from admission.queue import Outlook, OwedGang, Running
+from admission.simulator._cohort import CohortShape
 from admission.simulator._port import CHECK_NAME, CLUSTER_QUEUE, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._preemption import SimPreemption
 from admission.simulator._scheduler import BindingModel
@@ -120,7 +121,8 @@ class DeployedAtoll:
 
     def __init__(self, name: str, profile_name: str, doc: ProfilesDocument, cluster: ClusterModel, *, scheduler: str = "least-allocated",
                  enforcement: str | None = None, seed: int = 0, ledger: LedgerFactory | None = None,
-                 records: TextIO | None = None, run: str = "", within_cluster_queue: str = "LowerPriority") -> None:
+                 records: TextIO | None = None, run: str = "", within_cluster_queue: str = "LowerPriority",
+                 cohort: CohortShape | None = None) -> None:
         self.name = name
         self.profile_name = profile_name
         self.doc = profiles_for_cluster(doc, cluster, enforcement=enforcement)
@@ -169,7 +171,7 @@ class DeployedAtoll:
         """The controller's domain-clearing preemption, when the profile run sets ``preemptDomain``."""
         own = self.doc.profiles.get(profile_name)
         if own is not None and own.preempt_domain != "off":
-            self.preemption = SimPreemption(self, own.preempt_domain, within_cluster_queue)
+            self.preemption = SimPreemption(self, own.preempt_domain, within_cluster_queue, cohort)
         self.behind = own.queueing.hold_behind_gangs if own is not None else "off"
         """The profile's ``queueing.holdBehindGangs``: with it, the simulator says which gangs are owed (``set_owed``)."""
         self.owed_after = float(own.queueing.reserve_after_seconds or 0) if own is not None else 0.0
@@ -198,16 +200,18 @@ class DeployedAtoll:
 
     def workload(self, job: int, flavor: int, pods: int, per_pod: ResourceVector, kind: str,
                  slices: tuple[SliceLayer, ...] = (), max_execution_seconds: int | None = None, priority: int = 0,
-                 created: float | None = None) -> dict[str, Any]:
+                 created: float | None = None, cluster_queue: str | None = None) -> dict[str, Any]:
         """The Workload of simulated job ``job`` (built on its first decision, kept across Retries),
         declaring Kueue's ``maximumExecutionTimeSeconds`` when ``max_execution_seconds`` is given,
-        its ``spec.priority`` when not 0, and ``created`` as its creationTimestamp when preempting."""
+        its ``spec.priority`` when not 0, and ``created`` as its creationTimestamp when preempting. ``cluster_queue``: a
+        ClusterQueue of a cohort (``_cohort``), which its LocalQueue of the same name points at; None: the one ClusterQueue."""
         obj = self.workloads.get(job)
         if obj is None:
-            key = (flavor, pods, per_pod, kind, slices)
+            key = (flavor, pods, per_pod, kind, slices, cluster_queue)  # a view names its ClusterQueue and LocalQueue
             obj = self.workloads[job] = workload_object(f"job-{job}", [{"name": PODSET, "count": pods, "template": self._template(per_pod, kind, slices, self.flavor_resources[flavor])}],
                                                         flavor=self.flavor_names[flavor], namespace=NAMESPACE, uid=f"sim-{job}",
-                                                        gpu_resource=self.flavor_resources[flavor])
+                                                        gpu_resource=self.flavor_resources[flavor],
+                                                        **({"queue": cluster_queue, "cluster_queue": cluster_queue} if cluster_queue else {}))
             if max_execution_seconds is not None:
                 obj["spec"]["maximumExecutionTimeSeconds"] = int(max_execution_seconds)
             if priority:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from admission.controller import Preemptor, Verdict, describe, rfc3339
 from admission.kube import CLUSTER_QUEUES, PODS, WORKLOADS
 from admission.queue import Plan
+from admission.simulator._cohort import COHORT_NAME, CohortShape
 from admission.simulator._port import MemoryCluster
 
 if TYPE_CHECKING:
@@ -53,14 +54,13 @@ WITHIN_CLUSTER_QUEUE = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
 class SimPreemption:
     """The controller's preemption on a ``DeployedAtoll``: plans after decisions, victims to evict, what was lost."""
 
-    def __init__(self, deployed: DeployedAtoll, mode: str, within_cluster_queue: str = "LowerPriority") -> None:
+    def __init__(self, deployed: DeployedAtoll, mode: str, within_cluster_queue: str = "LowerPriority", cohort: CohortShape | None = None) -> None:
         if within_cluster_queue not in WITHIN_CLUSTER_QUEUE:
             raise ValueError(f"within_cluster_queue: {within_cluster_queue!r} is not one of {', '.join(WITHIN_CLUSTER_QUEUE)}")
         self.deployed = deployed
         self.mode = mode
         """The profile's ``preemptDomain``: ``on`` or ``dry-run``."""
-        port = MemoryCluster().load([(CLUSTER_QUEUES, {"metadata": {"name": CLUSTER_QUEUE},
-                                                       "spec": {"preemption": {"withinClusterQueue": within_cluster_queue}}})])
+        port = MemoryCluster().load([(CLUSTER_QUEUES, q) for q in cluster_queue_objects(within_cluster_queue, cohort)])
         self.preemptor = Preemptor(deployed.cache, deployed.ledger, port)
         self.due: list[int] = []
         """Victims (job indices) of the plans applied since the simulator last took them."""
@@ -116,6 +116,18 @@ class SimPreemption:
         release_admitted(self.deployed, job)
         self.evicted += 1
         self.lost_gpu_hours += lost_gpu_hours
+
+
+def cluster_queue_objects(within_cluster_queue: str, cohort: CohortShape | None) -> list[dict[str, Any]]:
+    """The ClusterQueue objects Atoll's plan reads: the one ClusterQueue, or every ClusterQueue of
+    the cohort (``spec.cohortName``, its ``reclaimWithinCohort`` and ``borrowWithinCohort``)."""
+    if cohort is None:
+        return [{"metadata": {"name": CLUSTER_QUEUE}, "spec": {"preemption": {"withinClusterQueue": within_cluster_queue}}}]
+    return [{"metadata": {"name": q.name},
+             "spec": {"cohortName": COHORT_NAME,
+                      "preemption": {"withinClusterQueue": within_cluster_queue, "reclaimWithinCohort": cohort.reclaim_within_cohort,
+                                     "borrowWithinCohort": {"policy": cohort.borrow_within_cohort}}}}
+            for q in cohort.queues]
 
 
 def release_admitted(d: DeployedAtoll, job: int) -> None:

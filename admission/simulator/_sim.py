@@ -108,6 +108,7 @@ import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
 from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now
+from admission.simulator._cohort import CohortHeads, CohortShape, Gift, QueueHeads, split_shapes
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, minimal_targets
@@ -213,6 +214,9 @@ class SimSettings:
     """The ClusterQueues' ``spec.preemption.withinClusterQueue``, which bounds whom a profile's
     ``preemptDomain`` may evict (``_preemption``): ``LowerPriority`` (as a cluster that preempts
     sets it), ``LowerOrNewerEqualPriority``, or ``Never`` (Kueue's default: no victim at all)."""
+    cohort: CohortShape | None = None
+    """Several ClusterQueues per flavor in one cohort, with Kueue's borrowing (``_cohort``); None
+    (the default): one ClusterQueue per flavor and no cohort."""
     kueue_preemption: str = "Never"
     """Kueue's own preemption for quota (``_kueue_preemption``) under this ``withinClusterQueue``:
     ``Never`` (the default, and Kueue's: nobody is preempted for quota, as before it was modelled),
@@ -436,17 +440,57 @@ class InvariantViolation(RuntimeError):
 class _Flavor:
     """Per-flavor state of a run: snapshot, quota, the FIFO per shape, inadmissible marks."""
 
-    def __init__(self, snapshot: Snapshot, island_label: str, quota_factor: float = 1.0) -> None:
+    def __init__(self, snapshot: Snapshot, island_label: str, quota_factor: float = 1.0, cohort: CohortShape | None = None,
+                 cq_of: Sequence[int] = ()) -> None:
         self.snapshot = snapshot
         self.capacity = snapshot.free_gpus()
         self.nominal = int(self.capacity * quota_factor)
         self.used = 0
+        self.claimed = 0
+        """Quota the waiters served in a quota yield take first (Kueue admits them in its order); 0 outside one."""
+        self.quota = cohort.quota(self.nominal) if cohort is not None else None
+        self.claims: list[tuple[int, int]] = []
+        """The cohort's ClusterQueues on this flavor (``_cohort``); None: one ClusterQueue, no cohort."""
+        self.cq_of = cq_of
+        """Shape → its ClusterQueue (with a cohort, a shape is one ClusterQueue's jobs of one request)."""
         self.version = 0
         self.queues: dict[int, list[tuple[tuple[int, float], int]]] = {}
         """Shape → heap of ((−priority, Kueue's order time), job): the order time is the arrival, or the eviction of a Retry."""
         self.dead: dict[int, int] = {}
         self.island_label = island_label
         self.island = snapshot.level_index(island_label)
+
+    def free(self, sid: int) -> int:
+        """GPUs of quota a Workload of shape ``sid`` may reserve now (less what waiters served in a yield claim)."""
+        return self.nominal - self.used - self.claimed if self.quota is None else self.quota.available(self.cq_of[sid])
+
+    def hold(self, sid: int, gpus: int) -> None:
+        """A Workload of shape ``sid`` takes ``gpus`` of quota (negative: gives them back)."""
+        self.used += gpus
+        if self.quota is not None:
+            self.quota.hold(self.cq_of[sid], gpus)
+
+    def claim(self, sid: int, gpus: int) -> None:
+        """A waiter of shape ``sid`` served in a yield is counted as taking ``gpus`` (until ``unclaim``)."""
+        self.claimed += gpus
+        if self.quota is not None:
+            self.quota.hold(self.cq_of[sid], gpus)
+            self.claims.append((self.cq_of[sid], gpus))
+
+    def unclaim(self) -> None:
+        self.claimed = 0
+        if self.quota is not None:
+            for c, gpus in self.claims:
+                self.quota.hold(c, -gpus)
+            self.claims.clear()
+
+    def gift(self, sid: int) -> Gift | None:
+        """What givers would add for a waiter of shape ``sid`` (None: one ClusterQueue, a giver adds its GPUs)."""
+        return None if self.quota is None else Gift(self.quota, self.cq_of[sid])
+
+    def heads(self, heads: list[tuple[tuple[int, float], int, int]], shape_gpus: Sequence[int]) -> QueueHeads | CohortHeads:
+        """A pass's heads in Kueue's order: one ClusterQueue's queue, or the cohort's cycles."""
+        return QueueHeads(heads) if self.quota is None else CohortHeads(heads, self.cq_of, shape_gpus, self.quota)
 
 
 def simulate(
@@ -493,7 +537,7 @@ def _simulate(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, set
         records = open(settings.records, "w", encoding="utf-8") if settings.records else None  # noqa: SIM115 - closed below
         deployed = DeployedAtoll(policy.name, policy.profile_name, policy.document(), cluster, scheduler=settings.scheduler,
                                  enforcement=settings.enforcement, seed=settings.seed, ledger=ledger, records=records,
-                                 run=settings.run_label, within_cluster_queue=settings.within_cluster_queue)
+                                 run=settings.run_label, within_cluster_queue=settings.within_cluster_queue, cohort=settings.cohort)
     try:
         return _replay(cluster, work, policy, settings, slowdown, progress, deployed, wall0)
     finally:
@@ -505,11 +549,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             progress: ProgressFn | None, deployed: DeployedAtoll | None, wall0: float) -> SimResult:
     cost = slowdown if slowdown is not None else CostModel(settings.link_model)
     snaps = build_snapshots(cluster)
-    fl = [_Flavor(s, island_level_of(s, settings.island_level), settings.quota_factor) for s in snaps]
+    shape_of, shapes, cq_of = split_shapes(work.shape, work.shapes, work.jobs, settings.cohort, settings.seed)
+    fl = [_Flavor(s, island_level_of(s, settings.island_level), settings.quota_factor, settings.cohort, cq_of) for s in snaps]
     total_gpus = sum(f.capacity for f in fl)
     n = len(work)
-    shape_of = work.shape
-    shapes = work.shapes
     prio = work.priority if work.priority.size == n else np.zeros(n, dtype=np.int64)
     shape_gpus = [sh.gpus for _, sh in shapes]
     shape_fits = [sh.pods > 1 and sh.kind == "training" and fits_one_island(fl[f].snapshot, sh, fl[f].island_label) for f, sh in shapes]
@@ -563,7 +606,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         for j in keys:
             fi = int(work.flavor[j])
             gpus = shape_gpus[int(shape_of[j])]
-            fl[fi].used -= gpus
+            fl[fi].hold(int(shape_of[j]), -gpus)
             parked_gpus[fi] -= gpus
             parked[fi].pop(j, None)
             enqueue(j)
@@ -583,18 +626,16 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         nonlocal seq
         assert room is not None
         f = fl[fi]
-        free = f.nominal - f.used
         order: list[tuple[_Entry, int, Iterator[_Entry]]] = []
         for sid, q in f.queues.items():
-            if shape_gpus[sid] > free and f.dead.get(sid) != f.version:
+            if shape_gpus[sid] > f.free(sid) and f.dead.get(sid) != f.version:
                 it = _in_order(q)
                 order.append((next(it), sid, it))
         if not order:
             return False
         heapq.heapify(order)
         gpus_free = int(f.snapshot.free[:, 0].sum())
-        claimed = 0  # quota the waiters served in this pass take first (Kueue admits them in its order)
-        gave = False
+        gave = False  # the waiters served in this pass take their quota first (Kueue admits them in its order): ``_Flavor.claim``
         while order:
             (_, j), sid, it = order[0]
             want = shape_gpus[sid]
@@ -607,6 +648,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             given = served.get(j, 0)
             picked: list[int] = []
             gain = 0
+            gift = f.gift(sid)  # with a cohort: what each giver adds to the quota the waiter's ClusterQueue could use
             for p in reversed(list(parked[fi])):  # newest parked first, until what they give covers what it asks for
                 if given + gain >= want:
                     break
@@ -616,20 +658,25 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     continue  # a gang owed its turn keeps its quota: given away, it would be owed again and hold what it gave to
                 if not room.may_give(p):
                     continue  # it gave its quota back since its last decision: at most once per decision
-                picked.append(p)
-                gain += shape_gpus[int(shape_of[p])]
+                rise = shape_gpus[int(shape_of[p])] if gift is None else gift.add(f.cq_of[int(shape_of[p])], shape_gpus[int(shape_of[p])])
+                if rise > 0:  # 0: its quota stays in its ClusterQueue (lendingLimit), or is past the waiter's borrowingLimit
+                    picked.append(p)
+                    gain += rise
+            if gift is not None:
+                gift.undo()
             if not picked:
                 heapq.heappop(order)  # nothing left to give it, nor a later job of its shape
                 continue
-            if given + gain + f.nominal - f.used - claimed < want:
+            if given + gain + f.free(sid) < want:
                 heapq.heappop(order)  # all they could give, with the quota free, would not let it in: it would only wait in their place
                 continue
             for p in picked:
                 give_back(p, j, fi, now)
             gave = True
             served[j] = given + gain
-            claimed += want
+            f.claim(sid, want)
             _advance(order, it)
+        f.unclaim()
         return gave
 
     def give_back(p: int, j: int, fi: int, now: float) -> None:
@@ -641,7 +688,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         retry_of[p] = retry_after
         room.set_aside(p)  # its need stays on file: unchanged when it holds quota again, it parks without a decision
         gpus = shape_gpus[int(shape_of[p])]
-        f.used -= gpus
+        f.hold(int(shape_of[p]), -gpus)
         parked_gpus[fi] -= gpus
         sid = int(shape_of[p])
         retrying[(fi, sid)] = retrying.get((fi, sid), 0) + 1
@@ -701,7 +748,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         snap = deployed.decider.room_now(deployed.flavor_names[fi])
         if snap is None:
             return []
-        free = fl[fi].nominal - fl[fi].used
+        f = fl[fi]
         out = []
         for p in held:
             need = lent_need.get(p)
@@ -709,10 +756,11 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             if lend_parked == "starts":
                 want = shape_gpus[int(shape_of[p])]
-                if want > free:
+                if want > f.free(int(shape_of[p])):
                     continue
-                free -= want
+                f.claim(int(shape_of[p]), want)
             out.append(p)
+        f.unclaim()
         return out
 
     def reactivate(p: int) -> None:
@@ -794,7 +842,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             else:
                 assert deployed is not None and deployed.preemption is not None
                 deployed.preemption.evict(j, lost)
-            f.used -= shape.gpus
+            f.hold(int(shape_of[j]), -shape.gpus)
             f.version += 1
             if ran:
                 running_gpus -= shape.gpus
@@ -842,7 +890,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         if not ordered:
             return False
         shape = shapes[sid][1]
-        free = [f.nominal - f.used]
 
         def move(h: Holder, op: Callable[[Snapshot, IntArray, IntArray, ResourceVector], None]) -> None:
             nodes, pods = placed[h.job]
@@ -851,17 +898,17 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 capacity_changed(f.snapshot, nodes)
 
         def remove(h: Holder) -> None:
-            free[0] += h.gpus
+            f.hold(int(shape_of[h.job]), -h.gpus)
             if deployed is None:
                 move(h, _release)
 
         def add(h: Holder) -> None:
-            free[0] -= h.gpus
+            f.hold(int(shape_of[h.job]), h.gpus)
             if deployed is None:
                 move(h, _reserve)
 
         def fits() -> bool:
-            return free[0] >= shape.gpus and (deployed is not None or policy.attempt(f.snapshot, shape, now=now, wait=WaitState(None, 0)).outcome == "admit")
+            return f.free(sid) >= shape.gpus and (deployed is not None or policy.attempt(f.snapshot, shape, now=now, wait=WaitState(None, 0)).outcome == "admit")
 
         targets = minimal_targets(ordered, remove, add, fits)
         if targets is None:
@@ -885,7 +932,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             parked_gpus[fi] -= gpus
         else:
             return False
-        f.used -= gpus
+        f.hold(int(shape_of[j]), -gpus)
         requeue.append((j, float(arr[j])))
         return True
 
@@ -965,10 +1012,16 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[int(shape_of[g])])))
         deployed.set_owed(fi, out)
 
-    def quota_line(flavor: str, _cluster_queue: str | None) -> list[Waiter]:
-        """The jobs waiting for quota on ``flavor`` (its one ClusterQueue): ``Outlook.quota_waiters``."""
+    def quota_line(flavor: str, cluster_queue: str | None) -> list[Waiter]:
+        """The jobs waiting for quota on ``flavor`` in ``cluster_queue`` (the one ClusterQueue, or the
+        deciding Workload's of a cohort, as the controller counts them): ``Outlook.quota_waiters``."""
         f = fl[deployed.flavor_names.index(flavor)] if deployed is not None and flavor in deployed.flavor_names else None
-        return [] if f is None else quota_waiters(f.queues, flavor, lambda sid: shapes[sid][1], shape_of, declared)
+        if f is None:
+            return []
+        if f.quota is None:
+            return quota_waiters(f.queues, flavor, lambda sid: shapes[sid][1], shape_of, declared)
+        mine = {sid: q for sid, q in f.queues.items() if f.quota.names[f.cq_of[sid]] == cluster_queue}
+        return quota_waiters(mine, flavor, lambda sid: shapes[sid][1], shape_of, declared, queue=str(cluster_queue))
 
     if deployed is not None:
         deployed.outlook.quota_waiters = quota_line
@@ -984,20 +1037,19 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         nonlocal seq, running_gpus, useful_gpus, pending, decisions, decision_s
         f = fl[fi]
         snap = f.snapshot
-        free_quota = f.nominal - f.used
-        heads = [(*q[0], sid) for sid, q in f.queues.items() if (shape_gpus[sid] <= free_quota or may_preempt(q[0][1])) and f.dead.get(sid) != f.version]
-        heapq.heapify(heads)
+        heads = f.heads([(*q[0], sid) for sid, q in f.queues.items()
+                         if (shape_gpus[sid] <= f.free(sid) or may_preempt(q[0][1])) and f.dead.get(sid) != f.version], shape_gpus)
         admitted = False
         while heads:
-            _, j, sid = heapq.heappop(heads)
-            if shape_gpus[sid] > f.nominal - f.used and not (may_preempt(j) and kueue_preempt(j, fi, sid, now)):
+            _, j, sid = heads.pop()
+            if shape_gpus[sid] > f.free(sid) and not (may_preempt(j) and kueue_preempt(j, fi, sid, now)):
                 continue
             shape = shapes[sid][1]
             quota_at[j] = now
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
                 _dequeue(f, sid, heads)
                 left_queue(j, fi)
-                f.used += shape.gpus
+                f.hold(sid, shape.gpus)
                 parked_gpus[fi] += shape.gpus
                 newest = next(reversed(parked[fi]), None)
                 parked[fi][j] = retry_of[j]
@@ -1011,7 +1063,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             if deployed is not None:
                 deployed.price_spans(functools.partial(_span_cost, cost, shape, work.jobs[j]), snap)
                 feed_owed(fi, now)
-                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j), int(prio[j]), float(arr[j]), settings.parking)
+                att = _deployed_attempt(deployed, j, fi, shape, now, declared(j), int(prio[j]), float(arr[j]), settings.parking,
+                                        None if f.quota is None else f.quota.names[f.cq_of[sid]])
             else:
                 att = policy.attempt(snap, shape, now=now, wait=wait)
             decision_s += time.perf_counter() - t0
@@ -1029,7 +1082,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 gangs_pending[fi].pop(j, None)
             if att.outcome == "admit":
                 assert att.nodes is not None and att.pods is not None
-                f.used += shape.gpus
+                f.hold(sid, shape.gpus)
                 relaxed[j] = att.relaxed
                 pending -= 1
                 admitted = True
@@ -1052,14 +1105,14 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     room.park(j, need)
                     park_seq[j] = seq
                     seq += 1
-                    f.used += shape.gpus
+                    f.hold(sid, shape.gpus)
                     parked_gpus[fi] += shape.gpus
                     parked[fi][j] = att.retry_after
                     if need.deadline is not None:
                         heapq.heappush(events, (max(need.deadline, now + 1.0), seq, _DEADLINE, j))
                         seq += 1
                     continue
-                f.used += shape.gpus  # Kueue holds its quota through the Retry's delay
+                f.hold(sid, shape.gpus)  # Kueue holds its quota through the Retry's delay
                 on_retry.add(j)
                 heapq.heappush(events, (now + max(att.retry_after, 1.0), seq, _RETRY, j))
                 seq += 1
@@ -1111,7 +1164,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     still = [b for b in waiting if not bind(b, fi, now)]
                     if still:
                         blocked[fi] = still
-                f.used -= shape.gpus
+                f.hold(int(shape_of[j]), -shape.gpus)
                 f.version += 1
                 if room is not None and len(room):
                     wake(room.freed(f.snapshot, nodes))
@@ -1123,7 +1176,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 sid = int(shape_of[j])
                 retrying[(fi, sid)] -= 1
                 on_retry.discard(j)
-                f.used -= shape_gpus[sid]  # evicted now and queued at once, before the Workloads its quota kept out
+                f.hold(sid, -shape_gpus[sid])  # evicted now and queued at once, before the Workloads its quota kept out
                 enqueue(j, -math.inf)
             touched.add(fi)
         if idle:
@@ -1216,11 +1269,12 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
 
 def _deployed_attempt(deployed: DeployedAtoll, j: int, fi: int, shape: JobShape, now: float, limit: int | None = None, priority: int = 0,
-                      created: float | None = None, parking: bool | None = None) -> Attempt:
+                      created: float | None = None, parking: bool | None = None, cluster_queue: str | None = None) -> Attempt:
     """The controller's decision on job ``j``'s Workload (declaring ``limit`` seconds, of ``priority``), as an attempt of the simulator's
-    loop; ``parking``: ``SimSettings.parking``, the override of the profile's ``queueing.parkWaiting``."""
+    loop; ``parking``: ``SimSettings.parking``, the override of the profile's ``queueing.parkWaiting``; ``cluster_queue``: its
+    ClusterQueue in a cohort (None: the one ClusterQueue)."""
     obj = deployed.workload(j, fi, shape.pods, shape.per_pod, shape.kind, shape.slices, max_execution_seconds=limit, priority=priority,
-                            created=created)
+                            created=created, cluster_queue=cluster_queue)
     v = deployed.decide(j, obj, now)
     if v.outcome == "admit":
         planned = np.array([0], dtype=np.int64)
@@ -1252,14 +1306,14 @@ def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: Resou
 
 
 def quota_waiters(queues: Mapping[int, list[_Entry]], flavor: str, shape: Callable[[int], JobShape], shape_of: npt.NDArray[np.int64],
-                  declared: Callable[[int], int | None], limit: int = MAX_AHEAD) -> list[Waiter]:
+                  declared: Callable[[int], int | None], limit: int = MAX_AHEAD, queue: str = "default") -> list[Waiter]:
     """The jobs in Kueue's ``queues`` (shape → heap of entries) of ``flavor``, front of Kueue's order
     first (priority, then order time, then job; at most ``limit``), as waiters for the line a span
     is priced by (``queueing.spanCountsQueue: quota``)."""
     out = []
     for (neg, t), j in heapq.nsmallest(limit, (e for q in queues.values() for e in q)):
         s = shape(int(shape_of[j]))
-        out.append(Waiter(flavor, s.gpus, s.per_pod.gpu, -neg, float(t), f"{NAMESPACE}/default", declared(j)))
+        out.append(Waiter(flavor, s.gpus, s.per_pod.gpu, -neg, float(t), f"{NAMESPACE}/{queue}", declared(j)))
     return out
 
 
@@ -1285,12 +1339,12 @@ def _advance(order: list[tuple[_Entry, int, Iterator[_Entry]]], it: Iterator[_En
         heapq.heapreplace(order, (nxt, order[0][1], it))
 
 
-def _dequeue(f: _Flavor, sid: int, heads: list[tuple[tuple[int, float], int, int]]) -> None:
+def _dequeue(f: _Flavor, sid: int, heads: QueueHeads | CohortHeads) -> None:
     """Take shape ``sid``'s head job off its queue, and put the queue's next job in ``heads``."""
     q = f.queues[sid]
     heapq.heappop(q)
     if q:
-        heapq.heappush(heads, (*q[0], sid))
+        heads.push((*q[0], sid))
     else:
         del f.queues[sid]
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from admission.simulator._cohort import CohortShape
 from admission.simulator._cost import CostParams, apply_bandwidths, apply_cost
 from admission.simulator._jobs import Job
 from admission.simulator._metrics import summarize
@@ -167,6 +168,8 @@ class SweepSpec:
     """``SimSettings.kueue_preemption`` (and ``within_cluster_queue`` when not ``Never``): Kueue's own preemption for quota."""
     quota_yield_max_seconds: float | None = None
     """``SimSettings.quota_yield_max_seconds``; None: its default (the controller's)."""
+    cohort: CohortShape | None = None
+    """``SimSettings.cohort``: several ClusterQueues per flavor in one cohort (None: one ClusterQueue per flavor)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -211,6 +214,8 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
         chosen["within_cluster_queue"] = spec.kueue_preemption
     if spec.quota_yield_max_seconds is not None:
         chosen["quota_yield_max_seconds"] = spec.quota_yield_max_seconds
+    if spec.cohort is not None:
+        chosen["cohort"] = spec.cohort
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
                            declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),

@@ -21,9 +21,19 @@ for targets (``Preemptor.GetTargets`` → ``classicalPreemptions`` in
   left out of the targets when the Workload still fits with it (``fillBackWorkloads``). No fit
   with every candidate gone: no targets, and the Workload waits for quota.
 
-Cohorts: the simulator has one ClusterQueue per flavor and no cohort (``_sim``), so
-``reclaimWithinCohort`` and ``borrowWithinCohort`` have no Workload of another ClusterQueue to act
-on: ``findCandidates`` looks at cohort members only when ``cq.HasParent()``.
+Cohorts (``SimSettings.cohort``, ``_cohort``): ``findCandidates`` looks at the other ClusterQueues
+of the cohort only when ``cq.HasParent()`` and ``reclaimWithinCohort`` is not ``Never``, and only at
+those borrowing (``cqIsBorrowing``: usage above nominal), whose Workloads it takes under that
+policy (``LowerPriority``: a lower priority; ``Any``: any). ``CandidatesOrdering`` puts them
+before the preemptor's own. ``classicalPreemptions`` then: with no candidate of another
+ClusterQueue, the preemptor's own with borrowing allowed; under ``borrowWithinCohort:
+LowerPriority``, all of them with borrowing allowed (those of other ClusterQueues below the
+preemptor's priority unless its ClusterQueue is under nominal, and a target of another at or above
+it turns borrowing off); otherwise, if its ClusterQueue is under nominal, all of them without
+borrowing (``workloadFits`` with ``allowBorrowing`` false: its usage plus the request within
+nominal), and failing that its own with borrowing. While targets are taken (``minimalPreemptions``)
+a candidate of a ClusterQueue no longer borrowing is passed over. Without a cohort every candidate
+is the preemptor's own ClusterQueue's, and that first case is the whole of it.
 
 The scheduler then evicts the targets (reason ``Preempted``) and the preemptor takes their quota
 once they are gone. Here the eviction is instant (no termination grace, as for Atoll's
@@ -40,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["KUEUE_PREEMPTION", "Holder", "candidates", "minimal_targets", "satisfies"]
+__all__ = ["KUEUE_PREEMPTION", "Holder", "Preemptor", "candidates", "classical_targets", "minimal_targets", "satisfies"]
 
 KUEUE_PREEMPTION = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
 """The ``withinClusterQueue`` values Kueue's own preemption is modelled for (``Never``: off)."""
@@ -57,6 +67,8 @@ class Holder:
     reserved: float
     """When it last took quota (its ``QuotaReserved`` condition's ``lastTransitionTime``)."""
     gpus: int
+    queue: int = 0
+    """Its ClusterQueue (an index into the cohort's; 0 without one)."""
 
 
 def satisfies(policy: str, priority: int, order: float, candidate: Holder) -> bool:
@@ -69,22 +81,29 @@ def satisfies(policy: str, priority: int, order: float, candidate: Holder) -> bo
     return False
 
 
-def candidates(policy: str, priority: int, order: float, holders: Sequence[Holder]) -> list[Holder]:
-    """The holders ``policy`` lets the Workload preempt, in ``CandidatesOrdering``: lower priority
-    first, then quota reserved most recently first, then UID (``sim-<job>`` as text)."""
-    found = [h for h in holders if satisfies(policy, priority, order, h)]
-    found.sort(key=lambda h: (h.priority, -h.reserved, f"sim-{h.job}"))
+def candidates(policy: str, priority: int, order: float, holders: Sequence[Holder], *, queue: int = 0, reclaim: str = "Never",
+               borrowing: Callable[[int], bool] | None = None) -> list[Holder]:
+    """The holders ``policy`` (``withinClusterQueue``) lets the Workload of ClusterQueue ``queue``
+    preempt, and with ``reclaim`` (``reclaimWithinCohort``) those of the other ClusterQueues that
+    are ``borrowing``; in ``CandidatesOrdering``: other ClusterQueues' first, then lower priority,
+    then quota reserved most recently first, then UID (``sim-<job>`` as text)."""
+    found = [h for h in holders if h.queue == queue and satisfies(policy, priority, order, h)]
+    if reclaim != "Never" and borrowing is not None:
+        found += [h for h in holders if h.queue != queue and borrowing(h.queue) and (reclaim == "Any" or h.priority < priority)]
+    found.sort(key=lambda h: (h.queue == queue, h.priority, -h.reserved, f"sim-{h.job}"))
     return found
 
 
 def minimal_targets(ordered: Sequence[Holder], remove: Callable[[Holder], None], add: Callable[[Holder], None],
-                    fits: Callable[[], bool]) -> list[Holder] | None:
+                    fits: Callable[[], bool], skip: Callable[[Holder], bool] | None = None) -> list[Holder] | None:
     """``classicalPreemptions`` with ``fillBackWorkloads``: take ``ordered`` off one by one until
     ``fits()``; then, from the second-last taken back to the first, put each back and keep it out
     of the targets when the Workload still fits. ``remove`` and ``add`` change what ``fits`` sees;
     everything is put back before returning (``restoreSnapshot``). None: it fits with none of them."""
     targets: list[Holder] = []
     for candidate in ordered:
+        if skip is not None and skip(candidate):
+            continue
         remove(candidate)
         targets.append(candidate)
         if fits():
@@ -101,3 +120,48 @@ def minimal_targets(ordered: Sequence[Holder], remove: Callable[[Holder], None],
     for t in targets:
         add(t)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """The preemptor's side of ``classicalPreemptions`` over a cohort: its ClusterQueue and
+    priority, and the ClusterQueues' state as the targets are taken."""
+
+    queue: int
+    priority: int
+    borrow_within_cohort: str
+    borrowing: Callable[[int], bool]
+    """A ClusterQueue uses more than its nominal quota now (``cqIsBorrowing``)."""
+    under_nominal: Callable[[], bool]
+    """The preemptor's ClusterQueue uses less than its nominal quota (``queueUnderNominalInResourcesNeedingPreemption``)."""
+    fits: Callable[[bool], bool]
+    """``workloadFits(allowBorrowing)``."""
+
+
+def classical_targets(ordered: Sequence[Holder], who: Preemptor, remove: Callable[[Holder], None],
+                      add: Callable[[Holder], None]) -> list[Holder] | None:
+    """``classicalPreemptions``' choice among ``ordered`` (``candidates``), module docstring."""
+    own = [h for h in ordered if h.queue == who.queue]
+    if len(own) == len(ordered):
+        return minimal_targets(own, remove, add, lambda: who.fits(True))
+    allow = [True]
+
+    def reclaim(threshold: int | None) -> Callable[[Holder], bool]:
+        def skip(h: Holder) -> bool:
+            if h.queue == who.queue:
+                return False
+            if not who.borrowing(h.queue):
+                return True  # its ClusterQueue no longer borrows: nothing to reclaim from it
+            if threshold is not None and h.priority >= threshold:
+                allow[0] = False
+            return False
+        return skip
+
+    if who.borrow_within_cohort == "LowerPriority":
+        chosen = list(ordered) if who.under_nominal() else [h for h in ordered if h.queue == who.queue or h.priority < who.priority]
+        return minimal_targets(chosen, remove, add, lambda: who.fits(allow[0]), reclaim(who.priority))
+    if who.under_nominal():
+        got = minimal_targets(ordered, remove, add, lambda: who.fits(False), reclaim(None))
+        if got:
+            return got
+    return minimal_targets(own, remove, add, lambda: who.fits(True))

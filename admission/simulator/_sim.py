@@ -111,7 +111,8 @@ from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now
 from admission.simulator._cohort import CohortHeads, CohortShape, Gift, QueueHeads, split_shapes
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
-from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, minimal_targets
+from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, classical_targets, minimal_targets
+from admission.simulator._kueue_preemption import Preemptor as KueuePreemptor
 from admission.simulator._policies import AtollPolicy, Attempt, JobShape, Policy, fits_one_island, island_level_of
 from admission.simulator._preemption import WITHIN_CLUSTER_QUEUE, drop_events, release_admitted
 from admission.simulator._scheduler import SCHEDULERS
@@ -868,6 +869,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         """Could Kueue's own preemption find ``j`` a candidate (``SimSettings.kueue_preemption``)?
         Under ``LowerPriority`` none has a priority below the lowest."""
         policy = settings.kueue_preemption
+        if settings.cohort is not None and settings.cohort.reclaim_within_cohort != "Never":
+            return True  # it may reclaim quota a ClusterQueue of its cohort borrows
         return policy != "Never" and (policy == "LowerOrNewerEqualPriority" or int(prio[j]) > lowest)
 
     def holders(fi: int) -> list[Holder]:
@@ -878,7 +881,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             jobs = [k for k, adm in deployed.admitted.items() if adm.flavor == fi]
             jobs += [k for k in on_retry if work.flavor[k] == fi]
             jobs += list(parked[fi])
-        return [Holder(k, int(prio[k]), float(arr[k]), float(quota_at[k]), shape_gpus[int(shape_of[k])]) for k in jobs]
+        return [Holder(k, int(prio[k]), float(arr[k]), float(quota_at[k]), shape_gpus[int(shape_of[k])], cq_of[int(shape_of[k])]) for k in jobs]
 
     def kueue_preempt(j: int, fi: int, sid: int, now: float) -> bool:
         """Kueue's own preemption for ``j``, short of quota or, on a Kueue TAS flavor (a
@@ -886,7 +889,10 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         ClusterQueue's policy lets it preempt is evicted, and True (it fits now); False: no set
         lets it fit. An Atoll flavor is quota alone to Kueue; a baseline's fit is its placement too."""
         f = fl[fi]
-        ordered = candidates(settings.kueue_preemption, int(prio[j]), float(arr[j]), holders(fi))
+        quota, cohort = f.quota, settings.cohort
+        ordered = candidates(settings.kueue_preemption, int(prio[j]), float(arr[j]), holders(fi), queue=cq_of[sid],
+                             reclaim=cohort.reclaim_within_cohort if cohort is not None else "Never",
+                             borrowing=quota.borrowing if quota is not None else None)
         if not ordered:
             return False
         shape = shapes[sid][1]
@@ -910,7 +916,13 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         def fits() -> bool:
             return f.free(sid) >= shape.gpus and (deployed is not None or policy.attempt(f.snapshot, shape, now=now, wait=WaitState(None, 0)).outcome == "admit")
 
-        targets = minimal_targets(ordered, remove, add, fits)
+        if quota is None or cohort is None:
+            targets = minimal_targets(ordered, remove, add, fits)
+        else:
+            c = cq_of[sid]
+            targets = classical_targets(ordered, KueuePreemptor(
+                c, int(prio[j]), cohort.borrow_within_cohort, quota.borrowing, lambda: quota.used[c] < quota.nominal[c],
+                lambda borrow: fits() and (borrow or not quota.borrows(c, shape.gpus))), remove, add)
         if targets is None:
             return False
         kueue_figs[0] += 1

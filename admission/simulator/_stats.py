@@ -165,7 +165,7 @@ def per_seed_figures(record: RunRecord, common: npt.NDArray[np.bool_]) -> dict[s
         "all_mean_wait_s": _num(s.get("mean_wait_s")),
         "all_jobs_done": float(done.sum()),
         **{k: _num(s.get(k)) for k in ("gpu_allocation", "gpu_goodput", "single_island_share", "mean_slowdown", "p95_slowdown",
-                                      "fragmentation_mean", *ISLAND_FIGURES)},
+                                      "fragmentation_mean", "decisions_per_job", *ISLAND_FIGURES)},
     }
 
 

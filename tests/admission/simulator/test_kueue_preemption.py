@@ -159,3 +159,54 @@ def test_kueues_policy_is_the_cluster_queues_one_and_bad_values_are_refused() ->
     with pytest.raises(ValueError, match="kueue_preemption: 'LowerOrNewerEqualPriority' differs from within_cluster_queue 'LowerPriority'"):
         SimSettings(kueue_preemption="LowerOrNewerEqualPriority")
     assert SimSettings().kueue_preemption == "Never"
+
+
+# ------------------------------------------------------------------ over a cohort
+
+
+def test_other_cluster_queues_candidates_come_first_and_only_while_they_borrow_under_reclaim_within_cohort() -> None:
+    holders = [Holder(1, 0, 0.0, 5.0, 4, queue=0), Holder(2, 0, 0.0, 1.0, 4, queue=1), Holder(3, 5, 0.0, 9.0, 4, queue=2)]
+    assert [c.job for c in candidates("LowerPriority", 1, 0.0, holders, queue=0)] == [1]  # Never: its own alone
+    got = candidates("LowerPriority", 1, 0.0, holders, queue=0, reclaim="LowerPriority", borrowing=lambda q: True)
+    assert [c.job for c in got] == [2, 1]  # the other ClusterQueue's first; job 3 is of a higher priority
+    assert [c.job for c in candidates("LowerPriority", 1, 0.0, holders, queue=0, reclaim="Any", borrowing=lambda q: True)] == [2, 3, 1]
+    assert [c.job for c in candidates("LowerPriority", 1, 0.0, holders, queue=0, reclaim="Any", borrowing=lambda q: q == 2)] == [3, 1]
+
+
+def cohort_run(reclaim: str, borrower_gpus: int = 24, borrower_priority: int = 0) -> SimResult:
+    """Two ClusterQueues of 16 GPUs (of 32). cq-1's job takes ``borrower_gpus`` from t=0 for
+    20,000 s; at t=1000 a 16-GPU job of priority 100 in cq-0 (nothing of its own running) is short of quota."""
+    from admission.simulator._cohort import CohortShape
+
+    jobs = [make_job(f"j{next(_ids)}", 0, 20000, borrower_gpus, 4, queue="cq-1", priority=borrower_priority),
+            make_job(f"j{next(_ids)}", 1000, 300, 16, 4, queue="cq-0", priority=100)]
+    return run("kueue-required", jobs, cohort=CohortShape.equal(2, reclaim_within_cohort=reclaim))
+
+
+def test_a_reclaim_evicts_a_borrower_of_another_cluster_queue_when_the_policy_allows() -> None:
+    res = cohort_run("LowerPriority")
+    assert res.start[1] == 1000 and (res.kueue_preemptions, res.kueue_preempted) == (1, 1)
+    assert res.start[0] >= res.end[1]  # the borrower restarts once quota frees for it
+    kept = cohort_run("Never")  # Kueue's default: no reclaim, the job waits for the borrower's end
+    assert kept.start[1] >= 20000 and kept.kueue_preemptions == 0
+    assert cohort_run("LowerPriority", borrower_priority=100).kueue_preemptions == 0  # not of a lower priority
+    assert cohort_run("Any", borrower_priority=100).start[1] == 1000  # Any: whatever its priority
+    within = cohort_run("Any", borrower_gpus=16)  # cq-1 within its nominal quota borrows nothing: nothing to reclaim
+    assert within.kueue_preemptions == 0 and within.start[1] == 1000  # and the job's own 16 are free anyway
+
+
+def test_a_reclaim_that_leaves_the_preemptor_borrowing_needs_borrow_within_cohort() -> None:
+    # cq-0 runs a 12-GPU job of its own (under its nominal 16); cq-1's 20-GPU job borrows 4. cq-0's
+    # 16-GPU job of priority 100 (t=1000) fits only by borrowing once the borrower is gone (12 + 16 > 16):
+    # under borrowWithinCohort Never Kueue preempts nobody for it then; under LowerPriority the borrower goes at once
+    from admission.simulator._cohort import CohortShape
+
+    def go(borrow: str) -> SimResult:
+        jobs = [make_job(f"j{next(_ids)}", 0, 20000, 12, 4, queue="cq-0"), make_job(f"j{next(_ids)}", 1, 20000, 20, 4, queue="cq-1"),
+                make_job(f"j{next(_ids)}", 1000, 300, 16, 4, queue="cq-0", priority=100)]
+        return run("count-only", jobs, cohort=CohortShape.equal(2, reclaim_within_cohort="LowerPriority", borrow_within_cohort=borrow))
+
+    never = go("Never")  # reclaimed only at 20,000, when cq-0's own job ends and 16 is within its nominal quota
+    assert never.start[2] == 20000 and never.kueue_preempted == 1 and never.start[1] == never.end[2]
+    lower = go("LowerPriority")
+    assert lower.start[2] == 1000 and lower.kueue_preempted == 1 and lower.start[1] >= lower.end[2]

@@ -23,8 +23,11 @@ Under ``dry-run`` the plan is counted and recorded, and nothing is held or evict
 One ClusterQueue per flavor, as the simulator's Kueue model has (``_sim``); every simulated
 Workload names the same ClusterQueue object, whose ``spec.preemption`` is ``SimSettings``'
 ``within_cluster_queue``. A plan only takes victims on the gang's own flavor, so one object read
-for all flavors is one ClusterQueue per flavor with the same rules. No cohorts: a victim is
-always of the gang's own queue (``withinClusterQueue``). Kueue's own preemption for quota is
+for all flavors is one ClusterQueue per flavor with the same rules. With a cohort
+(``SimSettings.cohort``) each Workload names its own ClusterQueue, and each ClusterQueue object
+names the cohort and its ``reclaimWithinCohort`` and ``borrowWithinCohort``: the plan reads them
+as the controller does (``admission.queue.plan_preemption``: a victim of another ClusterQueue of
+the cohort only under ``reclaimWithinCohort``). Kueue's own preemption for quota is
 ``_kueue_preemption`` (``SimSettings.kueue_preemption``, off by default).
 """
 

@@ -4,8 +4,9 @@ Events: arrivals (from the trace, in order), completions, and admission-check re
 After every batch of events at one instant, each touched flavor runs one scheduling pass.
 
 Kueue, as modelled
-    One ClusterQueue per flavor, nominal GPU quota = the flavor's healthy GPUs, queueing
-    strategy BestEffortFIFO: pending workloads are tried in Kueue's queue order, and one that
+    One ClusterQueue per flavor, nominal GPU quota = the flavor's healthy GPUs (or, with
+    ``SimSettings.cohort``, that quota split over the ClusterQueues of one cohort, each job's
+    Workload in one of them: ``_cohort``), queueing strategy BestEffortFIFO: pending workloads are tried in Kueue's queue order, and one that
     cannot be admitted is skipped so later ones can go (set aside as inadmissible:
     ``requeueIfNotPresent`` in ``pkg/cache/queue/cluster_queue.go``). Kueue orders by creation time, except
     that a Workload evicted by an admission check (its Retry) is ordered by the time of that
@@ -17,7 +18,8 @@ Kueue, as modelled
     its Workload's ``spec.priority``): higher first, as Kueue's ``baseCompareFunc`` compares
     priority, then the queue-order timestamp, then UID (``pkg/cache/queue/cluster_queue.go``,
     v0.19.2); with every priority equal (0 unless a workload gives them) the order is as above.
-    Quota is checked first (usage + request ≤ nominal); no cohorts or borrowing. Kueue's own
+    Quota is checked first (usage + request ≤ nominal; in a cohort, ≤ what Kueue's ``available``
+    lets the ClusterQueue borrow, and its heads go in Kueue's cycle order across the cohort). Kueue's own
     preemption for quota is off unless ``SimSettings.kueue_preemption`` names a policy
     (``_kueue_preemption``). A profile's ``preemptDomain`` clears a domain for a waiting gang
     through the controller's own plan, and its victims are evicted as Kueue evicts them (``_preemption``). Jobs are routed to a flavor once, before any

@@ -160,3 +160,22 @@ def test_kueues_queue_takes_the_higher_priority_first_and_only_then_the_older(po
     fifo, ranked = run(0), run(10)
     assert fifo.start[1] == 1000 and fifo.start[2] >= 1500
     assert ranked.start[2] == 1000 and ranked.start[1] >= 1500
+
+
+def test_in_a_cohort_the_plan_takes_victims_of_another_cluster_queue_only_as_its_reclaim_within_cohort_allows() -> None:
+    # as gang_run, but the two 12-GPU jobs queue in cq-1 (a quarter of the quota, so borrowing) and
+    # the gang in cq-0: Atoll's plan reads each Workload's ClusterQueue and the cohort's rules from
+    # the ClusterQueue objects, as the controller does
+    from admission.simulator._cohort import CohortShape, QueueShare
+
+    def go(reclaim: str) -> SimResult:
+        jobs = [make_job(f"j{next(_ids)}", 0, 20000, 12, 4, queue="cq-1"), make_job(f"j{next(_ids)}", 500, 20000, 12, 4, queue="cq-1"),
+                make_job(f"j{next(_ids)}", 1000, 300, 16, 4, queue="cq-0", priority=100)]
+        (pol,) = make_policies(["atoll-preempting"], DOC, seed=1)
+        cohort = CohortShape((QueueShare("cq-0", 0.75), QueueShare("cq-1", 0.25)), reclaim_within_cohort=reclaim)
+        return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(quota_factor=2.0, cohort=cohort))
+
+    kept = go("Never")  # another ClusterQueue's Workloads are no victims: the gang waits for an island to free
+    assert kept.preempted == 0 and kept.start[GANG] >= 20000
+    took = go("LowerPriority")
+    assert took.preempted == 1 and 1000 < took.start[GANG] <= 1030 and took.start[LATE] >= took.end[GANG]

@@ -303,6 +303,7 @@ def main(argv: Sequence[str]) -> int:
     fmt: TraceFormat = args.trace_format or ("synthetic" if args.trace is None else "itp")
     t0 = time.perf_counter()
     try:
+        cohort = load_cohort(args.cohort) if args.cohort is not None else None
         if args.jobs is not None and args.jobs < 1:
             raise TraceError(f"--jobs must be ≥ 1, got {args.jobs}")
         if args.declared_runtime is not None and not args.declared_runtime >= 1:
@@ -348,7 +349,7 @@ def main(argv: Sequence[str]) -> int:
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
                          parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
                          kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
-                         cohort=load_cohort(args.cohort) if args.cohort is not None else None)
+                         cohort=cohort)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())

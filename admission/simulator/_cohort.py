@@ -121,7 +121,7 @@ class CohortShape:
     def equal(cls, n: int, *, reclaim_within_cohort: str = "Never", borrow_within_cohort: str = "Never") -> CohortShape:
         """``n`` ClusterQueues of equal nominal shares, borrowing and lending unlimited."""
         if n < 1:
-            raise CohortError(f"cohort: {n!r} ClusterQueues; give at least 1")
+            raise CohortError(f"{n!r} ClusterQueues; give at least 1")
         return cls(tuple(QueueShare(cluster_queue_name(i), 1.0 / n) for i in range(n)), reclaim_within_cohort, borrow_within_cohort)
 
     def __len__(self) -> int:
@@ -196,11 +196,11 @@ def load_cohort(spec: str) -> CohortShape:
         return CohortShape.equal(int(spec))
     path = Path(spec)
     if not path.is_file():
-        raise CohortError(f"cohort: {spec!r} is neither a number of ClusterQueues nor a readable YAML file")
+        raise CohortError(f"{spec!r} is neither a number of ClusterQueues nor a readable YAML file")
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise CohortError(f"cohort file {path.name}: not YAML ({str(exc).splitlines()[0]})") from None
+        raise CohortError(f"{path.name}: not YAML ({str(exc).splitlines()[0]})") from None
     return parse_cohort(doc)
 
 

@@ -210,3 +210,31 @@ def test_reservations_parked_write_each_atoll_runs_decision_records_per_cluster(
     assert not list(tmp_path.glob("records.jsonl.part-*"))  # the runs' parts are joined and gone
     assert bq.records_file(str(out), "dgx-h100-superpod", ["gb200-nvl72-superpod", "dgx-h100-superpod"]) == f"{out}.dgx-h100-superpod"
     assert bq.records_file(None, "gb200-nvl72-superpod", ["gb200-nvl72-superpod"]) is None
+
+
+def test_a_cohort_runs_the_quality_sweep_over_its_cluster_queues_and_a_bad_one_is_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import admission.simulator as sim
+
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    seen: list[Any] = []
+    real = sim.run_sweep
+
+    def spy(spec: Any, **kw: Any) -> Any:
+        seen.append(spec.cohort)
+        return real(spec, **kw)
+
+    monkeypatch.setattr(sim, "run_sweep", spy)
+    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
+            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod", "--format", "json"]
+    assert bq.main([*argv, "--cohort", "3"]) == 0
+    report = json.loads(capsys.readouterr().out)["quality"]
+    assert len(seen[0]) == 3 and report["cohort"].startswith("cohort of 3 ClusterQueues")
+    per_seed = report["dgx-h100-superpod"]["comparisons"][0]["policies"]["atoll-strict"]["per_seed"][0]
+    assert per_seed["decisions_per_job"] > 0
+    assert bq.main([*argv, "--cohort", "two"]) == 2
+    assert "--cohort: 'two' is neither a number of ClusterQueues" in capsys.readouterr().err

@@ -107,6 +107,8 @@ def test_bad_trace_row_is_a_clear_error_with_exit_code_2(capsys: pytest.CaptureF
         (["--gpu-perf", "normal:-0.1"], "--gpu-perf 'normal:-0.1': stddev: Input should be greater than or equal to 0"),
         (["--gpu-perf", "uniform:1.1:0.9"], "uniform needs 0 < LOW ≤ HIGH"),
         (["--gpu-perf", "normal:inf"], "stddev: Input should be a finite number"),
+        (["--cohort", "0"], "--cohort: 0 ClusterQueues; give at least 1"),
+        (["--cohort", "/nonexistent/teams.yaml"], "--cohort: '/nonexistent/teams.yaml' is neither a number of ClusterQueues"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_fix(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -486,3 +488,22 @@ def test_kueues_own_preemption_runs_under_the_policy_given_and_is_reported_per_s
     assert [r["kueue_preemption"] for r in runs] == ["LowerPriority"] * 2 and all(r["kueue_preempted"] >= 0 for r in runs)
     assert main([*PREEMPTING, "--policies", "atoll-strict"]) == 0
     assert "Kueue's own for quota" not in capsys.readouterr().out  # Never, the default: no preemption table at all
+
+
+def test_a_cohort_of_cluster_queues_runs_and_a_bad_cohort_file_names_its_field(capsys: pytest.CaptureFixture[str], cluster: str,
+                                                                                tmp_path: Path) -> None:
+    trace = tmp_path / "itp.csv"
+    trace.write_text(ITP)
+    args = ["--cluster", cluster, "--trace", str(trace), "--seeds", "1", "--policies", "kueue-required,atoll-strict"]
+    single = run_json(capsys, *args)
+    one = run_json(capsys, *args, "--cohort", "1")  # one ClusterQueue in a cohort: Kueue admits as with none
+    timed = {"wall_s", "decisions_per_s", "decision_seconds"}  # how long it took, not what happened
+    assert [{k: v for k, v in p.items() if k not in timed} for p in single["policies"].values()] == \
+        [{k: v for k, v in p.items() if k not in timed} for p in one["policies"].values()]
+    four = run_json(capsys, *args, "--cohort", "4")
+    assert all(p["jobs_done"] == 40 for p in four["policies"].values())
+    bad = tmp_path / "teams.yaml"
+    bad.write_text("clusterQueues:\n- {name: a, nominalQuota: 0.5}\n- {name: b, nominalQuota: 0.5, borrowingLimit: -1}\n")
+    assert main([*args, "--cohort", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["atoll simulate: --cohort: clusterQueues[1].borrowingLimit: -1.0 must be a share of at least 0, or left out for no limit"]

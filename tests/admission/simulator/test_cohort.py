@@ -193,3 +193,45 @@ def test_a_giver_whose_quota_its_cluster_queue_keeps_gives_nothing_a_waiter_of_a
     assert kept.quota_yields == 0 and kept.start[1] == pytest.approx(1.0) and kept.start[2] == pytest.approx(1001.0)
     given = run(model, jobs, "atoll-strict", CohortShape.equal(2), parking=True, stall_seconds=3600.0)
     assert given.quota_yields == 1 and given.start[2] == pytest.approx(10.0)
+
+
+PIN_DOC = load_profiles(f"""
+defaultProfile: parked
+profiles:
+  parked: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 600}}, queueing: {{parkWaiting: true}}}}
+  costed: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, retry: {{initialSeconds: 15, maxSeconds: 300}},
+            queueing: {{waitOrSpan: true, reserveAfterSeconds: 1800, maxReservationsPerFlavor: 1, parkWaiting: true}}}}
+""")
+
+
+@pytest.mark.parametrize(("policy", "kueue_preemption", "pinned"), [
+    ("atoll-parked", "Never", (17730336.387979, 993, 560, 0)),
+    ("atoll-costed", "Never", (17909180.400194034, 882, 419, 0)),
+    ("kueue-required", "LowerPriority", (18411652.918242387, 521, 0, 39)),
+    ("atoll-parked", "LowerPriority", (20873396.926341385, 1323, 719, 159)),
+])
+def test_a_default_run_is_the_run_before_cohorts_were_modelled_to_the_digit(policy: str, kueue_preemption: str,
+                                                                           pinned: tuple[float, int, int, int]) -> None:
+    # 400 jobs of 1-32 GPUs (some of priority 10) on 64 GPUs: parked Workloads give their quota back
+    # hundreds of times and Kueue preempts for quota. The pinned figures (sum of start times,
+    # decisions, quota yields, Kueue's victims) are those of the simulator before the cohort model,
+    # run on the same stream: with no cohort the quota arithmetic and queue order are the same
+    import random
+
+    rng = random.Random(7)
+    t = 0.0
+    jobs = []
+    for i in range(400):
+        t += rng.expovariate(1 / 35)
+        jobs.append(make_job(f"p{i}", t, rng.uniform(200, 3000), rng.choice([1, 2, 4, 8, 8, 12, 16, 16, 24, 32]), 4,
+                             priority=rng.choice([0, 0, 0, 10])))
+    model = ClusterModel.model_validate({"name": "test", "flavors": [{
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "generate": [{"level": SU, "count": 2, "prefix": "u"}, {"level": CLIQUE, "count": 2, "prefix": "r"},
+                     {"level": "kubernetes.io/hostname", "count": 4, "prefix": "n"}]}]})
+    (pol,) = make_policies([policy], PIN_DOC, seed=3)
+    r = simulate(model, prepare_workload(model, jobs), pol, settings=SimSettings(kueue_preemption=kueue_preemption))
+    assert (float(np.nansum(r.start)), r.decisions, r.quota_yields, r.kueue_preempted) == pinned
+    assert not np.isnan(r.start).any()

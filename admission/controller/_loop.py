@@ -198,7 +198,8 @@ class Controller:
                                       self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
         self.queue_state.outlook.quota_waiters = lambda flavor, cq: quota_line(
-            self.cache.objects[WORKLOADS], list(self.quota_yield.waiters), self.decider.read, self.quota_yield.cluster_queue_of, flavor, cq)
+            self.cache.objects[WORKLOADS], list(self.quota_yield.waiters), self.decider.read, self.quota_yield.cluster_queue_of, flavor, cq,
+            shares=self.quota_yield.shares_quota(cq, flavor) if cq is not None else None)
         self.quota_yields = 0
         """Parked Workloads that gave their quota back (deactivated a moment: Kueue evicts them)."""
         self.quota_yields_timed_out = 0

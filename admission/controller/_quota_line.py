@@ -4,7 +4,9 @@ wait for yet.
 
 Kueue assigns a flavor with the quota, so a Workload still waiting for it has none: it is counted
 for a Workload deciding in the same ClusterQueue (the one whose quota it waits for), on the
-flavor being decided. Read only when a span is priced; at most ``MAX_AHEAD`` from the front of
+flavor being decided, and for one deciding in another ClusterQueue of its cohort when Kueue could
+let it in there (``shares``: the quota its ClusterQueue could use on the flavor, with nothing
+reserved, covers it; ``QuotaYield.shares_quota``): it may borrow what the span would take. Read only when a span is priced; at most ``MAX_AHEAD`` from the front of
 Kueue's order (higher ``spec.priority`` first, then the earlier creation, then the key).
 """
 
@@ -24,15 +26,19 @@ __all__ = ["quota_line"]
 
 def quota_line(objects: Mapping[str, Obj], waiting: Iterable[str], read: Callable[[Obj], WorkloadView],
                cluster_queue_of: Callable[[Obj], str | None], flavor: str, cluster_queue: str | None,
-               limit: int = MAX_AHEAD) -> list[Waiter]:
-    """The Workloads among ``waiting`` that still wait for quota in ``cluster_queue`` (gone,
-    unreadable or GPU-less ones left out), as waiters on ``flavor``, front of Kueue's order first."""
+               limit: int = MAX_AHEAD, shares: Callable[[str, str], bool] | None = None) -> list[Waiter]:
+    """The Workloads among ``waiting`` that still wait for quota in ``cluster_queue``, or, with
+    ``shares(key, their ClusterQueue)`` true, in another of its cohort (gone, unreadable or
+    GPU-less ones left out), as waiters on ``flavor``, front of Kueue's order first."""
     if cluster_queue is None:
         return []
     found: list[tuple[tuple[int, float, str], Waiter]] = []
     for key in waiting:
         obj = objects.get(key)
-        if obj is None or not waits_for_quota(obj) or cluster_queue_of(obj) != cluster_queue:
+        if obj is None or not waits_for_quota(obj):
+            continue
+        theirs = cluster_queue_of(obj)
+        if theirs is None or (theirs != cluster_queue and (shares is None or not shares(key, theirs))):
             continue
         try:
             view = read(obj)

@@ -320,6 +320,17 @@ class QuotaYield:
         quota = self._cohort_quota(cq, flavor, queues, gpu, empty=True)
         return quota is None or want <= quota.available(cq)
 
+    def shares_quota(self, cluster_queue: str, flavor: str) -> Callable[[str, str], bool]:
+        """For the quota line of a Workload deciding in ``cluster_queue`` on ``flavor``: whether a
+        waiter (its key, its ClusterQueue) of another ClusterQueue waits for quota it shares: the
+        two are in one cohort and Kueue could admit the waiter there (``_could_ever_admit``).
+        ClusterQueues are read once per line."""
+        queues: dict[str, Obj | None] = {}
+
+        def shares(key: str, theirs: str) -> bool:
+            return self._same_cohort(theirs, cluster_queue, queues) and self._could_ever_admit(key, theirs, flavor, queues)
+        return shares
+
     def _gpus_asked(self, key: str, gpu: str | tuple[str, ...]) -> int | None:
         """The GPUs Workload ``key`` asks for in all its PodSets (None: it does not parse)."""
         try:

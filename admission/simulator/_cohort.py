@@ -214,6 +214,8 @@ class FlavorQuota:
         self.quota = CohortQuota(COHORT_NAME)
         for q, nominal in zip(shape.queues, self.nominal, strict=True):
             self.quota.add(q.name, nominal, _gpus(q.borrowing_limit, flavor_quota), _gpus(q.lending_limit, flavor_quota), 0)
+        self.ceiling = [self.available(c) for c in range(len(self.names))]
+        """What each ClusterQueue could use with nothing reserved: a larger Workload is never admitted."""
 
     def available(self, c: int) -> int:
         """GPUs a Workload of ClusterQueue ``c`` may reserve now (Kueue's ``available``)."""

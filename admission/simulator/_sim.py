@@ -1027,15 +1027,19 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         deployed.set_owed(fi, out)
 
     def quota_line(flavor: str, cluster_queue: str | None) -> list[Waiter]:
-        """The jobs waiting for quota on ``flavor`` in ``cluster_queue`` (the one ClusterQueue, or the
-        deciding Workload's of a cohort, as the controller counts them): ``Outlook.quota_waiters``."""
+        """The jobs waiting for quota on ``flavor`` in ``cluster_queue`` (the one ClusterQueue), or in
+        a cohort in the deciding Workload's ClusterQueue and in any other whose quota Kueue could
+        let them in with (``FlavorQuota.ceiling``), as the controller counts them
+        (``QuotaYield.shares_quota``): ``Outlook.quota_waiters``."""
         f = fl[deployed.flavor_names.index(flavor)] if deployed is not None and flavor in deployed.flavor_names else None
         if f is None:
             return []
         if f.quota is None:
             return quota_waiters(f.queues, flavor, lambda sid: shapes[sid][1], shape_of, declared)
-        mine = {sid: q for sid, q in f.queues.items() if f.quota.names[f.cq_of[sid]] == cluster_queue}
-        return quota_waiters(mine, flavor, lambda sid: shapes[sid][1], shape_of, declared, queue=str(cluster_queue))
+        quota = f.quota
+        line = {sid: q for sid, q in f.queues.items()
+                if quota.names[f.cq_of[sid]] == cluster_queue or shape_gpus[sid] <= quota.ceiling[f.cq_of[sid]]}
+        return quota_waiters(line, flavor, lambda sid: shapes[sid][1], shape_of, declared, queue=lambda j: quota.names[f.cq_of[int(shape_of[j])]])
 
     if deployed is not None:
         deployed.outlook.quota_waiters = quota_line
@@ -1320,14 +1324,15 @@ def _release(snapshot: Snapshot, nodes: IntArray, pods: IntArray, per_pod: Resou
 
 
 def quota_waiters(queues: Mapping[int, list[_Entry]], flavor: str, shape: Callable[[int], JobShape], shape_of: npt.NDArray[np.int64],
-                  declared: Callable[[int], int | None], limit: int = MAX_AHEAD, queue: str = "default") -> list[Waiter]:
+                  declared: Callable[[int], int | None], limit: int = MAX_AHEAD,
+                  queue: Callable[[int], str] | None = None) -> list[Waiter]:
     """The jobs in Kueue's ``queues`` (shape → heap of entries) of ``flavor``, front of Kueue's order
     first (priority, then order time, then job; at most ``limit``), as waiters for the line a span
     is priced by (``queueing.spanCountsQueue: quota``)."""
     out = []
     for (neg, t), j in heapq.nsmallest(limit, (e for q in queues.values() for e in q)):
         s = shape(int(shape_of[j]))
-        out.append(Waiter(flavor, s.gpus, s.per_pod.gpu, -neg, float(t), f"{NAMESPACE}/{queue}", declared(j)))
+        out.append(Waiter(flavor, s.gpus, s.per_pod.gpu, -neg, float(t), f"{NAMESPACE}/{'default' if queue is None else queue(j)}", declared(j)))
     return out
 
 

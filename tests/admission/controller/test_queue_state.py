@@ -16,7 +16,7 @@ from admission.controller._queue_state import HELD_CONDITION, RESERVED_CONDITION
 from admission.controller._records import rfc3339
 from admission.queue import Reservation
 from tests.admission.fabric import GROUP, VERSION, Fabric, planned, profiles_doc, run
-from tests.kube_objects import _kueue_conditions, apply_workload_status, set_condition, workload
+from tests.kube_objects import _kueue_conditions, apply_workload_status, cluster_queue, local_queue, set_condition, workload
 
 pytestmark = pytest.mark.apiserver
 
@@ -427,13 +427,9 @@ def test_explain_the_record_and_atoll_queue_count_the_gangs_queued_ahead(fabric:
     assert first["expected_start"] == iso_time(fabric.clock.now() + LIMIT)
 
 
-def test_a_span_priced_by_the_line_waits_for_a_workload_waiting_for_quota_and_says_so(fabric: Fabric) -> None:
-    """2 blocks × 2 cliques × 2 nodes, a one-pod Workload of an hour on every node; one node frees
-    in each clique of block 0. A 2 × 4-GPU gang of two hours would span those two nodes now
-    (+2,368 s of its own, against an hour's wait for a clique). A one-pod Workload waits for quota
-    in the same ClusterQueue: given quota, it would take one of those nodes now; behind the span it
-    starts in an hour. Charged that hour, the span costs more than waiting: the gang waits, and the
-    check, the record and ``atoll explain`` say why."""
+def one_node_free_per_clique_of_block_0(fabric: Fabric) -> Controller:
+    """A one-pod Workload of an hour bound on every node of the fabric; then one node frees in each
+    clique of block 0. Profiles: ``elastic`` spans by cost, priced with the quota line."""
     doc = profiles_doc(fabric.flavor, fabric.topology)
     doc["profiles"]["elastic"].update(relaxAfterSeconds=86400, queueing={"waitOrSpan": True, "spanCountsQueue": "quota"})
     fabric.install(doc)
@@ -452,6 +448,17 @@ def test_a_span_priced_by_the_line_waits_for_a_workload_waiting_for_quota_and_sa
         fabric.finish(name)
         fabric.finish_pod(f"{name}-0")
     run(ctrl)
+    return ctrl
+
+
+def test_a_span_priced_by_the_line_waits_for_a_workload_waiting_for_quota_and_says_so(fabric: Fabric) -> None:
+    """2 blocks × 2 cliques × 2 nodes, a one-pod Workload of an hour on every node; one node frees
+    in each clique of block 0. A 2 × 4-GPU gang of two hours would span those two nodes now
+    (+2,368 s of its own, against an hour's wait for a clique). A one-pod Workload waits for quota
+    in the same ClusterQueue: given quota, it would take one of those nodes now; behind the span it
+    starts in an hour. Charged that hour, the span costs more than waiting: the gang waits, and the
+    check, the record and ``atoll explain`` say why."""
+    ctrl = one_node_free_per_clique_of_block_0(fabric)
     small = workload(fabric.ns, "small", [("main", 1, 4)])
     small["spec"]["maximumExecutionTimeSeconds"] = 600
     fabric.kueue.create(small)  # it waits for quota: Kueue reserves none
@@ -466,3 +473,34 @@ def test_a_span_priced_by_the_line_waits_for_a_workload_waiting_for_quota_and_sa
     (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang"]
     assert said in record["message"]
     assert said in ctrl.explain(f"{fabric.ns}/gang")["check"]["message"]
+
+
+@pytest.mark.parametrize("cohort", [False, True])
+def test_a_span_priced_by_the_line_counts_a_waiter_of_another_cluster_queue_only_in_its_cohort(fabric: Fabric, cohort: bool) -> None:
+    """As above, but the one-pod Workload waits for quota in another ClusterQueue. Outside the
+    gang's cohort it takes none of the quota the span takes: the gang spans. In one cohort with
+    it, Kueue could let it in with the quota the gang's ClusterQueue lends: the span is charged its
+    hour, and the gang waits."""
+    ctrl = one_node_free_per_clique_of_block_0(fabric)
+    other = f"{fabric.cq}-team-b"
+    fabric.custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(other, fabric.flavor, 0, fabric.check))
+    try:
+        fabric.custom.create_namespaced_custom_object(GROUP, VERSION, fabric.ns, "localqueues", local_queue(fabric.ns, "lq-team-b", other))
+        if cohort:
+            for cq in (fabric.cq, other):
+                fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq, {"spec": {"cohortName": f"{fabric.ns}-pool"}},
+                                                          _content_type="application/merge-patch+json")
+        small = workload(fabric.ns, "small", [("main", 1, 4)], queue="lq-team-b")
+        small["spec"]["maximumExecutionTimeSeconds"] = 600
+        fabric.kueue.create(small)  # it waits for quota in the other ClusterQueue: Kueue reserves none
+        gang = workload(fabric.ns, "gang", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "elastic"}})
+        gang["spec"]["maximumExecutionTimeSeconds"] = 2 * LIMIT
+        fabric.kueue.create(gang)
+        fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+        (verdict,) = [v for v in run(ctrl) if v is not None]
+        if cohort:
+            assert verdict.outcome == "wait" and f"delays the 1 others in line +{LIMIT}s" in verdict.message, verdict.message
+        else:
+            assert verdict.outcome == "admit", verdict.message
+    finally:
+        fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", other)

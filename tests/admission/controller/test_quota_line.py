@@ -45,3 +45,20 @@ def test_the_waiters_of_the_clusterqueue_come_in_kueues_order() -> None:
     assert {w.flavor for w in line} == {"gb200"} and line[1].queue == "team/lq-a" and line[1].since < line[2].since
     assert len(quota_line(objs, list(objs), read, cq_of, "gb200", "cq-a", limit=2)) == 2
     assert quota_line(objs, list(objs), read, cq_of, "gb200", None) == []  # the deciding Workload's queue unknown: none
+
+
+def test_a_waiter_of_another_cluster_queue_counts_only_where_it_shares_the_quota() -> None:
+    objs = {f"team/{o['metadata']['name']}": o for o in [
+        waiting("mine", 1, "2026-01-01T00:10:00Z"),
+        waiting("cohort", 2, "2026-01-01T00:01:00Z", queue="lq-b"),
+    ]}
+    asked: list[tuple[str, str]] = []
+
+    def shares(key: str, theirs: str) -> bool:
+        asked.append((key, theirs))
+        return theirs == "cq-b"
+
+    line = quota_line(objs, list(objs), read, cq_of, "gb200", "cq-a", shares=shares)
+    assert [(w.gpus, w.queue) for w in line] == [(2, "team/lq-b"), (1, "team/lq-a")]  # Kueue's order across the two
+    assert asked == [("team/cohort", "cq-b")]  # asked for the other ClusterQueue's waiter alone
+    assert [w.gpus for w in quota_line(objs, list(objs), read, cq_of, "gb200", "cq-a", shares=lambda k, q: False)] == [1]

@@ -120,6 +120,7 @@ def test_available_is_kueues_with_borrowing_and_lending_limits_and_the_controlle
     same.add("cq-0", 16, 8, None, 20)
     same.add("cq-1", 16, None, 8, 0)
     assert (same.available("cq-0"), same.available("cq-1")) == (limited.available(0), limited.available(1))
+    assert limited.ceiling == [24, 32]  # with nothing reserved: a Workload larger than that is never admitted there
 
 
 def test_a_workload_borrows_beyond_its_nominal_quota_while_the_cohort_has_unused_quota_and_not_beyond() -> None:

@@ -25,3 +25,10 @@ def test_the_queues_of_every_shape_merge_in_kueues_order() -> None:
     assert got[0].limit == 200 and got[-1].limit is None and {w.flavor for w in got} == {"gb200"}
     assert got[0].queue == "sim/default"  # the queue the runtime estimator learns the simulated jobs under
     assert [w.since for w in quota_waiters(queues, "gb200", SHAPES.__getitem__, shape_of, lambda j: None, limit=2)] == [50.0, 5.0]
+
+
+def test_in_a_cohort_each_waiter_names_its_own_cluster_queues_local_queue() -> None:
+    shape_of = np.array([0, 1], dtype=np.int64)
+    queues: dict[int, list[tuple[tuple[int, float], int]]] = {0: [((0, 2.0), 0)], 1: [((0, 1.0), 1)]}
+    got = quota_waiters(queues, "gb200", SHAPES.__getitem__, shape_of, lambda j: None, queue=lambda j: f"cq-{j}")
+    assert [(w.since, w.queue) for w in got] == [(1.0, "sim/cq-1"), (2.0, "sim/cq-0")]

@@ -467,6 +467,11 @@ class _Flavor:
         """GPUs of quota a Workload of shape ``sid`` may reserve now (less what waiters served in a yield claim)."""
         return self.nominal - self.used - self.claimed if self.quota is None else self.quota.available(self.cq_of[sid])
 
+    def could_admit(self, sid: int, gpus: int) -> bool:
+        """Kueue could ever admit ``gpus`` of shape ``sid`` (in a cohort: within what its ClusterQueue
+        could use with nothing reserved), as the controller's ``QuotaYield`` counts a waiter."""
+        return self.quota is None or gpus <= self.quota.ceiling[self.cq_of[sid]]
+
     def hold(self, sid: int, gpus: int) -> None:
         """A Workload of shape ``sid`` takes ``gpus`` of quota (negative: gives them back)."""
         self.used += gpus
@@ -716,7 +721,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         out = gave_at[fi]
         if not out:
             return []
-        first = min((q[0][0] for q in fl[fi].queues.values() if q), default=None)
+        first = min((q[0][0] for sid, q in fl[fi].queues.items() if q and fl[fi].could_admit(sid, shape_gpus[sid])), default=None)
         due: list[int] = []
         timed_out: list[int] = []
         for p, at in out.items():

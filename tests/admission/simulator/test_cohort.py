@@ -236,3 +236,15 @@ def test_a_default_run_is_the_run_before_cohorts_were_modelled_to_the_digit(poli
     r = simulate(model, prepare_workload(model, jobs), pol, settings=SimSettings(kueue_preemption=kueue_preemption))
     assert (float(np.nansum(r.start)), r.decisions, r.quota_yields, r.kueue_preempted) == pinned
     assert not np.isnan(r.start).any()
+
+
+def test_a_waiter_its_cluster_queue_could_never_admit_keeps_no_giver_out() -> None:
+    # cq-0 may not borrow (12 of 24 GPUs at most); its 16-GPU job X (t=1) is never admitted. cq-1's
+    # gang parks on 16 of quota and gives it to cq-1's 12-GPU job W (t=10). X, queued before the
+    # give, is no waiter the quota could let in, so it does not keep the gang deactivated until the
+    # yield's time bound (the controller's QuotaYield.due counts only waiters Kueue could admit)
+    model = cluster(used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0, 100, 16, "cq-1"), job(1, 100, 16, "cq-0"), job(10, 100, 12, "cq-1")]
+    res = run(model, jobs, "atoll-strict", shape((0.5, 0.0, None), (0.5, None, None)), parking=True, stall_seconds=3600.0)
+    assert res.start[2] == pytest.approx(10.0) and res.quota_yields == 1
+    assert res.quota_yields_timed_out == 0 and np.isnan(res.start[1])

@@ -6,7 +6,8 @@ After every batch of events at one instant, each touched flavor runs one schedul
 Kueue, as modelled
     One ClusterQueue per flavor, nominal GPU quota = the flavor's healthy GPUs (or, with
     ``SimSettings.cohort``, that quota split over the ClusterQueues of one cohort, each job's
-    Workload in one of them: ``_cohort``), queueing strategy BestEffortFIFO: pending workloads are tried in Kueue's queue order, and one that
+    Workload in one of them: ``_cohort``), queueing strategy BestEffortFIFO: pending workloads
+    are tried in Kueue's queue order, and one that
     cannot be admitted is skipped so later ones can go (set aside as inadmissible:
     ``requeueIfNotPresent`` in ``pkg/cache/queue/cluster_queue.go``). Kueue orders by creation time, except
     that a Workload evicted by an admission check (its Retry) is ordered by the time of that
@@ -452,8 +453,9 @@ class _Flavor:
         self.claimed = 0
         """Quota the waiters served in a quota yield take first (Kueue admits them in its order); 0 outside one."""
         self.quota = cohort.quota(self.nominal) if cohort is not None else None
-        self.claims: list[tuple[int, int]] = []
         """The cohort's ClusterQueues on this flavor (``_cohort``); None: one ClusterQueue, no cohort."""
+        self.claims: list[tuple[int, int]] = []
+        """In a cohort: (ClusterQueue, GPUs) of each ``claim``, given back by ``unclaim``."""
         self.cq_of = cq_of
         """Shape → its ClusterQueue (with a cohort, a shape is one ClusterQueue's jobs of one request)."""
         self.version = 0

@@ -612,14 +612,15 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     """Flavor → parked jobs in the order they parked, each with the Retry delay its wait gave."""
 
     def wake(keys: list[Any]) -> None:
-        """Parked jobs leave the room: their quota goes back to the queue they rejoin (by arrival: never evicted)."""
+        """Parked jobs leave the room and are decided again in the pass that follows, first in their queue: a parked
+        Workload keeps its quota while the controller decides it again, so no job its quota kept out takes it meanwhile."""
         for j in keys:
             fi = int(work.flavor[j])
             gpus = shape_gpus[int(shape_of[j])]
             fl[fi].hold(int(shape_of[j]), -gpus)
             parked_gpus[fi] -= gpus
             parked[fi].pop(j, None)
-            enqueue(j)
+            enqueue(j, -math.inf)  # it held its quota: decided again before any job its quota kept out takes it
 
     def yield_quota(fi: int, now: float) -> bool:
         """Parked jobs give their quota back as the controller's ``QuotaYield.choose`` does, after

@@ -144,3 +144,30 @@ profiles:
   held: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 16}}}}
 """)
     assert look(NOW + 600, again) == {} and sorted(reads[3:]) == ["early", "late"]  # a new document: every gang read afresh
+
+
+@pytest.mark.apiserver
+def test_a_parked_gang_holding_a_reservation_woken_by_freed_room_is_decided_again_with_its_quota(fabric: Fabric) -> None:
+    """The simulator's stall on a held stream: a woken reservation holder lost its quota to Workloads
+    that then waited for its reservation. In the controller a parked gang keeps its quota through
+    the wake: the flavor's one reservation holder (8 GPUs; every island has one busy node) parks,
+    a 16-GPU Workload waits for quota, and an island freed wakes the gang. It is decided again with
+    the quota Kueue reserved for it (never given to the waiter), placed there, and its reservation
+    ends; the waiter was never decided."""
+    fabric.install(held_doc(fabric, "quota", 16))
+    busy(fabric)
+    ctrl = parking(fabric)
+    fabric.submit("first", [("main", 2, 4)])
+    (parked,) = run(ctrl)
+    assert parked.outcome == "wait" and parked.parked
+    holder = ctrl.queue_state.outlook.reservations.held_by
+    assert holder(f"{fabric.ns}/first") is not None
+    waiter(fabric, "big", gpus=16)  # Kueue found too little quota for it
+    assert run(ctrl) == []
+    assert active(fabric, "first") and yielded_to(fabric, "first") is None  # a reservation's holder keeps its quota
+    fabric.core.delete_namespaced_pod("busy-b1c1", fabric.ns, grace_period_seconds=0)  # island b1c1: two free nodes
+    (woken,) = run(ctrl)
+    assert woken.outcome == "admit" and fabric.entry("first")["state"] == "Ready"
+    assert fabric.entry("first")["podSetUpdates"][0]["nodeSelector"] == {CLIQUE: fabric.clique(1, 1)}
+    assert holder(f"{fabric.ns}/first") is None and ctrl.quota_yields == 0
+    assert [c["status"] for c in fabric.workload("first")["status"]["conditions"] if c["type"] == "QuotaReserved"] == ["True"]

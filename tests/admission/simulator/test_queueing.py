@@ -285,3 +285,46 @@ def test_a_parked_gang_owed_its_turn_keeps_its_quota_from_a_waiter() -> None:
     assert (res.status == STATUS_DONE).all()
     assert res.quota_yields == 0
     assert res.start[5] >= 5000  # it waits for quota until the 12-GPU jobs end
+
+
+def test_a_parked_gang_woken_by_freed_room_keeps_its_quota_from_a_job_created_before_it() -> None:
+    """Quota equals capacity (32 GPUs). Two 12-GPU jobs leave one free node per island; a 16-GPU
+    job (t=0.2) waits for quota; an 8-GPU gang (t=1) takes the 8 GPUs of quota left and parks (no
+    island has two free nodes). At 1,000 s the job on r0 ends: its 12 GPUs of quota do not let the
+    16-GPU job in, and island r0 wakes the gang. The gang held its quota while parked, as the
+    controller's parked Workload does, so it is decided again and placed; the older job does not
+    take its quota and leave it waiting for quota behind itself."""
+    plan = [(0, 1000, 12), (0.1, 5000, 12), (0.2, 2000, 16), (1, 300, 8)]
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies(["atoll-reserving"], HOLD_DOC, seed=1)
+    res = simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=True))
+    assert (res.status == STATUS_DONE).all()
+    assert res.start[3] == 1000  # woken with its quota, placed on r0
+    assert res.start[2] >= res.end[3]  # the older job gets quota and r0 once the gang is done
+    assert res.attempts[2] == 0 and res.quota_yields == 0  # it is never decided short of room, nor given parked quota
+
+
+HQ16_DOC = load_profiles(f"""
+defaultProfile: hq16
+profiles:
+  hq16: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
+          queueing: {{reserveAfterSeconds: 600, parkWaiting: true, holdBehindGangs: quota, holdBehindGangsMinGPUs: 16}}}}
+""")
+
+
+@pytest.mark.parametrize(("seed", "longest"), [(1, 1200.0), (3, 3600.0)])
+def test_a_held_stream_of_small_jobs_and_gangs_finishes(seed: int, longest: float) -> None:
+    """3 islands of 16 GPUs, 120 jobs of 2-16 GPUs arriving 10-40 s apart, quota equal to capacity,
+    waits parked, gangs of 16 GPUs owed their turn after 600 s. A gang parked with a reservation
+    was woken by freed room and, as if it gave its quota back, queued behind older jobs that took
+    it; those waited on Retries, holding that quota, for its reservation to end: nothing moved again
+    (99 and 10 jobs never started on these seeds). Woken, it keeps its quota: every job runs."""
+    rng = random.Random(seed)
+    plan, t = [], 0.0
+    for _ in range(120):
+        t += rng.uniform(10, 40)
+        plan.append((t, rng.uniform(longest / 6, longest), rng.randint(2, 16)))
+    jobs = [job(a, d, g) for a, d, g in plan]
+    (pol,) = make_policies(["atoll-hq16"], HQ16_DOC, seed=1)
+    res = simulate(cluster(3), prepare_workload(cluster(3), jobs), pol, settings=SimSettings(parking=True, stall_seconds=86400.0))
+    assert int((res.status != STATUS_DONE).sum()) == 0

@@ -210,3 +210,28 @@ def test_reservations_parked_write_each_atoll_runs_decision_records_per_cluster(
     assert not list(tmp_path.glob("records.jsonl.part-*"))  # the runs' parts are joined and gone
     assert bq.records_file(str(out), "dgx-h100-superpod", ["gb200-nvl72-superpod", "dgx-h100-superpod"]) == f"{out}.dgx-h100-superpod"
     assert bq.records_file(None, "gb200-nvl72-superpod", ["gb200-nvl72-superpod"]) is None
+
+
+def test_the_quota_factor_reaches_the_sweep_and_its_header(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import admission.simulator as sim
+
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    seen: list[float] = []
+    real = sim.run_sweep
+
+    def spy(spec: Any, **kw: Any) -> Any:
+        seen.append(spec.quota_factor)
+        return real(spec, **kw)
+
+    monkeypatch.setattr(sim, "run_sweep", spy)
+    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
+            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod"]
+    assert bq.main([*argv, "--quota-factor", "1.25"]) == 0
+    assert seen == [1.25] and "ClusterQueue quota 1.25 x GPUs" in capsys.readouterr().out
+    assert bq.main([*argv, "--format", "json"]) == 0
+    assert seen == [1.25, 1.0] and json.loads(capsys.readouterr().out)["quality"]["quota_factor"] == 1.0

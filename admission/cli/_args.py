@@ -9,13 +9,27 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-__all__ = ["PARKING", "Parser", "announce_after_parse", "suggest"]
+__all__ = ["PARKING", "Parser", "announce_after_parse", "quota_factor", "suggest"]
 
 PARKING: dict[str, bool | None] = {"profile": None, "on": True, "off": False}
 """``--parking`` of ``atoll simulate`` and ``atoll bench quality`` → ``SimSettings.parking``: the
 override of each profile's ``queueing.parkWaiting`` (None: no override)."""
 
 _pending: list[str] = []
+
+
+def quota_factor(text: str) -> float:
+    """``--quota-factor`` of ``atoll simulate`` and ``atoll bench quality``: each ClusterQueue's
+    nominal GPU quota as this multiple of its flavor's healthy GPUs (``SimSettings.quota_factor``);
+    a number of at least 1, else argparse's one-line error naming the flag."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (a multiple of the flavor's GPUs, at least 1, e.g. 1.5)") from None
+    if not value >= 1.0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is below 1 or not finite (quota below the flavor's GPUs would leave healthy GPUs "
+                                         "no Workload may use); give a factor of at least 1, e.g. 1.5")
+    return value
 
 
 def announce_after_parse(line: str) -> None:

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from admission.cli._args import PARKING, Parser
+from admission.cli._args import PARKING, Parser, quota_factor
 
 __all__ = ["main", "records_file", "scale_cluster", "traces_dir"]
 
@@ -121,6 +121,11 @@ def records_file(path: str | None, cluster: str, clusters: Sequence[str]) -> str
     if path is None:
         return None
     return path if len(clusters) == 1 else f"{path}.{cluster}"
+
+
+def quota_title(factor: float) -> str:
+    """The table title's note of ``--quota-factor`` (nothing at the default, quota = GPUs)."""
+    return "" if factor == 1.0 else f", ClusterQueue quota {factor:g} x GPUs"
 
 
 def _spec(cluster: Any, trace: Path, policies: Sequence[str], doc: Any, loads: Sequence[float], seeds: Sequence[int],
@@ -208,7 +213,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             workers: int | None = None, with_sensitivity: bool = True, with_quality: bool = True, bindings: Sequence[str] = (),
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
             link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None,
-            parking: bool | None = None, records_path: str | None = None, cohort: Any = None) -> tuple[dict[str, Any], int]:
+            parking: bool | None = None, records_path: str | None = None, cohort: Any = None,
+            quota_factor: float = 1.0) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
@@ -252,7 +258,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
     seed_list = seeds_of(0, seeds)
     report: dict[str, Any] = {"sources": SOURCES, "gpu_perf": QUALITY_GPU_PERF, "link_model": link_model, "parking": {True: "on", False: "off", None: "profile"}[parking],
                               "profiles": shown(resolve_profiles(profiles)),  # on every cluster (atoll simulate runs the model's own)
-                              "cohort": cohort.describe() if cohort is not None else "one ClusterQueue per flavor"}
+                              "cohort": cohort.describe() if cohort is not None else "one ClusterQueue per flavor",
+                              "quota_factor": quota_factor}
     goal: list[Any] = []
     res_cells: list[Any] = []
     for name in clusters:
@@ -273,7 +280,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             continue
         ran = (list(policies) if with_quality else []) + [p for p in res_policies if p not in policies]
         spec = dataclasses.replace(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), parking=parking,
-                                   records=records_file(records_path, name, clusters), cohort=cohort)
+                                   records=records_file(records_path, name, clusters), cohort=cohort, quota_factor=quota_factor)
         try:
             records, _ = run_sweep(spec, workers=workers)
         finally:
@@ -309,7 +316,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             gpus = cluster_gpus(cluster)
             print(format_sweep(cmps, title=f"{name}: ITP cluster04 days 0-14, {jobs:,} jobs on {gpus:,} GPUs, GPU perf "
                                            f"{QUALITY_GPU_PERF}, link model {link_model}, {len(seed_list)} seeds per load"
-                                           f"{PARKING_TITLE[parking]}"))
+                                           f"{PARKING_TITLE[parking]}{quota_title(quota_factor)}"))
             print()
             print("\n".join(verdicts))
             print()
@@ -424,6 +431,9 @@ def main(argv: Sequence[str]) -> int:
                    help="profile (default): each profile parks its waits as its queueing.parkWaiting says (the sample costed "
                         "profiles do); on: every Atoll policy's waits park the Workload and give its quota back (atoll run "
                         "--park-waiting); off: each wait is a Retry, which keeps its quota through the delay as Kueue does")
+    p.add_argument("--quota-factor", type=quota_factor, default=1.0, metavar="F",
+                   help="each ClusterQueue's nominal GPU quota as F x its flavor's healthy GPUs (default 1: quota is capacity); "
+                        "above 1, quota bounds reservations and Atoll's ledger alone bounds the GPUs")
     p.add_argument("--goal", action="store_true", help="judge the queue manager's goal at loads 1.0-1.3 (exit 1 when missed)")
     p.add_argument("--reservations", default=None, metavar="PROFILE",
                    help="run PROFILE reserving at the island level, at the span level and not at all; judge the reservation goal "
@@ -475,7 +485,7 @@ def main(argv: Sequence[str]) -> int:
                                            with_quality=not args.skip_quality, bindings=bindings, binding_loads=args.binding_loads,
                                            clusters=clusters, link_model=args.link_model, with_goal=args.goal,
                                            reservations=args.reservations, parking=PARKING[args.parking], records_path=args.records,
-                                           cohort=cohort)
+                                           cohort=cohort, quota_factor=args.quota_factor)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

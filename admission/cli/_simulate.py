@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from admission.cli._args import PARKING, Parser
+from admission.cli._args import PARKING, Parser, quota_factor
 from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
 from admission.simulator import (
     GPU_PERF_TAIL,
@@ -152,6 +152,10 @@ def _parser() -> argparse.ArgumentParser:
                         "or as a YAML file of clusterQueues (name, nominalQuota, borrowingLimit, lendingLimit: shares of the "
                         "flavor's quota; reclaimWithinCohort, borrowWithinCohort); each job goes to a ClusterQueue by a seeded hash "
                         "of its id; Kueue borrows and orders across them as v0.19.2 does (default: one ClusterQueue per flavor)")
+    p.add_argument("--quota-factor", type=quota_factor, default=1.0, metavar="F",
+                   help="each ClusterQueue's nominal GPU quota as F x its flavor's healthy GPUs (default 1: quota is capacity; above "
+                        "1, Kueue reserves quota for more Workloads than fit, and Atoll's ledger alone keeps pods within the GPUs; "
+                        "Kueue TAS checks the topology's free capacity itself)")
     p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--profiles", default=None, help="profiles document (default: the one the cluster model names, else config/profiles.yaml)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -349,7 +353,7 @@ def main(argv: Sequence[str]) -> int:
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
                          parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
                          kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
-                         cohort=cohort)
+                         cohort=cohort, quota_factor=args.quota_factor)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())
@@ -382,13 +386,15 @@ def main(argv: Sequence[str]) -> int:
     if slicing is not None:
         which = " on the first seed" if fmt == "synthetic" and len(seeds) > 1 else ""  # each seed draws its own jobs
         perf += f", {sliced:,} jobs{which} in slices of {slicing.size} pods on {slicing.level}"
+    if args.quota_factor != 1.0:
+        perf += f", ClusterQueue quota {args.quota_factor:g} x GPUs"
     title = (f"{cluster.name}: {what} on {total:,} GPUs{perf}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, "
              f"{len(records)} runs on {min(args.workers or available_cores(), len(records))} cores in {wall:.1f} s")
     if args.format == "json":
         print(json.dumps({
             "cluster": cluster.name, "profiles": shown(profiles_path), "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
             "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
-            "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "wall_s": round(wall, 2),
+            "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "quota_factor": args.quota_factor, "wall_s": round(wall, 2),
             "policies": {n: dict(r.summary) for n, r in first.items()},
             "runs": [{"load": load, "seed": seed, "policy": name,
                       **{k: records[(load, seed, name)].summary[k]

@@ -170,6 +170,8 @@ class SweepSpec:
     """``SimSettings.quota_yield_max_seconds``; None: its default (the controller's)."""
     cohort: CohortShape | None = None
     """``SimSettings.cohort``: several ClusterQueues per flavor in one cohort (None: one ClusterQueue per flavor)."""
+    quota_factor: float = 1.0
+    """``SimSettings.quota_factor``: each ClusterQueue's nominal GPU quota as this multiple of its flavor's GPUs."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -219,6 +221,7 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
                            declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),
+                           quota_factor=spec.quota_factor,
                            **{k: v for k, v in chosen.items() if v})
     try:
         result = simulate(cluster, work, policy, settings=settings)

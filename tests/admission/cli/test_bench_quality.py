@@ -238,3 +238,28 @@ def test_a_cohort_runs_the_quality_sweep_over_its_cluster_queues_and_a_bad_one_i
     assert per_seed["decisions_per_job"] > 0
     assert bq.main([*argv, "--cohort", "two"]) == 2
     assert "--cohort: 'two' is neither a number of ClusterQueues" in capsys.readouterr().err
+
+
+def test_the_quota_factor_reaches_the_sweep_and_its_header(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import admission.simulator as sim
+
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    seen: list[float] = []
+    real = sim.run_sweep
+
+    def spy(spec: Any, **kw: Any) -> Any:
+        seen.append(spec.quota_factor)
+        return real(spec, **kw)
+
+    monkeypatch.setattr(sim, "run_sweep", spy)
+    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
+            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod"]
+    assert bq.main([*argv, "--quota-factor", "1.25"]) == 0
+    assert seen == [1.25] and "ClusterQueue quota 1.25 x GPUs" in capsys.readouterr().out
+    assert bq.main([*argv, "--format", "json"]) == 0
+    assert seen == [1.25, 1.0] and json.loads(capsys.readouterr().out)["quality"]["quota_factor"] == 1.0

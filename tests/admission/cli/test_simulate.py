@@ -507,3 +507,36 @@ def test_a_cohort_of_cluster_queues_runs_and_a_bad_cohort_file_names_its_field(c
     assert main([*args, "--cohort", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["atoll simulate: --cohort: clusterQueues[1].borrowingLimit: -1.0 must be a share of at least 0, or left out for no limit"]
+
+
+def test_the_quota_factor_reaches_every_run_and_the_report(capsys: pytest.CaptureFixture[str], cluster: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import admission.simulator._sweep as sweep
+
+    seen: list[float] = []
+    real = sweep.simulate
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        seen.append(kw["settings"].quota_factor)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sweep, "simulate", spy)
+    args = ("--cluster", cluster, "--jobs", "40", "--seeds", "1", "--policies", "kueue-bestfit,atoll-strict", "--workers", "1")
+    assert run_json(capsys, *args, "--quota-factor", "1.5")["quota_factor"] == 1.5
+    assert seen == [1.5, 1.5]
+    assert run_json(capsys, *args)["quota_factor"] == 1.0  # the default: quota is the flavor's GPUs
+    assert seen[2:] == [1.0, 1.0]
+    assert main(list(args)) == 0 and "ClusterQueue quota" not in capsys.readouterr().out
+    assert main([*args, "--quota-factor", "2"]) == 0 and "ClusterQueue quota 2 x GPUs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("value", "words"), [("0.5", "0.5 is below 1"), ("abc", "'abc' is not a number"), ("nan", "nan is below 1"),
+                                              ("inf", "inf is below 1 or not finite")])
+def test_a_quota_factor_below_1_or_not_a_number_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], value: str,
+                                                                            words: str) -> None:
+    for command in (["simulate"], ["bench", "quality"]):
+        with pytest.raises(SystemExit) as exc:
+            atoll([*command, "--quota-factor", value])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"atoll {' '.join(command)}: argument --quota-factor: {words}"), err

@@ -55,7 +55,8 @@ from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
-from admission.controller._owing import OwedFeed, owes
+from admission.controller._owed_index import OwedIndex
+from admission.controller._owing import owes
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
@@ -69,6 +70,7 @@ from admission.controller._status import YIELD_EVENT_REASON, StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._watching import Inbox, Informers, Watch
 from admission.controller._workloads import WorkloadError, check_entry, condition_true
+from admission.controller._yield_index import ReservedIndex
 from admission.controller._yielding import QuotaYield, Yielded, yield_patch
 from admission.kube import (
     ADMISSION_CHECKS,
@@ -208,9 +210,10 @@ class Controller:
         self.reparked = 0
         """Of those, parked again on their next quota without a decision (nothing they wait for changed)."""
         self._yield_due = False
-        self._owed_at: set[tuple[str, str | None]] = set()
-        """Where gangs were owed at the last look (``_feed_owed``)."""
-        self._owed_feed = OwedFeed()
+        self._owed_feed = OwedIndex()
+        """The owed gangs kept between looks (``_feed_owed``), told of every Workload the cache takes."""
+        self.quota_yield.reserved = ReservedIndex()
+        self.cache.workload_listeners += [self._owed_feed.touch, self.quota_yield.reserved.touch]
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._leading = threading.Event()
@@ -501,14 +504,7 @@ class Controller:
         self._yield_due = False
         if not len(self.parking.room):
             return
-        held = self.queue_state.outlook.reservations.held_by
-        may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
-        objects, now = self.cache.objects[WORKLOADS], self.clock.now()
-
-        def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
-            return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
-
-        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, keeps):
+        for key, waiter in self._yield_pairs():
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue
@@ -524,6 +520,17 @@ class Controller:
                                  "cohort: deactivated until no Workload queued before this give waits for quota; when it holds "
                                  "quota again it parks again without a new decision unless what it waits for changed")
                 _log.info("parked workload gave its quota back", workload=key, to=waiter)
+
+    def _yield_pairs(self) -> list[tuple[str, str]]:
+        """Which parked Workload gives its quota back to which waiting one now (``QuotaYield.choose``)."""
+        held = self.queue_state.outlook.reservations.held_by
+        may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
+        objects, now = self.cache.objects[WORKLOADS], self.clock.now()
+
+        def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
+            return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
+
+        return self.quota_yield.choose(may_give, self.parking.is_aside, keeps)
 
     def _reactivate_due(self) -> None:
         """Workloads deactivated to give their quota back that no Workload queued before the give
@@ -595,11 +602,10 @@ class Controller:
         if doc is None or modes == {"off"}:
             return
         parked = self.parking.parked() if "start" in modes else []  # under quota only those waiting for quota are owed
-        found = self._owed_feed.gangs(self.cache.objects[WORKLOADS], self.quota_yield.waiters, parked, doc, self.decider.read,
-                                      self.quota_yield.cluster_queue_of, self.quota_yield.flavor_of, self.clock.now())
+        changed = self._owed_feed.look(self.cache.objects[WORKLOADS], self.quota_yield.waiters, parked, doc, self.decider.read,
+                                       self.quota_yield.cluster_queue_of, self.quota_yield.flavor_of, self.clock.now())
         owed = self.queue_state.outlook.owed
-        left = [k for queue, flavor in sorted(self._owed_at | set(found), key=str) for k in owed.set(queue, flavor, found.get((queue, flavor), []))]
-        self._owed_at = set(found)
+        left = [k for queue, flavor in sorted(changed, key=str) for k in owed.set(queue, flavor, changed[(queue, flavor)])]
         if left:
             self._wake([str(k) for k in self.parking.room.wake_behind(left)])
 

@@ -32,7 +32,18 @@ profile ``queueing.holdBehindGangs`` (``reserveAfterSeconds: 1800``), so each de
 reads which gangs are owed (``Controller._feed_owed``). ``feed_owed_p50_ms``/``p99_ms`` are its
 own CPU time per decision, inside the decision's.
 
-Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is missed.
+``--park-waiting`` gives the profile ``queueing.parkWaiting`` (waits for a domain park) and the
+waiting Workloads' ClusterQueue (``gpu-cq``, the fleet's GPUs as quota), and after each decision
+times one quota-yield pass as the controller makes it once its queue drains (``Controller.
+_yield_pairs``: which parked Workload would give its quota to which waiter); the pairs are
+digested (``yield_sha256``), not written, so the verdicts stay those of the decisions alone.
+``look_p50_ms``/``p99_ms`` are the owed-gang look and the pass together, per decision;
+``look_gc_*`` the collector's pauses inside them, ``gc_*`` over the timed decisions
+(``gc_full``: full collections).
+
+Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is missed. With
+``--scale-from N`` the same bench first runs with N waiting, and the command also exits 1 when
+the look's p50 or p99 at ``--waiting`` is more than ``--goal-scale`` (2) times that at N.
 """
 
 from __future__ import annotations

@@ -55,6 +55,8 @@ class WaiterRead:
     obj: Obj
     gpu: str | tuple[str, ...]
     order: tuple[int, float, str]
+    waits: bool
+    """It waits for quota (``waits_for_quota``)."""
     refused: bool
     want: int | None
     cluster_queue: str | None
@@ -86,12 +88,15 @@ class WaiterIndex:
     waiter from there on still needs (``need_from``), so a pass stops once every ClusterQueue
     has a waiter that found nothing with a need no larger."""
 
-    def __init__(self, cluster_queue: Callable[[Obj], str | None]) -> None:
+    def __init__(self, cluster_queue: Callable[[Obj], str | None], waits: Callable[[Obj], bool]) -> None:
         self.cluster_queue = cluster_queue
+        self.waits = waits
         self.stop_early = True
         """Skip and stop by the floors (off: every waiter is weighed, as each pass once was; the tests compare the two)."""
         self.reads: dict[str, WaiterRead] = {}
         self._ranked: list[str] | None = None
+        self._need: npt.NDArray[np.float64] = np.zeros(1)
+        """What each waiter still needs, by place in the order (inf: it cannot be served)."""
         self._need_from: npt.NDArray[np.float64] = np.zeros(1)
         self._place: dict[str, int] = {}
         self._queues: set[str] = set()
@@ -102,7 +107,7 @@ class WaiterIndex:
         r = self.reads.get(key)
         if r is not None and r.obj is obj and r.gpu == gpu and r.cluster_queue is not None:
             return r
-        new = WaiterRead(obj, gpu, kueue_order(obj, key), _refused(obj), gpus_asked(obj, gpu), self.cluster_queue(obj))
+        new = WaiterRead(obj, gpu, kueue_order(obj, key), self.waits(obj), _refused(obj), gpus_asked(obj, gpu), self.cluster_queue(obj))
         if r is None or (r.order, r.want, r.cluster_queue) != (new.order, new.want, new.cluster_queue):
             self._ranked = None  # it came or moved: ranked again at the next pass
         self.reads[key] = new
@@ -127,10 +132,10 @@ class WaiterIndex:
     def served(self, key: str, need: int) -> None:
         """Waiter ``key`` was served and now needs ``need`` more GPUs: the places up to its own see it."""
         i = self._place.get(key)
-        if need <= 0:  # served in full: skipped from now on, so it bounds no stop (the order is made again at the next pass)
-            self._ranked = None
-        elif i is not None and self._ranked is not None:
-            np.minimum(self._need_from[:i + 1], need, out=self._need_from[:i + 1])
+        if i is None or self._ranked is None:
+            return
+        self._need[i] = need if need > 0 else math.inf  # served in full: skipped from now on, so it bounds no stop
+        self._need_from[:i + 1] = np.minimum.accumulate(np.append(self._need[:i + 1], self._need_from[i + 1])[::-1])[::-1][:i + 1]
 
     def stale(self, waiters: Mapping[str, None]) -> bool:
         """Whether the order kept is not that of ``waiters`` (``ranked`` sorts them again)."""
@@ -144,7 +149,7 @@ class WaiterIndex:
             reads = [self.reads[k] for k in self._ranked]
             need = np.array([r.want - served.get(k, 0) if r.want is not None and r.cluster_queue is not None
                              and r.want > served.get(k, 0) else math.inf for k, r in zip(self._ranked, reads)] + [math.inf])
-            self._need_from = np.minimum.accumulate(need[::-1])[::-1].copy()
+            self._need, self._need_from = need, np.minimum.accumulate(need[::-1])[::-1].copy()
             self._queues = {r.cluster_queue for r in reads if r.want is not None and r.cluster_queue is not None}
         assert self._ranked is not None
         return self._ranked

@@ -204,7 +204,7 @@ class QuotaYield:
         self._reserved: dict[tuple[str, str], int] | None = None
         """Within a pass: GPUs of quota reserved per (ClusterQueue, flavor), from the Workloads."""
         self.rebuilt = False
-        self._index = WaiterIndex(self._cluster_queue)
+        self._index = WaiterIndex(self._cluster_queue, waits_for_quota)
         """Each waiter's and parked Workload's read, kept between passes."""
         self.reserved: ReservedIndex | None = None
         """The quota reserved, kept between passes, when the caller tells it every Workload that
@@ -381,13 +381,13 @@ class QuotaYield:
         """ClusterQueue → the fewest GPUs a waiter of it needed and found nothing for, since the last serve."""
         ranked = self._index.ranked(self.waiters, self._served)
         for i, w in enumerate(ranked):
-            if floor and self._index.done(i, floor):
-                break
+            if len(taken) == len(givers) or (floor and self._index.done(i, floor)):
+                break  # every giver has given, or no waiter left could be served
             obj = self.objects.get(w)
-            if obj is None or not waits_for_quota(obj):
+            if obj is None:
                 continue
             r = self._index.read(w, obj, gpu)
-            if set_aside(w) or w in self.yielded or not r.refused:
+            if not r.waits or set_aside(w) or w in self.yielded or not r.refused:
                 continue
             cq, want = r.cluster_queue, r.want
             if cq is None or want is None or want <= 0:

@@ -10,7 +10,7 @@ from typing import Any
 
 from admission.controller._records import rfc3339
 from admission.controller._yield_index import ReservedIndex, WaiterIndex
-from admission.controller._yielding import QuotaYield
+from admission.controller._yielding import QuotaYield, waits_for_quota
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, Obj
 from admission.simulator import MemoryCluster, workload_object
 
@@ -74,7 +74,7 @@ def test_a_quota_yield_keeping_its_reads_chooses_what_one_reading_and_weighing_e
             if key in objects:
                 kept.saw(objects[key])
                 fresh.saw(objects[key])
-        fresh._index = WaiterIndex(fresh._cluster_queue)  # nothing kept: every Workload read afresh, every waiter weighed
+        fresh._index = WaiterIndex(fresh._cluster_queue, waits_for_quota)  # nothing kept: every Workload read afresh, every waiter weighed
         fresh._index.stop_early = False
         live = [g for g in givers if g in objects]
         got = kept.choose(live, lambda key: False, lambda key: False)

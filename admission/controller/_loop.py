@@ -363,7 +363,9 @@ class Controller:
     def _listed(self, obj: Obj) -> Obj:
         """``obj`` with Atoll's entry as Kueue will list it (``Pending``), when it holds quota, its
         entry is not listed yet and Atoll's check applies (``BeforeQuota.own_check``): decided
-        now, its write adds the entry (and is refused, 409, if Kueue listed it first)."""
+        now, its write adds the entry (and is refused, 409, if Kueue listed it first). A view for
+        the decision only: the cache keeps what the server returned (a standby, or a write that is
+        refused or never sent, would otherwise keep an entry the server never had)."""
         if not self._check_names or not condition_true(obj, "QuotaReserved") or check_entry(obj, self._check_names) is not None:
             return obj
         if condition_true(obj, "Evicted") or condition_true(obj, "Finished") or condition_true(obj, "Admitted"):
@@ -375,9 +377,7 @@ class Controller:
         meta = obj.get("metadata") or {}
         status["admissionChecks"] = [*(status.get("admissionChecks") or []), {
             "name": name, "state": "Pending", "message": "", "lastTransitionTime": meta.get("creationTimestamp") or rfc3339(self.clock.now())}]
-        listed = {**obj, "status": status}
-        self.cache.objects[WORKLOADS][object_key(obj)] = listed
-        return listed
+        return {**obj, "status": status}
 
     def _on_admission_checks(self) -> None:
         k = self.settings.kueue
@@ -637,6 +637,8 @@ class Controller:
         if obj is None:
             self.parking.leave(key)
             return None
+        if self.before.list_own and self.before.enabled:
+            obj = self._listed(obj)
         if key in self.before.mismatched:
             return self._mismatched(key, obj)
         if not self._actionable(obj):

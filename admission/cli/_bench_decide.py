@@ -25,15 +25,15 @@ cluster and to list it into the controller. Events are posted from their thread 
 the port without being kept. Decision ids are numbered, so ``verdicts_sha256`` (over each
 verdict's Workload, outcome, message and podSetUpdates, in order) compares two versions' verdicts.
 
-``--waiting N`` adds N Workloads waiting for quota in the same ClusterQueue (no admission,
+``--waiting N`` adds N Workloads waiting for quota in the same ClusterQueue (``gpu-cq``, whose
+quota is what the pending Workloads hold: it is full; no admission,
 ``QuotaReserved=False`` as Kueue writes it, created a day before the clock: every gang among
 them has waited ``reserveAfterSeconds``), and ``--hold-behind-gangs quota|start`` gives the
 profile ``queueing.holdBehindGangs`` (``reserveAfterSeconds: 1800``), so each decision first
 reads which gangs are owed (``Controller._feed_owed``). ``feed_owed_p50_ms``/``p99_ms`` are its
 own CPU time per decision, inside the decision's.
 
-``--park-waiting`` gives the profile ``queueing.parkWaiting`` (waits for a domain park) and the
-waiting Workloads' ClusterQueue (``gpu-cq``, the fleet's GPUs as quota), and after each decision
+``--park-waiting`` gives the profile ``queueing.parkWaiting`` (waits for a domain park), and after each decision
 times one quota-yield pass as the controller makes it once its queue drains (``Controller.
 _yield_pairs``: which parked Workload would give its quota to which waiter); the pairs are
 digested (``yield_sha256``), not written, so the verdicts stay those of the decisions alone.
@@ -284,14 +284,16 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
     for pod in _resident_pods(kept, seed):
         port.put(PODS, pod)
     jobs = synthetic_jobs(pending, seed, gpus_per_node=4)
+    held = sum(job.gpus for job in jobs)
     for k, job in enumerate(jobs):
         port.put(WORKLOADS, _workload(job, k, "elastic"))
     if waiting:
         for k, job in enumerate(synthetic_jobs(waiting, seed + 1, gpus_per_node=4), start=pending):
             port.put(WORKLOADS, _waiting(job, k, "elastic"))
+        # as much quota as the pending Workloads hold (Kueue reserved it for them): the ClusterQueue is full
         port.put(CLUSTER_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "gpu-cq"},
                                   "spec": {"resourceGroups": [{"coveredResources": [GPU], "flavors": [
-                                      {"name": "gb200", "resources": [{"name": GPU, "nominalQuota": str(4 * len(kept))}]}]}]}})
+                                      {"name": "gb200", "resources": [{"name": GPU, "nominalQuota": str(held)}]}]}]}})
         for i in range(NAMESPACES):
             port.put(LOCAL_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
                                     "metadata": {"name": "training", "namespace": f"team-{i}"}, "spec": {"clusterQueue": "gpu-cq"}})

@@ -124,7 +124,7 @@ def test_lists_and_gets_tell_the_server_their_attempts_deadline_and_watches_thei
 
     def recorded(method: str, url: str, *args: Any, **kw: Any) -> Any:
         sent.append(url)
-        return request(method, url, *args, **kw)
+        return request(method, url, *args, **kw)  # type: ignore[no-untyped-call]
 
     port.api.rest_client.request = recorded  # type: ignore[method-assign]
     name = "deadline-probe"

@@ -36,7 +36,8 @@ own CPU time per decision, inside the decision's.
 ``--park-waiting`` gives the profile ``queueing.parkWaiting`` (waits for a domain park), and after each decision
 times one quota-yield pass as the controller makes it once its queue drains (``Controller.
 _yield_pairs``: which parked Workload would give its quota to which waiter); the pairs are
-digested (``yield_sha256``), not written, so the verdicts stay those of the decisions alone.
+digested (``yield_sha256``), not written (no Kueue here evicts the givers), each giver set aside
+as after its write (it gives once, as deployed).
 ``look_p50_ms``/``p99_ms`` are the owed-gang look and the pass together, per decision;
 ``look_gc_*`` the collector's pauses inside them, ``gc_*`` over the timed decisions
 (``gc_full``: full collections).
@@ -166,6 +167,7 @@ def _workload(job: Any, k: int, profile: str) -> dict[str, Any]:
     ]
     obj["spec"]["priority"] = 0
     obj["status"]["resourceRequests"] = [{"name": "main", "resources": {GPU: str(job.gpus)}}]
+    obj["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = {GPU: str(job.gpus)}  # the quota it holds
     return obj
 
 
@@ -349,17 +351,23 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
 
     def yield_pass() -> None:
         """One quota-yield pass as the controller makes it once its queue drains (who would give to
-        whom), timed; the pairs are not written, so the verdicts stay those of the decisions alone."""
+        whom), timed. The gives are not written (no Kueue here to evict the givers and admit the
+        waiters); each giver is set aside as after its write, so it gives at most once, as deployed."""
         nonlocal gave
         c, g = time.thread_time(), collecting["spent"]
+        pairs: list[tuple[str, str]] = []
         try:
             pairs = controller._yield_pairs()
-            gave += len(pairs)
-            yield_digest.update(json.dumps(pairs).encode())
         finally:
             passes.append(time.thread_time() - c)
             look["cpu"] += passes[-1]
             look["gc"] += collecting["spent"] - g
+        gave += len(pairs)
+        yield_digest.update(json.dumps(pairs).encode())
+        for key, waiter in pairs:
+            controller.parking.set_aside(key)
+            controller.quota_yield.gave(key, waiter, port.clock.now(), controller.quota_yield.flavor_of(key),
+                                        controller.parking.room.need(key))
 
     controller.events.start()
     gc.callbacks.append(on_gc)

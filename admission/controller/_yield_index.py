@@ -5,10 +5,11 @@ that may give theirs back. Read afresh on every pass, each waiter's order, GPUs 
 (and each parked Workload's, once per waiter) made a pass cost about 2 ms per waiter
 (``atoll bench decide --park-waiting``), seconds at thousands waiting. Here each version of a
 Workload is read once (by identity: the cache holds a new object for each new version), the
-waiters are kept in Kueue's order and re-sorted only when one came, went or moved, and a pass can
-stop early: a waiter that finds no quota leaves everything as it was, and one that asks for as
-many GPUs or more, of the same ClusterQueue, finds none either while nobody has been served in
-between (``WaiterIndex.floor``).
+waiters are kept in Kueue's order and re-sorted only when one came, went or moved, and a pass
+skips and stops early: a waiter that finds no quota leaves everything as it was, so another of
+the same kind (``Kind``) finds none either while nobody has been served in between, nor, when the
+first tried every giver, one of its ClusterQueue that asks for as many GPUs or more; the pass
+ends past the last place a kind not known to find nothing stands (``WaiterIndex.stop_after``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,16 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-import numpy as np
-import numpy.typing as npt
-
 from admission.controller._quota import reserved_by_workloads
 from admission.controller._records import parse_time
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import Obj
 
-__all__ = ["GiverRead", "ReservedIndex", "WaiterIndex", "WaiterRead", "kueue_order", "read_giver"]
+__all__ = ["GiverRead", "Kind", "ReservedIndex", "WaiterIndex", "WaiterRead", "kueue_order", "read_giver"]
+
+Kind = tuple[str, int, int]
+"""A waiter as a pass weighs it: its ClusterQueue, the GPUs it asks for, the GPUs given it so far.
+Two of one kind find the same in one state: a pass that found nothing for one skips the other."""
 
 
 def kueue_order(obj: Obj, key: str) -> tuple[int, float, str]:
@@ -84,22 +86,19 @@ def read_giver(obj: Obj, gpu: str | tuple[str, ...], flavor: Callable[[Obj, str 
 
 
 class WaiterIndex:
-    """The waiters' reads, in Kueue's order, and for each place in that order the fewest GPUs a
-    waiter from there on still needs (``need_from``), so a pass stops once every ClusterQueue
-    has a waiter that found nothing with a need no larger."""
+    """The waiters' reads, in Kueue's order, and where in that order each kind of waiter (its
+    ClusterQueue, GPUs asked, GPUs given so far) comes last, so a pass stops once every kind
+    still to come is known to find nothing (``stop_after``)."""
 
     def __init__(self, cluster_queue: Callable[[Obj], str | None], waits: Callable[[Obj], bool]) -> None:
         self.cluster_queue = cluster_queue
         self.waits = waits
         self.stop_early = True
-        """Skip and stop by the floors (off: every waiter is weighed, as each pass once was; the tests compare the two)."""
+        """Skip and stop by what found nothing (off: every waiter is weighed, as each pass once was; the tests compare the two)."""
         self.reads: dict[str, WaiterRead] = {}
         self._ranked: list[str] | None = None
-        self._need: npt.NDArray[np.float64] = np.zeros(1)
-        """What each waiter still needs, by place in the order (inf: it cannot be served)."""
-        self._need_from: npt.NDArray[np.float64] = np.zeros(1)
         self._place: dict[str, int] = {}
-        self._queues: set[str] = set()
+        self._last: dict[Kind, int] = {}
         self.givers: dict[str, GiverRead] = {}
 
     def read(self, key: str, obj: Obj, gpu: str | tuple[str, ...]) -> WaiterRead:
@@ -129,13 +128,11 @@ class WaiterIndex:
         for key in [k for k in self.givers if k not in keys]:
             del self.givers[key]
 
-    def served(self, key: str, need: int) -> None:
-        """Waiter ``key`` was served and now needs ``need`` more GPUs: the places up to its own see it."""
+    def served(self, key: str, kind: Kind) -> None:
+        """Waiter ``key`` was served in part: it is of ``kind`` now, where it stands."""
         i = self._place.get(key)
-        if i is None or self._ranked is None:
-            return
-        self._need[i] = need if need > 0 else math.inf  # served in full: skipped from now on, so it bounds no stop
-        self._need_from[:i + 1] = np.minimum.accumulate(np.append(self._need[:i + 1], self._need_from[i + 1])[::-1])[::-1][:i + 1]
+        if i is not None and self._ranked is not None:
+            self._last[kind] = max(self._last.get(kind, -1), i)
 
     def stale(self, waiters: Mapping[str, None]) -> bool:
         """Whether the order kept is not that of ``waiters`` (``ranked`` sorts them again)."""
@@ -146,19 +143,22 @@ class WaiterIndex:
         if self.stale(waiters):
             self._ranked = sorted(waiters, key=lambda k: self.reads[k].order)
             self._place = {k: i for i, k in enumerate(self._ranked)}
-            reads = [self.reads[k] for k in self._ranked]
-            need = np.array([r.want - served.get(k, 0) if r.want is not None and r.cluster_queue is not None
-                             and r.want > served.get(k, 0) else math.inf for k, r in zip(self._ranked, reads)] + [math.inf])
-            self._need, self._need_from = need, np.minimum.accumulate(need[::-1])[::-1].copy()
-            self._queues = {r.cluster_queue for r in reads if r.want is not None and r.cluster_queue is not None}
+            self._last = {}
+            for i, k in enumerate(self._ranked):
+                r = self.reads[k]
+                if r.want is not None and r.cluster_queue is not None and r.want > served.get(k, 0):
+                    self._last[(r.cluster_queue, r.want, served.get(k, 0))] = i
         assert self._ranked is not None
         return self._ranked
 
-    def done(self, i: int, floor: Mapping[str, int]) -> bool:
-        """Whether no waiter from place ``i`` on can be served: every ClusterQueue a waiter waits
-        in has one, found nothing since the last serve, that needed no more than any of them."""
-        return (self.stop_early and len(floor) >= len(self._queues) and self._queues.issubset(floor)
-                and bool(self._need_from[i] >= max(floor.values())))
+    def stop_after(self, dead: set[Kind], floor: Mapping[str, int]) -> float:
+        """The last place a waiter that could still be served may stand: past it, every kind of
+        waiter found nothing since the last serve (``dead``), or asks for as many GPUs as one of
+        its ClusterQueue that tried every giver and found nothing (``floor``, those given none yet)."""
+        if not self.stop_early:
+            return math.inf
+        return max((i for kind, i in self._last.items()
+                    if kind not in dead and not (kind[2] == 0 and kind[0] in floor and kind[1] >= floor[kind[0]])), default=-1)
 
 
 def _refused(obj: Obj) -> bool:

@@ -109,7 +109,7 @@ from admission.controller._preempting import queue_rules
 from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_workloads
 from admission.controller._records import parse_time
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
-from admission.controller._yield_index import ReservedIndex, WaiterIndex, kueue_order
+from admission.controller._yield_index import Kind, ReservedIndex, WaiterIndex, kueue_order
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
 from admission.queue import Need
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
@@ -378,10 +378,13 @@ class QuotaYield:
                 else:
                     self._index.read(w, wobj, gpu)
         floor: dict[str, int] = {}
-        """ClusterQueue → the fewest GPUs a waiter of it needed and found nothing for, since the last serve."""
+        """ClusterQueue → the fewest GPUs a waiter of it given none yet asked for, tried every giver, and found nothing, since the last serve."""
+        dead: set[Kind] = set()
+        """Kinds of waiter that found nothing since the last serve."""
         ranked = self._index.ranked(self.waiters, self._served)
+        stop = self._index.stop_after(dead, floor)
         for i, w in enumerate(ranked):
-            if len(taken) == len(givers) or (floor and self._index.done(i, floor)):
+            if len(taken) == len(givers) or i > stop:
                 break  # every giver has given, or no waiter left could be served
             obj = self.objects.get(w)
             if obj is None:
@@ -395,8 +398,9 @@ class QuotaYield:
             given = self._served.get(w, 0)
             if given >= want:
                 continue  # served in full already: it takes no more while it waits
-            if not given and cq in floor and want >= floor[cq] and self._index.stop_early:
-                continue  # one of its ClusterQueue needing no more found nothing, and nothing changed since
+            kind = (cq, want, given)
+            if self._index.stop_early and (kind in dead or (not given and cq in floor and want >= floor[cq])):
+                continue  # one of its kind, or of its ClusterQueue asking for no more, found nothing, and nothing changed since
             by_flavor: dict[str, list[tuple[str, int, str]]] = {}
             for p, gpus, pcq, flavor in givers:
                 if p in taken:
@@ -442,7 +446,8 @@ class QuotaYield:
                     out.append((p, w))
                 given += now - before
                 self._served[w] = given
-                self._index.served(w, want - given)
+                if given < want:
+                    self._index.served(w, (cq, want, given))
                 quota.release(cq, -want)  # Kueue admits it first: the next waiter sees the quota it takes
                 if given >= want:
                     self._claims[w] = (cq, flavor, want)
@@ -450,8 +455,12 @@ class QuotaYield:
                 break
             if served:
                 floor.clear()
-            elif not given and tried_all:  # the most every giver could make free is short of its want: so for any want as large
-                floor[cq] = min(want, floor.get(cq, want))
+                dead.clear()
+            else:
+                dead.add(kind)
+                if not given and tried_all:  # the most every giver could make free is short of its want: so for any want as large
+                    floor[cq] = min(want, floor.get(cq, want))
+            stop = self._index.stop_after(dead, floor)
         return out
 
     def _kueue_order(self, key: str) -> tuple[int, float, str]:

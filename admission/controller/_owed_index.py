@@ -1,15 +1,15 @@
 """The owed gangs kept between looks, updated by the Workloads that changed (``queueing.holdBehindGangs``).
 
-``OwedFeed`` reads each version of a Workload once, but still walked every Workload waiting for
-quota and rebuilt and sorted every owed list before each decision: at 10,000 waiting (3,258
-owed gangs) that was most of a decision (``atoll bench decide --waiting``), and the lists it
-made and dropped each time are what set off the collector's full passes over the whole cache
-(the look's p99, ``docs/queue.md``). ``OwedIndex`` keeps the lists, each in Kueue's order, and
-between two looks reads only the Workloads the cache says changed (``touch``), the gangs whose
-``reserveAfterSeconds`` has passed since (kept in a heap by when they come due) and, under
-``start``, the parked Workloads (they park and leave without a change of their own; they are
-as many as hold quota, not as many as wait). A new profiles document reads everything again.
-A look returns only the lists that changed.
+The controller looks before every decision. Walking every Workload waiting for quota and
+rebuilding and sorting every owed list each time costs most of a decision at 10,000 waiting
+(3,258 owed gangs; ``atoll bench decide --waiting``), and the lists made and dropped each time
+set off the collector's full passes over the whole cache (the look's p99, ``docs/queue.md``).
+``OwedIndex`` keeps the lists, each in Kueue's order, and between two looks reads only the
+Workloads the cache says changed (``touch``), the gangs whose ``reserveAfterSeconds`` has passed
+since (kept in a heap by when they come due) and, under ``start``, the parked Workloads (they
+park and leave without a change of their own; they are as many as hold quota, not as many as
+wait). A new profiles document reads everything again. A look returns only the lists that
+changed; ``owed_gangs`` reads everything afresh and gives the same.
 """
 
 from __future__ import annotations

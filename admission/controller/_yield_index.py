@@ -2,8 +2,8 @@
 
 A pass weighs every Workload waiting for quota, in Kueue's order, against the parked Workloads
 that may give theirs back. Read afresh on every pass, each waiter's order, GPUs and ClusterQueue
-(and each parked Workload's, once per waiter) made a pass cost about 2 ms per waiter
-(``atoll bench decide --park-waiting``), seconds at thousands waiting. Here each version of a
+(and each parked Workload's, once per waiter) cost seconds a pass at thousands waiting
+(``atoll bench decide --park-waiting``, ``docs/queue.md``). Here each version of a
 Workload is read once (by identity: the cache holds a new object for each new version), the
 waiters are kept in Kueue's order and re-sorted only when one came, went or moved, and a pass
 skips and stops early: a waiter that finds no quota leaves everything as it was, so another of

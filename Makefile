@@ -35,10 +35,10 @@ image-lock:
 
 .PHONY: image image-test image-lock
 
-# Import contracts, static types (mypy strict, [tool.mypy]) and the linter ([tool.ruff]).
+# Import contracts, static types (mypy strict, [tool.mypy]; the chaos harness too, not strict) and the linter ([tool.ruff]).
 lint: install-test
 	lint-imports
-	$(PYTHON) -m mypy admission topology policies
+	$(PYTHON) -m mypy admission topology policies tests/chaos
 	$(PYTHON) -m ruff check admission topology policies tests
 
 # The whole suite. pytest's exit code 5 (no tests collected) is a failure here.

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.utils import parse_quantity
@@ -69,12 +69,17 @@ def node(name: str, labels: dict[str, str], gpus: int = 4, *, ready: bool = True
     }
 
 
+def manifest(obj: dict[str, Any]) -> Any:
+    """A manifest as the client's typed calls take it (it sends a dict as it is)."""
+    return obj
+
+
 def create_node(core: client.CoreV1Api, body: dict[str, Any]) -> client.V1Node:
     """Create the node, write its status through the status subresource (as a kubelet would:
     create ignores status), then set the taints back to the body's (the apiserver's admission
     taints new nodes not-ready; the absent node lifecycle controller would lift it)."""
     name = body["metadata"]["name"]
-    core.create_node({"metadata": body["metadata"], "spec": body["spec"]})
+    core.create_node(manifest({"metadata": body["metadata"], "spec": body["spec"]}))
     core.patch_node_status(name, {"status": body["status"]})
     patched: client.V1Node = core.patch_node(name, {"spec": {"taints": body["spec"].get("taints") or None}})
     return patched
@@ -148,7 +153,7 @@ def _pod_requests(podset: dict[str, Any]) -> dict[str, Decimal]:
     total: dict[str, Decimal] = {}
     for container in podset["template"]["spec"].get("containers", []):
         for resource, qty in container.get("resources", {}).get("requests", {}).items():
-            total[resource] = total.get(resource, Decimal(0)) + parse_quantity(qty)
+            total[resource] = total.get(resource, Decimal(0)) + parse_quantity(qty)  # type: ignore[no-untyped-call]
     return total
 
 
@@ -156,8 +161,8 @@ def apply_workload_status(custom: client.CustomObjectsApi, namespace: str, name:
                           manager: str = KUEUE_MANAGER) -> dict[str, Any]:
     """Server-side apply of ``status`` on ``workloads/status`` under ``manager`` (forced)."""
     body = {"apiVersion": API_VERSION, "kind": "Workload", "metadata": {"name": name, "namespace": namespace}, "status": status}
-    obj: dict[str, Any] = custom.patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, "workloads", name, body, field_manager=manager, force=True, _content_type=APPLY)
+    obj: dict[str, Any] = cast(dict[str, Any], custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, "workloads", name, body, field_manager=manager, force=True, _content_type=APPLY))
     return obj
 
 
@@ -172,7 +177,7 @@ PREEMPTED = "Preempted"
 def set_condition(conditions: list[dict[str, Any]], type_: str, status: str, reason: str, message: str,
                   now: str, generation: int | None = None) -> None:
     """``apimeta.SetStatusCondition``: lastTransitionTime moves only when the status changes."""
-    new = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+    new: dict[str, Any] = {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
     if generation is not None:
         new["observedGeneration"] = generation
     for i, c in enumerate(conditions):
@@ -194,7 +199,7 @@ def is_true(obj: dict[str, Any], type_: str) -> bool:
 
 
 def _get(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workloads", name)
+    obj = cast(dict[str, Any], custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workloads", name))
     return obj
 
 
@@ -254,7 +259,7 @@ class KueueActor:
         return _get(self.custom, namespace, name)
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        obj: dict[str, Any] = self.custom.create_namespaced_custom_object(GROUP, VERSION, body["metadata"]["namespace"], "workloads", body)
+        obj = cast(dict[str, Any], self.custom.create_namespaced_custom_object(GROUP, VERSION, body["metadata"]["namespace"], "workloads", body))
         return obj
 
     def reserve_quota(self, namespace: str, name: str, cluster_queue: str, flavor: str,
@@ -282,11 +287,11 @@ class KueueActor:
             body = {"metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]}, ("spec" if spec else "status"): fields}
             try:
                 if spec:
-                    out: dict[str, Any] = self.custom.patch_namespaced_custom_object(
-                        GROUP, VERSION, namespace, "workloads", name, body, _content_type=MERGE)
+                    out = cast(dict[str, Any], self.custom.patch_namespaced_custom_object(
+                        GROUP, VERSION, namespace, "workloads", name, body, _content_type=MERGE))
                 else:
-                    out = self.custom.patch_namespaced_custom_object_status(
-                        GROUP, VERSION, namespace, "workloads", name, body, _content_type=MERGE)
+                    out = cast(dict[str, Any], self.custom.patch_namespaced_custom_object_status(
+                        GROUP, VERSION, namespace, "workloads", name, body, _content_type=MERGE))
             except client.ApiException as exc:
                 if exc.status == 409:
                     continue

@@ -25,14 +25,26 @@ cluster and to list it into the controller. Events are posted from their thread 
 the port without being kept. Decision ids are numbered, so ``verdicts_sha256`` (over each
 verdict's Workload, outcome, message and podSetUpdates, in order) compares two versions' verdicts.
 
-``--waiting N`` adds N Workloads waiting for quota in the same ClusterQueue (no admission,
+``--waiting N`` adds N Workloads waiting for quota in the same ClusterQueue (``gpu-cq``, whose
+quota is what the pending Workloads hold: it is full; no admission,
 ``QuotaReserved=False`` as Kueue writes it, created a day before the clock: every gang among
 them has waited ``reserveAfterSeconds``), and ``--hold-behind-gangs quota|start`` gives the
 profile ``queueing.holdBehindGangs`` (``reserveAfterSeconds: 1800``), so each decision first
 reads which gangs are owed (``Controller._feed_owed``). ``feed_owed_p50_ms``/``p99_ms`` are its
 own CPU time per decision, inside the decision's.
 
-Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is missed.
+``--park-waiting`` gives the profile ``queueing.parkWaiting`` (waits for a domain park), and after each decision
+times one quota-yield pass as the controller makes it once its queue drains (``Controller.
+_yield_pairs``: which parked Workload would give its quota to which waiter); the pairs are
+digested (``yield_sha256``), not written (no Kueue here evicts the givers), each giver set aside
+as after its write (it gives once, as deployed).
+``look_p50_ms``/``p99_ms`` are the owed-gang look and the pass together, per decision;
+``look_gc_*`` the collector's pauses inside them, ``gc_*`` over the timed decisions
+(``gc_full``: full collections).
+
+Goal (``--goal-p99-ms``, ``--goal-rss-mb``): the command exits 1 when either is missed. With
+``--scale-from N`` the same bench first runs with N waiting, and the command also exits 1 when
+the look's p50 or p99 at ``--waiting`` is more than ``--goal-scale`` (2) times that at N.
 """
 
 from __future__ import annotations
@@ -155,6 +167,7 @@ def _workload(job: Any, k: int, profile: str) -> dict[str, Any]:
     ]
     obj["spec"]["priority"] = 0
     obj["status"]["resourceRequests"] = [{"name": "main", "resources": {GPU: str(job.gpus)}}]
+    obj["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = {GPU: str(job.gpus)}  # the quota it holds
     return obj
 
 
@@ -238,22 +251,28 @@ def _waiting(job: Any, k: int, profile: str) -> dict[str, Any]:
     return obj
 
 
-def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting: int = 0, hold: str = "off") -> dict[str, Any]:
+def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting: int = 0, hold: str = "off",
+               park: bool = False) -> dict[str, Any]:
     """Build the fleet in memory, list it into a controller, and time ``decisions`` reconciles
-    (with ``waiting`` Workloads waiting for quota, and ``hold``: ``queueing.holdBehindGangs``)."""
+    (with ``waiting`` Workloads waiting for quota, ``hold``: ``queueing.holdBehindGangs``, and
+    ``park``: ``queueing.parkWaiting``, a quota-yield pass timed after each decision)."""
     from admission.cli._bundled import resolve_profiles
     from admission.controller import ConfigSettings, Controller, KueueSettings, Recorder, Settings
-    from admission.kube import LOCAL_QUEUES, NODES, PODS, WORKLOADS, ManualClock
+    from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, PODS, WORKLOADS, ManualClock
     from admission.simulator import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, synthetic_jobs
     from policies import ProfilesDocument, load_profiles_file
 
     t0 = time.perf_counter()
     cluster = fleet_cluster(nodes)
     doc = profiles_for_cluster(load_profiles_file(resolve_profiles(None)), cluster)
-    if hold != "off":
+    if hold != "off" or park:
         raw = doc.model_dump(by_alias=True, exclude_unset=True)
-        raw["profiles"]["elastic"]["queueing"] = {**raw["profiles"]["elastic"].get("queueing", {}), "reserveAfterSeconds": 1800,
-                                                  "holdBehindGangs": hold}
+        queueing = raw["profiles"]["elastic"].get("queueing", {})
+        if hold != "off":
+            queueing = {**queueing, "reserveAfterSeconds": 1800, "holdBehindGangs": hold}
+        if park:
+            queueing = {**queueing, "parkWaiting": True}
+        raw["profiles"]["elastic"]["queueing"] = queueing
         doc = ProfilesDocument.model_validate(raw)
     port = MemoryCluster(ManualClock(1_767_225_600.0))
     kept: list[str] = []
@@ -267,11 +286,16 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
     for pod in _resident_pods(kept, seed):
         port.put(PODS, pod)
     jobs = synthetic_jobs(pending, seed, gpus_per_node=4)
+    held = sum(job.gpus for job in jobs)
     for k, job in enumerate(jobs):
         port.put(WORKLOADS, _workload(job, k, "elastic"))
     if waiting:
         for k, job in enumerate(synthetic_jobs(waiting, seed + 1, gpus_per_node=4), start=pending):
             port.put(WORKLOADS, _waiting(job, k, "elastic"))
+        # as much quota as the pending Workloads hold (Kueue reserved it for them): the ClusterQueue is full
+        port.put(CLUSTER_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "gpu-cq"},
+                                  "spec": {"resourceGroups": [{"coveredResources": [GPU], "flavors": [
+                                      {"name": "gb200", "resources": [{"name": GPU, "nominalQuota": str(held)}]}]}]}})
         for i in range(NAMESPACES):
             port.put(LOCAL_QUEUES, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
                                     "metadata": {"name": "training", "namespace": f"team-{i}"}, "spec": {"clusterQueue": "gpu-cq"}})
@@ -294,16 +318,59 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
     controller.decider.warm_up()
     feed: list[float] = []
     feed_owed = controller._feed_owed
+    collecting = {"start": 0.0, "spent": 0.0, "full": 0, "longest": 0.0}
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        """The collector's pauses (wall clock), and how many were full (generation 2)."""
+        if phase == "start":
+            collecting["start"] = time.perf_counter()
+            return
+        took = time.perf_counter() - collecting["start"]
+        collecting["spent"] += took
+        collecting["longest"] = max(collecting["longest"], took)
+        collecting["full"] += info.get("generation") == 2
+
+    look = {"cpu": 0.0, "gc": 0.0}
+    """This decision's look so far: the owed gangs' and the quota-yield pass's CPU time, and the collector's pauses inside them."""
+    looks: list[float] = []
+    look_gc: list[float] = []
 
     def timed_feed() -> None:
-        c = time.thread_time()
+        c, g = time.thread_time(), collecting["spent"]
         try:
             feed_owed()
         finally:
             feed.append(time.thread_time() - c)
+            look["cpu"] += feed[-1]
+            look["gc"] += collecting["spent"] - g
 
     controller._feed_owed = timed_feed  # type: ignore[method-assign]
+    passes: list[float] = []
+    gave = 0
+    yield_digest = hashlib.sha256()
+
+    def yield_pass() -> None:
+        """One quota-yield pass as the controller makes it once its queue drains (who would give to
+        whom), timed. The gives are not written (no Kueue here to evict the givers and admit the
+        waiters); each giver is set aside as after its write, so it gives at most once, as deployed."""
+        nonlocal gave
+        c, g = time.thread_time(), collecting["spent"]
+        pairs: list[tuple[str, str]] = []
+        try:
+            pairs = controller._yield_pairs()
+        finally:
+            passes.append(time.thread_time() - c)
+            look["cpu"] += passes[-1]
+            look["gc"] += collecting["spent"] - g
+        gave += len(pairs)
+        yield_digest.update(json.dumps(pairs).encode())
+        for key, waiter in pairs:
+            controller.parking.set_aside(key)
+            controller.quota_yield.gave(key, waiter, port.clock.now(), controller.quota_yield.flavor_of(key),
+                                        controller.parking.room.need(key))
+
     controller.events.start()
+    gc.callbacks.append(on_gc)
     own, wall, total = [], [], []
     digest = hashlib.sha256()
     outcomes = {"admit": 0, "wait": 0, "reject": 0}
@@ -317,6 +384,11 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
             total.append(took)
             wall.append(took - (timed.seconds - in_port))
             own.append(cpu - (timed.cpu_seconds - cpu_in_port))
+            if park:
+                yield_pass()
+            looks.append(look["cpu"])
+            look_gc.append(look["gc"])
+            look["cpu"] = look["gc"] = 0.0
             if verdict is None:
                 continue
             outcomes[verdict.outcome] += 1
@@ -335,8 +407,9 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
                                         "requests": {GPU: str(placed.gpus_per_pod)}}}]},
                                     "status": {"phase": "Running"}})
     finally:
+        gc.callbacks.remove(on_gc)
         controller.events.stop()
-    arr, walls, whole, fed = (np.array(v) if v else np.zeros(1) for v in (own, wall, total, feed))
+    arr, walls, whole, fed, yp, lk = (np.array(v) if v else np.zeros(1) for v in (own, wall, total, feed, passes, looks))
 
     def ms(a: Any, q: float) -> float:
         return round(float(np.percentile(a, q)) * 1e3, 3)
@@ -345,7 +418,11 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
         "nodes": len(kept), "gpus": 4 * len(kept), "pending": pending, "waiting": waiting, "hold_behind_gangs": hold,
         "owed": len(controller.queue_state.outlook.owed), "decisions": len(own), **outcomes,
         "p50_ms": ms(arr, 50), "p99_ms": ms(arr, 99), "max_ms": round(float(arr.max()) * 1e3, 3),
-        "feed_owed_p50_ms": ms(fed, 50), "feed_owed_p99_ms": ms(fed, 99),
+        "feed_owed_p50_ms": ms(fed, 50), "feed_owed_p99_ms": ms(fed, 99), "park_waiting": park,
+        "parked": len(controller.parking.parked()), "yield_p50_ms": ms(yp, 50), "yield_p99_ms": ms(yp, 99), "yield_pairs": gave, "yield_sha256": yield_digest.hexdigest()[:16],
+        "look_p50_ms": ms(lk, 50), "look_p99_ms": ms(lk, 99),
+        "look_gc_p99_ms": ms(np.array(look_gc) if look_gc else np.zeros(1), 99), "look_gc_max_ms": round(max(look_gc, default=0.0) * 1e3, 3),
+        "gc_full": collecting["full"], "gc_ms": round(collecting["spent"] * 1e3, 1), "gc_longest_ms": round(collecting["longest"] * 1e3, 3),
         "verdicts_sha256": digest.hexdigest()[:16],
         "wall_p50_ms": ms(walls, 50), "wall_p99_ms": ms(walls, 99), "wall_max_ms": round(float(walls.max()) * 1e3, 3),
         "with_port_p50_ms": ms(whole, 50), "with_port_p99_ms": ms(whole, 99), "events": timed.events,
@@ -366,6 +443,12 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--waiting", type=int, default=0, help="Workloads waiting for quota in the same ClusterQueue (Kueue refused them)")
     p.add_argument("--hold-behind-gangs", choices=("off", "quota", "start"), default="off",
                    help="the profile's queueing.holdBehindGangs (reserveAfterSeconds 1800): each decision reads which gangs are owed")
+    p.add_argument("--park-waiting", action="store_true",
+                   help="the profile's queueing.parkWaiting: waits park, and a quota-yield pass is timed after each decision")
+    p.add_argument("--scale-from", type=int, default=0, metavar="N",
+                   help="first run the same bench with N waiting, and compare the look per decision (owed gangs and quota-yield pass)")
+    p.add_argument("--goal-scale", type=float, default=2.0,
+                   help="with --scale-from: PASS when the look's p50 and p99 at --waiting are at most this many times those at N")
     p.add_argument("--goal-p99-ms", type=float, default=10.0, help="PASS when the p99 decision takes at most this long")
     p.add_argument("--goal-rss-mb", type=float, default=4096.0, help="PASS when the process's peak RSS stays at or below this")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -373,18 +456,36 @@ def main(argv: Sequence[str]) -> int:
     if args.nodes < NODES_PER_RACK:
         print(f"atoll bench decide: --nodes must be ≥ {NODES_PER_RACK} (one rack), got {args.nodes}", file=sys.stderr)
         return 2
-    if args.pending < 1 or args.decisions < 1 or args.waiting < 0:
-        print("atoll bench decide: --pending and --decisions must be ≥ 1, --waiting ≥ 0", file=sys.stderr)
+    if args.pending < 1 or args.decisions < 1 or args.waiting < 0 or args.scale_from < 0:
+        print("atoll bench decide: --pending and --decisions must be ≥ 1, --waiting and --scale-from ≥ 0", file=sys.stderr)
         return 2
-    row = run_decide(args.nodes, args.pending, min(args.decisions, args.pending), args.seed, args.waiting, args.hold_behind_gangs)
+    if args.scale_from and (args.scale_from >= args.waiting or not (args.park_waiting or args.hold_behind_gangs != "off")):
+        print("atoll bench decide: --scale-from must be below --waiting, with --park-waiting or --hold-behind-gangs to time a look",
+              file=sys.stderr)
+        return 2
+    run = (args.nodes, args.pending, min(args.decisions, args.pending), args.seed)
+    base = run_decide(*run, args.scale_from, args.hold_behind_gangs, args.park_waiting) if args.scale_from else None
+    gc.collect()
+    row = run_decide(*run, args.waiting, args.hold_behind_gangs, args.park_waiting)
     ok = row["p99_ms"] <= args.goal_p99_ms and row["peak_rss_mb"] <= args.goal_rss_mb
     row["goal"] = {"p99_ms": args.goal_p99_ms, "peak_rss_mb": args.goal_rss_mb, "met": ok}
+    scaled = None
+    if base is not None:
+        ratio = {q: round(row[f"look_{q}_ms"] / max(base[f"look_{q}_ms"], 1e-3), 2) for q in ("p50", "p99")}
+        scaled = all(r <= args.goal_scale for r in ratio.values())
+        row["scale"] = {"from_waiting": args.scale_from, "from": base, "look_ratio": ratio, "goal": args.goal_scale, "met": scaled}
+        ok = ok and scaled
     if args.format == "json":
         print(json.dumps(row))
     else:
-        shown = {k: v for k, v in row.items() if k != "goal"}
+        shown = {k: v for k, v in row.items() if k not in ("goal", "scale")}
         print(" | ".join(shown))
         print(" | ".join(str(v) for v in shown.values()))
         print(f"{'PASS' if ok else 'FAIL'} decide: p99 {row['p99_ms']} ms (goal ≤ {args.goal_p99_ms:g}), "
               f"peak RSS {row['peak_rss_mb']:.0f} MB (goal ≤ {args.goal_rss_mb:g})")
+        if base is not None:
+            r = row["scale"]["look_ratio"]
+            print(f"{'PASS' if scaled else 'FAIL'} scale: the look per decision at {args.waiting:,} waiting is {r['p50']}x (p50) and "
+                  f"{r['p99']}x (p99) that at {args.scale_from:,} ({row['look_p50_ms']} / {row['look_p99_ms']} ms against "
+                  f"{base['look_p50_ms']} / {base['look_p99_ms']} ms; goal ≤ {args.goal_scale:g}x)")
     return 0 if ok else 1

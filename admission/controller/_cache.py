@@ -208,6 +208,8 @@ class ClusterCache:
         self.pod_listener: Callable[[str], None] | None = None
         """Told the decision id of every pod carrying one that binds, finishes or goes (the ledger)."""
         self._held: dict[str, None] | None = None
+        self.workload_listeners: list[Callable[[str], None]] = []
+        """Told the key of every Workload stored or deleted (what keeps state between passes reads again)."""
         self.usage: dict[str, ResourceVector] = {}
         self.profiles: ProfilesDocument | None = None
         self._flavors: dict[str, _FlavorState] = {}
@@ -243,6 +245,9 @@ class ClusterCache:
         if slim is not None:
             obj = slim(obj)
         store[key] = obj
+        if resource == WORKLOADS:
+            for listener in self.workload_listeners:
+                listener(key)
         if resource == NODES:
             self._upsert_node(obj, old)
         elif resource in (RESOURCE_FLAVORS, TOPOLOGIES):
@@ -256,6 +261,9 @@ class ClusterCache:
             return
         key = object_key(obj)
         old = self.objects[resource].pop(key, None)
+        if resource == WORKLOADS and old is not None:
+            for listener in self.workload_listeners:
+                listener(key)
         if resource == NODES:
             self.nodes.pop(key, None)
             self.node_problems.pop(key, None)

@@ -55,7 +55,8 @@ from admission.controller._events import EventPoster
 from admission.controller._explain import Explainer
 from admission.controller._ledger import Ledger
 from admission.controller._metrics import Metrics
-from admission.controller._owing import OwedFeed, owes
+from admission.controller._owed_index import OwedIndex
+from admission.controller._owing import owes
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
 from admission.controller._queue_report import queue_report
@@ -69,6 +70,7 @@ from admission.controller._status import YIELD_EVENT_REASON, StatusWriter
 from admission.controller._wait import atoll_check_names, read_wait_state
 from admission.controller._watching import Inbox, Informers, Watch
 from admission.controller._workloads import WorkloadError, check_entry, condition_true
+from admission.controller._yield_index import ReservedIndex
 from admission.controller._yielding import QuotaYield, Yielded, yield_patch
 from admission.kube import (
     ADMISSION_CHECKS,
@@ -209,9 +211,10 @@ class Controller:
         self.reparked = 0
         """Of those, parked again on their next quota without a decision (nothing they wait for changed)."""
         self._yield_due = False
-        self._owed_at: set[tuple[str, str | None]] = set()
-        """Where gangs were owed at the last look (``_feed_owed``)."""
-        self._owed_feed = OwedFeed()
+        self._owed_feed = OwedIndex()
+        """The owed gangs kept between looks (``_feed_owed``), told of every Workload the cache takes."""
+        self.quota_yield.reserved = ReservedIndex()
+        self.cache.workload_listeners += [self._owed_feed.touch, self.quota_yield.reserved.touch]
         self._synced: set[Resource] = set()
         self._stop = threading.Event()
         self._leading = threading.Event()
@@ -361,7 +364,9 @@ class Controller:
     def _listed(self, obj: Obj) -> Obj:
         """``obj`` with Atoll's entry as Kueue will list it (``Pending``), when it holds quota, its
         entry is not listed yet and Atoll's check applies (``BeforeQuota.own_check``): decided
-        now, its write adds the entry (and is refused, 409, if Kueue listed it first)."""
+        now, its write adds the entry (and is refused, 409, if Kueue listed it first). A view for
+        the decision only: the cache keeps what the server returned (a standby, or a write that is
+        refused or never sent, would otherwise keep an entry the server never had)."""
         if not self._check_names or not condition_true(obj, "QuotaReserved") or check_entry(obj, self._check_names) is not None:
             return obj
         if condition_true(obj, "Evicted") or condition_true(obj, "Finished") or condition_true(obj, "Admitted"):
@@ -373,9 +378,7 @@ class Controller:
         meta = obj.get("metadata") or {}
         status["admissionChecks"] = [*(status.get("admissionChecks") or []), {
             "name": name, "state": "Pending", "message": "", "lastTransitionTime": meta.get("creationTimestamp") or rfc3339(self.clock.now())}]
-        listed = {**obj, "status": status}
-        self.cache.objects[WORKLOADS][object_key(obj)] = listed
-        return listed
+        return {**obj, "status": status}
 
     def _on_admission_checks(self) -> None:
         k = self.settings.kueue
@@ -502,14 +505,7 @@ class Controller:
         self._yield_due = False
         if not len(self.parking.room):
             return
-        held = self.queue_state.outlook.reservations.held_by
-        may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
-        objects, now = self.cache.objects[WORKLOADS], self.clock.now()
-
-        def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
-            return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
-
-        for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, keeps):
+        for key, waiter in self._yield_pairs():
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
                 continue
@@ -525,6 +521,17 @@ class Controller:
                                  "cohort: deactivated until no Workload queued before this give waits for quota; when it holds "
                                  "quota again it parks again without a new decision unless what it waits for changed")
                 _log.info("parked workload gave its quota back", workload=key, to=waiter)
+
+    def _yield_pairs(self) -> list[tuple[str, str]]:
+        """Which parked Workload gives its quota back to which waiting one now (``QuotaYield.choose``)."""
+        held = self.queue_state.outlook.reservations.held_by
+        may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
+        objects, now = self.cache.objects[WORKLOADS], self.clock.now()
+
+        def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
+            return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
+
+        return self.quota_yield.choose(may_give, self.parking.is_aside, keeps)
 
     def _reactivate_due(self) -> None:
         """Workloads deactivated to give their quota back that no Workload queued before the give
@@ -596,11 +603,10 @@ class Controller:
         if doc is None or modes == {"off"}:
             return
         parked = self.parking.parked() if "start" in modes else []  # under quota only those waiting for quota are owed
-        found = self._owed_feed.gangs(self.cache.objects[WORKLOADS], self.quota_yield.waiters, parked, doc, self.decider.read,
-                                      self.quota_yield.cluster_queue_of, self.quota_yield.flavor_of, self.clock.now())
+        changed = self._owed_feed.look(self.cache.objects[WORKLOADS], self.quota_yield.waiters, parked, doc, self.decider.read,
+                                       self.quota_yield.cluster_queue_of, self.quota_yield.flavor_of, self.clock.now())
         owed = self.queue_state.outlook.owed
-        left = [k for queue, flavor in sorted(self._owed_at | set(found), key=str) for k in owed.set(queue, flavor, found.get((queue, flavor), []))]
-        self._owed_at = set(found)
+        left = [k for queue, flavor in sorted(changed, key=str) for k in owed.set(queue, flavor, changed[(queue, flavor)])]
         if left:
             self._wake([str(k) for k in self.parking.room.wake_behind(left)])
 
@@ -632,6 +638,8 @@ class Controller:
         if obj is None:
             self.parking.leave(key)
             return None
+        if self.before.list_own and self.before.enabled:
+            obj = self._listed(obj)
         if key in self.before.mismatched:
             return self._mismatched(key, obj)
         if not self._actionable(obj):

@@ -20,12 +20,12 @@ from admission.kube import Obj
 from admission.queue import OwedGang
 from policies import Profile, ProfilesDocument
 
-__all__ = ["OwedFeed", "owed_gangs", "owes"]
+__all__ = ["owed_gangs", "owes"]
 
 
 @dataclass(frozen=True, slots=True)
 class _Read:
-    """What ``OwedFeed`` read of one version of a Workload under one profiles document."""
+    """What was read of one version of a Workload under one profiles document (``OwedIndex`` keeps it)."""
 
     obj: Obj
     """The version read (by identity: the cache holds a new object for each new version)."""
@@ -59,48 +59,29 @@ def _read_gang(obj: Obj, doc: ProfilesDocument, read: Callable[[Obj], WorkloadVi
                  priority_of(obj), quota, view.cluster_queue)
 
 
-class OwedFeed:
-    """``owed_gangs`` reading each version of a Workload once. The controller asks before every
-    decision, over every Workload waiting for quota, and a queue of thousands changes little
-    between two decisions; parsing each gang's Workload and finding its profile every time made
-    the look most of a decision's time (``atoll bench decide --waiting``). Only the Workloads of
-    the last look are kept."""
-
-    def __init__(self) -> None:
-        self._read: dict[str, _Read] = {}
-
-    def gangs(self, objects: Mapping[str, Obj], waiting: Iterable[str], parked: Iterable[str], doc: ProfilesDocument,
-              read: Callable[[Obj], WorkloadView], cluster_queue_of: Callable[[Obj], str | None], flavor_of: Callable[[str], str],
-              now: float) -> dict[tuple[str, str | None], list[OwedGang]]:
-        """(ClusterQueue, flavor or None) → the gangs owed there now, from the Workloads ``waiting``
-        for quota and ``parked`` (each looked at once; gone or unreadable ones are left out)."""
-        out: dict[tuple[str, str | None], list[OwedGang]] = {}
-        kept: dict[str, _Read] = {}
-        for key in [*waiting, *parked]:
-            obj = objects.get(key)
-            if obj is None or key in kept:
-                continue
-            r = self._read.get(key)
-            if r is None or r.obj is not obj or r.doc is not doc:
-                r = _read_gang(obj, doc, read)
-            kept[key] = r
-            if r.profile is None or not is_owed(r.profile, r.pods, r.gpus, r.created, now):
-                continue
-            queue = r.cluster_queue if r.quota else cluster_queue_of(obj)
-            if not queue:
-                continue
-            flavor = (flavor_of(key) or None) if r.quota else None
-            assert r.created is not None
-            out.setdefault((queue, flavor), []).append(OwedGang(-r.priority, r.created, key, queue, r.gpus, flavor))
-        self._read = kept
-        return out
-
-
 def owed_gangs(objects: Mapping[str, Obj], waiting: Iterable[str], parked: Iterable[str], doc: ProfilesDocument,
                read: Callable[[Obj], WorkloadView], cluster_queue_of: Callable[[Obj], str | None], flavor_of: Callable[[str], str],
                now: float) -> dict[tuple[str, str | None], list[OwedGang]]:
-    """``OwedFeed.gangs`` with nothing read before."""
-    return OwedFeed().gangs(objects, waiting, parked, doc, read, cluster_queue_of, flavor_of, now)
+    """(ClusterQueue, flavor or None) → the gangs owed there now, from the Workloads ``waiting``
+    for quota and ``parked`` (each looked at once; gone or unreadable ones are left out), each
+    read afresh. The controller keeps them between looks (``OwedIndex``, which gives the same)."""
+    out: dict[tuple[str, str | None], list[OwedGang]] = {}
+    seen: set[str] = set()
+    for key in [*waiting, *parked]:
+        obj = objects.get(key)
+        if obj is None or key in seen:
+            continue
+        seen.add(key)
+        r = _read_gang(obj, doc, read)
+        if r.profile is None or not is_owed(r.profile, r.pods, r.gpus, r.created, now):
+            continue
+        queue = r.cluster_queue if r.quota else cluster_queue_of(obj)
+        if not queue:
+            continue
+        flavor = (flavor_of(key) or None) if r.quota else None
+        assert r.created is not None
+        out.setdefault((queue, flavor), []).append(OwedGang(-r.priority, r.created, key, queue, r.gpus, flavor))
+    return out
 
 
 def owes(obj: Obj | None, doc: ProfilesDocument | None, read: Callable[[Obj], WorkloadView], now: float) -> bool:

@@ -109,6 +109,7 @@ from admission.controller._preempting import queue_rules
 from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_workloads
 from admission.controller._records import parse_time
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
+from admission.controller._yield_index import Kind, ReservedIndex, WaiterIndex, kueue_order
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
 from admission.queue import Need
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
@@ -203,22 +204,32 @@ class QuotaYield:
         self._reserved: dict[tuple[str, str], int] | None = None
         """Within a pass: GPUs of quota reserved per (ClusterQueue, flavor), from the Workloads."""
         self.rebuilt = False
+        self._index = WaiterIndex(self._cluster_queue, waits_for_quota)
+        """Each waiter's and parked Workload's read, kept between passes."""
+        self.reserved: ReservedIndex | None = None
+        """The quota reserved, kept between passes, when the caller tells it every Workload that
+        changed (``ReservedIndex.touch``); None: added up over every Workload on each pass."""
 
     def saw(self, obj: Obj) -> bool:
         """Note ``obj`` if it waits for quota; True when it is new to the waiters, or Kueue has
-        just refused it quota (``refused_by_kueue``): a pass over the waiters is due."""
-        if not waits_for_quota(obj):
-            return False
+        just refused it quota (``refused_by_kueue``): a pass over the waiters is due. One that
+        no longer waits (it holds quota, finished, or was deactivated) is no longer a waiter."""
         key = object_key(obj)
+        if not waits_for_quota(obj):
+            if key in self.waiters:
+                self.forget(key)
+            return False
         refused = refused_by_kueue(obj)
         due = key not in self.waiters or (refused and key not in self._refused)
         self.waiters[key] = None
+        self._index.read(key, obj, self.gpu_resource())
         if refused:
             self._refused.add(key)
         return due
 
     def forget(self, key: str) -> None:
         self.waiters.pop(key, None)
+        self._index.drop(key)
         self._served.pop(key, None)
         self._claims.pop(key, None)
         self._refused.discard(key)
@@ -266,8 +277,9 @@ class QuotaYield:
                 del self.yielded[key]
                 continue
             if waiting is None:
-                waiting = [(self._kueue_order(w)[:2], w, self._cluster_queue(wobj)) for w in self.waiters
-                           if (wobj := self.objects.get(w)) is not None and waits_for_quota(wobj)]
+                gpu = self.gpu_resource()
+                waiting = [(r.order[:2], w, r.cluster_queue) for w in self.waiters
+                           if (wobj := self.objects.get(w)) is not None and waits_for_quota(wobj) and (r := self._index.read(w, wobj, gpu))]
             place = (self._kueue_order(key)[0], y.at)
             cq = self._cluster_queue(obj)
             if not any(order <= place and w != key and wcq is not None and cq is not None
@@ -314,7 +326,8 @@ class QuotaYield:
         if not flavor:
             return True
         gpu = self.gpu_resource()
-        want = self._gpus_asked(key, gpu)
+        obj = self.objects.get(key)
+        want = self._index.read(key, obj, gpu).want if obj is not None else None
         if want is None:
             return True
         quota = self._cohort_quota(cq, flavor, queues, gpu, empty=True)
@@ -342,56 +355,74 @@ class QuotaYield:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up
         to what it asks for while it waits, not more however many passes see it. ``parked``: keys in the order they were parked
         that may give their quota back (``WaitingRoom.may_give``: at most once per decision); ``set_aside(key)``:
-        it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation."""
-        waiters = sorted(self.waiters, key=self._kueue_order)
+        it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation.
+        Each version of a Workload is read once (``_yield_index``), and the pass stops once no
+        waiter left could be served."""
         order = list(parked)
+        gpu = self.gpu_resource()
+        self._index.keep_givers(set(order))
+        givers: list[tuple[str, int, str, str]] = []  # (key, GPUs, ClusterQueue, flavor), newest parked first
+        free: dict[str, int | None] = {}
+        for p in reversed(order):
+            pobj = self.objects.get(p)
+            if pobj is None:
+                continue
+            g = self._index.giver(p, pobj, gpu, _flavor)
+            if not g.holds or g.gpus is None or reserving(p):
+                continue
+            if g.flavor not in free:
+                free[g.flavor] = self.free_gpus(g.flavor) if g.flavor else None
+            if free[g.flavor] is not None:
+                givers.append((p, g.gpus, g.cluster_queue, g.flavor))
         out: list[tuple[str, str]] = []
+        if not givers:
+            return out
         taken: set[str] = set()
         queues: dict[str, Obj | None] = {}
         quotas: dict[tuple[str, str], CohortQuota] = {}
         self._reserved = None
-        gpu = self.gpu_resource()
-        for w in waiters:
+        if self._index.stale(self.waiters):  # a waiter came, went or moved since the last pass: each read again where new
+            for w in list(self.waiters):
+                wobj = self.objects.get(w)
+                if wobj is None or not waits_for_quota(wobj):
+                    self.forget(w)  # it holds quota now, or is gone: no longer a waiter
+                else:
+                    self._index.read(w, wobj, gpu)
+        floor: dict[str, int] = {}
+        """ClusterQueue → the fewest GPUs a waiter of it given none yet asked for, tried every giver, and found nothing, since the last serve."""
+        dead: set[Kind] = set()
+        """Kinds of waiter that found nothing since the last serve."""
+        ranked = self._index.ranked(self.waiters, self._served)
+        stop = self._index.stop_after(dead, floor)
+        for i, w in enumerate(ranked):
+            if len(taken) == len(givers) or i > stop:
+                break  # every giver has given, or no waiter left could be served
             obj = self.objects.get(w)
-            if obj is None or not waits_for_quota(obj):
-                self.waiters.pop(w, None)  # it holds quota now, or is gone: no longer a waiter
-                self._served.pop(w, None)
-                self._claims.pop(w, None)
-                self._refused.discard(w)
+            if obj is None:
                 continue
-            if set_aside(w) or w in self.yielded or not refused_by_kueue(obj):
+            r = self._index.read(w, obj, gpu)
+            if not r.waits or set_aside(w) or w in self.yielded or not r.refused:
                 continue
-            cq = self._cluster_queue(obj)
-            try:
-                want = sum(s.count * s.per_pod.gpu for s in parse_workload(obj, gpu_resource=gpu).podsets)
-            except WorkloadError:
-                continue
-            if cq is None or want <= 0:
+            cq, want = r.cluster_queue, r.want
+            if cq is None or want is None or want <= 0:
                 continue
             given = self._served.get(w, 0)
             if given >= want:
                 continue  # served in full already: it takes no more while it waits
+            kind = (cq, want, given)
+            if self._index.stop_early and (kind in dead or (not given and cq in floor and want >= floor[cq])):
+                continue  # one of its kind, or of its ClusterQueue asking for no more, found nothing, and nothing changed since
             by_flavor: dict[str, list[tuple[str, int, str]]] = {}
-            for p in reversed(order):  # newest parked first
-                if p in taken or reserving(p):
-                    continue
-                pobj = self.objects.get(p)
-                if pobj is None or not condition_true(pobj, "QuotaReserved") or condition_true(pobj, "Evicted"):
-                    continue
-                pcq = str(((pobj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
-                if not pcq:
+            for p, gpus, pcq, flavor in givers:
+                if p in taken:
                     continue
                 if pcq != cq and not self._same_cohort(pcq, cq, queues):
                     continue
-                flavor = _flavor(pobj, gpu)
-                free = self.free_gpus(flavor) if flavor else None
-                if free is None or free < want:
+                room = free[flavor]
+                if room is None or room < want:
                     continue  # the flavor lacks the GPUs for the waiter anyway: it would only wait in the parked one's place
-                try:
-                    gpus = sum(s.count * s.per_pod.gpu for s in parse_workload(pobj, gpu_resource=gpu).podsets)
-                except WorkloadError:
-                    continue
                 by_flavor.setdefault(flavor, []).append((p, gpus, pcq))
+            served, tried_all = False, True  # tried_all: every giver weighed (none left untried by reaching the want early)
             for flavor, group in by_flavor.items():  # the flavor of the newest parked Workload first
                 quota = quotas.get((cq, flavor))
                 if quota is None:
@@ -407,6 +438,7 @@ class QuotaYield:
                 picked: list[str] = []
                 for p, gpus, pcq in group:
                     if given + now - before >= want:
+                        tried_all = False  # with the quota over-used (before < 0), reaching the want is not letting it in
                         break
                     quota.release(pcq, gpus)
                     after = quota.available(cq)
@@ -425,23 +457,26 @@ class QuotaYield:
                     out.append((p, w))
                 given += now - before
                 self._served[w] = given
+                if given < want:
+                    self._index.served(w, (cq, want, given))
                 quota.release(cq, -want)  # Kueue admits it first: the next waiter sees the quota it takes
                 if given >= want:
                     self._claims[w] = (cq, flavor, want)
+                served = True
                 break
+            if served:
+                floor.clear()
+                dead.clear()
+            else:
+                dead.add(kind)
+                if not given and tried_all:  # the most every giver could make free is short of its want: so for any want as large
+                    floor[cq] = min(want, floor.get(cq, want))
+            stop = self._index.stop_after(dead, floor)
         return out
 
     def _kueue_order(self, key: str) -> tuple[int, float, str]:
-        """Where Kueue's BestEffortFIFO puts a waiter: higher priority first, then its queue-order
-        time (``Ordering.GetQueueOrderTimestamp``, pkg/workload/workload.go, v0.19.2: the eviction's
-        time for one evicted by an admission check, else its creation), then its name."""
-        obj = self.objects.get(key) or {}
-        priority = (obj.get("spec") or {}).get("priority")
-        evicted = next((c for c in (obj.get("status") or {}).get("conditions") or []
-                        if isinstance(c, dict) and c.get("type") == "Evicted" and c.get("status") == "True"
-                        and c.get("reason") == "AdmissionCheck"), None)
-        stamp = str((evicted or {}).get("lastTransitionTime") or (obj.get("metadata") or {}).get("creationTimestamp") or "")
-        return (-priority if isinstance(priority, int) and not isinstance(priority, bool) else 0, parse_time(stamp) or 0.0, key)
+        """Where Kueue's BestEffortFIFO puts a waiter (``kueue_order``)."""
+        return kueue_order(self.objects.get(key) or {}, key)
 
     def _still_waits(self, key: str) -> bool:
         obj = self.objects.get(key)
@@ -514,7 +549,8 @@ class QuotaYield:
             members.setdefault(cq, obj)
         names = (gpu,) if isinstance(gpu, str) else gpu
         if self._reserved is None and not empty:
-            self._reserved = reserved_by_workloads(self.objects.values(), names)
+            self._reserved = (self.reserved.totals(self.objects, names) if self.reserved is not None
+                              else reserved_by_workloads(self.objects.values(), names))
         out = CohortQuota(cohort)
         for name, q in members.items():
             quota = flavor_quota(q, flavor, names)

@@ -28,6 +28,7 @@ from tests.kube_objects import (
     cluster_queue,
     create_node,
     local_queue,
+    manifest,
     node,
     resource_flavor,
     topology,
@@ -111,9 +112,9 @@ class Fabric:
         text = doc if isinstance(doc, str) else yaml.safe_dump(doc)
         body = {"metadata": {"name": "atoll-policies", "namespace": self.ns}, "data": {"profiles.yaml": text}}
         if create:
-            self.core.create_namespaced_config_map(self.ns, body)
+            self.core.create_namespaced_config_map(self.ns, manifest(body))
         else:
-            self.core.replace_namespaced_config_map("atoll-policies", self.ns, body)
+            self.core.replace_namespaced_config_map("atoll-policies", self.ns, manifest(body))
 
     def bind_pod(self, name: str, node_name: str, gpus: int, *, decision_id: str | None = None, podset: str = "main") -> None:
         """A pod already bound to a node (what the scheduler leaves behind), holding ``gpus`` GPUs."""
@@ -133,12 +134,12 @@ class Fabric:
             spec["nodeSelector"] = dict(update["nodeSelector"])
         if node_name:
             spec["nodeName"] = node_name
-        self.core.create_namespaced_pod(self.ns, {"metadata": meta, "spec": spec})
+        self.core.create_namespaced_pod(self.ns, manifest({"metadata": meta, "spec": spec}))
 
     def schedule_pod(self, name: str, node_name: str) -> None:
         """The kube-scheduler binds a pending pod (``pods/binding``)."""
-        self.core.create_namespaced_pod_binding(name, self.ns, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                                                                "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}},
+        self.core.create_namespaced_pod_binding(name, self.ns, manifest({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                                                                         "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}}),
                                                 _preload_content=False)
 
     def finish_pod(self, name: str, phase: str = "Succeeded") -> None:

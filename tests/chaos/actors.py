@@ -35,6 +35,7 @@ from tests.kube_objects import (
     KueueActor,
     condition,
     is_true,
+    manifest,
     now_rfc3339,
     set_condition,
 )
@@ -189,7 +190,8 @@ class Scheduler:
     _names: set[str] = field(default_factory=set)
 
     def pods(self) -> list[dict[str, Any]]:
-        return [client.ApiClient().sanitize_for_serialization(p) for p in self.core.list_namespaced_pod(self.ns).items]
+        return [client.ApiClient().sanitize_for_serialization(p)  # type: ignore[no-untyped-call]
+                for p in self.core.list_namespaced_pod(self.ns).items]
 
     def admitted_podsets(self, workloads: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
         """(decision id, PodSet) → (Workload, PodSet, podSetUpdate) of the Workloads Kueue admitted on Atoll's Ready."""
@@ -198,7 +200,8 @@ class Scheduler:
             if not (admitted(wl, self.check) and is_true(wl, "Admitted")):
                 continue
             for ps in wl["spec"]["podSets"]:
-                update = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or [] if u["name"] == ps["name"]), {})
+                update: dict[str, Any] = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or []
+                                               if u["name"] == ps["name"]), {})
                 out[(str((update.get("annotations") or {}).get(ANN_DECISION_ID, "")), ps["name"])] = (wl, ps, update)
         return out
 
@@ -258,15 +261,17 @@ class Scheduler:
             others = set().union(*(v for k, v in planned_by.items() if k != name)) if planned_by else set()
             complete = True
             for ps in wl["spec"]["podSets"]:
-                update = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or [] if u["name"] == ps["name"]), {})
+                update: dict[str, Any] = next((u for u in (entry_of(wl, self.check) or {}).get("podSetUpdates") or []
+                                               if u["name"] == ps["name"]), {})
                 decision = (update.get("annotations") or {}).get(ANN_DECISION_ID, "")
                 mine = [p for p in pods if decision_of(p) == (decision, ps["name"]) and phase_of(p) != "Failed"]
                 for p in mine:
                     if p["spec"].get("nodeName") or phase_of(p) in FINISHED:
                         continue
                     complete = False  # a replacement: its failed pod's node keeps the room for it
-                    if self.rng.random() < self.bind_rate:
-                        self._schedule(p["metadata"]["name"], failed_node_of(p))
+                    failed_on = failed_node_of(p)
+                    if self.rng.random() < self.bind_rate and failed_on is not None:  # one without a failed pod is not a replacement
+                        self._schedule(p["metadata"]["name"], failed_on)
                         self.bound += 1
                         self.replacements_bound += 1
                 for i in range(len(mine), int(ps["count"])):
@@ -305,8 +310,8 @@ class Scheduler:
 
     def _schedule(self, name: str, node: str) -> None:
         """Bind a pending pod (``pods/binding``, as the kube-scheduler does); it starts running."""
-        self.core.create_namespaced_pod_binding(name, self.ns, {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                                                                "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+        self.core.create_namespaced_pod_binding(name, self.ns, manifest({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                                                                         "target": {"apiVersion": "v1", "kind": "Node", "name": node}}),
                                                 _preload_content=False)
         self.core.patch_namespaced_pod_status(name, self.ns, {"status": {"phase": "Running"}})
 
@@ -328,8 +333,8 @@ class Scheduler:
         spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **(update.get("nodeSelector") or {})}
         if node:
             spec["nodeName"] = node
-        self.core.create_namespaced_pod(self.ns, {"metadata": {"name": name, "namespace": self.ns, "labels": labels,
-                                                                "annotations": annotations}, "spec": spec})
+        self.core.create_namespaced_pod(self.ns, manifest({"metadata": {"name": name, "namespace": self.ns, "labels": labels,
+                                                                         "annotations": annotations}, "spec": spec}))
         return name
 
     def stop_pods(self, wl: dict[str, Any], phase: str = "Failed") -> None:

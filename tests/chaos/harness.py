@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from kubernetes import client
@@ -55,6 +55,7 @@ from tests.kube_objects import (
     create_node,
     is_true,
     local_queue,
+    manifest,
     node,
     resource_flavor,
     topology,
@@ -118,7 +119,7 @@ class ChaosRun:
 
     def install(self) -> None:
         c = self.cfg
-        self.core.create_namespace({"metadata": {"name": self.ns}})
+        self.core.create_namespace(manifest({"metadata": {"name": self.ns}}))
         for b in range(c.blocks):
             for q in range(c.cliques):
                 for i in range(c.per_clique):
@@ -136,8 +137,8 @@ class ChaosRun:
         doc = profiles_doc(self.flavor, self.topology, profiles={
             "strict": {"requiredLevel": CLIQUE, "retry": retry},
             "elastic": {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 1, "retry": retry}})
-        self.core.create_namespaced_config_map(self.ns, {"metadata": {"name": "atoll-policies", "namespace": self.ns},
-                                                         "data": {"profiles.yaml": yaml.safe_dump(doc)}})
+        self.core.create_namespaced_config_map(self.ns, manifest({"metadata": {"name": "atoll-policies", "namespace": self.ns},
+                                                                  "data": {"profiles.yaml": yaml.safe_dump(doc)}}))
         actor = KueueActor(self.api, self.check)
         for i in range(c.workloads):
             pods, per_pod = self.rng.choice(SHAPES[c.shapes])
@@ -278,7 +279,8 @@ class ChaosRun:
     # ------------------------------------------------------------------ the run
 
     def workloads(self) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, "workloads")["items"]
+        listed = cast(dict[str, Any], self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, "workloads"))
+        out: list[dict[str, Any]] = listed["items"]
         return out
 
     def _finish(self, wl: dict[str, Any]) -> None:
@@ -357,6 +359,7 @@ class ChaosRun:
     def cleanup(self) -> None:
         """Pods, Workloads and nodes of the run go (forced), so later runs list only their own."""
         for p in self.core.list_namespaced_pod(self.ns).items:
+            assert p.metadata is not None and p.metadata.name
             self.core.delete_namespaced_pod(p.metadata.name, self.ns, grace_period_seconds=0)
         for wl in self.workloads():
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, "workloads", wl["metadata"]["name"])

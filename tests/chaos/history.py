@@ -165,6 +165,7 @@ class History:
         return self
 
     def stop(self) -> None:
+        """End the watches and close the port's client (its connections): stopping twice is fine."""
         self._stop.set()
         with self._lock:
             streams = list(self._streams.values())
@@ -172,6 +173,7 @@ class History:
             stream.close()
         for thread in self._threads:
             thread.join(timeout=5.0)
+        self.port.api.close()  # type: ignore[no-untyped-call]
 
     def _keep(self, resource: Resource, obj: Obj) -> bool:
         return resource != ADMISSION_CHECKS or (obj.get("metadata") or {}).get("name") == self.check

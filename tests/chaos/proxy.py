@@ -135,10 +135,9 @@ class FaultProxy:
     def start(self) -> Self:
         proxy = self
 
-        class Handler(_Handler):
-            owner = proxy
+        handler = type("Handler", (_Handler,), {"owner": proxy})
 
-        self._server = _QuietServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         serve = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="chaos-proxy", daemon=True)
         serve.start()

@@ -25,6 +25,7 @@ from tests.chaos.planted import planted_failure
 from tests.chaos.proxy import Received
 from tests.chaos.runner import run_many
 from tests.chaos.terms import AGENT, writes_answered_late, writes_outside_term
+from tests.kube_objects import manifest
 from topology import ResourceVector
 
 pytestmark = pytest.mark.apiserver
@@ -224,7 +225,7 @@ def test_an_honest_ledger_keeps_a_failed_pods_slot_for_its_replacement(apiserver
 
 def one_clique(kube_client: Any, ns: str) -> tuple[Fabric, list[str]]:
     """A namespace with one clique of three 4-GPU nodes."""
-    client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": ns}})
+    client.CoreV1Api(kube_client).create_namespace(manifest({"metadata": {"name": ns}}))
     fabric = Fabric(kube_client, ns)
     fabric.install(nodes=False)
     return fabric, [fabric.add_node(0, 0, i) for i in range(3)]
@@ -280,7 +281,7 @@ def test_the_audit_finds_room_for_a_replacement_whose_workload_plans_a_narrow_wo
     fabric.create_pod("a-wide-2", 4, {**wide, "annotations": {**wide["annotations"], FAILED_NODE: spare}})
 
     chaos = ChaosRun(kube_client, "", None, ns, RunConfig())  # type: ignore[arg-type]  # only its audit is used
-    chaos.nodes = [NodeSpec(n, dict(fabric.core.read_node(n).metadata.labels), 4) for n in nodes]
+    chaos.nodes = [NodeSpec(n, dict((fabric.core.read_node(n).metadata or client.V1ObjectMeta()).labels or {}), 4) for n in nodes]
     chaos.scheduler = Scheduler(fabric.core, ns, fabric.check, chaos.nodes, random.Random(0))
     owed = chaos.owed_from_api(chaos.workloads())
     ctrl = fabric.controller()

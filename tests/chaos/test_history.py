@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.chaos.history import Record, Revision, holds, written_key
 from tests.chaos.proxy import Received
 from tests.chaos.terms import AGENT, Settled, record_misses, settle_unknown, writes_outside_term
@@ -139,3 +141,20 @@ def test_a_write_names_the_object_it_addressed_a_creates_by_its_body() -> None:
     assert written_key(_write(0.0, 0.1, A, "w", "m", 200)) == ("workloads", NS, "w")
     cluster = Received(0.0, 0.1, "PATCH", "/apis/kueue.x-k8s.io/v1beta2/admissionchecks/atoll/status?force=true", AGENT + A, 200)
     assert written_key(cluster) == ("admissionchecks", "", "atoll")
+
+
+@pytest.mark.apiserver
+def test_stopping_the_record_closes_its_client_so_no_connection_outlives_the_run(kube_client: Any, namespace: str) -> None:
+    from kubernetes import client
+
+    from admission.kube import KubePort
+    from tests.chaos.history import History
+
+    api = client.ApiClient(kube_client.configuration)
+    history = History(KubePort(api), namespace, "atoll").start()
+    assert history.settled(timeout=10.0)
+    assert len(api.rest_client.pool_manager.pools) > 0  # it listed and watches over connections of its own
+    history.stop()
+    assert len(api.rest_client.pool_manager.pools) == 0  # closed: no socket left for the collector to warn about
+    assert all(not t.is_alive() for t in history._threads)
+    history.stop()  # the audit and the run's end both stop it

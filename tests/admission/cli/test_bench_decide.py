@@ -42,3 +42,22 @@ def test_with_workloads_waiting_for_quota_the_owed_gangs_are_read_before_each_de
                  "--goal-p99-ms", "1e9"]) == 0
     off = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert off["owed"] == 0  # no profile holds anything behind gangs: none is looked for
+
+
+def test_with_parking_a_quota_yield_pass_is_timed_and_the_look_compared_at_two_queue_lengths(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--nodes", "144", "--pending", "30", "--decisions", "12", "--waiting", "80", "--hold-behind-gangs", "quota",
+            "--park-waiting", "--scale-from", "20", "--format", "json", "--goal-p99-ms", "1e9"]
+    assert main([*args, "--goal-scale", "1e9"]) == 0
+    row = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert row["park_waiting"] and row["parked"] > 0  # waits park: the pass has parked Workloads to weigh
+    assert 0 < row["yield_p50_ms"] <= row["yield_p99_ms"] and row["look_p50_ms"] >= row["yield_p50_ms"]
+    scale = row["scale"]
+    assert scale["from_waiting"] == 20 and scale["from"]["waiting"] == 20 and scale["met"]
+    assert scale["look_ratio"]["p50"] == round(row["look_p50_ms"] / scale["from"]["look_p50_ms"], 2)
+    assert main([*args[:-4], "--goal-p99-ms", "1e9", "--goal-scale", "0"]) == 1  # no look is free: a goal of 0x is missed
+    assert "FAIL scale: the look per decision at 80 waiting" in capsys.readouterr().out
+
+
+def test_scale_from_must_be_below_waiting_and_time_a_look(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--nodes", "72", "--waiting", "10", "--scale-from", "10", "--park-waiting"]) == 2
+    assert "--scale-from must be below --waiting" in capsys.readouterr().err

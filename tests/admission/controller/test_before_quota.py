@@ -15,6 +15,7 @@ import pytest
 
 from admission import vocabulary
 from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, Settings
+from admission.kube import WORKLOADS
 from tests.admission.fabric import Fabric, run
 from tests.kube_objects import apply_workload_status, is_true, now_rfc3339, workload
 
@@ -265,3 +266,23 @@ def test_a_reservation_made_before_kueue_listed_the_check_is_decided_at_once_onl
     assert vocabulary.DECIDED_BEFORE_QUOTA not in entry["podSetUpdates"][0]["annotations"]  # decided on the reservation itself
     fabric.kueue.list_checks(fabric.ns, "quick")  # Kueue's listing: the entry is there, nothing to add
     assert fabric.entry("quick")["state"] == "Ready" and run(ctrl) == [] and len(ctrl.ledger) == 1
+
+
+def test_a_workload_decided_on_the_entry_atoll_lists_itself_leaves_the_cache_holding_what_the_server_returned(fabric: Fabric) -> None:
+    """With ``before_quota_list_own`` the decision reads the Workload with Atoll's entry as Kueue
+    will list it; the cache keeps the server's version. A standby decides nothing and writes
+    nothing (read-only: it decides, as a dry run, on the same view): its cache must not show an
+    entry the server never had."""
+    fabric.install()
+    fabric.kueue.create(workload(fabric.ns, "quick", [("main", 2, 4)]))
+    reserved = fabric.kueue.reserve_quota(fabric.ns, "quick", fabric.cq, fabric.flavor, list_missing=False)
+    standby = fabric.controller(settings=settings(fabric, list_own=True), read_only=True)
+    (dry,) = run(standby)
+    assert dry.outcome == "admit" and not dry.written
+    cached = standby.cache.objects[WORKLOADS][f"{fabric.ns}/quick"]
+    assert not (cached.get("status") or {}).get("admissionChecks")  # the server's version: no entry listed yet
+    assert cached["metadata"]["resourceVersion"] == reserved["metadata"]["resourceVersion"]
+    leader = fabric.controller(settings=settings(fabric, list_own=True))
+    (verdict,) = run(leader)  # decided on the view with the entry: its write adds it, and the cache takes the answer
+    assert verdict.outcome == "admit" and verdict.written
+    assert leader.cache.objects[WORKLOADS][f"{fabric.ns}/quick"]["status"]["admissionChecks"] == fabric.workload("quick")["status"]["admissionChecks"]

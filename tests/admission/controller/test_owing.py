@@ -2,18 +2,12 @@
 reads a gang waiting for quota from its cache, parks a Workload Kueue admits behind it (reason
 ``behind-gang``), decides the gang itself when it holds quota, and then decides again what waited
 behind it; in the quota yield a parked gang owed its turn keeps its quota from a Workload
-waiting for quota, where one that is not owed gives it. Without one: ``OwedFeed`` reads each
-version of a Workload once."""
+waiting for quota, where one that is not owed gives it."""
 
 from __future__ import annotations
 
 import pytest
 
-from admission.controller._owing import OwedFeed, owed_gangs
-from admission.controller._records import rfc3339
-from admission.controller._workloads import WorkloadView, parse_workload
-from admission.kube import Obj
-from admission.simulator import workload_object
 from policies import load_profiles
 from tests.admission.controller.test_parking import busy, parking
 from tests.admission.controller.test_yielding import active, kueue_deactivates, waiter, yielded_to
@@ -106,44 +100,6 @@ def test_in_the_quota_yield_a_parked_gang_owed_its_turn_keeps_its_quota_where_on
         assert active(fabric, "second") and yielded_to(fabric, "second") is None and ctrl.quota_yields == 0
     else:
         assert not active(fabric, "second") and yielded_to(fabric, "second") == f"{fabric.ns}/late" and ctrl.quota_yields == 1
-
-
-def waiting_for_quota(name: str, pods: int, created: float) -> Obj:
-    obj = workload_object(name, [{"name": "main", "count": pods, "template": {"spec": {"containers": [{"name": "c", "resources": {
-        "requests": {"nvidia.com/gpu": "4"}}}]}}}], flavor="f", namespace="ns")
-    obj["metadata"]["creationTimestamp"] = rfc3339(created)
-    obj["status"] = {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending"}]}
-    return obj
-
-
-def test_the_owed_feed_reads_each_version_of_a_workload_once_and_a_new_version_or_document_afresh() -> None:
-    objects = {"ns/early": waiting_for_quota("early", 2, NOW - 700), "ns/small": waiting_for_quota("small", 1, NOW - 800),
-               "ns/late": waiting_for_quota("late", 2, NOW - 100)}
-    reads: list[str] = []
-
-    def read(obj: Obj) -> WorkloadView:
-        reads.append(obj["metadata"]["name"])
-        return parse_workload(obj)
-
-    feed = OwedFeed()
-
-    def look(now: float, doc: object = HELD) -> dict[tuple[str, str | None], list[str]]:
-        found = feed.gangs(objects, list(objects), [], doc, read, lambda obj: "cq", lambda key: "f", now)  # type: ignore[arg-type]
-        assert found == owed_gangs(objects, list(objects), [], doc, parse_workload, lambda obj: "cq", lambda key: "f", now)  # type: ignore[arg-type]
-        return {k: [g.key for g in v] for k, v in found.items()}
-
-    assert look(NOW) == {("cq", None): ["ns/early"]}  # the late gang has waited 100 s of 600; one pod is no gang
-    assert sorted(reads) == ["early", "late"]  # a single pod is not read at all
-    assert look(NOW + 600) == {("cq", None): ["ns/early", "ns/late"]} and len(reads) == 2  # time alone: nothing read again
-    objects["ns/early"] = {**objects["ns/early"], "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}],
-                                                             "admission": {"clusterQueue": "cq", "podSetAssignments": []}}}
-    assert look(NOW + 600) == {("cq", None): ["ns/late"]} and reads[2:] == ["early"]  # a new version is read afresh: it holds quota
-    again = load_profiles(f"""
-defaultProfile: held
-profiles:
-  held: {{requiredLevel: {CLIQUE}, queueing: {{reserveAfterSeconds: 600, holdBehindGangs: quota, holdBehindGangsMinGPUs: 16}}}}
-""")
-    assert look(NOW + 600, again) == {} and sorted(reads[3:]) == ["early", "late"]  # a new document: every gang read afresh
 
 
 @pytest.mark.apiserver

@@ -7,12 +7,13 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from admission.kube import NODES, WORKLOADS, ApiRetrySettings, KubePort, errors
+from admission.kube import CONFIGMAPS, NODES, WORKLOADS, ApiRetrySettings, KubePort, errors
 from admission.kube._client import server_timeout
 
 
@@ -111,3 +112,29 @@ def test_an_attempts_timeout_reaches_the_server_in_whole_milliseconds_never_as_n
     assert server_timeout(0.8129) == "812ms"
     assert server_timeout(30.0) == "30000ms"
     assert server_timeout(0.0004) == "1ms"
+
+
+def test_lists_and_gets_tell_the_server_their_attempts_deadline_and_watches_their_own_timeout(kube_client: Any, namespace: str) -> None:
+    """A list or get that outlives its attempt would hold a server goroutine and its memory: the
+    server ends it at the attempt's deadline (the ``timeout`` parameter, as on writes). A watch
+    is long-running: the server ends it at ``timeoutSeconds``, and takes no ``timeout``."""
+    port = KubePort(client.ApiClient(kube_client.configuration), ApiRetrySettings(request_timeout=2.0))
+    sent: list[str] = []
+    request = port.api.rest_client.request
+
+    def recorded(method: str, url: str, *args: Any, **kw: Any) -> Any:
+        sent.append(url)
+        return request(method, url, *args, **kw)  # type: ignore[no-untyped-call]
+
+    port.api.rest_client.request = recorded  # type: ignore[method-assign]
+    name = "deadline-probe"
+    client.CoreV1Api(kube_client).create_namespaced_config_map(namespace, {"metadata": {"name": name}, "data": {"k": "v"}})  # type: ignore[arg-type]
+    listed = port.list(CONFIGMAPS, namespace=namespace)
+    assert [o["metadata"]["name"] for o in listed.items] == [name]  # the server took the parameter and answered
+    assert port.get(CONFIGMAPS, name, namespace=namespace)["data"] == {"k": "v"}
+    with closing(port.watch(CONFIGMAPS, listed.resource_version, namespace=namespace, timeout_seconds=1)) as watch:
+        assert [e for e in watch if e.type != "BOOKMARK"] == []  # nothing changed: the server ends it after a second
+    list_url, get_url, watch_url = sent
+    assert "timeout=2000ms" in list_url and "limit=500" in list_url
+    assert get_url.endswith(f"/configmaps/{name}?timeout=2000ms")
+    assert "timeoutSeconds=1" in watch_url and "timeout=" not in watch_url.replace("timeoutSeconds=", "")

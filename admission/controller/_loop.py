@@ -508,6 +508,7 @@ class Controller:
         def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
             return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
 
+        self.parking.settle(self.decider.room_now)  # a giver an event reached takes quota only if it fits now
         for key, waiter in self.quota_yield.choose(may_give, self.parking.is_aside, keeps):
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
@@ -649,6 +650,8 @@ class Controller:
         term = self.lease_term()  # the tenure this decision belongs to: a replica's term never changes while it runs
         if key in self.parking:  # Pending and parked: its own status write or an unrelated change is no reason to decide
             return None
+        if self.parking.is_aside(key):
+            self.parking.settle(self.decider.room_now)  # an event reached it and it fits now: decided afresh
         if self.parking.is_aside(key) and self.parking.room.unchanged(key, self.clock.now()) is not None:
             self.reparked += 1  # it gave its quota back and holds it again; nothing it waits for changed: parked as it was
             self.metrics.quota_reparks.labels(self.quota_yield.flavor_of(key)).inc()

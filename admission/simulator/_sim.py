@@ -107,7 +107,7 @@ import numpy as np
 import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
-from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now
+from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now, settle_givers
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, minimal_targets
@@ -582,6 +582,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         (``due_back``). True when some job gave its quota back."""
         nonlocal seq
         assert room is not None
+        settle()
         f = fl[fi]
         free = f.nominal - f.used
         order: list[tuple[_Entry, int, Iterator[_Entry]]] = []
@@ -653,6 +654,12 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         if math.isfinite(settings.quota_yield_max_seconds):
             heapq.heappush(events, (now + settings.quota_yield_max_seconds, seq, _YIELD_END, p))
             seq += 1
+
+    def settle() -> None:
+        """Givers an event reached take quota again only if their placement fits now
+        (``settle_givers``, the controller's rule); the others stay aside."""
+        if room is not None and deployed is not None:
+            settle_givers(room, deployed.decider.room_now)
 
     def left_queue(j: int, fi: int) -> None:
         """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends."""
@@ -994,6 +1001,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             shape = shapes[sid][1]
             quota_at[j] = now
+            if room is not None and room.is_aside(j):
+                settle()  # an event reached it and it fits now: decided afresh
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
                 _dequeue(f, sid, heads)
                 left_queue(j, fi)

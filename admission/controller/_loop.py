@@ -193,7 +193,8 @@ class Controller:
         """Reservations and expected starts, for ``atoll queue`` and the gauges (``QueueHints``)."""
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
-        self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting)
+        self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting,
+                               settle_by_fit=self.settings.decisions.quota_yield_back_when_fits)
         self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource, self._free_gpus,
                                       self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""

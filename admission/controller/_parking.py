@@ -16,8 +16,9 @@ decides it again itself when something it waits for changes:
 - an elastic profile's relax deadline passes (``due``).
 
 A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
-back (``_yielding``) and is set aside; when it holds quota again and no event let it fit since
-(``settle``), it is parked again without a decision.
+back (``_yielding``) and is set aside; when it holds quota again and nothing it waits for
+changed (under ``decisions.quota_yield_back_when_fits``: no event let it fit, ``settle``), it is
+parked again without a decision.
 
 After a restart or a leader change the room is empty and every Pending Workload is decided once
 more, then parked again: the room is rebuilt from API state.
@@ -36,11 +37,11 @@ __all__ = ["Parking"]
 
 
 class Parking:
-    def __init__(self, cache: ClusterCache, *, override: bool | None) -> None:
+    def __init__(self, cache: ClusterCache, *, override: bool | None, settle_by_fit: bool = False) -> None:
         self.cache = cache
         self.override = override
         """``decisions.park_waiting``: True parks every profile's waits, False none, None each as its profile says."""
-        self.room = WaitingRoom()
+        self.room = WaitingRoom(settle_by_fit=settle_by_fit)
         self.backoff: dict[str, int] = {}
         """The Retry delay (s) each parked Workload's wait gave: what it asks Kueue for when it gives its quota back."""
 

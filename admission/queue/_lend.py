@@ -17,8 +17,9 @@ gangs are not subtracted: the decision it meets may still make it wait for one.
 
 Pure: the controller and the simulator ask ``fits_now`` with the same snapshot and need.
 
-The same test decides when a giver an event reached may take quota again (``settle_givers``,
-whatever ``lendParked`` says): only when it fits now. Otherwise it would take quota, be decided,
+With ``decisions.quota_yield_back_when_fits`` (off by default; the simulator's
+``SimSettings.yield_back_when_fits``) the same test decides when a giver an event reached may take
+quota again (``settle_givers``, whatever ``lendParked`` says): only when it fits now. Otherwise it would take quota, be decided,
 find no room, park and give the quota back again, a deactivation and an eviction in Kueue and a
 decision each time, growing with waiting Workloads × time rather than with events.
 """

@@ -15,15 +15,16 @@ deadline at which it may span. It is woken, and decided again, only when
   Workloads still owe): ``wake_flavor`` or ``wake_all``.
 
 A parked Workload that gives its quota back (Kueue then evicts it) is ``set_aside``: its need
-stays on file, and it is ``unchanged`` until an event lets it fit. When it holds quota again it
-is parked again on the need it had, without being decided (the answer could not have changed).
-An event that would have woken it marks it reached; ``settle`` then asks the placement it was
-parked on (the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is
-dropped and it is decided afresh on its next quota; if not, its need stays on file, as if no
-event had come. One parked again undecided keeps its quota until it is decided afresh
-(``may_give``): a Workload gives its quota back at most once per decision, so yields are bounded
-by decisions. While its need is on file (``is_aside``) one that gave its quota back takes none
-from another parked Workload: it comes back only when it can use what it takes.
+stays on file, and until one of those events touches it, it is ``unchanged``. When it holds
+quota again it is parked again on the need it had, without being decided (the answer could not
+have changed); an event that would have woken it takes it out instead, and it is decided afresh.
+With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
+default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
+(the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;
+if not, it stays on file, as if no event had come. One parked again undecided keeps its quota
+until it is decided afresh (``may_give``): a Workload gives its quota back at most once per
+decision, so yields are bounded by decisions. While its need is on file (``is_aside``) one that
+gave its quota back takes none from another parked Workload.
 
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
@@ -72,7 +73,9 @@ class Need:
 class WaitingRoom:
     """Parked Workloads by flavor and level, sorted by the GPUs they need (``Need``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, settle_by_fit: bool = False) -> None:
+        self._settle_by_fit = settle_by_fit
+        """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._needs: dict[Hashable, Need] = {}
         self._by_level: dict[tuple[str, str | None, int], list[tuple[int, int, Hashable]]] = {}
         self._deadlines: list[tuple[float, int, Hashable]] = []
@@ -122,12 +125,13 @@ class WaitingRoom:
             self._reached.discard(key)
 
     def is_aside(self, key: Hashable) -> bool:
-        """``key`` gave its quota back and its need is still on file: no event came since that let
-        it fit (``settle``). While so, waiting for quota again, it takes none from another parked
-        Workload: holding quota, it would only park again undecided in the quota it took. One whose
-        need an event dropped has left the room: it fits now, and waits for quota as any Workload
-        does. The one rule the simulator and the controller both ask (Kueue itself queues a
-        reactivated Workload as any other, at its creation time)."""
+        """``key`` gave its quota back and its need is still on file: no event that would have woken
+        it came since (under ``settle_by_fit``: none that let it fit, ``settle``). While so, waiting
+        for quota again, it takes none from another parked Workload: holding quota, it would only
+        park again undecided in the quota it took. One whose need an event dropped has left the
+        room: it may fit now, and waits for quota as any Workload does. The one rule the simulator
+        and the controller both ask (Kueue itself queues a reactivated Workload as any other, at
+        its creation time)."""
         return key in self._aside
 
     def settle(self, fits: Callable[[Need], bool]) -> list[Hashable]:
@@ -238,13 +242,13 @@ class WaitingRoom:
 
     def _wake(self, keys: list[tuple[int, Hashable]]) -> list[Hashable]:
         """``keys`` leave the room; the parked ones are returned (to be decided), oldest first. One
-        set aside is not: it holds no quota. It stays aside, reached, until ``settle`` asks whether
-        it fits now; one whose need carries no placement to ask (held behind a gang) leaves the
-        room at once."""
+        set aside is not: it holds no quota, and leaves the room (its need dropped). Under
+        ``settle_by_fit`` it stays aside, reached, until ``settle`` asks whether it fits now; one
+        whose need carries no placement to ask (held behind a gang) leaves the room at once."""
         out = []
         for _, key in keys:
             if key in self._aside:
-                if self._needs[key].request is None:
+                if not self._settle_by_fit or self._needs[key].request is None:
                     self.leave(key)
                 else:
                     self._reached.add(key)

@@ -67,7 +67,10 @@ Atoll, as modelled
     it asks for, and nothing if that with the free quota would not let it in; a Workload holding a reservation keeps its
     quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
     no more than it asks for while it waits, and one that gave its quota back and waits for it
-    again takes none while its need is on file (``WaitingRoom.is_aside``). A Workload that gives its quota back is deactivated: Kueue evicts it
+    again takes none while its need is on file (``WaitingRoom.is_aside``); with
+    ``SimSettings.yield_back_when_fits`` an event that reaches it drops its need only if the
+    placement it was parked on fits now (``settle_givers``, asked when it would take quota or hold
+    it again). A Workload that gives its quota back is deactivated: Kueue evicts it
     (reason ``Deactivated``) and releases its quota, then, in the same instant, tries the waiter
     again. Kueue queues a reactivated Workload at its creation time: an eviction by deactivation
     leaves ``Ordering.GetQueueOrderTimestamp`` (``pkg/workload/workload.go``, v0.19.2) at
@@ -77,7 +80,7 @@ Atoll, as modelled
     straight back ahead of every job that queued while it was parked, and took the next quota
     freed. Its need stays on file (``WaitingRoom.set_aside``): when it
     holds quota again while nothing it waits for changed, it is parked again undecided, in its
-    old place among the parked; one an event reached is decided again.
+    old place among the parked; one whose need an event dropped is decided again.
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
@@ -185,6 +188,9 @@ class SimSettings:
     """The longest a job that gave its quota back stays deactivated (s, from the give), as the
     controller's ``decisions.quota_yield_max_seconds`` (the same default): it comes back sooner
     once no job queued before the give waits for quota (``due_back``)."""
+    yield_back_when_fits: bool = DecisionSettings().quota_yield_back_when_fits
+    """The controller's ``decisions.quota_yield_back_when_fits`` (the same default): an event that
+    reaches a job that gave its quota back drops its need only if its placement fits now."""
     yield_quota: bool = True
     """With ``parking``: parked Workloads give their quota back to a queued job blocked on quota
     that theirs would let in (deactivated until it holds quota, newest parked first), as the
@@ -551,7 +557,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
-    room = WaitingRoom() if deployed is not None and settings.parking is not False else None
+    room = WaitingRoom(settle_by_fit=settings.yield_back_when_fits) if deployed is not None and settings.parking is not False else None
     idle_gpu_s, idle_now, idle_at = 0.0, 0, window[0]
     """GPU-seconds reservations held idle (reserved GPUs free on the cluster), integrated over events."""
     parked_gpus = np.zeros(len(fl), dtype=np.int64)

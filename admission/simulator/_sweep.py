@@ -167,6 +167,8 @@ class SweepSpec:
     """``SimSettings.kueue_preemption`` (and ``within_cluster_queue`` when not ``Never``): Kueue's own preemption for quota."""
     quota_yield_max_seconds: float | None = None
     """``SimSettings.quota_yield_max_seconds``; None: its default (the controller's)."""
+    yield_back_when_fits: bool = False
+    """``SimSettings.yield_back_when_fits`` (the controller's ``decisions.quota_yield_back_when_fits``)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -211,6 +213,8 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
         chosen["within_cluster_queue"] = spec.kueue_preemption
     if spec.quota_yield_max_seconds is not None:
         chosen["quota_yield_max_seconds"] = spec.quota_yield_max_seconds
+    if spec.yield_back_when_fits:
+        chosen["yield_back_when_fits"] = True
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
                            declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),

@@ -43,7 +43,7 @@ def test_a_giver_an_event_reached_comes_back_only_when_its_placement_fits_now() 
     """The rule both the simulator and the controller call: freed GPUs that the room's count says
     could hold the giver, but that its placement cannot use (each node has 1,000 millicores, the
     giver's pods ask 2,000), leave it aside; one whose placement fits leaves the room."""
-    snap, room = cluster(), WaitingRoom()
+    snap, room = cluster(), WaitingRoom(settle_by_fit=True)
     room.park("cpu-bound", need(2, ResourceVector(gpu=4, cpu_milli=2000)))
     room.park("fits", need(2, ResourceVector(gpu=4, cpu_milli=100)))
     room.park("elsewhere", Need("g", CLIQUE, 2, 4, request=need(2, ResourceVector(gpu=4)).request))

@@ -89,6 +89,23 @@ def test_a_workload_set_aside_parks_again_unchanged_until_an_event_would_have_wo
     assert room.unchanged("small", 100.0) is None  # never set aside: decided as usual
 
 
+def test_a_workload_set_aside_is_aside_only_while_its_need_is_on_file() -> None:
+    """The one rule the simulator and the controller ask before a Workload waiting for quota takes
+    a parked one's: set aside and unchanged, it would park again undecided in what it took."""
+    snap, room = cluster(), WaitingRoom()
+    room.park("gang", Need("f", CLIQUE, 2, 4))
+    room.park("big", Need("f", CLIQUE, 4, 4))
+    assert not room.is_aside("gang") and not room.is_aside("never-parked")  # parked: it holds its quota
+    room.set_aside("gang")
+    room.set_aside("big")
+    assert room.is_aside("gang") and room.is_aside("big")
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == []  # room for two pods in one island: an event that reaches the gang
+    assert not room.is_aside("gang")  # its need is dropped: it may fit now
+    assert room.is_aside("big")  # nothing it waits for changed
+    room.set_aside("never-parked")
+    assert not room.is_aside("never-parked")  # nothing on file, nothing set aside
+
+
 def placed(pods: int, level: str | None = CLIQUE) -> Need:
     """A need that carries the placement request its decision searched (``settle`` asks it again)."""
     request = PlacementRequest((PodSetRequest("main", pods, ResourceVector(gpu=4, cpu_milli=100), required_level=level),))
@@ -98,8 +115,9 @@ def placed(pods: int, level: str | None = CLIQUE) -> Need:
 def test_a_workload_set_aside_is_aside_until_an_event_lets_it_fit() -> None:
     """The one rule the simulator and the controller ask before a Workload waiting for quota takes
     a parked one's: set aside, it would park again undecided in what it took, so an event that
-    reaches it drops its need only if ``settle``'s fit test says it fits now."""
-    snap, room = cluster(), WaitingRoom()
+    reaches it drops its need only if ``settle``'s fit test says it fits now
+    (``decisions.quota_yield_back_when_fits``)."""
+    snap, room = cluster(), WaitingRoom(settle_by_fit=True)
     room.park("gang", placed(2))
     room.park("big", placed(4))
     assert not room.is_aside("gang") and not room.is_aside("never-parked")  # parked: it holds its quota
@@ -123,8 +141,8 @@ def test_a_workload_set_aside_is_aside_until_an_event_lets_it_fit() -> None:
 
 def test_a_set_aside_need_without_a_placement_to_ask_is_dropped_by_the_event() -> None:
     """A need that carries no request (held behind a gang, or parked before a restart) cannot be
-    asked whether it fits: the event that reaches it drops it, as before."""
-    room = WaitingRoom()
+    asked whether it fits: the event that reaches it drops it, as without ``settle_by_fit``."""
+    room = WaitingRoom(settle_by_fit=True)
     room.park("held", Need("f", None, 2, 4, behind="ns/gang"))
     room.park("plain", Need("f", CLIQUE, 2, 4))
     room.set_aside("held")

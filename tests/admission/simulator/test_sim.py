@@ -427,6 +427,7 @@ def cpu_starved() -> ClusterModel:
 
 @pytest.mark.parametrize("first_end", ["W", "A"])
 def test_a_giver_an_event_reached_comes_back_only_when_its_placement_fits_now(first_end: str) -> None:
+    # under SimSettings.yield_back_when_fits (the controller's decisions.quota_yield_back_when_fits):
     # A (16 GPUs, 8 cores a pod) takes island u0r0, the only one its CPU fits; the gang G (the same
     # shape, t=1) parks; W (16 GPUs, no CPU, t=2) is blocked on quota and takes G's, in u0r1. G,
     # reactivated, waits for quota with its need on file. When W ends first, its island's 16 free
@@ -437,11 +438,13 @@ def test_a_giver_an_event_reached_comes_back_only_when_its_placement_fits_now(fi
     a_ends, w_ends = (1000.0, 100.0) if first_end == "W" else (80.0, 1000.0)
     jobs = [make_job("a", 0.0, a_ends, 16, 4, cpu_milli=32000), make_job("g", 1.0, 500.0, 16, 4, cpu_milli=32000),
             make_job("w", 2.0, w_ends - 2.0, 16, 4)]
-    res = run(cpu_starved(), jobs, "atoll-strict", parking=True, stall_seconds=3600.0)
+    res = run(cpu_starved(), jobs, "atoll-strict", parking=True, stall_seconds=3600.0, yield_back_when_fits=True)
     assert res.start[2] == pytest.approx(2.0) and res.quota_yields == 1  # W got G's quota
     if first_end == "W":
         assert res.reparked == 1  # back on W's quota at 100, parked again as it was: no decision
         assert res.start[1] == pytest.approx(1000.0) and res.decisions == 4  # A, G, W, and G once A's island frees
+        dropped = run(cpu_starved(), jobs, "atoll-strict", parking=True, stall_seconds=3600.0)  # the default: any event drops the need
+        assert dropped.reparked == 0 and dropped.decisions == 5 and dropped.start[1] == pytest.approx(1000.0)
     else:
         assert res.reparked == 0 and res.start[1] == pytest.approx(80.0)  # its placement fits: decided afresh, starts
         assert res.decisions == 4

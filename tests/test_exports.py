@@ -44,7 +44,7 @@ EXPECTED = {
         "Retryable", "ServerError", "TooManyRequests", "Unauthorized", "error_for_status", "parse_retry_after", "retry",
     },
     "admission.queue": {
-        "Need", "WaitingRoom", "fits_now",
+        "Need", "WaitingRoom", "fits_now", "settle_givers",
         "Candidate", "Gang", "Plan", "QueueRules", "plan_preemption",
         "NO_HINTS", "REASONS", "SIZE_BANDS", "Block", "Held", "QueueHints", "draining_domains", "largest_block", "plain_reason", "size_band",
         "DomainOutlook", "Estimate", "Outlook", "OwedGang", "OwedGangs", "Reservation", "Reservations", "Running", "RuntimeEstimator", "WaitOrSpan",

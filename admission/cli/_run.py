@@ -184,6 +184,10 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                    help="the longest a parked Workload that gave its quota back stays deactivated, in seconds (default 43200: "
                         "12 h); it comes back sooner once no Workload queued before the give waits for quota "
                         "(env ATOLL_QUOTA_YIELD_MAX_SECONDS)")
+    p.add_argument("--quota-yield-back-when-fits", action="store_true",
+                   help="an event that reaches a parked Workload that gave its quota back drops its need only if the placement "
+                        "it was parked on fits now; otherwise it comes back only when it can use the quota it takes (default: "
+                        "any such event drops the need)")
     p.add_argument("--write-workers", type=write_workers, default=env.get("ATOLL_WRITE_WORKERS", "0"),
                    help="decision writes in flight at once: the next decision is made while earlier ones are written "
                         "(0: each is written before the next is made; env ATOLL_WRITE_WORKERS)")
@@ -240,6 +244,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         serve=ServeSettings(metrics_port=args.metrics_port, health_port=args.health_port, bind_address=args.bind_address,
                             metrics_secure=args.metrics_secure),
         decisions=DecisionSettings(park_waiting=args.park_waiting, quota_yield_max_seconds=args.quota_yield_max_seconds,
+                                   quota_yield_back_when_fits=args.quota_yield_back_when_fits,
                                    write_workers=args.write_workers,
                                    decide_before_quota=args.decide_before_quota, before_quota_hold_seconds=args.before_quota_hold,
                                    before_quota_depth=args.before_quota_depth, before_quota_settle_seconds=args.before_quota_settle,

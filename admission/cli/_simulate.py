@@ -143,6 +143,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the longest a parked Workload that gave its quota back stays deactivated (the controller's "
                         "--quota-yield-max-seconds; default its default, 43200); it comes back sooner once no job queued before "
                         "the give waits for quota")
+    p.add_argument("--yield-back-when-fits", action="store_true",
+                   help="an event that reaches a parked Workload that gave its quota back drops its need only if the placement "
+                        "it was parked on fits now (the controller's --quota-yield-back-when-fits; default: any such event does)")
     p.add_argument("--kueue-preemption", choices=("Never", "LowerPriority", "LowerOrNewerEqualPriority"), default="Never",
                    help="the ClusterQueues' withinClusterQueue, with Kueue's own preemption for quota modelled: a Workload short of "
                         "quota (on a Kueue TAS flavor, of a placement) evicts a minimal set of the Workloads the policy lets it "
@@ -353,7 +356,8 @@ def main(argv: Sequence[str]) -> int:
                          slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
                          parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
                          kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
-                         cohort=cohort, quota_factor=args.quota_factor)
+                         cohort=cohort, quota_factor=args.quota_factor,
+                         yield_back_when_fits=args.yield_back_when_fits)
         if args.records and not any(n.startswith("atoll-") for n in names):
             raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
         progress = _Progress(sys.stderr, sys.stderr.isatty())

@@ -195,7 +195,8 @@ class Controller:
         """Reservations and expected starts, for ``atoll queue`` and the gauges (``QueueHints``)."""
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
-        self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting)
+        self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting,
+                               settle_by_fit=self.settings.decisions.quota_yield_back_when_fits)
         self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource, self._free_gpus,
                                       self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
@@ -505,6 +506,7 @@ class Controller:
         self._yield_due = False
         if not len(self.parking.room):
             return
+        self.parking.settle(self.decider.room_now)  # a giver an event reached takes quota only if it fits now
         for key, waiter in self._yield_pairs():
             obj = self.cache.objects[WORKLOADS].get(key)
             if obj is None or key not in self.parking or not self._actionable(obj):
@@ -658,6 +660,8 @@ class Controller:
         term = self.lease_term()  # the tenure this decision belongs to: a replica's term never changes while it runs
         if key in self.parking:  # Pending and parked: its own status write or an unrelated change is no reason to decide
             return None
+        if self.parking.is_aside(key):
+            self.parking.settle(self.decider.room_now)  # an event reached it and it fits now: decided afresh
         if self.parking.is_aside(key) and self.parking.room.unchanged(key, self.clock.now()) is not None:
             self.reparked += 1  # it gave its quota back and holds it again; nothing it waits for changed: parked as it was
             self.metrics.quota_reparks.labels(self.quota_yield.flavor_of(key)).inc()

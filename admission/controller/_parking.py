@@ -17,7 +17,8 @@ decides it again itself when something it waits for changes:
 
 A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
 back (``_yielding``) and is set aside; when it holds quota again and nothing it waits for
-changed, it is parked again without a decision.
+changed (under ``decisions.quota_yield_back_when_fits``: no event let it fit, ``settle``), it is
+parked again without a decision.
 
 After a restart or a leader change the room is empty and every Pending Workload is decided once
 more, then parked again: the room is rebuilt from API state.
@@ -25,21 +26,22 @@ more, then parked again: the room is rebuilt from API state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._decide import Verdict
-from admission.queue import WaitingRoom
+from admission.queue import WaitingRoom, settle_givers
+from topology import Snapshot
 
 __all__ = ["Parking"]
 
 
 class Parking:
-    def __init__(self, cache: ClusterCache, *, override: bool | None) -> None:
+    def __init__(self, cache: ClusterCache, *, override: bool | None, settle_by_fit: bool = False) -> None:
         self.cache = cache
         self.override = override
         """``decisions.park_waiting``: True parks every profile's waits, False none, None each as its profile says."""
-        self.room = WaitingRoom()
+        self.room = WaitingRoom(settle_by_fit=settle_by_fit)
         self.backoff: dict[str, int] = {}
         """The Retry delay (s) each parked Workload's wait gave: what it asks Kueue for when it gives its quota back."""
 
@@ -73,6 +75,11 @@ class Parking:
     def is_aside(self, key: str) -> bool:
         """``key`` gave its quota back and its need is still on file (``WaitingRoom.is_aside``)."""
         return self.room.is_aside(key)
+
+    def settle(self, room_now: Callable[[str], Snapshot | None]) -> list[str]:
+        """Set-aside Workloads an event reached leave the room only if the placement they were
+        parked on fits now (``settle_givers``, the simulator's rule too); the others stay aside."""
+        return [str(k) for k in settle_givers(self.room, room_now)]
 
     def leave(self, key: str) -> None:
         self.room.leave(key)

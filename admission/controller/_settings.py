@@ -82,6 +82,14 @@ class DecisionSettings(_Group):
     the give, whichever comes first. A waiter the quota could admit but that never is (it waits for
     a domain, say) would otherwise keep it out for ever. Long enough that it ends no yield in the
     measured runs (``docs/queue.md``); ``atoll yields --end`` ends them all by hand."""
+    quota_yield_back_when_fits: bool = False
+    """How an event (freed room, a node or profiles change, what admitted Workloads owe) treats a
+    Workload that gave its quota back (``WaitingRoom.settle``). False (the default): it drops the
+    need, so the Workload takes quota as any waiter and is decided afresh on it. True: it drops
+    the need only if the placement it was parked on fits now (``settle_givers``); otherwise the
+    need stays on file and the Workload comes back only when it can use what it takes. Fewer
+    decisions and quota yields, longer mean JCT on the goal cells (``docs/numbers.md``, "Givers
+    come back only when they fit"); the simulator's ``SimSettings.yield_back_when_fits``."""
     write_workers: int = Field(default=0, ge=0, le=32)
     """Decision writes in flight at once (``Controller``'s pipelined writes): the ledger counts a
     decision when it is made and lets it go if its write is refused; 0: each decision is written

@@ -58,7 +58,8 @@ touched.
 
 Their need stays on file (``WaitingRoom.set_aside``, as in the simulator): when one holds quota
 again and nothing it waits for changed, it is parked again without a decision (``Controller.
-reconcile``); an event that would have woken it has it decided afresh. After a restart the need is
+reconcile``); an event that would have woken it has it decided afresh (under
+``decisions.quota_yield_back_when_fits`` only if its placement fits now, ``settle_givers``). After a restart the need is
 not on file, so it is decided once more, as every parked Workload is.
 
 The churn is bounded by these rules:
@@ -69,7 +70,9 @@ The churn is bounded by these rules:
   passes see it (Kueue may take a while to admit it);
 - a Workload that gave its quota back and waits for it again takes none from another parked one
   while its need is on file (``WaitingRoom.is_aside``, the simulator's rule too: holding quota it
-  would park again undecided; one an event reached may fit now, and takes quota as any waiter),
+  would park again undecided; one whose need an event dropped takes quota as any waiter; under
+  ``decisions.quota_yield_back_when_fits`` an event drops it only if the placement it was parked
+  on fits now, ``settle_givers``),
   and one holding a reservation (``reserveAfterSeconds``) keeps its quota, as in the simulator;
 - nothing is given to a waiter Kueue's scheduler has not tried yet (no ``QuotaReserved=False``:
   Kueue may admit it in a moment), nor to one that the flavor of the parked Workload lacks the free GPUs for, or

@@ -6,7 +6,7 @@ controller and the simulator re-decide the same Workloads at the same moments.
 
 from admission.queue._ahead import MAX_AHEAD, Queued, QueuedStart, Waiter, queued_start
 from admission.queue._estimate import DomainOutlook, Estimate, Running, RuntimeEstimator, domain_outlook, soonest
-from admission.queue._lend import fits_now
+from admission.queue._lend import fits_now, settle_givers
 from admission.queue._linecost import QueueCost, span_queue_cost
 from admission.queue._outlook import Outlook
 from admission.queue._owed import OwedGang, OwedGangs, ends_before_gang, gang_start
@@ -56,6 +56,7 @@ __all__ = [
     "plan_preemption",
     "queued_start",
     "restore",
+    "settle_givers",
     "should_move",
     "size_band",
     "soonest",

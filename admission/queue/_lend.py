@@ -16,16 +16,24 @@ A domain GPU count is only the bound that spares most searches. Reservations hel
 gangs are not subtracted: the decision it meets may still make it wait for one.
 
 Pure: the controller and the simulator ask ``fits_now`` with the same snapshot and need.
+
+With ``decisions.quota_yield_back_when_fits`` (off by default; the simulator's
+``SimSettings.yield_back_when_fits``) the same test decides when a giver an event reached may take
+quota again (``settle_givers``, whatever ``lendParked`` says): only when it fits now. Otherwise it would take quota, be decided,
+find no room, park and give the quota back again, a deactivation and an eviction in Kueue and a
+decision each time, growing with waiting Workloads × time rather than with events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+
 import numpy as np
 
-from admission.queue._room import Need
+from admission.queue._room import Need, WaitingRoom
 from topology import Snapshot, find_placement
 
-__all__ = ["fits_now"]
+__all__ = ["fits_now", "settle_givers"]
 
 
 def fits_now(snapshot: Snapshot, need: Need) -> bool:
@@ -44,3 +52,20 @@ def fits_now(snapshot: Snapshot, need: Need) -> bool:
     if most < need.pods:
         return False
     return find_placement(snapshot, request, explain=False).fits
+
+
+def settle_givers(room: WaitingRoom, room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:
+    """``WaitingRoom.settle`` with the lend's fit test: a Workload set aside that an event reached
+    leaves the room (its need dropped: it may take quota, and is decided afresh on it) only if the
+    placement it was parked on fits its flavor now (``fits_now`` on ``room_now(flavor)``, what
+    admitted Workloads still owe counted as used: ``Decider.room_now``), or the flavor cannot be
+    read (a decision says why). The one rule the controller and the simulator both call."""
+    snaps: dict[str, Snapshot | None] = {}
+
+    def fits(need: Need) -> bool:
+        if need.flavor not in snaps:
+            snaps[need.flavor] = room_now(need.flavor)
+        snap = snaps[need.flavor]
+        return snap is None or fits_now(snap, need)
+
+    return room.settle(fits)

@@ -15,12 +15,16 @@ deadline at which it may span. It is woken, and decided again, only when
   Workloads still owe): ``wake_flavor`` or ``wake_all``.
 
 A parked Workload that gives its quota back (Kueue then evicts it) is ``set_aside``: its need
-stays on file, and until one of those events touches it, it is ``unchanged``. When it holds quota
-again it is parked again on the need it had, without being decided (the answer could not have
-changed); an event that would have woken it takes it out instead, and it is decided afresh. One
-parked again that way keeps its quota until it is decided afresh (``may_give``): a Workload gives
-its quota back at most once per decision, so yields are bounded by decisions. While its need is
-on file (``is_aside``) one that gave its quota back takes none from another parked Workload.
+stays on file, and until one of those events touches it, it is ``unchanged``. When it holds
+quota again it is parked again on the need it had, without being decided (the answer could not
+have changed); an event that would have woken it takes it out instead, and it is decided afresh.
+With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
+default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
+(the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;
+if not, it stays on file, as if no event had come. One parked again undecided keeps its quota
+until it is decided afresh (``may_give``): a Workload gives its quota back at most once per
+decision, so yields are bounded by decisions. While its need is on file (``is_aside``) one that
+gave its quota back takes none from another parked Workload.
 
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
@@ -31,7 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,7 +73,9 @@ class Need:
 class WaitingRoom:
     """Parked Workloads by flavor and level, sorted by the GPUs they need (``Need``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, settle_by_fit: bool = False) -> None:
+        self._settle_by_fit = settle_by_fit
+        """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._needs: dict[Hashable, Need] = {}
         self._by_level: dict[tuple[str, str | None, int], list[tuple[int, int, Hashable]]] = {}
         self._deadlines: list[tuple[float, int, Hashable]] = []
@@ -79,6 +85,8 @@ class WaitingRoom:
         """Keys set aside (quota given back): indexed so events find them, never returned by them."""
         self._kept: set[Hashable] = set()
         """Keys parked again undecided after giving their quota back: they keep it until decided afresh."""
+        self._reached: set[Hashable] = set()
+        """Keys set aside that an event reached since: their need is dropped only if they fit now (``settle``)."""
 
     def __len__(self) -> int:
         """Workloads on file: parked, or set aside (an event must still reach them)."""
@@ -114,15 +122,35 @@ class WaitingRoom:
         so ``unchanged`` tells whether anything it waits for changed before it holds quota again."""
         if key in self._needs:
             self._aside.add(key)
+            self._reached.discard(key)
 
     def is_aside(self, key: Hashable) -> bool:
         """``key`` gave its quota back and its need is still on file: no event that would have woken
-        it came since. While so, waiting for quota again, it takes none from another parked
-        Workload: holding quota, it would only park again undecided in the quota it took (the
-        answer could not have changed). One an event reached has left the room: it may fit now,
-        and waits for quota as any Workload does. The one rule the simulator and the controller
-        both ask (Kueue itself queues a reactivated Workload as any other, at its creation time)."""
+        it came since (under ``settle_by_fit``: none that let it fit, ``settle``). While so, waiting
+        for quota again, it takes none from another parked Workload: holding quota, it would only
+        park again undecided in the quota it took. One whose need an event dropped has left the
+        room: it may fit now, and waits for quota as any Workload does. The one rule the simulator
+        and the controller both ask (Kueue itself queues a reactivated Workload as any other, at
+        its creation time)."""
         return key in self._aside
+
+    def settle(self, fits: Callable[[Need], bool]) -> list[Hashable]:
+        """The Workloads set aside that an event reached since the last call: each whose need
+        ``fits`` (the placement it was parked on would succeed now) leaves the room, and is
+        returned, oldest first; the others stay aside, their need on file, as if no event had come
+        (taking quota, they would be decided, find no room, park and give it back again: a
+        deactivation, an eviction and a decision for nothing). The controller and the simulator
+        ask it with the same fit test (``admission.queue.settle_givers``) before a giver may take
+        quota or is parked again undecided."""
+        if not self._reached:
+            return []
+        out = []
+        for _, key in sorted((self._order[k], k) for k in self._reached):
+            if fits(self._needs[key]):
+                self.leave(key)
+                out.append(key)
+        self._reached.clear()
+        return out
 
     def unchanged(self, key: Hashable, now: float) -> Need | None:
         """``key``'s need if it was set aside and no event that would have woken it came since
@@ -135,6 +163,7 @@ class WaitingRoom:
             self.leave(key)
             return None
         self._aside.discard(key)
+        self._reached.discard(key)
         self._kept.add(key)
         return need
 
@@ -150,6 +179,7 @@ class WaitingRoom:
             return None
         self._aside.discard(key)
         self._kept.discard(key)
+        self._reached.discard(key)
         seq = self._order.pop(key)
         if need.behind is not None:
             return need
@@ -212,13 +242,19 @@ class WaitingRoom:
 
     def _wake(self, keys: list[tuple[int, Hashable]]) -> list[Hashable]:
         """``keys`` leave the room; the parked ones are returned (to be decided), oldest first. One
-        set aside is not: it holds no quota, and is decided when it holds quota again."""
+        set aside is not: it holds no quota, and leaves the room (its need dropped). Under
+        ``settle_by_fit`` it stays aside, reached, until ``settle`` asks whether it fits now; one
+        whose need carries no placement to ask (held behind a gang) leaves the room at once."""
         out = []
         for _, key in keys:
-            aside = key in self._aside
+            if key in self._aside:
+                if not self._settle_by_fit or self._needs[key].request is None:
+                    self.leave(key)
+                else:
+                    self._reached.add(key)
+                continue
             self.leave(key)
-            if not aside:
-                out.append(key)
+            out.append(key)
         return out
 
     @staticmethod

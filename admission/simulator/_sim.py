@@ -70,7 +70,10 @@ Atoll, as modelled
     it asks for, and nothing if that with the free quota would not let it in; a Workload holding a reservation keeps its
     quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
     no more than it asks for while it waits, and one that gave its quota back and waits for it
-    again takes none while its need is on file (``WaitingRoom.is_aside``). A Workload that gives its quota back is deactivated: Kueue evicts it
+    again takes none while its need is on file (``WaitingRoom.is_aside``); with
+    ``SimSettings.yield_back_when_fits`` an event that reaches it drops its need only if the
+    placement it was parked on fits now (``settle_givers``, asked when it would take quota or hold
+    it again). A Workload that gives its quota back is deactivated: Kueue evicts it
     (reason ``Deactivated``) and releases its quota, then, in the same instant, tries the waiter
     again. Kueue queues a reactivated Workload at its creation time: an eviction by deactivation
     leaves ``Ordering.GetQueueOrderTimestamp`` (``pkg/workload/workload.go``, v0.19.2) at
@@ -80,7 +83,7 @@ Atoll, as modelled
     straight back ahead of every job that queued while it was parked, and took the next quota
     freed. Its need stays on file (``WaitingRoom.set_aside``): when it
     holds quota again while nothing it waits for changed, it is parked again undecided, in its
-    old place among the parked; one an event reached is decided again.
+    old place among the parked; one whose need an event dropped is decided again.
 
 A started job holds its nodes for ``duration × slowdown`` (the cost model); its pods are
 reserved on the snapshot with ``Snapshot.reserve``'s arithmetic, applied to all of a
@@ -110,7 +113,7 @@ import numpy as np
 import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
-from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now
+from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now, settle_givers
 from admission.simulator._cohort import CohortHeads, CohortShape, Gift, QueueHeads, split_shapes
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
@@ -190,6 +193,9 @@ class SimSettings:
     """The longest a job that gave its quota back stays deactivated (s, from the give), as the
     controller's ``decisions.quota_yield_max_seconds`` (the same default): it comes back sooner
     once no job queued before the give waits for quota (``due_back``)."""
+    yield_back_when_fits: bool = DecisionSettings().quota_yield_back_when_fits
+    """The controller's ``decisions.quota_yield_back_when_fits`` (the same default): an event that
+    reaches a job that gave its quota back drops its need only if its placement fits now."""
     yield_quota: bool = True
     """With ``parking``: parked Workloads give their quota back to a queued job blocked on quota
     that theirs would let in (deactivated until it holds quota, newest parked first), as the
@@ -604,7 +610,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
-    room = WaitingRoom() if deployed is not None and settings.parking is not False else None
+    room = WaitingRoom(settle_by_fit=settings.yield_back_when_fits) if deployed is not None and settings.parking is not False else None
     idle_gpu_s, idle_now, idle_at = 0.0, 0, window[0]
     """GPU-seconds reservations held idle (reserved GPUs free on the cluster), integrated over events."""
     parked_gpus = np.zeros(len(fl), dtype=np.int64)
@@ -636,6 +642,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         (``due_back``). True when some job gave its quota back."""
         nonlocal seq
         assert room is not None
+        settle()
         f = fl[fi]
         order: list[tuple[_Entry, int, Iterator[_Entry]]] = []
         for sid, q in f.queues.items():
@@ -711,6 +718,12 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         if math.isfinite(settings.quota_yield_max_seconds):
             heapq.heappush(events, (now + settings.quota_yield_max_seconds, seq, _YIELD_END, p))
             seq += 1
+
+    def settle() -> None:
+        """Givers an event reached take quota again only if their placement fits now
+        (``settle_givers``, the controller's rule); the others stay aside."""
+        if room is not None and deployed is not None:
+            settle_givers(room, deployed.decider.room_now)
 
     def left_queue(j: int, fi: int) -> None:
         """Job ``j`` left Kueue's queue (it holds quota, or is gone): what it was given ends."""
@@ -1072,6 +1085,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             shape = shapes[sid][1]
             quota_at[j] = now
+            if room is not None and room.is_aside(j):
+                settle()  # an event reached it and it fits now: decided afresh
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
                 _dequeue(f, sid, heads)
                 left_queue(j, fi)

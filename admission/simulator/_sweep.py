@@ -172,6 +172,8 @@ class SweepSpec:
     """``SimSettings.cohort``: several ClusterQueues per flavor in one cohort (None: one ClusterQueue per flavor)."""
     quota_factor: float = 1.0
     """``SimSettings.quota_factor``: each ClusterQueue's nominal GPU quota as this multiple of its flavor's GPUs."""
+    yield_back_when_fits: bool = False
+    """``SimSettings.yield_back_when_fits`` (the controller's ``decisions.quota_yield_back_when_fits``)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -218,6 +220,8 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
         chosen["quota_yield_max_seconds"] = spec.quota_yield_max_seconds
     if spec.cohort is not None:
         chosen["cohort"] = spec.cohort
+    if spec.yield_back_when_fits:
+        chosen["yield_back_when_fits"] = True
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
                            declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),

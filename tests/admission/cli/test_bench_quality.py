@@ -115,6 +115,27 @@ def test_parking_on_runs_the_quality_sweep_with_atolls_waits_parked(monkeypatch:
     assert bad.value.code == 2 and "--parking" in capsys.readouterr().err
 
 
+def test_the_yield_back_when_fits_flag_reaches_the_quality_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import admission.simulator as sim
+
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(20))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    seen: list[bool] = []
+    real = sim.run_sweep
+
+    def spy(spec: Any, **kw: Any) -> Any:
+        seen.append(spec.yield_back_when_fits)
+        return real(spec, **kw)
+
+    monkeypatch.setattr(sim, "run_sweep", spy)
+    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "atoll-strict", "--loads", "1.2",
+            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod", "--format", "json"]
+    assert bq.main([*argv, "--yield-back-when-fits"]) == 0
+    assert bq.main(argv) == 0
+    assert seen == [True, False]
+
+
 def test_binding_table_runs_atoll_under_each_binding_on_the_same_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     rows = "".join(f"j{i},{200 * i},{4000 + 97 * i},{[4, 8, 16, 32][i % 4]}\n" for i in range(60))

@@ -178,6 +178,11 @@ def test_parking_follows_each_profile_unless_the_flag_or_variable_overrides_it_a
     assert len(err) == 1 and "ATOLL_PARK_WAITING='yes'" in err[0] and "true, false or profile" in err[0], err
 
 
+def test_a_giver_comes_back_on_any_event_unless_the_fit_flag_is_given() -> None:
+    assert build_settings(parser({}).parse_args([])).decisions.quota_yield_back_when_fits is False
+    assert build_settings(parser({}).parse_args(["--quota-yield-back-when-fits"])).decisions.quota_yield_back_when_fits is True
+
+
 def test_the_quota_yield_bound_defaults_to_twelve_hours_and_bad_values_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert build_settings(parser({}).parse_args([])).decisions.quota_yield_max_seconds == 43200.0
     assert build_settings(parser({"ATOLL_QUOTA_YIELD_MAX_SECONDS": "900"}).parse_args([])).decisions.quota_yield_max_seconds == 900.0

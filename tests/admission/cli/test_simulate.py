@@ -388,6 +388,23 @@ def test_the_quota_yield_bound_reaches_the_runs_which_report_their_yields(capsys
     assert "--quota-yield-max-seconds must be above 0" in capsys.readouterr().err
 
 
+def test_the_yield_back_when_fits_flag_reaches_the_runs(capsys: pytest.CaptureFixture[str], cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import admission.simulator._sweep as sweep
+
+    seen: list[bool] = []
+    real = sweep.simulate
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        seen.append(kw["settings"].yield_back_when_fits)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sweep, "simulate", spy)
+    args = ("--cluster", cluster, "--jobs", "40", "--seeds", "1", "--policies", "atoll-strict", "--parking", "on", "--workers", "1")
+    run_json(capsys, *args, "--yield-back-when-fits")
+    run_json(capsys, *args)
+    assert seen == [True, False]  # off by default, as the controller's decisions.quota_yield_back_when_fits
+
+
 def test_link_model_flag_picks_the_pessimistic_ring_and_refuses_unknown_models(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
     args = ("--cluster", cluster, "--jobs", "60", "--policies", "count-only", "--seeds", "1")
     calibrated = run_json(capsys, *args)

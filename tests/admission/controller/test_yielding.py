@@ -387,6 +387,45 @@ def test_a_giver_takes_parked_quota_only_once_an_event_reached_it(fabric: Fabric
     assert not active(fabric, "other") and yielded_to(fabric, "other") == key and ctrl.quota_yields == 2
 
 
+def test_a_giver_an_event_reached_takes_quota_only_when_its_placement_fits_now(fabric: Fabric) -> None:
+    """The simulator's rule too (``settle_givers``, one function for both; its twin is
+    ``test_sim.py::test_a_giver_an_event_reached_comes_back_only_when_its_placement_fits_now``):
+    under ``decisions.quota_yield_back_when_fits`` an event that reaches a Workload that gave its
+    quota back drops its need only if the placement it was parked on fits now: otherwise it would
+    take the quota, be decided, park and give it back again, a deactivation, an eviction and a
+    decision for nothing."""
+    fabric.install()
+    busy(fabric)
+    decisions = DecisionSettings(park_waiting=True, quota_yield_back_when_fits=True)
+    ctrl = fabric.controller(settings=fabric.settings().model_copy(update={"decisions": decisions}))
+    fabric.submit("gang", [("main", 2, 4)])
+    (first,) = run(ctrl)
+    assert first.parked
+    key = f"{fabric.ns}/gang"
+    waiter(fabric, "late")
+    run(ctrl)
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    run(ctrl)
+    assert active(fabric, "gang") and ctrl.parking.is_aside(key)  # reactivated, refused quota by Kueue (QuotaReserved=False)
+    fabric.submit("other", [("main", 2, 4)])
+    (other,) = run(ctrl)
+    assert other.parked and active(fabric, "other")  # the gang waits for quota beside it, and takes none: its need is on file
+    assert ctrl.quota_yields == 1
+    fabric.core.patch_node(fabric.node_name(0, 0, 1), {"metadata": {"labels": {"touched": "yes"}}})  # wakes every parked Workload
+    (again,) = run(ctrl)  # "other" decided afresh (parks again); the gang's island is still busy: its need stays on file
+    assert again.parked and ctrl.parking.is_aside(key)
+    assert active(fabric, "other") and ctrl.quota_yields == 1  # so it takes none of the quota "other" holds
+    fabric.finish("other")
+    run(ctrl)
+    fabric.finish_pod("busy-b0c1")  # island b0c1 is whole again: the event reaches the gang, and its placement fits
+    run(ctrl)
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    (decided,) = run(ctrl)  # its need dropped: decided afresh on its quota, not parked again undecided
+    assert decided.outcome == "admit" and ctrl.reparked == 0 and records_of(fabric, "gang") == 2
+    assert not ctrl.parking.is_aside(key) and key not in ctrl.parking
+
+
 @pytest.mark.parametrize("mode", ["fits", "starts"])
 def test_a_giver_whose_placement_fits_now_is_reactivated_while_a_workload_queued_before_the_give_waits(fabric: Fabric, mode: str) -> None:
     """``queueing.lendParked`` (the simulator's twin: ``test_sim.py::

@@ -4,7 +4,7 @@ deadline, or by a change the GPU counts cannot see; oldest first."""
 from __future__ import annotations
 
 from admission.queue import Need, WaitingRoom
-from topology import Level, NodeInfo, ResourceVector, Snapshot
+from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
 
@@ -104,6 +104,52 @@ def test_a_workload_set_aside_is_aside_only_while_its_need_is_on_file() -> None:
     assert room.is_aside("big")  # nothing it waits for changed
     room.set_aside("never-parked")
     assert not room.is_aside("never-parked")  # nothing on file, nothing set aside
+
+
+def placed(pods: int, level: str | None = CLIQUE) -> Need:
+    """A need that carries the placement request its decision searched (``settle`` asks it again)."""
+    request = PlacementRequest((PodSetRequest("main", pods, ResourceVector(gpu=4, cpu_milli=100), required_level=level),))
+    return Need("f", level, pods, 4, request=request)
+
+
+def test_a_workload_set_aside_is_aside_until_an_event_lets_it_fit() -> None:
+    """The one rule the simulator and the controller ask before a Workload waiting for quota takes
+    a parked one's: set aside, it would park again undecided in what it took, so an event that
+    reaches it drops its need only if ``settle``'s fit test says it fits now
+    (``decisions.quota_yield_back_when_fits``)."""
+    snap, room = cluster(), WaitingRoom(settle_by_fit=True)
+    room.park("gang", placed(2))
+    room.park("big", placed(4))
+    assert not room.is_aside("gang") and not room.is_aside("never-parked")  # parked: it holds its quota
+    room.set_aside("gang")
+    room.set_aside("big")
+    assert room.is_aside("gang") and room.is_aside("big")
+    assert room.settle(lambda need: True) == []  # no event reached them: nothing to ask
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == []  # room for two pods in one island: an event that reaches the gang
+    assert room.is_aside("gang")  # reached, but its need stays on file until the fit is asked
+    asked: list[Need] = []
+    assert room.settle(lambda need: asked.append(need) is None and False) == []  # it does not fit (taken in the same instant, say)
+    assert [n.pods for n in asked] == [2]  # only the one an event reached was asked
+    assert room.is_aside("gang") and room.unchanged("gang", 0.0) == placed(2)  # as if no event had come: parked again undecided
+    room.set_aside("big")
+    assert room.freed(snap, free(snap, "u0c0n2", "u0c0n3")) == ["gang"]  # a whole island: wakes the parked gang, reaches the big one
+    assert room.settle(lambda need: need.pods == 4) == ["big"]  # it fits now: its need is dropped
+    assert not room.is_aside("big") and room.need("big") is None
+    room.set_aside("never-parked")
+    assert not room.is_aside("never-parked")  # nothing on file, nothing set aside
+
+
+def test_a_set_aside_need_without_a_placement_to_ask_is_dropped_by_the_event() -> None:
+    """A need that carries no request (held behind a gang, or parked before a restart) cannot be
+    asked whether it fits: the event that reaches it drops it, as without ``settle_by_fit``."""
+    room = WaitingRoom(settle_by_fit=True)
+    room.park("held", Need("f", None, 2, 4, behind="ns/gang"))
+    room.park("plain", Need("f", CLIQUE, 2, 4))
+    room.set_aside("held")
+    room.set_aside("plain")
+    assert room.wake_behind(["ns/gang"]) == [] and not room.is_aside("held")
+    assert room.wake_flavor("f") == [] and not room.is_aside("plain")
+    assert len(room) == 0
 
 
 def test_a_deadline_ends_a_workloads_time_aside() -> None:

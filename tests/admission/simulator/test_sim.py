@@ -412,6 +412,44 @@ def test_a_job_that_gave_its_quota_back_takes_parked_quota_once_an_event_reached
     assert res.start[1] > res.start[0] + 1000.0  # P, out of its quota, starts only once G's span ends
 
 
+def cpu_starved() -> ClusterModel:
+    """Two islands of 4 nodes × 4 GPUs; node u0r1n0 has its GPUs free but 4 of its 64 cores: the
+    room's GPU count says island u0r1 has room for 4 pods, a placement asking CPU finds none."""
+    flavor: dict = {
+        "name": "f", "topology": "t",
+        "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "nodes": [{"name": f"u0r{r}n{n}", "labels": {SU: "u0", CLIQUE: f"u0r{r}"}, "used": {"cpu": "60"} if (r, n) == (1, 0) else {}}
+                  for r in range(2) for n in range(4)],
+    }
+    return ClusterModel.model_validate({"name": "test", "flavors": [flavor]})
+
+
+@pytest.mark.parametrize("first_end", ["W", "A"])
+def test_a_giver_an_event_reached_comes_back_only_when_its_placement_fits_now(first_end: str) -> None:
+    # under SimSettings.yield_back_when_fits (the controller's decisions.quota_yield_back_when_fits):
+    # A (16 GPUs, 8 cores a pod) takes island u0r0, the only one its CPU fits; the gang G (the same
+    # shape, t=1) parks; W (16 GPUs, no CPU, t=2) is blocked on quota and takes G's, in u0r1. G,
+    # reactivated, waits for quota with its need on file. When W ends first, its island's 16 free
+    # GPUs reach G's need, but G's placement does not fit there (u0r1n0 lacks the cores): its need
+    # stays on file, and holding W's quota it parks again undecided (decided afresh, it would only
+    # park again). When A ends first, G's placement fits u0r0: it is decided afresh and starts.
+    # The controller's twin: test_yielding.py::test_a_giver_an_event_reached_takes_quota_only_when_its_placement_fits_now
+    a_ends, w_ends = (1000.0, 100.0) if first_end == "W" else (80.0, 1000.0)
+    jobs = [make_job("a", 0.0, a_ends, 16, 4, cpu_milli=32000), make_job("g", 1.0, 500.0, 16, 4, cpu_milli=32000),
+            make_job("w", 2.0, w_ends - 2.0, 16, 4)]
+    res = run(cpu_starved(), jobs, "atoll-strict", parking=True, stall_seconds=3600.0, yield_back_when_fits=True)
+    assert res.start[2] == pytest.approx(2.0) and res.quota_yields == 1  # W got G's quota
+    if first_end == "W":
+        assert res.reparked == 1  # back on W's quota at 100, parked again as it was: no decision
+        assert res.start[1] == pytest.approx(1000.0) and res.decisions == 4  # A, G, W, and G once A's island frees
+        dropped = run(cpu_starved(), jobs, "atoll-strict", parking=True, stall_seconds=3600.0)  # the default: any event drops the need
+        assert dropped.reparked == 0 and dropped.decisions == 5 and dropped.start[1] == pytest.approx(1000.0)
+    else:
+        assert res.reparked == 0 and res.start[1] == pytest.approx(80.0)  # its placement fits: decided afresh, starts
+        assert res.decisions == 4
+
+
 LEND_DOC = load_profiles(f"""
 defaultProfile: strict
 profiles:

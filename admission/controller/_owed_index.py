@@ -9,7 +9,7 @@ Workloads the cache says changed (``touch``), the gangs whose ``reserveAfterSeco
 since (kept in a heap by when they come due) and, under ``start``, the parked Workloads (they
 park and leave without a change of their own; they are as many as hold quota, not as many as
 wait). A new profiles document reads everything again. A look returns only the lists that
-changed; ``owed_gangs`` reads everything afresh and gives the same.
+changed (its test reads everything afresh at every look and gets the same).
 """
 
 from __future__ import annotations

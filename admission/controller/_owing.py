@@ -11,16 +11,15 @@ it when it reserves quota); a parked one by its admission's ClusterQueue and fla
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from admission.controller._queueing import created_at, is_owed, priority_of
 from admission.controller._workloads import WorkloadError, WorkloadView, condition_true
 from admission.kube import Obj
-from admission.queue import OwedGang
 from policies import Profile, ProfilesDocument
 
-__all__ = ["owed_gangs", "owes"]
+__all__ = ["owes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,31 +56,6 @@ def _read_gang(obj: Obj, doc: ProfilesDocument, read: Callable[[Obj], WorkloadVi
         return _Read(obj, doc)
     return _Read(obj, doc, profile, sum(s.count for s in view.podsets), sum(s.count * s.per_pod.gpu for s in view.podsets), created,
                  priority_of(obj), quota, view.cluster_queue)
-
-
-def owed_gangs(objects: Mapping[str, Obj], waiting: Iterable[str], parked: Iterable[str], doc: ProfilesDocument,
-               read: Callable[[Obj], WorkloadView], cluster_queue_of: Callable[[Obj], str | None], flavor_of: Callable[[str], str],
-               now: float) -> dict[tuple[str, str | None], list[OwedGang]]:
-    """(ClusterQueue, flavor or None) → the gangs owed there now, from the Workloads ``waiting``
-    for quota and ``parked`` (each looked at once; gone or unreadable ones are left out), each
-    read afresh. The controller keeps them between looks (``OwedIndex``, which gives the same)."""
-    out: dict[tuple[str, str | None], list[OwedGang]] = {}
-    seen: set[str] = set()
-    for key in [*waiting, *parked]:
-        obj = objects.get(key)
-        if obj is None or key in seen:
-            continue
-        seen.add(key)
-        r = _read_gang(obj, doc, read)
-        if r.profile is None or not is_owed(r.profile, r.pods, r.gpus, r.created, now):
-            continue
-        queue = r.cluster_queue if r.quota else cluster_queue_of(obj)
-        if not queue:
-            continue
-        flavor = (flavor_of(key) or None) if r.quota else None
-        assert r.created is not None
-        out.setdefault((queue, flavor), []).append(OwedGang(-r.priority, r.created, key, queue, r.gpus, flavor))
-    return out
 
 
 def owes(obj: Obj | None, doc: ProfilesDocument | None, read: Callable[[Obj], WorkloadView], now: float) -> bool:

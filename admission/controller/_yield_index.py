@@ -23,7 +23,7 @@ from admission.controller._records import parse_time
 from admission.controller._workloads import WorkloadError, condition_true, parse_workload
 from admission.kube import Obj
 
-__all__ = ["GiverRead", "Kind", "ReservedIndex", "WaiterIndex", "WaiterRead", "kueue_order", "read_giver"]
+__all__ = ["GiverRead", "Kind", "ReservedIndex", "WaiterIndex", "WaiterRead", "gpus_asked", "kueue_order", "read_giver", "refused_by_kueue"]
 
 Kind = tuple[str, int, int]
 """A waiter as a pass weighs it: its ClusterQueue, the GPUs it asks for, the GPUs given it so far.
@@ -106,7 +106,7 @@ class WaiterIndex:
         r = self.reads.get(key)
         if r is not None and r.obj is obj and r.gpu == gpu and r.cluster_queue is not None:
             return r
-        new = WaiterRead(obj, gpu, kueue_order(obj, key), self.waits(obj), _refused(obj), gpus_asked(obj, gpu), self.cluster_queue(obj))
+        new = WaiterRead(obj, gpu, kueue_order(obj, key), self.waits(obj), refused_by_kueue(obj), gpus_asked(obj, gpu), self.cluster_queue(obj))
         if r is None or (r.order, r.want, r.cluster_queue) != (new.order, new.want, new.cluster_queue):
             self._ranked = None  # it came or moved: ranked again at the next pass
         self.reads[key] = new
@@ -161,7 +161,9 @@ class WaiterIndex:
                     if kind not in dead and not (kind[2] == 0 and kind[0] in floor and kind[1] >= floor[kind[0]])), default=-1)
 
 
-def _refused(obj: Obj) -> bool:
+def refused_by_kueue(obj: Obj) -> bool:
+    """Kueue's scheduler has tried the Workload and not reserved quota for it (``QuotaReserved``
+    written False): a Workload just created, which Kueue may admit in a moment, is not yet that."""
     return any(c.get("type") == "QuotaReserved" and c.get("status") == "False"
                for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict))
 

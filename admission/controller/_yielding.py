@@ -111,8 +111,8 @@ import structlog
 from admission.controller._preempting import queue_rules
 from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_workloads
 from admission.controller._records import parse_time
-from admission.controller._workloads import WorkloadError, condition_true, parse_workload
-from admission.controller._yield_index import Kind, ReservedIndex, WaiterIndex, kueue_order
+from admission.controller._workloads import condition_true
+from admission.controller._yield_index import Kind, ReservedIndex, WaiterIndex, gpus_asked, kueue_order, refused_by_kueue
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
 from admission.queue import Need
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
@@ -132,13 +132,6 @@ def waits_for_quota(obj: Obj) -> bool:
     spec = obj.get("spec") or {}
     return (bool(spec.get("queueName")) and spec.get("active", True) is not False and not condition_true(obj, "QuotaReserved")
             and not condition_true(obj, "Finished"))
-
-
-def refused_by_kueue(obj: Obj) -> bool:
-    """Kueue's scheduler has tried the Workload and not reserved quota for it (``QuotaReserved``
-    written False): a Workload just created, which Kueue may admit in a moment, is not yet that."""
-    return any(c.get("type") == "QuotaReserved" and c.get("status") == "False"
-               for c in (obj.get("status") or {}).get("conditions") or [] if isinstance(c, dict))
 
 
 @dataclass(frozen=True)
@@ -309,7 +302,7 @@ class QuotaYield:
         if mode != "starts" or cq is None or not y.flavor:
             return False
         gpu = self.gpu_resource()
-        want = self._gpus_asked(key, gpu)
+        want = gpus_asked(self.objects.get(key) or {}, gpu)
         if want is None:
             return False
         if (cq, y.flavor) not in quotas:
@@ -346,13 +339,6 @@ class QuotaYield:
         def shares(key: str, theirs: str) -> bool:
             return self._same_cohort(theirs, cluster_queue, queues) and self._could_ever_admit(key, theirs, flavor, queues)
         return shares
-
-    def _gpus_asked(self, key: str, gpu: str | tuple[str, ...]) -> int | None:
-        """The GPUs Workload ``key`` asks for in all its PodSets (None: it does not parse)."""
-        try:
-            return sum(s.count * s.per_pod.gpu for s in parse_workload(self.objects.get(key) or {}, gpu_resource=gpu).podsets)
-        except WorkloadError:
-            return None
 
     def choose(self, parked: Iterable[str], set_aside: Callable[[str], bool], reserving: Callable[[str], bool]) -> list[tuple[str, str]]:
         """(parked Workload, waiting Workload it gives its quota to) pairs. A waiter takes GPUs up

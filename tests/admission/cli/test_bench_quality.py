@@ -9,6 +9,29 @@ import pytest
 
 from admission.cli import _bench_quality as bq
 
+SWEEP_ARGV = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
+              "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod"]
+"""A quality sweep of one small run per policy on a 40-job trace (``spied_sweeps``)."""
+
+
+def spied_sweeps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobs: int = 40) -> list[Any]:
+    """Every ``SweepSpec`` ``atoll bench quality`` runs from now on, on a small ITP trace of ``jobs``
+    rows put where the command looks for it; the sweeps still run."""
+    import admission.simulator as sim
+
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(jobs))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    specs: list[Any] = []
+    real = sim.run_sweep
+
+    def spy(spec: Any, **kw: Any) -> Any:
+        specs.append(spec)
+        return real(spec, **kw)
+
+    monkeypatch.setattr(sim, "run_sweep", spy)
+    return specs
+
 
 def test_the_trace_ships_in_the_package_unless_overridden(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("ATOLL_TRACES_DIR", raising=False)
@@ -89,51 +112,26 @@ def test_the_pessimistic_link_model_and_one_cluster_on_request(monkeypatch: pyte
 
 def test_parking_on_runs_the_quality_sweep_with_atolls_waits_parked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    import admission.simulator as sim
-
-    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
-    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
-    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
-    seen: list[bool] = []
-    real = sim.run_sweep
-
-    def spy(spec: Any, **kw: Any) -> Any:
-        seen.append(spec.parking)
-        return real(spec, **kw)
-
-    monkeypatch.setattr(sim, "run_sweep", spy)
-    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
-            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod"]
+    specs = spied_sweeps(monkeypatch, tmp_path)
+    argv = SWEEP_ARGV
     assert bq.main([*argv, "--parking", "on"]) == 0
-    assert seen == [True] and "Atoll waits parked" in capsys.readouterr().out
+    assert [s.parking for s in specs] == [True] and "Atoll waits parked" in capsys.readouterr().out
     assert bq.main(argv) == 0  # by default each profile parks as its queueing.parkWaiting says
-    assert seen == [True, None] and "parked where the profile says" in capsys.readouterr().out
+    assert [s.parking for s in specs] == [True, None] and "parked where the profile says" in capsys.readouterr().out
     assert bq.main([*argv, "--parking", "off"]) == 0
-    assert seen == [True, None, False] and "Atoll waits on Retries" in capsys.readouterr().out
+    assert [s.parking for s in specs] == [True, None, False] and "Atoll waits on Retries" in capsys.readouterr().out
     with pytest.raises(SystemExit) as bad:
         bq.main([*argv, "--parking", "sometimes"])
     assert bad.value.code == 2 and "--parking" in capsys.readouterr().err
 
 
 def test_the_yield_back_when_fits_flag_reaches_the_quality_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import admission.simulator as sim
-
-    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(20))
-    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
-    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
-    seen: list[bool] = []
-    real = sim.run_sweep
-
-    def spy(spec: Any, **kw: Any) -> Any:
-        seen.append(spec.yield_back_when_fits)
-        return real(spec, **kw)
-
-    monkeypatch.setattr(sim, "run_sweep", spy)
+    specs = spied_sweeps(monkeypatch, tmp_path, jobs=20)
     argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "atoll-strict", "--loads", "1.2",
             "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod", "--format", "json"]
     assert bq.main([*argv, "--yield-back-when-fits"]) == 0
     assert bq.main(argv) == 0
-    assert seen == [True, False]
+    assert [s.yield_back_when_fits for s in specs] == [True, False]
 
 
 def test_binding_table_runs_atoll_under_each_binding_on_the_same_jobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -237,24 +235,11 @@ def test_a_cohort_runs_the_quality_sweep_over_its_cluster_queues_and_a_bad_one_i
                                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    import admission.simulator as sim
-
-    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
-    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
-    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
-    seen: list[Any] = []
-    real = sim.run_sweep
-
-    def spy(spec: Any, **kw: Any) -> Any:
-        seen.append(spec.cohort)
-        return real(spec, **kw)
-
-    monkeypatch.setattr(sim, "run_sweep", spy)
-    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
-            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod", "--format", "json"]
+    specs = spied_sweeps(monkeypatch, tmp_path)
+    argv = [*SWEEP_ARGV, "--format", "json"]
     assert bq.main([*argv, "--cohort", "3"]) == 0
     report = json.loads(capsys.readouterr().out)["quality"]
-    assert len(seen[0]) == 3 and report["cohort"].startswith("cohort of 3 ClusterQueues")
+    assert len(specs[0].cohort) == 3 and report["cohort"].startswith("cohort of 3 ClusterQueues")
     per_seed = report["dgx-h100-superpod"]["comparisons"][0]["policies"]["atoll-strict"]["per_seed"][0]
     assert per_seed["decisions_per_job"] > 0
     assert bq.main([*argv, "--cohort", "two"]) == 2
@@ -265,22 +250,9 @@ def test_the_quota_factor_reaches_the_sweep_and_its_header(monkeypatch: pytest.M
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    import admission.simulator as sim
-
-    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
-    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
-    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
-    seen: list[float] = []
-    real = sim.run_sweep
-
-    def spy(spec: Any, **kw: Any) -> Any:
-        seen.append(spec.quota_factor)
-        return real(spec, **kw)
-
-    monkeypatch.setattr(sim, "run_sweep", spy)
-    argv = ["--skip-scale", "--skip-binding", "--skip-sensitivity", "--policies", "kueue-bestfit,atoll-strict", "--loads", "1.2",
-            "--seeds", "1", "--workers", "1", "--clusters", "dgx-h100-superpod"]
+    specs = spied_sweeps(monkeypatch, tmp_path)
+    argv = SWEEP_ARGV
     assert bq.main([*argv, "--quota-factor", "1.25"]) == 0
-    assert seen == [1.25] and "ClusterQueue quota 1.25 x GPUs" in capsys.readouterr().out
+    assert [s.quota_factor for s in specs] == [1.25] and "ClusterQueue quota 1.25 x GPUs" in capsys.readouterr().out
     assert bq.main([*argv, "--format", "json"]) == 0
-    assert seen == [1.25, 1.0] and json.loads(capsys.readouterr().out)["quality"]["quota_factor"] == 1.0
+    assert [s.quota_factor for s in specs] == [1.25, 1.0] and json.loads(capsys.readouterr().out)["quality"]["quota_factor"] == 1.0

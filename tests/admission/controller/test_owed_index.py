@@ -5,15 +5,43 @@ profiles document, and a look reads only what changed."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterable, Mapping
 
 from admission.controller._owed_index import OwedIndex
-from admission.controller._owing import owed_gangs
+from admission.controller._owing import _read_gang
+from admission.controller._queueing import is_owed
 from admission.controller._records import rfc3339
 from admission.controller._workloads import WorkloadView, parse_workload
 from admission.kube import Obj
+from admission.queue import OwedGang
 from admission.simulator import workload_object
-from policies import load_profiles
+from policies import ProfilesDocument, load_profiles
 from tests.admission.controller.test_owing import HELD, NOW
+
+
+def owed_gangs(objects: Mapping[str, Obj], waiting: Iterable[str], parked: Iterable[str], doc: ProfilesDocument,
+               read: Callable[[Obj], WorkloadView], cluster_queue_of: Callable[[Obj], str | None], flavor_of: Callable[[str], str],
+               now: float) -> dict[tuple[str, str | None], list[OwedGang]]:
+    """The reference ``OwedIndex`` must agree with: (ClusterQueue, flavor or None) → the gangs owed
+    there now, from the Workloads ``waiting`` for quota and ``parked`` (each looked at once; gone
+    or unreadable ones are left out), each read afresh at every look."""
+    out: dict[tuple[str, str | None], list[OwedGang]] = {}
+    seen: set[str] = set()
+    for key in [*waiting, *parked]:
+        obj = objects.get(key)
+        if obj is None or key in seen:
+            continue
+        seen.add(key)
+        r = _read_gang(obj, doc, read)
+        if r.profile is None or not is_owed(r.profile, r.pods, r.gpus, r.created, now):
+            continue
+        queue = r.cluster_queue if r.quota else cluster_queue_of(obj)
+        if not queue:
+            continue
+        flavor = (flavor_of(key) or None) if r.quota else None
+        assert r.created is not None
+        out.setdefault((queue, flavor), []).append(OwedGang(-r.priority, r.created, key, queue, r.gpus, flavor))
+    return out
 
 
 def waiting_for_quota(name: str, pods: int, created: float, priority: int = 0) -> Obj:

@@ -363,13 +363,9 @@ def test_a_waiter_served_takes_its_quota_from_what_the_next_waiter_of_the_pass_c
     assert active(fabric, "gang")  # 16 - 4 taken + 8 = 12 < 16
 
 
-def test_a_giver_takes_parked_quota_only_once_an_event_reached_it(fabric: Fabric) -> None:
-    """The simulator's rule too (``WaitingRoom.is_aside``, one function for both; its twin is
-    ``test_sim.py::test_a_job_that_gave_its_quota_back_takes_parked_quota_once_an_event_reached_it``):
-    a Workload that gave its quota back and waits for it again takes none from another parked one
-    while its need is on file (holding quota, it would park again undecided in what it took); once
-    an event reached it, its need is dropped, it may fit now, and it waits as any Workload does."""
-    ctrl = parked_gang(fabric)
+def gave_and_waits_beside_another(fabric: Fabric, ctrl: Controller) -> str:
+    """The parked "gang" gives its quota to "late", is reactivated and refused quota by Kueue, its
+    need on file; "other" then parks beside it, and the gang takes none of its quota. Its key."""
     key = f"{fabric.ns}/gang"
     waiter(fabric, "late")
     run(ctrl)
@@ -381,6 +377,17 @@ def test_a_giver_takes_parked_quota_only_once_an_event_reached_it(fabric: Fabric
     (other,) = run(ctrl)
     assert other.parked and active(fabric, "other")  # the gang waits for quota beside it, and takes none: its need is on file
     assert ctrl.quota_yields == 1
+    return key
+
+
+def test_a_giver_takes_parked_quota_only_once_an_event_reached_it(fabric: Fabric) -> None:
+    """The simulator's rule too (``WaitingRoom.is_aside``, one function for both; its twin is
+    ``test_sim.py::test_a_job_that_gave_its_quota_back_takes_parked_quota_once_an_event_reached_it``):
+    a Workload that gave its quota back and waits for it again takes none from another parked one
+    while its need is on file (holding quota, it would park again undecided in what it took); once
+    an event reached it, its need is dropped, it may fit now, and it waits as any Workload does."""
+    ctrl = parked_gang(fabric)
+    key = gave_and_waits_beside_another(fabric, ctrl)
     fabric.core.patch_node(fabric.node_name(0, 0, 1), {"metadata": {"labels": {"touched": "yes"}}})  # wakes every parked Workload
     (again,) = run(ctrl)  # "other" decided afresh (parks again); the gang's need is dropped: it holds no quota to be decided on
     assert again.parked and not ctrl.parking.is_aside(key) and key not in ctrl.parking
@@ -401,17 +408,7 @@ def test_a_giver_an_event_reached_takes_quota_only_when_its_placement_fits_now(f
     fabric.submit("gang", [("main", 2, 4)])
     (first,) = run(ctrl)
     assert first.parked
-    key = f"{fabric.ns}/gang"
-    waiter(fabric, "late")
-    run(ctrl)
-    kueue_deactivates(fabric, "gang")
-    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
-    run(ctrl)
-    assert active(fabric, "gang") and ctrl.parking.is_aside(key)  # reactivated, refused quota by Kueue (QuotaReserved=False)
-    fabric.submit("other", [("main", 2, 4)])
-    (other,) = run(ctrl)
-    assert other.parked and active(fabric, "other")  # the gang waits for quota beside it, and takes none: its need is on file
-    assert ctrl.quota_yields == 1
+    key = gave_and_waits_beside_another(fabric, ctrl)
     fabric.core.patch_node(fabric.node_name(0, 0, 1), {"metadata": {"labels": {"touched": "yes"}}})  # wakes every parked Workload
     (again,) = run(ctrl)  # "other" decided afresh (parks again); the gang's island is still busy: its need stays on file
     assert again.parked and ctrl.parking.is_aside(key)

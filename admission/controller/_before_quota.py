@@ -64,7 +64,7 @@ from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, Clock, ClusterPort, Obj
 __all__ = ["BeforeQuota", "PreDecision"]
 
 QUEUE_TTL_SECONDS = 30.0
-"""How long a LocalQueue's ClusterQueue and a ClusterQueue's flavors are taken as read."""
+"""How long a ClusterQueue's flavors are taken as read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +112,6 @@ class BeforeQuota:
         """Key → when (monotonic) it was first seen waiting for quota, Pending."""
         self._not_before: dict[str, float] = {}
         """Key → when it may be pre-decided again (after a release, or a decision that was not a placement)."""
-        self._lq: dict[str, tuple[float, str | None]] = {}
         self._cq: dict[str, tuple[float, str | None]] = {}
         self._checks: dict[str, tuple[float, dict[str, frozenset[str]] | None]] = {}
         """ClusterQueue → its admission checks and the flavors each applies to (empty: every flavor)."""
@@ -140,10 +139,9 @@ class BeforeQuota:
         if not lq:
             return None
 
-        def read() -> str | None:
-            cq = (self.port.get(LOCAL_QUEUES, lq, namespace=ns).get("spec") or {}).get("clusterQueue")
-            return str(cq) if cq else None
-        return self._get(self._lq, f"{ns}/{lq}", read)
+        found = self.cache.objects[LOCAL_QUEUES].get(f"{ns}/{lq}")  # watched: no API read per Workload
+        cq = (found.get("spec") or {}).get("clusterQueue") if found is not None else None
+        return str(cq) if cq else None
 
     def flavor(self, cluster_queue: str) -> str | None:
         """The one flavor of ``cluster_queue``'s resource group covering the accelerator, when it

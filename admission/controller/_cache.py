@@ -31,7 +31,7 @@ import structlog
 
 from admission import vocabulary
 from admission.controller._slim import SLIM
-from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS, Obj, Resource, newer, object_key
+from admission.kube import ADMISSION_CHECKS, LOCAL_QUEUES, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS, Obj, Resource, newer, object_key
 from policies import DEFAULT_FABRIC_LINK, DEFAULT_LINKS, ProfilesDocument
 from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration
 
@@ -191,7 +191,8 @@ class ClusterCache:
         self.gpu_resource: tuple[str, ...] = (gpu_resource,)
         """Every accelerator resource a flavor offers (``ProfilesDocument.accelerators``): a node's
         and a pod's GPU column is their sum, so each flavor counts its own kind."""
-        self.objects: dict[Resource, dict[str, Obj]] = {r: {} for r in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS, WORKLOADS)}
+        self.objects: dict[Resource, dict[str, Obj]] = {r: {} for r in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS, WORKLOADS,
+                                                                                LOCAL_QUEUES)}
         self.nodes: dict[str, NodeInfo] = {}
         self.node_problems: dict[str, str] = {}
         self.node_changed = False

@@ -75,6 +75,7 @@ from admission.controller._yielding import QuotaYield, Yielded, yield_patch
 from admission.kube import (
     ADMISSION_CHECKS,
     CONFIGMAPS,
+    LOCAL_QUEUES,
     NODES,
     PODS,
     RESOURCE_FLAVORS,
@@ -197,8 +198,8 @@ class Controller:
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting,
                                settle_by_fit=self.settings.decisions.quota_yield_back_when_fits)
-        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], port, lambda: self.cache.gpu_resource, self._free_gpus,
-                                      self.settings.decisions.quota_yield_max_seconds)
+        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], self.cache.objects[LOCAL_QUEUES], port,
+                                      lambda: self.cache.gpu_resource, self._free_gpus, self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
         self.queue_state.outlook.quota_waiters = lambda flavor, cq: quota_line(
             self.cache.objects[WORKLOADS], list(self.quota_yield.waiters), self.decider.read, self.quota_yield.cluster_queue_of, flavor, cq,
@@ -240,6 +241,7 @@ class Controller:
             Watch(TOPOLOGIES),
             Watch(NODES),
             Watch(PODS, None, BOUND_PODS),
+            Watch(LOCAL_QUEUES),  # before Workloads: a Workload's first look finds its ClusterQueue
             Watch(WORKLOADS),
         )
         self.informers = Informers(port, self.watches, self.settings.watch, self._inbox, self._stop)
@@ -264,6 +266,11 @@ class Controller:
         self._synced.add(resource)
         if resource == CONFIGMAPS:
             self._on_configmap(items[0] if items else None)
+            return
+        if resource == LOCAL_QUEUES:
+            before = set(self.cache.objects[LOCAL_QUEUES])
+            self.cache.replace_all(resource, items)
+            self._local_queues_added(set(self.cache.objects[LOCAL_QUEUES]) - before)
             return
         if resource in (PODS, NODES) and len(self.parking.room):  # a relist: what changed since is applied at once
             nodes = (dict(self.cache.nodes), dict(self.cache.node_problems))  # what placement reads: a heartbeat changes neither
@@ -330,14 +337,27 @@ class Controller:
             elif resource == ADMISSION_CHECKS:
                 self._on_admission_checks()
             return
+        added = resource == LOCAL_QUEUES and object_key(obj) not in self.cache.objects[LOCAL_QUEUES]
         if not self.cache.upsert(resource, obj):
             return
+        if added:
+            self._local_queues_added({object_key(obj)})
         if resource == NODES and self.cache.node_changed:  # not a heartbeat: it could have room for a parked Workload now
             self._wake(self.parking.wake_all())
         if resource == WORKLOADS:
             self._on_workload(obj)
         elif resource == ADMISSION_CHECKS:
             self._on_admission_checks()
+
+    def _local_queues_added(self, keys: set[str]) -> None:
+        """LocalQueues new to the cache: the Workloads naming them are looked at again, since what
+        reads a Workload's ClusterQueue (decisions before quota) found none when it saw them."""
+        if not keys:
+            return
+        for obj in list(self.cache.objects[WORKLOADS].values()):
+            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+            if f"{meta.get('namespace')}/{spec.get('queueName')}" in keys:
+                self._on_workload(obj)
 
     def _forget_key(self, key: str) -> None:
         """A Workload is gone: its failure and conflict counts go with it (its delayed entry, if

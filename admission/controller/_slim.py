@@ -1,4 +1,4 @@
-"""What the controller's cache keeps of a Node or a Workload: only the fields Atoll reads.
+"""What the controller's cache keeps of a Node, a Workload or a LocalQueue: only the fields Atoll reads.
 
 A GPU fleet's Nodes carry the kubelet's image list, addresses, node info and ``managedFields``,
 and Kueue's Workloads a full pod template (images, commands, environment, volumes) and
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.kube import NODES, WORKLOADS, Obj
+from admission.kube import LOCAL_QUEUES, NODES, WORKLOADS, Obj
 
-__all__ = ["SLIM", "slim_node", "slim_workload"]
+__all__ = ["SLIM", "slim_local_queue", "slim_node", "slim_workload"]
 
 ATOLL_PREFIX = "atoll.dev/"
 _NODE_META = ("name", "uid", "resourceVersion", "generation", "labels")
@@ -88,5 +88,16 @@ def _slim_podset(ps: Any) -> Any:
     return {**ps, "template": {**template, "spec": slim}}
 
 
-SLIM = {NODES: slim_node, WORKLOADS: slim_workload}
+def slim_local_queue(obj: Obj) -> Obj:
+    """A LocalQueue with only what Atoll reads: its identity, version and ``spec.clusterQueue``
+    (which ClusterQueue a Workload waiting for quota queues in); its status is dropped."""
+    out: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
+    meta = obj.get("metadata")
+    out["metadata"] = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta} if isinstance(meta, dict) else meta
+    spec = obj.get("spec")
+    out["spec"] = {k: spec[k] for k in ("clusterQueue",) if k in spec} if isinstance(spec, dict) else spec
+    return out
+
+
+SLIM = {NODES: slim_node, WORKLOADS: slim_workload, LOCAL_QUEUES: slim_local_queue}
 """Resource → what the cache keeps of its objects (resources not named are kept whole)."""

@@ -92,9 +92,12 @@ The churn is bounded by these rules:
 So two parked Workloads of one ClusterQueue cannot hand the quota to each other back and forth:
 quota yields are bounded by decisions, and decisions by events.
 
-A LocalQueue's ``spec.clusterQueue`` is immutable (Kueue's CRD validation), so it is read once
-(``get``) and kept; a ClusterQueue's cohort is read on each pass that needs it. One that cannot be
-read gives nothing back (the Workload keeps its quota, as before).
+Which ClusterQueue a waiting Workload queues in is read from the controller's watched
+LocalQueues (``local_queues``), never fetched per Workload: a pass may weigh every Workload waiting
+in the cluster, and one API read each (or each pass, for a LocalQueue that does not exist) would
+make the decision loop as slow as the API server. A Workload whose LocalQueue is not in the cache
+is in no ClusterQueue yet. A ClusterQueue's cohort is read on each pass that needs it; one that
+cannot be read gives nothing back (the Workload keeps its quota, as before).
 
 The module runs past 400 lines because who gives to whom (``choose``) and when it comes back
 (``due``) read the same queue order and cohort quota; split, each half would carry the other's.
@@ -113,7 +116,7 @@ from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_w
 from admission.controller._records import parse_time
 from admission.controller._workloads import condition_true
 from admission.controller._yield_index import Kind, ReservedIndex, WaiterIndex, gpus_asked, kueue_order, refused_by_kueue
-from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, ClusterPort, Obj, errors, object_key
+from admission.kube import CLUSTER_QUEUES, ClusterPort, Obj, errors, object_key
 from admission.queue import Need
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
 
@@ -170,9 +173,12 @@ def _flavor(obj: Obj, gpu: str | tuple[str, ...]) -> str:
 class QuotaYield:
     """Which parked Workloads give their quota back to which waiting one (the rules above)."""
 
-    def __init__(self, objects: Mapping[str, Obj], port: ClusterPort, gpu_resource: Callable[[], str | tuple[str, ...]],
-                 free_gpus: Callable[[str], int | None] = lambda flavor: None, max_seconds: float = math.inf) -> None:
+    def __init__(self, objects: Mapping[str, Obj], local_queues: Mapping[str, Obj], port: ClusterPort,
+                 gpu_resource: Callable[[], str | tuple[str, ...]], free_gpus: Callable[[str], int | None] = lambda flavor: None,
+                 max_seconds: float = math.inf) -> None:
         self.objects = objects
+        self.local_queues = local_queues
+        """LocalQueues by ``namespace/name``, as the controller watches them."""
         self.max_seconds = max_seconds
         """The longest a yield lasts (s, from the give): ``decisions.quota_yield_max_seconds``."""
         self.timed_out: set[str] = set()
@@ -191,7 +197,6 @@ class QuotaYield:
         """Workloads deactivated to give their quota back, until Atoll reactivates them."""
         self._served: dict[str, int] = {}
         """GPUs given back so far to each Workload still waiting for quota: it takes no more than it asks for."""
-        self._local_queues: dict[str, str | None] = {}
         self._refused: set[str] = set()
         """Waiters Kueue's scheduler has refused quota (``refused_by_kueue``)."""
         self._claims: dict[str, tuple[str, str, int]] = {}
@@ -485,17 +490,10 @@ class QuotaYield:
     def _cluster_queue(self, obj: Obj) -> str | None:
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace") or ""), str((obj.get("spec") or {}).get("queueName") or "")
-        key = f"{ns}/{name}"
-        if key not in self._local_queues:
-            try:
-                lq = self.port.get(LOCAL_QUEUES, name, namespace=ns)
-            except errors.NotFound:
-                return None  # not kept: the LocalQueue may be created later
-            except errors.ApiError as exc:
-                _log.warning("LocalQueue unreadable; no quota given back for its Workloads", local_queue=key, error=str(exc))
-                return None
-            self._local_queues[key] = str((lq.get("spec") or {}).get("clusterQueue") or "") or None
-        return self._local_queues[key]
+        lq = self.local_queues.get(f"{ns}/{name}")
+        if lq is None:
+            return None
+        return str((lq.get("spec") or {}).get("clusterQueue") or "") or None
 
     def _queue(self, name: str, queues: dict[str, Obj | None]) -> Obj | None:
         """The ClusterQueue, read once per pass (None: unreadable)."""

@@ -350,19 +350,23 @@ def test_secure_metrics_answer_only_a_token_the_cluster_allows_to_read_them(inst
 
 
 def test_parked_quota_is_given_back_with_only_the_charts_permissions(installed: Installed) -> None:
-    """``--park-waiting`` maps a Workload waiting for quota to its ClusterQueue (get LocalQueue) and
-    weighs cohorts (get ClusterQueue) with the chart's token; listing LocalQueues stays forbidden."""
-    from admission.controller._yielding import QuotaYield
+    """The controller, with the chart's token, watches LocalQueues (so it maps a Workload waiting
+    for quota to its ClusterQueue without a read per Workload) and reads ClusterQueues (cohorts);
+    it needs no ``get`` on a LocalQueue, and the chart grants none."""
     from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES
     from admission.kube.errors import Forbidden
     from tests.kube_objects import workload
 
     fabric = installed.fabric
     port = KubePort(installed.atoll, Settings().api)
-    assert QuotaYield({}, port, lambda: "nvidia.com/gpu")._cluster_queue(workload(TEAM_NS, "waiter", [("main", 1, 4)])) == fabric.cq
+    controller = Controller(port, recorder=Recorder(io.StringIO()),
+                            settings=Settings(kueue=KueueSettings(admission_check=fabric.check), config=ConfigSettings(namespace=RELEASE_NS)))
+    controller.sync()  # lists every watched resource with the chart's token
+    assert controller.quota_yield.cluster_queue_of(workload(TEAM_NS, "waiter", [("main", 1, 4)])) == fabric.cq
+    assert controller.quota_yield.cluster_queue_of(workload(TEAM_NS, "lost", [("main", 1, 4)], queue="no-such-queue")) is None
     assert port.get(CLUSTER_QUEUES, fabric.cq)["metadata"]["name"] == fabric.cq
     with pytest.raises(Forbidden):
-        port.list(LOCAL_QUEUES, namespace=TEAM_NS)
+        port.get(LOCAL_QUEUES, "lq", namespace=TEAM_NS)
 
 
 def test_the_uninstall_hook_ends_yields_with_only_its_own_permissions(installed: Installed) -> None:

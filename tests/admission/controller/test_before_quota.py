@@ -15,9 +15,9 @@ import pytest
 
 from admission import vocabulary
 from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, Settings
-from admission.kube import WORKLOADS
+from admission.kube import LOCAL_QUEUES, WORKLOADS, WatchEvent
 from tests.admission.fabric import Fabric, run
-from tests.kube_objects import apply_workload_status, is_true, now_rfc3339, workload
+from tests.kube_objects import GROUP, VERSION, apply_workload_status, is_true, local_queue, now_rfc3339, workload
 
 pytestmark = pytest.mark.apiserver
 
@@ -76,6 +76,29 @@ def test_off_by_default_nothing_is_decided_before_quota(fabric: Fabric) -> None:
     ctrl = fabric.controller()
     queue(fabric, "early", [("main", 2, 4)])
     assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["relisted", "watched"])
+def test_a_workload_whose_local_queue_comes_later_is_decided_before_quota_once_it_exists(fabric: Fabric, watched: bool) -> None:
+    """Which ClusterQueue a Workload queues in comes from the LocalQueues the controller watches: a
+    Workload naming one not created yet is not decided early (no ClusterQueue, no flavor to
+    assume), and once the LocalQueue appears, on a relist or a watch event, it is, though the
+    Workload itself did not change."""
+    fabric.install()
+    fabric.kueue.create(workload(fabric.ns, "early", [("main", 2, 4)], queue="later"))
+    apply_workload_status(fabric.custom, fabric.ns, "early", {"admissionChecks": [
+        {"name": fabric.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]})
+    ctrl = fabric.controller(settings=settings(fabric))
+    assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
+    created = fabric.custom.create_namespaced_custom_object(GROUP, VERSION, fabric.ns, "localqueues",
+                                                            local_queue(fabric.ns, "later", fabric.cq))
+    if watched:
+        ctrl._apply_event(LOCAL_QUEUES, WatchEvent("ADDED", created))
+        verdicts = ctrl.process()
+    else:
+        verdicts = run(ctrl)
+    assert [v.outcome for v in verdicts] == ["admit"]
+    assert fabric.entry("early")["state"] == "Ready" and counted(ctrl, "decided") == 1
 
 
 def test_a_hold_without_quota_is_released_and_not_taken_again_at_once(fabric: Fabric) -> None:

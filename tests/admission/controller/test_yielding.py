@@ -9,6 +9,8 @@ inactive."""
 from __future__ import annotations
 
 import time
+from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -95,6 +97,39 @@ def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_dec
     (decided,) = run(ctrl)
     assert decided.outcome == "wait" and decided.parked and records_of(fabric, "gang") == 2
     assert ctrl.quota_yields == 2 and yielded_to(fabric, "gang") == f"{fabric.ns}/late-again"  # decided afresh: once more
+
+
+class CountingPort:
+    """The real port, counting each ``get`` by resource plural (what the decision loop reads per call)."""
+
+    def __init__(self, port: Any) -> None:
+        self.port = port
+        self.gets: Counter[str] = Counter()
+
+    def get(self, resource: Any, name: str, namespace: str | None = None) -> Any:
+        self.gets[resource.plural] += 1
+        return self.port.get(resource, name, namespace=namespace)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.port, name)
+
+
+def test_waiters_naming_a_local_queue_that_does_not_exist_cost_no_read_per_pass(fabric: Fabric) -> None:
+    """Which ClusterQueue a waiter queues in comes from the watched LocalQueues: thirty Workloads
+    waiting in a LocalQueue that does not exist cost no API read on any pass (each cost one per
+    pass when LocalQueues were read one by one), and the one waiter in a real LocalQueue still
+    gets the parked gang's quota."""
+    counting = CountingPort(fabric.port)
+    fabric.port = counting  # type: ignore[assignment]
+    ctrl = parked_gang(fabric)
+    for i in range(30):
+        waiter(fabric, f"lost-{i}", queue="no-such-queue")
+    for _ in range(3):
+        assert run(ctrl) == []
+    assert counting.gets["localqueues"] == 0 and active(fabric, "gang")
+    waiter(fabric, "real")
+    assert run(ctrl) == []
+    assert yielded_to(fabric, "gang") == f"{fabric.ns}/real" and counting.gets["localqueues"] == 0
 
 
 def test_a_waiter_of_another_cluster_queue_outside_the_cohort_takes_nothing(fabric: Fabric) -> None:

@@ -13,12 +13,14 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.envtest import ApiServer, Binaries, EnvtestError, ensure_kueue_crds, find_binaries, install_kueue_crds
+from tests.kube_objects import manifest
 
 SKIP_ENV = "ATOLL_SKIP_APISERVER"
 _MISSING_KEY = pytest.StashKey[str]()
@@ -88,14 +90,21 @@ def kueue_crds() -> Path:
         pytest.fail(str(exc))
 
 
-@pytest.fixture(scope="session")
-def apiserver() -> Iterator[ApiServer]:
+@contextmanager
+def kueue_apiserver() -> Iterator[ApiServer]:
+    """A new apiserver with Kueue's CRDs installed; the test fails naming what is missing without one."""
     try:
         binaries, crds = control_plane()
     except EnvtestError as exc:
         pytest.fail(str(exc))
     with ApiServer(binaries) as api:
         install_kueue_crds(api.api_client(), crds)
+        yield api
+
+
+@pytest.fixture(scope="session")
+def apiserver() -> Iterator[ApiServer]:
+    with kueue_apiserver() as api:
         yield api
 
 
@@ -118,5 +127,5 @@ def namespace(kube_client: Any, request: pytest.FixtureRequest) -> str:
     from kubernetes import client
 
     name = _namespace_name(request)
-    client.CoreV1Api(kube_client).create_namespace({"metadata": {"name": name}})
+    client.CoreV1Api(kube_client).create_namespace(manifest({"metadata": {"name": name}}))
     return name

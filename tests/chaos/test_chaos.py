@@ -31,11 +31,11 @@ from topology import ResourceVector
 pytestmark = pytest.mark.apiserver
 
 
-def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver: Any) -> None:
+def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(chaos_apiserver: Any) -> None:
     """Every run also fails its first running pod (``plant_failure``), so the failure path is
     audited whatever the dice draw (a random ``fail_rate`` alone drew no failure in some runs)."""
     config = RunConfig(seed=11, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2, plant_failure=True)
-    summary = run_many(apiserver, 3, config, prefix="chaos-small")
+    summary = run_many(chaos_apiserver, 3, config, prefix="chaos-small")
     assert summary.clean, summary.json()
     assert summary.ledger_mismatch == 0, summary.failed_runs
     # the runs did what they claim: faults answered, controllers killed, decisions written, pods bound, failed and replaced
@@ -44,26 +44,26 @@ def test_a_few_seeded_runs_with_faults_and_kills_keep_every_invariant(apiserver:
     assert summary.pods_failed > 0 and summary.replacements_bound > 0
 
 
-def test_seeded_runs_with_pipelined_writes_keep_every_invariant(apiserver: Any) -> None:
+def test_seeded_runs_with_pipelined_writes_keep_every_invariant(chaos_apiserver: Any) -> None:
     """Decision writes in flight at once (``write_workers``), under faults and kills: no
     double booking, nothing lost, the ledger matches the cluster."""
-    summary = run_many(apiserver, 3, RunConfig(seed=31, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2, write_workers=4),
+    summary = run_many(chaos_apiserver, 3, RunConfig(seed=31, fault_rate=0.2, seconds=4.0, shapes="flat", fail_rate=0.2, write_workers=4),
                        prefix="chaos-pipelined")
     assert summary.clean, summary.json()
     assert summary.ledger_mismatch == 0, summary.failed_runs
     assert sum(summary.faults.values()) > 0 and summary.decisions > 0 and summary.admissions > 0
 
 
-def test_an_atoll_run_process_killed_with_sigkill_keeps_every_invariant(apiserver: Any) -> None:
+def test_an_atoll_run_process_killed_with_sigkill_keeps_every_invariant(chaos_apiserver: Any) -> None:
     config = RunConfig(seed=21, fault_rate=0.2, seconds=8.0, kill_rate=0.05, shapes="flat", process=True)
-    summary = run_many(apiserver, 1, config, prefix="chaos-process")
+    summary = run_many(chaos_apiserver, 1, config, prefix="chaos-process")
     assert summary.clean, summary.json()
     assert summary.kills["sigkill"] >= 1 and summary.decisions > 0, summary.json()
 
 
-def test_two_replicas_with_the_leader_killed_never_write_in_one_term(apiserver: Any) -> None:
+def test_two_replicas_with_the_leader_killed_never_write_in_one_term(chaos_apiserver: Any) -> None:
     config = RunConfig(seed=31, fault_rate=0.2, seconds=6.0, kill_rate=0.05, shapes="nested", replicas=True)
-    summary = run_many(apiserver, 2, config, prefix="chaos-replicas")
+    summary = run_many(chaos_apiserver, 2, config, prefix="chaos-replicas")
     assert summary.clean, summary.json()
     assert summary.dual_leaders == 0 and sum(summary.kills.values()) >= 1, summary.json()
     assert summary.takeovers >= 3 and summary.decisions > 0, summary.json()  # leaders were replaced (2 runs, 3+ tenures) and decided
@@ -116,16 +116,16 @@ def test_the_term_audit_reads_the_servers_timeline() -> None:
     assert writes_outside_term([a_holds, inside, answered_late, b_takes], "chaos-x-") == []
 
 
-def test_write_attempts_bounded_by_the_term_never_land_outside_it(apiserver: Any) -> None:
+def test_write_attempts_bounded_by_the_term_never_land_outside_it(chaos_apiserver: Any) -> None:
     config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, **SLOW_SERVER)  # type: ignore[arg-type]
-    summary = run_many(apiserver, 2, config, prefix="chaos-bounded")
+    summary = run_many(chaos_apiserver, 2, config, prefix="chaos-bounded")
     assert summary.takeovers >= 2 and summary.writes_received > 0 and summary.decisions > 0, summary.json()
     assert summary.dropped_slow > 0, summary.json()  # attempts did end while the server held them
     assert summary.writes_outside_term == 0, summary.json()
     assert summary.clean, summary.json()
 
 
-def test_writes_answered_after_a_takeover_but_applied_before_it_are_not_outside_the_term(apiserver: Any) -> None:
+def test_writes_answered_after_a_takeover_but_applied_before_it_are_not_outside_the_term(chaos_apiserver: Any) -> None:
     """The proxy reads the server's answer to 40% of writes 0.5 to 3 s late (``late-read``, as a
     loaded proxy process does): many answers come after another replica's Lease write, which a
     timing audit counts against their sender; the server's revisions show each was applied
@@ -135,7 +135,7 @@ def test_writes_answered_after_a_takeover_but_applied_before_it_are_not_outside_
     late = 0
     for seed in (41, 42, 43):
         config = RunConfig(seed=seed, kill_rate=0.06, shapes="nested", replicas=True, **{**SLOW_SERVER, "faults": ("late-read",)})  # type: ignore[arg-type]
-        summary = run_many(apiserver, 2, config, prefix=f"chaos-late-read-s{seed}")
+        summary = run_many(chaos_apiserver, 2, config, prefix=f"chaos-late-read-s{seed}")
         assert summary.faults["late-read"] > 0 and summary.takeovers >= 2 and summary.decisions > 0, summary.json()
         assert summary.writes_outside_term == 0 and summary.clean, summary.json()
         late += summary.writes_answered_late
@@ -144,7 +144,7 @@ def test_writes_answered_after_a_takeover_but_applied_before_it_are_not_outside_
     assert late > 0  # the timing audit's false alarm happened, and the server's record cleared it
 
 
-def test_writes_the_server_ended_or_hung_up_on_are_settled_from_its_record(apiserver: Any) -> None:
+def test_writes_the_server_ended_or_hung_up_on_are_settled_from_its_record(chaos_apiserver: Any) -> None:
     """30 % of writes either reach the server with a 1 ms deadline (``deadline``: the server ends
     them itself, with a 504 or after applying them) or are cut off after the server got them
     (``hang-up``): their answers say nothing of whether they were applied. The audit settles
@@ -152,20 +152,20 @@ def test_writes_the_server_ended_or_hung_up_on_are_settled_from_its_record(apise
     none of them applied outside its sender's term."""
     config = RunConfig(seed=51, fault_rate=0.3, faults=("deadline", "hang-up"), seconds=6.0, kill_rate=0.05, shapes="nested",
                        replicas=True)
-    summary = run_many(apiserver, 2, config, prefix="chaos-ended")
+    summary = run_many(chaos_apiserver, 2, config, prefix="chaos-ended")
     assert summary.faults["deadline"] > 0 and summary.faults["hang-up"] > 0 and summary.decisions > 0, summary.json()
     assert summary.writes_unknown > 0 and summary.writes_unknown_unsettled == 0, summary.json()
     assert summary.record_misses == 0 and summary.writes_checked > 0, summary.json()
     assert summary.writes_outside_term == 0 and summary.clean, summary.json()
 
 
-def test_a_server_still_slow_while_settling_has_every_workload_decided_within_the_terms(apiserver: Any) -> None:
+def test_a_server_still_slow_while_settling_has_every_workload_decided_within_the_terms(chaos_apiserver: Any) -> None:
     """The settle phase on a server that stays slow (as a loaded machine's: reads time out):
     with the chaos terms a clean leader's writes were refused by its own fence and 11 Workloads
     were left undecided (counted lost); the settle's terms leave room for the server's answers,
     and every write still lands inside its sender's term."""
     config = RunConfig(seed=41, kill_rate=0.06, shapes="nested", replicas=True, settle_faults=True, **SLOW_SERVER)  # type: ignore[arg-type]
-    summary = run_many(apiserver, 2, config, prefix="chaos-slow-settle")
+    summary = run_many(chaos_apiserver, 2, config, prefix="chaos-slow-settle")
     assert summary.writes_received > 0 and summary.decisions > 0, summary.json()
     assert summary.lost == 0 and summary.writes_outside_term == 0, summary.json()
     assert summary.clean, summary.json()
@@ -179,10 +179,10 @@ def forgetful_controller(*args: Any, **kwargs: Any) -> Controller:
     return ctrl
 
 
-def test_the_audit_catches_a_ledger_that_forgets_owed_pods(apiserver: Any) -> None:
+def test_the_audit_catches_a_ledger_that_forgets_owed_pods(chaos_apiserver: Any) -> None:
     config = RunConfig(seed=5, fault_rate=0.0, seconds=2.0, quota_factor=2.0, kill_rate=0.0, crash_rate=0.0,
                        bind_rate=0.05, finish_rate=0.0, preempt_rate=0.0, shapes="flat")
-    summary = run_many(apiserver, 2, config, prefix="chaos-forgetful", controller_factory=forgetful_controller)
+    summary = run_many(chaos_apiserver, 2, config, prefix="chaos-forgetful", controller_factory=forgetful_controller)
     assert summary.unplaceable_owed + summary.double_booked > 0, summary.json()
     assert not summary.clean
 
@@ -204,20 +204,20 @@ def counts_failed_pods_as_done(*args: Any, **kwargs: Any) -> Controller:
     return ctrl
 
 
-def test_the_audit_catches_a_ledger_that_counts_failed_pods_as_done(apiserver: Any) -> None:
+def test_the_audit_catches_a_ledger_that_counts_failed_pods_as_done(chaos_apiserver: Any) -> None:
     """The planted failure (``planted``): the faulty ledger hands the failed pod's slot to the
     next Workload while the replacement is pending, and the audit finds the pod left without room."""
-    faulty = planted_failure(apiserver, "chaos-failed-done", counts_failed_pods_as_done)
+    faulty = planted_failure(chaos_apiserver, "chaos-failed-done", counts_failed_pods_as_done)
     assert faulty.narrow_outcome == "admit", faulty.result.violations
     assert faulty.result.pods_failed == 1 and faulty.result.replacements_bound == 1, faulty.result
     assert faulty.result.unplaceable_owed + faulty.result.double_booked > 0, faulty.result
     assert not faulty.result.clean
 
 
-def test_an_honest_ledger_keeps_a_failed_pods_slot_for_its_replacement(apiserver: Any) -> None:
+def test_an_honest_ledger_keeps_a_failed_pods_slot_for_its_replacement(chaos_apiserver: Any) -> None:
     """The same planted failure with the controller as it ships: the next Workload waits, and
     the audit finds nothing (so what it finds with the faulty ledger is the fault)."""
-    honest = planted_failure(apiserver, "chaos-failed-honest")
+    honest = planted_failure(chaos_apiserver, "chaos-failed-honest")
     assert honest.narrow_outcome == "wait", honest.result.violations
     assert honest.result.pods_failed == 1 and honest.result.replacements_bound == 1, honest.result
     assert honest.result.clean and honest.result.ledger_mismatch == 0, honest.result.violations

@@ -30,7 +30,7 @@ from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._domains import DomainLedger
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
-from admission.controller._queueing import SpanCost, behind_gang, created_at, hold_reservations, join_line, queue_turn, reserve_deadline
+from admission.controller._queueing import SpanCost, behind_gang, created_at, hold_reservations, join_line, queue_turn, reserve_deadline, suspended_note
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
 from admission.controller._spread import apply_spread, never_message, read_spread
@@ -427,7 +427,7 @@ class Decider:
                 self.queue.reservations.release(key)
         elif self.queue is not None and decision.outcome == "admit":
             self.queue.reservations.release(key)
-        message = decision.message + (f" ({turn_note})" if turn_note else "")
+        message = decision.message + (f" ({turn_note})" if turn_note else "") + suspended_note(self.queue, flavor, key)
         if set_aside and decision.outcome != "admit":
             message += (f" ({set_aside} nodes set aside: pods other admitted Workloads still owe may bind there; "
                         "they free up as those pods bind)")

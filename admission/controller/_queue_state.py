@@ -49,7 +49,7 @@ from admission.controller._workloads import WorkloadError, check_entry, conditio
 from admission.kube import Obj, object_key
 from admission.queue import Held, Outlook, Plan, Reservation, Running
 
-__all__ = ["HELD_CONDITION", "RESERVED_CONDITION", "QueueState", "decode_hold", "encode_hold"]
+__all__ = ["HELD_CONDITION", "RESERVED_CONDITION", "QueueState", "decode_hold", "encode_hold", "holds_quota"]
 
 RESERVED_CONDITION = vocabulary.RESERVED_CONDITION
 """Atoll's condition on a gang's Workload while it holds a reservation (message: ``Reservation.encode``)."""
@@ -71,6 +71,15 @@ def decode_hold(text: str) -> tuple[str, str, str, tuple[str, ...]] | None:
         return str(d["flavor"]), str(d.get("level") or ""), str(d.get("domain") or ""), tuple(sorted(str(n) for n in nodes))
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
+
+
+def holds_quota(obj: Obj) -> bool:
+    """Does the Workload hold quota Atoll may use, as Kueue v0.19.2 tells it: ``QuotaReserved``
+    is True (``workload.HasQuotaReservation``), it is active (``workload.IsActive``: ``spec.active``
+    unset or true) and not being evicted (``Evicted`` True: Kueue releases the quota as the job
+    stops, and Atoll decides nothing on it meanwhile, as the ledger's ``holds_reservation``)."""
+    return (condition_true(obj, "QuotaReserved") and not condition_true(obj, "Evicted") and not condition_true(obj, "Finished")
+            and (obj.get("spec") or {}).get("active", True) is not False)
 
 
 FINISHED_SUCCEEDED = "Succeeded"
@@ -113,6 +122,8 @@ class QueueState:
         """uid → key of each Workload seen."""
         self._where: dict[str, tuple[str, str]] = {}
         """gang uid → (level, domain) of the domain held for it."""
+        self._suspended: set[str] = set()
+        """Flavors where a reservation was suspended since ``take_suspended`` last looked."""
 
     # ------------------------------------------------------------------ fed from the cache
 
@@ -128,8 +139,8 @@ class QueueState:
             self.outlook.reservations.release(key)
             return
         entry = check_entry(obj, check_names) if check_names else None
-        running = (condition_true(obj, "QuotaReserved") and not condition_true(obj, "Evicted")
-                   and (obj.get("spec") or {}).get("active", True) is not False and entry is not None and entry.get("state") == "Ready")
+        quota = holds_quota(obj)
+        running = quota and entry is not None and entry.get("state") == "Ready"
         if running and entry is not None:
             if self.outlook.running(key) is None:
                 got = self._running(obj, uid, entry)
@@ -138,6 +149,15 @@ class QueueState:
         else:
             self.outlook.forget(key)
         self._mirror(obj, key, uid)
+        changed = self.outlook.reservations.quota(key, quota)
+        if changed is not None and not quota:
+            self._suspended.add(changed.flavor)
+
+    def take_suspended(self) -> list[str]:
+        """Flavors where a reservation was suspended since the last call (its holder lost its
+        quota): what it kept out may fit now, so their parked Workloads are decided again."""
+        out, self._suspended = sorted(self._suspended), set()
+        return out
 
     def gone(self, obj: Obj) -> None:
         """The Workload was deleted: it is forgotten (nothing learned), its reservation and hold end."""

@@ -38,7 +38,7 @@ from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
 __all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "join_line", "max_execution_seconds",
-           "priority_of", "queue_turn", "reserve_deadline"]
+           "priority_of", "queue_turn", "reserve_deadline", "suspended_note"]
 
 SpanCost = Callable[[Snapshot, Decision], "float | None"]
 """The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""
@@ -127,6 +127,18 @@ def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot,
         if i is not None:
             snap.free[i, 0] = max(0, int(snap.free[i, 0]) - gpus)
     return snap, blocked
+
+
+def suspended_note(outlook: Outlook | None, flavor: str, key: str) -> str:
+    """What a decision's message says of the other gangs' reservations on ``flavor`` that are
+    suspended (their holders hold no quota: ``Reservations.quota``), which it was free to use."""
+    if outlook is None or not len(outlook.reservations):
+        return ""
+    held = [r for r in outlook.reservations.on(flavor) if r.holder != key and outlook.reservations.suspended(r.holder)]
+    if not held:
+        return ""
+    what = "; ".join(f"{r.holder} on {r.level or 'flavor'} {'/'.join(r.path) or 'the whole flavor'}" for r in held)
+    return f" (reservations suspended, their holders hold no quota, so they block nobody: {what})"
 
 
 @dataclass

@@ -24,7 +24,17 @@ New placements avoid a reserved node (``Reservations.blocked``), except by backf
   ``capture``, those beyond the gang's GPUs once that many are free there).
 
 At most ``limit`` reservations are held per flavor (``Reservations.add``), oldest first. A
-reservation ends when its gang is placed, rejected or deleted (``release``). It is stored on the
+reservation ends when its gang is placed, rejected or deleted (``release``).
+
+A reservation blocks only while its holder holds quota (``Reservations.quota``; the controller
+and the simulator tell it, from the Workload's conditions or the simulated Kueue's books): Kueue's
+``QuotaReserved`` is True, the Workload is active and not being evicted. A holder without quota
+(preempted or evicted by Kueue, deactivated, given its quota back) is in Kueue's queue behind the
+Workloads that hold quota; were its reservation to keep them out, those could wait on it holding
+the quota it needs, and nobody would move. So its reservation is suspended: it stays on record
+(its place in the flavor's limit, its nodes, ``encode``'s text on the Workload) but blocks nobody
+(``holding``, ``blocked``, ``idle`` skip it) until its holder holds quota again; the domain
+drains for it again from then. It is stored on the
 gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
 new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
 """
@@ -145,6 +155,8 @@ class Reservations:
     def __init__(self) -> None:
         self._by_flavor: dict[str, dict[str, Reservation]] = {}
         self._flavor_of: dict[str, str] = {}
+        self._no_quota: set[str] = set()
+        """Holders of a reservation that hold no quota now: their reservations are suspended."""
 
     def __len__(self) -> int:
         return len(self._flavor_of)
@@ -164,12 +176,33 @@ class Reservations:
         mine = self.held_by(reservation.holder)
         if mine is None and len(self._by_flavor.get(reservation.flavor, {})) >= limit:
             return False
+        suspended = reservation.holder in self._no_quota
         self.release(reservation.holder)
+        if suspended:
+            self._no_quota.add(reservation.holder)
         self._by_flavor.setdefault(reservation.flavor, {})[reservation.holder] = reservation
         self._flavor_of[reservation.holder] = reservation.flavor
         return True
 
+    def quota(self, holder: str, held: bool) -> Reservation | None:
+        """``holder`` holds quota now (``held``) or not: without it its reservation, if any, is
+        suspended (kept, blocking nobody); with it again it blocks again. The reservation whose
+        state changed, else None."""
+        r = self.held_by(holder)
+        if r is None or held == (holder not in self._no_quota):
+            return None
+        if held:
+            self._no_quota.discard(holder)
+        else:
+            self._no_quota.add(holder)
+        return r
+
+    def suspended(self, holder: str) -> bool:
+        """Does ``holder`` hold a reservation while it holds no quota (one that blocks nobody)?"""
+        return holder in self._no_quota
+
     def release(self, holder: Hashable) -> Reservation | None:
+        self._no_quota.discard(str(holder))
         flavor = self._flavor_of.pop(str(holder), None)
         if flavor is None:
             return None
@@ -182,8 +215,9 @@ class Reservations:
         """Each reservation on ``flavor``, oldest first, with what it holds on ``snapshot``
         (``held_on``; without a snapshot, its named nodes). Held together: a capturing reservation
         never captures another's named nodes, nor GPUs an older one captured, so two in one domain
-        do not hold the same free GPUs and keep each other's gang out."""
-        rs = self.on(flavor)
+        do not hold the same free GPUs and keep each other's gang out. A suspended one (its holder
+        holds no quota: ``quota``) holds nothing and is left out."""
+        rs = [r for r in self.on(flavor) if r.holder not in self._no_quota]
         if snapshot is None or not any(r.capture for r in rs):
             return [(r, dict(r.nodes)) for r in rs]
         taken: dict[str, int] = {}

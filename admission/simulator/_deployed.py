@@ -145,6 +145,8 @@ class DeployedAtoll:
         self.decider.queue = self.outlook
         self.released: set[int] = set()
         """Flavors where a reservation ended since the caller last looked (``take_released``)."""
+        self.suspending: set[str] = set()
+        """Holders whose reservation was suspended since the caller last looked (``take_released``)."""
         self.check_names = frozenset({CHECK_NAME})
         self.model = BindingModel(scheduler, seed)
         self.flavor_names = [f.name for f in cluster.flavors]
@@ -461,10 +463,23 @@ class DeployedAtoll:
         self._owing.get(flavor, set()).discard(job)
 
     def take_released(self) -> list[int]:
-        """Flavors where a reservation ended since the last call (their parked Workloads may now fit)."""
+        """Flavors where a reservation ended, or was suspended and still is, since the last call
+        (their parked Workloads may now fit)."""
+        for holder in self.suspending:
+            r = self.outlook.reservations.held_by(holder)
+            if r is not None and self.outlook.reservations.suspended(holder):
+                self.released.add(self.flavor_names.index(r.flavor))
+        self.suspending.clear()
         out = sorted(self.released)
         self.released.clear()
         return out
+
+    def quota(self, job: int, held: bool) -> None:
+        """Kueue reserved quota for ``job`` (``held``) or released it: a reservation it holds
+        blocks only while it holds quota (``Reservations.quota``, as the controller's cache tells it)."""
+        key = f"{NAMESPACE}/job-{job}"
+        if self.outlook.reservations.quota(key, held) is not None and not held:
+            self.suspending.add(key)
 
     def set_owed(self, flavor: int, gangs: Iterable[tuple[int, int, float, int]]) -> None:
         """The gangs owed their turn on ``flavor`` now, as the controller's cache would show them

@@ -968,6 +968,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         else:
             return False
         f.hold(int(shape_of[j]), -gpus)
+        if deployed is not None:
+            deployed.quota(j, False)  # its quota released: a reservation it holds is suspended
         requeue.append((j, float(arr[j])))
         return True
 
@@ -1085,6 +1087,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             shape = shapes[sid][1]
             quota_at[j] = now
+            if deployed is not None:
+                deployed.quota(j, True)  # QuotaReserved: a reservation it holds blocks again
             if room is not None and room.is_aside(j):
                 settle()  # an event reached it and it fits now: decided afresh
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed
@@ -1218,6 +1222,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 retrying[(fi, sid)] -= 1
                 on_retry.discard(j)
                 f.hold(sid, -shape_gpus[sid])  # evicted now and queued at once, before the Workloads its quota kept out
+                if deployed is not None:
+                    deployed.quota(j, False)
                 enqueue(j, -math.inf)
             touched.add(fi)
         if idle:

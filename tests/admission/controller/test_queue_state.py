@@ -504,3 +504,59 @@ def test_a_span_priced_by_the_line_counts_a_waiter_of_another_cluster_queue_only
             assert verdict.outcome == "admit", verdict.message
     finally:
         fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", other)
+
+
+def loses_quota(fabric: Fabric, name: str, how: str) -> None:
+    """Kueue takes ``name``'s quota: its own preemption (evicted, Preempted, released), or a user's
+    ``spec.active=false`` (Kueue evicts it, reason Deactivated, and releases it)."""
+    if how == "preempted":
+        fabric.kueue.preempt(fabric.ns, name)
+        return
+    fabric.kueue._write(fabric.ns, name, "deactivate", lambda wl: {"active": False}, spec=True)
+    fabric.kueue.evict(fabric.ns, name, "Deactivated", "The workload is deactivated")
+    fabric.kueue.release(fabric.ns, name)
+
+
+def gets_quota(fabric: Fabric, name: str) -> None:
+    """Kueue reserves quota for ``name`` again (a deactivated one is made active first)."""
+    if fabric.workload(name).get("spec", {}).get("active", True) is False:
+        fabric.kueue._write(fabric.ns, name, "activate", lambda wl: {"active": True}, spec=True)
+    fabric.kueue.reserve_quota(fabric.ns, name, fabric.cq, fabric.flavor)
+
+
+@pytest.mark.parametrize("how", ["preempted", "deactivated"])
+def test_a_reservation_whose_holder_loses_its_quota_blocks_nobody_until_it_holds_quota_again(fabric: Fabric, how: str) -> None:
+    """A holder without quota waits in Kueue's queue behind Workloads holding quota: were its
+    reservation to keep them out, they could wait on it holding the quota it needs. Suspended, it
+    stays on record (on the Workload too, so a restarted controller has it suspended) and blocks
+    again once its holder holds quota again."""
+    ctrl = reserving(fabric)
+    key = f"{fabric.ns}/gang"
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert held is not None
+    free = {n for n, _ in held.nodes} - set(planned(fabric.entry("half")))
+    loses_quota(fabric, "gang", how)
+    assert run(ctrl) == []
+    assert ctrl.queue_state.outlook.reservations.held_by(key) == held and ctrl.queue_state.outlook.reservations.suspended(key)
+    cond = condition(fabric, "gang", RESERVED_CONDITION)
+    assert cond is not None and cond["status"] == "True" and Reservation.decode(key, cond["message"]) == held  # kept on record
+
+    ctrl.stop()
+    again = fabric.controller()  # rebuilt from the API: the reservation, suspended
+    again.sync()
+    assert mine(fabric, again) == [held] and again.queue_state.outlook.reservations.suspended(key)
+
+    gets_quota(fabric, "gang")
+    (gang,) = run(again)  # decided again with its quota: it still waits, and its reservation blocks again
+    assert gang.outcome == "wait" and again.queue_state.outlook.reservations.held_by(key) == held
+    assert not again.queue_state.outlook.reservations.suspended(key)
+    submit(fabric, "small", 1)
+    (small,) = run(again)
+    assert small.outcome == "wait"  # the one free node is reserved for the gang again
+
+    loses_quota(fabric, "gang", how)
+    fabric.requeue("small")  # its Retry: Kueue requeues it and reserves its quota again
+    (small,) = run(again)
+    assert small.outcome == "admit" and set(planned(fabric.entry("small"))) == free  # on the reserved node, the holder has no quota
+    assert f"reservations suspended, their holders hold no quota, so they block nobody: {key}" in fabric.entry("small")["message"]
+    assert again.queue_state.outlook.reservations.held_by(key) == held  # still on record

@@ -175,3 +175,23 @@ def test_two_capturing_reservations_in_one_domain_never_hold_the_same_free_gpus(
     assert book.blocked("f", "ns/a", None, snap) == dict(new.nodes)  # a's gang is kept out of b's nodes only
     assert book.blocked("f", "ns/b", None, snap) == held["ns/a"]  # and b's out of what a holds, not out of its own c1n0
     assert book.idle("f", snap) == 12  # each free GPU counted once
+
+
+def test_a_reservation_whose_holder_holds_no_quota_is_kept_but_blocks_nobody_until_it_holds_quota_again() -> None:
+    snap = cluster()
+    book = Reservations()
+    r = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), since=10.0, expected_free=300.0)
+    other = Reservation("ns/other", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), since=20.0, expected_free=None)
+    assert book.add(r, limit=1)
+    assert book.quota("ns/nobody", False) is None and not book.suspended("ns/nobody")  # no reservation: nothing to suspend
+    assert book.quota("ns/gang", True) is None  # it held quota already: nothing changes
+    assert book.quota("ns/gang", False) == r and book.suspended("ns/gang")
+    assert book.quota("ns/gang", False) is None  # told again: no change
+    assert book.blocked("f", "ns/small", None, snap) == {} and book.idle("f", snap) == 0  # blocks nobody, holds nothing idle
+    assert book.held_by("ns/gang") == r and book.on("f") == [r] and not book.add(other, limit=1)  # on record, in the bound
+    assert book.add(replace(r, expected_free=400.0), limit=1) and book.suspended("ns/gang")  # refreshed: still suspended
+    assert book.quota("ns/gang", True) is not None and not book.suspended("ns/gang")
+    assert book.blocked("f", "ns/small", None, snap) == {"c2n0": 4, "c2n1": 4} and book.idle("f", snap) == 8  # blocks again
+    book.quota("ns/gang", False)
+    assert book.release("ns/gang") is not None and not book.suspended("ns/gang")
+    assert book.add(r, limit=1) and book.blocked("f", "ns/small", None, snap) != {}  # a new reservation is made with quota

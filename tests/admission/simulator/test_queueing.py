@@ -5,6 +5,7 @@ reservation the stream starves it; the GPUs reservations idle are reported."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 
 import pytest
@@ -328,3 +329,25 @@ def test_a_held_stream_of_small_jobs_and_gangs_finishes(seed: int, longest: floa
     (pol,) = make_policies(["atoll-hq16"], HQ16_DOC, seed=1)
     res = simulate(cluster(3), prepare_workload(cluster(3), jobs), pol, settings=SimSettings(parking=True, stall_seconds=86400.0))
     assert int((res.status != STATUS_DONE).sum()) == 0
+
+
+def test_a_gang_preempted_by_kueue_holds_its_reservation_suspended_and_a_job_with_quota_takes_the_reserved_node(tmp_path) -> None:  # noqa: ANN001
+    """Quota 40 on 32 GPUs, Kueue preempting lower priorities. A 16-GPU job fills one island for
+    long, a 12-GPU one leaves one free node on the other until 3,000 s; an 8-GPU gang (priority 0)
+    waits holding quota and after 300 s reserves that island (its free node among them). At 400 s
+    an 8-GPU job of priority 10 takes the gang's quota (Kueue preempts it; the job waits, no island
+    has two free nodes), and at 410 s a 4-GPU job of priority 10 gets the last quota. The gang
+    holds no quota now, so its reservation is suspended: the 4-GPU job starts at once on the
+    reserved node (it waited until 4,100 s when the reservation blocked it), the decision record
+    says why, and every job finishes."""
+    plan = [(0, 20000, 16, 0), (0, 3000, 12, 0), (1, 1000, 8, 0), (400, 1000, 8, 10), (410, 1000, 4, 10)]
+    jobs = [make_job(f"p{i}", a, d, g, 4, "training", priority=p) for i, (a, d, g, p) in enumerate(plan)]
+    (pol,) = make_policies(["atoll-drain300"], DOC, seed=1)
+    records = tmp_path / "records.jsonl"
+    settings = SimSettings(parking=False, quota_factor=1.25, kueue_preemption="LowerPriority", records=str(records))
+    res = simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings)
+    assert (res.status == STATUS_DONE).all()
+    assert res.start[4] == 410
+    said = [r for r in map(json.loads, records.read_text().splitlines()) if r["workload"].endswith("job-4")]
+    assert said and said[-1]["outcome"] == "admit"
+    assert "reservations suspended, their holders hold no quota, so they block nobody: sim/job-2" in said[-1]["message"]

@@ -82,6 +82,21 @@ def holds_quota(obj: Obj) -> bool:
             and (obj.get("spec") or {}).get("active", True) is not False)
 
 
+EVICTED_BY_CHECK = "AdmissionCheck"
+"""The ``Evicted`` reason Kueue writes when an admission check asks for a Retry (``WorkloadEvictedByAdmissionCheck``)."""
+
+
+def between_tries(obj: Obj) -> bool:
+    """Is the Workload between its own tries: evicted by an admission check's Retry (``Evicted``
+    True, reason ``AdmissionCheck``, which Kueue keeps until it reserves quota again), still
+    active and not finished? Kueue queues it again after a backoff (``requeueState``), so it has
+    no quota for seconds to minutes; its reservation stays in force through that window, or every
+    Retry would hand the domain it drains to whoever holds quota meanwhile."""
+    cond = _condition(obj, "Evicted")
+    return (cond is not None and cond.get("status") == "True" and cond.get("reason") == EVICTED_BY_CHECK
+            and not condition_true(obj, "Finished") and (obj.get("spec") or {}).get("active", True) is not False)
+
+
 FINISHED_SUCCEEDED = "Succeeded"
 """The ``Finished`` reason of a job that ran to its end (Kueue's ``WorkloadFinishedReasonSucceeded``)."""
 
@@ -149,8 +164,9 @@ class QueueState:
         else:
             self.outlook.forget(key)
         self._mirror(obj, key, uid)
-        changed = self.outlook.reservations.quota(key, quota)
-        if changed is not None and not quota:
+        in_force = quota or between_tries(obj)  # a reservation blocks while its holder holds quota or is between its tries
+        changed = self.outlook.reservations.quota(key, in_force)
+        if changed is not None and not in_force:
             self._suspended.add(changed.flavor)
 
     def take_suspended(self) -> list[str]:

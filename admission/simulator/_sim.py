@@ -1222,9 +1222,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 retrying[(fi, sid)] -= 1
                 on_retry.discard(j)
                 f.hold(sid, -shape_gpus[sid])  # evicted now and queued at once, before the Workloads its quota kept out
-                if deployed is not None:
-                    deployed.quota(j, False)
-                enqueue(j, -math.inf)
+                enqueue(j, -math.inf)  # between its tries: a reservation it holds stays in force (``between_tries``)
             touched.add(fi)
         if idle:
             continue

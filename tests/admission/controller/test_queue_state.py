@@ -560,3 +560,19 @@ def test_a_reservation_whose_holder_loses_its_quota_blocks_nobody_until_it_holds
     assert small.outcome == "admit" and set(planned(fabric.entry("small"))) == free  # on the reserved node, the holder has no quota
     assert f"reservations suspended, their holders hold no quota, so they block nobody: {key}" in fabric.entry("small")["message"]
     assert again.queue_state.outlook.reservations.held_by(key) == held  # still on record
+
+
+def test_a_holder_between_its_own_retries_keeps_its_reservation_in_force(fabric: Fabric) -> None:
+    """Atoll's Retry makes Kueue evict the gang (reason ``AdmissionCheck``) and release its quota
+    for a backoff: the gang is between its tries, not without quota for good, so its reservation
+    still keeps a Workload holding quota off the node it drains (suspended, it would not)."""
+    ctrl = reserving(fabric)
+    key = f"{fabric.ns}/gang"
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert held is not None and fabric.entry("gang")["state"] == "Retry"
+    assert fabric.kueue.react(fabric.ns, "gang") == "retry"  # evicted by the check, released, backing off
+    run(ctrl)
+    assert ctrl.queue_state.outlook.reservations.held_by(key) == held and not ctrl.queue_state.outlook.reservations.suspended(key)
+    submit(fabric, "small", 1)
+    (small,) = run(ctrl)
+    assert small.outcome == "wait" and "reservations suspended" not in fabric.entry("small")["message"]

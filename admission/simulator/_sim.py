@@ -567,6 +567,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     snaps = build_snapshots(cluster)
     shape_of, shapes, cq_of = split_shapes(work.shape, work.shapes, work.jobs, settings.cohort, settings.seed)
     fl = [_Flavor(s, island_level_of(s, settings.island_level), settings.quota_factor, settings.cohort, cq_of) for s in snaps]
+    if deployed is not None and deployed.preemption is not None:  # Atoll's plan reclaims only from a ClusterQueue that borrows
+        deployed.preemption.quotas = {f.snapshot.flavor: f.quota for f in fl if f.quota is not None}
     total_gpus = sum(f.capacity for f in fl)
     n = len(work)
     prio = work.priority if work.priority.size == n else np.zeros(n, dtype=np.int64)

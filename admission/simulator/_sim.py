@@ -1046,7 +1046,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             if g in gave_at[fi]:
                 continue  # deactivated by a give: the controller sees no Workload waiting for quota in it (inactive)
-            out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[int(shape_of[g])])))
+            sid, quota = int(shape_of[g]), fl[fi].quota
+            out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[sid]), None if quota is None else quota.names[cq_of[sid]]))
         deployed.set_owed(fi, out)
 
     def quota_line(flavor: str, cluster_queue: str | None) -> list[Waiter]:

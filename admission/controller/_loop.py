@@ -261,6 +261,14 @@ class Controller:
         for w in self.watches:
             result = self.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector)
             self._apply_list(w.resource, result.items)
+        self._warm()
+
+    def _warm(self) -> None:
+        """Once every watched resource is listed, before the first decision: the owed gangs' look
+        reads every waiting Workload once (the look before each decision then reads only what
+        changed), so the first decision after a start does not pay for it."""
+        self._feed_owed()
+        self.quota_yield.warm()
 
     def _apply_list(self, resource: Resource, items: list[Obj]) -> None:
         self._synced.add(resource)
@@ -1094,7 +1102,10 @@ class Controller:
     def _handle(self, item: tuple[str, Resource, Any]) -> None:
         kind, resource, payload = item
         if kind == "list":
+            was = self.synced
             self._apply_list(resource, payload)
+            if self.synced and not was:
+                self._warm()
         elif kind == "written":
             self._write_answered(payload)
         else:

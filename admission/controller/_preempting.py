@@ -14,11 +14,16 @@ decision: a cleared domain it then could not use would be held for nothing.
 While the victims terminate, the domain's nodes are held for the gang: other Workloads' decisions
 leave them out (``Decider.holds``). The hold ends when the gang is placed, rejected or deleted.
 A gang that holds a domain plans no other preemption.
+
+A victim of another ClusterQueue of the cohort is taken only while that ClusterQueue borrows, as
+Kueue reclaims (``admission.queue.plan_preemption``): the GPUs it uses above its nominal quota on
+the gang's flavor are its usage (the larger of its status's ``flavorsReservation`` and what the
+cache's Workloads holding quota reserve, as ``QuotaYield`` counts it) less its ``nominalQuota``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -27,6 +32,7 @@ import structlog
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._decide import Verdict
 from admission.controller._ledger import Ledger
+from admission.controller._quota import flavor_quota, reserved_by_workloads
 from admission.controller._records import parse_time
 from admission.controller._workloads import condition_true
 from admission.kube import CLUSTER_QUEUES, WORKLOADS, ClusterPort, Obj, errors, object_key
@@ -62,10 +68,14 @@ def _priority(obj: Obj) -> int:
 class Preemptor:
     """Plans (and, under ``preemptDomain: on``, applies) the clearing of one domain for a gang."""
 
-    def __init__(self, cache: ClusterCache, ledger: Ledger, port: ClusterPort) -> None:
+    def __init__(self, cache: ClusterCache, ledger: Ledger, port: ClusterPort,
+                 borrowed: Callable[[str], Mapping[str, int]] | None = None) -> None:
         self.cache = cache
         self.ledger = ledger
         self.port = port
+        self.borrowed = borrowed
+        """Flavor → GPUs each ClusterQueue uses above its nominal quota there; None: read from the
+        ClusterQueue objects and the cache (module docstring). The simulator counts its own."""
 
     def plan(self, obj: Obj, verdict: Verdict, profile: Profile, now: float) -> Plan | None:
         """The domain to clear for a Workload that waits for one domain; None when its profile
@@ -93,8 +103,11 @@ class Preemptor:
             for i in np.flatnonzero(snap.perf < cls.perf_floor).tolist():
                 snap.exclude(i)
         running = list(self._candidates(need.flavor, str(meta.get("uid")), now))
-        rules = self._rules({cq, *(c.cluster_queue for c in running)})
-        return plan_preemption(snap, gang, running, rules, now)
+        objs = self._queues({cq, *(c.cluster_queue for c in running)})
+        rules = {name: queue_rules(obj) if obj is not None else QueueRules() for name, obj in objs.items()}
+        reclaims = rules.get(cq, QueueRules()).reclaim_within_cohort != "Never" and any(c.cluster_queue != cq for c in running)
+        borrowed = self._borrowed(need.flavor, objs) if reclaims else {}
+        return plan_preemption(snap, gang, running, rules, now, borrowed=borrowed)
 
     def _candidates(self, flavor: str, gang_uid: str, now: float) -> Iterable[Candidate]:
         """Admitted Workloads on ``flavor`` with their GPUs per node, not being evicted: running
@@ -118,15 +131,32 @@ class Preemptor:
             cq = str(((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
             yield Candidate(keys[uid], cq, _priority(obj), nodes, started, started)
 
-    def _rules(self, names: Iterable[str]) -> Mapping[str, QueueRules]:
-        """Each ClusterQueue's rules, read now; one that cannot be read allows nothing (``Never``)."""
-        out: dict[str, QueueRules] = {}
+    def _queues(self, names: Iterable[str]) -> dict[str, Obj | None]:
+        """Each ClusterQueue, read now; None for one that cannot be read: it allows nothing (``Never``)."""
+        out: dict[str, Obj | None] = {}
         for name in sorted(n for n in names if n):
             try:
-                out[name] = queue_rules(self.port.get(CLUSTER_QUEUES, name))
+                out[name] = self.port.get(CLUSTER_QUEUES, name)
             except errors.ApiError as exc:
                 _log.warning("ClusterQueue unreadable; its Workloads are neither preempted nor preempt", cluster_queue=name, error=str(exc))
-                out[name] = QueueRules()
+                out[name] = None
+        return out
+
+    def _borrowed(self, flavor: str, objs: Mapping[str, Obj | None]) -> dict[str, int]:
+        """GPUs each ClusterQueue of a cohort uses above its nominal quota on ``flavor`` (module docstring)."""
+        if self.borrowed is not None:
+            return dict(self.borrowed(flavor))
+        names = self.cache.gpu_resource
+        reserved: dict[tuple[str, str], int] | None = None
+        out: dict[str, int] = {}
+        for name, obj in objs.items():
+            quota = flavor_quota(obj, flavor, names) if obj is not None and queue_rules(obj).cohort is not None else None
+            if quota is None:
+                continue
+            if reserved is None:
+                reserved = reserved_by_workloads(self.cache.objects[WORKLOADS].values(), names)
+            nominal, _, _, reported = quota
+            out[name] = max(reported, reserved.get((name, flavor), 0)) - nominal
         return out
 
 

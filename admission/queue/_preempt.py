@@ -13,9 +13,12 @@ The rules, Kueue's own for a pending Workload's preemptions (``ClusterQueue.spec
 - ``reclaimWithinCohort``: ``Never`` (the default) forbids victims of the other ClusterQueues of
   its cohort; ``LowerPriority`` allows those of lower priority; ``Any`` allows any. A victim
   outside the gang's cohort is never taken.
-
-Kueue reclaims from another ClusterQueue only while that queue borrows; this plan does not know
-quota usage, so it is the stricter rule of the two only as far as priority goes (see docs/queue.md).
+- and, as Kueue reclaims (kubernetes-sigs/kueue v0.19.2, ``pkg/scheduler/preemption/preemption.go``:
+  ``findCandidates`` passes over every other ClusterQueue for which ``cqIsBorrowing`` is false,
+  that is one using no more than its nominal quota of the resource, and ``minimalPreemptions``
+  passes over a candidate whose ClusterQueue stopped borrowing as targets were taken), a victim of
+  another ClusterQueue only while that ClusterQueue borrows: ``borrowed`` gives the GPUs each uses
+  above its nominal quota on the gang's flavor, and each victim taken from it counts against that.
 
 A domain is a candidate when the gang does not fit there now and would fit once some allowed
 victims leave. Victims are taken whole (all their GPUs, in every domain), cheapest first (GPU-hours
@@ -93,8 +96,10 @@ class Plan:
     """The domain's nodes: kept for the gang while the victims terminate."""
 
 
-def allowed(gang: Gang, victim: Candidate, rules: Mapping[str, QueueRules]) -> bool:
-    """Whether the ClusterQueues' rules let ``gang`` preempt ``victim``."""
+def allowed(gang: Gang, victim: Candidate, rules: Mapping[str, QueueRules], borrowed: Mapping[str, int] | None = None) -> bool:
+    """Whether the ClusterQueues' rules let ``gang`` preempt ``victim``: one of another
+    ClusterQueue only while that one borrows (``borrowed``: GPUs above its nominal quota; none
+    given, none borrows)."""
     mine = rules.get(gang.cluster_queue, QueueRules())
     if victim.cluster_queue == gang.cluster_queue:
         policy = mine.within_cluster_queue
@@ -104,7 +109,7 @@ def allowed(gang: Gang, victim: Candidate, rules: Mapping[str, QueueRules]) -> b
             return victim.priority < gang.priority or (victim.priority == gang.priority and victim.admitted_at > gang.created_at)
         return False
     theirs = rules.get(victim.cluster_queue, QueueRules())
-    if mine.cohort is None or theirs.cohort != mine.cohort:
+    if mine.cohort is None or theirs.cohort != mine.cohort or (borrowed or {}).get(victim.cluster_queue, 0) <= 0:
         return False
     if mine.reclaim_within_cohort == "Any":
         return True
@@ -114,10 +119,12 @@ def allowed(gang: Gang, victim: Candidate, rules: Mapping[str, QueueRules]) -> b
 
 
 def plan_preemption(snapshot: Snapshot, gang: Gang, running: Sequence[Candidate], rules: Mapping[str, QueueRules],
-                    now: float) -> Plan | None:
+                    now: float, *, borrowed: Mapping[str, int] | None = None) -> Plan | None:
     """The cheapest domain of ``gang.level`` that fits the gang once allowed victims leave it;
     None when one fits already (no preemption needed) or none can be cleared. ``snapshot.free``
-    counts what the running Workloads hold; only open nodes (``eligible``) count for the gang."""
+    counts what the running Workloads hold; only open nodes (``eligible``) count for the gang.
+    ``borrowed``: GPUs each ClusterQueue uses above its nominal quota on ``snapshot.flavor`` now
+    (absent or 0: it does not borrow, and no victim of it is taken unless it is the gang's own)."""
     if gang.level not in snapshot.level_labels or gang.pods <= 0:
         return None
     lv = snapshot.level_index(gang.level)
@@ -125,14 +132,15 @@ def plan_preemption(snapshot: Snapshot, gang: Gang, running: Sequence[Candidate]
     open_nodes = snapshot.eligible != 0
     free = snapshot.free[:, 0].astype(np.int64)
     pods_now = np.where(open_nodes, free // per, 0)
-    victims = [v for v in running if allowed(gang, v, rules)]
+    borrowed = borrowed or {}
+    victims = [v for v in running if allowed(gang, v, rules, borrowed)]
     best: tuple[tuple[float, int, int, tuple[str, ...]], Plan] | None = None
     for d in range(snapshot.num_domains(lv)):
         lo, hi = snapshot.domain_range(lv, d)
         if int(pods_now[lo:hi].sum()) >= gang.pods:
             return None  # it fits without anyone leaving: no preemption
         inside = [v for v in victims if any(lo <= snapshot.node_index.get(n, -1) < hi for n in v.gpus_on)]
-        chosen = _clear(snapshot, lo, hi, gang, inside, free, open_nodes, now)
+        chosen = _clear(snapshot, lo, hi, gang, inside, free, open_nodes, now, borrowed)
         if chosen is None:
             continue
         path = snapshot.domain_path(lv, d)
@@ -157,12 +165,19 @@ def _fits(snapshot: Snapshot, lo: int, hi: int, gang: Gang, leaving: Sequence[Ca
 
 
 def _clear(snapshot: Snapshot, lo: int, hi: int, gang: Gang, inside: Sequence[Candidate], free: np.ndarray, open_nodes: np.ndarray,
-           now: float) -> list[Candidate] | None:
+           now: float, borrowed: Mapping[str, int]) -> list[Candidate] | None:
     """Victims that clear the domain: cheapest first until it fits, then each given back (dearest
-    first) if it still fits without it. None when all of them together are not enough."""
+    first) if it still fits without it. None when all of them together are not enough. One of
+    another ClusterQueue is passed over once the victims taken from that one leave it borrowing
+    nothing (``minimalPreemptions``' ``cqIsBorrowing`` check)."""
     order = sorted(inside, key=lambda v: (v.gpu_hours(now), v.priority, v.key))
+    left = dict(borrowed)
     chosen: list[Candidate] = []
     for v in order:
+        if v.cluster_queue != gang.cluster_queue:
+            if left.get(v.cluster_queue, 0) <= 0:
+                continue
+            left[v.cluster_queue] -= v.gpus
         chosen.append(v)
         if _fits(snapshot, lo, hi, gang, chosen, free, open_nodes):
             break

@@ -181,6 +181,8 @@ class DeployedAtoll:
         self.lend_parked = own.queueing.lend_parked if own is not None else "off"
         """The profile's ``queueing.lendParked``: a giver whose placement fits now comes back at once (``admission.queue.fits_now``)."""
         self.unheld: dict[int, list[str]] = {}
+        self._owed_queues: dict[int, set[str]] = {}
+        """Flavor → the ClusterQueues with gangs owed there at the last ``set_owed``."""
         """Flavor → gangs owed no longer since ``take_unheld`` last looked."""
         self._index_map: tuple[tuple[int, int], IntArray | None] | None = None
 
@@ -481,13 +483,19 @@ class DeployedAtoll:
         if self.outlook.reservations.quota(key, held) is not None and not held:
             self.suspending.add(key)
 
-    def set_owed(self, flavor: int, gangs: Iterable[tuple[int, int, float, int]]) -> None:
+    def set_owed(self, flavor: int, gangs: Iterable[tuple[int, int, float, int, str | None]]) -> None:
         """The gangs owed their turn on ``flavor`` now, as the controller's cache would show them
-        (job, priority, creation time, GPUs), in the one ClusterQueue of that flavor; those owed
-        no longer are kept for ``take_unheld`` (what waited behind them is decided again)."""
+        (job, priority, creation time, GPUs, ClusterQueue: None for the one ClusterQueue of the
+        flavor), each filed under its own ClusterQueue as the controller's ``OwedIndex`` files it;
+        those owed no longer are kept for ``take_unheld`` (what waited behind them is decided again)."""
         name = self.flavor_names[flavor]
-        owed = [OwedGang(-prio, created, f"{NAMESPACE}/job-{j}", CLUSTER_QUEUE, gpus, name) for j, prio, created, gpus in gangs]
-        left = self.outlook.owed.set(CLUSTER_QUEUE, name, owed)
+        by_queue: dict[str, list[OwedGang]] = {q: [] for q in self._owed_queues.get(flavor, ())}
+        for j, prio, created, gpus, queue in gangs:
+            q = queue or CLUSTER_QUEUE
+            by_queue.setdefault(q, []).append(OwedGang(-prio, created, f"{NAMESPACE}/job-{j}", q, gpus, name))
+        by_queue.setdefault(CLUSTER_QUEUE, [])
+        self._owed_queues[flavor] = {q for q, owed in by_queue.items() if owed}
+        left = [k for q, owed in sorted(by_queue.items()) for k in self.outlook.owed.set(q, name, owed)]
         if left:
             self.unheld.setdefault(flavor, []).extend(left)
 

@@ -27,7 +27,8 @@ for all flavors is one ClusterQueue per flavor with the same rules. With a cohor
 (``SimSettings.cohort``) each Workload names its own ClusterQueue, and each ClusterQueue object
 names the cohort and its ``reclaimWithinCohort`` and ``borrowWithinCohort``: the plan reads them
 as the controller does (``admission.queue.plan_preemption``: a victim of another ClusterQueue of
-the cohort only under ``reclaimWithinCohort``). Kueue's own preemption for quota is
+the cohort only under ``reclaimWithinCohort``, and only while that ClusterQueue borrows, its usage
+above its nominal quota counted from the run's own quota, ``quotas``). Kueue's own preemption for quota is
 ``_kueue_preemption`` (``SimSettings.kueue_preemption``, off by default).
 """
 
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from admission.controller import Preemptor, Verdict, describe, rfc3339
 from admission.kube import CLUSTER_QUEUES, PODS, WORKLOADS
 from admission.queue import Plan
-from admission.simulator._cohort import COHORT_NAME, CohortShape
+from admission.simulator._cohort import COHORT_NAME, CohortShape, FlavorQuota
 from admission.simulator._port import MemoryCluster
 
 if TYPE_CHECKING:
@@ -64,7 +65,9 @@ class SimPreemption:
         self.mode = mode
         """The profile's ``preemptDomain``: ``on`` or ``dry-run``."""
         port = MemoryCluster().load([(CLUSTER_QUEUES, q) for q in cluster_queue_objects(within_cluster_queue, cohort)])
-        self.preemptor = Preemptor(deployed.cache, deployed.ledger, port)
+        self.preemptor = Preemptor(deployed.cache, deployed.ledger, port, self.borrowed)
+        self.quotas: dict[str, FlavorQuota] = {}
+        """Flavor → the cohort's quota on it (set by the run, ``_sim``); empty without a cohort."""
         self.due: list[int] = []
         """Victims (job indices) of the plans applied since the simulator last took them."""
         self.plans: list[tuple[float, str, Plan, bool]] = []
@@ -104,6 +107,13 @@ class SimPreemption:
         if apply:
             holds.setdefault(plan.flavor, {})[uid] = plan.nodes
             self.due.extend(int(key.rsplit("job-", 1)[1]) for key in plan.victims)
+
+    def borrowed(self, flavor: str) -> dict[str, int]:
+        """GPUs each ClusterQueue uses above its nominal quota on ``flavor`` now (``Preemptor.borrowed``)."""
+        quota = self.quotas.get(flavor)
+        if quota is None:
+            return {}
+        return {name: used - nominal for name, used, nominal in zip(quota.names, quota.used, quota.nominal, strict=True)}
 
     def figures(self) -> dict[str, Any]:
         """``SimResult``'s preemption fields."""

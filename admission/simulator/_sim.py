@@ -114,7 +114,7 @@ import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
 from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now, settle_givers
-from admission.simulator._cohort import CohortHeads, CohortShape, Gift, QueueHeads, split_shapes
+from admission.simulator._cohort import CohortHeads, CohortShape, FlavorQuota, Gift, QueueHeads, split_shapes
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, classical_targets, minimal_targets
@@ -567,6 +567,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     snaps = build_snapshots(cluster)
     shape_of, shapes, cq_of = split_shapes(work.shape, work.shapes, work.jobs, settings.cohort, settings.seed)
     fl = [_Flavor(s, island_level_of(s, settings.island_level), settings.quota_factor, settings.cohort, cq_of) for s in snaps]
+    if deployed is not None and deployed.preemption is not None:  # Atoll's plan reclaims only from a ClusterQueue that borrows
+        deployed.preemption.quotas = {f.snapshot.flavor: f.quota for f in fl if f.quota is not None}
     total_gpus = sum(f.capacity for f in fl)
     n = len(work)
     prio = work.priority if work.priority.size == n else np.zeros(n, dtype=np.int64)
@@ -904,7 +906,28 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             jobs = [k for k, adm in deployed.admitted.items() if adm.flavor == fi]
             jobs += [k for k in on_retry if work.flavor[k] == fi]
             jobs += list(parked[fi])
-        return [Holder(k, int(prio[k]), float(arr[k]), float(quota_at[k]), shape_gpus[int(shape_of[k])], cq_of[int(shape_of[k])]) for k in jobs]
+        return [held_as.get(k) or holder(k) for k in jobs]
+
+    held_as: dict[int, Holder] = {}
+    """Each job's ``Holder`` as of the quota it last took (``quota_at``, the one field that changes): made once per quota
+    taken, not once per blocked head looked at."""
+
+    def holder(k: int) -> Holder:
+        sid = int(shape_of[k])
+        h = held_as[k] = Holder(k, int(prio[k]), float(arr[k]), float(quota_at[k]), shape_gpus[sid], cq_of[sid])
+        return h
+
+    def no_candidate(j: int, sid: int, quota: FlavorQuota | None) -> bool:
+        """``candidates`` would find none for ``j`` whoever holds quota, told without listing the holders:
+        its own ClusterQueue's policy allows none of them, and no other ClusterQueue of the cohort borrows
+        (or ``LowerPriority`` reclaims and none has a priority below the lowest)."""
+        policy, mine, lower = settings.kueue_preemption, cq_of[sid], int(prio[j]) > lowest
+        if policy == "LowerOrNewerEqualPriority" or (policy == "LowerPriority" and lower):
+            return False
+        cohort = settings.cohort
+        if quota is None or cohort is None or cohort.reclaim_within_cohort == "Never" or not (cohort.reclaim_within_cohort == "Any" or lower):
+            return True
+        return not any(quota.borrowing(c) for c in range(len(quota.names)) if c != mine)
 
     def kueue_preempt(j: int, fi: int, sid: int, now: float) -> bool:
         """Kueue's own preemption for ``j``, short of quota or, on a Kueue TAS flavor (a
@@ -913,6 +936,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         lets it fit. An Atoll flavor is quota alone to Kueue; a baseline's fit is its placement too."""
         f = fl[fi]
         quota, cohort = f.quota, settings.cohort
+        if no_candidate(j, sid, quota):
+            return False
         ordered = candidates(settings.kueue_preemption, int(prio[j]), float(arr[j]), holders(fi), queue=cq_of[sid],
                              reclaim=cohort.reclaim_within_cohort if cohort is not None else "Never",
                              borrowing=quota.borrowing if quota is not None else None)
@@ -1046,7 +1071,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             if g in gave_at[fi]:
                 continue  # deactivated by a give: the controller sees no Workload waiting for quota in it (inactive)
-            out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[int(shape_of[g])])))
+            sid, quota = int(shape_of[g]), fl[fi].quota
+            out.append((g, int(prio[g]), float(arr[g]), int(shape_gpus[sid]), None if quota is None else quota.names[cq_of[sid]]))
         deployed.set_owed(fi, out)
 
     def quota_line(flavor: str, cluster_queue: str | None) -> list[Waiter]:
@@ -1089,6 +1115,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             quota_at[j] = now
             if deployed is not None:
                 deployed.quota(j, True)  # QuotaReserved: a reservation it holds blocks again
+            held_as.pop(j, None)
             if room is not None and room.is_aside(j):
                 settle()  # an event reached it and it fits now: decided afresh
             if room is not None and room.unchanged(j, now) is not None:  # gave its quota back, nothing it waits for changed

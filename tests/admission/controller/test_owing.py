@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from admission.kube import WORKLOADS
 from policies import load_profiles
 from tests.admission.controller.test_parking import busy, parking
 from tests.admission.controller.test_yielding import active, kueue_deactivates, waiter, yielded_to
@@ -127,3 +128,29 @@ def test_a_parked_gang_holding_a_reservation_woken_by_freed_room_is_decided_agai
     assert fabric.entry("first")["podSetUpdates"][0]["nodeSelector"] == {CLIQUE: fabric.clique(1, 1)}
     assert holder(f"{fabric.ns}/first") is None and ctrl.quota_yields == 0
     assert [c["status"] for c in fabric.workload("first")["status"]["conditions"] if c["type"] == "QuotaReserved"] == ["True"]
+
+
+@pytest.mark.apiserver
+def test_the_owed_gangs_warmed_at_the_first_list_are_those_a_cold_look_finds_and_the_first_look_reads_nothing_more(fabric: Fabric) -> None:
+    """``sync`` reads every waiting Workload into the owed gangs before the first decision: the
+    lists are those a controller whose first look is cold finds, that look then changes nothing,
+    and the first decision is held behind the gang as it would be."""
+    fabric.install(held_doc(fabric, "quota"))
+    gang_waits_for_quota(fabric)
+    gang_waits_for_quota(fabric, "gang-2")
+    warm = parking(fabric)
+    warm.sync()
+    cold = parking(fabric)
+    for w in cold.watches:  # the lists alone, as sync applies them, without the warm-up
+        cold._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
+    assert cold.queue_state.outlook.owed.on(fabric.cq) == []  # cold: nothing read yet
+    cold._feed_owed()
+    owed = warm.queue_state.outlook.owed.on(fabric.cq)
+    assert [g.key for g in owed] == [f"{fabric.ns}/gang", f"{fabric.ns}/gang-2"] and owed == cold.queue_state.outlook.owed.on(fabric.cq)
+    changed = warm._owed_feed.look(warm.cache.objects[WORKLOADS], warm.quota_yield.waiters, [],
+                                   warm.cache.profiles, warm.decider.read, warm.quota_yield.cluster_queue_of, warm.quota_yield.flavor_of,
+                                   warm.clock.now())
+    assert changed == {}  # the look before the first decision has nothing left to read
+    fabric.submit("small", [("main", 1, 4)])
+    (held,) = run(warm)
+    assert held.outcome == "wait" and held.reason == "behind-gang"

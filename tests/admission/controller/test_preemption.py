@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.admission.fabric import BLOCK, GROUP, VERSION, Fabric, planned, profiles_doc, run
-from tests.kube_objects import workload
+from tests.kube_objects import cluster_queue, workload
 
 pytestmark = pytest.mark.apiserver
 
@@ -129,3 +129,45 @@ def test_under_domain_enforcement_no_selector_written_while_a_clique_is_held_rea
     assert update["nodeSelector"] == {BLOCK: f"{fabric.ns}-b{far}"}
     assert all(n.startswith(f"{fabric.ns}-b{far}c") for n in planned(fabric.entry("wide")))
     fabric.custom.delete_namespaced_custom_object(GROUP, VERSION, fabric.ns, "workloads", "gang")  # its hold ends with it (the apiserver is shared)
+
+
+def test_a_gang_reclaims_from_another_cluster_queue_of_its_cohort_only_while_that_one_borrows(fabric: Fabric) -> None:
+    """Kueue's ``cqIsBorrowing``: the four Workloads filling every clique hold quota in another
+    ClusterQueue of the gang's cohort. With 32 GPUs of nominal quota it uses no more than its own
+    (32): none is a victim under ``reclaimWithinCohort: Any``. With 24 nominal it borrows 8: one
+    clique's Workload is."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["preemptDomain"] = "on"
+    fabric.install(doc)
+    cohort = f"{fabric.ns}-pool"
+    other = f"{fabric.cq}-other"
+    gpu = {"coveredResources": ["nvidia.com/gpu"]}
+
+    def quota(cq: str, gpus: int) -> None:
+        fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq, {"spec": {"cohortName": cohort, "resourceGroups": [
+            {**gpu, "flavors": [{"name": fabric.flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}],
+            "preemption": {"reclaimWithinCohort": "Any"}}}, _content_type="application/merge-patch+json")
+
+    fabric.custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(other, fabric.flavor, 32, fabric.check))
+    try:
+        quota(fabric.cq, 32)
+        quota(other, 32)
+        ctrl = fabric.controller()
+        for i in range(4):
+            manifest = workload(fabric.ns, f"low-{i}", [("main", 2, 4)])
+            manifest["spec"]["priority"] = 0
+            fabric.kueue.create(manifest)
+            fabric.kueue.reserve_quota(fabric.ns, f"low-{i}", other, fabric.flavor)
+        assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
+        submit(fabric, "gang", 2, 0)  # Any: whatever its priority
+        (verdict,) = run(ctrl)
+        assert verdict.outcome == "wait" and not [n for n in notes(fabric, "gang") if n.startswith("preemption")]
+        assert all(fabric.entry(f"low-{i}")["state"] == "Ready" for i in range(4))
+        quota(other, 24)  # 32 reserved: 8 borrowed
+        fabric.requeue("gang")
+        (verdict,) = run(ctrl)
+        assert verdict.outcome == "wait"
+        (note,) = [n for n in notes(fabric, "gang") if n.startswith("preemption")]
+        assert "(8 GPUs" in note and sum(fabric.entry(f"low-{i}")["state"] == "Retry" for i in range(4)) == 1
+    finally:
+        fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", other)

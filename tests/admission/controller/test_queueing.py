@@ -550,7 +550,7 @@ profiles:
 
 def test_a_workload_behind_an_owed_gang_waits_parked_and_one_ahead_of_it_or_the_gang_itself_is_decided() -> None:
     a = DeployedAtoll("atoll-held", "held", HOLD_DOC, cluster({}))
-    a.set_owed(0, [(50, 0, NOW - 700, 16)])  # job 50, created 700 s ago, waits for quota
+    a.set_owed(0, [(50, 0, NOW - 700, 16, None)])  # job 50, created 700 s ago, waits for quota
     small = a.workload(1, 0, 1, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", created=NOW - 10)
     v = a.decide(1, small, NOW)
     assert v.outcome == "wait" and v.reason == "behind-gang" and v.waits_parked(None)  # parked: its quota can go back to the gang
@@ -571,7 +571,7 @@ def test_a_workload_behind_an_owed_gang_waits_parked_and_one_ahead_of_it_or_the_
 def test_a_profile_without_hold_behind_gangs_ignores_owed_gangs() -> None:
     a = DeployedAtoll("atoll-free", "free", HOLD_DOC, cluster({}))
     a.outlook.owed.set("cluster-queue", "f", [])
-    a.set_owed(0, [(50, 0, NOW - 700, 16)])
+    a.set_owed(0, [(50, 0, NOW - 700, 16, None)])
     small = a.workload(1, 0, 1, ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024), "training", created=NOW - 10)
     assert a.decide(1, small, NOW).outcome == "admit"
 
@@ -621,7 +621,7 @@ SMALL = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024)
 def test_under_hold_backfill_a_workload_expected_to_end_before_the_gang_has_its_gpus_goes_first() -> None:
     a = DeployedAtoll("atoll-fill", "fill", OWED_DOC, cluster({"r0n0": 4, "r0n1": 4}))  # 8 GPUs free
     a.outlook.started("sim/x", Running("f", (("r0n0", 4), ("r0n1", 4)), 0.0, limit=NOW + 5000))  # the gang's 16 are there at NOW + 5000
-    a.set_owed(0, [(50, 0, NOW - 700, 16)])
+    a.set_owed(0, [(50, 0, NOW - 700, 16, None)])
     short = a.workload(1, 0, 1, SMALL, "training", max_execution_seconds=4000, created=NOW - 10)
     assert a.decide(1, short, NOW).outcome == "admit"  # ends at NOW + 4000, before the gang's GPUs are free
     long = a.workload(2, 0, 1, SMALL, "training", max_execution_seconds=6000, created=NOW - 10)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from admission.queue import Candidate, Gang, QueueRules, plan_preemption
+from admission.queue._preempt import allowed
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 RACK = "nvidia.com/gpu.clique"
@@ -68,7 +71,7 @@ def test_the_cluster_queues_rules_are_respected() -> None:
     others = [run("A", {f"r0n{i}": 4 for i in range(4)}, hours=1, cq="other"), run("S", {f"r1n{i}": 4 for i in range(4)}, hours=1, cq="stranger")]
     assert plan_preemption(cluster(others), gang(16), others, RULES, NOW) is None  # reclaimWithinCohort Never; a stranger never
     reclaim = dict(RULES, cq=QueueRules(cohort="org", reclaim_within_cohort="LowerPriority"))
-    plan = plan_preemption(cluster(others), gang(16), others, reclaim, NOW)
+    plan = plan_preemption(cluster(others), gang(16), others, reclaim, NOW, borrowed={"other": 16, "stranger": 16})
     assert plan is not None and plan.victims == ("A",)  # same cohort, lower priority; the other cohort's S stays
     newer = {"cq": QueueRules(within_cluster_queue="LowerOrNewerEqualPriority")}
     equal = [Candidate("late", "cq", 10, {f"r0n{i}": 4 for i in range(4)}, NOW - HOUR, admitted_at=NOW - HOUR),
@@ -76,6 +79,25 @@ def test_the_cluster_queues_rules_are_respected() -> None:
     g = Gang("team/gang", "cq", 10, RACK, 4, 4, created_at=NOW - 2 * HOUR)
     plan = plan_preemption(cluster(equal), g, equal, newer, NOW)
     assert plan is not None and plan.victims == ("late",)  # equal priority, admitted after the gang was created
+
+
+@pytest.mark.parametrize("reclaim", ["LowerPriority", "Any"])
+def test_another_cluster_queue_is_reclaimed_from_only_while_it_borrows_and_only_what_it_borrows(reclaim: str) -> None:
+    """Kueue's ``cqIsBorrowing``: "other" holds r0 with two 8-GPU Workloads. Within its nominal
+    quota it gives nothing; borrowing 8 GPUs it gives one Workload, after which it borrows no more,
+    so r0 (which needs both) stays as it is; borrowing 9 it gives both."""
+    others = [run("A", {"r0n0": 4, "r0n1": 4}, hours=1, cq="other"), run("B", {"r0n2": 4, "r0n3": 4}, hours=2, cq="other"),
+              run("C", {f"r1n{i}": 4 for i in range(4)}, hours=5)]  # the gang's own ClusterQueue's: always a candidate
+    rules = dict(RULES, cq=QueueRules(cohort="org", within_cluster_queue="LowerPriority", reclaim_within_cohort=reclaim))
+    for borrowed in (None, {}, {"other": 0}, {"other": -4}, {"other": 8}):
+        plan = plan_preemption(cluster(others), gang(16), others, rules, NOW, borrowed=borrowed)
+        assert plan is not None and plan.victims == ("C",), borrowed  # r1 (80 GPU-hours) though r0 would cost 24
+    plan = plan_preemption(cluster(others), gang(16), others, rules, NOW, borrowed={"other": 9})
+    assert plan is not None and (plan.domain, plan.victims) == ("r0", ("A", "B"))
+    half = plan_preemption(cluster(others), gang(8), others, rules, NOW, borrowed={"other": 8})
+    assert half is not None and half.victims == ("A",)  # one Workload's worth of what it borrows
+    assert plan_preemption(cluster(others), gang(8), others, rules, NOW, borrowed={"other": 0}) is not None  # C, its own
+    assert all(not allowed(gang(8), v, rules, {"other": 0}) for v in others[:2]) and allowed(gang(8), others[0], rules, {"other": 1})
 
 
 def test_no_plan_when_the_gang_fits_or_nothing_can_clear_a_domain() -> None:

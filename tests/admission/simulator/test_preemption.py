@@ -168,14 +168,34 @@ def test_in_a_cohort_the_plan_takes_victims_of_another_cluster_queue_only_as_its
     # the ClusterQueue objects, as the controller does
     from admission.simulator._cohort import CohortShape, QueueShare
 
-    def go(reclaim: str) -> SimResult:
+    def go(reclaim: str, share: float = 0.25) -> SimResult:
         jobs = [make_job(f"j{next(_ids)}", 0, 20000, 12, 4, queue="cq-1"), make_job(f"j{next(_ids)}", 500, 20000, 12, 4, queue="cq-1"),
                 make_job(f"j{next(_ids)}", 1000, 300, 16, 4, queue="cq-0", priority=100)]
         (pol,) = make_policies(["atoll-preempting"], DOC, seed=1)
-        cohort = CohortShape((QueueShare("cq-0", 0.75), QueueShare("cq-1", 0.25)), reclaim_within_cohort=reclaim)
+        cohort = CohortShape((QueueShare("cq-0", 1.0 - share), QueueShare("cq-1", share)), reclaim_within_cohort=reclaim)
         return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(quota_factor=2.0, cohort=cohort))
 
     kept = go("Never")  # another ClusterQueue's Workloads are no victims: the gang waits for an island to free
     assert kept.preempted == 0 and kept.start[GANG] >= 20000
     took = go("LowerPriority")
     assert took.preempted == 1 and 1000 < took.start[GANG] <= 1030 and took.start[LATE] >= took.end[GANG]
+
+
+@pytest.mark.parametrize("reclaim", ["LowerPriority", "Any"])
+def test_in_a_cohort_the_plan_reclaims_only_from_a_cluster_queue_that_borrows(reclaim: str) -> None:
+    """As Kueue's ``cqIsBorrowing``: cq-1's two 12-GPU jobs use 24 GPUs of quota. With a nominal
+    quota of 32 (half of 64) cq-1 borrows nothing and none of its Workloads is a victim: the gang
+    waits for an island to free; with 16 (a quarter) it borrows 8 and one of them is evicted."""
+    from admission.simulator._cohort import CohortShape, QueueShare
+
+    def go(share: float) -> SimResult:
+        jobs = [make_job(f"j{next(_ids)}", 0, 20000, 12, 4, queue="cq-1"), make_job(f"j{next(_ids)}", 500, 20000, 12, 4, queue="cq-1"),
+                make_job(f"j{next(_ids)}", 1000, 300, 16, 4, queue="cq-0", priority=100)]
+        (pol,) = make_policies(["atoll-preempting"], DOC, seed=1)
+        cohort = CohortShape((QueueShare("cq-0", 1.0 - share), QueueShare("cq-1", share)), reclaim_within_cohort=reclaim)
+        return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(quota_factor=2.0, cohort=cohort))
+
+    within = go(0.5)
+    assert (within.preemption_plans, within.preempted) == (0, 0) and within.start[GANG] >= 20000
+    borrowing = go(0.25)
+    assert borrowing.preempted == 1 and 1000 < borrowing.start[GANG] <= 1030 and borrowing.start[LATE] >= borrowing.end[GANG]

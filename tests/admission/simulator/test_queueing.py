@@ -236,10 +236,11 @@ profiles:
 """)
 
 
-def full_run(profile: str) -> tuple[SimResult, int]:
+def full_run(profile: str, queues: tuple[str, str] | None = None) -> tuple[SimResult, int]:
     """Quota equals capacity (32 GPUs) and 2-GPU jobs of 200-400 s arrive every ~15 s (about 40
     GPUs' worth): the queue grows, and every 2 GPUs that free go to the next small job, which
-    Kueue lets pass a 16-GPU gang (t=1500) that does not fit the free quota."""
+    Kueue lets pass a 16-GPU gang (t=1500) that does not fit the free quota. ``queues``: the small
+    jobs' and the gang's ClusterQueues, of a cohort of two (``cq-0``, ``cq-1``) sharing the quota."""
     rng = random.Random(5)
     plan, t = [], 0.0
     for _ in range(400):
@@ -249,8 +250,14 @@ def full_run(profile: str) -> tuple[SimResult, int]:
     plan.sort()
     gang = next(i for i, p in enumerate(plan) if p[2] == 16)
     (pol,) = make_policies([f"atoll-{profile}"], HOLD_DOC, seed=1)
-    jobs = [job(a, d, g) for a, d, g in plan]
-    return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=True)), gang
+    if queues is None:
+        jobs = [job(a, d, g) for a, d, g in plan]
+        return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=True)), gang
+    from admission.simulator._cohort import CohortShape
+
+    jobs = [make_job(f"j{next(_ids)}", a, d, g, 4, "training", queue=queues[g == 16]) for a, d, g in plan]
+    settings = SimSettings(parking=True, cohort=CohortShape.equal(2))
+    return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings), gang
 
 
 def test_a_gang_that_waits_for_quota_is_owed_its_turn_and_starts_within_a_bounded_time_where_a_reservation_alone_waits() -> None:
@@ -271,6 +278,20 @@ def test_a_gang_that_waits_for_quota_is_owed_its_turn_and_starts_within_a_bounde
 
     assert passed(start) == 0  # under start nothing behind it starts until it does
     assert 0 < passed(quota) < passed(plain)  # under quota, those behind it start outside its reserved island once it holds quota
+
+
+def test_in_a_cohort_a_gang_is_owed_its_turn_in_its_own_cluster_queue_and_holds_only_that_one() -> None:
+    """As the controller files an owed gang under its own ClusterQueue: with the small jobs in the
+    gang's ClusterQueue of a cohort of two, they wait behind it as with one ClusterQueue; in the
+    other ClusterQueue nothing holds them (Kueue's order is per ClusterQueue), as without the rule."""
+    plain, gang = full_run("reserving", ("cq-0", "cq-0"))
+    same, _ = full_run("quota", ("cq-0", "cq-0"))
+    other, _ = full_run("quota", ("cq-1", "cq-0"))
+    apart, _ = full_run("reserving", ("cq-1", "cq-0"))
+    assert all((r.status == STATUS_DONE).all() for r in (plain, same, other, apart))
+    waited = {name: r.start[gang] - r.arrival[gang] for name, r in (("plain", plain), ("same", same), ("other", other), ("apart", apart))}
+    assert waited["same"] <= RESERVE_AFTER + 400 + 400 + 120 < waited["plain"], waited
+    assert waited["other"] == waited["apart"], waited  # held by nobody: the run is the one without the rule
 
 
 def test_a_parked_gang_owed_its_turn_keeps_its_quota_from_a_waiter() -> None:

@@ -253,7 +253,7 @@ def test_a_preemption_hold_survives_a_restart(fabric: Fabric) -> None:
     fabric.requeue("gang")
     assert [v.outcome for v in run(again)] == ["admit"]
     assert set(planned(fabric.entry("gang"))) == where[victim]
-    assert not any(again.decider.holds.values())
+    assert not again.decider.holds.get(fabric.flavor)  # its own flavor: the cluster holds other tests' Workloads too
     cond = condition(fabric, "gang", HELD_CONDITION)
     assert cond is not None and cond["status"] == "False"
 

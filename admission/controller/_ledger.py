@@ -44,7 +44,7 @@ import structlog
 from admission import vocabulary
 from admission.controller._book import Book, Entry, Witness
 from admission.controller._invariant import ClaimSet, Demand, OwedPods, pod_shape
-from admission.controller._workloads import WorkloadError, WorkloadView, check_entry, condition_true, parse_workload
+from admission.controller._workloads import WorkloadError, WorkloadView, check_entry, holds_quota, parse_workload
 from admission.kube import Obj
 from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, Toleration
 
@@ -129,9 +129,7 @@ def holds_reservation(obj: Obj, check_names: Iterable[str]) -> bool:
     entry = check_entry(obj, check_names)
     if entry is None or entry.get("state") != "Ready":
         return False
-    if not condition_true(obj, "QuotaReserved") or condition_true(obj, "Finished") or condition_true(obj, "Evicted"):
-        return False
-    return (obj.get("spec") or {}).get("active", True) is not False
+    return holds_quota(obj)
 
 
 Bound = Callable[[str], Mapping[str, Counter[str]]]

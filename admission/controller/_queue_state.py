@@ -45,11 +45,11 @@ from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._ledger import Ledger
 from admission.controller._queueing import max_execution_seconds
 from admission.controller._records import parse_time, rfc3339
-from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
+from admission.controller._workloads import WorkloadError, check_entry, condition_true, holds_quota, parse_workload
 from admission.kube import Obj, object_key
 from admission.queue import Held, Outlook, Plan, Reservation, Running
 
-__all__ = ["HELD_CONDITION", "RESERVED_CONDITION", "QueueState", "decode_hold", "encode_hold", "holds_quota"]
+__all__ = ["HELD_CONDITION", "RESERVED_CONDITION", "QueueState", "decode_hold", "encode_hold"]
 
 RESERVED_CONDITION = vocabulary.RESERVED_CONDITION
 """Atoll's condition on a gang's Workload while it holds a reservation (message: ``Reservation.encode``)."""
@@ -71,15 +71,6 @@ def decode_hold(text: str) -> tuple[str, str, str, tuple[str, ...]] | None:
         return str(d["flavor"]), str(d.get("level") or ""), str(d.get("domain") or ""), tuple(sorted(str(n) for n in nodes))
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
-
-
-def holds_quota(obj: Obj) -> bool:
-    """Does the Workload hold quota Atoll may use, as Kueue v0.19.2 tells it: ``QuotaReserved``
-    is True (``workload.HasQuotaReservation``), it is active (``workload.IsActive``: ``spec.active``
-    unset or true) and not being evicted (``Evicted`` True: Kueue releases the quota as the job
-    stops, and Atoll decides nothing on it meanwhile, as the ledger's ``holds_reservation``)."""
-    return (condition_true(obj, "QuotaReserved") and not condition_true(obj, "Evicted") and not condition_true(obj, "Finished")
-            and (obj.get("spec") or {}).get("active", True) is not False)
 
 
 EVICTED_BY_CHECK = "AdmissionCheck"

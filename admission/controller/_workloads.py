@@ -57,6 +57,7 @@ __all__ = [
     "as_workload",
     "check_entry",
     "condition_true",
+    "holds_quota",
     "load_workload_file",
     "parse_object",
     "parse_workload",
@@ -83,6 +84,16 @@ def condition_true(obj: Obj, kind: str) -> bool:
         if cond.get("type") == kind:
             return bool(cond.get("status") == "True")
     return False
+
+
+def holds_quota(obj: Obj) -> bool:
+    """Does the Workload hold quota Atoll may use, as Kueue v0.19.2 tells it: ``QuotaReserved``
+    is True (``workload.HasQuotaReservation``), it is active (``workload.IsActive``: ``spec.active``
+    unset or true) and not being evicted (``Evicted`` True: Kueue releases the quota as the job
+    stops, and Atoll decides nothing on it meanwhile). The ledger honours a Ready placement only
+    while this holds (``holds_reservation``)."""
+    return (condition_true(obj, "QuotaReserved") and not condition_true(obj, "Evicted") and not condition_true(obj, "Finished")
+            and (obj.get("spec") or {}).get("active", True) is not False)
 
 
 def check_entry(obj: Obj, names: Iterable[str]) -> dict[str, Any] | None:

@@ -365,19 +365,26 @@ def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported
     assert "wait by size band, all jobs of seed 0, load 1.3" in out and "16-63 GPUs p95/max wait h" in out
 
 
-def test_the_quota_yield_bound_reaches_the_runs_which_report_their_yields(capsys: pytest.CaptureFixture[str], cluster: str,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def spied_settings(monkeypatch: pytest.MonkeyPatch, field: str) -> list[Any]:
+    """The ``field`` of the settings each simulated run is given, in order (the runs still run)."""
     import admission.simulator._sweep as sweep
-    from admission.controller import DecisionSettings
 
-    seen: list[float] = []
+    seen: list[Any] = []
     real = sweep.simulate
 
     def spy(*a: Any, **kw: Any) -> Any:
-        seen.append(kw["settings"].quota_yield_max_seconds)
+        seen.append(getattr(kw["settings"], field))
         return real(*a, **kw)
 
     monkeypatch.setattr(sweep, "simulate", spy)
+    return seen
+
+
+def test_the_quota_yield_bound_reaches_the_runs_which_report_their_yields(capsys: pytest.CaptureFixture[str], cluster: str,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from admission.controller import DecisionSettings
+
+    seen: list[float] = spied_settings(monkeypatch, "quota_yield_max_seconds")
     args = ("--cluster", cluster, "--jobs", "40", "--seeds", "1", "--policies", "atoll-strict", "--parking", "on", "--workers", "1")
     run = run_json(capsys, *args, "--quota-yield-max-seconds", "60")["runs"][0]
     assert seen == [60.0]
@@ -389,16 +396,7 @@ def test_the_quota_yield_bound_reaches_the_runs_which_report_their_yields(capsys
 
 
 def test_the_yield_back_when_fits_flag_reaches_the_runs(capsys: pytest.CaptureFixture[str], cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import admission.simulator._sweep as sweep
-
-    seen: list[bool] = []
-    real = sweep.simulate
-
-    def spy(*a: Any, **kw: Any) -> Any:
-        seen.append(kw["settings"].yield_back_when_fits)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(sweep, "simulate", spy)
+    seen: list[bool] = spied_settings(monkeypatch, "yield_back_when_fits")
     args = ("--cluster", cluster, "--jobs", "40", "--seeds", "1", "--policies", "atoll-strict", "--parking", "on", "--workers", "1")
     run_json(capsys, *args, "--yield-back-when-fits")
     run_json(capsys, *args)
@@ -528,16 +526,7 @@ def test_a_cohort_of_cluster_queues_runs_and_a_bad_cohort_file_names_its_field(c
 
 def test_the_quota_factor_reaches_every_run_and_the_report(capsys: pytest.CaptureFixture[str], cluster: str,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    import admission.simulator._sweep as sweep
-
-    seen: list[float] = []
-    real = sweep.simulate
-
-    def spy(*a: Any, **kw: Any) -> Any:
-        seen.append(kw["settings"].quota_factor)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(sweep, "simulate", spy)
+    seen: list[float] = spied_settings(monkeypatch, "quota_factor")
     args = ("--cluster", cluster, "--jobs", "40", "--seeds", "1", "--policies", "kueue-bestfit,atoll-strict", "--workers", "1")
     assert run_json(capsys, *args, "--quota-factor", "1.5")["quota_factor"] == 1.5
     assert seen == [1.5, 1.5]

@@ -45,22 +45,25 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
-import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from admission.controller import CohortQuota
+from topology import describe_validation_error, read_yaml_file
 
 __all__ = ["COHORT_NAME", "CohortError", "CohortHeads", "CohortShape", "FlavorQuota", "Gift", "QueueHeads", "QueueShare", "cluster_queue_name",
            "load_cohort", "parse_cohort", "split_shapes"]
 
 COHORT_NAME = "cohort"
 """The cohort every simulated ClusterQueue names (``spec.cohortName``)."""
-RECLAIM = ("Never", "LowerPriority", "Any")
+Reclaim = Literal["Never", "LowerPriority", "Any"]
+RECLAIM: tuple[str, ...] = get_args(Reclaim)
 """Kueue's ``spec.preemption.reclaimWithinCohort`` values."""
-BORROW = ("Never", "LowerPriority")
+Borrow = Literal["Never", "LowerPriority"]
+BORROW: tuple[str, ...] = get_args(Borrow)
 """Kueue's ``spec.preemption.borrowWithinCohort.policy`` values."""
 
 _Entry = tuple[tuple[int, float], int]
@@ -153,41 +156,43 @@ class CohortShape:
         return f"cohort of {len(self.queues)} ClusterQueues ({'; '.join(parts)}), reclaimWithinCohort {self.reclaim_within_cohort}"
 
 
-def _share(doc: Mapping[str, Any], key: str, where: str) -> float | None:
-    value = doc.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CohortError(f"{where}.{key}: {value!r} is not a number (a share of the flavor's quota, e.g. 0.25)")
-    return float(value)
+class _QueueDoc(BaseModel):
+    """One item of a cohort file's ``clusterQueues``, as users write it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = None
+    nominal: float = Field(strict=True, alias="nominalQuota")
+    borrowing_limit: float | None = Field(default=None, strict=True, alias="borrowingLimit")
+    lending_limit: float | None = Field(default=None, strict=True, alias="lendingLimit")
 
 
-def parse_cohort(doc: object) -> CohortShape:
+class _CohortDoc(BaseModel):
+    """A cohort file (``--cohort FILE``): the edge where users' YAML is checked, field by field."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster_queues: list[_QueueDoc] = Field(min_length=1, alias="clusterQueues")
+    reclaim_within_cohort: Reclaim = Field(default="Never", alias="reclaimWithinCohort")
+    borrow_within_cohort: Borrow = Field(default="Never", alias="borrowWithinCohort")
+
+
+def parse_cohort(doc: object, source: str = "cohort file") -> CohortShape:
     """A cohort shape from a mapping: ``clusterQueues`` (a list of ``name``, ``nominalQuota``,
     optional ``borrowingLimit`` and ``lendingLimit``, all shares of the flavor's quota), optional
-    ``reclaimWithinCohort`` and ``borrowWithinCohort``."""
+    ``reclaimWithinCohort`` and ``borrowWithinCohort``. Types and names are checked by the
+    pydantic model (every problem, one line each, naming ``source`` and the key path); what the
+    fields mean together (shares that sum to 1, a lendingLimit within its nominalQuota) by
+    ``CohortShape``."""
     if not isinstance(doc, Mapping):
-        raise CohortError("cohort file: expected a mapping with clusterQueues")
-    unknown = sorted(set(doc) - {"clusterQueues", "reclaimWithinCohort", "borrowWithinCohort"})
-    if unknown:
-        raise CohortError(f"cohort file: unknown field {unknown[0]!r}; known: clusterQueues, reclaimWithinCohort, borrowWithinCohort")
-    items = doc.get("clusterQueues")
-    if not isinstance(items, list) or not items:
-        raise CohortError("clusterQueues: give a list of ClusterQueues (name, nominalQuota, borrowingLimit, lendingLimit)")
-    queues = []
-    for i, item in enumerate(items):
-        where = f"clusterQueues[{i}]"
-        if not isinstance(item, Mapping):
-            raise CohortError(f"{where}: expected a mapping with name and nominalQuota")
-        extra = sorted(set(item) - {"name", "nominalQuota", "borrowingLimit", "lendingLimit"})
-        if extra:
-            raise CohortError(f"{where}: unknown field {extra[0]!r}; known: name, nominalQuota, borrowingLimit, lendingLimit")
-        nominal = _share(item, "nominalQuota", where)
-        if nominal is None:
-            raise CohortError(f"{where}.nominalQuota: missing; give its share of the flavor's quota, e.g. 0.25")
-        queues.append(QueueShare(str(item.get("name") or cluster_queue_name(i)), nominal, _share(item, "borrowingLimit", where),
-                                 _share(item, "lendingLimit", where)))
-    return CohortShape(tuple(queues), str(doc.get("reclaimWithinCohort") or "Never"), str(doc.get("borrowWithinCohort") or "Never"))
+        raise CohortError(f"{source}: expected a mapping with clusterQueues")
+    try:
+        model = _CohortDoc.model_validate(doc)
+    except ValidationError as exc:
+        raise CohortError(describe_validation_error(source, exc, doc)) from None
+    queues = tuple(QueueShare(q.name or cluster_queue_name(i), q.nominal, q.borrowing_limit, q.lending_limit)
+                   for i, q in enumerate(model.cluster_queues))
+    return CohortShape(queues, model.reclaim_within_cohort, model.borrow_within_cohort)
 
 
 def load_cohort(spec: str) -> CohortShape:
@@ -197,11 +202,7 @@ def load_cohort(spec: str) -> CohortShape:
     path = Path(spec)
     if not path.is_file():
         raise CohortError(f"{spec!r} is neither a number of ClusterQueues nor a readable YAML file")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise CohortError(f"{path.name}: not YAML ({str(exc).splitlines()[0]})") from None
-    return parse_cohort(doc)
+    return parse_cohort(read_yaml_file(path, CohortError), str(path))
 
 
 class FlavorQuota:

@@ -68,12 +68,24 @@ def test_a_bad_shape_is_refused_naming_the_field(tmp_path: Path) -> None:
         shape((0.5, None, None), (0.4, None, None))
     with pytest.raises(CohortError, match=r"clusterQueues\[1\].lendingLimit"):
         shape((0.5, None, None), (0.5, None, 0.6))
-    with pytest.raises(CohortError, match=r"clusterQueues\[0\].borrowingLimit: 'lots' is not a number"):
+    with pytest.raises(CohortError, match=r"^cohort file: clusterQueues\[a\].borrowingLimit: Input should be a valid number \(got 'lots'\)$"):
         parse_cohort({"clusterQueues": [{"name": "a", "nominalQuota": 1, "borrowingLimit": "lots"}]})
-    with pytest.raises(CohortError, match=r"clusterQueues\[0\]: unknown field 'nominal'"):
+    with pytest.raises(CohortError, match=r"clusterQueues\[0\].lendingLimit: Input should be a valid number \(got True\)"):
+        parse_cohort({"clusterQueues": [{"nominalQuota": 1, "lendingLimit": True}]})
+    with pytest.raises(CohortError) as both:  # every problem, one line each
         parse_cohort({"clusterQueues": [{"name": "a", "nominal": 1}]})
-    with pytest.raises(CohortError, match=r"reclaimWithinCohort: 'Sometimes'"):
+    assert str(both.value).splitlines() == ["cohort file: clusterQueues[a].nominalQuota: Field required",
+                                            "cohort file: clusterQueues[a].nominal: unknown key"]
+    with pytest.raises(CohortError, match=r"reclaimWithinCohort: Input should be 'Never', 'LowerPriority' or 'Any' \(got 'Sometimes'\)"):
         parse_cohort({"clusterQueues": [{"name": "a", "nominalQuota": 1}], "reclaimWithinCohort": "Sometimes"})
+    with pytest.raises(CohortError, match=r"^cohort file: clusterQueues: List should have at least 1 item"):
+        parse_cohort({"clusterQueues": []})
+    (tmp_path / "typo.yaml").write_text("clusterQueues:\n- {name: a, nominalQuota: 1}\nreclaimWithinCohrt: Any\n")
+    with pytest.raises(CohortError, match=r"typo.yaml: reclaimWithinCohrt: unknown key$"):
+        load_cohort(str(tmp_path / "typo.yaml"))
+    (tmp_path / "broken.yaml").write_text("clusterQueues: [\n")
+    with pytest.raises(CohortError, match=r"broken.yaml: not valid YAML"):
+        load_cohort(str(tmp_path / "broken.yaml"))
     with pytest.raises(CohortError, match="at least 1"):
         load_cohort("0")
     with pytest.raises(CohortError, match="neither a number of ClusterQueues nor a readable YAML file"):

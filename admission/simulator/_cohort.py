@@ -41,6 +41,7 @@ Kueue's order across the ClusterQueues (``CohortHeads``)
 from __future__ import annotations
 
 import heapq
+import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from admission.controller import CohortQuota
 from topology import describe_validation_error, read_yaml_file
 
-__all__ = ["COHORT_NAME", "CohortError", "CohortHeads", "CohortShape", "FlavorQuota", "Gift", "QueueHeads", "QueueShare", "cluster_queue_name",
+__all__ = ["COHORT_NAME", "HELD", "CohortError", "CohortHeads", "CohortShape", "FlavorQuota", "Gift", "QueueHeads", "QueueShare", "cluster_queue_name",
            "load_cohort", "parse_cohort", "split_shapes"]
 
 COHORT_NAME = "cohort"
@@ -66,8 +67,13 @@ Borrow = Literal["Never", "LowerPriority"]
 BORROW: tuple[str, ...] = get_args(Borrow)
 """Kueue's ``spec.preemption.borrowWithinCohort.policy`` values."""
 
-_Entry = tuple[tuple[int, float], int]
-_Head = tuple[tuple[int, float], int, int]
+_Entry = tuple[tuple[float, float], int]
+_Head = tuple[tuple[float, float], int, int]
+
+HELD: tuple[float, float] = (-math.inf, -math.inf)
+"""The queue key of a job that holds its quota while it is decided again (a parked Workload woken
+by freed room keeps ``QuotaReserved``): first in every order, and in a cohort's cycle never counted
+as borrowing, since the quota it is checked against is its own."""
 
 
 class CohortError(ValueError):
@@ -266,7 +272,7 @@ class CohortHeads:
             for c, q in self.queues.items():
                 if q:
                     h = heapq.heappop(q)
-                    entries.append((self.quota.borrows(c, self.gpus_of[h[2]]), h))
+                    entries.append((h[0] != HELD and self.quota.borrows(c, self.gpus_of[h[2]]), h))
             entries.sort()
             self.cycle = [h for _, h in reversed(entries)]
         return self.cycle.pop()

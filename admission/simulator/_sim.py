@@ -114,7 +114,7 @@ import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
 from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now, settle_givers
-from admission.simulator._cohort import CohortHeads, CohortShape, FlavorQuota, Gift, QueueHeads, split_shapes
+from admission.simulator._cohort import HELD, CohortHeads, CohortShape, FlavorQuota, Gift, QueueHeads, split_shapes
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
 from admission.simulator._kueue_preemption import KUEUE_PREEMPTION, Holder, candidates, classical_targets, minimal_targets
@@ -148,7 +148,7 @@ IntArray = npt.NDArray[np.int64]
 SlowdownFn = Callable[[Snapshot, IntArray, JobShape, Job, IntArray], float]
 """(snapshot, nodes, shape, job, pods per node) → slowdown: ``CostModel`` or a stand-in."""
 ProgressFn = Callable[[int, int], None]
-_Entry = tuple[tuple[int, float], int]
+_Entry = tuple[tuple[float, float], int]
 """A job in a shape's queue: ((−priority, Kueue's order time), job)."""
 
 STATUS_UNFINISHED, STATUS_DONE, STATUS_REJECTED = 0, 1, 2
@@ -465,7 +465,7 @@ class _Flavor:
         self.cq_of = cq_of
         """Shape → its ClusterQueue (with a cohort, a shape is one ClusterQueue's jobs of one request)."""
         self.version = 0
-        self.queues: dict[int, list[tuple[tuple[int, float], int]]] = {}
+        self.queues: dict[int, list[tuple[tuple[float, float], int]]] = {}
         """Shape → heap of ((−priority, Kueue's order time), job): the order time is the arrival, or the eviction of a Retry."""
         self.dead: dict[int, int] = {}
         self.island_label = island_label
@@ -504,7 +504,7 @@ class _Flavor:
         """What givers would add for a waiter of shape ``sid`` (None: one ClusterQueue, a giver adds its GPUs)."""
         return None if self.quota is None else Gift(self.quota, self.cq_of[sid])
 
-    def heads(self, heads: list[tuple[tuple[int, float], int, int]], shape_gpus: Sequence[int]) -> QueueHeads | CohortHeads:
+    def heads(self, heads: list[tuple[tuple[float, float], int, int]], shape_gpus: Sequence[int]) -> QueueHeads | CohortHeads:
         """A pass's heads in Kueue's order: one ClusterQueue's queue, or the cohort's cycles."""
         return QueueHeads(heads) if self.quota is None else CohortHeads(heads, self.cq_of, shape_gpus, self.quota)
 
@@ -628,7 +628,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             fl[fi].hold(int(shape_of[j]), -gpus)
             parked_gpus[fi] -= gpus
             parked[fi].pop(j, None)
-            enqueue(j, -math.inf)  # it held its quota: decided again before any job its quota kept out takes it
+            enqueue(j, holds_quota=True)  # it held its quota: decided again before any job its quota kept out takes it
 
     def yield_quota(fi: int, now: float) -> bool:
         """Parked jobs give their quota back as the controller's ``QuotaYield.choose`` does, after
@@ -1093,11 +1093,14 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
     if deployed is not None:
         deployed.outlook.quota_waiters = quota_line
 
-    def enqueue(j: int, order: float | None = None) -> int:
-        """Job ``j`` joins its flavor's queue, ordered by priority, then ``order`` (Kueue's order time; None: its arrival)."""
+    def enqueue(j: int, order: float | None = None, *, holds_quota: bool = False) -> int:
+        """Job ``j`` joins its flavor's queue, ordered by priority, then ``order`` (Kueue's order time; None: its arrival).
+        ``holds_quota``: it never left Kueue's admitted set (a woken parked Workload), so it comes before every job
+        waiting for quota, whatever their priority or ClusterQueue (``HELD``)."""
         f = fl[work.flavor[j]]
         sid = int(shape_of[j])
-        heapq.heappush(f.queues.setdefault(sid, []), ((-int(prio[j]), float(arr[j]) if order is None else order), j))
+        key = HELD if holds_quota else (-int(prio[j]), float(arr[j]) if order is None else order)
+        heapq.heappush(f.queues.setdefault(sid, []), (key, j))
         return int(work.flavor[j])
 
     def run_pass(fi: int, now: float) -> bool:
@@ -1382,11 +1385,11 @@ def quota_waiters(queues: Mapping[int, list[_Entry]], flavor: str, shape: Callab
                   queue: Callable[[int], str] | None = None) -> list[Waiter]:
     """The jobs in Kueue's ``queues`` (shape → heap of entries) of ``flavor``, front of Kueue's order
     first (priority, then order time, then job; at most ``limit``), as waiters for the line a span
-    is priced by (``queueing.spanCountsQueue: quota``)."""
+    is priced by (``queueing.spanCountsQueue: quota``). A woken parked job (``HELD``) holds its quota: not one of them."""
     out = []
-    for (neg, t), j in heapq.nsmallest(limit, (e for q in queues.values() for e in q)):
+    for (neg, t), j in heapq.nsmallest(limit, (e for q in queues.values() for e in q if e[0] != HELD)):
         s = shape(int(shape_of[j]))
-        out.append(Waiter(flavor, s.gpus, s.per_pod.gpu, -neg, float(t), f"{NAMESPACE}/{'default' if queue is None else queue(j)}", declared(j)))
+        out.append(Waiter(flavor, s.gpus, s.per_pod.gpu, -int(neg), float(t), f"{NAMESPACE}/{'default' if queue is None else queue(j)}", declared(j)))
     return out
 
 

@@ -326,6 +326,20 @@ def test_a_parked_gang_woken_by_freed_room_keeps_its_quota_from_a_job_created_be
     assert res.attempts[2] == 0 and res.quota_yields == 0  # it is never decided short of room, nor given parked quota
 
 
+
+def test_a_parked_gang_woken_by_freed_room_keeps_its_quota_from_a_job_of_higher_priority() -> None:
+    """As above, with the 16-GPU job of priority 10 and Kueue preempting nothing. Kueue orders its
+    queue by priority, but the woken gang never left Kueue's admitted set: the higher-priority job
+    is still short of quota (12 of 32 free) when the gang is decided again, so the gang is placed on
+    r0 at 1,000 s and the job waits for quota, as with the controller."""
+    plan = [(0, 1000, 12, 0), (0.1, 5000, 12, 0), (0.2, 2000, 16, 10), (1, 300, 8, 0)]
+    jobs = [make_job(f"q{i}", a, d, g, 4, "training", priority=p) for i, (a, d, g, p) in enumerate(plan)]
+    (pol,) = make_policies(["atoll-reserving"], HOLD_DOC, seed=1)
+    res = simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=SimSettings(parking=True))
+    assert (res.status == STATUS_DONE).all()
+    assert res.start[3] == 1000  # woken with its quota, placed on r0
+    assert res.start[2] >= res.end[3]  # the job of higher priority gets quota once the gang is done
+
 HQ16_DOC = load_profiles(f"""
 defaultProfile: hq16
 profiles:

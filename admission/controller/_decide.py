@@ -30,17 +30,7 @@ from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._domains import DomainLedger
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
-from admission.controller._queueing import (
-    SpanCost,
-    behind_gang,
-    created_at,
-    hold_reservations,
-    join_line,
-    queue_turn,
-    reserve_deadline,
-    reserves_nowhere,
-    suspended_note,
-)
+from admission.controller._queueing import SpanCost, behind_gang, created_at, hold_reservations, join_line, queue_turn, reserve_deadline, suspended_note
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
 from admission.controller._spread import apply_spread, never_message, read_spread
@@ -462,8 +452,7 @@ class Decider:
                              "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain")
             if not set_aside:
                 result.need = _need(flavor, decision, profile, wait, now, shared.level_labels)
-                result.need = reserve_deadline(result.need, self.queue, key, profile, wait, now, specs, created_at(obj),
-                                               reserves_nowhere(snap, profile, decision, specs))
+                result.need = reserve_deadline(result.need, self.queue, key, profile, wait, now, specs, created_at(obj))
         elif decision.outcome == "admit" and placement is not None:
             per_pod = {s.name: s.per_pod for s in specs}
             for ps in placement.podsets:

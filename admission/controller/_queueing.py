@@ -38,7 +38,7 @@ from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
 __all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "join_line", "max_execution_seconds",
-           "priority_of", "queue_turn", "reserve_deadline", "reserves_nowhere", "suspended_note"]
+           "priority_of", "queue_turn", "reserve_deadline", "suspended_note"]
 
 SpanCost = Callable[[Snapshot, Decision], "float | None"]
 """The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""
@@ -220,7 +220,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             notes.append(target.describe())
         elif target is not None:
             notes.append(f"no reservation: flavor {snap.flavor} holds its {q.max_reservations_per_flavor} already")
-        elif reserves_nowhere(snap, profile, decision, specs):  # a DGX H100 gang past its 8-GPU node
+        elif decision.relaxed and not spans and at is not None and not _holds(snap, at, gpus):  # a DGX H100 gang past its 8-GPU node
             notes.append(f"no reservation: no {at} domain holds {gpus} GPUs, and it spans; queueing.reserveAt: span reserves "
                          "where a span lands")
     found: Found | None = None
@@ -343,19 +343,6 @@ def _floor_level(profile: Profile, snap: Snapshot, decision: Decision, level: st
     return span if span in snap.level_labels else None
 
 
-def reserves_nowhere(snap: Snapshot, profile: Profile, decision: Decision, specs: Sequence[PodSetSpec]) -> bool:
-    """Whether the gang can never reserve on this flavor: it reserves at its island level
-    (``queueing.reserveAt: island``), it was relaxed to span, and no domain of that level holds
-    its GPUs even empty (a DGX H100 gang of more than one 8-GPU node). ``queue_turn`` says so
-    instead of reserving, and ``reserve_deadline`` sets no wake for a reservation that cannot be."""
-    q = profile.queueing
-    spans = q.reserve_at == "span" and bool(profile.preferred_level) and decision.widened_to is None
-    widened = decision.widened_to
-    at = (widened or None) if widened is not None else (profile.required_level or profile.preferred_level)
-    gpus = sum(s.count * s.per_pod.gpu for s in specs)
-    return decision.relaxed and not spans and at is not None and not _holds(snap, at, gpus)
-
-
 def _holds(snap: Snapshot, level: str, gpus: int) -> bool:
     """Whether some domain of ``level`` has ``gpus`` GPUs on its eligible nodes when empty (True
     for a level the flavor lacks: nothing to say)."""
@@ -382,11 +369,9 @@ def _queue_of(obj: Mapping[str, Any]) -> str | None:
 
 
 def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profile: Profile, wait: WaitState, now: float,
-                     specs: Sequence[PodSetSpec], created: float | None = None, nowhere: bool = False) -> Need | None:
+                     specs: Sequence[PodSetSpec], created: float | None = None) -> Need | None:
     """A parked gang that will reserve is woken when ``reserveAfterSeconds`` has passed (if that
-    comes before its relax deadline), so it reserves on time without a timer Retry; one that can
-    reserve nowhere (``nowhere``: ``reserves_nowhere``) is not woken for it, as the wake would
-    decide it again for nothing; and with
+    comes before its relax deadline), so it reserves on time without a timer Retry; and with
     ``perfFloorHoldSeconds``, a parked Workload is woken when that has passed, so the class
     speed floor holds it no longer. With ``holdBehindGangs``, ``reserveAfterSeconds`` counts from
     ``created`` (the Workload's creation)."""
@@ -397,7 +382,7 @@ def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profi
     if created is not None and q.hold_behind_gangs != "off":
         first = min(first, created)
     times = []
-    if q.reserve_after_seconds is not None and sum(s.count for s in specs) > 1 and not nowhere and not outlook.reservations.held_by(key):
+    if q.reserve_after_seconds is not None and sum(s.count for s in specs) > 1 and not outlook.reservations.held_by(key):
         times.append(first + q.reserve_after_seconds)
     if q.perf_floor_by_cost is not None and q.perf_floor_hold_seconds is not None:
         times.append(first + q.perf_floor_hold_seconds)

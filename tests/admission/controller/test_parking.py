@@ -135,24 +135,3 @@ def test_the_controllers_park_waiting_wins_over_every_profile(fabric: Fabric, ov
     verdicts = run(ctrl)
     assert len(verdicts) == 2 and all(v.outcome == "wait" and v.parked is override for v in verdicts)
     assert {fabric.entry(n)["state"] for n in ("parks", "retries")} == {"Pending" if override else "Retry"}
-
-
-def test_a_parked_gang_no_clique_can_hold_is_not_woken_at_reserve_after_seconds(fabric: Fabric) -> None:
-    """A gang of 3 × 4 GPUs fits no clique of 8, so it spans, and under ``reserveAt: island`` it
-    can reserve nowhere: the wake at ``reserveAfterSeconds`` (there so a parked gang reserves on
-    time) would decide it again for nothing. Parked, it is decided again only when room frees."""
-    doc = profiles_doc(fabric.flavor, fabric.topology)
-    doc["profiles"]["elastic"]["relaxAfterSeconds"] = 3600
-    doc["profiles"]["elastic"]["queueing"] = {"reserveAfterSeconds": 600, "parkWaiting": True}
-    doc["defaultProfile"] = "elastic"
-    fabric.install(doc)
-    busy(fabric)
-    ctrl = fabric.controller()
-    fabric.submit("gang", [("main", 3, 4)])
-    (first,) = run(ctrl)
-    assert first.outcome == "wait" and first.relaxed and first.parked and fabric.entry("gang")["state"] == "Pending"
-    fabric.clock.advance(601)
-    assert run(ctrl) == []  # past reserveAfterSeconds: nothing to reserve, so nothing to decide
-    fabric.core.delete_namespaced_pod("busy-b1c0", fabric.ns, grace_period_seconds=0)  # block b1 now has 12 GPUs free
-    (woken,) = run(ctrl)
-    assert woken.outcome == "admit" and len(planned(fabric.entry("gang"))) == 3

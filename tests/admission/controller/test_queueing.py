@@ -634,19 +634,3 @@ def test_under_hold_backfill_a_workload_expected_to_end_before_the_gang_has_its_
     a.outlook.started("sim/x", Running("f", (("r0n0", 4), ("r0n1", 4)), 0.0, limit=NOW + 500))
     assert a.decide(2, long, NOW).reason == "behind-gang"  # the gang's GPUs free sooner: the short one would not go now either
     assert a.decide(1, short, NOW).reason == "behind-gang"
-
-
-def test_a_gang_no_island_can_hold_is_not_woken_to_reserve() -> None:
-    """The wake at ``reserveAfterSeconds`` is there so a parked gang reserves on time; a gang that
-    can reserve nowhere (12 GPUs, islands of 8, ``reserveAt: island``) would only be decided again
-    for nothing, and that extra decision reorders who takes the next freed node. Its wait carries
-    no deadline; the 8-GPU gang, which one island holds, is woken at 600 s to reserve."""
-    out = {}
-    for pods in (3, 2):
-        a = atoll("island", used={"r0n0": 4, "r1n0": 4})
-        a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, limit=5000.0))
-        a.outlook.started("sim/y", Running("f", (("r1n0", 4),), 0.0, limit=6000.0))
-        out[pods] = decide(a, 7, pods, now=NOW)
-    big, gang = out[3], out[2]
-    assert big.outcome == "wait" and big.needs and all(n.deadline is None for n in big.needs)
-    assert gang.outcome == "wait" and [n.deadline for n in gang.needs] == [NOW + 600]

@@ -386,35 +386,3 @@ def test_a_gang_preempted_by_kueue_holds_its_reservation_suspended_and_a_job_wit
     said = [r for r in map(json.loads, records.read_text().splitlines()) if r["workload"].endswith("job-4")]
     assert said and said[-1]["outcome"] == "admit"
     assert "reservations suspended, their holders hold no quota, so they block nobody: sim/job-2" in said[-1]["message"]
-
-
-WIDE_DOC = """
-defaultProfile: spans
-profiles:
-  spans: {{preferredLevel: {clique}, maxSpanLevel: {su}, relaxAfterSeconds: 86400, retry: {{initialSeconds: 15, maxSeconds: 300}},
-          queueing: {{waitOrSpan: true, parkWaiting: true{extra}}}}}
-"""
-
-
-def wide_run(reserve: bool) -> SimResult:
-    """3 islands of 16 GPUs; 24-GPU gangs (no island holds one) among whole-node and 2-GPU jobs,
-    long enough that gangs wait past 600 s."""
-    rng = random.Random(1)
-    jobs, t = [], 0.0
-    for i in range(240):
-        t += rng.uniform(10, 40)
-        jobs.append(job(t, rng.uniform(1000, 6000), 24 if i % 12 == 0 else rng.choice((2, 4, 4))))
-    extra = ", reserveAfterSeconds: 600, maxReservationsPerFlavor: 1" if reserve else ""
-    doc = load_profiles(WIDE_DOC.format(clique=CLIQUE, su=SU, extra=extra))
-    (pol,) = make_policies(["atoll-spans"], doc, seed=1)
-    return simulate(cluster(3), prepare_workload(cluster(3), jobs), pol, settings=SimSettings(parking=None))
-
-
-def test_reserve_after_seconds_changes_nothing_where_no_island_holds_the_gangs() -> None:
-    """Every gang here spans (24 GPUs, islands of 16), so reserving at the island level reserves
-    nothing: the profile with ``reserveAfterSeconds`` starts every job when the one without it
-    does, and is not woken at 600 s to be decided again for nothing."""
-    with_, without = wide_run(True), wide_run(False)
-    assert (with_.status == STATUS_DONE).all() and (without.status == STATUS_DONE).all()
-    assert with_.start.tolist() == without.start.tolist()
-    assert with_.decisions == without.decisions

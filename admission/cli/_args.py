@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-__all__ = ["PARKING", "Parser", "announce_after_parse", "quota_factor", "suggest"]
+__all__ = ["PARKING", "Parser", "announce_after_parse", "quota_factor", "seed", "suggest"]
 
 PARKING: dict[str, bool | None] = {"profile": None, "on": True, "off": False}
 """``--parking`` of ``atoll simulate`` and ``atoll bench quality`` → ``SimSettings.parking``: the
@@ -29,6 +29,17 @@ def quota_factor(text: str) -> float:
     if not value >= 1.0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} is below 1 or not finite (quota below the flavor's GPUs would leave healthy GPUs "
                                          "no Workload may use); give a factor of at least 1, e.g. 1.5")
+    return value
+
+
+def seed(text: str) -> int:
+    """``--seed``: a whole number of at least 0 (the first of the run's seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (the first seed, e.g. 0)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is below 0; seeds start at 0")
     return value
 
 

@@ -256,3 +256,27 @@ def test_the_quota_factor_reaches_the_sweep_and_its_header(monkeypatch: pytest.M
     assert [s.quota_factor for s in specs] == [1.25] and "ClusterQueue quota 1.25 x GPUs" in capsys.readouterr().out
     assert bq.main([*argv, "--format", "json"]) == 0
     assert [s.quota_factor for s in specs] == [1.25, 1.0] and json.loads(capsys.readouterr().out)["quality"]["quota_factor"] == 1.0
+
+
+def test_a_sweep_against_kueue_required_alone_reports_its_comparison_and_judges_no_goal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    spied_sweeps(monkeypatch, tmp_path)
+    argv = [a if a != "kueue-bestfit,atoll-strict" else "atoll-strict,kueue-required" for a in SWEEP_ARGV]
+    assert bq.main([*argv, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)["quality"]
+    assert any("kueue-required" in line for line in report["dgx-h100-superpod"]["verdicts"])
+    assert not report.get("goal")
+
+
+def test_the_first_seed_reaches_the_sweep_so_one_seed_of_a_larger_run_can_be_run_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    specs = spied_sweeps(monkeypatch, tmp_path)
+    assert bq.main([*SWEEP_ARGV, "--seed", "2", "--format", "json"]) == 0
+    assert specs[0].seeds == (2,) and json.loads(capsys.readouterr().out)["quality"]["dgx-h100-superpod"]["seeds"] == [2]
+    with pytest.raises(SystemExit) as bad:
+        bq.main([*SWEEP_ARGV, "--seed", "-1"])
+    assert bad.value.code == 2 and "--seed: -1 is below 0; seeds start at 0" in capsys.readouterr().err

@@ -229,10 +229,14 @@ class QuotaYield:
         return due
 
     def warm(self) -> None:
-        """Rank the waiters read so far in Kueue's order (``WaiterIndex.ranked``), as the first
-        quota-yield pass would, so that pass does not sort them all."""
+        """Rank the waiters read so far in Kueue's order (``WaiterIndex.ranked``), and add up the
+        quota every Workload listed so far reserves (``ReservedIndex.totals``), as the first
+        quota-yield pass would, so that pass neither sorts nor reads them all."""
         if all(w in self._index.reads for w in self.waiters):
             self._index.ranked(self.waiters, self._served)
+        if self.reserved is not None:
+            gpu = self.gpu_resource()
+            self.reserved.totals(self.objects, (gpu,) if isinstance(gpu, str) else gpu)
 
     def forget(self, key: str) -> None:
         self.waiters.pop(key, None)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from admission.controller import Controller, DecisionSettings
+from admission.controller import _yield_index
 from admission.controller._status import YIELD_EVENT_REASON
 from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
 from tests.admission.controller.test_parking import busy, parking
@@ -491,3 +492,46 @@ def test_a_giver_whose_placement_fits_now_is_reactivated_while_a_workload_queued
     assert decided.outcome == "admit" and records_of(fabric, "gang") == 2
     (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang" and r["outcome"] == "admit"]
     assert any(f"queueing.lendParked: {mode}" in n for n in record["notes"])  # the record says why it came back
+
+
+def quota_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many Workloads each ``ReservedIndex.totals`` call reads the quota of, one entry per read."""
+    reads: list[int] = []
+    real = _yield_index.reserved_by_workloads
+
+    def counting(objs: Any, names: Any) -> Any:
+        reads.append(1)
+        return real(objs, names)
+    monkeypatch.setattr(_yield_index, "reserved_by_workloads", counting)
+    return reads
+
+
+def test_the_quota_reserved_warmed_at_the_first_list_is_what_a_cold_pass_adds_up_and_the_first_pass_reads_nothing_more(
+        fabric: Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sync`` adds up the quota every listed Workload reserves before the first pass: the totals
+    are those a controller whose first pass is cold adds up, that pass then reads no Workload's
+    quota again, and the first pass gives as it would. The ClusterQueue's status reports nothing
+    reserved, so only the Workloads count: 8 GPUs of the 10 are the gang's, and the 10-GPU waiter
+    starts only with them given back (a total short by the gang's 8 would give nothing)."""
+    fabric.install()
+    busy(fabric)
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 10}]}]}]}},
+        _content_type="application/merge-patch+json")
+    fabric.submit("gang", [("main", 2, 4)])  # Kueue reserves its 8 GPUs
+    waiter(fabric, "late", gpus=10)
+    warm = parking(fabric)
+    warm.sync()
+    cold = parking(fabric)
+    for w in cold.watches:  # the lists alone, as sync applies them, without the warm-up
+        cold._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
+    gpu = warm.quota_yield.gpu_resource()
+    names = (gpu,) if isinstance(gpu, str) else gpu
+    reads = quota_reads(monkeypatch)
+    assert warm.quota_yield.reserved is not None and cold.quota_yield.reserved is not None
+    totals = warm.quota_yield.reserved.totals(warm.quota_yield.objects, names)
+    assert reads == []  # the first pass has no Workload's quota left to read
+    assert totals == cold.quota_yield.reserved.totals(cold.quota_yield.objects, names) == {(fabric.cq, fabric.flavor): 8}
+    assert len(reads) == len(cold.quota_yield.objects) >= 2  # cold: every Workload read
+    (gang,) = run(warm)  # decided once more after the start: it parks, then gives its quota to the waiter
+    assert gang.parked and not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"

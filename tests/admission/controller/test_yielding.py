@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from admission.controller import Controller, DecisionSettings
-from admission.controller import _yield_index
+from admission.controller import Controller, DecisionSettings, _yield_index
 from admission.controller._status import YIELD_EVENT_REASON
 from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
 from tests.admission.controller.test_parking import busy, parking

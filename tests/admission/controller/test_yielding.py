@@ -534,3 +534,25 @@ def test_the_quota_reserved_warmed_at_the_first_list_is_what_a_cold_pass_adds_up
     assert len(reads) == len(cold.quota_yield.objects) >= 2  # cold: every Workload read
     (gang,) = run(warm)  # decided once more after the start: it parks, then gives its quota to the waiter
     assert gang.parked and not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
+
+
+def test_with_the_quota_over_used_a_waiter_is_given_nothing_when_its_want_given_back_would_not_let_it_in(fabric: Fabric) -> None:
+    """Over-used quota (the ClusterQueue's nominal quota cut to 14 under the two parked gangs' 16):
+    Kueue's ``ClusterQueueSnapshot.Available`` (pkg/cache/scheduler/clusterqueue_snapshot.go) is
+    0 while a ClusterQueue is in debt, so an 8-GPU waiter needs the 2 over and its 8 given back.
+    A waiter takes at most its want: one gang's 8 leave 6, which would not let it in, and a second
+    gang would give it more than it asks for, so nobody gives; a 6-GPU waiter behind it is let in
+    by one gang's 8, the newest parked."""
+    ctrl = parked_gang(fabric)
+    fabric.submit("gang-2", [("main", 2, 4)])
+    (second,) = run(ctrl)
+    assert second.parked
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 14}]}]}]}},
+        _content_type="application/merge-patch+json")
+    waiter(fabric, "eight", gpus=8)
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 0 and active(fabric, "gang") and active(fabric, "gang-2")
+    waiter(fabric, "six", gpus=6)
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 1 and active(fabric, "gang") and yielded_to(fabric, "gang-2") == f"{fabric.ns}/six"

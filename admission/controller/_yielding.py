@@ -509,7 +509,7 @@ class QuotaYield:
                 return None
             for name in quota.queues:
                 run.quotas[(name, flavor)] = quota
-            for other, (ocq, oflavor, ogpus) in self._claims.items():
+            for other, (ocq, oflavor, ogpus) in list(self._claims.items()):  # _still_waits drops a claim whose waiter is gone
                 if oflavor == flavor and ocq in quota.queues and other != w and self._still_waits(other):
                     quota.release(ocq, -ogpus)  # given its quota in an earlier pass, not admitted yet: Kueue admits it first
         return quota

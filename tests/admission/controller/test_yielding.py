@@ -557,3 +557,24 @@ def test_with_the_quota_over_used_a_waiter_is_given_nothing_when_its_want_given_
     waiter(fabric, "six", gpus=6)
     assert run(ctrl) == []
     assert ctrl.quota_yields == 1 and active(fabric, "gang") and yielded_to(fabric, "gang-2") == f"{fabric.ns}/six"
+
+
+def test_a_waiter_given_its_quota_and_gone_unseen_leaves_the_next_pass_its_givers(fabric: Fabric) -> None:
+    """A waiter served in full is counted as taking its GPUs until it holds quota or is gone. One
+    deleted while no event said so (the next list no longer has it) is dropped from that count on
+    the next pass that reads the quota, and that pass still gives: here to a waiter Kueue refused
+    quota only after the first pass (a new version of a known waiter, so the waiters are not read again)."""
+    ctrl = parked_gang(fabric)
+    fabric.submit("gang-2", [("main", 2, 4)])
+    (second,) = run(ctrl)
+    assert second.parked
+    waiter(fabric, "late")
+    waiter(fabric, "other", tried=False)  # Kueue has not tried it yet: nothing for it on this pass
+    assert run(ctrl) == []
+    assert yielded_to(fabric, "gang-2") == f"{fabric.ns}/late" and active(fabric, "gang") and ctrl.quota_yields == 1
+    fabric.custom.delete_namespaced_custom_object(GROUP, VERSION, fabric.ns, "workloads", "late")  # gone; run lists again, no event
+    fabric.kueue._write(fabric.ns, "other", "pending", lambda wl: {"conditions": [{
+        "type": "QuotaReserved", "status": "False", "reason": "Pending", "lastTransitionTime": now_rfc3339(),
+        "message": "couldn't assign flavors to pod set main: insufficient unused quota"}]})
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 2 and yielded_to(fabric, "gang") == f"{fabric.ns}/other"

@@ -510,15 +510,21 @@ def test_the_quota_reserved_warmed_at_the_first_list_is_what_a_cold_pass_adds_up
     """``sync`` adds up the quota every listed Workload reserves before the first pass: the totals
     are those a controller whose first pass is cold adds up, that pass then reads no Workload's
     quota again, and the first pass gives as it would. The ClusterQueue's status reports nothing
-    reserved, so only the Workloads count: 8 GPUs of the 10 are the gang's, and the 10-GPU waiter
-    starts only with them given back (a total short by the gang's 8 would give nothing)."""
+    reserved, so only the Workloads count: all 12 GPUs of its quota are held, 4 by a Workload
+    admitted before the start (nothing touches it after) and 8 by the gang, so a 12-GPU waiter
+    would not start with the gang's given back and gets nothing, and the 8-GPU waiter behind it
+    gets them (a total short by the admitted one's 4 would give them to the first)."""
     fabric.install()
     busy(fabric)
     fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 10}]}]}]}},
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 12}]}]}]}},
         _content_type="application/merge-patch+json")
+    fabric.submit("runner", [("main", 1, 4)])
+    (admitted,) = run(parking(fabric))  # a controller before the start admits it
+    assert admitted.outcome == "admit"
     fabric.submit("gang", [("main", 2, 4)])  # Kueue reserves its 8 GPUs
-    waiter(fabric, "late", gpus=10)
+    waiter(fabric, "big", gpus=12)  # ahead of "late" in Kueue's order: created first (in the same second, its name is first)
+    waiter(fabric, "late", gpus=8)
     warm = parking(fabric)
     warm.sync()
     cold = parking(fabric)
@@ -531,9 +537,9 @@ def test_the_quota_reserved_warmed_at_the_first_list_is_what_a_cold_pass_adds_up
     totals = warm.quota_yield.reserved.totals(warm.quota_yield.objects, names)
     assert reads == []  # the first pass has no Workload's quota left to read
     assert totals == cold.quota_yield.reserved.totals(cold.quota_yield.objects, names)  # the cluster holds other tests' Workloads too
-    assert totals[(fabric.cq, fabric.flavor)] == 8
-    assert len(reads) == len(cold.quota_yield.objects) >= 2  # cold: every Workload read
-    (gang,) = run(warm)  # decided once more after the start: it parks, then gives its quota to the waiter
+    assert totals[(fabric.cq, fabric.flavor)] == 12
+    assert len(reads) == len(cold.quota_yield.objects) >= 4  # cold: every Workload read
+    (gang,) = warm.process()  # no list again: decided once more after the start, it parks, then gives its quota
     assert gang.parked and not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
 
 

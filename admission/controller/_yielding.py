@@ -101,13 +101,16 @@ cannot be read gives nothing back (the Workload keeps its quota, as before).
 
 The module runs past 400 lines because who gives to whom (``choose``) and when it comes back
 (``due``) read the same queue order and cohort quota; split, each half would carry the other's.
+``choose`` itself is a pass in named steps: the givers (``_givers``), whether a waiter is weighed
+(``_weighed``), and serving it (``_serve``: the givers on offer by flavor, ``_offers``; the cohort
+quota, ``_quota_on``; which givers let it in, ``_pick``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -170,6 +173,24 @@ def _flavor(obj: Obj, gpu: str | tuple[str, ...]) -> str:
     return ""
 
 
+@dataclass
+class _Pass:
+    """One ``choose`` pass: its givers (key, GPUs, ClusterQueue, flavor; newest parked first), each
+    flavor's free GPUs, the givers taken, the ClusterQueues and cohort quotas read, the pairs so far."""
+
+    gpu: str | tuple[str, ...]
+    givers: list[tuple[str, int, str, str]] = field(default_factory=list)
+    free: dict[str, int | None] = field(default_factory=dict)
+    taken: set[str] = field(default_factory=set)
+    queues: dict[str, Obj | None] = field(default_factory=dict)
+    quotas: dict[tuple[str, str], CohortQuota] = field(default_factory=dict)
+    out: list[tuple[str, str]] = field(default_factory=list)
+    floor: dict[str, int] = field(default_factory=dict)
+    """ClusterQueue → the fewest GPUs a waiter of it given none yet asked for, tried every giver, and found nothing, since the last serve."""
+    dead: set[Kind] = field(default_factory=set)
+    """Kinds of waiter that found nothing since the last serve."""
+
+
 class QuotaYield:
     """Which parked Workloads give their quota back to which waiting one (the rules above)."""
 
@@ -229,10 +250,14 @@ class QuotaYield:
         return due
 
     def warm(self) -> None:
-        """Rank the waiters read so far in Kueue's order (``WaiterIndex.ranked``), as the first
-        quota-yield pass would, so that pass does not sort them all."""
+        """Rank the waiters read so far in Kueue's order (``WaiterIndex.ranked``), and add up the
+        quota every Workload listed so far reserves (``ReservedIndex.totals``), as the first
+        quota-yield pass would, so that pass neither sorts nor reads them all."""
         if all(w in self._index.reads for w in self.waiters):
             self._index.ranked(self.waiters, self._served)
+        if self.reserved is not None:
+            gpu = self.gpu_resource()
+            self.reserved.totals(self.objects, (gpu,) if isinstance(gpu, str) else gpu)
 
     def forget(self, key: str) -> None:
         self.waiters.pop(key, None)
@@ -358,11 +383,38 @@ class QuotaYield:
         it gave its quota back and waits to hold it again; ``reserving(key)``: it holds a reservation.
         Each version of a Workload is read once (``_yield_index``), and the pass stops once no
         waiter left could be served."""
-        order = list(parked)
         gpu = self.gpu_resource()
+        run = self._givers(list(parked), reserving, gpu)
+        if not run.givers:
+            return run.out
+        self._reserved = None
+        if self._index.stale(self.waiters):  # a waiter came, went or moved since the last pass: each read again where new
+            self._read_waiters(gpu)
+        ranked = self._index.ranked(self.waiters, self._served)
+        stop = self._index.stop_after(run.dead, run.floor)
+        for i, w in enumerate(ranked):
+            if len(run.taken) == len(run.givers) or i > stop:
+                break  # every giver has given, or no waiter left could be served
+            kind = self._weighed(w, run, set_aside)
+            if kind is None:
+                continue
+            served, tried_all = self._serve(w, kind, run)
+            if served:
+                run.floor.clear()
+                run.dead.clear()
+            else:
+                cq, want, given = kind
+                run.dead.add(kind)
+                if not given and tried_all:  # the most every giver could make free is short of its want: so for any want as large
+                    run.floor[cq] = min(want, run.floor.get(cq, want))
+            stop = self._index.stop_after(run.dead, run.floor)
+        return run.out
+
+    def _givers(self, order: list[str], reserving: Callable[[str], bool], gpu: str | tuple[str, ...]) -> _Pass:
+        """``choose``'s pass, with its givers: the parked Workloads (``order``, oldest first) that
+        hold quota on a flavor whose free GPUs are known and hold no reservation, newest first."""
         self._index.keep_givers(set(order))
-        givers: list[tuple[str, int, str, str]] = []  # (key, GPUs, ClusterQueue, flavor), newest parked first
-        free: dict[str, int | None] = {}
+        run = _Pass(gpu)
         for p in reversed(order):
             pobj = self.objects.get(p)
             if pobj is None:
@@ -370,109 +422,124 @@ class QuotaYield:
             g = self._index.giver(p, pobj, gpu, _flavor)
             if not g.holds or g.gpus is None or reserving(p):
                 continue
-            if g.flavor not in free:
-                free[g.flavor] = self.free_gpus(g.flavor) if g.flavor else None
-            if free[g.flavor] is not None:
-                givers.append((p, g.gpus, g.cluster_queue, g.flavor))
-        out: list[tuple[str, str]] = []
-        if not givers:
-            return out
-        taken: set[str] = set()
-        queues: dict[str, Obj | None] = {}
-        quotas: dict[tuple[str, str], CohortQuota] = {}
-        self._reserved = None
-        if self._index.stale(self.waiters):  # a waiter came, went or moved since the last pass: each read again where new
-            for w in list(self.waiters):
-                wobj = self.objects.get(w)
-                if wobj is None or not waits_for_quota(wobj):
-                    self.forget(w)  # it holds quota now, or is gone: no longer a waiter
-                else:
-                    self._index.read(w, wobj, gpu)
-        floor: dict[str, int] = {}
-        """ClusterQueue → the fewest GPUs a waiter of it given none yet asked for, tried every giver, and found nothing, since the last serve."""
-        dead: set[Kind] = set()
-        """Kinds of waiter that found nothing since the last serve."""
-        ranked = self._index.ranked(self.waiters, self._served)
-        stop = self._index.stop_after(dead, floor)
-        for i, w in enumerate(ranked):
-            if len(taken) == len(givers) or i > stop:
-                break  # every giver has given, or no waiter left could be served
-            obj = self.objects.get(w)
-            if obj is None:
-                continue
-            r = self._index.read(w, obj, gpu)
-            if not r.waits or set_aside(w) or w in self.yielded or not r.refused:
-                continue
-            cq, want = r.cluster_queue, r.want
-            if cq is None or want is None or want <= 0:
-                continue
-            given = self._served.get(w, 0)
-            if given >= want:
-                continue  # served in full already: it takes no more while it waits
-            kind = (cq, want, given)
-            if self._index.stop_early and (kind in dead or (not given and cq in floor and want >= floor[cq])):
-                continue  # one of its kind, or of its ClusterQueue asking for no more, found nothing, and nothing changed since
-            by_flavor: dict[str, list[tuple[str, int, str]]] = {}
-            for p, gpus, pcq, flavor in givers:
-                if p in taken:
-                    continue
-                if pcq != cq and not self._same_cohort(pcq, cq, queues):
-                    continue
-                room = free[flavor]
-                if room is None or room < want:
-                    continue  # the flavor lacks the GPUs for the waiter anyway: it would only wait in the parked one's place
-                by_flavor.setdefault(flavor, []).append((p, gpus, pcq))
-            served, tried_all = False, True  # tried_all: every giver weighed (none left untried by reaching the want early)
-            for flavor, group in by_flavor.items():  # the flavor of the newest parked Workload first
-                quota = quotas.get((cq, flavor))
-                if quota is None:
-                    quota = self._cohort_quota(cq, flavor, queues, gpu)
-                    if quota is None:
-                        continue
-                    for name in quota.queues:  # one object per cohort: what one waiter is given and takes, the next sees
-                        quotas[(name, flavor)] = quota
-                    for other, (ocq, oflavor, ogpus) in self._claims.items():
-                        if oflavor == flavor and ocq in quota.queues and other != w and self._still_waits(other):
-                            quota.release(ocq, -ogpus)  # given its quota in an earlier pass, not admitted yet: Kueue admits it first
-                before = now = quota.available(cq)
-                picked: list[str] = []
-                for p, gpus, pcq in group:
-                    if given + now - before >= want:
-                        tried_all = False  # with the quota over-used (before < 0), reaching the want is not letting it in
-                        break
-                    quota.release(pcq, gpus)
-                    after = quota.available(cq)
-                    if after <= now:  # its quota stays with its own ClusterQueue (lendingLimit), or past the waiter's borrowingLimit
-                        quota.release(pcq, -gpus)
-                        continue
-                    picked.append(p)
-                    now = after
-                if not picked or given + now < want:
-                    for p, gpus, pcq in group:  # all they could give, with the quota free to it, would not let it in: nobody gives anything
-                        if p in picked:
-                            quota.release(pcq, -gpus)
-                    continue
-                for p in picked:
-                    taken.add(p)
-                    out.append((p, w))
-                given += now - before
-                self._served[w] = given
-                if given < want:
-                    self._index.served(w, (cq, want, given))
-                quota.release(cq, -want)  # Kueue admits it first: the next waiter sees the quota it takes
-                if given >= want:
-                    self._claims[w] = (cq, flavor, want)
-                served = True
-                break
-            if served:
-                floor.clear()
-                dead.clear()
+            if g.flavor not in run.free:
+                run.free[g.flavor] = self.free_gpus(g.flavor) if g.flavor else None
+            if run.free[g.flavor] is not None:
+                run.givers.append((p, g.gpus, g.cluster_queue, g.flavor))
+        return run
+
+    def _read_waiters(self, gpu: str | tuple[str, ...]) -> None:
+        """Each waiter read again where its version is new; one that holds quota now, or is gone, is no longer a waiter."""
+        for w in list(self.waiters):
+            wobj = self.objects.get(w)
+            if wobj is None or not waits_for_quota(wobj):
+                self.forget(w)
             else:
-                dead.add(kind)
-                if not given and tried_all:  # the most every giver could make free is short of its want: so for any want as large
-                    floor[cq] = min(want, floor.get(cq, want))
-            stop = self._index.stop_after(dead, floor)
-        return out
+                self._index.read(w, wobj, gpu)
+
+    def _weighed(self, w: str, run: _Pass, set_aside: Callable[[str], bool]) -> Kind | None:
+        """Waiter ``w``'s kind if this pass weighs it: Kueue tried it, it waits for quota, gave none
+        back and is not set aside, asks for GPUs in a known ClusterQueue, was not served in full,
+        and none of its kind (nor of its ClusterQueue asking for no more) found nothing since the last serve."""
+        obj = self.objects.get(w)
+        if obj is None:
+            return None
+        r = self._index.read(w, obj, run.gpu)
+        if not r.waits or set_aside(w) or w in self.yielded or not r.refused:
+            return None
+        cq, want = r.cluster_queue, r.want
+        if cq is None or want is None or want <= 0:
+            return None
+        given = self._served.get(w, 0)
+        if given >= want:
+            return None  # served in full already: it takes no more while it waits
+        kind = (cq, want, given)
+        if self._index.stop_early and (kind in run.dead or (not given and cq in run.floor and want >= run.floor[cq])):
+            return None  # one of its kind, or of its ClusterQueue asking for no more, found nothing, and nothing changed since
+        return kind
+
+    def _serve(self, w: str, kind: Kind, run: _Pass) -> tuple[bool, bool]:
+        """Give waiter ``w`` (``kind``) its want on the first flavor, the newest parked Workload's
+        first, whose givers let it in. Returns whether it was served, and whether every giver was
+        weighed (none left untried by reaching the want early)."""
+        cq, want, given = kind
+        tried_all = True
+        for flavor, group in self._offers(cq, want, run).items():
+            quota = self._quota_on(w, cq, flavor, run)
+            if quota is None:
+                continue
+            picked, gain, reached = self._pick(quota, group, cq, given, want)
+            tried_all = tried_all and not reached
+            if not picked:
+                continue
+            for p in picked:
+                run.taken.add(p)
+                run.out.append((p, w))
+            given += gain
+            self._served[w] = given
+            if given < want:
+                self._index.served(w, (cq, want, given))
+            quota.release(cq, -want)  # Kueue admits it first: the next waiter sees the quota it takes
+            if given >= want:
+                self._claims[w] = (cq, flavor, want)
+            return True, tried_all
+        return False, tried_all
+
+    def _offers(self, cq: str, want: int, run: _Pass) -> dict[str, list[tuple[str, int, str]]]:
+        """The givers not taken yet of ``cq`` or its cohort, by flavor (the newest parked's first),
+        on flavors with free GPUs for ``want``: on another the waiter would only wait in the parked one's place."""
+        by_flavor: dict[str, list[tuple[str, int, str]]] = {}
+        for p, gpus, pcq, flavor in run.givers:
+            if p in run.taken or (pcq != cq and not self._same_cohort(pcq, cq, run.queues)):
+                continue
+            room = run.free[flavor]
+            if room is None or room < want:
+                continue
+            by_flavor.setdefault(flavor, []).append((p, gpus, pcq))
+        return by_flavor
+
+    def _quota_on(self, w: str, cq: str, flavor: str, run: _Pass) -> CohortQuota | None:
+        """The cohort quota ``cq`` could use on ``flavor`` this pass (None: a ClusterQueue unreadable):
+        one object per cohort, so what one waiter is given and takes, the next sees; read first, it
+        counts as taken what the waiters given their want in earlier passes (``_claims``) will take."""
+        quota = run.quotas.get((cq, flavor))
+        if quota is None:
+            quota = self._cohort_quota(cq, flavor, run.queues, run.gpu)
+            if quota is None:
+                return None
+            for name in quota.queues:
+                run.quotas[(name, flavor)] = quota
+            for other, (ocq, oflavor, ogpus) in list(self._claims.items()):  # _still_waits drops a claim whose waiter is gone
+                if oflavor == flavor and ocq in quota.queues and other != w and self._still_waits(other):
+                    quota.release(ocq, -ogpus)  # given its quota in an earlier pass, not admitted yet: Kueue admits it first
+        return quota
+
+    @staticmethod
+    def _pick(quota: CohortQuota, group: list[tuple[str, int, str]], cq: str, given: int, want: int) -> tuple[list[str], int, bool]:
+        """The givers of ``group``, in turn, whose quota raises what ``cq`` could use, until what they
+        give covers ``want`` (less ``given``): (picked, GPUs of quota they make usable, whether the
+        want was reached before every giver was weighed). None picked, their quota back, when all they
+        make usable, with what is free, would not let the waiter in: with the quota over-used,
+        reaching the want is not letting it in, and the waiter takes no more than its want."""
+        before = now = quota.available(cq)
+        picked: list[tuple[str, int, str]] = []
+        reached = False
+        for p, gpus, pcq in group:
+            if given + now - before >= want:
+                reached = True
+                break
+            quota.release(pcq, gpus)
+            after = quota.available(cq)
+            if after <= now:  # its quota stays with its own ClusterQueue (lendingLimit), or past the waiter's borrowingLimit
+                quota.release(pcq, -gpus)
+                continue
+            picked.append((p, gpus, pcq))
+            now = after
+        if not picked or given + now < want:
+            for _, gpus, pcq in picked:
+                quota.release(pcq, -gpus)
+            return [], 0, reached
+        return [p for p, _, _ in picked], now - before, reached
 
     def _kueue_order(self, key: str) -> tuple[int, float, str]:
         """Where Kueue's BestEffortFIFO puts a waiter (``kueue_order``)."""

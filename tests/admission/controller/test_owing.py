@@ -6,12 +6,14 @@ waiting for quota, where one that is not owed gives it."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from admission.kube import WORKLOADS
 from policies import load_profiles
 from tests.admission.controller.test_parking import busy, parking
-from tests.admission.controller.test_yielding import active, kueue_deactivates, waiter, yielded_to
+from tests.admission.controller.test_yielding import active, kueue_deactivates, quota_reads, waiter, yielded_to
 from tests.admission.fabric import Fabric, profiles_doc, run
 from tests.kube_objects import now_rfc3339, workload
 
@@ -154,3 +156,49 @@ def test_the_owed_gangs_warmed_at_the_first_list_are_those_a_cold_look_finds_and
     fabric.submit("small", [("main", 1, 4)])
     (held,) = run(warm)
     assert held.outcome == "wait" and held.reason == "behind-gang"
+
+
+@pytest.mark.apiserver
+def test_the_running_controller_warms_once_when_its_watch_loop_has_listed_everything(fabric: Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch loop, not ``sync``: the worker warms up once, when the last watched resource is
+    listed, and nothing is decided before (only gangs wait, for quota): the owed gangs are read
+    and every listed Workload's reserved quota added up by then, so the first look and the first
+    quota-yield pass have nothing left to read; the first decision is held behind the gangs."""
+    fabric.install(held_doc(fabric, "quota"))
+    gang_waits_for_quota(fabric)
+    gang_waits_for_quota(fabric, "gang-2")
+    ctrl = parking(fabric)
+    warm = ctrl._warm
+    reads = quota_reads(monkeypatch)
+    seen: list[tuple[bool, list[str], dict[str, object], bool, int]] = []
+
+    def watched_warm() -> None:
+        listed = ctrl.synced
+        warm()
+        warmed = len(reads)
+        reserved = ctrl.quota_yield.reserved
+        assert reserved is not None
+        gpu = ctrl.quota_yield.gpu_resource()
+        reserved.totals(ctrl.quota_yield.objects, (gpu,) if isinstance(gpu, str) else gpu)  # as the first pass adds it up
+        changed = ctrl._owed_feed.look(ctrl.cache.objects[WORKLOADS], ctrl.quota_yield.waiters, [], ctrl.cache.profiles,
+                                       ctrl.decider.read, ctrl.quota_yield.cluster_queue_of, ctrl.quota_yield.flavor_of, ctrl.clock.now())
+        seen.append((listed, [g.key for g in ctrl.queue_state.outlook.owed.on(fabric.cq)], changed, warmed > 0, len(reads) - warmed))
+    ctrl._warm = watched_warm  # type: ignore[method-assign]
+    ctrl.start()
+    try:
+        assert ctrl.wait_synced(30)
+        deadline = time.monotonic() + 30
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen == [(True, [f"{fabric.ns}/gang", f"{fabric.ns}/gang-2"], {}, True, 0)]  # once, every resource listed, nothing left to read
+        assert fabric.decision_records() == []
+        fabric.submit("small", [("main", 1, 4)])
+        deadline = time.monotonic() + 30
+        while fabric.entry("small").get("state") != "Pending" or not fabric.decision_records():
+            assert time.monotonic() < deadline, "the running controller never decided the Workload behind the gangs"
+            time.sleep(0.1)
+        (record,) = fabric.decision_records()
+        assert (record["workload"], record["outcome"], record["reason"]) == ("small", "wait", "behind-gang")
+        assert len(seen) == 1  # no second warm-up: events after the lists are applied as they come
+    finally:
+        ctrl.stop()

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from admission.controller import Controller, DecisionSettings
+from admission.controller import Controller, DecisionSettings, _yield_index
 from admission.controller._status import YIELD_EVENT_REASON
 from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
 from tests.admission.controller.test_parking import busy, parking
@@ -491,3 +491,96 @@ def test_a_giver_whose_placement_fits_now_is_reactivated_while_a_workload_queued
     assert decided.outcome == "admit" and records_of(fabric, "gang") == 2
     (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang" and r["outcome"] == "admit"]
     assert any(f"queueing.lendParked: {mode}" in n for n in record["notes"])  # the record says why it came back
+
+
+def quota_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many Workloads each ``ReservedIndex.totals`` call reads the quota of, one entry per read."""
+    reads: list[int] = []
+    real = _yield_index.reserved_by_workloads
+
+    def counting(objs: Any, names: Any) -> Any:
+        reads.append(1)
+        return real(objs, names)
+    monkeypatch.setattr(_yield_index, "reserved_by_workloads", counting)
+    return reads
+
+
+def test_the_quota_reserved_warmed_at_the_first_list_is_what_a_cold_pass_adds_up_and_the_first_pass_reads_nothing_more(
+        fabric: Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sync`` adds up the quota every listed Workload reserves before the first pass: the totals
+    are those a controller whose first pass is cold adds up, that pass then reads no Workload's
+    quota again, and the first pass gives as it would. The ClusterQueue's status reports nothing
+    reserved, so only the Workloads count: all 12 GPUs of its quota are held, 4 by a Workload
+    admitted before the start (nothing touches it after) and 8 by the gang, so a 12-GPU waiter
+    would not start with the gang's given back and gets nothing, and the 8-GPU waiter behind it
+    gets them (a total short by the admitted one's 4 would give them to the first)."""
+    fabric.install()
+    busy(fabric)
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 12}]}]}]}},
+        _content_type="application/merge-patch+json")
+    fabric.submit("runner", [("main", 1, 4)])
+    (admitted,) = run(parking(fabric))  # a controller before the start admits it
+    assert admitted.outcome == "admit"
+    fabric.submit("gang", [("main", 2, 4)])  # Kueue reserves its 8 GPUs
+    waiter(fabric, "big", gpus=12)  # ahead of "late" in Kueue's order: created first (in the same second, its name is first)
+    waiter(fabric, "late", gpus=8)
+    warm = parking(fabric)
+    warm.sync()
+    cold = parking(fabric)
+    for w in cold.watches:  # the lists alone, as sync applies them, without the warm-up
+        cold._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
+    gpu = warm.quota_yield.gpu_resource()
+    names = (gpu,) if isinstance(gpu, str) else gpu
+    reads = quota_reads(monkeypatch)
+    assert warm.quota_yield.reserved is not None and cold.quota_yield.reserved is not None
+    totals = warm.quota_yield.reserved.totals(warm.quota_yield.objects, names)
+    assert reads == []  # the first pass has no Workload's quota left to read
+    assert totals == cold.quota_yield.reserved.totals(cold.quota_yield.objects, names)  # the cluster holds other tests' Workloads too
+    assert totals[(fabric.cq, fabric.flavor)] == 12
+    assert len(reads) == len(cold.quota_yield.objects) >= 4  # cold: every Workload read
+    (gang,) = warm.process()  # no list again: decided once more after the start, it parks, then gives its quota
+    assert gang.parked and not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
+
+
+def test_with_the_quota_over_used_a_waiter_is_given_nothing_when_its_want_given_back_would_not_let_it_in(fabric: Fabric) -> None:
+    """Over-used quota (the ClusterQueue's nominal quota cut to 14 under the two parked gangs' 16):
+    Kueue's ``ClusterQueueSnapshot.Available`` (pkg/cache/scheduler/clusterqueue_snapshot.go) is
+    0 while a ClusterQueue is in debt, so an 8-GPU waiter needs the 2 over and its 8 given back.
+    A waiter takes at most its want: one gang's 8 leave 6, which would not let it in, and a second
+    gang would give it more than it asks for, so nobody gives; a 6-GPU waiter behind it is let in
+    by one gang's 8, the newest parked."""
+    ctrl = parked_gang(fabric)
+    fabric.submit("gang-2", [("main", 2, 4)])
+    (second,) = run(ctrl)
+    assert second.parked
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 14}]}]}]}},
+        _content_type="application/merge-patch+json")
+    waiter(fabric, "eight", gpus=8)
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 0 and active(fabric, "gang") and active(fabric, "gang-2")
+    waiter(fabric, "six", gpus=6)
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 1 and active(fabric, "gang") and yielded_to(fabric, "gang-2") == f"{fabric.ns}/six"
+
+
+def test_a_waiter_given_its_quota_and_gone_unseen_leaves_the_next_pass_its_givers(fabric: Fabric) -> None:
+    """A waiter served in full is counted as taking its GPUs until it holds quota or is gone. One
+    deleted while no event said so (the next list no longer has it) is dropped from that count on
+    the next pass that reads the quota, and that pass still gives: here to a waiter Kueue refused
+    quota only after the first pass (a new version of a known waiter, so the waiters are not read again)."""
+    ctrl = parked_gang(fabric)
+    fabric.submit("gang-2", [("main", 2, 4)])
+    (second,) = run(ctrl)
+    assert second.parked
+    waiter(fabric, "late")
+    waiter(fabric, "other", tried=False)  # Kueue has not tried it yet: nothing for it on this pass
+    assert run(ctrl) == []
+    assert yielded_to(fabric, "gang-2") == f"{fabric.ns}/late" and active(fabric, "gang") and ctrl.quota_yields == 1
+    fabric.custom.delete_namespaced_custom_object(GROUP, VERSION, fabric.ns, "workloads", "late")  # gone; run lists again, no event
+    fabric.kueue._write(fabric.ns, "other", "pending", lambda wl: {"conditions": [{
+        "type": "QuotaReserved", "status": "False", "reason": "Pending", "lastTransitionTime": now_rfc3339(),
+        "message": "couldn't assign flavors to pod set main: insufficient unused quota"}]})
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 2 and yielded_to(fabric, "gang") == f"{fabric.ns}/other"

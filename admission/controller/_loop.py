@@ -287,10 +287,15 @@ class Controller:
             if resource == NODES and nodes != (dict(self.cache.nodes), dict(self.cache.node_problems)):
                 self._wake(self.parking.wake_all())
             return
+        listed_before = dict(self.cache.objects[WORKLOADS]) if resource == WORKLOADS else {}
         self.cache.replace_all(resource, items)
         if resource == ADMISSION_CHECKS:
             self._on_admission_checks()
         elif resource == WORKLOADS:
+            keys = {object_key(o) for o in items}
+            for key, obj in listed_before.items():
+                if key not in keys:  # deleted while the watch was down: as if its delete event came
+                    self._workload_gone(obj)
             live = {str((o.get("metadata") or {}).get("uid")) for o in items}
             for uid in [u for u in self._waiting if u not in live]:
                 del self._waiting[uid]
@@ -299,7 +304,6 @@ class Controller:
                 if r.uid not in live:
                     self.ledger.forget(r.uid)
             self.queue_state.relisted(items)
-            keys = {object_key(o) for o in items}
             for gone in [k for k in (*self._failures, *self._conflicts) if k not in keys]:
                 self._forget_key(gone)
             for obj in items:
@@ -331,17 +335,7 @@ class Controller:
         if event.type == "DELETED":
             self.cache.delete(resource, obj)
             if resource == WORKLOADS:
-                uid = str((obj.get("metadata") or {}).get("uid"))
-                self.parking.leave(object_key(obj))
-                self.quota_yield.forget(object_key(obj))
-                self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
-                self.ledger.forget(uid)
-                self._waiting.pop(uid, None)
-                self._waiting_band.pop(uid, None)
-                self.queue_state.gone(obj)
-                self.before.gone(object_key(obj))
-                self._queue.pop(object_key(obj), None)
-                self._forget_key(object_key(obj))
+                self._workload_gone(obj)
             elif resource == ADMISSION_CHECKS:
                 self._on_admission_checks()
             return
@@ -366,6 +360,21 @@ class Controller:
             meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
             if f"{meta.get('namespace')}/{spec.get('queueName')}" in keys:
                 self._on_workload(obj)
+
+    def _workload_gone(self, obj: Obj) -> None:
+        """A Workload was deleted, or a relist no longer has it (its delete event was missed): every
+        book the worker keeps of it goes, and the flavors its reservation held are looked at again."""
+        key, uid = object_key(obj), str((obj.get("metadata") or {}).get("uid"))
+        self.parking.leave(key)
+        self.quota_yield.forget(key)
+        self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
+        self.ledger.forget(uid)
+        self._waiting.pop(uid, None)
+        self._waiting_band.pop(uid, None)
+        self.queue_state.gone(obj)
+        self.before.gone(key)
+        self._queue.pop(key, None)
+        self._forget_key(key)
 
     def _forget_key(self, key: str) -> None:
         """A Workload is gone: its failure and conflict counts go with it (its delayed entry, if

@@ -9,6 +9,7 @@ import pytest
 
 from admission.controller import Controller, DecisionSettings, KueueSettings, Settings, Verdict
 from admission.kube import WORKLOADS, ManualClock, WatchEvent, errors
+from admission.queue import Need
 from policies import ProfilesDocument
 
 
@@ -48,6 +49,17 @@ def test_failure_counts_leave_with_a_deleted_workload(monkeypatch: pytest.Monkey
     assert set(ctrl._failures) == {"ns/b"}
     ctrl._apply_list(WORKLOADS, [])  # a relist that no longer has it
     assert not ctrl._failures and not ctrl._conflicts
+
+
+def test_a_workload_a_relist_no_longer_has_leaves_every_book_as_if_deleted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its delete event was missed (the watch was down): parked, waiting for quota, queued, it
+    must not stay in the waiting room or the quota yield's waiters until something else happens."""
+    ctrl = failing_controller(monkeypatch, "a", "b")
+    ctrl.parking.room.park("ns/a", Need("f", None, 1, 8))
+    ctrl.quota_yield.waiters["ns/a"] = None
+    ctrl._apply_list(WORKLOADS, [workload("b")])
+    assert "ns/a" not in ctrl.parking and "ns/a" not in ctrl.quota_yield.waiters and "ns/a" not in ctrl._queue
+    assert "ns/b" in ctrl._queue
 
 
 def test_a_workload_failing_again_and_again_keeps_one_delayed_entry(monkeypatch: pytest.MonkeyPatch) -> None:

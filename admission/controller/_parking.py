@@ -9,8 +9,10 @@ going to ``Retry``. Kueue then keeps its quota reserved and neither evicts nor r
 for any check still at work (its own ProvisioningRequest check waits the same way), and Atoll
 decides it again itself when something it waits for changes:
 
-- a pod stops holding a node (deleted, failed or succeeded): the Workloads parked on that node's flavor
-  that one domain holding the node now has room for (``WaitingRoom.freed``);
+- a pod stops holding a node (deleted, failed or succeeded): the Workloads parked on that node's flavor,
+  oldest first, that one domain holding the node has room for once those woken before them are
+  counted against it (``WaitingRoom.freed``); one woken that parks again gives its share of the
+  room to the next parked Workloads (``reoffer``, asked once it is parked again);
 - an admitted Workload goes away before its pods bound: every Workload parked on its flavors;
 - a node or the profiles document changes: every parked Workload;
 - an elastic profile's relax deadline passes (``due``).
@@ -107,4 +109,17 @@ class Parking:
                 continue
             if node in snap.node_index:
                 out.extend(str(k) for k in self.room.freed(snap, [snap.node_index[node]]))
+        return out
+
+    def reoffer(self) -> list[str]:
+        """Freed room that a Workload it woke parked again without taking: the next parked Workloads it
+        can hold (``WaitingRoom.reoffer``), asked each time a Workload is parked."""
+        out: list[str] = []
+        for flavor in sorted(self.room.owed()):
+            try:
+                snap = self.cache.snapshot(flavor)
+            except (FlavorProblem, ValueError):
+                out.extend(self.wake_flavors([flavor]))
+                continue
+            out.extend(str(k) for k in self.room.reoffer(snap))
         return out

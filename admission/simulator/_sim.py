@@ -800,15 +800,19 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         """Kueue's pass over flavor ``fi``; then, at the same instant, as long as something
         changed: the waiters given quota are tried again, and the deactivated jobs no queued job
         is ahead of any more are reactivated and tried again (the controller's and Kueue's next
-        turns)."""
+        turns). Room freed on the flavor that a woken job parked again without taking is offered to the next parked
+        jobs (``WaitingRoom.reoffer``) in the same way, at the same instant."""
         admitted = run_pass(fi, now)
         back = due_back(fi, now)
-        while tried_again[fi] or back:
+        again = room.reoffer(fl[fi].snapshot) if room is not None else []
+        while tried_again[fi] or back or again:
             tried_again[fi] = False
             for p in back:
                 reactivate(p)
+            wake(again)
             admitted = run_pass(fi, now) or admitted
             back = due_back(fi, now)
+            again = room.reoffer(fl[fi].snapshot) if room is not None else []
         return admitted
 
     checks = [0, 0]  # invariant checks, and those run from scratch

@@ -33,8 +33,9 @@ The GPU count is only a bound (speed floor, taints, reservations and pod shapes 
 refuse a Workload), so room counted for a woken Workload may be left unused. The invariant:
 no Workload stays parked while a freed domain of its level has free GPUs it fits, beyond the
 decisions of the Workloads woken before it. A flavor whose freed room left someone out is
-owed a look: when a Workload that room woke is parked again (it took none of the room),
-``reoffer`` (asked by the caller once the woken are decided, with the snapshot as it is then)
+owed a look: when a Workload that room woke is decided (parked again, it took none of the room;
+placed, it may have gone elsewhere: ``decided``), ``reoffer`` (asked by the caller once it is
+decided, on the snapshot as a decision would search it then, what admitted Workloads owe counted)
 offers that room again, counted afresh, to the parked Workloads not yet woken by it, oldest
 first; it closes once it leaves nobody out. A Workload woken by the room and parked again is
 not offered the same room again until new room is freed, so a chain of N that park again
@@ -139,6 +140,13 @@ class WaitingRoom:
             bisect.insort(self._by_level.setdefault((need.flavor, need.level, need.gpus_per_pod), []), (need.pods, self._seq, key))
         if need.deadline is not None:
             heapq.heappush(self._deadlines, (need.deadline, self._seq, key))
+
+    def decided(self, key: Hashable) -> None:
+        """``key`` was decided and not parked (admitted, rejected, sent to a Retry). If freed room of an
+        owed flavor woke it, that room is offered again (``reoffer``): it may have gone elsewhere."""
+        woken_on = self._woken.pop(key, None)
+        if woken_on is not None and woken_on in self._owed:
+            self._again.add(woken_on)
 
     def parked(self) -> list[Hashable]:
         """The parked Workloads (not those set aside), in the order they were parked."""
@@ -257,9 +265,9 @@ class WaitingRoom:
 
     def reoffer(self, snapshot: Snapshot) -> list[Hashable]:
         """The room ``freed`` owed on ``snapshot``'s flavor, offered again as ``freed`` offers it
-        (counted on ``snapshot`` as it is now), once a Workload it woke was parked again: to the
+        (counted on ``snapshot`` as it is now), once a Workload it woke was decided: to the
         parked Workloads it has not woken since it was freed, oldest first. Callers ask it after the
-        woken Workloads are decided; [] when no woken Workload came back. The flavor is owed no
+        woken Workloads are decided; [] when no woken Workload was decided since. The flavor is owed no
         more once the room leaves nobody out."""
         flavor = snapshot.flavor
         if flavor not in self._again:

@@ -104,8 +104,9 @@ class WaitingRoom:
         """Keys set aside that an event reached since: their need is dropped only if they fit now (``settle``)."""
         self._owed: dict[str, set[str]] = {}
         """Flavor → names of freed nodes whose room left a parked Workload out: owed a look (``reoffer``)."""
-        self._woken: dict[Hashable, str] = {}
-        """Keys freed room of an owed flavor woke, not decided since: parked again, they give their share back."""
+        self._woken: dict[Hashable, tuple[Need, tuple[tuple[str, int], ...]]] = {}
+        """Keys freed room woke, not decided since, in the order woken: their room stays counted against
+        the freed domains (``freed``, ``reoffer``) until they are decided; parked again, they give it back."""
         self._tried: dict[str, set[Hashable]] = {}
         """Flavor → keys its owed room woke and that parked again: not offered the same room again."""
         self._again: set[str] = set()
@@ -128,10 +129,10 @@ class WaitingRoom:
     def park(self, key: Hashable, need: Need) -> None:
         """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need. One
         that freed room of an owed flavor woke took none of it: that room is offered again (``reoffer``)."""
-        woken_on = self._woken.pop(key, None)
-        if woken_on is not None and woken_on in self._owed:
-            self._tried.setdefault(woken_on, set()).add(key)
-            self._again.add(woken_on)
+        woken = self._woken.pop(key, None)
+        if woken is not None and woken[0].flavor in self._owed:
+            self._tried.setdefault(woken[0].flavor, set()).add(key)
+            self._again.add(woken[0].flavor)
         self.leave(key)
         self._seq += 1
         self._needs[key] = need
@@ -144,9 +145,9 @@ class WaitingRoom:
     def decided(self, key: Hashable) -> None:
         """``key`` was decided and not parked (admitted, rejected, sent to a Retry). If freed room of an
         owed flavor woke it, that room is offered again (``reoffer``): it may have gone elsewhere."""
-        woken_on = self._woken.pop(key, None)
-        if woken_on is not None and woken_on in self._owed:
-            self._again.add(woken_on)
+        woken = self._woken.pop(key, None)
+        if woken is not None and woken[0].flavor in self._owed:
+            self._again.add(woken[0].flavor)
 
     def parked(self) -> list[Hashable]:
         """The parked Workloads (not those set aside), in the order they were parked."""
@@ -255,13 +256,13 @@ class WaitingRoom:
         if not rows.size:
             return []
         flavor = snapshot.flavor
-        keys, left = self._offer(snapshot, rows, frozenset())
+        keys, left, took = self._offer(snapshot, rows, frozenset())
         if left:
             self._owed.setdefault(flavor, set()).update(snapshot.node_names[int(r)] for r in rows)
             tried = self._tried.get(flavor)
             if tried:
                 tried.difference_update(left)  # new room they fit: theirs to be offered
-        return self._woken_by(flavor, keys)
+        return self._woken_by(snapshot, keys, took)
 
     def reoffer(self, snapshot: Snapshot) -> list[Hashable]:
         """The room ``freed`` owed on ``snapshot``'s flavor, offered again as ``freed`` offers it
@@ -274,10 +275,10 @@ class WaitingRoom:
             return []
         self._again.discard(flavor)
         rows = np.array(sorted(snapshot.node_index[n] for n in self._owed.get(flavor, ()) if n in snapshot.node_index), dtype=np.int64)
-        keys, left = self._offer(snapshot, rows, self._tried.get(flavor, set())) if rows.size else ([], [])
+        keys, left, took = self._offer(snapshot, rows, self._tried.get(flavor, set())) if rows.size else ([], [], {})
         if not left:
             self._close(flavor)
-        return self._woken_by(flavor, keys)
+        return self._woken_by(snapshot, keys, took)
 
     def owed(self) -> set[str]:
         """Flavors whose owed room a woken Workload came back to: ``reoffer`` has work there."""
@@ -287,25 +288,34 @@ class WaitingRoom:
         self._owed.pop(flavor, None)
         self._tried.pop(flavor, None)
         self._again.discard(flavor)
-        self._woken = {k: f for k, f in self._woken.items() if f != flavor}
 
-    def _woken_by(self, flavor: str, keys: list[tuple[int, Hashable]]) -> list[Hashable]:
+    def _woken_by(self, snapshot: Snapshot, keys: list[tuple[int, Hashable]],
+                  took: dict[Hashable, list[tuple[int, int]]]) -> list[Hashable]:
+        needs = {k: self._needs[k] for _, k in keys}
         out = self._wake(keys)
-        if flavor in self._owed:
-            self._woken.update((k, flavor) for k in out)
+        for k in out:
+            self._woken[k] = (needs[k], tuple((snapshot.node_names[r], g) for r, g in took.get(k, ())))
         return out
 
     def _offer(self, snapshot: Snapshot, rows: npt.NDArray[np.int64],
-               skip: set[Hashable] | frozenset[Hashable]) -> tuple[list[tuple[int, Hashable]], list[Hashable]]:
+               skip: set[Hashable] | frozenset[Hashable]) -> tuple[list[tuple[int, Hashable]], list[Hashable], dict[Hashable, list[tuple[int, int]]]]:
         """The parked Workloads of the flavor (not in ``skip``), oldest first, that the domains holding
         ``rows`` have room for, each counted against the first such domain of its level it fits,
-        node by node; and those left out (they fit the room, not what the earlier ones left of it).
+        node by node, after the Workloads woken before and not decided yet; and those left out (they
+        fit the room, not what the earlier ones left of it).
         One set aside takes no room: it is returned if it fits the room, for ``_wake`` to handle."""
         flavor = snapshot.flavor
         fresh = np.asarray(snapshot.free[:, 0], dtype=np.int64)
         budget = fresh.copy()
         spans: dict[str | None, list[tuple[int, int, int]]] = {}
         entries = sorted((seq, key) for (fl, _, _), row in self._by_level.items() if fl == flavor for _, seq, key in row)
+        for earlier, held in self._woken.values():  # woken before and not decided yet: the GPUs counted for them stay theirs
+            if earlier.flavor == flavor:
+                for name, gpus in held:
+                    r = snapshot.node_index.get(name)
+                    if r is not None:
+                        budget[r] = max(int(budget[r]) - gpus, 0)
+        took: dict[Hashable, list[tuple[int, int]]] = {}
         woken: list[tuple[int, Hashable]] = []
         left: list[Hashable] = []
         for seq, key in entries:
@@ -323,7 +333,7 @@ class WaitingRoom:
                 if key in self._aside:
                     break
                 if _fits(budget[lo:hi], per, need.pods):
-                    _take(budget[lo:hi], per, need.pods)
+                    took[key] = [(lo + i, g) for i, g in _take(budget[lo:hi], per, need.pods)]
                     break
             else:
                 if fits_room:
@@ -331,7 +341,7 @@ class WaitingRoom:
                 continue
             if fits_room:
                 woken.append((seq, key))
-        return woken, left
+        return woken, left, took
 
     @staticmethod
     def _spans(snapshot: Snapshot, level: str | None, rows: npt.NDArray[np.int64], free: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
@@ -388,8 +398,11 @@ def _fits(free: npt.NDArray[np.int64], per_pod: int, pods: int) -> bool:
     return int((free // per_pod).sum()) >= pods
 
 
-def _take(free: npt.NDArray[np.int64], per_pod: int, pods: int) -> None:
-    """Count ``pods`` pods of ``per_pod`` GPUs against ``free`` (a view, changed in place), node by node."""
+def _take(free: npt.NDArray[np.int64], per_pod: int, pods: int) -> list[tuple[int, int]]:
+    """Count ``pods`` pods of ``per_pod`` GPUs against ``free`` (a view, changed in place), node by
+    node; the GPUs taken, by position in ``free``."""
     per = free // per_pod
     before = np.cumsum(per) - per
-    free -= np.clip(pods - before, 0, per) * per_pod
+    gpus = np.clip(pods - before, 0, per) * per_pod
+    free -= gpus
+    return [(int(i), int(gpus[i])) for i in np.flatnonzero(gpus)]

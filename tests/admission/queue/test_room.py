@@ -36,6 +36,7 @@ def test_freed_room_wakes_only_what_one_domain_of_its_level_could_now_hold() -> 
     # u0c1: 4 free, u0: 6 free; gang3 (older) is counted against 3 of them, so wide's 6 are not there for it
     assert room.freed(snap, free(snap, "u0c1n1", "u0c1n2", "u0c1n3")) == ["gang3"]
     assert "wide" in room and room.owed() == set()
+    room.decided("gang2")  # gang2 went elsewhere: its two u0c0 nodes are free
     room.park("gang3", Need("f", CLIQUE, 3, 4))  # decided and parked again: it took none of the room
     assert room.owed() == {"f"}
     assert room.reoffer(snap) == ["wide"] and room.owed() == set()
@@ -240,8 +241,10 @@ def test_room_a_woken_workload_parks_again_without_is_offered_to_the_next_and_a_
         room.park(k, Need("f", CLIQUE, 1, 4))
     assert room.freed(snap, free(snap, "big", gpus=8)) == ["a", "b"]
     room.park("a", Need("f", CLIQUE, 1, 4))  # its speed floor refused the node: parked again
+    assert room.reoffer(snap) == ["c"]  # a's share goes to the next, not back to a; b, undecided, keeps its own
     snap.reserve("big", ResourceVector(gpu=4))  # b was placed
-    assert room.reoffer(snap) == ["c"]  # a's share goes to the next, not back to a
+    room.decided("b")
+    assert room.reoffer(snap) == []  # nothing left: b took its share
     room.park("c", Need("f", CLIQUE, 1, 4))
     assert room.reoffer(snap) == ["d"]
     room.park("d", Need("f", CLIQUE, 1, 4))
@@ -260,7 +263,7 @@ def test_room_taken_by_a_placed_workload_is_not_offered_again() -> None:
         room.park(k, Need("f", CLIQUE, 1, 4))
     assert room.freed(snap, free(snap, "big", gpus=8)) == ["a", "b"]
     snap.reserve("big", ResourceVector(gpu=8))  # both placed
-    room.leave("a")
+    room.decided("a")
     room.park("b", Need("f", CLIQUE, 1, 4))  # say b parked again and something else took its GPUs
     assert room.reoffer(snap) == [] and room.owed() == set() and room.parked() == ["c", "b"]
 

@@ -547,7 +547,7 @@ def test_a_freed_node_wakes_only_the_parked_jobs_it_can_hold_and_every_job_start
     model = cluster(sus=1, racks=1)
     jobs = [job(0.0, 100.0 * (i + 1), 4) for i in range(4)] + [job(1.0 + i, 1000.0, 4) for i in range(6)]
     res = run(model, jobs, "atoll-strict", parking=True, quota_factor=2.0, yield_quota=False)
-    monkeypatch.setattr(room_module, "_take", lambda free, per_pod, pods: None)  # the room counts nothing: every job it fits is woken
+    monkeypatch.setattr(room_module, "_take", lambda free, per_pod, pods: [])  # the room counts nothing: every job it fits is woken
     every = run(model, jobs, "atoll-strict", parking=True, quota_factor=2.0, yield_quota=False)
     assert (res.status == STATUS_DONE).all() and (every.status == STATUS_DONE).all()
     assert res.start.tolist() == every.start.tolist()  # the same job at the same instant

@@ -822,6 +822,10 @@ class Controller:
             deadline = self.parking.park(key, verdict)
             if deadline is not None:
                 heapq.heappush(self._delayed, (self.clock.monotonic() + max(deadline - self.clock.now(), 0.0), key))
+        else:
+            self.parking.room.decided(key)
+        if self.parking.room.owed():  # woken by freed room and decided: what it did not take goes to the next
+            self._wake(self.parking.reoffer(self.decider.room_now))
 
     def _send(self, key: str, obj: Obj, verdict: Verdict, started: float, term: int | None, plan: Plan | None) -> None:
         """Pipelined write: the ledger counts the decision now (the next decision sees it), a

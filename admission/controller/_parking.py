@@ -9,8 +9,10 @@ going to ``Retry``. Kueue then keeps its quota reserved and neither evicts nor r
 for any check still at work (its own ProvisioningRequest check waits the same way), and Atoll
 decides it again itself when something it waits for changes:
 
-- a pod stops holding a node (deleted, failed or succeeded): the Workloads parked on that node's flavor
-  that one domain holding the node now has room for (``WaitingRoom.freed``);
+- a pod stops holding a node (deleted, failed or succeeded): the Workloads parked on that node's flavor,
+  oldest first, that one domain holding the node has room for once those woken before them are
+  counted against it (``WaitingRoom.freed``); one woken that parks again gives its share of the
+  room to the next parked Workloads (``reoffer``, asked once it is decided);
 - an admitted Workload goes away before its pods bound: every Workload parked on its flavors;
 - a node or the profiles document changes: every parked Workload;
 - an elastic profile's relax deadline passes (``due``).
@@ -107,4 +109,17 @@ class Parking:
                 continue
             if node in snap.node_index:
                 out.extend(str(k) for k in self.room.freed(snap, [snap.node_index[node]]))
+        return out
+
+    def reoffer(self, room_now: Callable[[str], Snapshot | None]) -> list[str]:
+        """Freed room that a Workload it woke was decided on (parked again, or placed maybe elsewhere):
+        the next parked Workloads it can hold (``WaitingRoom.reoffer``) on ``room_now(flavor)``
+        (what admitted Workloads still owe counted as used), asked after each decision."""
+        out: list[str] = []
+        for flavor in sorted(self.room.owed()):
+            snap = room_now(flavor)
+            if snap is None:
+                out.extend(self.wake_flavors([flavor]))
+                continue
+            out.extend(str(k) for k in self.room.reoffer(snap))
         return out

@@ -9,7 +9,10 @@ in the flavor. It is parked with that ``Need`` and, if its profile relaxes on ti
 deadline at which it may span. It is woken, and decided again, only when
 
 - capacity is freed in a domain of its level that now has at least the GPUs it needs there
-  (fewer free GPUs than that is a proof it still cannot fit, so nothing is lost by not asking);
+  (fewer free GPUs than that is a proof it still cannot fit, so nothing is lost by not asking),
+  and the Workloads parked before it have not taken that room: ``freed`` counts, oldest first,
+  each Workload it wakes against the freed domain's free GPUs (whole pods per node), so a freed
+  8-GPU node wakes two parked 4-GPU Workloads, not all of them;
 - its deadline passes (``due``);
 - anything else changes that the GPU count cannot see (a node, the profiles, what admitted
   Workloads still owe): ``wake_flavor`` or ``wake_all``.
@@ -25,6 +28,18 @@ if not, it stays on file, as if no event had come. One parked again undecided ke
 until it is decided afresh (``may_give``): a Workload gives its quota back at most once per
 decision, so yields are bounded by decisions. While its need is on file (``is_aside``) one that
 gave its quota back takes none from another parked Workload.
+
+The GPU count is only a bound (speed floor, taints, reservations and pod shapes can still
+refuse a Workload), so room counted for a woken Workload may be left unused. The invariant:
+no Workload stays parked while a freed domain of its level has free GPUs it fits, beyond the
+decisions of the Workloads woken before it. A flavor whose freed room left someone out is
+owed a look: when a Workload that room woke is decided (parked again, it took none of the room;
+placed, it may have gone elsewhere: ``decided``), ``reoffer`` (asked by the caller once it is
+decided, on the snapshot as a decision would search it then, what admitted Workloads owe counted)
+offers that room again, counted afresh, to the parked Workloads not yet woken by it, oldest
+first; it closes once it leaves nobody out. A Workload woken by the room and parked again is
+not offered the same room again until new room is freed, so a chain of N that park again
+costs N decisions, not N².
 
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
@@ -87,6 +102,15 @@ class WaitingRoom:
         """Keys parked again undecided after giving their quota back: they keep it until decided afresh."""
         self._reached: set[Hashable] = set()
         """Keys set aside that an event reached since: their need is dropped only if they fit now (``settle``)."""
+        self._owed: dict[str, set[str]] = {}
+        """Flavor → names of freed nodes whose room left a parked Workload out: owed a look (``reoffer``)."""
+        self._woken: dict[Hashable, tuple[Need, tuple[tuple[str, int], ...]]] = {}
+        """Keys freed room woke, not decided since, in the order woken: their room stays counted against
+        the freed domains (``freed``, ``reoffer``) until they are decided; parked again, they give it back."""
+        self._tried: dict[str, set[Hashable]] = {}
+        """Flavor → keys its owed room woke and that parked again: not offered the same room again."""
+        self._again: set[str] = set()
+        """Owed flavors a woken Workload parked again on since the last ``reoffer``."""
 
     def __len__(self) -> int:
         """Workloads on file: parked, or set aside (an event must still reach them)."""
@@ -103,7 +127,12 @@ class WaitingRoom:
         return {n.flavor for n in self._needs.values()}
 
     def park(self, key: Hashable, need: Need) -> None:
-        """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need."""
+        """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need. One
+        that freed room of an owed flavor woke took none of it: that room is offered again (``reoffer``)."""
+        woken = self._woken.pop(key, None)
+        if woken is not None and woken[0].flavor in self._owed:
+            self._tried.setdefault(woken[0].flavor, set()).add(key)
+            self._again.add(woken[0].flavor)
         self.leave(key)
         self._seq += 1
         self._needs[key] = need
@@ -112,6 +141,13 @@ class WaitingRoom:
             bisect.insort(self._by_level.setdefault((need.flavor, need.level, need.gpus_per_pod), []), (need.pods, self._seq, key))
         if need.deadline is not None:
             heapq.heappush(self._deadlines, (need.deadline, self._seq, key))
+
+    def decided(self, key: Hashable) -> None:
+        """``key`` was decided and not parked (admitted, rejected, sent to a Retry). If freed room of an
+        owed flavor woke it, that room is offered again (``reoffer``): it may have gone elsewhere."""
+        woken = self._woken.pop(key, None)
+        if woken is not None and woken[0].flavor in self._owed:
+            self._again.add(woken[0].flavor)
 
     def parked(self) -> list[Hashable]:
         """The parked Workloads (not those set aside), in the order they were parked."""
@@ -174,6 +210,7 @@ class WaitingRoom:
 
     def leave(self, key: Hashable) -> Need | None:
         """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked."""
+        self._woken.pop(key, None)
         need = self._needs.pop(key, None)
         if need is None:
             return None
@@ -211,23 +248,117 @@ class WaitingRoom:
 
     def freed(self, snapshot: Snapshot, nodes: Iterable[int] | npt.NDArray[np.int64]) -> list[Hashable]:
         """Capacity was freed on ``nodes`` of ``snapshot``'s flavor (its ``free`` already counts
-        it): the parked Workloads of that flavor that a domain holding one of those nodes now has
-        room for, counted in whole pods of their GPUs per pod. They leave the room, oldest first."""
+        it): the parked Workloads of that flavor, oldest first, that a domain of their level holding
+        one of those nodes has room for once those woken before them are counted against it (whole
+        pods of their GPUs per pod on each node). They leave the room. If the room left someone out,
+        the flavor is owed a look (``reoffer``)."""
         rows = np.unique(np.asarray(list(nodes) if not isinstance(nodes, np.ndarray) else nodes, dtype=np.int64))
         if not rows.size:
             return []
         flavor = snapshot.flavor
+        keys, left, took = self._offer(snapshot, rows, frozenset())
+        if left:
+            self._owed.setdefault(flavor, set()).update(snapshot.node_names[int(r)] for r in rows)
+            tried = self._tried.get(flavor)
+            if tried:
+                tried.difference_update(left)  # new room they fit: theirs to be offered
+        return self._woken_by(snapshot, keys, took)
+
+    def reoffer(self, snapshot: Snapshot) -> list[Hashable]:
+        """The room ``freed`` owed on ``snapshot``'s flavor, offered again as ``freed`` offers it
+        (counted on ``snapshot`` as it is now), once a Workload it woke was decided: to the
+        parked Workloads it has not woken since it was freed, oldest first. Callers ask it after the
+        woken Workloads are decided; [] when no woken Workload was decided since. The flavor is owed no
+        more once the room leaves nobody out."""
+        flavor = snapshot.flavor
+        if flavor not in self._again:
+            return []
+        self._again.discard(flavor)
+        rows = np.array(sorted(snapshot.node_index[n] for n in self._owed.get(flavor, ()) if n in snapshot.node_index), dtype=np.int64)
+        keys, left, took = self._offer(snapshot, rows, self._tried.get(flavor, set())) if rows.size else ([], [], {})
+        if not left:
+            self._close(flavor)
+        return self._woken_by(snapshot, keys, took)
+
+    def owed(self) -> set[str]:
+        """Flavors whose owed room a woken Workload came back to: ``reoffer`` has work there."""
+        return set(self._again)
+
+    def _close(self, flavor: str) -> None:
+        self._owed.pop(flavor, None)
+        self._tried.pop(flavor, None)
+        self._again.discard(flavor)
+
+    def _woken_by(self, snapshot: Snapshot, keys: list[tuple[int, Hashable]],
+                  took: dict[Hashable, list[tuple[int, int]]]) -> list[Hashable]:
+        needs = {k: self._needs[k] for _, k in keys}
+        out = self._wake(keys)
+        for k in out:
+            self._woken[k] = (needs[k], tuple((snapshot.node_names[r], g) for r, g in took.get(k, ())))
+        return out
+
+    def _offer(self, snapshot: Snapshot, rows: npt.NDArray[np.int64],
+               skip: set[Hashable] | frozenset[Hashable]) -> tuple[list[tuple[int, Hashable]], list[Hashable], dict[Hashable, list[tuple[int, int]]]]:
+        """The parked Workloads of the flavor (not in ``skip``), oldest first, that the domains holding
+        ``rows`` have room for, each counted against the first such domain of its level it fits,
+        node by node, after the Workloads woken before and not decided yet; and those left out (they
+        fit the room, not what the earlier ones left of it).
+        One set aside takes no room: it is returned if it fits the room, for ``_wake`` to handle."""
+        flavor = snapshot.flavor
+        fresh = np.asarray(snapshot.free[:, 0], dtype=np.int64)
+        budget = fresh.copy()
+        spans: dict[str | None, list[tuple[int, int, int]]] = {}
+        entries = sorted((seq, key) for (fl, _, _), row in self._by_level.items() if fl == flavor for _, seq, key in row)
+        for earlier, held in self._woken.values():  # woken before and not decided yet: the GPUs counted for them stay theirs
+            if earlier.flavor == flavor:
+                for name, gpus in held:
+                    r = snapshot.node_index.get(name)
+                    if r is not None:
+                        budget[r] = max(int(budget[r]) - gpus, 0)
+        took: dict[Hashable, list[tuple[int, int]]] = {}
         woken: list[tuple[int, Hashable]] = []
-        for (fl, level, per_pod), row in list(self._by_level.items()):
-            if fl != flavor or not row:
+        left: list[Hashable] = []
+        for seq, key in entries:
+            if key in skip:
                 continue
-            most = self._most_pods(snapshot, level, per_pod, rows)
-            stop = bisect.bisect_right(row, (most, float("inf")))
-            woken.extend((seq, key) for _, seq, key in row[:stop])
-        return self._wake(sorted(woken, key=lambda sk: sk[0]))
+            need = self._needs[key]
+            if need.level not in spans:
+                spans[need.level] = self._spans(snapshot, need.level, rows, fresh)
+            per = max(need.gpus_per_pod, 1)
+            fits_room = False
+            for lo, hi, room in spans[need.level]:
+                if need.gpus > room or not _fits(fresh[lo:hi], per, need.pods):
+                    continue
+                fits_room = True
+                if key in self._aside:
+                    break
+                if _fits(budget[lo:hi], per, need.pods):
+                    took[key] = [(lo + i, g) for i, g in _take(budget[lo:hi], per, need.pods)]
+                    break
+            else:
+                if fits_room:
+                    left.append(key)
+                continue
+            if fits_room:
+                woken.append((seq, key))
+        return woken, left, took
+
+    @staticmethod
+    def _spans(snapshot: Snapshot, level: str | None, rows: npt.NDArray[np.int64], free: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
+        """The node ranges of the domains of ``level`` holding ``rows`` (the whole flavor: None, or a
+        level the flavor lacks), each with its free GPUs."""
+        if level is None or level not in snapshot.level_labels:
+            return [(0, len(free), int(free.sum()))]
+        lv = snapshot.level_index(level)
+        out = []
+        for d in np.unique(snapshot.node_dom[lv, rows]).tolist():
+            lo, hi = snapshot.domain_range(lv, int(d))
+            out.append((lo, hi, int(free[lo:hi].sum())))
+        return out
 
     def wake_flavor(self, flavor: str) -> list[Hashable]:
         """Every Workload parked on ``flavor`` (a change the GPU counts cannot see), oldest first."""
+        self._close(flavor)
         return self._wake(sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor))
 
     def wake_behind(self, gangs: Iterable[str]) -> list[Hashable]:
@@ -238,6 +369,8 @@ class WaitingRoom:
         return self._wake(sorted((self._order[k], k) for k, n in self._needs.items() if n.behind is not None and n.behind in left))
 
     def wake_all(self) -> list[Hashable]:
+        for flavor in list(self._owed):
+            self._close(flavor)
         return self._wake(sorted((seq, k) for k, seq in self._order.items()))
 
     def _wake(self, keys: list[tuple[int, Hashable]]) -> list[Hashable]:
@@ -257,17 +390,19 @@ class WaitingRoom:
             out.append(key)
         return out
 
-    @staticmethod
-    def _most_pods(snapshot: Snapshot, level: str | None, per_pod: int, rows: npt.NDArray[np.int64]) -> int:
-        """The most pods of ``per_pod`` GPUs one domain of ``level`` among those holding ``rows``
-        has free GPUs for. Every node counts (a tainted one is open to a PodSet that tolerates
-        it), and only GPUs: a bound, never an answer."""
-        gpus = snapshot.free[:, 0] // max(per_pod, 1)
-        if level is None or level not in snapshot.level_labels:
-            return int(gpus.sum())
-        lv = snapshot.level_index(level)
-        most = 0
-        for d in np.unique(snapshot.node_dom[lv, rows]).tolist():
-            lo, hi = snapshot.domain_range(lv, int(d))
-            most = max(most, int(gpus[lo:hi].sum()))
-        return most
+
+def _fits(free: npt.NDArray[np.int64], per_pod: int, pods: int) -> bool:
+    """``pods`` pods of ``per_pod`` GPUs fit ``free`` (GPUs per node), each pod whole on one node.
+    Every node counts (a tainted one is open to a PodSet that tolerates it), and only GPUs: a
+    bound, never an answer."""
+    return int((free // per_pod).sum()) >= pods
+
+
+def _take(free: npt.NDArray[np.int64], per_pod: int, pods: int) -> list[tuple[int, int]]:
+    """Count ``pods`` pods of ``per_pod`` GPUs against ``free`` (a view, changed in place), node by
+    node; the GPUs taken, by position in ``free``."""
+    per = free // per_pod
+    before = np.cumsum(per) - per
+    gpus = np.clip(pods - before, 0, per) * per_pod
+    free -= gpus
+    return [(int(i), int(gpus[i])) for i in np.flatnonzero(gpus)]

@@ -796,19 +796,31 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
         retrying[(fi, int(shape_of[p]))] -= 1
         enqueue(p)
 
+    def reoffer(fi: int) -> list[Any]:
+        """Freed room a job it woke was decided on, for the next parked jobs (``WaitingRoom.reoffer``), what admitted
+        jobs still owe counted as used, as the controller asks it."""
+        if room is None or deployed is None or deployed.flavor_names[fi] not in room.owed():
+            return []
+        snap = deployed.decider.room_now(deployed.flavor_names[fi])
+        return room.reoffer(snap) if snap is not None else room.wake_flavor(deployed.flavor_names[fi])
+
     def pass_and_reactivate(fi: int, now: float) -> bool:
         """Kueue's pass over flavor ``fi``; then, at the same instant, as long as something
         changed: the waiters given quota are tried again, and the deactivated jobs no queued job
         is ahead of any more are reactivated and tried again (the controller's and Kueue's next
-        turns)."""
+        turns). Room freed on the flavor that a woken job parked again without taking is offered to the next parked
+        jobs (``WaitingRoom.reoffer``) in the same way, at the same instant."""
         admitted = run_pass(fi, now)
         back = due_back(fi, now)
-        while tried_again[fi] or back:
+        again = reoffer(fi)
+        while tried_again[fi] or back or again:
             tried_again[fi] = False
             for p in back:
                 reactivate(p)
+            wake(again)
             admitted = run_pass(fi, now) or admitted
             back = due_back(fi, now)
+            again = reoffer(fi)
         return admitted
 
     checks = [0, 0]  # invariant checks, and those run from scratch
@@ -1153,6 +1165,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 continue
             _dequeue(f, sid, heads)
             left_queue(j, fi)
+            if room is not None and not (att.outcome == "wait" and att.parks):
+                room.decided(j)  # woken by freed room and not parked: the room it did not take goes to the next
             if att.outcome != "wait":
                 gangs_pending[fi].pop(j, None)
             if att.outcome == "admit":

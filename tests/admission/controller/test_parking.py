@@ -135,3 +135,43 @@ def test_the_controllers_park_waiting_wins_over_every_profile(fabric: Fabric, ov
     verdicts = run(ctrl)
     assert len(verdicts) == 2 and all(v.outcome == "wait" and v.parked is override for v in verdicts)
     assert {fabric.entry(n)["state"] for n in ("parks", "retries")} == {"Pending" if override else "Retry"}
+
+
+def test_a_freed_node_wakes_only_as_many_parked_as_it_holds_and_one_parked_again_passes_the_room_on(fabric: Fabric) -> None:
+    """One island of three 4-GPU nodes, the first tainted, every node busy; four 4-GPU Workloads
+    park, the oldest without the taint's toleration. The tainted node frees: its GPUs hold one
+    pod, so only the oldest is woken; it cannot use the node and parks again, and the room goes
+    to the next (which tolerates it), not to all of them: the last two see no decision write."""
+    from tests.admission.controller.test_node_health import TAINT
+
+    fabric.add_node(0, 0, 0, taints=[TAINT])
+    fabric.add_node(0, 0, 1)
+    fabric.add_node(0, 0, 2)
+    fabric.install(nodes=False)
+    for i in range(3):
+        fabric.bind_pod(f"busy{i}", fabric.node_name(0, 0, i), 4)
+    ctrl = parking(fabric)
+    tolerates = [{"key": TAINT["key"], "operator": "Equal", "value": "true", "effect": "NoSchedule"}]
+    fabric.submit("intolerant", [("main", 1, 4)])
+    run(ctrl)
+    for name in ("t1", "t2", "t3"):
+        fabric.submit(name, [("main", 1, 4)], tolerations=tolerates)
+        run(ctrl)
+    assert all(fabric.entry(n)["state"] == "Pending" for n in ("intolerant", "t1", "t2", "t3"))
+    assert len(fabric.decision_records()) == 4
+    rv = {n: fabric.workload(n)["metadata"]["resourceVersion"] for n in ("t2", "t3")}
+
+    fabric.core.delete_namespaced_pod("busy0", fabric.ns, grace_period_seconds=0)  # the tainted node frees
+    verdicts = run(ctrl)
+    assert [(v.outcome, v.parked) for v in verdicts] == [("wait", True), ("admit", False)]
+    assert fabric.entry("intolerant")["state"] == "Pending" and fabric.entry("t1")["state"] == "Ready"
+    assert planned(fabric.entry("t1")) == {fabric.node_name(0, 0, 0): 1}
+    assert {n: fabric.workload(n)["metadata"]["resourceVersion"] for n in ("t2", "t3")} == rv  # still parked, nothing written
+    assert len(fabric.decision_records()) == 6 and f"{fabric.ns}/t2" in ctrl.parking and f"{fabric.ns}/t3" in ctrl.parking
+
+    decision = fabric.entry("t1")["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"]
+    fabric.bind_pod("t1-0", fabric.node_name(0, 0, 0), 4, decision_id=decision)  # the scheduler binds t1 where Atoll planned
+    fabric.core.delete_namespaced_pod("busy1", fabric.ns, grace_period_seconds=0)  # the next room frees: the next in the room's order
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and fabric.entry("t2")["state"] == "Ready"
+    assert fabric.workload("t3")["metadata"]["resourceVersion"] == rv["t3"] and len(fabric.decision_records()) == 7

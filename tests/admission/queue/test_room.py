@@ -33,7 +33,13 @@ def test_freed_room_wakes_only_what_one_domain_of_its_level_could_now_hold() -> 
     assert room.freed(snap, free(snap, "u0c0n1")) == ["gang2"]  # u0c0 has two free nodes
     assert "gang3" in room and "wide" in room and len(room) == 3
     assert room.freed(snap, free(snap, "u1c0n0", "u1c0n1")) == []  # u1 has 2 free nodes; gang3 waits for 3 in one island
-    assert room.freed(snap, free(snap, "u0c1n1", "u0c1n2", "u0c1n3")) == ["gang3", "wide"]  # u0c1: 4 free; u0: 6 free
+    # u0c1: 4 free, u0: 6 free; gang3 (older) is counted against 3 of them, so wide's 6 are not there for it
+    assert room.freed(snap, free(snap, "u0c1n1", "u0c1n2", "u0c1n3")) == ["gang3"]
+    assert "wide" in room and room.owed() == set()
+    room.decided("gang2")  # gang2 went elsewhere: its two u0c0 nodes are free
+    room.park("gang3", Need("f", CLIQUE, 3, 4))  # decided and parked again: it took none of the room
+    assert room.owed() == {"f"}
+    assert room.reoffer(snap) == ["wide"] and room.owed() == set()
 
 
 def test_pods_are_counted_whole_not_as_scattered_gpus() -> None:
@@ -216,3 +222,57 @@ def test_a_workload_held_behind_an_owed_gang_is_woken_by_its_flavor_or_deadline_
     assert room.wake_behind(["ns/gang"]) == ["small"]  # the gang is owed no longer: what waited behind it is decided again
     assert room.wake_flavor("f") == ["other"]
     assert len(room) == 0
+
+
+def test_a_freed_node_wakes_only_as_many_parked_as_its_gpus_hold_oldest_first() -> None:
+    snap = Snapshot("f", [Level(CLIQUE, 1800)], [NodeInfo("big", {CLIQUE: "c"}, ResourceVector(8, 1000, 1000, 10), ResourceVector(gpu=8))])
+    room = WaitingRoom()
+    for k in "abcde":
+        room.park(k, Need("f", CLIQUE, 1, 4))
+    assert room.freed(snap, free(snap, "big", gpus=8)) == ["a", "b"]
+    assert room.parked() == ["c", "d", "e"]  # the rest stay parked, in their order
+    assert room.reoffer(snap) == []  # no woken Workload came back: nothing to offer again
+
+
+def test_room_a_woken_workload_parks_again_without_is_offered_to_the_next_and_a_chain_costs_one_wake_each() -> None:
+    snap = Snapshot("f", [Level(CLIQUE, 1800)], [NodeInfo("big", {CLIQUE: "c"}, ResourceVector(8, 1000, 1000, 10), ResourceVector(gpu=8))])
+    room = WaitingRoom()
+    for k in "abcde":
+        room.park(k, Need("f", CLIQUE, 1, 4))
+    assert room.freed(snap, free(snap, "big", gpus=8)) == ["a", "b"]
+    room.park("a", Need("f", CLIQUE, 1, 4))  # its speed floor refused the node: parked again
+    assert room.reoffer(snap) == ["c"]  # a's share goes to the next, not back to a; b, undecided, keeps its own
+    snap.reserve("big", ResourceVector(gpu=4))  # b was placed
+    room.decided("b")
+    assert room.reoffer(snap) == []  # nothing left: b took its share
+    room.park("c", Need("f", CLIQUE, 1, 4))
+    assert room.reoffer(snap) == ["d"]
+    room.park("d", Need("f", CLIQUE, 1, 4))
+    assert room.reoffer(snap) == ["e"]
+    room.park("e", Need("f", CLIQUE, 1, 4))
+    assert room.reoffer(snap) == [] and room.owed() == set()  # everyone had a look: each woken once
+    assert room.parked() == ["a", "c", "d", "e"]
+    snap.release("big", ResourceVector(gpu=4))  # new room: everyone may have it again
+    assert room.freed(snap, [snap.node_index["big"]]) == ["a", "c"]
+
+
+def test_room_taken_by_a_placed_workload_is_not_offered_again() -> None:
+    snap = Snapshot("f", [Level(CLIQUE, 1800)], [NodeInfo("big", {CLIQUE: "c"}, ResourceVector(8, 1000, 1000, 10), ResourceVector(gpu=8))])
+    room = WaitingRoom()
+    for k in "abc":
+        room.park(k, Need("f", CLIQUE, 1, 4))
+    assert room.freed(snap, free(snap, "big", gpus=8)) == ["a", "b"]
+    snap.reserve("big", ResourceVector(gpu=8))  # both placed
+    room.decided("a")
+    room.park("b", Need("f", CLIQUE, 1, 4))  # say b parked again and something else took its GPUs
+    assert room.reoffer(snap) == [] and room.owed() == set() and room.parked() == ["c", "b"]
+
+
+def test_workloads_of_different_pod_sizes_share_one_nodes_budget() -> None:
+    snap, room = cluster(), WaitingRoom()
+    room.park("wide", Need("f", SU, 2, 4))
+    room.park("small", Need("f", CLIQUE, 2, 2))
+    room.park("also", Need("f", CLIQUE, 1, 4))
+    # two free nodes in u0c0: wide takes both, so neither island Workload is woken
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["wide"]
+    assert room.parked() == ["small", "also"]

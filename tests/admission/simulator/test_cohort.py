@@ -229,7 +229,7 @@ profiles:
 
 
 @pytest.mark.parametrize(("policy", "kueue_preemption", "pinned"), [
-    ("atoll-parked", "Never", (17842739.076066986, 980, 529, 0)),
+    ("atoll-parked", "Never", (18049025.92034165, 1097, 653, 0)),
     ("atoll-costed", "Never", (17238910.887074936, 753, 299, 0)),
     ("kueue-required", "LowerPriority", (18411652.918242387, 521, 0, 39)),
     ("atoll-parked", "LowerPriority", (20135183.608879294, 1111, 518, 159)),
@@ -239,7 +239,8 @@ def test_a_default_run_is_the_run_before_cohorts_were_modelled_to_the_digit(poli
     # 400 jobs of 1-32 GPUs (some of priority 10) on 64 GPUs: parked Workloads give their quota back
     # hundreds of times and Kueue preempts for quota. The pinned figures (sum of start times,
     # decisions, quota yields, Kueue's victims) are those of the simulator before the cohort model
-    # (with a woken parked job keeping its quota, since before a job of higher priority too), run on
+    # (with a woken parked job keeping its quota, since before a job of higher priority too; and freed
+    # room waking only the parked jobs it holds, oldest parked first, since), run on
     # the same stream: with no cohort the quota arithmetic and queue order are the same
     import random
 

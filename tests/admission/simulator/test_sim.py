@@ -536,3 +536,21 @@ def test_a_workload_that_gave_its_quota_back_is_decided_again_when_room_it_could
     assert res.quota_yields == 1 and res.reparked == 0
     assert res.start[1] == pytest.approx(80.0)  # decided again the moment A's island freed
     assert res.decisions == 5  # A, G, J1, J2, and G once more
+
+
+def test_a_freed_node_wakes_only_the_parked_jobs_it_can_hold_and_every_job_starts_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    # one island of 4 nodes, each held by a 4-GPU job ending at 100, 200, 300, 400; at twice the
+    # quota six 4-GPU jobs arriving at 1..6 hold quota and park. Each freed node has room for one
+    # of them: that one, oldest first, is woken, not every parked job the node fits.
+    import admission.queue._room as room_module
+
+    model = cluster(sus=1, racks=1)
+    jobs = [job(0.0, 100.0 * (i + 1), 4) for i in range(4)] + [job(1.0 + i, 1000.0, 4) for i in range(6)]
+    res = run(model, jobs, "atoll-strict", parking=True, quota_factor=2.0, yield_quota=False)
+    monkeypatch.setattr(room_module, "_take", lambda free, per_pod, pods: [])  # the room counts nothing: every job it fits is woken
+    every = run(model, jobs, "atoll-strict", parking=True, quota_factor=2.0, yield_quota=False)
+    assert (res.status == STATUS_DONE).all() and (every.status == STATUS_DONE).all()
+    assert res.start.tolist() == every.start.tolist()  # the same job at the same instant
+    assert res.start[4:8].tolist() == [100.0, 200.0, 300.0, 400.0]  # oldest parked first
+    assert res.decisions == 4 + 6 + 6  # each blocker once; each parked job twice (it parks, then it is woken and placed)
+    assert every.decisions > res.decisions

@@ -308,7 +308,16 @@ class WaitingRoom:
         fresh = np.asarray(snapshot.free[:, 0], dtype=np.int64)
         budget = fresh.copy()
         spans: dict[str | None, list[tuple[int, int, int]]] = {}
-        entries = sorted((seq, key) for (fl, _, _), row in self._by_level.items() if fl == flavor for _, seq, key in row)
+        entries: list[tuple[int, Hashable]] = []
+        for (fl, level, per_pod), row in self._by_level.items():  # only those the room fits, by the rows' pod order
+            if fl != flavor or not row:
+                continue
+            if level not in spans:
+                spans[level] = self._spans(snapshot, level, rows, fresh)
+            per = max(per_pod, 1)
+            most = max((int((fresh[lo:hi] // per).sum()) for lo, hi, _ in spans[level]), default=0)
+            entries.extend((seq, key) for _, seq, key in row[:bisect.bisect_right(row, (most, float("inf")))])
+        entries.sort()
         for earlier, held in self._woken.values():  # woken before and not decided yet: the GPUs counted for them stay theirs
             if earlier.flavor == flavor:
                 for name, gpus in held:
@@ -322,25 +331,19 @@ class WaitingRoom:
             if key in skip:
                 continue
             need = self._needs[key]
-            if need.level not in spans:
-                spans[need.level] = self._spans(snapshot, need.level, rows, fresh)
             per = max(need.gpus_per_pod, 1)
-            fits_room = False
             for lo, hi, room in spans[need.level]:
                 if need.gpus > room or not _fits(fresh[lo:hi], per, need.pods):
                     continue
-                fits_room = True
                 if key in self._aside:
+                    woken.append((seq, key))
                     break
                 if _fits(budget[lo:hi], per, need.pods):
                     took[key] = [(lo + i, g) for i, g in _take(budget[lo:hi], per, need.pods)]
+                    woken.append((seq, key))
                     break
-            else:
-                if fits_room:
-                    left.append(key)
-                continue
-            if fits_room:
-                woken.append((seq, key))
+            else:  # it fits the room, not what the Workloads before it left of it
+                left.append(key)
         return woken, left, took
 
     @staticmethod

@@ -147,7 +147,11 @@ def test_a_decision_write_the_server_holds_past_the_controllers_give_up_is_never
         time.sleep(HELD + 1.0)  # past the webhook's answer to the held write
         assert len(reviews) == 1  # the server did get to it
         assert fabric.entry("a")["state"] == "Pending", "the abandoned decision write was applied after the controller gave up"
-        assert [w.status for w in proxy.timeline if "/workloads/a/status" in w.path] == [504]  # the server's own answer: its deadline passed
+        (held,) = [w for w in proxy.timeline if "/workloads/a/status" in w.path]
+        # The server ends the request at its deadline: with its own 504, or, when its per-request
+        # write deadline wins that race, by closing the connection without an answer (status 0).
+        # Either way before the webhook let the write through; an applied write answers 2xx at 2 s.
+        assert held.status in (504, 0) and held.answered is not None and held.answered - held.sent < HELD, held
 
         fabric.clock.advance(max(DecisionSettings().error_requeue_seconds) + 1)
         (again,) = ctrl.process()

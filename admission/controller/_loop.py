@@ -375,6 +375,13 @@ class Controller:
         self.before.gone(key)
         self._queue.pop(key, None)
         self._forget_key(key)
+        self._hand_room_on()
+
+    def _hand_room_on(self) -> None:
+        """A Workload freed room woke left the room undecided (deleted, no longer actionable): the
+        room goes to the next parked Workloads it holds, as after a decision (``WaitingRoom.leave``)."""
+        if self.parking.room.owed():
+            self._wake(self.parking.reoffer(self.decider.room_now))
 
     def _forget_key(self, key: str) -> None:
         """A Workload is gone: its failure and conflict counts go with it (its delayed entry, if
@@ -679,6 +686,7 @@ class Controller:
         obj = self.cache.objects[WORKLOADS].get(key)
         if obj is None:
             self.parking.leave(key)
+            self._hand_room_on()
             return None
         if self.before.list_own and self.before.enabled:
             obj = self._listed(obj)
@@ -688,6 +696,7 @@ class Controller:
             if not (self.parking.is_aside(key) and ((obj.get("spec") or {}).get("active", True) is not False or key in self.quota_yield.yielded)
                     and not condition_true(obj, "Finished")):
                 self.parking.leave(key)  # one that gave its quota back keeps its need through Kueue's eviction
+                self._hand_room_on()
             request = self._requeue_request(obj)
             return self._requeue(key, obj, request) if request is not None else None
         if self.cache.profiles is None:

@@ -145,6 +145,9 @@ class WaitingRoom:
     def decided(self, key: Hashable) -> None:
         """``key`` was decided and not parked (admitted, rejected, sent to a Retry). If freed room of an
         owed flavor woke it, that room is offered again (``reoffer``): it may have gone elsewhere."""
+        self._hand_on(key)
+
+    def _hand_on(self, key: Hashable) -> None:
         woken = self._woken.pop(key, None)
         if woken is not None and woken[0].flavor in self._owed:
             self._again.add(woken[0].flavor)
@@ -209,8 +212,11 @@ class WaitingRoom:
         return key in self and key not in self._kept
 
     def leave(self, key: Hashable) -> Need | None:
-        """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked."""
-        self._woken.pop(key, None)
+        """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked.
+        One that freed room woke and that leaves undecided (deleted, say) hands that room on as a
+        decided one does (``reoffer``): otherwise the parked Workloads behind it would wait for the
+        next pod to end, with the room free."""
+        self._hand_on(key)
         need = self._needs.pop(key, None)
         if need is None:
             return None

@@ -175,3 +175,31 @@ def test_a_freed_node_wakes_only_as_many_parked_as_it_holds_and_one_parked_again
     (verdict,) = run(ctrl)
     assert verdict.outcome == "admit" and fabric.entry("t2")["state"] == "Ready"
     assert fabric.workload("t3")["metadata"]["resourceVersion"] == rv["t3"] and len(fabric.decision_records()) == 7
+
+
+@pytest.mark.parametrize("gone", ["deleted", "finished"])
+def test_a_woken_workload_that_leaves_before_its_decision_hands_the_room_to_the_next_parked(fabric: Fabric, gone: str) -> None:
+    """One 4-GPU node busy; two 4-GPU Workloads park on it. The busy pod ends: its room holds one
+    pod, so only the older is woken. It goes before it is decided (deleted; or finished, so no
+    longer Atoll's to decide): the room passes to the next, which is admitted on the node in the
+    same round, instead of waiting for another pod to end with the node free."""
+    fabric.add_node(0, 0, 0)
+    fabric.install(nodes=False)
+    fabric.bind_pod("busy", fabric.node_name(0, 0, 0), 4)
+    ctrl = parking(fabric)
+    for name in ("first", "next"):
+        fabric.submit(name, [("main", 1, 4)])
+        run(ctrl)
+    assert {fabric.entry(n)["state"] for n in ("first", "next")} == {"Pending"} and len(fabric.decision_records()) == 2
+
+    fabric.core.delete_namespaced_pod("busy", fabric.ns, grace_period_seconds=0)
+    ctrl.sync()  # the node's room wakes the older only
+    assert f"{fabric.ns}/first" not in ctrl.parking and f"{fabric.ns}/next" in ctrl.parking
+    if gone == "deleted":
+        fabric.custom.delete_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", fabric.ns, "workloads", "first")
+    else:
+        fabric.finish("first")
+    ctrl.sync()
+    (verdict,) = ctrl.process()
+    assert verdict.outcome == "admit" and fabric.entry("next")["state"] == "Ready"
+    assert planned(fabric.entry("next")) == {fabric.node_name(0, 0, 0): 1}

@@ -276,3 +276,18 @@ def test_workloads_of_different_pod_sizes_share_one_nodes_budget() -> None:
     # two free nodes in u0c0: wide takes both, so neither island Workload is woken
     assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["wide"]
     assert room.parked() == ["small", "also"]
+
+
+def test_room_a_woken_workload_that_leaves_undecided_hands_its_share_on() -> None:
+    """Deleted (or no longer Atoll's) before its decision: the room it was woken for goes to the
+    next parked Workload, as if it had been decided elsewhere."""
+    snap = Snapshot("f", [Level(CLIQUE, 1800)], [NodeInfo("big", {CLIQUE: "c"}, ResourceVector(8, 1000, 1000, 10), ResourceVector(gpu=8))])
+    room = WaitingRoom()
+    for k in "abc":
+        room.park(k, Need("f", CLIQUE, 1, 8))
+    assert room.freed(snap, free(snap, "big", gpus=8)) == ["a"]
+    assert room.owed() == set()  # a is not decided yet: nothing to offer again
+    room.leave("a")  # deleted
+    assert room.reoffer(snap) == ["b"] and room.parked() == ["c"]
+    room.leave("c")  # a parked one leaving hands on nothing
+    assert room.owed() == set()

@@ -59,12 +59,9 @@ from admission import vocabulary
 from admission.controller._cache import ClusterCache
 from admission.controller._settings import Settings
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
-from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, Clock, ClusterPort, Obj, errors, object_key
+from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, Clock, Obj, object_key
 
 __all__ = ["BeforeQuota", "PreDecision"]
-
-QUEUE_TTL_SECONDS = 30.0
-"""How long a ClusterQueue's flavors are taken as read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +78,7 @@ class PreDecision:
 class BeforeQuota:
     """Which Workloads may be decided before quota, their holds, and the reserved view the ledger books."""
 
-    def __init__(self, port: ClusterPort, cache: ClusterCache, settings: Settings, clock: Clock) -> None:
-        self.port = port
+    def __init__(self, cache: ClusterCache, settings: Settings, clock: Clock) -> None:
         self.cache = cache
         self.settings = settings
         self.clock = clock
@@ -112,26 +108,9 @@ class BeforeQuota:
         """Key → when (monotonic) it was first seen waiting for quota, Pending."""
         self._not_before: dict[str, float] = {}
         """Key → when it may be pre-decided again (after a release, or a decision that was not a placement)."""
-        self._cq: dict[str, tuple[float, str | None]] = {}
-        self._checks: dict[str, tuple[float, dict[str, frozenset[str]] | None]] = {}
-        """ClusterQueue → its admission checks and the flavors each applies to (empty: every flavor)."""
         self.list_own = d.before_quota_list_own
 
     # ------------------------------------------------------------------ queues and flavors
-
-    def _get(self, memo: dict[str, tuple[float, str | None]], key: str, read: Callable[[], str | None]) -> str | None:
-        now = self.clock.monotonic()
-        hit = memo.get(key)
-        if hit is not None and now - hit[0] < QUEUE_TTL_SECONDS:
-            return hit[1]
-        try:
-            value: str | None = read()
-        except errors.NotFound:
-            value = None
-        except errors.ApiError:
-            return hit[1] if hit is not None else None
-        memo[key] = (now, value)
-        return value
 
     def cluster_queue(self, obj: Obj) -> str | None:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
@@ -150,12 +129,13 @@ class BeforeQuota:
         gpus = self.cache.gpu_resource
         accelerators = {gpus} if isinstance(gpus, str) else set(gpus)
 
-        def read() -> str | None:
-            spec = self.port.get(CLUSTER_QUEUES, cluster_queue).get("spec") or {}
-            groups = [g for g in spec.get("resourceGroups") or [] if accelerators & set(g.get("coveredResources") or [])]
-            names = {str(f.get("name")) for g in groups for f in g.get("flavors") or []}
-            return names.pop() if len(names) == 1 else None
-        name = self._get(self._cq, cluster_queue, read)
+        found = self.cache.objects[CLUSTER_QUEUES].get(cluster_queue)  # watched: no API read per pass
+        if found is None:
+            return None
+        spec = found.get("spec") or {}
+        groups = [g for g in spec.get("resourceGroups") or [] if accelerators & set(g.get("coveredResources") or [])]
+        names = {str(f.get("name")) for g in groups for f in g.get("flavors") or []}
+        name = names.pop() if len(names) == 1 else None
         return name if name is not None and doc is not None and name in doc.flavors else None
 
     def own_check(self, obj: Obj, check_names: Iterable[str]) -> str | None:
@@ -168,24 +148,14 @@ class BeforeQuota:
         cq = str(admission.get("clusterQueue") or "")
         if not cq:
             return None
-        now = self.clock.monotonic()
-        hit = self._checks.get(cq)
-        if hit is None or now - hit[0] >= QUEUE_TTL_SECONDS:
-            try:
-                spec = self.port.get(CLUSTER_QUEUES, cq).get("spec") or {}
-                checks: dict[str, frozenset[str]] = {str(n): frozenset() for n in spec.get("admissionChecks") or []}
-                for c in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
-                    checks[str(c.get("name"))] = frozenset(str(f) for f in c.get("onFlavors") or [])
-                hit = (now, checks)
-                self._checks[cq] = hit
-            except errors.NotFound:
-                hit = self._checks[cq] = (now, None)
-            except errors.ApiError:  # the last reading stands, read again next time
-                if hit is None:
-                    return None
+        found = self.cache.objects[CLUSTER_QUEUES].get(cq)  # watched: no API read per Workload
+        spec = (found.get("spec") or {}) if found is not None else {}
+        checks: dict[str, frozenset[str]] = {str(n): frozenset() for n in spec.get("admissionChecks") or []}
+        for c in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []:
+            checks[str(c.get("name"))] = frozenset(str(f) for f in c.get("onFlavors") or [])
         flavors = {str(f) for a in admission.get("podSetAssignments") or [] for f in (a.get("flavors") or {}).values()}
         names = set(check_names)
-        applying = [n for n, on in (hit[1] or {}).items() if n in names and (not on or on & flavors)]
+        applying = [n for n, on in checks.items() if n in names and (not on or on & flavors)]
         return applying[0] if len(applying) == 1 else None
 
     # ------------------------------------------------------------------ what the watch shows

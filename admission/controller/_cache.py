@@ -31,7 +31,20 @@ import structlog
 
 from admission import vocabulary
 from admission.controller._slim import SLIM
-from admission.kube import ADMISSION_CHECKS, LOCAL_QUEUES, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES, WORKLOADS, Obj, Resource, newer, object_key
+from admission.kube import (
+    ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
+    LOCAL_QUEUES,
+    NODES,
+    PODS,
+    RESOURCE_FLAVORS,
+    TOPOLOGIES,
+    WORKLOADS,
+    Obj,
+    Resource,
+    newer,
+    object_key,
+)
 from policies import DEFAULT_FABRIC_LINK, DEFAULT_LINKS, ProfilesDocument
 from topology import HOSTNAME_LABEL, Level, NodeInfo, ResourceVector, Snapshot, Taint, Toleration
 
@@ -192,7 +205,7 @@ class ClusterCache:
         """Every accelerator resource a flavor offers (``ProfilesDocument.accelerators``): a node's
         and a pod's GPU column is their sum, so each flavor counts its own kind."""
         self.objects: dict[Resource, dict[str, Obj]] = {r: {} for r in (NODES, RESOURCE_FLAVORS, TOPOLOGIES, ADMISSION_CHECKS, WORKLOADS,
-                                                                                LOCAL_QUEUES)}
+                                                                                LOCAL_QUEUES, CLUSTER_QUEUES)}
         self.nodes: dict[str, NodeInfo] = {}
         self.node_problems: dict[str, str] = {}
         self.node_changed = False

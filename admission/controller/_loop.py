@@ -74,6 +74,7 @@ from admission.controller._yield_index import ReservedIndex
 from admission.controller._yielding import QuotaYield, Yielded, yield_patch
 from admission.kube import (
     ADMISSION_CHECKS,
+    CLUSTER_QUEUES,
     CONFIGMAPS,
     LOCAL_QUEUES,
     NODES,
@@ -165,8 +166,8 @@ class Controller:
         self.status = StatusWriter(self.writes, cache=self.cache, ledger=self.ledger, settings=self.settings, clock=self.clock,
                                    events=self.events, on_written=on_written)
         self.explainer = Explainer(self.cache, self.ledger, self.decider, self.settings)
-        self.preemptor = Preemptor(self.cache, self.ledger, port)
-        self.before = BeforeQuota(self.writes, self.cache, self.settings, self.clock)
+        self.preemptor = Preemptor(self.cache, self.ledger, self.cache.objects[CLUSTER_QUEUES])
+        self.before = BeforeQuota(self.cache, self.settings, self.clock)
         """Decisions made before Kueue reserves quota, and their holds (``_before_quota``)."""
         self.ledger.booked_as = self.before.view
         self.before.on_count = lambda kind: self.metrics.before_quota.labels(kind).inc()
@@ -198,7 +199,7 @@ class Controller:
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting,
                                settle_by_fit=self.settings.decisions.quota_yield_back_when_fits)
-        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], self.cache.objects[LOCAL_QUEUES], port,
+        self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], self.cache.objects[LOCAL_QUEUES], self.cache.objects[CLUSTER_QUEUES],
                                       lambda: self.cache.gpu_resource, self._free_gpus, self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
         self.queue_state.outlook.quota_waiters = lambda flavor, cq: quota_line(
@@ -241,6 +242,7 @@ class Controller:
             Watch(TOPOLOGIES),
             Watch(NODES),
             Watch(PODS, None, BOUND_PODS),
+            Watch(CLUSTER_QUEUES),  # before LocalQueues and Workloads: the first pass finds every ClusterQueue
             Watch(LOCAL_QUEUES),  # before Workloads: a Workload's first look finds its ClusterQueue
             Watch(WORKLOADS),
         )
@@ -279,6 +281,11 @@ class Controller:
             before = set(self.cache.objects[LOCAL_QUEUES])
             self.cache.replace_all(resource, items)
             self._local_queues_added(set(self.cache.objects[LOCAL_QUEUES]) - before)
+            return
+        if resource == CLUSTER_QUEUES:
+            specs = {k: q.get("spec") for k, q in self.cache.objects[CLUSTER_QUEUES].items()}
+            self.cache.replace_all(resource, items)
+            self._cluster_queues_changed({k for k, q in self.cache.objects[CLUSTER_QUEUES].items() if k not in specs or specs[k] != q.get("spec")})
             return
         if resource in (PODS, NODES) and len(self.parking.room):  # a relist: what changed since is applied at once
             nodes = (dict(self.cache.nodes), dict(self.cache.node_problems))  # what placement reads: a heartbeat changes neither
@@ -340,10 +347,13 @@ class Controller:
                 self._on_admission_checks()
             return
         added = resource == LOCAL_QUEUES and object_key(obj) not in self.cache.objects[LOCAL_QUEUES]
+        queue_was = self.cache.objects[CLUSTER_QUEUES].get(object_key(obj)) if resource == CLUSTER_QUEUES else None
         if not self.cache.upsert(resource, obj):
             return
         if added:
             self._local_queues_added({object_key(obj)})
+        if resource == CLUSTER_QUEUES and (queue_was is None or queue_was.get("spec") != self.cache.objects[resource][object_key(obj)].get("spec")):
+            self._cluster_queues_changed({object_key(obj)})
         if resource == NODES and self.cache.node_changed:  # not a heartbeat: it could have room for a parked Workload now
             self._wake(self.parking.wake_all())
         if resource == WORKLOADS:
@@ -382,6 +392,20 @@ class Controller:
         room goes to the next parked Workloads it holds, as after a decision (``WaitingRoom.leave``)."""
         if self.parking.room.owed():
             self._wake(self.parking.reoffer(self.decider.room_now))
+
+    def _cluster_queues_changed(self, names: set[str]) -> None:
+        """ClusterQueues new to the cache, or whose spec (cohort, quota, checks) changed; a change of
+        status alone is not one (the Workloads' own events tell what their usage does). The
+        Workloads that wait in them or hold their quota are looked at again (decisions before quota
+        read the flavor and checks), and the quota yield weighs its waiters again (the quota changed)."""
+        if not names:
+            return
+        for obj in list(self.cache.objects[WORKLOADS].values()):
+            if str(((obj.get("status") or {}).get("admission") or {}).get("clusterQueue") or "") in names \
+                    or self.quota_yield.cluster_queue_of(obj) in names:
+                self._on_workload(obj)
+        if self.parking.enabled and not self.read_only:
+            self._yield_due = True
 
     def _forget_key(self, key: str) -> None:
         """A Workload is gone: its failure and conflict counts go with it (its delayed entry, if

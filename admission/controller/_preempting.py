@@ -27,7 +27,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
-import structlog
 
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._decide import Verdict
@@ -35,14 +34,11 @@ from admission.controller._ledger import Ledger
 from admission.controller._quota import flavor_quota, reserved_by_workloads
 from admission.controller._records import parse_time
 from admission.controller._workloads import condition_true
-from admission.kube import CLUSTER_QUEUES, WORKLOADS, ClusterPort, Obj, errors, object_key
+from admission.kube import WORKLOADS, Obj, object_key
 from admission.queue import Candidate, Gang, Plan, QueueRules, plan_preemption
 from policies import Profile
 
 __all__ = ["Preemptor", "describe", "queue_rules", "victim_message"]
-
-_log = structlog.get_logger("atoll.preempt")
-
 
 def queue_rules(obj: Obj) -> QueueRules:
     """A ClusterQueue's cohort and preemption policy; Kueue's defaults (``Never``) where unset."""
@@ -68,11 +64,12 @@ def _priority(obj: Obj) -> int:
 class Preemptor:
     """Plans (and, under ``preemptDomain: on``, applies) the clearing of one domain for a gang."""
 
-    def __init__(self, cache: ClusterCache, ledger: Ledger, port: ClusterPort,
+    def __init__(self, cache: ClusterCache, ledger: Ledger, cluster_queues: Mapping[str, Obj],
                  borrowed: Callable[[str], Mapping[str, int]] | None = None) -> None:
         self.cache = cache
         self.ledger = ledger
-        self.port = port
+        self.cluster_queues = cluster_queues
+        """ClusterQueues by name (the controller's: as its watch shows them)."""
         self.borrowed = borrowed
         """Flavor → GPUs each ClusterQueue uses above its nominal quota there; None: read from the
         ClusterQueue objects and the cache (module docstring). The simulator counts its own."""
@@ -132,15 +129,8 @@ class Preemptor:
             yield Candidate(keys[uid], cq, _priority(obj), nodes, started, started)
 
     def _queues(self, names: Iterable[str]) -> dict[str, Obj | None]:
-        """Each ClusterQueue, read now; None for one that cannot be read: it allows nothing (``Never``)."""
-        out: dict[str, Obj | None] = {}
-        for name in sorted(n for n in names if n):
-            try:
-                out[name] = self.port.get(CLUSTER_QUEUES, name)
-            except errors.ApiError as exc:
-                _log.warning("ClusterQueue unreadable; its Workloads are neither preempted nor preempt", cluster_queue=name, error=str(exc))
-                out[name] = None
-        return out
+        """Each ClusterQueue as the watch shows it; None for one not in the cache: it allows nothing (``Never``)."""
+        return {name: self.cluster_queues.get(name) for name in sorted(n for n in names if n)}
 
     def _borrowed(self, flavor: str, objs: Mapping[str, Obj | None]) -> dict[str, int]:
         """GPUs each ClusterQueue of a cohort uses above its nominal quota on ``flavor`` (module docstring)."""

@@ -1,4 +1,4 @@
-"""What the controller's cache keeps of a Node, a Workload or a LocalQueue: only the fields Atoll reads.
+"""What the controller's cache keeps of a Node, a Workload, a LocalQueue or a ClusterQueue: only the fields Atoll reads.
 
 A GPU fleet's Nodes carry the kubelet's image list, addresses, node info and ``managedFields``,
 and Kueue's Workloads a full pod template (images, commands, environment, volumes) and
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.kube import LOCAL_QUEUES, NODES, WORKLOADS, Obj
+from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, NODES, WORKLOADS, Obj
 
-__all__ = ["SLIM", "slim_local_queue", "slim_node", "slim_workload"]
+__all__ = ["SLIM", "slim_cluster_queue", "slim_local_queue", "slim_node", "slim_workload"]
 
 ATOLL_PREFIX = "atoll.dev/"
 _NODE_META = ("name", "uid", "resourceVersion", "generation", "labels")
@@ -99,5 +99,60 @@ def slim_local_queue(obj: Obj) -> Obj:
     return out
 
 
-SLIM = {NODES: slim_node, WORKLOADS: slim_workload, LOCAL_QUEUES: slim_local_queue}
+_CQ_SPEC = ("cohort", "cohortName", "preemption", "admissionChecks", "admissionChecksStrategy")
+_QUOTA = ("name", "nominalQuota", "borrowingLimit", "lendingLimit")
+
+
+def slim_cluster_queue(obj: Obj) -> Obj:
+    """A ClusterQueue with only what Atoll reads: its identity and version; its cohort
+    (``cohort``/``cohortName``), preemption policy and admission checks (``admissionChecks``,
+    ``admissionChecksStrategy``); each resource group's ``coveredResources`` and, per flavor, each
+    resource's name and nominal, borrowing and lending quota; and of its status only
+    ``flavorsReservation`` (each flavor's resources' name and total). Conditions, the other usage
+    figures and ``managedFields`` are dropped. Anything malformed is kept as it is."""
+    out: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
+    meta = obj.get("metadata")
+    out["metadata"] = {k: meta[k] for k in ("name", "uid", "resourceVersion", "generation") if k in meta} if isinstance(meta, dict) else meta
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        slim: dict[str, Any] = {k: spec[k] for k in _CQ_SPEC if k in spec}
+        groups = spec.get("resourceGroups")
+        if isinstance(groups, list):
+            slim["resourceGroups"] = [_slim_group(g) for g in groups]
+        elif groups is not None:
+            slim["resourceGroups"] = groups
+        out["spec"] = slim
+    elif spec is not None:
+        out["spec"] = spec
+    status = obj.get("status")
+    if isinstance(status, dict):
+        used = status.get("flavorsReservation")
+        out["status"] = {"flavorsReservation": [_slim_usage(f) for f in used] if isinstance(used, list) else used} if used is not None else {}
+    elif status is not None:
+        out["status"] = status
+    return out
+
+
+def _slim_group(group: Any) -> Any:
+    if not isinstance(group, dict):
+        return group
+    out = {k: group[k] for k in ("coveredResources",) if k in group}
+    flavors = group.get("flavors")
+    if isinstance(flavors, list):
+        out["flavors"] = [{"name": f.get("name"), "resources": [{k: r[k] for k in _QUOTA if k in r} if isinstance(r, dict) else r
+                                                                 for r in f["resources"]]}
+                          if isinstance(f, dict) and isinstance(f.get("resources"), list) else f for f in flavors]
+    elif flavors is not None:
+        out["flavors"] = flavors
+    return out
+
+
+def _slim_usage(flavor: Any) -> Any:
+    if not isinstance(flavor, dict) or not isinstance(flavor.get("resources"), list):
+        return flavor
+    return {"name": flavor.get("name"), "resources": [{k: r[k] for k in ("name", "total") if k in r} if isinstance(r, dict) else r
+                                                      for r in flavor["resources"]]}
+
+
+SLIM = {NODES: slim_node, WORKLOADS: slim_workload, LOCAL_QUEUES: slim_local_queue, CLUSTER_QUEUES: slim_cluster_queue}
 """Resource → what the cache keeps of its objects (resources not named are kept whole)."""

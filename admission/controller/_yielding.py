@@ -96,8 +96,9 @@ Which ClusterQueue a waiting Workload queues in is read from the controller's wa
 LocalQueues (``local_queues``), never fetched per Workload: a pass may weigh every Workload waiting
 in the cluster, and one API read each (or each pass, for a LocalQueue that does not exist) would
 make the decision loop as slow as the API server. A Workload whose LocalQueue is not in the cache
-is in no ClusterQueue yet. A ClusterQueue's cohort is read on each pass that needs it; one that
-cannot be read gives nothing back (the Workload keeps its quota, as before).
+is in no ClusterQueue yet. ClusterQueues (cohort, quota, reported usage) are read from the
+controller's watched ClusterQueues too (``cluster_queues``), never fetched per pass; one not in the
+cache gives nothing back (the Workload keeps its quota, as before).
 
 The module runs past 400 lines because who gives to whom (``choose``) and when it comes back
 (``due``) read the same queue order and cohort quota; split, each half would carry the other's.
@@ -119,7 +120,7 @@ from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_w
 from admission.controller._records import parse_time
 from admission.controller._workloads import condition_true
 from admission.controller._yield_index import Kind, ReservedIndex, WaiterIndex, gpus_asked, kueue_order, refused_by_kueue
-from admission.kube import CLUSTER_QUEUES, ClusterPort, Obj, errors, object_key
+from admission.kube import Obj, object_key
 from admission.queue import Need
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
 
@@ -194,12 +195,14 @@ class _Pass:
 class QuotaYield:
     """Which parked Workloads give their quota back to which waiting one (the rules above)."""
 
-    def __init__(self, objects: Mapping[str, Obj], local_queues: Mapping[str, Obj], port: ClusterPort,
+    def __init__(self, objects: Mapping[str, Obj], local_queues: Mapping[str, Obj], cluster_queues: Mapping[str, Obj],
                  gpu_resource: Callable[[], str | tuple[str, ...]], free_gpus: Callable[[str], int | None] = lambda flavor: None,
                  max_seconds: float = math.inf) -> None:
         self.objects = objects
         self.local_queues = local_queues
         """LocalQueues by ``namespace/name``, as the controller watches them."""
+        self.cluster_queues = cluster_queues
+        """ClusterQueues by name, as the controller watches them."""
         self.max_seconds = max_seconds
         """The longest a yield lasts (s, from the give): ``decisions.quota_yield_max_seconds``."""
         self.timed_out: set[str] = set()
@@ -208,7 +211,6 @@ class QuotaYield:
         while a Workload queued before the give still waits (the caller takes them out too)."""
         """Yields ``due`` ends by ``max_seconds`` while a Workload queued before the give still waits
         (the caller takes them out once it has reactivated them)."""
-        self.port = port
         self.gpu_resource = gpu_resource
         self.free_gpus = free_gpus
         """Free GPUs of a flavor now (None: unknown, and then nothing is given on it)."""
@@ -569,13 +571,9 @@ class QuotaYield:
         return str((lq.get("spec") or {}).get("clusterQueue") or "") or None
 
     def _queue(self, name: str, queues: dict[str, Obj | None]) -> Obj | None:
-        """The ClusterQueue, read once per pass (None: unreadable)."""
+        """The ClusterQueue as the watch shows it, taken once per pass (None: not in the cache)."""
         if name not in queues:
-            try:
-                queues[name] = self.port.get(CLUSTER_QUEUES, name)
-            except errors.ApiError as exc:
-                _log.warning("ClusterQueue unreadable; its cohort gives no quota back", cluster_queue=name, error=str(exc))
-                queues[name] = None
+            queues[name] = self.cluster_queues.get(name)
         return queues[name]
 
     def _same_cohort(self, a: str, b: str, queues: dict[str, Obj | None]) -> bool:
@@ -588,7 +586,7 @@ class QuotaYield:
     def _cohort_quota(self, cq: str, flavor: str, queues: dict[str, Obj | None], gpu: str | tuple[str, ...],
                       empty: bool = False) -> CohortQuota | None:
         """The GPU quota on ``flavor`` of ``cq`` and, if it is in a cohort, of every ClusterQueue of
-        that cohort (listed once per pass); None when a ClusterQueue cannot be read. ``empty``: as
+        that cohort (taken from the watched ClusterQueues once per pass); None when a ClusterQueue is not in the cache. ``empty``: as
         if nothing held any of it."""
         obj = self._queue(cq, queues)
         if obj is None:
@@ -597,14 +595,8 @@ class QuotaYield:
         members = {cq: obj}
         if cohort is not None:
             if _ALL not in queues:
-                try:
-                    listed = self.port.list(CLUSTER_QUEUES).items
-                except errors.ApiError as exc:
-                    _log.warning("ClusterQueues unlistable; no quota given back in a cohort", error=str(exc))
-                    return None
                 queues[_ALL] = None
-                for item in listed:
-                    queues[str((item.get("metadata") or {}).get("name") or "")] = item
+                queues.update(self.cluster_queues)
             members = {name: q for name, q in queues.items() if q is not None and name != _ALL and queue_rules(q).cohort == cohort}
             members.setdefault(cq, obj)
         names = (gpu,) if isinstance(gpu, str) else gpu
@@ -621,4 +613,4 @@ class QuotaYield:
 
 
 _ALL = "\x00all"
-"""Key, among a pass's ClusterQueues, marking that every ClusterQueue was listed."""
+"""Key, among a pass's ClusterQueues, marking that every watched ClusterQueue was taken."""

@@ -39,10 +39,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from admission.controller import Preemptor, Verdict, describe, rfc3339
-from admission.kube import CLUSTER_QUEUES, PODS, WORKLOADS
+from admission.kube import PODS, WORKLOADS
 from admission.queue import Plan
 from admission.simulator._cohort import COHORT_NAME, CohortShape, FlavorQuota
-from admission.simulator._port import MemoryCluster
 
 if TYPE_CHECKING:
     from admission.simulator._deployed import DeployedAtoll
@@ -64,8 +63,8 @@ class SimPreemption:
         self.deployed = deployed
         self.mode = mode
         """The profile's ``preemptDomain``: ``on`` or ``dry-run``."""
-        port = MemoryCluster().load([(CLUSTER_QUEUES, q) for q in cluster_queue_objects(within_cluster_queue, cohort)])
-        self.preemptor = Preemptor(deployed.cache, deployed.ledger, port, self.borrowed)
+        queues = {str(q["metadata"]["name"]): q for q in cluster_queue_objects(within_cluster_queue, cohort)}
+        self.preemptor = Preemptor(deployed.cache, deployed.ledger, queues, self.borrowed)
         self.quotas: dict[str, FlavorQuota] = {}
         """Flavor → the cohort's quota on it (set by the run, ``_sim``); empty without a cohort."""
         self.due: list[int] = []

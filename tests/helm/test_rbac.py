@@ -351,8 +351,8 @@ def test_secure_metrics_answer_only_a_token_the_cluster_allows_to_read_them(inst
 
 def test_parked_quota_is_given_back_with_only_the_charts_permissions(installed: Installed) -> None:
     """The controller, with the chart's token, watches LocalQueues (so it maps a Workload waiting
-    for quota to its ClusterQueue without a read per Workload) and reads ClusterQueues (cohorts);
-    it needs no ``get`` on a LocalQueue, and the chart grants none."""
+    for quota to its ClusterQueue without a read per Workload) and ClusterQueues (cohorts and
+    quota, without a read per pass); it needs no ``get`` on either, and the chart grants none."""
     from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES
     from admission.kube.errors import Forbidden
     from tests.kube_objects import workload
@@ -364,9 +364,11 @@ def test_parked_quota_is_given_back_with_only_the_charts_permissions(installed: 
     controller.sync()  # lists every watched resource with the chart's token
     assert controller.quota_yield.cluster_queue_of(workload(TEAM_NS, "waiter", [("main", 1, 4)])) == fabric.cq
     assert controller.quota_yield.cluster_queue_of(workload(TEAM_NS, "lost", [("main", 1, 4)], queue="no-such-queue")) is None
-    assert port.get(CLUSTER_QUEUES, fabric.cq)["metadata"]["name"] == fabric.cq
+    assert fabric.cq in controller.cache.objects[CLUSTER_QUEUES]
     with pytest.raises(Forbidden):
         port.get(LOCAL_QUEUES, "lq", namespace=TEAM_NS)
+    with pytest.raises(Forbidden):
+        port.get(CLUSTER_QUEUES, fabric.cq)
 
 
 def test_the_uninstall_hook_ends_yields_with_only_its_own_permissions(installed: Installed) -> None:

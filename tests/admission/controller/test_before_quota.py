@@ -15,9 +15,9 @@ import pytest
 
 from admission import vocabulary
 from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, Settings
-from admission.kube import LOCAL_QUEUES, WORKLOADS, WatchEvent
+from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WatchEvent
 from tests.admission.fabric import Fabric, run
-from tests.kube_objects import GROUP, VERSION, apply_workload_status, is_true, local_queue, now_rfc3339, workload
+from tests.kube_objects import GROUP, VERSION, apply_workload_status, cluster_queue, is_true, local_queue, now_rfc3339, workload
 
 pytestmark = pytest.mark.apiserver
 
@@ -99,6 +99,33 @@ def test_a_workload_whose_local_queue_comes_later_is_decided_before_quota_once_i
         verdicts = run(ctrl)
     assert [v.outcome for v in verdicts] == ["admit"]
     assert fabric.entry("early")["state"] == "Ready" and counted(ctrl, "decided") == 1
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["relisted", "watched"])
+def test_a_workload_whose_cluster_queue_comes_later_is_decided_before_quota_once_it_exists(fabric: Fabric, watched: bool) -> None:
+    """The flavor a Workload will be assigned comes from the ClusterQueues the controller watches:
+    one whose LocalQueue points at a ClusterQueue not created yet is not decided early, and once the
+    ClusterQueue appears, on a relist or a watch event, it is (the clock not moved: nothing read
+    before is taken as still true)."""
+    fabric.install()
+    later = f"{fabric.cq}-later"
+    fabric.custom.create_namespaced_custom_object(GROUP, VERSION, fabric.ns, "localqueues", local_queue(fabric.ns, "to-later", later))
+    fabric.kueue.create(workload(fabric.ns, "early", [("main", 2, 4)], queue="to-later"))
+    apply_workload_status(fabric.custom, fabric.ns, "early", {"admissionChecks": [
+        {"name": fabric.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]})
+    ctrl = fabric.controller(settings=settings(fabric))
+    assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
+    created = fabric.custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(later, fabric.flavor, 1000, fabric.check))
+    try:
+        if watched:
+            ctrl._apply_event(CLUSTER_QUEUES, WatchEvent("ADDED", created))
+            verdicts = ctrl.process()
+        else:
+            verdicts = run(ctrl)
+        assert [v.outcome for v in verdicts] == ["admit"]
+        assert fabric.entry("early")["state"] == "Ready" and counted(ctrl, "decided") == 1
+    finally:
+        fabric.custom.delete_cluster_custom_object(GROUP, VERSION, "clusterqueues", later)
 
 
 def test_a_hold_without_quota_is_released_and_not_taken_again_at_once(fabric: Fabric) -> None:

@@ -12,8 +12,10 @@ import pytest
 import yaml
 
 from admission.controller import ClusterCache, WorkloadError, node_info, parse_workload
-from admission.controller._slim import slim_node, slim_workload
-from admission.kube import NODES, WORKLOADS
+from admission.controller._preempting import queue_rules
+from admission.controller._quota import flavor_quota
+from admission.controller._slim import slim_cluster_queue, slim_node, slim_workload
+from admission.kube import CLUSTER_QUEUES, NODES, WORKLOADS
 
 CONFIG = Path(__file__).resolve().parents[3] / "config" / "workloads"
 MANAGED = [{"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:images": {}}}}]
@@ -88,6 +90,36 @@ def test_cache_stores_slim_nodes_and_workloads() -> None:
     assert "volumes" not in stored["spec"]["podSets"][1]["template"]["spec"]
     assert stored["status"] == full_workload()["status"]
     assert c.nodes["n1"] == node_info(kubelet_node(), "nvidia.com/gpu")[0]
+
+
+def full_cluster_queue() -> dict[str, Any]:
+    """A ClusterQueue as Kueue serves it: managedFields, conditions and every usage figure beside what Atoll reads."""
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": "cq", "uid": "u", "resourceVersion": "7", "generation": 3, "managedFields": [{"manager": "kubectl"}],
+                         "finalizers": ["kueue.x-k8s.io/resource-in-use"]},
+            "spec": {"cohortName": "pool", "namespaceSelector": {}, "queueingStrategy": "BestEffortFIFO",
+                     "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+                     "admissionChecksStrategy": {"admissionChecks": [{"name": "atoll", "onFlavors": ["gpu"]}]},
+                     "resourceGroups": [{"coveredResources": ["cpu", "nvidia.com/gpu"], "flavors": [{"name": "gpu", "resources": [
+                         {"name": "cpu", "nominalQuota": "1k"},
+                         {"name": "nvidia.com/gpu", "nominalQuota": "64", "borrowingLimit": "8", "lendingLimit": "32"}]}]}]},
+            "status": {"conditions": [{"type": "Active", "status": "True"}], "pendingWorkloads": 3, "admittedWorkloads": 2,
+                       "flavorsReservation": [{"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "total": "24", "borrowed": "0"}]}],
+                       "flavorsUsage": [{"name": "gpu", "resources": [{"name": "nvidia.com/gpu", "total": "16", "borrowed": "0"}]}]}}
+
+
+def test_cluster_queue_slim_keeps_what_atoll_reads_and_reads_the_same() -> None:
+    full = full_cluster_queue()
+    slim = slim_cluster_queue(full)
+    assert flavor_quota(slim, "gpu", ("nvidia.com/gpu",)) == flavor_quota(full, "gpu", ("nvidia.com/gpu",)) == (64, 8, 32, 24)
+    assert queue_rules(slim) == queue_rules(full)
+    assert slim["spec"]["admissionChecksStrategy"] == full["spec"]["admissionChecksStrategy"]
+    assert slim["spec"]["resourceGroups"][0]["coveredResources"] == ["cpu", "nvidia.com/gpu"]
+    assert "managedFields" not in slim["metadata"] and slim["metadata"]["resourceVersion"] == "7"
+    assert set(slim["status"]) == {"flavorsReservation"} and "namespaceSelector" not in slim["spec"]
+    c = ClusterCache()
+    c.upsert(CLUSTER_QUEUES, full)
+    assert c.objects[CLUSTER_QUEUES]["cq"] == slim
 
 
 def _examples() -> list[dict[str, Any]]:

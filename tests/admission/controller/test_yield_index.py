@@ -11,18 +11,17 @@ from typing import Any
 from admission.controller._records import rfc3339
 from admission.controller._yield_index import ReservedIndex, WaiterIndex
 from admission.controller._yielding import QuotaYield, waits_for_quota
-from admission.kube import CLUSTER_QUEUES, Obj
-from admission.simulator import MemoryCluster, workload_object
+from admission.kube import Obj
+from admission.simulator import workload_object
 
 GPU = "nvidia.com/gpu"
 T0 = 1_800_000_000.0
 
 
-def port(quota: int) -> MemoryCluster:
-    p = MemoryCluster()
-    p.put(CLUSTER_QUEUES, {"metadata": {"name": "cq"}, "spec": {"resourceGroups": [{"coveredResources": [GPU], "flavors": [
-        {"name": "f", "resources": [{"name": GPU, "nominalQuota": str(quota)}]}]}]}})
-    return p
+def queues(quota: int) -> dict[str, Obj]:
+    """The ClusterQueues the controller watches."""
+    return {"cq": {"metadata": {"name": "cq"}, "spec": {"resourceGroups": [{"coveredResources": [GPU], "flavors": [
+        {"name": "f", "resources": [{"name": GPU, "nominalQuota": str(quota)}]}]}]}}}
 
 
 LOCAL = {"ns/lq": {"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}}}
@@ -50,8 +49,8 @@ def waiting(name: str, gpus: int, created: float, priority: int = 0) -> Obj:
 def test_a_quota_yield_keeping_its_reads_chooses_what_one_reading_and_weighing_everything_afresh_chooses() -> None:
     rng = random.Random(3)
     objects: dict[str, Obj] = {}
-    kept = QuotaYield(objects, LOCAL, port(64), lambda: GPU, lambda flavor: 40)
-    fresh = QuotaYield(objects, LOCAL, port(64), lambda: GPU, lambda flavor: 40)
+    kept = QuotaYield(objects, LOCAL, queues(64), lambda: GPU, lambda flavor: 40)
+    fresh = QuotaYield(objects, LOCAL, queues(64), lambda: GPU, lambda flavor: 40)
     kept.reserved = ReservedIndex()  # told of every change below; ``fresh`` adds the quota up over every Workload each pass
     givers: list[str] = []
     pairs = 0
@@ -89,7 +88,7 @@ def test_a_quota_yield_keeping_its_reads_chooses_what_one_reading_and_weighing_e
 
 def test_a_pass_stops_once_no_waiter_left_could_be_served_and_still_serves_one_that_asks_for_less() -> None:
     objects: dict[str, Obj] = {"ns/giver": parked("giver", 4)}
-    quota = QuotaYield(objects, LOCAL, port(4), lambda: GPU, lambda flavor: 100)
+    quota = QuotaYield(objects, LOCAL, queues(4), lambda: GPU, lambda flavor: 100)
     for i in range(2000):  # the first asks for 8 GPUs: the giver's 4 would not let it in; those after it ask for 16
         objects[f"ns/w{i}"] = waiting(f"w{i}", 8 if i == 0 else 16, T0 + i)
         quota.saw(objects[f"ns/w{i}"])

@@ -17,6 +17,7 @@ import pytest
 from admission.controller import Controller, DecisionSettings, _yield_index
 from admission.controller._status import YIELD_EVENT_REASON
 from admission.controller._yielding import YIELD_ANNOTATION, YIELD_UNTIL_ANNOTATION
+from admission.kube import CLUSTER_QUEUES, WatchEvent
 from tests.admission.controller.test_parking import busy, parking
 from tests.admission.fabric import Fabric, profiles_doc, run
 from tests.kube_objects import GPU, GROUP, VERSION, cluster_queue, local_queue, now_rfc3339, workload
@@ -130,6 +131,31 @@ def test_waiters_naming_a_local_queue_that_does_not_exist_cost_no_read_per_pass(
     waiter(fabric, "real")
     assert run(ctrl) == []
     assert yielded_to(fabric, "gang") == f"{fabric.ns}/real" and counting.gets["localqueues"] == 0
+
+
+def test_cluster_queues_cost_no_read_per_pass_and_a_quota_change_is_weighed_on_the_next_pass(fabric: Fabric) -> None:
+    """A waiter's ClusterQueue (cohort, quota, reported usage) comes from the watched ClusterQueues:
+    passes that weigh the waiter read none (each read it once per pass when ClusterQueues were
+    fetched), and a quota raised on the ClusterQueue, delivered as its watch event alone (no
+    relist, no restart), lets the quota yield give to the waiter on the next pass."""
+    counting = CountingPort(fabric.port)
+    fabric.port = counting  # type: ignore[assignment]
+    ctrl = parked_gang(fabric)
+    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 10}]}]}]}},
+        _content_type="application/merge-patch+json")
+    fabric.custom.patch_cluster_custom_object_status(GROUP, VERSION, "clusterqueues", fabric.cq, {"status": {"flavorsReservation": [
+        {"name": fabric.flavor, "resources": [{"name": GPU, "total": "8", "borrowed": "0"}]}]}}, _content_type="application/merge-patch+json")
+    waiter(fabric, "twelve", gpus=12)  # 12 > 8 given back + 2 left of the quota of 10
+    for _ in range(3):
+        assert run(ctrl) == []
+    assert ctrl.quota_yields == 0 and active(fabric, "gang") and counting.gets["clusterqueues"] == 0
+    raised = fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
+        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 14}]}]}]}},
+        _content_type="application/merge-patch+json")  # 8 given back + 6 left: 12 fit
+    ctrl._apply_event(CLUSTER_QUEUES, WatchEvent("MODIFIED", raised))
+    assert ctrl.process() == []
+    assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang") == f"{fabric.ns}/twelve" and counting.gets["clusterqueues"] == 0
 
 
 def test_a_waiter_of_another_cluster_queue_outside_the_cohort_takes_nothing(fabric: Fabric) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from admission.cli._args import PARKING, Parser, quota_factor
+from admission.cli._args import seed as first_seed
 from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
 from admission.simulator import (
     GPU_PERF_TAIL,
@@ -106,7 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--load", default=None, metavar="F[,F...]",
                    help=f"offered load(s) as a share of cluster GPU capacity; a list runs a sweep (synthetic default {DEFAULT_LOAD}; "
                         "traces: as recorded unless given)")
-    p.add_argument("--seed", type=int, default=0, help="first seed (workloads, tie-breaks, the random policy, --gpu-perf draws)")
+    p.add_argument("--seed", type=first_seed, default=0,
+                   help="the first seed: the runs are seeds S .. S+n-1 (--seeds n), each drawn from its own seed alone (workload, "
+                        "tie-breaks, the random policy, --gpu-perf), so --seed 2 --seeds 1 is seed 2 of a larger run and of atoll "
+                        "bench quality")
     p.add_argument("--seeds", type=int, default=None,
                    help=f"how many seeds per configuration (default {DEFAULT_SEEDS} for synthetic workloads, 3 for traces)")
     p.add_argument("--gpu-perf", default=None, metavar="SPEC",
@@ -332,7 +336,7 @@ def main(argv: Sequence[str]) -> int:
         bundled = args.cluster is None or not Path(args.cluster).suffix  # a bundled name, not a file of its own
         gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if bundled else None)
         if gpu_perf is not None:
-            with_gpu_perf(cluster, gpu_perf, args.seed)  # checks the spec before any run
+            with_gpu_perf(cluster, gpu_perf)  # checks the spec before any run
         names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
         profiles_path = resolve_profiles(args.profiles, cluster_path, cluster)
         doc = load_profiles_file(profiles_path)
@@ -352,8 +356,9 @@ def main(argv: Sequence[str]) -> int:
             print(f"atoll simulate: warning: {warning}", file=sys.stderr)
         slicing = _slicing(args.slice_level, args.slice_size, cluster)
         sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
-        spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, args.seed, args.scheduler, args.enforcement,
-                         slicing, frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
+        spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, scheduler=args.scheduler,
+                         enforcement=args.enforcement, slicing=slicing,
+                         keep_results=frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
                          parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
                          kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
                          cohort=cohort, quota_factor=args.quota_factor,

@@ -15,8 +15,12 @@ the cluster with a seeded permutation of the children of every domain: the same 
 identical, every such order gives the very same run: ties among identical nodes change nothing,
 and the seeds then vary only what else is seeded (synthetic workloads, the scheduler model's
 ties, the random policy). Seed 0 keeps the model's order. GPU perf (``--gpu-perf``) is drawn
-anew per seed (from ``perf_seed + seed``): which GPUs are the slow outliers is itself luck, so a
-seed is another machine of the same make, and intervals include it.
+anew per seed, from the seed alone: which GPUs are the slow outliers is itself luck, so a seed is
+another machine of the same make, and intervals include it.
+
+Nothing but the key seeds a run: not the sweep's first seed, nor how many seeds it has. Seed 2 of
+``--seed 0 --seeds 3`` is the run ``--seed 2 --seeds 1`` gives, and ``atoll simulate`` and ``atoll
+bench quality`` draw the same run for the same key and the same spec.
 """
 
 from __future__ import annotations
@@ -147,9 +151,8 @@ class SweepSpec:
     seeds: tuple[int, ...] = (0,)
     cost: CostParams = field(default_factory=CostParams)
     gpu_perf: str | None = None
-    """``--gpu-perf`` spec; None keeps the cluster model's perf."""
-    perf_seed: int = 0
-    """Added to each run's seed to seed its perf draw (every seed draws its own GPUs)."""
+    """``--gpu-perf`` spec, drawn from each run's seed (every seed draws its own GPUs); None keeps
+    the cluster model's perf."""
     scheduler: str | None = None
     enforcement: str | None = None
     slicing: Slicing | None = None
@@ -195,7 +198,7 @@ def _prepared(spec: SweepSpec, load: float | None, seed: int) -> tuple[ClusterMo
     if hit is None:
         cluster = apply_bandwidths(spec.cluster, spec.cost)
         if spec.gpu_perf is not None:
-            cluster = with_gpu_perf(cluster, spec.gpu_perf, spec.perf_seed + seed)
+            cluster = with_gpu_perf(cluster, spec.gpu_perf, seed)
         cluster = shuffle_ties(cluster, seed)
         jobs = apply_cost(workload_jobs(cluster, spec.workload, load, seed), spec.cost)
         work = prepare_workload(cluster, jobs)

@@ -546,3 +546,46 @@ def test_a_quota_factor_below_1_or_not_a_number_is_one_line_naming_the_flag(caps
         assert exc.value.code == 2
         err = capsys.readouterr().err.splitlines()
         assert len(err) == 1 and err[0].startswith(f"atoll {' '.join(command)}: argument --quota-factor: {words}"), err
+
+
+def per_seed(comparison: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:
+    """A comparison's figures keyed by (seed, policy): JCT, wait, allocation, decisions per job, …"""
+    return {(seed, p): figures for p, entry in comparison["policies"].items() for seed, figures in zip(comparison["seeds"], entry["per_seed"])}
+
+
+def test_a_seed_run_alone_is_that_seed_of_a_larger_run(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    args = ("--cluster", cluster, "--jobs", "60", "--gpu-perf", "normal:0.1", "--policies", "kueue-bestfit,atoll-strict", "--workers", "1")
+    three = run_json(capsys, *args, "--seed", "0", "--seeds", "3")
+    alone = run_json(capsys, *args, "--seed", "2", "--seeds", "1")
+    first = run_json(capsys, *args, "--seed", "0", "--seeds", "1")
+    assert per_seed(alone["comparisons"][0]) == {k: v for k, v in per_seed(three["comparisons"][0]).items() if k[0] == 2}
+    assert [r for r in three["runs"] if r["seed"] == 2] == alone["runs"]
+    assert per_seed(first["comparisons"][0]) == {k: v for k, v in per_seed(three["comparisons"][0]).items() if k[0] == 0}
+    # the seeds differ (so the equalities above compare runs that could differ): speeds and tie-breaks are the seed's own
+    assert per_seed(three["comparisons"][0])[(2, "atoll-strict")] != per_seed(three["comparisons"][0])[(0, "atoll-strict")]
+
+
+def test_simulate_draws_the_same_run_as_bench_quality_for_the_same_seed(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from admission.cli import _bench_quality as bq
+    from admission.cli._bundled import CONFIG_DIR
+
+    rows = "".join(f"j{i},{300 * i},{3000 + 101 * i},{[1, 8, 16, 32][i % 4]}\n" for i in range(40))
+    (tmp_path / bq.ITP_FILE).write_text("job_id,submission_time,duration,num_gpu\n" + rows)
+    monkeypatch.setenv("ATOLL_TRACES_DIR", str(tmp_path))
+    policies = "kueue-bestfit,atoll-costed-floor"
+    assert bq.main(["--skip-scale", "--skip-binding", "--skip-sensitivity", "--clusters", "dgx-h100-superpod", "--loads", "1.2",
+                    "--policies", policies, "--seed", "1", "--seeds", "2", "--workers", "1", "--format", "json"]) == 0
+    bench = per_seed(json.loads(capsys.readouterr().out)["quality"]["dgx-h100-superpod"]["comparisons"][0])
+    assert sorted({seed for seed, _ in bench}) == [1, 2] and bench[(1, "atoll-costed-floor")] != bench[(2, "atoll-costed-floor")]
+    for seed in ("1", "2"):  # the bundled model, the bench's trace and profiles document; its GPU speed model is the default
+        simulated = run_json(capsys, "--cluster", "dgx-h100-superpod", "--trace", str(tmp_path / bq.ITP_FILE), "--load", "1.2",
+                             "--profiles", str(CONFIG_DIR / "profiles.yaml"), "--policies", policies, "--seed", seed, "--seeds", "1",
+                             "--workers", "1")
+        assert per_seed(simulated["comparisons"][0]) == {k: v for k, v in bench.items() if k[0] == int(seed)}
+
+
+def test_a_negative_first_seed_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as bad:
+        main(["--seed", "-1"])
+    assert bad.value.code == 2 and "--seed: -1 is below 0; seeds start at 0" in capsys.readouterr().err

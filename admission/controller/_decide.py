@@ -39,7 +39,7 @@ from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTempla
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Obj, object_key
 from admission.queue import Need, Outlook, span_stamp
 from policies import Decision, PodSetSpec, Profile, ProfileLevelError, WaitState, WorkloadClass, decide
-from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, Snapshot, fragmentation_index
+from topology import HOSTNAME_LABEL, Level, NodeInfo, PodSetPlacement, ResourceVector, SliceLayer, Snapshot, fragmentation_index
 
 __all__ = ["LABEL_DECISION_ID", "MAX_PODSET_UPDATES", "STATE", "Decider", "Verdict"]
 
@@ -177,6 +177,25 @@ class Decider:
         spec = [PodSetSpec("main", 2, ResourceVector(gpu=4))]
         for profile in (Profile(requiredLevel="warm-up/island"), Profile(preferredLevel="warm-up/island", relaxAfterSeconds=0)):
             decide(snap, spec, profile_name="warm-up", profile=profile, now=0.0)
+        # no island holds 3 pods, nor a slice of 4: the reason a wait gives is counted by kernels of its own
+        for ps in (PodSetSpec("main", 3, ResourceVector(gpu=4)), PodSetSpec("main", 4, ResourceVector(gpu=4), slices=(SliceLayer("warm-up/island", 4),))):
+            decide(snap, [ps], profile_name="warm-up", profile=Profile(requiredLevel="warm-up/island"), now=0.0)
+
+    def warm(self) -> list[str]:
+        """Build the snapshot of every flavor the profiles map and resolve on it what admitted
+        Workloads still owe (the ledger's book), as the first decision on each flavor would: a
+        controller pays this once, when everything is listed, instead of in its first decision.
+        Returns the flavors warmed; one that cannot be read is left to its first decision, which
+        says why."""
+        doc = self.cache.profiles
+        warmed = []
+        for flavor in sorted(doc.flavors) if doc is not None else []:
+            try:
+                self.ledger.warm(self.cache.snapshot(flavor))
+            except (FlavorProblem, ValueError):
+                continue
+            warmed.append(flavor)
+        return warmed
 
     def evaluate(self, obj: Obj, decision_id: str, now: float, *, view: WorkloadView | None = None) -> Verdict:
         """The decision for one Workload on the current cache and ledger, at time ``now``.

@@ -332,6 +332,14 @@ class Ledger:
         ``place_owed``'s witness, kept up to date by the flavor's book."""
         return self._book(snapshot.flavor).witness(snapshot, exclude_uid)
 
+    def warm(self, snapshot: Snapshot) -> Witness:
+        """What the first decision on the snapshot's flavor would read first: the owed pods
+        resolved on it (``witness``), and the index of its nodes by hostname that a one-node
+        nodeSelector is resolved by (built once per node structure), so a controller builds
+        both when everything is listed rather than in its first decisions."""
+        _hostnames(snapshot, self.node_labels)
+        return self.witness(snapshot)
+
     def apply(self, snapshot: Snapshot, *, exclude_uid: str | None = None, witness: Witness | None = None,
               report: bool = True) -> int:
         """Count every owed pod of the snapshot's flavor as used (in place: pass a fork): the

@@ -266,11 +266,14 @@ class Controller:
         self._warm()
 
     def _warm(self) -> None:
-        """Once every watched resource is listed, before the first decision: the owed gangs' look
-        reads every waiting Workload once (the look before each decision then reads only what
-        changed), so the first decision after a start does not pay for it."""
+        """Once every watched resource is listed, before the first decision, what that decision
+        would otherwise pay for: the owed gangs' look reads every waiting Workload once (the look
+        before each decision then reads only what changed), the quota yield ranks its waiters and
+        adds up the quota reserved, and each flavor's snapshot is built with what admitted
+        Workloads owe resolved on it (later decisions update it where nodes or pods changed)."""
         self._feed_owed()
         self.quota_yield.warm()
+        self.decider.warm()
 
     def _apply_list(self, resource: Resource, items: list[Obj]) -> None:
         self._synced.add(resource)

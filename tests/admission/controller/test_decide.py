@@ -1,21 +1,30 @@
 """The controller's own decision at fleet scale: Workloads of one shape share the engine's
 remembered answers although each is read afresh (``Decider.read``), and the whole-flavor fabric
 gauges are measured periodically, not on every decision. Verdicts are those of a Decider that
-reads every Workload on its own."""
+reads every Workload on its own. What the first decision after a start would pay once (the
+kernels, the flavor's snapshot, what admitted Workloads owe on it) is paid before it."""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+import admission.controller._cache as cache_module
 import policies._decision as engine
+import topology._finder as finder
+import topology._kernels as kernels
 from admission.controller import ConfigSettings, Controller, Decider, KueueSettings, Recorder, Settings, parse_workload
+from admission.controller._ledger import Ledger
 from admission.kube import WORKLOADS, ManualClock
 from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, workload_object
 from policies import load_profiles_file
-from topology import ResourceVector, load_cluster_model
+from tests.admission.fabric import Fabric, run
+from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, load_cluster_model
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 
@@ -208,3 +217,127 @@ def test_under_domain_enforcement_no_selector_of_a_podset_without_gpus_reaches_a
     obj["status"]["admission"]["podSetAssignments"][0]["flavors"] = {"cpu": "f"}
     b.views.pop(1, None)
     assert [u["nodeSelector"] for u in b.decide(1, obj, 1000.0).podset_updates] == [{SU: "u0"}]
+
+
+# ---------------------------------------------------------------------- what a start pays instead of the first decision
+
+def test_the_kernel_warm_up_calls_every_kernel_the_finder_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Decider.warm_up`` (a deployed controller's, before its first decision) calls every numba
+    kernel the finder calls from Python, so none is compiled or loaded inside a decision: the
+    placement kernel, and the two that count why a PodSet fits no domain (a wait's reason)."""
+    names = set(re.findall(r"_kernels\.([a-z_]+)\(", Path(finder.__file__).read_text())) | {"place_podset"}
+    assert {"capacity_summary", "_layer_prefix"} <= names
+    calls: Counter[str] = Counter()
+
+    def counting(name: str, kernel: Any) -> Any:
+        def counted(*args: Any, **kw: Any) -> Any:
+            calls[name] += 1
+            return kernel(*args, **kw)
+        return counted
+
+    monkeypatch.setitem(finder._KERNELS, "numba", counting("place_podset", finder._KERNELS["numba"]))
+    for name in names - {"place_podset"}:
+        monkeypatch.setattr(kernels, name, counting(name, getattr(kernels, name)))
+    Decider.warm_up()
+    assert set(calls) == names
+
+
+@pytest.mark.apiserver
+def test_the_flavors_snapshot_and_owed_pods_warmed_at_the_first_list_are_what_the_first_decision_builds_cold(
+        fabric: Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sync`` builds the flavor's snapshot and resolves on it what admitted Workloads owe (an
+    admitted Workload whose pod is not bound yet, planned by node name) before the first decision:
+    that decision builds no snapshot, resolves no reservation and reads no node's labels for the
+    hostname index, and decides what a controller that builds all of it in its first decision
+    decides, on the same free GPUs."""
+    fabric.install()
+    fabric.submit("runner", [("main", 1, 4)])
+    (runner,) = run(fabric.controller())  # admitted on one node; its pod never binds here: owed
+    assert runner.outcome == "admit" and list(runner.podset_updates[0]["nodeSelector"]) == [HOSTNAME_LABEL]
+    fabric.submit("next", [("main", 2, 4)])
+    built: list[str] = []
+    resolved: list[object] = []
+
+    class Counted(Snapshot):
+        def __init__(self, flavor: str, *args: Any, **kw: Any) -> None:
+            built.append(flavor)
+            super().__init__(flavor, *args, **kw)
+
+    real_resolve = Ledger._resolve
+
+    def resolve(self: Ledger, key: Any, snapshot: Any) -> Any:
+        resolved.append(key)
+        return real_resolve(self, key, snapshot)
+
+    monkeypatch.setattr(cache_module, "Snapshot", Counted)
+    monkeypatch.setattr(Ledger, "_resolve", resolve)
+    ids = iter(range(10**6))
+    warm = fabric.controller(new_id=lambda: f"w{next(ids)}")
+    warm.sync()
+    assert built == [fabric.flavor] and len(resolved) == 1  # the runner's owed pod, resolved at the start
+    cold = fabric.controller(new_id=lambda: f"w{next(ids)}")
+    for w in cold.watches:  # the lists alone, as sync applies them, without the warm-up
+        cold._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
+    labels_read: list[str] = []
+    real_labels = warm.ledger.node_labels
+    assert real_labels is not None
+
+    def node_labels(name: str) -> Any:
+        labels_read.append(name)
+        return real_labels(name)
+
+    warm.ledger.node_labels = node_labels
+    key = f"{fabric.ns}/next"
+    snap = warm.cache.snapshot(fabric.flavor)
+    owed = warm.ledger.witness(snap)
+    assert built == [fabric.flavor] and len(resolved) == 1  # kept: nothing changed since the start
+    obj = warm.cache.objects[WORKLOADS][key]
+    mine = warm.decider.evaluate(obj, "d", fabric.clock.now())
+    assert built == [fabric.flavor] and len(resolved) == 1 and labels_read == []
+    theirs = cold.decider.evaluate(obj, "d", fabric.clock.now())
+    assert built == [fabric.flavor, fabric.flavor] and len(resolved) == 2  # cold: built and resolved in the decision
+    cold_snap = cold.cache.snapshot(fabric.flavor)
+    assert snap.node_names == cold_snap.node_names and np.array_equal(snap.free, cold_snap.free)
+    assert owed.used_rows()[0].tolist() == cold.ledger.witness(cold_snap).used_rows()[0].tolist() != []
+    assert (mine.outcome, mine.message, mine.podset_updates) == (theirs.outcome, theirs.message, theirs.podset_updates)
+    assert mine.outcome == "admit"
+
+
+@pytest.mark.apiserver
+def test_the_node_index_by_hostname_is_built_at_the_start_so_the_first_admitted_workload_is_resolved_without_reading_nodes(
+        fabric: Fabric) -> None:
+    """Nothing is owed at the start, so no reservation builds the index of the flavor's nodes by
+    hostname then; ``sync`` builds it all the same, and the first Workload admitted on one node
+    (its nodeSelector a hostname) has its owed pod resolved without reading any node's labels, on
+    the node it was planned on. A controller without the warm-up reads every node's labels there."""
+    fabric.install()
+    fabric.submit("a", [("main", 1, 4)])
+    key = f"{fabric.ns}/a"
+    labels_read: list[str] = []
+    ctrls = []
+    for warmed in (True, False):
+        ctrl = fabric.controller()
+        if warmed:
+            ctrl.sync()
+        else:
+            for w in ctrl.watches:  # the lists alone, as sync applies them, without the warm-up
+                ctrl._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
+        real = ctrl.ledger.node_labels
+        assert real is not None
+
+        def node_labels(name: str, real: Any = real) -> Any:
+            labels_read.append(name)
+            return real(name)
+
+        ctrl.ledger.node_labels = node_labels
+        verdict = ctrl.evaluate(ctrl.cache.objects[WORKLOADS][key], "d")  # what a decision reads: no reservation yet
+        assert verdict.outcome == "admit" and list(verdict.podset_updates[0]["nodeSelector"]) == [HOSTNAME_LABEL]
+        obj = ctrl.cache.objects[WORKLOADS][key]
+        status = ctrl.status.prepare(obj, verdict, ctrl.check_names, [])
+        assert status is not None
+        ctrl.ledger.observe(ctrl.status.booked(obj, status), ctrl.check_names)  # booked as when its write is sent
+        snap = ctrl.cache.snapshot(fabric.flavor)
+        nodes = ctrl.ledger.witness(snap).used_rows()[0].tolist()
+        assert [snap.node_names[i] for i in nodes] == [verdict.podset_updates[0]["nodeSelector"][HOSTNAME_LABEL]]
+        ctrls.append(len(labels_read))
+    assert ctrls[0] == 0 and ctrls[1] > 0

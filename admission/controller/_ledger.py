@@ -27,6 +27,11 @@ is derived from API state only, so a restarted controller rebuilds it from its f
 (``_invariant.place_owed``): planned nodes first, then the rest of the domain. Pods with no room
 (the scheduler bound another Workload's pods where these were planned, and the domain is short)
 make their whole domain count as full, so nothing new is admitted there until it clears.
+
+Why this module is longer than the others: what a Workload owes (read from its status and its
+pods) and where it may still bind on a snapshot (its domain by nodeSelector and tolerations)
+share the reservations kept here; the witness itself is kept up to date in ``_book`` and placed
+by ``_invariant``.
 """
 
 from __future__ import annotations

@@ -34,7 +34,9 @@ Workloads that hold quota; were its reservation to keep them out, those could wa
 the quota it needs, and nobody would move. So its reservation is suspended: it stays on record
 (its place in the flavor's limit, its nodes, ``encode``'s text on the Workload) but blocks nobody
 (``holding``, ``blocked``, ``idle`` skip it) until its holder holds quota again; the domain
-drains for it again from then. It is stored on the
+drains for it again from then. A placement's message names it (``suspended_note``) only where
+the reservation in force would have kept that placement out (``would_hold``, less backfill by
+time): a placement elsewhere, or a wait, owes nothing to the suspension. It is stored on the
 gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
 new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
 """
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,7 +219,9 @@ class Reservations:
         never captures another's named nodes, nor GPUs an older one captured, so two in one domain
         do not hold the same free GPUs and keep each other's gang out. A suspended one (its holder
         holds no quota: ``quota``) holds nothing and is left out."""
-        rs = [r for r in self.on(flavor) if r.holder not in self._no_quota]
+        return self._hold([r for r in self.on(flavor) if r.holder not in self._no_quota], snapshot)
+
+    def _hold(self, rs: list[Reservation], snapshot: Snapshot | None) -> list[tuple[Reservation, dict[str, int]]]:
         if snapshot is None or not any(r.capture for r in rs):
             return [(r, dict(r.nodes)) for r in rs]
         taken: dict[str, int] = {}
@@ -248,6 +252,27 @@ class Reservations:
             for n, g in held.items():
                 out[n] = out.get(n, 0) + g
         return out
+
+    def would_hold(self, flavor: str, snapshot: Snapshot | None) -> list[tuple[Reservation, dict[str, int]]]:
+        """Each suspended reservation on ``flavor`` with what it would hold on ``snapshot`` were
+        every reservation there in force (``holding`` with the suspended ones counted): the GPUs
+        its suspension leaves to others."""
+        return [(r, held) for r, held in self._hold(self.on(flavor), snapshot) if r.holder in self._no_quota]
+
+    def suspended_note(self, flavor: str, holder: str, ends_at: float | None, nodes: Collection[str], snapshot: Snapshot | None) -> str:
+        """What a placement of ``holder`` (its limit ends at ``ends_at``; None: no limit) on
+        ``nodes`` says of the suspended reservations: only those that would have kept it off one
+        of those nodes (``would_hold``, less backfill by time, as ``blocked`` rules) are named;
+        "" when none did (it landed where no suspension let it)."""
+        if not self._no_quota or not nodes:
+            return ""
+        used = set(nodes)
+        named = [r for r, held in self.would_hold(flavor, snapshot) if r.holder != holder and used.intersection(held)
+                 and not (ends_at is not None and r.expected_free is not None and ends_at <= r.expected_free)]
+        if not named:
+            return ""
+        what = "; ".join(f"{r.holder} on {r.level or 'flavor'} {'/'.join(r.path) or 'the whole flavor'}" for r in named)
+        return f" (reservations suspended, their holders hold no quota, so they block nobody: {what})"
 
     def idle(self, flavor: str, snapshot: Snapshot) -> int:
         """GPUs the reservations on ``flavor`` hold idle on ``snapshot``: held and free."""

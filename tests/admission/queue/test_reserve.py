@@ -195,3 +195,41 @@ def test_a_reservation_whose_holder_holds_no_quota_is_kept_but_blocks_nobody_unt
     book.quota("ns/gang", False)
     assert book.release("ns/gang") is not None and not book.suspended("ns/gang")
     assert book.add(r, limit=1) and book.blocked("f", "ns/small", None, snap) != {}  # a new reservation is made with quota
+
+
+SUSPENDED = "reservations suspended, their holders hold no quota, so they block nobody"
+
+
+def test_only_a_placement_on_what_a_suspended_reservation_would_hold_names_it() -> None:
+    """The suspension explains a placement only where the reservation in force would have kept it
+    out: on its nodes, and not by backfill. A placement elsewhere says nothing of it, nor does a
+    reservation in force."""
+    snap = cluster()
+    book = Reservations()
+    gang = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), since=10.0, expected_free=300.0)
+    live = Reservation("ns/live", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), since=20.0, expected_free=None)
+    assert book.add(gang, limit=2) and book.add(live, limit=2)
+    assert book.suspended_note("f", "ns/small", None, {"c2n1"}, snap) == ""  # in force: it blocks, so nothing landed there by it
+    book.quota("ns/gang", False)
+    assert book.suspended_note("f", "ns/small", None, {"c0n0", "c0n1"}, snap) == ""  # elsewhere
+    assert book.suspended_note("f", "ns/small", None, {"c1n0"}, snap) == ""  # on a reservation in force (a backfill)
+    assert book.suspended_note("f", "ns/small", None, {"c2n2"}, snap) == ""  # the domain's nodes the gang will not need
+    assert book.suspended_note("f", "ns/small", 300.0, {"c2n1"}, snap) == ""  # it ends before the gang could start: backfills anyway
+    assert book.suspended_note("f", "ns/gang", None, {"c2n1"}, snap) == ""  # the holder's own nodes
+    note = book.suspended_note("f", "ns/small", None, {"c0n0", "c2n1"}, snap)
+    assert note == f" ({SUSPENDED}: ns/gang on {CLIQUE} u0/c2)"
+    assert book.suspended_note("f", "ns/small", 301.0, {"c2n0"}, snap) == note  # ends after the gang could start: it was kept out
+    assert book.suspended_note("g", "ns/small", None, {"c2n1"}, snap) == ""  # another flavor
+
+
+def test_a_suspended_capturing_reservation_is_named_on_the_free_gpus_it_would_capture_only() -> None:
+    snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0})
+    book = Reservations()
+    cap = Reservation("ns/cap", "f", SU, ("u0",), (("c0n0", 4), ("c0n1", 4)), 10.0, 900.0, capture=True, per_pod=4)
+    assert book.add(cap, limit=1) and book.quota("ns/cap", False) == cap
+    assert [(r, held) for r, held in book.would_hold("f", snap)] == [(cap, {"c0n0": 4, "c0n1": 4, "c0n2": 4, "c0n3": 4})]
+    assert SUSPENDED in book.suspended_note("f", "ns/small", None, {"c0n3"}, snap)  # free GPUs it would capture
+    assert book.suspended_note("f", "ns/small", None, {"c1n0"}, snap) == ""  # free, but beyond the gang's GPUs: open anyway
+    assert book.holding("f", snap) == [] and book.blocked("f", "ns/small", None, snap) == {}
+

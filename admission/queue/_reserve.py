@@ -36,7 +36,11 @@ the quota it needs, and nobody would move. So its reservation is suspended: it s
 (``holding``, ``blocked``, ``idle`` skip it) until its holder holds quota again; the domain
 drains for it again from then. A placement's message names it (``suspended_note``) only where
 the reservation in force would have kept that placement out (``would_hold``, less backfill by
-time): a placement elsewhere, or a wait, owes nothing to the suspension. It is stored on the
+time): a placement elsewhere, or a wait, owes nothing to the suspension. What a suspension
+frees is offered to the parked Workloads as freed room (``wake_suspended``): only those it can
+hold are woken, and only if it is suspended still when the caller looks (the controller before
+its next decision, the simulator once an instant's passes are done), since a suspension that
+ended before anyone could use the GPUs changed nothing. It is stored on the
 gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
 new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
 """
@@ -45,15 +49,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator
+from admission.queue._room import WaitingRoom
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move"]
+__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move", "wake_suspended"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +164,8 @@ class Reservations:
         self._flavor_of: dict[str, str] = {}
         self._no_quota: set[str] = set()
         """Holders of a reservation that hold no quota now: their reservations are suspended."""
+        self._newly: dict[str, None] = {}
+        """Holders whose reservation was suspended since ``take_suspended`` last looked."""
 
     def __len__(self) -> int:
         return len(self._flavor_of)
@@ -197,7 +204,16 @@ class Reservations:
             self._no_quota.discard(holder)
         else:
             self._no_quota.add(holder)
+            self._newly[holder] = None
         return r
+
+    def take_suspended(self) -> list[Reservation]:
+        """The reservations suspended since the last call and suspended still, oldest first: what
+        each held is free for others now. One whose holder holds quota again by now (or that
+        ended) is left out: a suspension that ended before anyone could use it changed nothing."""
+        out = [r for r in (self.held_by(h) for h in self._newly) if r is not None and r.holder in self._no_quota]
+        self._newly.clear()
+        return sorted(out, key=lambda r: (r.flavor, r.since, r.holder))
 
     def suspended(self, holder: str) -> bool:
         """Does ``holder`` hold a reservation while it holds no quota (one that blocks nobody)?"""
@@ -337,6 +353,30 @@ def should_move(held: Reservation, target: Reservation, outlooks: Sequence[Domai
     own = next((o for o in outlooks if o.path == held.path), None)
     own_free = own.free_at if own is not None and own.free_at is not None else math.inf
     return own_free > target.expected_free + margin
+
+
+def wake_suspended(room: WaitingRoom | None, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:
+    """The parked Workloads to decide again for the reservations suspended since the last call
+    and suspended still (``Reservations.take_suspended``): the GPUs each would hold (``would_hold``)
+    are free for others now, so they are offered as freed room (``WaitingRoom.freed``, on
+    ``room_now(flavor)``: the room a decision would search, what admitted Workloads still owe
+    counted), waking only the parked Workloads it can hold; a flavor ``room_now`` cannot give
+    (None) wakes all its parked Workloads. The controller asks it before each decision, the
+    simulator after each instant's passes: the same rule at the same moments."""
+    taken = reservations.take_suspended()
+    if room is None or not taken or not len(room):
+        return []
+    out: list[Hashable] = []
+    for flavor in sorted({r.flavor for r in taken}):
+        snapshot = room_now(flavor)
+        if snapshot is None:
+            out.extend(room.wake_flavor(flavor))
+            continue
+        mine = {r.holder for r in taken if r.flavor == flavor}
+        rows = sorted({snapshot.node_index[n] for r, held in reservations.would_hold(flavor, snapshot) if r.holder in mine
+                       for n in held if n in snapshot.node_index})
+        out.extend(room.freed(snapshot, np.asarray(rows, dtype=np.int64)))
+    return out
 
 
 def restore(reservations: Reservations, found: Mapping[str, str], limit: int) -> int:

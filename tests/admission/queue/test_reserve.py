@@ -6,7 +6,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from admission.queue import Reservation, Reservations, Running, RuntimeEstimator, choose_target, domain_outlook, restore, should_move
+from admission.queue import (
+    Need,
+    Reservation,
+    Reservations,
+    Running,
+    RuntimeEstimator,
+    WaitingRoom,
+    choose_target,
+    domain_outlook,
+    restore,
+    should_move,
+    wake_suspended,
+)
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
@@ -233,3 +245,52 @@ def test_a_suspended_capturing_reservation_is_named_on_the_free_gpus_it_would_ca
     assert book.suspended_note("f", "ns/small", None, {"c1n0"}, snap) == ""  # free, but beyond the gang's GPUs: open anyway
     assert book.holding("f", snap) == [] and book.blocked("f", "ns/small", None, snap) == {}
 
+
+def test_a_suspension_is_taken_once_and_only_while_it_lasts() -> None:
+    book = Reservations()
+    a = Reservation("ns/a", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4),), 1.0, None)
+    b = Reservation("ns/b", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, None)
+    assert book.add(a, limit=2) and book.add(b, limit=2)
+    assert book.take_suspended() == []
+    book.quota("ns/b", False)
+    book.quota("ns/a", False)
+    book.quota("ns/a", True)  # holds quota again before anyone looked: nothing was freed
+    assert book.take_suspended() == [b] and book.take_suspended() == []
+    book.quota("ns/b", True)
+    book.quota("ns/b", False)
+    book.release("ns/b")  # ended: its end is the caller's to tell
+    assert book.take_suspended() == []
+
+
+def test_a_suspension_wakes_only_the_parked_workloads_what_it_held_can_hold() -> None:
+    """The gang reserved c2n0 and c2n1 (one free, one busy). Suspended, its free node can hold the
+    4-GPU Workload parked on it, not the 8-GPU one: only the first is woken. A suspension that
+    ended before the caller looked wakes nobody."""
+    snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0, "c0n2": 900.0, "c1n0": 900.0, "c1n1": 900.0, "c1n2": 900.0, "c2n0": 900.0, "c2n2": 900.0,
+                "c2n3": 900.0})
+    book = Reservations()
+    book.add(Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), 10.0, 900.0), limit=1)
+    room = WaitingRoom()
+    room.park("ns/pair", Need("f", CLIQUE, 2, 4))
+    room.park("ns/one", Need("f", CLIQUE, 1, 4))
+    room.park("ns/other-flavor", Need("g", CLIQUE, 1, 4))
+    seen: list[str] = []
+
+    def room_now(flavor: str) -> Snapshot:
+        seen.append(flavor)
+        return snap
+
+    book.quota("ns/gang", False)
+    book.quota("ns/gang", True)
+    assert wake_suspended(room, book, room_now) == [] and seen == []  # back in force before anyone looked
+    book.quota("ns/gang", False)
+    assert wake_suspended(room, book, room_now) == ["ns/one"] and seen == ["f"]
+    assert "ns/pair" in room and "ns/other-flavor" in room
+    assert wake_suspended(room, book, room_now) == []  # taken once
+    book.quota("ns/gang", True)
+    book.quota("ns/gang", False)
+    assert wake_suspended(room, book, lambda flavor: None) == ["ns/pair"]  # no room to count on: every parked Workload of the flavor
+    book.quota("ns/gang", True)
+    book.quota("ns/gang", False)
+    assert wake_suspended(None, book, room_now) == [] and book.take_suspended() == []  # no room: taken all the same

@@ -40,7 +40,7 @@ time): a placement elsewhere, or a wait, owes nothing to the suspension. What a 
 frees is offered to the parked Workloads as freed room (``wake_suspended``): only those it can
 hold are woken, and only if it is suspended still when the caller looks (the controller before
 its next decision, the simulator once an instant's passes are done), since a suspension that
-ended before anyone could use the GPUs changed nothing. It is stored on the
+ended before anyone could use the GPUs changed nothing. A reservation is stored on the
 gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
 new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
 """

@@ -139,7 +139,7 @@ def suspended_note(outlook: Outlook | None, flavor: str, key: str, decision: Dec
     if outlook is None or not len(outlook.reservations) or decision.outcome != "admit" or decision.placement is None:
         return ""
     limit = max_execution_seconds(obj)
-    nodes = {n for ps in decision.placement.podsets for n in ps.nodes}
+    nodes = (n for ps in decision.placement.podsets for n in ps.nodes)  # read only while a reservation is suspended
     return outlook.reservations.suspended_note(flavor, key, None if limit is None else now + limit, nodes, snap)
 
 

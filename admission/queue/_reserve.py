@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -275,14 +275,16 @@ class Reservations:
         its suspension leaves to others."""
         return [(r, held) for r, held in self._hold(self.on(flavor), snapshot) if r.holder in self._no_quota]
 
-    def suspended_note(self, flavor: str, holder: str, ends_at: float | None, nodes: Collection[str], snapshot: Snapshot | None) -> str:
+    def suspended_note(self, flavor: str, holder: str, ends_at: float | None, nodes: Iterable[str], snapshot: Snapshot | None) -> str:
         """What a placement of ``holder`` (its limit ends at ``ends_at``; None: no limit) on
         ``nodes`` says of the suspended reservations: only those that would have kept it off one
         of those nodes (``would_hold``, less backfill by time, as ``blocked`` rules) are named;
         "" when none did (it landed where no suspension let it)."""
-        if not self._no_quota or not nodes:
+        if not self._no_quota:
             return ""
         used = set(nodes)
+        if not used:
+            return ""
         named = [r for r, held in self.would_hold(flavor, snapshot) if r.holder != holder and used.intersection(held)
                  and not (ends_at is not None and r.expected_free is not None and ends_at <= r.expected_free)]
         if not named:

@@ -446,7 +446,7 @@ class Decider:
                 self.queue.reservations.release(key)
         elif self.queue is not None and decision.outcome == "admit":
             self.queue.reservations.release(key)
-        message = decision.message + (f" ({turn_note})" if turn_note else "") + suspended_note(self.queue, flavor, key)
+        message = decision.message + (f" ({turn_note})" if turn_note else "") + suspended_note(self.queue, flavor, key, decision, shared, obj, now)
         if set_aside and decision.outcome != "admit":
             message += (f" ({set_aside} nodes set aside: pods other admitted Workloads still owe may bind there; "
                         "they free up as those pods bind)")

@@ -428,9 +428,6 @@ class Controller:
         # the version its write was made against: still counted as decided until the write answers
         self.ledger.observe(self.status.booked(current, flight.status) if same and flight else current, self._check_names)
         self.queue_state.observe(current, self._check_names)
-        suspended = self.queue_state.take_suspended()  # a reservation's holder lost its quota: what it kept out may fit now
-        if suspended:
-            self._wake(self.parking.wake_flavors(suspended))
         if self._actionable(current) or self._requeue_request(current) is not None:
             self._queue[object_key(current)] = None
         if self.parking.enabled and not self.read_only:
@@ -692,6 +689,7 @@ class Controller:
             self._queue[key] = None
 
     def _promote_due(self) -> None:
+        self._wake(self.parking.suspended(self.queue_state.outlook.reservations, lambda flavor: self.decider.room_now(flavor)))
         self._wake(self.parking.due(self.clock.now()))
         now = self.clock.monotonic()
         while self._delayed and self._delayed[0][0] <= now:

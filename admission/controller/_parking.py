@@ -15,6 +15,8 @@ decides it again itself when something it waits for changes:
   room to the next parked Workloads (``reoffer``, asked once it is decided);
 - an admitted Workload goes away before its pods bound: every Workload parked on its flavors;
 - a node or the profiles document changes: every parked Workload;
+- a reservation is suspended (its holder lost its quota) and still is when the next decision is
+  due: the parked Workloads the GPUs it held can hold (``suspended``);
 - an elastic profile's relax deadline passes (``due``).
 
 A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
@@ -32,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._decide import Verdict
-from admission.queue import WaitingRoom, settle_givers
+from admission.queue import Reservations, WaitingRoom, settle_givers, wake_suspended
 from topology import Snapshot
 
 __all__ = ["Parking"]
@@ -110,6 +112,12 @@ class Parking:
             if node in snap.node_index:
                 out.extend(str(k) for k in self.room.freed(snap, [snap.node_index[node]]))
         return out
+
+    def suspended(self, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[str]:
+        """Reservations suspended since the last call and suspended still: the parked Workloads the
+        GPUs they held can hold (``wake_suspended``, the simulator's rule too), on ``room_now(flavor)``.
+        Asked before each decision, so a holder that lost its quota and got it back in between wakes nobody."""
+        return [str(k) for k in wake_suspended(self.room, reservations, room_now)]
 
     def reoffer(self, room_now: Callable[[str], Snapshot | None]) -> list[str]:
         """Freed room that a Workload it woke was decided on (parked again, or placed maybe elsewhere):

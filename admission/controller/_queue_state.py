@@ -128,8 +128,6 @@ class QueueState:
         """uid → key of each Workload seen."""
         self._where: dict[str, tuple[str, str]] = {}
         """gang uid → (level, domain) of the domain held for it."""
-        self._suspended: set[str] = set()
-        """Flavors where a reservation was suspended since ``take_suspended`` last looked."""
 
     # ------------------------------------------------------------------ fed from the cache
 
@@ -156,15 +154,7 @@ class QueueState:
             self.outlook.forget(key)
         self._mirror(obj, key, uid)
         in_force = quota or between_tries(obj)  # a reservation blocks while its holder holds quota or is between its tries
-        changed = self.outlook.reservations.quota(key, in_force)
-        if changed is not None and not in_force:
-            self._suspended.add(changed.flavor)
-
-    def take_suspended(self) -> list[str]:
-        """Flavors where a reservation was suspended since the last call (its holder lost its
-        quota): what it kept out may fit now, so their parked Workloads are decided again."""
-        out, self._suspended = sorted(self._suspended), set()
-        return out
+        self.outlook.reservations.quota(key, in_force)  # suspended: what it held wakes parked Workloads (``wake_suspended``)
 
     def gone(self, obj: Obj) -> None:
         """The Workload was deleted: it is forgotten (nothing learned), its reservation and hold end."""

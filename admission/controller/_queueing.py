@@ -129,16 +129,18 @@ def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot,
     return snap, blocked
 
 
-def suspended_note(outlook: Outlook | None, flavor: str, key: str) -> str:
-    """What a decision's message says of the other gangs' reservations on ``flavor`` that are
-    suspended (their holders hold no quota: ``Reservations.quota``), which it was free to use."""
-    if outlook is None or not len(outlook.reservations):
+def suspended_note(outlook: Outlook | None, flavor: str, key: str, decision: Decision, snap: Snapshot, obj: Mapping[str, Any],
+                   now: float) -> str:
+    """What an admitting decision's message says of the other gangs' reservations on ``flavor``
+    that are suspended (their holders hold no quota: ``Reservations.quota``): only those whose
+    GPUs its placement uses, which they would have kept it off (``Reservations.suspended_note``,
+    on ``snap``, the flavor as the cache has it). A wait or a placement elsewhere says nothing
+    of them: a suspended reservation blocks nobody, so it explains no wait."""
+    if outlook is None or not len(outlook.reservations) or decision.outcome != "admit" or decision.placement is None:
         return ""
-    held = [r for r in outlook.reservations.on(flavor) if r.holder != key and outlook.reservations.suspended(r.holder)]
-    if not held:
-        return ""
-    what = "; ".join(f"{r.holder} on {r.level or 'flavor'} {'/'.join(r.path) or 'the whole flavor'}" for r in held)
-    return f" (reservations suspended, their holders hold no quota, so they block nobody: {what})"
+    limit = max_execution_seconds(obj)
+    nodes = (n for ps in decision.placement.podsets for n in ps.nodes)  # read only while a reservation is suspended
+    return outlook.reservations.suspended_note(flavor, key, None if limit is None else now + limit, nodes, snap)
 
 
 @dataclass

@@ -34,7 +34,13 @@ Workloads that hold quota; were its reservation to keep them out, those could wa
 the quota it needs, and nobody would move. So its reservation is suspended: it stays on record
 (its place in the flavor's limit, its nodes, ``encode``'s text on the Workload) but blocks nobody
 (``holding``, ``blocked``, ``idle`` skip it) until its holder holds quota again; the domain
-drains for it again from then. It is stored on the
+drains for it again from then. A placement's message names it (``suspended_note``) only where
+the reservation in force would have kept that placement out (``would_hold``, less backfill by
+time): a placement elsewhere, or a wait, owes nothing to the suspension. What a suspension
+frees is offered to the parked Workloads as freed room (``wake_suspended``): only those it can
+hold are woken, and only if it is suspended still when the caller looks (the controller before
+its next decision, the simulator once an instant's passes are done), since a suspension that
+ended before anyone could use the GPUs changed nothing. A reservation is stored on the
 gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
 new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
 """
@@ -43,15 +49,16 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator
+from admission.queue._room import WaitingRoom
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move"]
+__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move", "wake_suspended"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +164,8 @@ class Reservations:
         self._flavor_of: dict[str, str] = {}
         self._no_quota: set[str] = set()
         """Holders of a reservation that hold no quota now: their reservations are suspended."""
+        self._newly: dict[str, None] = {}
+        """Holders whose reservation was suspended since ``take_suspended`` last looked."""
 
     def __len__(self) -> int:
         return len(self._flavor_of)
@@ -195,7 +204,16 @@ class Reservations:
             self._no_quota.discard(holder)
         else:
             self._no_quota.add(holder)
+            self._newly[holder] = None
         return r
+
+    def take_suspended(self) -> list[Reservation]:
+        """The reservations suspended since the last call and suspended still, oldest first: what
+        each held is free for others now. One whose holder holds quota again by now (or that
+        ended) is left out: a suspension that ended before anyone could use it changed nothing."""
+        out = [r for r in (self.held_by(h) for h in self._newly) if r is not None and r.holder in self._no_quota]
+        self._newly.clear()
+        return sorted(out, key=lambda r: (r.flavor, r.since, r.holder))
 
     def suspended(self, holder: str) -> bool:
         """Does ``holder`` hold a reservation while it holds no quota (one that blocks nobody)?"""
@@ -217,7 +235,9 @@ class Reservations:
         never captures another's named nodes, nor GPUs an older one captured, so two in one domain
         do not hold the same free GPUs and keep each other's gang out. A suspended one (its holder
         holds no quota: ``quota``) holds nothing and is left out."""
-        rs = [r for r in self.on(flavor) if r.holder not in self._no_quota]
+        return self._hold([r for r in self.on(flavor) if r.holder not in self._no_quota], snapshot)
+
+    def _hold(self, rs: list[Reservation], snapshot: Snapshot | None) -> list[tuple[Reservation, dict[str, int]]]:
         if snapshot is None or not any(r.capture for r in rs):
             return [(r, dict(r.nodes)) for r in rs]
         taken: dict[str, int] = {}
@@ -248,6 +268,29 @@ class Reservations:
             for n, g in held.items():
                 out[n] = out.get(n, 0) + g
         return out
+
+    def would_hold(self, flavor: str, snapshot: Snapshot | None) -> list[tuple[Reservation, dict[str, int]]]:
+        """Each suspended reservation on ``flavor`` with what it would hold on ``snapshot`` were
+        every reservation there in force (``holding`` with the suspended ones counted): the GPUs
+        its suspension leaves to others."""
+        return [(r, held) for r, held in self._hold(self.on(flavor), snapshot) if r.holder in self._no_quota]
+
+    def suspended_note(self, flavor: str, holder: str, ends_at: float | None, nodes: Iterable[str], snapshot: Snapshot | None) -> str:
+        """What a placement of ``holder`` (its limit ends at ``ends_at``; None: no limit) on
+        ``nodes`` says of the suspended reservations: only those that would have kept it off one
+        of those nodes (``would_hold``, less backfill by time, as ``blocked`` rules) are named;
+        "" when none did (it landed where no suspension let it)."""
+        if not self._no_quota:
+            return ""
+        used = set(nodes)
+        if not used:
+            return ""
+        named = [r for r, held in self.would_hold(flavor, snapshot) if r.holder != holder and used.intersection(held)
+                 and not (ends_at is not None and r.expected_free is not None and ends_at <= r.expected_free)]
+        if not named:
+            return ""
+        what = "; ".join(f"{r.holder} on {r.level or 'flavor'} {'/'.join(r.path) or 'the whole flavor'}" for r in named)
+        return f" (reservations suspended, their holders hold no quota, so they block nobody: {what})"
 
     def idle(self, flavor: str, snapshot: Snapshot) -> int:
         """GPUs the reservations on ``flavor`` hold idle on ``snapshot``: held and free."""
@@ -312,6 +355,30 @@ def should_move(held: Reservation, target: Reservation, outlooks: Sequence[Domai
     own = next((o for o in outlooks if o.path == held.path), None)
     own_free = own.free_at if own is not None and own.free_at is not None else math.inf
     return own_free > target.expected_free + margin
+
+
+def wake_suspended(room: WaitingRoom | None, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:
+    """The parked Workloads to decide again for the reservations suspended since the last call
+    and suspended still (``Reservations.take_suspended``): the GPUs each would hold (``would_hold``)
+    are free for others now, so they are offered as freed room (``WaitingRoom.freed``, on
+    ``room_now(flavor)``: the room a decision would search, what admitted Workloads still owe
+    counted), waking only the parked Workloads it can hold; a flavor ``room_now`` cannot give
+    (None) wakes all its parked Workloads. The controller asks it before each decision, the
+    simulator after each instant's passes: the same rule at the same moments."""
+    taken = reservations.take_suspended()
+    if room is None or not taken or not len(room):
+        return []
+    out: list[Hashable] = []
+    for flavor in sorted({r.flavor for r in taken}):
+        snapshot = room_now(flavor)
+        if snapshot is None:
+            out.extend(room.wake_flavor(flavor))
+            continue
+        mine = {r.holder for r in taken if r.flavor == flavor}
+        rows = sorted({snapshot.node_index[n] for r, held in reservations.would_hold(flavor, snapshot) if r.holder in mine
+                       for n in held if n in snapshot.node_index})
+        out.extend(room.freed(snapshot, np.asarray(rows, dtype=np.int64)))
+    return out
 
 
 def restore(reservations: Reservations, found: Mapping[str, str], limit: int) -> int:

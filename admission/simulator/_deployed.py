@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -53,7 +53,7 @@ from admission.controller import (
     waiting_condition,
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
-from admission.queue import Outlook, OwedGang, Running
+from admission.queue import Outlook, OwedGang, Running, WaitingRoom, wake_suspended
 from admission.simulator._cohort import CohortShape
 from admission.simulator._port import CHECK_NAME, CLUSTER_QUEUE, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._preemption import SimPreemption
@@ -145,8 +145,6 @@ class DeployedAtoll:
         self.decider.queue = self.outlook
         self.released: set[int] = set()
         """Flavors where a reservation ended since the caller last looked (``take_released``)."""
-        self.suspending: set[str] = set()
-        """Holders whose reservation was suspended since the caller last looked (``take_released``)."""
         self.check_names = frozenset({CHECK_NAME})
         self.model = BindingModel(scheduler, seed)
         self.flavor_names = [f.name for f in cluster.flavors]
@@ -465,13 +463,7 @@ class DeployedAtoll:
         self._owing.get(flavor, set()).discard(job)
 
     def take_released(self) -> list[int]:
-        """Flavors where a reservation ended, or was suspended and still is, since the last call
-        (their parked Workloads may now fit)."""
-        for holder in self.suspending:
-            r = self.outlook.reservations.held_by(holder)
-            if r is not None and self.outlook.reservations.suspended(holder):
-                self.released.add(self.flavor_names.index(r.flavor))
-        self.suspending.clear()
+        """Flavors where a reservation ended since the last call (their parked Workloads may now fit)."""
         out = sorted(self.released)
         self.released.clear()
         return out
@@ -479,9 +471,12 @@ class DeployedAtoll:
     def quota(self, job: int, held: bool) -> None:
         """Kueue reserved quota for ``job`` (``held``) or released it: a reservation it holds
         blocks only while it holds quota (``Reservations.quota``, as the controller's cache tells it)."""
-        key = f"{NAMESPACE}/job-{job}"
-        if self.outlook.reservations.quota(key, held) is not None and not held:
-            self.suspending.add(key)
+        self.outlook.reservations.quota(f"{NAMESPACE}/job-{job}", held)
+
+    def take_suspended(self, room: WaitingRoom | None) -> list[Hashable]:
+        """The parked jobs to decide again for reservations suspended since the last call and
+        suspended still: those the GPUs they held can hold (``wake_suspended``, the controller's rule)."""
+        return wake_suspended(room, self.outlook.reservations, self.decider.room_now)
 
     def set_owed(self, flavor: int, gangs: Iterable[tuple[int, int, float, int, str | None]]) -> None:
         """The gangs owed their turn on ``flavor`` now, as the controller's cache would show them

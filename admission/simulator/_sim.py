@@ -1299,14 +1299,24 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     wake(room.wake_flavor(deployed.flavor_names[fi]))
                     if pass_and_reactivate(fi, now):
                         last_admit = now
-            while requeue:  # victims evicted in those passes rejoin their queues, and their flavors are tried again
-                if room is not None and len(room):
-                    for fi, nodes in freed:
-                        wake(room.freed(fl[fi].snapshot, nodes))
-                freed.clear()
-                again = {enqueue(j, t) for j, t in requeue}
-                requeue.clear()
-                for fi in sorted(again):
+            while True:
+                while requeue:  # victims evicted in those passes rejoin their queues, and their flavors are tried again
+                    if room is not None and len(room):
+                        for fi, nodes in freed:
+                            wake(room.freed(fl[fi].snapshot, nodes))
+                    freed.clear()
+                    again = {enqueue(j, t) for j, t in requeue}
+                    requeue.clear()
+                    for fi in sorted(again):
+                        if pass_and_reactivate(fi, now):
+                            last_admit = now
+                # reservations suspended at this instant and suspended still once its passes are done (a holder given
+                # quota again in them wakes nobody): the parked jobs the GPUs they held can hold, as the controller wakes them
+                woken = deployed.take_suspended(room)
+                if not woken:
+                    break
+                wake(woken)
+                for fi in sorted({int(work.flavor[cast(int, j)]) for j in woken}):  # the room keys jobs by index
                     if pass_and_reactivate(fi, now):
                         last_admit = now
             idle_gpu_s += idle_now * (now - idle_at)

@@ -203,3 +203,44 @@ def test_a_woken_workload_that_leaves_before_its_decision_hands_the_room_to_the_
     (verdict,) = ctrl.process()
     assert verdict.outcome == "admit" and fabric.entry("next")["state"] == "Ready"
     assert planned(fabric.entry("next")) == {fabric.node_name(0, 0, 0): 1}
+
+
+def test_a_suspended_reservation_wakes_only_the_parked_its_gpus_hold_and_only_while_it_is_suspended(fabric: Fabric) -> None:
+    """Three islands full, the fourth half full; a parked 2 × 4-GPU gang reserves that island
+    (its free node among the nodes it reserves); a 1 × 4-GPU Workload parks behind the
+    reservation, a 2 × 4-GPU one for want of an island. The gang loses its quota (Kueue's
+    preemption) and gets it back before the next decision: nothing was free for anyone meanwhile,
+    so nobody is decided again. It loses it again: the reserved free node holds the 1-pod
+    Workload, which is woken and placed there; the 2-pod one is not decided again."""
+    from tests.admission.controller.test_queue_state import submit as submit_limited
+
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0}
+    fabric.install(doc)
+    ctrl = parking(fabric)
+    for i in range(3):
+        fabric.submit(f"full-{i}", [("main", 2, 4)])
+    submit_limited(fabric, "half", 1, limit=3600)
+    assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
+    for name, pods in (("gang", 2), ("one", 1), ("pair", 2)):
+        fabric.submit(name, [("main", pods, 4)])
+        (verdict,) = run(ctrl)
+        assert verdict.outcome == "wait" and verdict.parked, (name, verdict.message)
+    key = f"{fabric.ns}/gang"
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert held is not None and set(planned(fabric.entry("half"))) < {n for n, _ in held.nodes}
+    decided = len(fabric.decision_records())
+
+    fabric.kueue.preempt(fabric.ns, "gang")
+    ctrl.sync()  # seen: suspended
+    assert ctrl.queue_state.outlook.reservations.suspended(key)
+    fabric.kueue.reserve_quota(fabric.ns, "gang", fabric.cq, fabric.flavor)
+    ctrl.sync()  # quota again before any decision: in force again
+    assert ctrl.process() == [] and len(fabric.decision_records()) == decided
+    assert f"{fabric.ns}/one" in ctrl.parking and f"{fabric.ns}/pair" in ctrl.parking
+
+    fabric.kueue.preempt(fabric.ns, "gang")
+    (one,) = run(ctrl)  # the reserved free node is open now, and holds the 1-pod Workload only
+    assert one.outcome == "admit" and set(planned(fabric.entry("one"))) <= {n for n, _ in held.nodes}
+    assert f"reservations suspended, their holders hold no quota, so they block nobody: {key}" in fabric.entry("one")["message"]
+    assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("one", "admit")]  # not the pair

@@ -529,7 +529,7 @@ def test_a_reservation_whose_holder_loses_its_quota_blocks_nobody_until_it_holds
     """A holder without quota waits in Kueue's queue behind Workloads holding quota: were its
     reservation to keep them out, they could wait on it holding the quota it needs. Suspended, it
     stays on record (on the Workload too, so a restarted controller has it suspended) and blocks
-    again once its holder holds quota again."""
+    again once its holder holds quota again. Only a placement on its nodes names the suspension."""
     ctrl = reserving(fabric)
     key = f"{fabric.ns}/gang"
     held = ctrl.queue_state.outlook.reservations.held_by(key)
@@ -560,6 +560,16 @@ def test_a_reservation_whose_holder_loses_its_quota_blocks_nobody_until_it_holds
     assert small.outcome == "admit" and set(planned(fabric.entry("small"))) == free  # on the reserved node, the holder has no quota
     assert f"reservations suspended, their holders hold no quota, so they block nobody: {key}" in fabric.entry("small")["message"]
     assert again.queue_state.outlook.reservations.held_by(key) == held  # still on record
+    # the note is said only where the suspension let a placement in: not on a wait, not on a placement elsewhere
+    submit(fabric, "pair", 2)
+    (pair,) = run(again)
+    assert pair.outcome == "wait" and "reservations suspended" not in fabric.entry("pair")["message"]
+    fabric.finish("full-0")  # its clique is free: a Workload placed there owes nothing to the suspension
+    submit(fabric, "elsewhere", 1)
+    (elsewhere,) = run(again)
+    assert elsewhere.outcome == "admit" and set(planned(fabric.entry("elsewhere"))) <= set(planned(fabric.entry("full-0")))
+    assert "reservations suspended" not in fabric.entry("elsewhere")["message"]
+    assert again.queue_state.outlook.reservations.suspended(key)  # while the gang's reservation is suspended still
 
 
 def test_a_holder_between_its_own_retries_keeps_its_reservation_in_force(fabric: Fabric) -> None:

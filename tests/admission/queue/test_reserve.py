@@ -6,7 +6,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from admission.queue import Reservation, Reservations, Running, RuntimeEstimator, choose_target, domain_outlook, restore, should_move
+from admission.queue import (
+    Need,
+    Reservation,
+    Reservations,
+    Running,
+    RuntimeEstimator,
+    WaitingRoom,
+    choose_target,
+    domain_outlook,
+    restore,
+    should_move,
+    wake_suspended,
+)
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
@@ -195,3 +207,90 @@ def test_a_reservation_whose_holder_holds_no_quota_is_kept_but_blocks_nobody_unt
     book.quota("ns/gang", False)
     assert book.release("ns/gang") is not None and not book.suspended("ns/gang")
     assert book.add(r, limit=1) and book.blocked("f", "ns/small", None, snap) != {}  # a new reservation is made with quota
+
+
+SUSPENDED = "reservations suspended, their holders hold no quota, so they block nobody"
+
+
+def test_only_a_placement_on_what_a_suspended_reservation_would_hold_names_it() -> None:
+    """The suspension explains a placement only where the reservation in force would have kept it
+    out: on its nodes, and not by backfill. A placement elsewhere says nothing of it, nor does a
+    reservation in force."""
+    snap = cluster()
+    book = Reservations()
+    gang = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), since=10.0, expected_free=300.0)
+    live = Reservation("ns/live", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), since=20.0, expected_free=None)
+    assert book.add(gang, limit=2) and book.add(live, limit=2)
+    assert book.suspended_note("f", "ns/small", None, {"c2n1"}, snap) == ""  # in force: it blocks, so nothing landed there by it
+    book.quota("ns/gang", False)
+    assert book.suspended_note("f", "ns/small", None, {"c0n0", "c0n1"}, snap) == ""  # elsewhere
+    assert book.suspended_note("f", "ns/small", None, {"c1n0"}, snap) == ""  # on a reservation in force (a backfill)
+    assert book.suspended_note("f", "ns/small", None, {"c2n2"}, snap) == ""  # the domain's nodes the gang will not need
+    assert book.suspended_note("f", "ns/small", 300.0, {"c2n1"}, snap) == ""  # it ends before the gang could start: backfills anyway
+    assert book.suspended_note("f", "ns/gang", None, {"c2n1"}, snap) == ""  # the holder's own nodes
+    note = book.suspended_note("f", "ns/small", None, {"c0n0", "c2n1"}, snap)
+    assert note == f" ({SUSPENDED}: ns/gang on {CLIQUE} u0/c2)"
+    assert book.suspended_note("f", "ns/small", 301.0, {"c2n0"}, snap) == note  # ends after the gang could start: it was kept out
+    assert book.suspended_note("g", "ns/small", None, {"c2n1"}, snap) == ""  # another flavor
+
+
+def test_a_suspended_capturing_reservation_is_named_on_the_free_gpus_it_would_capture_only() -> None:
+    snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0})
+    book = Reservations()
+    cap = Reservation("ns/cap", "f", SU, ("u0",), (("c0n0", 4), ("c0n1", 4)), 10.0, 900.0, capture=True, per_pod=4)
+    assert book.add(cap, limit=1) and book.quota("ns/cap", False) == cap
+    assert [(r, held) for r, held in book.would_hold("f", snap)] == [(cap, {"c0n0": 4, "c0n1": 4, "c0n2": 4, "c0n3": 4})]
+    assert SUSPENDED in book.suspended_note("f", "ns/small", None, {"c0n3"}, snap)  # free GPUs it would capture
+    assert book.suspended_note("f", "ns/small", None, {"c1n0"}, snap) == ""  # free, but beyond the gang's GPUs: open anyway
+    assert book.holding("f", snap) == [] and book.blocked("f", "ns/small", None, snap) == {}
+
+
+def test_a_suspension_is_taken_once_and_only_while_it_lasts() -> None:
+    book = Reservations()
+    a = Reservation("ns/a", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4),), 1.0, None)
+    b = Reservation("ns/b", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, None)
+    assert book.add(a, limit=2) and book.add(b, limit=2)
+    assert book.take_suspended() == []
+    book.quota("ns/b", False)
+    book.quota("ns/a", False)
+    book.quota("ns/a", True)  # holds quota again before anyone looked: nothing was freed
+    assert book.take_suspended() == [b] and book.take_suspended() == []
+    book.quota("ns/b", True)
+    book.quota("ns/b", False)
+    book.release("ns/b")  # ended: its end is the caller's to tell
+    assert book.take_suspended() == []
+
+
+def test_a_suspension_wakes_only_the_parked_workloads_what_it_held_can_hold() -> None:
+    """The gang reserved c2n0 and c2n1 (one free, one busy). Suspended, its free node can hold the
+    4-GPU Workload parked on it, not the 8-GPU one: only the first is woken. A suspension that
+    ended before the caller looked wakes nobody."""
+    snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0, "c0n2": 900.0, "c1n0": 900.0, "c1n1": 900.0, "c1n2": 900.0, "c2n0": 900.0, "c2n2": 900.0,
+                "c2n3": 900.0})
+    book = Reservations()
+    book.add(Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), 10.0, 900.0), limit=1)
+    room = WaitingRoom()
+    room.park("ns/pair", Need("f", CLIQUE, 2, 4))
+    room.park("ns/one", Need("f", CLIQUE, 1, 4))
+    room.park("ns/other-flavor", Need("g", CLIQUE, 1, 4))
+    seen: list[str] = []
+
+    def room_now(flavor: str) -> Snapshot:
+        seen.append(flavor)
+        return snap
+
+    book.quota("ns/gang", False)
+    book.quota("ns/gang", True)
+    assert wake_suspended(room, book, room_now) == [] and seen == []  # back in force before anyone looked
+    book.quota("ns/gang", False)
+    assert wake_suspended(room, book, room_now) == ["ns/one"] and seen == ["f"]
+    assert "ns/pair" in room and "ns/other-flavor" in room
+    assert wake_suspended(room, book, room_now) == []  # taken once
+    book.quota("ns/gang", True)
+    book.quota("ns/gang", False)
+    assert wake_suspended(room, book, lambda flavor: None) == ["ns/pair"]  # no room to count on: every parked Workload of the flavor
+    book.quota("ns/gang", True)
+    book.quota("ns/gang", False)
+    assert wake_suspended(None, book, room_now) == [] and book.take_suspended() == []  # no room: taken all the same

@@ -386,3 +386,28 @@ def test_a_gang_preempted_by_kueue_holds_its_reservation_suspended_and_a_job_wit
     said = [r for r in map(json.loads, records.read_text().splitlines()) if r["workload"].endswith("job-4")]
     assert said and said[-1]["outcome"] == "admit"
     assert "reservations suspended, their holders hold no quota, so they block nobody: sim/job-2" in said[-1]["message"]
+
+
+def test_a_suspension_wakes_only_the_parked_jobs_the_reserved_gpus_can_hold(tmp_path) -> None:  # noqa: ANN001
+    """Quota 48 on 32 GPUs, parking, Kueue preempting lower priorities. A 16-GPU job fills one
+    island for long, a 12-GPU one leaves one free node on the other until 3,000 s; an 8-GPU gang
+    (priority 0) parks and after 300 s reserves that island. A 4-GPU job (priority 5) parks
+    behind the reservation, an 8-GPU one (priority 5) for want of an island. At 400 s an 8-GPU
+    job of priority 10 takes the gang's quota: the gang's reservation is suspended, its free node
+    can hold the 4-GPU job, which is woken and starts on it, and nothing else: the 8-GPU jobs
+    are not decided again for room that cannot hold them (all of the flavor's parked jobs were,
+    before). Every job finishes."""
+    plan = [(0, 20000, 16, 0), (0, 3000, 12, 0), (1, 1000, 8, 0), (350, 1000, 4, 5), (360, 1000, 8, 5), (400, 1000, 8, 10)]
+    jobs = [make_job(f"s{i}", a, d, g, 4, "training", priority=p) for i, (a, d, g, p) in enumerate(plan)]
+    (pol,) = make_policies(["atoll-drain300"], DOC, seed=1)
+    records = tmp_path / "records.jsonl"
+    settings = SimSettings(parking=True, quota_factor=1.5, kueue_preemption="LowerPriority", records=str(records))
+    res = simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings)
+    assert (res.status == STATUS_DONE).all()
+    said = [json.loads(line) for line in records.read_text().splitlines()]
+    by_job = {i: [r for r in said if r["workload"] == f"job-{i}"] for i in range(len(plan))}
+    assert res.start[3] == 400 and by_job[3][-1]["outcome"] == "admit"
+    assert "reservations suspended, their holders hold no quota, so they block nobody: sim/job-2" in by_job[3][-1]["message"]
+    at_400 = {i: [r["outcome"] for r in by_job[i] if r["time"] == "1970-01-01T00:06:40.000Z"] for i in (4, 5)}
+    assert at_400 == {4: [], 5: ["wait"]}  # the job that took the gang's quota decided once; the parked 8-GPU job not at all
+    assert res.start[2] > res.start[5]  # the gang, without quota, waits behind the job of higher priority

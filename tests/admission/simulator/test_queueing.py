@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -366,6 +367,17 @@ def test_a_held_stream_of_small_jobs_and_gangs_finishes(seed: int, longest: floa
     assert int((res.status != STATUS_DONE).sum()) == 0
 
 
+def _drain300_with_records(plan: list[tuple[int, int, int, int]], tmp_path: Path, *, parking: bool,
+                           quota_factor: float) -> tuple[SimResult, Path]:
+    """Jobs (arrival, duration, GPUs, priority) of 4-GPU pods under ``atoll-drain300``, Kueue
+    preempting lower priorities; the run and its decision records."""
+    jobs = [make_job(f"p{i}", a, d, g, 4, "training", priority=p) for i, (a, d, g, p) in enumerate(plan)]
+    (pol,) = make_policies(["atoll-drain300"], DOC, seed=1)
+    records = tmp_path / "records.jsonl"
+    settings = SimSettings(parking=parking, quota_factor=quota_factor, kueue_preemption="LowerPriority", records=str(records))
+    return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings), records
+
+
 def test_a_gang_preempted_by_kueue_holds_its_reservation_suspended_and_a_job_with_quota_takes_the_reserved_node(tmp_path) -> None:  # noqa: ANN001
     """Quota 40 on 32 GPUs, Kueue preempting lower priorities. A 16-GPU job fills one island for
     long, a 12-GPU one leaves one free node on the other until 3,000 s; an 8-GPU gang (priority 0)
@@ -376,11 +388,7 @@ def test_a_gang_preempted_by_kueue_holds_its_reservation_suspended_and_a_job_wit
     reserved node (it waited until 4,100 s when the reservation blocked it), the decision record
     says why, and every job finishes."""
     plan = [(0, 20000, 16, 0), (0, 3000, 12, 0), (1, 1000, 8, 0), (400, 1000, 8, 10), (410, 1000, 4, 10)]
-    jobs = [make_job(f"p{i}", a, d, g, 4, "training", priority=p) for i, (a, d, g, p) in enumerate(plan)]
-    (pol,) = make_policies(["atoll-drain300"], DOC, seed=1)
-    records = tmp_path / "records.jsonl"
-    settings = SimSettings(parking=False, quota_factor=1.25, kueue_preemption="LowerPriority", records=str(records))
-    res = simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings)
+    res, records = _drain300_with_records(plan, tmp_path, parking=False, quota_factor=1.25)
     assert (res.status == STATUS_DONE).all()
     assert res.start[4] == 410
     said = [r for r in map(json.loads, records.read_text().splitlines()) if r["workload"].endswith("job-4")]
@@ -398,11 +406,7 @@ def test_a_suspension_wakes_only_the_parked_jobs_the_reserved_gpus_can_hold(tmp_
     are not decided again for room that cannot hold them (all of the flavor's parked jobs were,
     before). Every job finishes."""
     plan = [(0, 20000, 16, 0), (0, 3000, 12, 0), (1, 1000, 8, 0), (350, 1000, 4, 5), (360, 1000, 8, 5), (400, 1000, 8, 10)]
-    jobs = [make_job(f"s{i}", a, d, g, 4, "training", priority=p) for i, (a, d, g, p) in enumerate(plan)]
-    (pol,) = make_policies(["atoll-drain300"], DOC, seed=1)
-    records = tmp_path / "records.jsonl"
-    settings = SimSettings(parking=True, quota_factor=1.5, kueue_preemption="LowerPriority", records=str(records))
-    res = simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings)
+    res, records = _drain300_with_records(plan, tmp_path, parking=True, quota_factor=1.5)
     assert (res.status == STATUS_DONE).all()
     said = [json.loads(line) for line in records.read_text().splitlines()]
     by_job = {i: [r for r in said if r["workload"] == f"job-{i}"] for i in range(len(plan))}

@@ -286,8 +286,12 @@ class ClusterCache:
             self.invalidate()
 
     def set_profiles(self, doc: ProfilesDocument | None) -> bool:
-        """Put ``doc`` in force. True when it changes the accelerator resources: the nodes are
-        read again here, and the caller relists the pods (their requests are not kept)."""
+        """Put ``doc`` in force. A document that differs from the one in force drops every
+        snapshot (its flavors, topologies and links are what they are built from); an equal one
+        keeps them. True when it changes the accelerator resources: the nodes are read again
+        here, and the caller relists the pods (their requests are not kept)."""
+        if doc == self.profiles:
+            return False
         self.profiles = doc
         self.invalidate()
         names = doc.accelerators(self.default_gpu_resource) if doc is not None else (self.default_gpu_resource,)

@@ -2,7 +2,8 @@
 remembered answers although each is read afresh (``Decider.read``), and the whole-flavor fabric
 gauges are measured periodically, not on every decision. Verdicts are those of a Decider that
 reads every Workload on its own. What the first decision after a start would pay once (the
-kernels, the flavor's snapshot, what admitted Workloads owe on it) is paid before it."""
+kernels, the flavor's snapshot, what admitted Workloads owe on it) is paid before it, and so is
+what a profiles reload drops."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ import topology._finder as finder
 import topology._kernels as kernels
 from admission.controller import ConfigSettings, Controller, Decider, KueueSettings, Recorder, Settings, parse_workload
 from admission.controller._ledger import Ledger
-from admission.kube import WORKLOADS, ManualClock
+from admission.kube import CONFIGMAPS, WORKLOADS, ManualClock, WatchEvent
 from admission.simulator._port import CHECK_NAME, PROFILES_NAMESPACE, MemoryCluster, cluster_objects, profiles_for_cluster, workload_object
 from policies import load_profiles_file
-from tests.admission.fabric import Fabric, run
+from tests.admission.fabric import Fabric, profiles_doc, run
 from topology import HOSTNAME_LABEL, ResourceVector, Snapshot, load_cluster_model
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
@@ -242,19 +243,9 @@ def test_the_kernel_warm_up_calls_every_kernel_the_finder_calls(monkeypatch: pyt
     assert set(calls) == names
 
 
-@pytest.mark.apiserver
-def test_the_flavors_snapshot_and_owed_pods_warmed_at_the_first_list_are_what_the_first_decision_builds_cold(
-        fabric: Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``sync`` builds the flavor's snapshot and resolves on it what admitted Workloads owe (an
-    admitted Workload whose pod is not bound yet, planned by node name) before the first decision:
-    that decision builds no snapshot, resolves no reservation and reads no node's labels for the
-    hostname index, and decides what a controller that builds all of it in its first decision
-    decides, on the same free GPUs."""
-    fabric.install()
-    fabric.submit("runner", [("main", 1, 4)])
-    (runner,) = run(fabric.controller())  # admitted on one node; its pod never binds here: owed
-    assert runner.outcome == "admit" and list(runner.podset_updates[0]["nodeSelector"]) == [HOSTNAME_LABEL]
-    fabric.submit("next", [("main", 2, 4)])
+def count_builds(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[object]]:
+    """From now on, the flavors whose snapshot a cache builds and the reservations whose owed pods
+    a ledger resolves (on ledgers made from now on: a book keeps the resolver it was made with)."""
     built: list[str] = []
     resolved: list[object] = []
 
@@ -271,22 +262,50 @@ def test_the_flavors_snapshot_and_owed_pods_warmed_at_the_first_list_are_what_th
 
     monkeypatch.setattr(cache_module, "Snapshot", Counted)
     monkeypatch.setattr(Ledger, "_resolve", resolve)
+    return built, resolved
+
+
+def count_labels(ctrl: Controller, read: list[str] | None = None) -> list[str]:
+    """From now on, the nodes whose labels ``ctrl``'s ledger reads (appended to ``read``)."""
+    read = [] if read is None else read
+    real = ctrl.ledger.node_labels
+    assert real is not None
+
+    def node_labels(name: str) -> Any:
+        read.append(name)
+        return real(name)
+
+    ctrl.ledger.node_labels = node_labels
+    return read
+
+
+def lists_alone(ctrl: Controller, fabric: Fabric) -> Controller:
+    """``ctrl`` with every watched resource listed and applied as ``sync`` does, without its warm-up."""
+    for w in ctrl.watches:
+        ctrl._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
+    return ctrl
+
+
+@pytest.mark.apiserver
+def test_the_flavors_snapshot_and_owed_pods_warmed_at_the_first_list_are_what_the_first_decision_builds_cold(
+        fabric: Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sync`` builds the flavor's snapshot and resolves on it what admitted Workloads owe (an
+    admitted Workload whose pod is not bound yet, planned by node name) before the first decision:
+    that decision builds no snapshot, resolves no reservation and reads no node's labels for the
+    hostname index, and decides what a controller that builds all of it in its first decision
+    decides, on the same free GPUs."""
+    fabric.install()
+    fabric.submit("runner", [("main", 1, 4)])
+    (runner,) = run(fabric.controller())  # admitted on one node; its pod never binds here: owed
+    assert runner.outcome == "admit" and list(runner.podset_updates[0]["nodeSelector"]) == [HOSTNAME_LABEL]
+    fabric.submit("next", [("main", 2, 4)])
+    built, resolved = count_builds(monkeypatch)
     ids = iter(range(10**6))
     warm = fabric.controller(new_id=lambda: f"w{next(ids)}")
     warm.sync()
     assert built == [fabric.flavor] and len(resolved) == 1  # the runner's owed pod, resolved at the start
-    cold = fabric.controller(new_id=lambda: f"w{next(ids)}")
-    for w in cold.watches:  # the lists alone, as sync applies them, without the warm-up
-        cold._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
-    labels_read: list[str] = []
-    real_labels = warm.ledger.node_labels
-    assert real_labels is not None
-
-    def node_labels(name: str) -> Any:
-        labels_read.append(name)
-        return real_labels(name)
-
-    warm.ledger.node_labels = node_labels
+    cold = lists_alone(fabric.controller(new_id=lambda: f"w{next(ids)}"), fabric)
+    labels_read = count_labels(warm)
     key = f"{fabric.ns}/next"
     snap = warm.cache.snapshot(fabric.flavor)
     owed = warm.ledger.witness(snap)
@@ -301,6 +320,63 @@ def test_the_flavors_snapshot_and_owed_pods_warmed_at_the_first_list_are_what_th
     assert owed.used_rows()[0].tolist() == cold.ledger.witness(cold_snap).used_rows()[0].tolist() != []
     assert (mine.outcome, mine.message, mine.podset_updates) == (theirs.outcome, theirs.message, theirs.podset_updates)
     assert mine.outcome == "admit"
+
+
+@pytest.mark.apiserver
+def test_a_profiles_reload_builds_the_flavors_snapshot_and_owed_pods_again_before_the_next_decision_in_leader_and_standby(
+        fabric: Fabric, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new profiles document drops every flavor's snapshot (its links are built from the
+    document) and what admitted Workloads owe resolved on it; the reload builds both again, in
+    the leader and in a standby alike, so the next decision builds no snapshot, resolves no
+    reservation and reads no node's labels, and decides what a controller that builds all of it
+    cold decides, on the same snapshot. A document equal to the one in force keeps the snapshot."""
+    fabric.install()
+    fabric.submit("runner", [("main", 1, 4)])
+    (runner,) = run(fabric.controller())  # admitted on one node; its pod never binds here: owed
+    assert runner.outcome == "admit"
+    fabric.submit("next", [("main", 2, 4)])
+    built, resolved = count_builds(monkeypatch)
+    ids = iter(range(10**6))
+    leader, standby = fabric.controller(new_id=lambda: f"w{next(ids)}"), fabric.controller(new_id=lambda: f"w{next(ids)}")
+    for ctrl in (leader, standby):
+        ctrl.sync()
+    standby._leading.clear()  # as ``start(leading=False)`` leaves it
+    old = leader.cache.snapshot(fabric.flavor)
+    assert built == [fabric.flavor] * 2 and len(resolved) == 2  # at the start
+    del built[:], resolved[:]
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["flavors"][fabric.flavor]["links"] = {CLIQUE: {"bandwidthGBps": 900.0}}
+
+    def reload() -> None:
+        cm = fabric.port.get(CONFIGMAPS, "atoll-policies", fabric.ns)
+        for ctrl in (leader, standby):
+            ctrl._apply_event(CONFIGMAPS, WatchEvent("MODIFIED", cm))  # only the ConfigMap's event, as the watch delivers it
+
+    fabric.set_profiles(doc)
+    reload()
+    assert built == [fabric.flavor] * 2 and len(resolved) == 2  # one snapshot and one owed pod each, at the reload
+    snap = leader.cache.snapshot(fabric.flavor)
+    assert snap is not old and [lv.bandwidth_gbps for lv in snap.levels if lv.label == CLIQUE] == [900.0]
+    owed = leader.ledger.witness(snap)
+    labels_read = count_labels(leader)
+    obj = leader.cache.objects[WORKLOADS][f"{fabric.ns}/next"]
+    mine = leader.decider.evaluate(obj, "d", fabric.clock.now())
+    assert built == [fabric.flavor] * 2 and len(resolved) == 2 and labels_read == []
+    cold = lists_alone(fabric.controller(new_id=lambda: f"w{next(ids)}"), fabric)
+    theirs = cold.decider.evaluate(obj, "d", fabric.clock.now())
+    assert built == [fabric.flavor] * 3 and len(resolved) == 3  # cold: built and resolved in the decision
+    cold_snap = cold.cache.snapshot(fabric.flavor)
+    for ctrl in (leader, standby):
+        warm = ctrl.cache.snapshot(fabric.flavor)
+        assert (warm.node_names, warm.levels) == (cold_snap.node_names, cold_snap.levels) and np.array_equal(warm.free, cold_snap.free)
+        assert ctrl.ledger.witness(warm).used_rows()[0].tolist() == cold.ledger.witness(cold_snap).used_rows()[0].tolist() != []
+    assert owed.used_rows()[0].tolist() != []
+    assert (mine.outcome, mine.message, mine.podset_updates) == (theirs.outcome, theirs.message, theirs.podset_updates)
+    assert mine.outcome == "admit"
+    doc["classes"] = dict(doc["classes"])  # the same document written again: a new version, nothing changed
+    fabric.set_profiles(doc)
+    reload()
+    assert built == [fabric.flavor] * 3 and leader.cache.snapshot(fabric.flavor) is snap
 
 
 @pytest.mark.apiserver
@@ -320,16 +396,8 @@ def test_the_node_index_by_hostname_is_built_at_the_start_so_the_first_admitted_
         if warmed:
             ctrl.sync()
         else:
-            for w in ctrl.watches:  # the lists alone, as sync applies them, without the warm-up
-                ctrl._apply_list(w.resource, fabric.port.list(w.resource, namespace=w.namespace, field_selector=w.field_selector).items)
-        real = ctrl.ledger.node_labels
-        assert real is not None
-
-        def node_labels(name: str, real: Any = real) -> Any:
-            labels_read.append(name)
-            return real(name)
-
-        ctrl.ledger.node_labels = node_labels
+            lists_alone(ctrl, fabric)
+        count_labels(ctrl, labels_read)
         verdict = ctrl.evaluate(ctrl.cache.objects[WORKLOADS][key], "d")  # what a decision reads: no reservation yet
         assert verdict.outcome == "admit" and list(verdict.podset_updates[0]["nodeSelector"]) == [HOSTNAME_LABEL]
         obj = ctrl.cache.objects[WORKLOADS][key]

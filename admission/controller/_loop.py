@@ -692,7 +692,9 @@ class Controller:
             self._queue[key] = None
 
     def _promote_due(self) -> None:
-        self._wake(self.parking.suspended(self.queue_state.outlook.reservations, lambda flavor: self.decider.room_now(flavor)))
+        reservations = self.queue_state.outlook.reservations
+        self._wake(self.parking.suspended(reservations, self.decider.room_now))
+        self._wake(self.parking.released(reservations, self.decider.room_now))
         self._wake(self.parking.due(self.clock.now()))
         now = self.clock.monotonic()
         while self._delayed and self._delayed[0][0] <= now:

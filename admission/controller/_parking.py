@@ -17,6 +17,8 @@ decides it again itself when something it waits for changes:
 - a node or the profiles document changes: every parked Workload;
 - a reservation is suspended (its holder lost its quota) and still is when the next decision is
   due: the parked Workloads the GPUs it held can hold (``suspended``);
+- a reservation ends (its gang placed, rejected or gone): the parked Workloads the GPUs it held
+  can hold, before the next decision (``released``);
 - an elastic profile's relax deadline passes (``due``).
 
 A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
@@ -34,7 +36,7 @@ from collections.abc import Callable, Iterable
 
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._decide import Verdict
-from admission.queue import Reservations, WaitingRoom, settle_givers, wake_suspended
+from admission.queue import Reservations, WaitingRoom, settle_givers, wake_released, wake_suspended
 from topology import Snapshot
 
 __all__ = ["Parking"]
@@ -118,6 +120,12 @@ class Parking:
         GPUs they held can hold (``wake_suspended``, the simulator's rule too), on ``room_now(flavor)``.
         Asked before each decision, so a holder that lost its quota and got it back in between wakes nobody."""
         return [str(k) for k in wake_suspended(self.room, reservations, room_now)]
+
+    def released(self, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[str]:
+        """Reservations ended since the last call (their gangs placed, rejected or gone): the parked
+        Workloads the GPUs they held can hold (``wake_released``, the simulator's rule too), on
+        ``room_now(flavor)``. Asked before each decision."""
+        return [str(k) for k in wake_released(self.room, reservations, room_now)]
 
     def reoffer(self, room_now: Callable[[str], Snapshot | None]) -> list[str]:
         """Freed room that a Workload it woke was decided on (parked again, or placed maybe elsewhere):

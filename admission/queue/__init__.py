@@ -11,10 +11,11 @@ from admission.queue._linecost import QueueCost, span_queue_cost
 from admission.queue._outlook import Outlook
 from admission.queue._owed import OwedGang, OwedGangs, ends_before_gang, gang_start
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption
-from admission.queue._reserve import Reservation, Reservations, choose_target, restore, should_move, wake_suspended
+from admission.queue._reserve import Reservation, Reservations, choose_target, restore, should_move
 from admission.queue._room import Need, WaitingRoom
 from admission.queue._seeing import NO_HINTS, REASONS, SIZE_BANDS, Block, Held, QueueHints, draining_domains, largest_block, plain_reason, size_band
 from admission.queue._waitspan import SpanPrices, WaitOrSpan, span_stamp, weigh
+from admission.queue._wake import wake_released, wake_suspended
 
 __all__ = [
     "MAX_AHEAD",
@@ -62,6 +63,7 @@ __all__ = [
     "soonest",
     "span_queue_cost",
     "span_stamp",
+    "wake_released",
     "wake_suspended",
     "weigh",
 ]

@@ -37,10 +37,12 @@ the quota it needs, and nobody would move. So its reservation is suspended: it s
 drains for it again from then. A placement's message names it (``suspended_note``) only where
 the reservation in force would have kept that placement out (``would_hold``, less backfill by
 time): a placement elsewhere, or a wait, owes nothing to the suspension. What a suspension
-frees is offered to the parked Workloads as freed room (``wake_suspended``): only those it can
+frees is offered to the parked Workloads as freed room (``wake_suspended``, in ``_wake``): only those it can
 hold are woken, and only if it is suspended still when the caller looks (the controller before
 its next decision, the simulator once an instant's passes are done), since a suspension that
-ended before anyone could use the GPUs changed nothing. A reservation is stored on the
+ended before anyone could use the GPUs changed nothing. A reservation that ends is offered the
+same way (``wake_released``, in ``_wake``): the GPUs it held wake only the parked Workloads they can hold. A
+reservation is stored on the
 gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
 new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
 """
@@ -49,16 +51,15 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator
-from admission.queue._room import WaitingRoom
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move", "wake_suspended"]
+__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,8 @@ class Reservations:
         """Holders of a reservation that hold no quota now: their reservations are suspended."""
         self._newly: dict[str, None] = {}
         """Holders whose reservation was suspended since ``take_suspended`` last looked."""
+        self._ended: dict[str, Reservation] = {}
+        """Reservations released since ``take_ended`` last looked, by holder."""
 
     def __len__(self) -> int:
         return len(self._flavor_of)
@@ -227,7 +230,16 @@ class Reservations:
         out = self._by_flavor[flavor].pop(str(holder))
         if not self._by_flavor[flavor]:
             del self._by_flavor[flavor]
+        self._ended[str(holder)] = out
         return out
+
+    def take_ended(self) -> list[Reservation]:
+        """The reservations released since the last call whose holders hold none now, oldest
+        first: what each held is free for others. One whose holder holds a reservation again by
+        now (``add`` moved it, or the controller read it back) is left out: its end changed nothing."""
+        out = [r for h, r in self._ended.items() if h not in self._flavor_of]
+        self._ended.clear()
+        return sorted(out, key=lambda r: (r.flavor, r.since, r.holder))
 
     def holding(self, flavor: str, snapshot: Snapshot | None) -> list[tuple[Reservation, dict[str, int]]]:
         """Each reservation on ``flavor``, oldest first, with what it holds on ``snapshot``
@@ -355,30 +367,6 @@ def should_move(held: Reservation, target: Reservation, outlooks: Sequence[Domai
     own = next((o for o in outlooks if o.path == held.path), None)
     own_free = own.free_at if own is not None and own.free_at is not None else math.inf
     return own_free > target.expected_free + margin
-
-
-def wake_suspended(room: WaitingRoom | None, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:
-    """The parked Workloads to decide again for the reservations suspended since the last call
-    and suspended still (``Reservations.take_suspended``): the GPUs each would hold (``would_hold``)
-    are free for others now, so they are offered as freed room (``WaitingRoom.freed``, on
-    ``room_now(flavor)``: the room a decision would search, what admitted Workloads still owe
-    counted), waking only the parked Workloads it can hold; a flavor ``room_now`` cannot give
-    (None) wakes all its parked Workloads. The controller asks it before each decision, the
-    simulator after each instant's passes: the same rule at the same moments."""
-    taken = reservations.take_suspended()
-    if room is None or not taken or not len(room):
-        return []
-    out: list[Hashable] = []
-    for flavor in sorted({r.flavor for r in taken}):
-        snapshot = room_now(flavor)
-        if snapshot is None:
-            out.extend(room.wake_flavor(flavor))
-            continue
-        mine = {r.holder for r in taken if r.flavor == flavor}
-        rows = sorted({snapshot.node_index[n] for r, held in reservations.would_hold(flavor, snapshot) if r.holder in mine
-                       for n in held if n in snapshot.node_index})
-        out.extend(room.freed(snapshot, np.asarray(rows, dtype=np.int64)))
-    return out
 
 
 def restore(reservations: Reservations, found: Mapping[str, str], limit: int) -> int:

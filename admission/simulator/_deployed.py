@@ -53,7 +53,7 @@ from admission.controller import (
     waiting_condition,
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
-from admission.queue import Outlook, OwedGang, Running, WaitingRoom, wake_suspended
+from admission.queue import Outlook, OwedGang, Running, WaitingRoom, wake_released, wake_suspended
 from admission.simulator._cohort import CohortShape
 from admission.simulator._port import CHECK_NAME, CLUSTER_QUEUE, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._preemption import SimPreemption
@@ -143,8 +143,6 @@ class DeployedAtoll:
         self.outlook = Outlook()
         """The queue manager's state, fed as the controller's cache would feed it: started when every pod is bound, finished at the end."""
         self.decider.queue = self.outlook
-        self.released: set[int] = set()
-        """Flavors where a reservation ended since the caller last looked (``take_released``)."""
         self.check_names = frozenset({CHECK_NAME})
         self.model = BindingModel(scheduler, seed)
         self.flavor_names = [f.name for f in cluster.flavors]
@@ -247,12 +245,9 @@ class DeployedAtoll:
             view = self.views[job] = parse_workload(obj, gpu_resource=self.cache.gpu_resource)
         started = time.perf_counter() if self.recorder is not None else 0.0
         key = f"{NAMESPACE}/{obj['metadata']['name']}"
-        held = self.outlook.reservations.held_by(key)
         verdict = self.decider.evaluate(obj, f"d{job}-{int(entry.get('retryCount') or 0)}", now, view=view)
         if self.preemption is not None:  # before the record, as the controller plans before it writes
             self.preemption.decided(obj, verdict, now)
-        if held is not None and self.outlook.reservations.held_by(key) is None:
-            self.released.add(self.flavor_names.index(held.flavor))
         self.verdicts += 1
         if self.recorder is not None:  # the Workload as the decision read it, before the write-back below
             self.recorder.record(build_record(obj, verdict, self.cache, self.check_names, now=now, latency=time.perf_counter() - started,
@@ -453,8 +448,7 @@ class DeployedAtoll:
 
     def forget(self, job: int) -> None:
         """A Workload that will never be decided again (rejected)."""
-        if self.outlook.reservations.release(f"{NAMESPACE}/job-{job}") is not None:
-            self.released.update(range(len(self.flavor_names)))
+        self.outlook.reservations.release(f"{NAMESPACE}/job-{job}")  # its end wakes what it held room for (``take_released``)
         self.workloads.pop(job, None)
         self.views.pop(job, None)
 
@@ -462,11 +456,10 @@ class DeployedAtoll:
         """``job`` owes no pods on ``flavor`` any more (evicted)."""
         self._owing.get(flavor, set()).discard(job)
 
-    def take_released(self) -> list[int]:
-        """Flavors where a reservation ended since the last call (their parked Workloads may now fit)."""
-        out = sorted(self.released)
-        self.released.clear()
-        return out
+    def take_released(self, room: WaitingRoom | None) -> list[Hashable]:
+        """The parked jobs to decide again for reservations ended since the last call (their gangs
+        placed or rejected): those the GPUs they held can hold (``wake_released``, the controller's rule)."""
+        return wake_released(room, self.outlook.reservations, self.decider.room_now)
 
     def quota(self, job: int, held: bool) -> None:
         """Kueue reserved quota for ``job`` (``held``) or released it: a reservation it holds

@@ -1293,12 +1293,6 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     if pass_and_reactivate(fi, now):
                         last_admit = now
         if deployed is not None:
-            ended = deployed.take_released()
-            if ended and room is not None:  # a reservation ended: what it kept out may fit now
-                for fi in ended:
-                    wake(room.wake_flavor(deployed.flavor_names[fi]))
-                    if pass_and_reactivate(fi, now):
-                        last_admit = now
             while True:
                 while requeue:  # victims evicted in those passes rejoin their queues, and their flavors are tried again
                     if room is not None and len(room):
@@ -1311,8 +1305,9 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                         if pass_and_reactivate(fi, now):
                             last_admit = now
                 # reservations suspended at this instant and suspended still once its passes are done (a holder given
-                # quota again in them wakes nobody): the parked jobs the GPUs they held can hold, as the controller wakes them
-                woken = deployed.take_suspended(room)
+                # quota again in them wakes nobody), and reservations ended: the parked jobs the GPUs they held can hold,
+                # as the controller wakes them
+                woken = deployed.take_suspended(room) + deployed.take_released(room)
                 if not woken:
                     break
                 wake(woken)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from admission.controller import DecisionSettings
+from admission.controller import Controller, DecisionSettings
+from admission.queue import Reservation
 from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, profiles_doc, run
 
 pytestmark = pytest.mark.apiserver
@@ -205,6 +206,17 @@ def test_a_woken_workload_that_leaves_before_its_decision_hands_the_room_to_the_
     assert planned(fabric.entry("next")) == {fabric.node_name(0, 0, 0): 1}
 
 
+def park_gang_one_pair(fabric: Fabric, ctrl: Controller) -> tuple[str, Reservation | None]:
+    """Submit and park, in turn, a 2 × 4-GPU gang (which reserves), a 1 × 4-GPU Workload and a
+    2 × 4-GPU one; the gang's key and its reservation."""
+    for name, pods in (("gang", 2), ("one", 1), ("pair", 2)):
+        fabric.submit(name, [("main", pods, 4)])
+        (verdict,) = run(ctrl)
+        assert verdict.outcome == "wait" and verdict.parked, (name, verdict.message)
+    key = f"{fabric.ns}/gang"
+    return key, ctrl.queue_state.outlook.reservations.held_by(key)
+
+
 def test_a_suspended_reservation_wakes_only_the_parked_its_gpus_hold_and_only_while_it_is_suspended(fabric: Fabric) -> None:
     """Three islands full, the fourth half full; a parked 2 × 4-GPU gang reserves that island
     (its free node among the nodes it reserves); a 1 × 4-GPU Workload parks behind the
@@ -222,12 +234,7 @@ def test_a_suspended_reservation_wakes_only_the_parked_its_gpus_hold_and_only_wh
         fabric.submit(f"full-{i}", [("main", 2, 4)])
     submit_limited(fabric, "half", 1, limit=3600)
     assert [v.outcome for v in run(ctrl)] == ["admit"] * 4
-    for name, pods in (("gang", 2), ("one", 1), ("pair", 2)):
-        fabric.submit(name, [("main", pods, 4)])
-        (verdict,) = run(ctrl)
-        assert verdict.outcome == "wait" and verdict.parked, (name, verdict.message)
-    key = f"{fabric.ns}/gang"
-    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    key, held = park_gang_one_pair(fabric, ctrl)
     assert held is not None and set(planned(fabric.entry("half"))) < {n for n, _ in held.nodes}
     decided = len(fabric.decision_records())
 
@@ -244,3 +251,31 @@ def test_a_suspended_reservation_wakes_only_the_parked_its_gpus_hold_and_only_wh
     assert one.outcome == "admit" and set(planned(fabric.entry("one"))) <= {n for n, _ in held.nodes}
     assert f"reservations suspended, their holders hold no quota, so they block nobody: {key}" in fabric.entry("one")["message"]
     assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("one", "admit")]  # not the pair
+
+
+def test_an_ended_reservation_wakes_only_the_parked_its_gpus_hold(fabric: Fabric) -> None:
+    """Three islands full, the fourth with one free node; a parked 2 × 4-GPU gang reserves that
+    island (its free node among the nodes it reserves); a 1 × 4-GPU Workload parks behind the
+    reservation, a 2 × 4-GPU one for want of an island. Island b0c1 frees whole: the gang, parked
+    first, is woken and placed there, and its reservation ends. Before the next decision what it
+    held is offered as freed room (``wake_released``, the simulator's rule too): its free node
+    holds the 1-pod Workload, which is woken and placed there; the 2-pod one is not decided."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0}
+    fabric.install(doc)
+    for b, c, i in ((0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0)):
+        fabric.bind_pod(f"busy-b{b}c{c}n{i}", fabric.node_name(b, c, i), 4)
+    ctrl = parking(fabric)
+    key, held = park_gang_one_pair(fabric, ctrl)
+    assert held is not None and fabric.node_name(1, 1, 1) in dict(held.nodes)
+    decided = len(fabric.decision_records())
+
+    for i in (0, 1):
+        fabric.core.delete_namespaced_pod(f"busy-b0c1n{i}", fabric.ns, grace_period_seconds=0)
+    (gang,) = run(ctrl)  # the freed island holds the gang, parked first, and nobody after it
+    assert gang.outcome == "admit" and fabric.entry("gang")["podSetUpdates"][0]["nodeSelector"] == {CLIQUE: fabric.clique(0, 1)}
+    assert ctrl.queue_state.outlook.reservations.held_by(key) is None
+    (one,) = ctrl.process()  # before the next decision: the reservation's free node, offered
+    assert one.outcome == "admit" and planned(fabric.entry("one")) == {fabric.node_name(1, 1, 1): 1}
+    assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "admit"), ("one", "admit")]
+    assert f"{fabric.ns}/pair" in ctrl.parking

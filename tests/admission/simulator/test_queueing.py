@@ -368,14 +368,14 @@ def test_a_held_stream_of_small_jobs_and_gangs_finishes(seed: int, longest: floa
 
 
 def _drain300_with_records(plan: list[tuple[int, int, int, int]], tmp_path: Path, *, parking: bool,
-                           quota_factor: float) -> tuple[SimResult, Path]:
+                           quota_factor: float, islands: int = 2) -> tuple[SimResult, Path]:
     """Jobs (arrival, duration, GPUs, priority) of 4-GPU pods under ``atoll-drain300``, Kueue
     preempting lower priorities; the run and its decision records."""
     jobs = [make_job(f"p{i}", a, d, g, 4, "training", priority=p) for i, (a, d, g, p) in enumerate(plan)]
     (pol,) = make_policies(["atoll-drain300"], DOC, seed=1)
     records = tmp_path / "records.jsonl"
     settings = SimSettings(parking=parking, quota_factor=quota_factor, kueue_preemption="LowerPriority", records=str(records))
-    return simulate(cluster(), prepare_workload(cluster(), jobs), pol, settings=settings), records
+    return simulate(cluster(islands), prepare_workload(cluster(islands), jobs), pol, settings=settings), records
 
 
 def test_a_gang_preempted_by_kueue_holds_its_reservation_suspended_and_a_job_with_quota_takes_the_reserved_node(tmp_path) -> None:  # noqa: ANN001
@@ -415,3 +415,22 @@ def test_a_suspension_wakes_only_the_parked_jobs_the_reserved_gpus_can_hold(tmp_
     at_400 = {i: [r["outcome"] for r in by_job[i] if r["time"] == "1970-01-01T00:06:40.000Z"] for i in (4, 5)}
     assert at_400 == {4: [], 5: ["wait"]}  # the job that took the gang's quota decided once; the parked 8-GPU job not at all
     assert res.start[2] > res.start[5]  # the gang, without quota, waits behind the job of higher priority
+
+
+def test_an_ended_reservation_wakes_only_the_parked_jobs_the_reserved_gpus_can_hold(tmp_path) -> None:  # noqa: ANN001
+    """Three islands, quota 72 on 48 GPUs, parking. One island is full for long, one has a free
+    node (12 GPUs busy for long), the third is half busy for long and half until 2,000 s. An
+    8-GPU gang parks and after 300 s reserves the island with the free node. A 4-GPU job parks
+    behind the reservation, an 8-GPU one for want of an island. At 2,000 s the third island's
+    half frees: the gang takes it, and its reservation ends. Its free node holds the 4-GPU job,
+    which is woken and starts on it at once; the 8-GPU job is not decided again for room that
+    cannot hold it (``wake_released``, the controller's rule; every parked job of the flavor was,
+    before)."""
+    plan = [(0, 20000, 16, 0), (0, 20000, 12, 0), (0, 20000, 8, 0), (0, 2000, 8, 0), (1, 1000, 8, 0), (350, 1000, 4, 0), (360, 1000, 8, 0)]
+    res, records = _drain300_with_records(plan, tmp_path, parking=True, quota_factor=1.5, islands=3)
+    assert (res.status == STATUS_DONE).all()
+    said = [json.loads(line) for line in records.read_text().splitlines()]
+    assert any(r["workload"] == "job-4" and "reserves 8 GPUs" in r["message"] for r in said)
+    assert res.start[4] == 2000 and res.start[5] == 2000
+    at_2000 = [(r["workload"], r["outcome"]) for r in said if r["time"] == "1970-01-01T00:33:20.000Z"]
+    assert at_2000 == [("job-4", "admit"), ("job-5", "admit")]  # the 8-GPU job, job-6, is not decided

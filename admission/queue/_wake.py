@@ -1,0 +1,71 @@
+"""Reservations that stop blocking, offered to the waiting room as freed room.
+
+A reservation suspended (its holder lost its quota) or ended (its gang placed, rejected or gone)
+leaves the GPUs it held to others. Both are offered as a pod that ends offers its node
+(``WaitingRoom.freed``): only the parked Workloads those GPUs can hold are woken, oldest first,
+counted on the room a decision would search. The controller and the simulator call these same
+functions, at the same moments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+
+import numpy as np
+
+from admission.queue._reserve import Reservation, Reservations
+from admission.queue._room import WaitingRoom
+from topology import Snapshot
+
+__all__ = ["wake_released", "wake_suspended"]
+
+
+def wake_suspended(room: WaitingRoom | None, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:
+    """The parked Workloads to decide again for the reservations suspended since the last call
+    and suspended still (``Reservations.take_suspended``): the GPUs each would hold (``would_hold``)
+    are free for others now, so they are offered as freed room (``WaitingRoom.freed``, on
+    ``room_now(flavor)``: the room a decision would search, what admitted Workloads still owe
+    counted), waking only the parked Workloads it can hold; a flavor ``room_now`` cannot give
+    (None) wakes all its parked Workloads. The controller asks it before each decision, the
+    simulator after each instant's passes: the same rule at the same moments."""
+    taken = reservations.take_suspended()
+
+    def held(flavor: str, snapshot: Snapshot) -> Iterable[str]:
+        mine = {r.holder for r in taken if r.flavor == flavor}
+        return (n for r, held in reservations.would_hold(flavor, snapshot) if r.holder in mine for n in held)
+    return _offer_held(room, taken, room_now, held)
+
+
+def wake_released(room: WaitingRoom | None, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:
+    """The parked Workloads to decide again for the reservations ended since the last call
+    (``Reservations.take_ended``: the gang placed, rejected or gone): the GPUs each held, on the
+    flavor as it is now (``held_on``, what the reservations still held keep left out), are
+    offered as freed room, as a suspension's are (``wake_suspended``): only the parked Workloads
+    it can hold are woken, oldest first; a flavor ``room_now`` cannot give wakes all its parked
+    Workloads. The controller asks it before each decision, the simulator after each instant's
+    passes: the same rule at the same moments."""
+    taken = reservations.take_ended()
+
+    def held(flavor: str, snapshot: Snapshot) -> Iterable[str]:
+        others: dict[str, int] = {}
+        for _, kept in reservations.holding(flavor, snapshot):
+            for n, g in kept.items():
+                others[n] = others.get(n, 0) + g
+        return (n for r in taken if r.flavor == flavor for n in r.held_on(snapshot, others))
+    return _offer_held(room, taken, room_now, held)
+
+
+def _offer_held(room: WaitingRoom | None, taken: list[Reservation], room_now: Callable[[str], Snapshot | None],
+                held: Callable[[str, Snapshot], Iterable[str]]) -> list[Hashable]:
+    """``WaitingRoom.freed`` on the nodes ``held(flavor, snapshot)`` names, per flavor of ``taken``."""
+    if room is None or not taken or not len(room):
+        return []
+    out: list[Hashable] = []
+    for flavor in sorted({r.flavor for r in taken}):
+        snapshot = room_now(flavor)
+        if snapshot is None:
+            out.extend(room.wake_flavor(flavor))
+            continue
+        rows = sorted({snapshot.node_index[n] for n in held(flavor, snapshot) if n in snapshot.node_index})
+        out.extend(room.freed(snapshot, np.asarray(rows, dtype=np.int64)))
+    return out

@@ -1,0 +1,87 @@
+"""A reservation that ends (its gang placed, rejected or gone) is offered to the waiting room as
+freed room, as a suspended one is: only the parked Workloads the GPUs it held can hold are woken,
+once, and a reservation moved or read back before anyone looked wakes nobody."""
+
+from __future__ import annotations
+
+from admission.queue import Need, Reservation, Reservations, WaitingRoom, wake_released
+from tests.admission.queue.test_reserve import CLIQUE, SU, busy, cluster
+from topology import Snapshot
+
+GANG = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), 10.0, 900.0)
+
+
+def parked() -> WaitingRoom:
+    """Oldest first: a 2 × 4-GPU Workload, a 1 × 4-GPU one (both on island level), one of another flavor."""
+    room = WaitingRoom()
+    room.park("ns/pair", Need("f", CLIQUE, 2, 4))
+    room.park("ns/one", Need("f", CLIQUE, 1, 4))
+    room.park("ns/other-flavor", Need("g", CLIQUE, 1, 4))
+    return room
+
+
+def test_an_ended_reservation_wakes_only_the_parked_workloads_what_it_held_can_hold() -> None:
+    """The gang reserved c2n0 and c2n1 (one free, one busy), then was placed elsewhere: the free
+    node holds the 4-GPU Workload parked on it, not the 8-GPU one parked before it, so only the
+    first is woken (every parked Workload of the flavor was, in the simulator, and none in the
+    controller). Taken once; with no room to count on, every parked Workload of the flavor."""
+    snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0, "c0n2": 900.0, "c1n0": 900.0, "c1n1": 900.0, "c1n2": 900.0, "c2n0": 900.0, "c2n2": 900.0,
+                "c2n3": 900.0})
+    book = Reservations()
+    assert book.add(GANG, limit=1)
+    room = parked()
+    seen: list[str] = []
+
+    def room_now(flavor: str) -> Snapshot:
+        seen.append(flavor)
+        return snap
+
+    assert wake_released(room, book, room_now) == [] and seen == []  # nothing ended yet
+    assert book.release("ns/gang") == GANG
+    assert wake_released(room, book, room_now) == ["ns/one"] and seen == ["f"]
+    assert "ns/pair" in room and "ns/other-flavor" in room
+    assert wake_released(room, book, room_now) == []  # taken once
+    book.add(GANG, limit=1)
+    book.release("ns/gang")
+    assert wake_released(room, book, lambda flavor: None) == ["ns/pair"]  # no room to count on: every parked Workload of the flavor
+    book.add(GANG, limit=1)
+    book.release("ns/gang")
+    assert wake_released(None, book, room_now) == [] and book.take_ended() == []  # no room: taken all the same
+
+
+def test_a_moved_reservation_or_one_read_back_before_anyone_looked_has_not_ended() -> None:
+    """``add`` replacing a holder's reservation releases the old one on the way, and a controller
+    may read a released reservation back from the Workload before its next decision: in both the
+    holder holds a reservation when the caller looks, so nothing ended and nobody is woken."""
+    snap = cluster()
+    book = Reservations()
+    assert book.add(GANG, limit=1)
+    moved = Reservation("ns/gang", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4), ("c1n1", 4)), 10.0, 900.0)
+    assert book.add(moved, limit=1) and book.held_by("ns/gang") == moved
+    room = parked()
+    assert book.take_ended() == [] and wake_released(room, book, lambda flavor: snap) == []
+    book.release("ns/gang")
+    book.add(moved, limit=1)  # read back from the Workload
+    assert wake_released(room, book, lambda flavor: snap) == [] and len(room) == 3
+
+
+def test_an_ended_capturing_reservation_offers_the_free_gpus_it_captured_not_what_another_still_holds() -> None:
+    """A span-level reservation that captures (``capture``) held, besides its two named busy nodes,
+    free GPUs anywhere in its domain up to the gang's: c1n3, while the free c2n3 is an older
+    reservation's, still in force. Ended, its named nodes and c1n3 are offered: one parked 4-GPU
+    Workload is woken, the older one. c2n3 is not offered, so the next is not woken (offering
+    every free GPU of the domain would wake both; offering the named nodes alone, neither)."""
+    snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0, "c0n2": 900.0, "c0n3": 900.0, "c1n0": 900.0, "c1n1": 900.0, "c1n2": 900.0, "c2n0": 900.0,
+                "c2n1": 900.0, "c2n2": 900.0})
+    book = Reservations()
+    span = Reservation("ns/span", "f", SU, ("u0",), (("c0n0", 4), ("c0n1", 4)), 10.0, 900.0, capture=True, per_pod=4)
+    keeps = Reservation("ns/keeps", "f", CLIQUE, ("u0", "c2"), (("c2n3", 4),), 5.0, 900.0)
+    assert book.add(keeps, limit=2) and book.add(span, limit=2)
+    assert dict(book.holding("f", snap))[span] == {"c0n0": 4, "c0n1": 4, "c1n3": 4}  # c2n3 is the older reservation's
+    room = WaitingRoom()
+    room.park("ns/first", Need("f", CLIQUE, 1, 4))
+    room.park("ns/second", Need("f", CLIQUE, 1, 4))
+    book.release("ns/span")
+    assert wake_released(room, book, lambda flavor: snap) == ["ns/first"] and "ns/second" in room

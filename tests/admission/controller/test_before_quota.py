@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from admission import vocabulary
-from admission.controller import ConfigSettings, DecisionSettings, KueueSettings, Settings
+from admission.controller import ConfigSettings, Controller, DecisionSettings, KueueSettings, Settings
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, WORKLOADS, WatchEvent
 from tests.admission.fabric import Fabric, run
 from tests.kube_objects import GROUP, VERSION, apply_workload_status, cluster_queue, is_true, local_queue, now_rfc3339, workload
@@ -32,9 +32,10 @@ def settings(fabric: Fabric, *, on: bool = True, depth: int = 2, settle: float =
                                                before_quota_list_own=list_own))
 
 
-def queue(fabric: Fabric, name: str, podsets: list[tuple[str, int, int]]) -> dict[str, Any]:
-    """Create the Workload; Kueue's Workload controller lists Atoll's check, Pending, with no reservation."""
-    fabric.kueue.create(workload(fabric.ns, name, podsets))
+def queue(fabric: Fabric, name: str, podsets: list[tuple[str, int, int]], local: str = "lq") -> dict[str, Any]:
+    """Create the Workload in LocalQueue ``local``; Kueue's Workload controller lists Atoll's check,
+    Pending, with no reservation."""
+    fabric.kueue.create(workload(fabric.ns, name, podsets, queue=local))
     return apply_workload_status(fabric.custom, fabric.ns, name, {"admissionChecks": [
         {"name": fabric.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]})
 
@@ -78,6 +79,15 @@ def test_off_by_default_nothing_is_decided_before_quota(fabric: Fabric) -> None:
     assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
 
 
+def queued_in_vain(fabric: Fabric, local: str) -> Controller:
+    """Workload ``early`` queued in LocalQueue ``local``, and a controller deciding before quota
+    that does not decide it (its ClusterQueue, and so its flavor, is not known yet)."""
+    queue(fabric, "early", [("main", 2, 4)], local)
+    ctrl = fabric.controller(settings=settings(fabric))
+    assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
+    return ctrl
+
+
 @pytest.mark.parametrize("watched", [False, True], ids=["relisted", "watched"])
 def test_a_workload_whose_local_queue_comes_later_is_decided_before_quota_once_it_exists(fabric: Fabric, watched: bool) -> None:
     """Which ClusterQueue a Workload queues in comes from the LocalQueues the controller watches: a
@@ -85,11 +95,7 @@ def test_a_workload_whose_local_queue_comes_later_is_decided_before_quota_once_i
     assume), and once the LocalQueue appears, on a relist or a watch event, it is, though the
     Workload itself did not change."""
     fabric.install()
-    fabric.kueue.create(workload(fabric.ns, "early", [("main", 2, 4)], queue="later"))
-    apply_workload_status(fabric.custom, fabric.ns, "early", {"admissionChecks": [
-        {"name": fabric.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]})
-    ctrl = fabric.controller(settings=settings(fabric))
-    assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
+    ctrl = queued_in_vain(fabric, "later")
     created = fabric.custom.create_namespaced_custom_object(GROUP, VERSION, fabric.ns, "localqueues",
                                                             local_queue(fabric.ns, "later", fabric.cq))
     if watched:
@@ -110,11 +116,7 @@ def test_a_workload_whose_cluster_queue_comes_later_is_decided_before_quota_once
     fabric.install()
     later = f"{fabric.cq}-later"
     fabric.custom.create_namespaced_custom_object(GROUP, VERSION, fabric.ns, "localqueues", local_queue(fabric.ns, "to-later", later))
-    fabric.kueue.create(workload(fabric.ns, "early", [("main", 2, 4)], queue="to-later"))
-    apply_workload_status(fabric.custom, fabric.ns, "early", {"admissionChecks": [
-        {"name": fabric.check, "state": "Pending", "message": "", "lastTransitionTime": now_rfc3339()}]})
-    ctrl = fabric.controller(settings=settings(fabric))
-    assert run(ctrl) == [] and fabric.entry("early")["state"] == "Pending"
+    ctrl = queued_in_vain(fabric, "to-later")
     created = fabric.custom.create_cluster_custom_object(GROUP, VERSION, "clusterqueues", cluster_queue(later, fabric.flavor, 1000, fabric.check))
     try:
         if watched:

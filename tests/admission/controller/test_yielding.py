@@ -63,6 +63,42 @@ def parked_gang(fabric: Fabric) -> Controller:
     return ctrl
 
 
+def gang_gave_to_late(fabric: Fabric, ctrl: Controller) -> None:
+    """A 2 × 4-GPU gang parks; waiters ``late`` then ``second`` queue for quota; the gang gives its
+    quota to ``late`` (Kueue deactivates the gang), and Kueue reserves quota for ``late``."""
+    fabric.submit("gang", [("main", 2, 4)])
+    (first,) = run(ctrl)
+    assert first.parked
+    waiter(fabric, "late")
+    waiter(fabric, "second")
+    run(ctrl)
+    assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
+    kueue_deactivates(fabric, "gang")
+    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+
+
+def set_quota(fabric: Fabric, cq: str, gpus: int, cohort: str | None = None, *, borrowing: int | None = None,
+              lending: int | None = None, reported: int | None = None) -> Any:
+    """``cq``'s GPU quota on the fabric's flavor: ``gpus`` nominal (in ``cohort`` where given), with
+    Kueue's limits where given, and ``reported`` GPUs reserved in its status, as Kueue reports them
+    (where given). The ClusterQueue as patched."""
+    gpu: dict[str, object] = {"name": GPU, "nominalQuota": gpus}
+    if borrowing is not None:
+        gpu["borrowingLimit"] = borrowing
+    if lending is not None:
+        gpu["lendingLimit"] = lending
+    spec: dict[str, object] = {"resourceGroups": [{"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [gpu]}]}]}
+    if cohort is not None:
+        spec["cohortName"] = cohort
+    patched = fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq, {"spec": spec},
+                                                        _content_type="application/merge-patch+json")
+    if reported is not None:
+        fabric.custom.patch_cluster_custom_object_status(GROUP, VERSION, "clusterqueues", cq, {"status": {"flavorsReservation": [
+            {"name": fabric.flavor, "resources": [{"name": GPU, "total": str(reported), "borrowed": "0"}]}]}},
+            _content_type="application/merge-patch+json")
+    return patched
+
+
 def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_decision(fabric: Fabric) -> None:
     ctrl = parked_gang(fabric)
     key = f"{fabric.ns}/gang"
@@ -141,18 +177,12 @@ def test_cluster_queues_cost_no_read_per_pass_and_a_quota_change_is_weighed_on_t
     counting = CountingPort(fabric.port)
     fabric.port = counting  # type: ignore[assignment]
     ctrl = parked_gang(fabric)
-    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 10}]}]}]}},
-        _content_type="application/merge-patch+json")
-    fabric.custom.patch_cluster_custom_object_status(GROUP, VERSION, "clusterqueues", fabric.cq, {"status": {"flavorsReservation": [
-        {"name": fabric.flavor, "resources": [{"name": GPU, "total": "8", "borrowed": "0"}]}]}}, _content_type="application/merge-patch+json")
+    set_quota(fabric, fabric.cq, 10, reported=8)
     waiter(fabric, "twelve", gpus=12)  # 12 > 8 given back + 2 left of the quota of 10
     for _ in range(3):
         assert run(ctrl) == []
     assert ctrl.quota_yields == 0 and active(fabric, "gang") and counting.gets["clusterqueues"] == 0
-    raised = fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 14}]}]}]}},
-        _content_type="application/merge-patch+json")  # 8 given back + 6 left: 12 fit
+    raised = set_quota(fabric, fabric.cq, 14)  # 8 given back + 6 left: 12 fit
     ctrl._apply_event(CLUSTER_QUEUES, WatchEvent("MODIFIED", raised))
     assert ctrl.process() == []
     assert ctrl.quota_yields == 1 and yielded_to(fabric, "gang") == f"{fabric.ns}/twelve" and counting.gets["clusterqueues"] == 0
@@ -182,11 +212,7 @@ def test_nothing_is_given_to_a_waiter_the_free_gpus_or_the_quota_could_not_let_i
     reports it reserved, leaves 2 beside the gang's 8. A waiter that could not start after the
     yield would only wait in the gang's place."""
     ctrl = parked_gang(fabric)
-    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 10}]}]}]}},
-        _content_type="application/merge-patch+json")
-    fabric.custom.patch_cluster_custom_object_status(GROUP, VERSION, "clusterqueues", fabric.cq, {"status": {"flavorsReservation": [
-        {"name": fabric.flavor, "resources": [{"name": GPU, "total": "8", "borrowed": "0"}]}]}}, _content_type="application/merge-patch+json")
+    set_quota(fabric, fabric.cq, 10, reported=8)
     waiter(fabric, "too-big-for-the-flavor", gpus=20)  # 20 > 16 free
     waiter(fabric, "too-big-for-the-quota", gpus=12)  # 12 > 8 given back + 2 free
     assert run(ctrl) == []
@@ -241,15 +267,7 @@ def test_a_yield_ends_at_its_time_bound_while_a_workload_queued_before_the_give_
     busy(fabric)
     settings = fabric.settings().model_copy(update={"decisions": DecisionSettings(park_waiting=True, quota_yield_max_seconds=600.0)})
     ctrl = fabric.controller(settings=settings)
-    fabric.submit("gang", [("main", 2, 4)])
-    (first,) = run(ctrl)
-    assert first.parked
-    waiter(fabric, "late")
-    waiter(fabric, "second")
-    run(ctrl)
-    assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
-    kueue_deactivates(fabric, "gang")
-    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    gang_gave_to_late(fabric, ctrl)
     fabric.clock.advance(599)
     run(ctrl)
     assert not active(fabric, "gang")  # "second", queued before the give, waits, and the bound is not reached
@@ -343,17 +361,6 @@ def test_a_node_heartbeat_wakes_no_parked_workload_and_so_keeps_a_yields_need_un
     assert ctrl.reparked == 1 and records_of(fabric, "gang") == 1
 
 
-def set_quota(fabric: Fabric, cq: str, gpus: int, cohort: str, *, borrowing: int | None = None, lending: int | None = None) -> None:
-    """``cq``'s GPU quota on the fabric's flavor: ``gpus`` nominal in ``cohort``, with Kueue's limits where given."""
-    gpu: dict[str, object] = {"name": GPU, "nominalQuota": gpus}
-    if borrowing is not None:
-        gpu["borrowingLimit"] = borrowing
-    if lending is not None:
-        gpu["lendingLimit"] = lending
-    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq, {"spec": {"cohortName": cohort, "resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [gpu]}]}]}}, _content_type="application/merge-patch+json")
-
-
 def other_queue(fabric: Fabric, name: str) -> str:
     """A second ClusterQueue on the fabric's flavor, with a LocalQueue ``lq-<name>`` of the same name."""
     cq = f"{fabric.cq}-{name}"
@@ -413,9 +420,7 @@ def test_a_waiter_served_takes_its_quota_from_what_the_next_waiter_of_the_pass_c
     fabric.submit("gang-2", [("main", 2, 4)])
     (second,) = run(ctrl)
     assert second.parked
-    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 16}]}]}]}},
-        _content_type="application/merge-patch+json")
+    set_quota(fabric, fabric.cq, 16)
     waiter(fabric, "small", gpus=4)
     time.sleep(1.1)  # created a second later (creationTimestamp counts seconds): Kueue's order, whatever order they are seen in
     waiter(fabric, "large", gpus=16)
@@ -497,15 +502,7 @@ def test_a_giver_whose_placement_fits_now_is_reactivated_while_a_workload_queued
     busy(fabric)
     ctrl = parking(fabric)
     key = f"{fabric.ns}/gang"
-    fabric.submit("gang", [("main", 2, 4)])
-    (first,) = run(ctrl)
-    assert first.parked
-    waiter(fabric, "late")
-    waiter(fabric, "second")
-    run(ctrl)
-    assert not active(fabric, "gang") and yielded_to(fabric, "gang") == f"{fabric.ns}/late"
-    kueue_deactivates(fabric, "gang")
-    fabric.kueue.reserve_quota(fabric.ns, "late", fabric.cq, fabric.flavor)
+    gang_gave_to_late(fabric, ctrl)
     run(ctrl)
     assert not active(fabric, "gang") and ctrl.quota_lends == 0  # "second" waits, and no island has room for the gang
     fabric.finish_pod("busy-b0c1")  # island b0c1 is whole again: the gang's placement fits now
@@ -542,9 +539,7 @@ def test_the_quota_reserved_warmed_at_the_first_list_is_what_a_cold_pass_adds_up
     gets them (a total short by the admitted one's 4 would give them to the first)."""
     fabric.install()
     busy(fabric)
-    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 12}]}]}]}},
-        _content_type="application/merge-patch+json")
+    set_quota(fabric, fabric.cq, 12)
     fabric.submit("runner", [("main", 1, 4)])
     (admitted,) = run(parking(fabric))  # a controller before the start admits it
     assert admitted.outcome == "admit"
@@ -580,9 +575,7 @@ def test_with_the_quota_over_used_a_waiter_is_given_nothing_when_its_want_given_
     fabric.submit("gang-2", [("main", 2, 4)])
     (second,) = run(ctrl)
     assert second.parked
-    fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"resourceGroups": [
-        {"coveredResources": [GPU], "flavors": [{"name": fabric.flavor, "resources": [{"name": GPU, "nominalQuota": 14}]}]}]}},
-        _content_type="application/merge-patch+json")
+    set_quota(fabric, fabric.cq, 14)
     waiter(fabric, "eight", gpus=8)
     assert run(ctrl) == []
     assert ctrl.quota_yields == 0 and active(fabric, "gang") and active(fabric, "gang-2")

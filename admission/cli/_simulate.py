@@ -7,28 +7,30 @@ and a plain-words summary (seconds on two cores). ``--load`` takes a list (a loa
 table), ``--seeds`` the number of seeds, ``--cost-*`` the cost model's assumptions. Runs go to
 every core. Exit codes: 0 done, 1 a run stopped on a violated invariant (the message names the
 Workloads), 2 bad input (the message names the flag, file, line or column).
+
+Here the command line is read and checked (``_plan``: every flag before any run) and the sweep
+run; the report of its results, table or JSON, is ``_simulate_report``'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from admission.cli._args import PARKING, Parser, quota_factor
 from admission.cli._args import seed as first_seed
 from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
+from admission.cli._simulate_report import Report, report
 from admission.simulator import (
     GPU_PERF_TAIL,
-    INVARIANT_KEYS,
     AtollPolicy,
     CohortError,
-    Comparison,
     CostError,
     CostParams,
     Job,
@@ -45,11 +47,6 @@ from admission.simulator import (
     available_cores,
     build_snapshots,
     cluster_gpus,
-    compare,
-    comparison_json,
-    format_comparison,
-    format_islands,
-    format_sweep,
     gather_records,
     load_cohort,
     make_policies,
@@ -64,8 +61,6 @@ from admission.simulator import (
     simulate,
     slice_workload,
     sliced_jobs,
-    summary_lines,
-    verdict_lines,
     with_gpu_perf,
     workload_jobs,
 )
@@ -82,15 +77,10 @@ DEFAULT_GPU_PERF = GPU_PERF_TAIL
 body plus slow outliers, the shape Sinha et al. (SC22) measured (``_sweep.GPU_PERF_TAIL``)."""
 DEFAULT_SIM_POLICIES = ("count-only", "random", "kueue-bestfit", "kueue-required", "atoll-strict", "atoll-elastic")
 
-PER_RUN_KEYS = ("wait_by_size_band", "reserved_idle_gpu_hours", "decisions_per_job", "quota_yields", "reparked", "quota_yields_timed_out",
-                "longest_quota_yield_hours")
-"""Figures every run reports in ``runs`` besides its invariant checks (a seed's own queue, not only the first seed's)."""
-PREEMPTION_KEYS = ("preempt_domain", "preemption_plans", "preempted", "preempted_gpu_hours", "mean_jct_by_size_band",
-                   "kueue_preemption", "kueue_preemptions", "kueue_preempted", "kueue_preempted_gpu_hours")
-"""Figures every run also reports when a policy's profile sets ``preemptDomain`` or Kueue preempts (``--kueue-preemption``)."""
-
 
 def _parser() -> argparse.ArgumentParser:
+    """Every flag with its help, one ``add_argument`` each: a flat list, longer than most functions,
+    that reads best in one place (split, a flag's help would be looked for in two)."""
     p = Parser(prog="atoll simulate", description="Replay a workload on a cluster model under every placement policy.")
     p.add_argument("--cluster", default=None, help="cluster model file or bundled name (default gb200-nvl72-superpod)")
     p.add_argument("--trace", default=None,
@@ -308,69 +298,88 @@ def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
         raise PolicyError(f"--scheduler/--enforcement: {exc}") from None
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the command line asks for, checked: the sweep to run and what its report names."""
+
+    spec: SweepSpec
+    fmt: TraceFormat
+    names: list[str]
+    baseline: str
+    profiles_path: Path
+    sliced: int
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    """Every flag checked and the sweep built, before any run; bad input raises the error ``main``
+    reports with exit code 2."""
+    fmt: TraceFormat = args.trace_format or ("synthetic" if args.trace is None else "itp")
+    cohort = load_cohort(args.cohort) if args.cohort is not None else None
+    if args.jobs is not None and args.jobs < 1:
+        raise TraceError(f"--jobs must be ≥ 1, got {args.jobs}")
+    if args.declared_runtime is not None and not args.declared_runtime >= 1:
+        raise TraceError(f"--declared-runtime must be at least 1 (a factor over each job's runtime, e.g. 2), got {args.declared_runtime}")
+    if fmt == "openb" and not args.nodes:
+        raise TraceError("--trace-format openb needs --nodes NODE_LIST.csv (the trace's node list) besides --trace PODS.csv")
+    if fmt != "synthetic" and not args.trace:
+        raise TraceError(f"--trace-format {fmt} needs --trace FILE")
+    if args.quota_yield_max_seconds is not None and not args.quota_yield_max_seconds > 0:
+        raise TraceError(f"--quota-yield-max-seconds must be above 0 (seconds), got {args.quota_yield_max_seconds:g}")
+    if args.workers is not None and args.workers < 1:
+        raise TraceError(f"--workers must be ≥ 1, got {args.workers}")
+    loads = parse_loads(args.load) if args.load is not None else ((DEFAULT_LOAD,) if fmt == "synthetic" else (None,))
+    seeds = seeds_of(args.seed, args.seeds if args.seeds is not None else (DEFAULT_SEEDS if fmt == "synthetic" else 3))
+    cost = _cost_params(args)
+    _settings_check(args.scheduler, args.enforcement)
+    cluster_path = resolve_cluster(args.cluster)
+    cluster = load_cluster_model(cluster_path)
+    bundled = args.cluster is None or not Path(args.cluster).suffix  # a bundled name, not a file of its own
+    gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if bundled else None)
+    if gpu_perf is not None:
+        with_gpu_perf(cluster, gpu_perf)  # checks the spec before any run
+    names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
+    profiles_path = resolve_profiles(args.profiles, cluster_path, cluster)
+    doc = load_profiles_file(profiles_path)
+    policies = make_policies(names, doc, seed=args.seed)
+    own = model_profiles(cluster_path, cluster)
+    _check_profile_levels(policies, build_snapshots(cluster),
+                          f"--profiles {shown(own)} (the document cluster {cluster.name} is set up with)" if own else
+                          "a --profiles document for this cluster")
+    names = [p.name for p in policies]
+    if args.baseline is not None and args.baseline not in names:
+        raise PolicyError(f"--baseline: {args.baseline!r} is not among --policies ({', '.join(names)})")
+    baseline = args.baseline or ("kueue-bestfit" if "kueue-bestfit" in names else names[0])
+    workload = WorkloadSpec(args.trace, fmt, args.nodes, args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None))
+    first_jobs = workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
+    warning = too_few_jobs(first_jobs, loads)
+    if warning:
+        print(f"atoll simulate: warning: {warning}", file=sys.stderr)
+    slicing = _slicing(args.slice_level, args.slice_size, cluster)
+    sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
+    spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, scheduler=args.scheduler,
+                     enforcement=args.enforcement, slicing=slicing,
+                     keep_results=frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
+                     parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
+                     kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
+                     cohort=cohort, quota_factor=args.quota_factor,
+                     yield_back_when_fits=args.yield_back_when_fits)
+    if args.records and not any(n.startswith("atoll-") for n in names):
+        raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
+    return _Plan(spec, fmt, names, baseline, profiles_path, sliced)
+
+
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     args.trace = resolve_trace(args.trace)
-    fmt: TraceFormat = args.trace_format or ("synthetic" if args.trace is None else "itp")
     t0 = time.perf_counter()
     try:
-        cohort = load_cohort(args.cohort) if args.cohort is not None else None
-        if args.jobs is not None and args.jobs < 1:
-            raise TraceError(f"--jobs must be ≥ 1, got {args.jobs}")
-        if args.declared_runtime is not None and not args.declared_runtime >= 1:
-            raise TraceError(f"--declared-runtime must be at least 1 (a factor over each job's runtime, e.g. 2), got {args.declared_runtime}")
-        if fmt == "openb" and not args.nodes:
-            raise TraceError("--trace-format openb needs --nodes NODE_LIST.csv (the trace's node list) besides --trace PODS.csv")
-        if fmt != "synthetic" and not args.trace:
-            raise TraceError(f"--trace-format {fmt} needs --trace FILE")
-        if args.quota_yield_max_seconds is not None and not args.quota_yield_max_seconds > 0:
-            raise TraceError(f"--quota-yield-max-seconds must be above 0 (seconds), got {args.quota_yield_max_seconds:g}")
-        if args.workers is not None and args.workers < 1:
-            raise TraceError(f"--workers must be ≥ 1, got {args.workers}")
-        loads = parse_loads(args.load) if args.load is not None else ((DEFAULT_LOAD,) if fmt == "synthetic" else (None,))
-        seeds = seeds_of(args.seed, args.seeds if args.seeds is not None else (DEFAULT_SEEDS if fmt == "synthetic" else 3))
-        cost = _cost_params(args)
-        _settings_check(args.scheduler, args.enforcement)
-        cluster_path = resolve_cluster(args.cluster)
-        cluster = load_cluster_model(cluster_path)
-        bundled = args.cluster is None or not Path(args.cluster).suffix  # a bundled name, not a file of its own
-        gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if bundled else None)
-        if gpu_perf is not None:
-            with_gpu_perf(cluster, gpu_perf)  # checks the spec before any run
-        names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
-        profiles_path = resolve_profiles(args.profiles, cluster_path, cluster)
-        doc = load_profiles_file(profiles_path)
-        policies = make_policies(names, doc, seed=args.seed)
-        own = model_profiles(cluster_path, cluster)
-        _check_profile_levels(policies, build_snapshots(cluster),
-                              f"--profiles {shown(own)} (the document cluster {cluster.name} is set up with)" if own else
-                              "a --profiles document for this cluster")
-        names = [p.name for p in policies]
-        if args.baseline is not None and args.baseline not in names:
-            raise PolicyError(f"--baseline: {args.baseline!r} is not among --policies ({', '.join(names)})")
-        baseline = args.baseline or ("kueue-bestfit" if "kueue-bestfit" in names else names[0])
-        workload = WorkloadSpec(args.trace, fmt, args.nodes, args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None))
-        first_jobs = workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
-        warning = too_few_jobs(first_jobs, loads)
-        if warning:
-            print(f"atoll simulate: warning: {warning}", file=sys.stderr)
-        slicing = _slicing(args.slice_level, args.slice_size, cluster)
-        sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
-        spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, scheduler=args.scheduler,
-                         enforcement=args.enforcement, slicing=slicing,
-                         keep_results=frozenset((loads[0], seeds[0], n) for n in names) if args.plots else frozenset(),
-                         parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
-                         kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
-                         cohort=cohort, quota_factor=args.quota_factor,
-                         yield_back_when_fits=args.yield_back_when_fits)
-        if args.records and not any(n.startswith("atoll-") for n in names):
-            raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
+        plan = _plan(args)
         progress = _Progress(sys.stderr, sys.stderr.isatty())
         try:
-            records, results = run_sweep(spec, workers=args.workers, progress=progress.start("simulating", "runs"))
+            records, results = run_sweep(plan.spec, workers=args.workers, progress=progress.start("simulating", "runs"))
         finally:
             if args.records:
-                written = gather_records(args.records, spec.keys())
+                written = gather_records(args.records, plan.spec.keys())
         if args.records:
             print(f"atoll simulate: {written:,} decision records written to {args.records}", file=sys.stderr)
     except CohortError as exc:
@@ -382,131 +391,7 @@ def main(argv: Sequence[str]) -> int:
     except RunFailed as exc:  # a run found admitted pods without room: report it, do not print numbers
         print(f"atoll simulate: simulation stopped: {exc}", file=sys.stderr)
         return 1
-    wall = time.perf_counter() - t0
-    cmps = [compare(records, load=load, seeds=seeds, policies=names, baseline=baseline) for load in loads]
-    second = _second_baseline(names, baseline)
-    others = [compare(records, load=load, seeds=seeds, policies=names, baseline=second) for load in loads] if second else []
-    first = {n: records[(loads[0], seeds[0], n)] for n in names}
-    preempting = any(r.summary["preempt_domain"] != "off" or r.summary["kueue_preemption"] != "Never" for r in records.values())
-    n_jobs = next(iter(first.values())).status.size
-    total = cluster_gpus(cluster)
-    what = f"{n_jobs:,} jobs ({fmt})" if fmt != "synthetic" else f"{n_jobs:,} synthetic jobs per seed"
-    perf = f", GPU perf {gpu_perf}" if gpu_perf else ""
-    if slicing is not None:
-        which = " on the first seed" if fmt == "synthetic" and len(seeds) > 1 else ""  # each seed draws its own jobs
-        perf += f", {sliced:,} jobs{which} in slices of {slicing.size} pods on {slicing.level}"
-    if args.quota_factor != 1.0:
-        perf += f", ClusterQueue quota {args.quota_factor:g} x GPUs"
-    title = (f"{cluster.name}: {what} on {total:,} GPUs{perf}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, "
-             f"{len(records)} runs on {min(args.workers or available_cores(), len(records))} cores in {wall:.1f} s")
-    if args.format == "json":
-        print(json.dumps({
-            "cluster": cluster.name, "profiles": shown(profiles_path), "jobs": n_jobs, "trace_format": fmt, "gpus": total, "gpu_perf": gpu_perf,
-            "slices": {"level": slicing.level, "size": slicing.size, "sliced_jobs": sliced, "counted_on_seed": seeds[0]} if slicing else None,
-            "seeds": list(seeds), "loads": list(loads), "cost": cost.describe(), "quota_factor": args.quota_factor, "wall_s": round(wall, 2),
-            "policies": {n: dict(r.summary) for n, r in first.items()},
-            "runs": [{"load": load, "seed": seed, "policy": name,
-                      **{k: records[(load, seed, name)].summary[k]
-                         for k in (*INVARIANT_KEYS, *PER_RUN_KEYS, *(PREEMPTION_KEYS if preempting else ()))}}
-                     for load in loads for seed in seeds for name in names],
-            "comparisons": [comparison_json(c) for c in cmps],
-            **({"comparisons_vs_" + second: [comparison_json(c) for c in others]} if second else {}),
-        }, indent=2))
-    else:
-        print(_text(cmps, title, cost, others))
-        print(f"profiles: {shown(profiles_path)}")
-        print(_bands(first, seeds[0], loads[0]))
-        if preempting:
-            print(_preemption(records, names, seeds, loads[0]))
-    if args.plots:
-        from admission.simulator import write_plots, write_sweep_plots
-
-        paths = write_plots({n: results[(loads[0], seeds[0], n)] for n in names}, args.plots, title=cluster.name, seed=seeds[0],
-                            load=loads[0])
-        if len(loads) > 1:
-            paths += write_sweep_plots(cmps, args.plots, title=cluster.name)
-        print(f"plots: {', '.join(str(p) for p in paths)}", file=sys.stderr)
+    report(Report(plan.spec, plan.fmt, plan.names, plan.baseline, shown(plan.profiles_path), plan.sliced, records, results,
+                  wall=time.perf_counter() - t0, cores=min(args.workers or available_cores(), len(records))),
+           fmt=args.format, plots=args.plots)
     return 0
-
-
-def _second_baseline(names: Sequence[str], baseline: str) -> str | None:
-    """Kueue's other mode, when it ran: Atoll is also judged against a user who writes Kueue's
-    required topology (it waits for one island, as ``atoll-strict`` does)."""
-    other = "kueue-required" if baseline == "kueue-bestfit" else None
-    return other if other in names and any(n.startswith("atoll-") for n in names) else None
-
-
-def _bands(first: Mapping[str, Any], seed: int, load: float | None) -> str:
-    """Wait by size band and decisions per job, per policy, on the first run (all its jobs)."""
-    rows = {name: record.summary for name, record in first.items()}
-    bands = list(next(iter(rows.values()))["wait_by_size_band"]) if rows else []
-    head = ["policy", "decisions/job"] + [f"{b} GPUs p95/max wait h" for b in bands]
-
-    def hours(v: Any) -> str:
-        return "–" if v is None else f"{v / 3600:.2f}"
-
-    table = [head] + [[name, f"{s['decisions_per_job']:.2f}" if s.get("decisions_per_job") is not None else "–"]
-                      + [f"{hours(w['p95_wait_s'])} / {hours(w['max_wait_s'])}" + (f" ({w['never_started']} never)" if w["never_started"] else "")
-                         for w in s["wait_by_size_band"].values()] for name, s in rows.items()]
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    out = [f"wait by size band, all jobs of seed {seed}" + (f", load {load:g}" if load is not None else "")]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[:1]]
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[1:]]
-    return "\n".join(out)
-
-
-def _kueue_policy(records: Mapping[Any, Any]) -> str:
-    """The ``withinClusterQueue`` Kueue's own preemption ran under (one per command)."""
-    return next((r.summary["kueue_preemption"] for r in records.values() if r.summary["kueue_preemption"] != "Never"), "Never")
-
-
-def _preemption(records: Mapping[Any, Any], names: Sequence[str], seeds: Sequence[int], load: float | None) -> str:
-    """Per policy and seed: its preemptDomain, the plans made, the victims evicted and the GPU-hours
-    they had run, the p95/max wait of the largest size band, and each band's mean JCT."""
-    def hours(v: Any) -> str:
-        return "–" if v is None else f"{v / 3600:.2f}"
-
-    bands = list(records[(load, seeds[0], names[0])].summary["wait_by_size_band"])
-    top = bands[-1]
-    kueue = any(records[(load, seed, name)].summary["kueue_preemption"] != "Never" for name in names for seed in seeds)
-    head = ["policy", "seed", "preemptDomain", "plans", "victims", "preempted GPU-h"]
-    head += ["Kueue preemptions", "Kueue victims", "Kueue preempted GPU-h"] if kueue else []
-    head += [f"{top} GPUs p95/max wait h"]
-    head += [f"{b} mean JCT h" for b in bands]
-    table = [head]
-    for name in names:
-        for seed in seeds:
-            s = records[(load, seed, name)].summary
-            w = s["wait_by_size_band"][top]
-            table.append([name, str(seed), s["preempt_domain"], str(s["preemption_plans"]), str(s["preempted"]), f"{s['preempted_gpu_hours']:.1f}"]
-                         + ([str(s["kueue_preemptions"]), str(s["kueue_preempted"]), f"{s['kueue_preempted_gpu_hours']:.1f}"] if kueue else [])
-                         + [f"{hours(w['p95_wait_s'])} / {hours(w['max_wait_s'])}"
-                          + (f" ({w['never_started']} never)" if w["never_started"] else "")]
-                         + [hours(s["mean_jct_by_size_band"][b]) for b in bands])
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    what = "preemption that clears a domain (preemptDomain)" + (f", and Kueue's own for quota (withinClusterQueue: {_kueue_policy(records)})" if kueue else "")
-    out = [what + ", every seed" + (f", load {load:g}" if load is not None else "")]
-    out.append("  ".join(c.ljust(w) for c, w in zip(table[0], widths)).rstrip())
-    out.append("  ".join("-" * w for w in widths))
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table[1:]]
-    return "\n".join(out)
-
-
-def _text(cmps: Sequence[Comparison], title: str, cost: CostParams, others: Sequence[Comparison] = ()) -> str:
-    lines: list[str] = []
-    if len(cmps) == 1:
-        load = cmps[0].load
-        lines.append(format_comparison(cmps[0], title=title + (f", load {load:g}" if load is not None else "")))
-        lines.append("")
-        lines.extend(summary_lines(cmps[0]))
-        lines.extend(line for c in others for line in summary_lines(c) if line.startswith("atoll-"))
-    else:
-        lines.append(format_sweep(cmps, title=title))
-        lines.append("")
-        lines.extend(verdict_lines(cmps))
-        lines.extend(verdict_lines(others))
-    lines.append("")
-    lines.append(format_islands(cmps, title="whole-island availability and the gang slowdown tail"))
-    lines.append(f"cost model: {cost.describe()}")
-    return "\n".join(lines)

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from admission.controller._owing import owes
+from admission.controller._parking import Parking
 from admission.controller._queueing import is_owed
 from admission.controller._span_cost import with_quota_waiters
-from admission.queue import Reservation, Running, Waiter
+from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom
 from admission.simulator._deployed import DeployedAtoll
 from policies import ProfilesError, load_profiles
 from topology import ClusterModel, ResourceVector, Snapshot
@@ -79,6 +80,31 @@ def test_gpus_the_gang_will_not_need_stay_open() -> None:
     v = decide(a, 1, 1)
     assert v.outcome == "admit" and set(v.placements[0].nodes) == {"r0n1"}
     assert decide(a, 2, 1).outcome == "wait"  # r0n1 now holds it; r0n0 stays the gang's
+
+
+def test_at_a_reservations_end_the_simulator_and_the_controller_wake_the_same_parked_workloads() -> None:
+    """One state, asked by both sides: island r0 has r0n0 busy and r0n1 free, both held by a
+    gang's reservation; island r1 is full. Parked, oldest first: a 2 × 4-GPU Workload and a
+    1 × 4-GPU one. The reservation ends. The simulator's deployed Atoll (``take_released``) and
+    the controller's parking (``Parking.released``), each on that cluster with those parked
+    Workloads, wake the same one: the 1-pod Workload the freed node holds, not the 2-pod one."""
+    woken: dict[str, list[str]] = {}
+    for side in ("simulator", "controller"):
+        a = atoll(used={"r0n0": 4, "r1n0": 4, "r1n1": 4})
+        reserve(a, (("r0n0", 4), ("r0n1", 4)))
+        parking = Parking(a.cache, override=True)
+        room = parking.room if side == "controller" else WaitingRoom()
+        room.park("sim/pair", Need("f", CLIQUE, 2, 4))
+        room.park("sim/one", Need("f", CLIQUE, 1, 4))
+
+        def ask(a: DeployedAtoll = a, room: WaitingRoom = room, parking: Parking = parking, side: str = side) -> list[str]:
+            if side == "simulator":
+                return [str(k) for k in a.take_released(room)]
+            return parking.released(a.outlook.reservations, a.decider.room_now)
+        assert ask() == []  # nothing ended yet
+        assert a.outlook.reservations.release("sim/job-99") is not None
+        woken[side] = ask()
+    assert woken == {"simulator": ["sim/one"], "controller": ["sim/one"]}
 
 
 def test_a_gang_reserves_after_reserve_after_seconds_and_releases_when_placed() -> None:

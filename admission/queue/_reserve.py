@@ -37,14 +37,14 @@ the quota it needs, and nobody would move. So its reservation is suspended: it s
 drains for it again from then. A placement's message names it (``suspended_note``) only where
 the reservation in force would have kept that placement out (``would_hold``, less backfill by
 time): a placement elsewhere, or a wait, owes nothing to the suspension. What a suspension
-frees is offered to the parked Workloads as freed room (``wake_suspended``, in ``_wake``): only those it can
-hold are woken, and only if it is suspended still when the caller looks (the controller before
-its next decision, the simulator once an instant's passes are done), since a suspension that
-ended before anyone could use the GPUs changed nothing. A reservation that ends is offered the
-same way (``wake_released``, in ``_wake``): the GPUs it held wake only the parked Workloads they can hold. A
-reservation is stored on the
-gang's Workload (``encode``; the controller writes it beside Atoll's waiting condition), so a
-new leader or a restarted controller rebuilds the same reservations from the API (``decode``).
+frees is offered to the parked Workloads as freed room (``wake_suspended``, in ``_wake``): only
+those it can hold are woken, and only if it is suspended still when the caller looks (the
+controller before its next decision, the simulator once an instant's passes are done), since a
+suspension that ended before anyone could use the GPUs changed nothing. A reservation that ends
+is offered the same way (``take_ended``, ``wake_released``): the GPUs it held wake only the
+parked Workloads they can hold. A reservation is stored on the gang's Workload (``encode``; the
+controller writes it beside Atoll's waiting condition), so a new leader or a restarted controller
+rebuilds the same reservations from the API (``decode``).
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ deadline at which it may span. It is woken, and decided again, only when
   and the Workloads parked before it have not taken that room: ``freed`` counts, oldest first,
   each Workload it wakes against the freed domain's free GPUs (whole pods per node), so a freed
   8-GPU node wakes two parked 4-GPU Workloads, not all of them;
-- a reservation is suspended (its holder lost its quota): the GPUs it would hold are offered as
-  freed room (``admission.queue.wake_suspended``);
+- a reservation is suspended (its holder lost its quota) or ends (its gang placed, rejected or
+  gone): the GPUs it would hold, or held, are offered as freed room
+  (``admission.queue.wake_suspended``, ``wake_released``);
 - its deadline passes (``due``);
 - anything else changes that the GPU count cannot see (a node, the profiles, what admitted
   Workloads still owe): ``wake_flavor`` or ``wake_all``.

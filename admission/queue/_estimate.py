@@ -28,7 +28,7 @@ import numpy as np
 
 from topology import Snapshot
 
-__all__ = ["DomainOutlook", "Estimate", "Running", "RunningOn", "RuntimeEstimator", "band_of", "domain_outlook", "soonest"]
+__all__ = ["DomainOutlook", "Estimate", "Running", "RunningOn", "RuntimeEstimator", "band_of", "domain_outlook", "latest_ends", "soonest"]
 
 BANDS = ((1, 7), (8, 15), (16, 63), (64, None))
 """GPU-count bands the runtimes are learned in (the simulator's wait report uses the same)."""
@@ -267,19 +267,26 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
     index = RunningOn.of(snapshot.flavor, running)
     ends: list[list[End]] | None = None
     pod = max(int(per_pod), 1)
+    whole = free if pod == 1 else free // pod * pod
+    if flat:
+        caps, frees = [int(alloc.sum())], [int(whole.sum())]
+    else:  # each domain is one contiguous run of nodes: summed per run at once
+        base = int(snapshot.bptr[lv])
+        starts = snapshot.bounds[base:base + snapshot.num_domains(lv)]
+        caps = np.add.reduceat(alloc, starts).tolist() if len(starts) else []
+        frees = np.add.reduceat(whole, starts).tolist() if len(starts) else []
+    taken = [0] * len(caps)
+    for name, g in (blocked or {}).items():
+        i = snapshot.node_index.get(name, -1)
+        if i >= 0:
+            taken[0 if flat else int(snapshot.node_dom[lv, i])] += g
     out = []
-    domains = range(1) if flat else range(snapshot.num_domains(lv))
-    for d in domains:
-        lo, hi = (0, snapshot.num_nodes) if flat else snapshot.domain_range(lv, d)
-        cap = int(alloc[lo:hi].sum())
+    for d, (cap, now_free) in enumerate(zip(caps, frees, strict=True)):
         if cap < gpus:
             continue
-        now_free = int(free[lo:hi].sum()) if pod == 1 else int((free[lo:hi] // pod * pod).sum())
-        if blocked:
-            taken = sum(g for n, g in blocked.items() if lo <= snapshot.node_index.get(n, -1) < hi)
-            cap -= taken
-            if cap < gpus:
-                continue
+        cap -= taken[d]
+        if cap < gpus:
+            continue
         to_drain = max(0, gpus - now_free)
         free_at: float | None = now
         error = 0.0
@@ -303,6 +310,18 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
                     break
         path = () if flat else snapshot.domain_path(lv, d)
         out.append(DomainOutlook(d, path, cap, now_free, to_drain, free_at, error))
+    return out
+
+
+def latest_ends(snapshot: Snapshot, lv: int | None, domain: int, running: Iterable[Running], estimator: RuntimeEstimator,
+                now: float) -> dict[int, float]:
+    """Node index → the latest expected end of the running Workloads on that node, for the nodes
+    of ``domain`` of level ``lv`` (None: the whole flavor) that any holds; never before ``now``,
+    infinite when a runtime is unknown. Read from the ``RunningOn`` index as ``domain_outlook`` is."""
+    ends = RunningOn.of(snapshot.flavor, running).by_domain(snapshot, 0 if lv is None else lv, lv is None, estimator, now)
+    out: dict[int, float] = {}
+    for end, _, _, i in ends[0 if lv is None else domain]:
+        out[i] = max(out.get(i, now), end)
     return out
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission.queue import DomainOutlook, Outlook, Running, RuntimeEstimator, domain_outlook, soonest
+from admission.queue._estimate import latest_ends
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
@@ -190,7 +191,7 @@ def test_the_outlook_read_from_the_kept_index_equals_the_one_walked_afresh(histo
     """Workloads start, finish (a runtime learned), go, runtimes are learned, and time passes; after each step a question
     asked of the outlook's index (its ends kept between questions) answers as the walk over
     every running Workload does, asked afresh, for each level, size, pod size, free room,
-    eligibility and reservation."""
+    eligibility and reservation; and so do the latest ends per node a reservation's nodes are chosen by."""
     outlook, now = Outlook(min_samples=1), 1000.0
     outlook.estimator.learn("q1", 4, 300.0)
     for step, (level, gpus, per_pod, used, eligible, blocked) in history:
@@ -213,6 +214,17 @@ def test_the_outlook_read_from_the_kept_index_equals_the_one_walked_afresh(histo
         fresh = walked_outlook(snap, level, gpus, outlook.on("f"), outlook.estimator, now, blocked, per_pod)  # type: ignore[arg-type]
         assert domain_outlook(snap, level, gpus, outlook.running_on("f"), *ask[3:]) == fresh  # type: ignore[arg-type]
         assert domain_outlook(snap, level, gpus, outlook.on("f"), *ask[3:]) == fresh  # type: ignore[arg-type]
+        lv = snap.level_index(level) if level in snap.level_labels else None  # type: ignore[arg-type]
+        for d in range(snap.num_domains(lv) if lv is not None else 1):
+            members = range(*snap.domain_range(lv, d)) if lv is not None else range(snap.num_nodes)
+            walked: dict[int, float] = {}
+            for r in outlook.on("f"):
+                got = r.expected_end(outlook.estimator, now)
+                for name, _ in r.nodes:
+                    if snap.node_index.get(name, -1) in members:
+                        i = snap.node_index[name]
+                        walked[i] = max(walked.get(i, now), got[0] if got is not None else math.inf)
+            assert latest_ends(snap, lv, d, outlook.running_on("f"), outlook.estimator, now) == walked
 
 
 def test_a_workload_that_ended_no_longer_counts_and_a_learned_runtime_moves_the_kept_ends() -> None:

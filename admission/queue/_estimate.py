@@ -264,6 +264,7 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
     alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
     free = np.minimum(snapshot.free[:, 0], alloc)
     usable: list[int] = alloc.tolist()
+    free_now: list[int] = free.tolist()
     index = RunningOn.of(snapshot.flavor, running)
     ends: list[list[End]] | None = None
     pod = max(int(per_pod), 1)
@@ -297,14 +298,18 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
             free_at = None
             node_free: dict[int, int] = {}
             for end, err, g, i in ends[d]:
-                if not usable[i]:  # a node it may not use (ineligible, under its speed floor): never its room
+                room = usable[i]
+                if not room:  # a node it may not use (ineligible, under its speed floor): never its room
                     continue
                 if pod == 1:
                     got_back += g
                 else:  # the whole pods this end completes on its node
-                    was = node_free.get(i, int(free[i]))
-                    node_free[i] = min(was + g, usable[i])
-                    got_back += node_free[i] // pod * pod - was // pod * pod
+                    was = node_free.get(i)
+                    if was is None:
+                        was = free_now[i]
+                    back = was + g if was + g < room else room
+                    node_free[i] = back
+                    got_back += back // pod * pod - was // pod * pod
                 if got_back >= to_drain:
                     free_at, error = (end, err) if math.isfinite(end) else (None, 0.0)
                     break

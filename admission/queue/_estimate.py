@@ -294,28 +294,34 @@ def domain_outlook(snapshot: Snapshot, level: str | None, gpus: int, running: It
         if to_drain:
             if ends is None:
                 ends = index.by_domain(snapshot, lv, flat, estimator, now)
-            got_back = 0
-            free_at = None
-            node_free: dict[int, int] = {}
-            for end, err, g, i in ends[d]:
-                room = usable[i]
-                if not room:  # a node it may not use (ineligible, under its speed floor): never its room
-                    continue
-                if pod == 1:
-                    got_back += g
-                else:  # the whole pods this end completes on its node
-                    was = node_free.get(i)
-                    if was is None:
-                        was = free_now[i]
-                    back = was + g if was + g < room else room
-                    node_free[i] = back
-                    got_back += back // pod * pod - was // pod * pod
-                if got_back >= to_drain:
-                    free_at, error = (end, err) if math.isfinite(end) else (None, 0.0)
-                    break
+            free_at, error = _drained_at(ends[d], usable, free_now, pod, to_drain)
         path = () if flat else snapshot.domain_path(lv, d)
         out.append(DomainOutlook(d, path, cap, now_free, to_drain, free_at, error))
     return out
+
+
+def _drained_at(ends: Iterable[End], usable: list[int], free_now: list[int], pod: int, to_drain: int) -> tuple[float | None, float]:
+    """When ``to_drain`` GPUs (in whole pods of ``pod`` per node) are back, walking ``ends`` in
+    order on nodes with ``usable`` GPUs and ``free_now`` free, and that end's error; (None, 0)
+    when they never are, or an unknown runtime comes first."""
+    got_back = 0
+    node_free: dict[int, int] = {}
+    for end, err, g, i in ends:
+        room = usable[i]
+        if not room:  # a node it may not use (ineligible, under its speed floor): never its room
+            continue
+        if pod == 1:
+            got_back += g
+        else:  # the whole pods this end completes on its node
+            was = node_free.get(i)
+            if was is None:
+                was = free_now[i]
+            back = was + g if was + g < room else room
+            node_free[i] = back
+            got_back += back // pod * pod - was // pod * pod
+        if got_back >= to_drain:
+            return (end, err) if math.isfinite(end) else (None, 0.0)
+    return None, 0.0
 
 
 def latest_ends(snapshot: Snapshot, lv: int | None, domain: int, running: Iterable[Running], estimator: RuntimeEstimator,

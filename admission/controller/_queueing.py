@@ -8,7 +8,7 @@ decision's message, so the check, the Event, the decision record and ``atoll exp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
@@ -188,7 +188,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     per_pod = max((s.per_pod.gpu for s in specs), default=1)
     widened = decision.widened_to
     level = (widened or None) if widened is not None else (profile.required_level or profile.preferred_level)
-    running = outlook.on(snap.flavor)
+    running = outlook.running_on(snap.flavor)  # by node, ends kept: every domain_outlook below, and the other waiters', share them
     outlooks = domain_outlook(snap, level, gpus, running, outlook.estimator, now, blocked)
     notes = []
     waited = now - wait.first_waited_at if wait.first_waited_at is not None else 0.0
@@ -254,7 +254,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         if turn.weighed.choice == "span":
             found = span if searched else span_search()
             if q.span_counts_queue != "off" and found is not None:  # the span is charged what it costs the others in line too
-                turn.weighed = line_priced(turn.weighed, outlook, key, usable, level, span_decision(found), running, now, blocked,
+                turn.weighed = line_priced(turn.weighed, outlook, key, usable, level, span_decision(found), list(running), now, blocked,
                                            _admitted_in(obj) if q.span_counts_queue == "quota" else None)
                 found = found if turn.weighed.choice == "span" else None
         notes.append(turn.weighed.describe())
@@ -291,7 +291,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
     return turn, found
 
 
-def _expected_wait(outlook: Outlook, key: str, snap: Snapshot, level: str | None, gpus: int, per_pod: int, running: Sequence[Running],
+def _expected_wait(outlook: Outlook, key: str, snap: Snapshot, level: str | None, gpus: int, per_pod: int, running: Iterable[Running],
                    now: float, blocked: Mapping[str, int], best: DomainOutlook | None,
                    counts_queue: bool) -> tuple[float | None, float, str, int | None, float | None]:
     """The expected wait for one domain, its error and domain, the waiters queued ahead it counts

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from admission.queue._ahead import Queued, Waiter
-from admission.queue._estimate import Running, RuntimeEstimator
+from admission.queue._estimate import Running, RunningOn, RuntimeEstimator
 from admission.queue._owed import OwedGangs
 from admission.queue._reserve import Reservations
 from admission.queue._waitspan import SpanPrices
@@ -40,7 +40,7 @@ class Outlook:
         a span is priced by the line (``spanCountsQueue``); set by the feeder (the simulator's
         queues, the controller's cache). None: not known."""
         self._running: dict[str, Running] = {}
-        self._by_flavor: dict[str, dict[str, Running]] = {}
+        self._by_flavor: dict[str, RunningOn] = {}
 
     def __len__(self) -> int:
         return len(self._running)
@@ -48,7 +48,7 @@ class Outlook:
     def started(self, key: str, running: Running) -> None:
         self.forget(key)
         self._running[key] = running
-        self._by_flavor.setdefault(running.flavor, {})[key] = running
+        self.running_on(running.flavor).add(key, running)
         self.reservations.release(key)
         self.spans.forget(key)
         self.left(key)
@@ -62,7 +62,15 @@ class Outlook:
         return self._running.get(key)
 
     def on(self, flavor: str) -> list[Running]:
-        return list(self._by_flavor.get(flavor, {}).values())
+        return list(self._by_flavor.get(flavor, ()))
+
+    def running_on(self, flavor: str) -> RunningOn:
+        """The running Workloads on ``flavor`` by node, their expected ends kept between questions
+        (``domain_outlook``); live: it changes as Workloads start and end."""
+        got = self._by_flavor.get(flavor)
+        if got is None:
+            got = self._by_flavor[flavor] = RunningOn(flavor)
+        return got
 
     def finished(self, key: str, now: float) -> float | None:
         """``key`` ended at ``now`` and ran to completion: its runtime is learned. The runtime, or None if it was not known to run."""
@@ -76,5 +84,5 @@ class Outlook:
         """``key`` is gone without finishing (deleted, evicted): nothing is learned."""
         r = self._running.pop(key, None)
         if r is not None:
-            self._by_flavor[r.flavor].pop(key, None)
+            self._by_flavor[r.flavor].remove(key)
         return r

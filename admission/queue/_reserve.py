@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator
+from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator, latest_ends
 from topology import Snapshot
 
 __all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move"]
@@ -325,16 +325,7 @@ def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int,
     best = min(outlooks, key=rank)
     lv = snapshot.level_index(level) if level is not None and level in snapshot.level_labels else None
     lo, hi = snapshot.domain_range(lv, best.domain) if lv is not None else (0, snapshot.num_nodes)
-    node_end: dict[int, float] = {}
-    for r in running:
-        if r.flavor != snapshot.flavor:
-            continue
-        got = r.expected_end(estimator, now)
-        end = got[0] if got is not None else math.inf
-        for name, _ in r.nodes:
-            i = snapshot.node_index.get(name)
-            if i is not None and lo <= i < hi:
-                node_end[i] = max(node_end.get(i, now), end)
+    node_end = latest_ends(snapshot, lv, best.domain, running, estimator, now)
     per = max(per_pod_gpus, 1)
     alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
     order = sorted(range(lo, hi), key=lambda i: (snapshot.free[i, 0] < alloc[i], node_end.get(i, now), -int(alloc[i]), i))

@@ -132,7 +132,12 @@ class QueueingSettings(_Strict):
     the placement its decision searched would succeed now (``fits``), or only when, besides, the
     quota free now covers it, so it starts without taking quota a waiter ahead could use
     (``starts``); it is then decided afresh. ``off`` (the default): never (``docs/queue.md``,
-    "Lending parked quota")."""
+    "Lending parked quota").
+    ``waitWeight`` (with ``waitOrSpan`` or ``perfFloorByCost``): the expected wait counts this
+    many times in both comparisons, as the price of the GPUs a wait leaves idle, a cost the
+    Workload's own delay does not show; 1 (the default) counts its own delay alone, and a
+    larger weight spans, or takes slower GPUs, sooner (``docs/queue.md``, "A wait charged for
+    the GPUs it leaves idle")."""
 
     wait_or_span: bool = Field(default=False, alias="waitOrSpan", strict=True)
     reserve_after_seconds: int | None = Field(default=None, ge=0, alias="reserveAfterSeconds")
@@ -150,6 +155,7 @@ class QueueingSettings(_Strict):
     wait_counts_queue: bool = Field(default=False, alias="waitCountsQueue", strict=True)
     span_counts_queue: Literal["off", "domain", "quota"] = Field(default="off", alias="spanCountsQueue")
     lend_parked: Literal["off", "fits", "starts"] = Field(default="off", alias="lendParked")
+    wait_weight: float = Field(default=1.0, ge=1.0, le=100.0, alias="waitWeight")
 
     @model_validator(mode="after")
     def _idle_lowers_to(self) -> QueueingSettings:
@@ -158,6 +164,9 @@ class QueueingSettings(_Strict):
         if self.hold_behind_gangs != "off" and self.reserve_after_seconds is None:
             raise ValueError(f"holdBehindGangs: {self.hold_behind_gangs} holds Workloads behind a gang that has waited "
                              "reserveAfterSeconds; set reserveAfterSeconds (e.g. 1800)")
+        if self.wait_weight != 1.0 and not self.wait_or_span and self.perf_floor_by_cost is None:
+            raise ValueError(f"waitWeight: {self.wait_weight:g} weighs the wait against a span or slower GPUs; "
+                             "set waitOrSpan: true or perfFloorByCost (e.g. 0.0), or leave waitWeight at 1")
         return self
 
 

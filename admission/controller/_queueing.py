@@ -250,7 +250,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         wait_s, error, where, ahead, alone = _expected_wait(outlook, key, usable, level, gpus, per_pod, running, now, blocked, best,
                                                            q.wait_counts_queue)
         turn.weighed = weigh(wait_s, error, where, slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error,
-                             ahead=ahead, wait_alone_s=alone)
+                             ahead=ahead, wait_alone_s=alone, wait_weight=q.wait_weight)
         if turn.weighed.choice == "span":
             found = span if searched else span_search()
             if q.span_counts_queue != "off" and found is not None:  # the span is charged what it costs the others in line too
@@ -274,7 +274,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         wait_s, error, where, ahead, alone = _expected_wait(outlook, key, fast, at_level, gpus, per_pod, running, now, blocked, best,
                                                            q.wait_counts_queue)
         turn.floor = weigh(wait_s, error, where, slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error,
-                           kind="floor", ahead=ahead, wait_alone_s=alone)
+                           kind="floor", ahead=ahead, wait_alone_s=alone, wait_weight=q.wait_weight)
         notes.append(turn.floor.describe())
         hold = q.perf_floor_hold_seconds
         idle = q.perf_floor_idle == "take" and placed is not None and _all_under(placed, class_floor)

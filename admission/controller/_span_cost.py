@@ -154,4 +154,4 @@ def line_priced(weighed: WaitOrSpan, outlook: Outlook, key: str, snap: Snapshot,
         return weighed
     w = weighed
     return weigh(w.wait_s, w.wait_error_s, w.domain, w.span_slowdown, w.runtime_s, w.runtime_error_s, w.kind, w.ahead, w.wait_alone_s,
-                 cost.seconds, cost.later, cost.counted)
+                 cost.seconds, cost.later, cost.counted, w.wait_weight)

@@ -6,7 +6,9 @@ free time, its GPUs counted in whole pods of the Workload's largest pod; with
 first). Spanning now costs the extra run time of the best span found: the Workload's
 expected runtime times (slowdown − 1), the slowdown priced by the cost model on that span; with
 ``queueing.spanCountsQueue``, plus what the span costs the other Workloads in line
-(``span_queue_cost``: the delay to their expected starts, never a credit). The
+(``span_queue_cost``: the delay to their expected starts, never a credit). With
+``queueing.waitWeight`` above 1 the wait is charged that many times over: a Workload that waits
+leaves the GPUs it could take now idle, a cost its own delay does not show. The
 cheaper side wins; a tie waits (one domain is what the profile prefers). Either number unknown
 (no runtime learned yet, no span found or none it can price): no answer, and the profile's
 ``relaxAfterSeconds`` decides alone. ``relaxAfterSeconds`` stays the upper bound in every case:
@@ -50,6 +52,13 @@ class WaitOrSpan:
     """Of those waiters, how many start later with the span."""
     queue_counted: int = 0
     """The waiters in line counted."""
+    wait_weight: float = 1.0
+    """How many times the wait is charged (``queueing.waitWeight``): 1 counts the Workload's own delay alone."""
+
+    @property
+    def wait_price_s(self) -> float | None:
+        """What waiting is charged: the expected wait times ``wait_weight``."""
+        return None if self.wait_s is None else self.wait_s * self.wait_weight
 
     @property
     def span_cost_s(self) -> float | None:
@@ -74,6 +83,8 @@ class WaitOrSpan:
         if self.ahead is not None:
             alone = f"{self.wait_alone_s:.0f}s" if self.wait_alone_s is not None else "unknown"
             wait += f" after {self.ahead} queued ahead (alone {alone})"
+        if self.wait_s is not None and self.wait_weight != 1.0:
+            wait += f", charged ×{self.wait_weight:g} for the GPUs it leaves idle = {self.wait_price_s:.0f}s"
         if self.span_slowdown is None:  # none found, or none the cost model can price
             span = (f"no {other} priced now" if self.runtime_s is None else
                     f"no {other} priced now; expected runtime {self.runtime_s:.0f}s ± {self.runtime_error_s:.0f}s")
@@ -98,7 +109,7 @@ class WaitOrSpan:
                 "spanCostSeconds": _r(self.span_cost_s), "choice": self.choice, "queuedAhead": self.ahead,
                 "expectedWaitAloneSeconds": _r(self.wait_alone_s), "queueCostSeconds": _r(self.queue_cost_s),
                 "queueDelayed": self.queue_later if self.queue_cost_s is not None else None,
-                "spanPriceSeconds": _r(self.span_price_s)}
+                "spanPriceSeconds": _r(self.span_price_s), "waitWeight": self.wait_weight}
 
 
 def _r(x: float | None) -> float | None:
@@ -108,17 +119,17 @@ def _r(x: float | None) -> float | None:
 def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown: float | None, runtime_s: float | None,
           runtime_error_s: float = 0.0, kind: Literal["span", "floor"] = "span", ahead: int | None = None,
           wait_alone_s: float | None = None, queue_cost_s: float | None = None, queue_later: int = 0,
-          queue_counted: int = 0) -> WaitOrSpan:
-    """Span when the expected wait exceeds the span's price (its expected extra run time, plus
+          queue_counted: int = 0, wait_weight: float = 1.0) -> WaitOrSpan:
+    """Span when the expected wait, charged ``wait_weight`` times, exceeds the span's price (its expected extra run time, plus
     ``queue_cost_s``, the delay it imposes on the others in line, when that is positive); wait on
     a tie. ``ahead`` and ``wait_alone_s``: the waiters queued ahead ``wait_s`` counts, and the wait
     for the room alone (said beside it); ``queue_later``, ``queue_counted``: of the others in line,
     how many start later with the span, and how many were counted."""
     out = WaitOrSpan(wait_s, wait_error_s, domain, span_slowdown, runtime_s, runtime_error_s, None, kind, ahead, wait_alone_s,
-                     queue_cost_s, queue_later, queue_counted)
-    price = out.span_price_s
-    if price is not None and wait_s is not None:
-        out = replace(out, choice="span" if wait_s > price else "wait")
+                     queue_cost_s, queue_later, queue_counted, wait_weight)
+    price, charged = out.span_price_s, out.wait_price_s
+    if price is not None and charged is not None:
+        out = replace(out, choice="span" if charged > price else "wait")
     return out
 
 

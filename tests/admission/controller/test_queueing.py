@@ -301,6 +301,7 @@ profiles:
   floor-elastic: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{perfFloorByCost: 0.5}}}}
   floor-hold: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5, perfFloorHoldSeconds: 900}}}}
   floor-idle: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5, perfFloorIdle: take}}}}
+  floor-weighted: {{requiredLevel: {CLIQUE}, queueing: {{perfFloorByCost: 0.5, waitWeight: 1.5}}}}
   floor-elastic-idle: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600,
                         queueing: {{perfFloorByCost: 0.5, perfFloorIdle: take}}}}
   costed: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 3600, queueing: {{waitOrSpan: true}}}}
@@ -338,6 +339,14 @@ def test_a_speed_floor_holds_when_the_slower_gpus_cost_more_than_waiting() -> No
     assert w.outcome == "wait"
     assert "wait or slower GPUs: expected wait for one domain 2000s" in w.message and "slows it 1.800×" in w.message
     assert "waits (cheaper)" in w.message
+
+
+def test_a_wait_charged_for_the_gpus_it_leaves_idle_takes_the_slower_gpus_sooner() -> None:
+    a = slow_island("floor-weighted")
+    a.decider.span_cost = lambda snap, decision: 1.8  # +2400 s on a 3000 s run against 2000 s of waiting charged 1.5 times: 3000 s
+    v = decide(a, 1, 2)
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r0n0", "r0n1"}
+    assert "charged ×1.5 for the GPUs it leaves idle = 3000s" in v.message and "takes the slower GPUs now (cheaper)" in v.message
 
 
 def test_without_perf_floor_by_cost_the_class_floor_decides_alone() -> None:

@@ -43,3 +43,12 @@ def test_a_span_charged_for_the_line_waits_when_the_delays_it_imposes_tip_the_ba
 def test_a_span_that_lets_the_line_start_sooner_is_not_credited_for_it() -> None:
     w = weigh(300.0, 0.0, "u0/c1", 1.10, 3600.0, queue_cost_s=-5000.0, queue_counted=3)
     assert w.span_price_s == pytest.approx(360.0) and w.choice == "wait"  # its own 360 s still outweigh a 300 s wait
+
+
+def test_a_wait_charged_for_the_gpus_it_leaves_idle_counts_wait_weight_times() -> None:
+    own = weigh(300.0, 0.0, "u0/c1", 1.10, 3600.0)  # 300 s of waiting against +360 s of span: waits
+    idle = weigh(300.0, 0.0, "u0/c1", 1.10, 3600.0, wait_weight=2.0)  # charged 600 s: spans
+    assert own.choice == "wait" and idle.choice == "span" and idle.wait_price_s == pytest.approx(600.0)
+    assert weigh(180.0, 0.0, "u0/c1", 1.10, 3600.0, wait_weight=2.0).choice == "wait"  # 360 s against 360 s: a tie waits
+    assert "charged ×2 for the GPUs it leaves idle = 600s" in idle.describe() and "charged" not in own.describe()
+    assert idle.as_record()["waitWeight"] == 2.0 and idle.as_record()["expectedWaitSeconds"] == 300.0

@@ -19,6 +19,8 @@ profiles:
   weigh: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}}, queueing: {{perfFloorByCost: 0.0}}}}
   take: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
           queueing: {{perfFloorByCost: 0.0, perfFloorIdle: take}}}}
+  weigh-idle: {{requiredLevel: {CLIQUE}, retry: {{initialSeconds: 30, maxSeconds: 120}},
+                queueing: {{perfFloorByCost: 0.0, waitWeight: 4.0}}}}
 classes:
   training: {{perfFloor: 0.9, uniformPerf: true}}
 """)
@@ -53,3 +55,12 @@ def test_under_perf_floor_idle_take_nodes_under_the_floor_run_jobs_while_a_backl
     w, t = summarize(weigh), summarize(take)
     assert t["gpu_allocation"] > w["gpu_allocation"] + 0.05  # the slow nodes idle less
     assert t["mean_wait_s"] < w["mean_wait_s"] and t["mean_jct_s"] < w["mean_jct_s"]  # the backlog drains sooner
+
+
+def test_a_wait_charged_for_the_gpus_it_leaves_idle_runs_more_jobs_on_the_slower_nodes() -> None:
+    weigh, idle = run("atoll-weigh"), run("atoll-weigh-idle")
+    assert (weigh.status == STATUS_DONE).all() and (idle.status == STATUS_DONE).all()
+    # charged four times over, a wait of more than 290 s (not 1,157 s) outweighs the slow node's +1,157 s
+    assert int((idle.slowdown > 1.2).sum()) >= int((weigh.slowdown > 1.2).sum()) + 2
+    w, i = summarize(weigh), summarize(idle)
+    assert i["gpu_allocation"] > w["gpu_allocation"] + 0.03 and i["mean_wait_s"] < w["mean_wait_s"]  # the slow nodes idle less

@@ -70,9 +70,12 @@ def shown(path: Path) -> str:
 
 def resolve_trace(name_or_path: str | None) -> str | None:
     """A trace path; a bundled name (``itp-cluster04``) or a bundled file name means the copy
-    shipped in the package (``TRACES_DIR``), unless a file of that name exists here."""
+    shipped in the package (``TRACES_DIR``), unless a file of that name exists here; a ``config/…``
+    path (a synthetic stream's parameters) resolves as every ``config/…`` path does."""
     if name_or_path is None or Path(name_or_path).exists():
         return name_or_path
+    if Path(name_or_path).parts[:1] == ("config",):
+        return str(bundled_path(name_or_path))
     name = TRACES.get(name_or_path, name_or_path)
     bundled = TRACES_DIR / name
     return str(bundled) if "/" not in name_or_path and bundled.exists() else name_or_path

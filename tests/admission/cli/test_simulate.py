@@ -424,6 +424,15 @@ def test_the_bundled_trace_runs_by_name_from_anywhere(capsys: pytest.CaptureFixt
     assert "island_block_72" in report["comparisons"][0]["policies"]["kueue-bestfit"]["all_jobs"]
 
 
+def test_the_docs_stream_path_runs_from_anywhere(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    # docs/queue.md writes the 14-day stream as config/streams/...: outside the repository it is the bundled copy
+    monkeypatch.chdir(tmp_path)
+    report = run_json(capsys, "--trace", "config/streams/small-jobs-with-gangs.yaml", "--trace-format", "synthetic",
+                      "--jobs", "30", "--policies", "kueue-bestfit", "--seeds", "1")
+    assert report["jobs"] == 30 and report["trace_format"] == "synthetic"
+
+
 def test_records_are_the_controllers_own_one_file_for_every_atoll_run(capsys: pytest.CaptureFixture[str], cluster: str,
                                                                       tmp_path: Path) -> None:
     """``--records``: every decision of every Atoll run, each naming its run, each meeting the

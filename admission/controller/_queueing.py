@@ -376,7 +376,8 @@ def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profi
     comes before its relax deadline), so it reserves on time without a timer Retry; and with
     ``perfFloorHoldSeconds``, a parked Workload is woken when that has passed, so the class
     speed floor holds it no longer. With ``holdBehindGangs``, ``reserveAfterSeconds`` counts from
-    ``created`` (the Workload's creation)."""
+    ``created`` (the Workload's creation). A gang past ``reserveAfterSeconds`` that holds no
+    reservation is marked ``Need.reserves``: a reservation of its flavor that ends wakes it."""
     q = profile.queueing
     if need is None or outlook is None:
         return need
@@ -386,6 +387,8 @@ def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profi
     times = []
     if q.reserve_after_seconds is not None and sum(s.count for s in specs) > 1 and not outlook.reservations.held_by(key):
         times.append(first + q.reserve_after_seconds)
+        if first + q.reserve_after_seconds <= now:  # it could reserve and holds none (the bound reached, or no domain to reserve)
+            need = replace(need, reserves=True)
     if q.perf_floor_by_cost is not None and q.perf_floor_hold_seconds is not None:
         times.append(first + q.perf_floor_hold_seconds)
     at = min((t for t in times if t > now), default=None)

@@ -79,6 +79,11 @@ class Need:
     """Held behind this owed gang (``holdBehindGangs``): woken by ``wake_behind`` when the gang is
     owed no longer (or ``wake_flavor``, or the deadline); freed GPUs never wake it (it could go at
     once, and it must not)."""
+    reserves: bool = field(default=False, compare=False)
+    """A gang past ``reserveAfterSeconds`` that holds no reservation (the flavor's bound was
+    reached): a reservation of its flavor that ends wakes it (``wake_reservers``), so the slot
+    goes to a gang that waits for one, not to whichever is decided next. Not part of the need's
+    identity."""
     request: PlacementRequest | None = field(default=None, compare=False, repr=False)
     """The placement request the decision that parked it searched (``queueing.lendParked`` asks it
     again: ``fits_now``); None: unknown. Not part of the need's identity."""
@@ -372,6 +377,12 @@ class WaitingRoom:
         """Every Workload parked on ``flavor`` (a change the GPU counts cannot see), oldest first."""
         self._close(flavor)
         return self._wake(sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor))
+
+    def wake_reservers(self, flavor: str, count: int) -> list[Hashable]:
+        """The ``count`` oldest Workloads parked on ``flavor`` waiting for a reservation
+        (``Need.reserves``): as many reservations of the flavor have ended."""
+        keys = sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor and n.reserves)
+        return self._wake(keys[:max(count, 0)])
 
     def wake_behind(self, gangs: Iterable[str]) -> list[Hashable]:
         """Every Workload held behind one of ``gangs`` (``Need.behind``), owed no longer, oldest first."""

@@ -3,7 +3,10 @@
 A reservation suspended (its holder lost its quota) or ended (its gang placed, rejected or gone)
 leaves the GPUs it held to others. Both are offered as a pod that ends offers its node
 (``WaitingRoom.freed``): only the parked Workloads those GPUs can hold are woken, oldest first,
-counted on the room a decision would search. The controller and the simulator call these same
+counted on the room a decision would search. An ended reservation also leaves its slot of the
+flavor's bound (``maxReservationsPerFlavor``): the oldest parked gang refused one for that bound
+(``Need.reserves``) is woken to take it, whether or not the GPUs held can hold it (a gang placed
+on its reservation leaves no GPU free, and the next gang would wait for its relax deadline). The controller and the simulator call these same
 functions, at the same moments.
 """
 
@@ -42,7 +45,8 @@ def wake_released(room: WaitingRoom | None, reservations: Reservations, room_now
     flavor as it is now (``held_on``, what the reservations still held keep left out), are
     offered as freed room, as a suspension's are (``wake_suspended``): only the parked Workloads
     it can hold are woken, oldest first; a flavor ``room_now`` cannot give wakes all its parked
-    Workloads. The controller asks it before each decision, the simulator after each instant's
+    Workloads. Then, per reservation ended, the oldest parked gang waiting for one of the flavor
+    (``WaitingRoom.wake_reservers``). The controller asks it before each decision, the simulator after each instant's
     passes: the same rule at the same moments."""
     taken = reservations.take_ended()
 
@@ -52,7 +56,11 @@ def wake_released(room: WaitingRoom | None, reservations: Reservations, room_now
             for n, g in kept.items():
                 others[n] = others.get(n, 0) + g
         return (n for r in taken if r.flavor == flavor for n in r.held_on(snapshot, others))
-    return _offer_held(room, taken, room_now, held)
+    out = _offer_held(room, taken, room_now, held)
+    if room is not None:
+        for flavor in sorted({r.flavor for r in taken}):
+            out.extend(room.wake_reservers(flavor, sum(1 for r in taken if r.flavor == flavor)))
+    return out
 
 
 def _offer_held(room: WaitingRoom | None, taken: list[Reservation], room_now: Callable[[str], Snapshot | None],

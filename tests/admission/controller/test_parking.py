@@ -259,7 +259,9 @@ def test_an_ended_reservation_wakes_only_the_parked_its_gpus_hold(fabric: Fabric
     reservation, a 2 × 4-GPU one for want of an island. Island b0c1 frees whole: the gang, parked
     first, is woken and placed there, and its reservation ends. Before the next decision what it
     held is offered as freed room (``wake_released``, the simulator's rule too): its free node
-    holds the 1-pod Workload, which is woken and placed there; the 2-pod one is not decided."""
+    holds the 1-pod Workload, which is woken and placed there. The 2-pod one, refused a
+    reservation (the flavor held its one), is woken for the slot the ended reservation leaves,
+    and reserves; it is not placed (no island holds it)."""
     doc = profiles_doc(fabric.flavor, fabric.topology)
     doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0}
     fabric.install(doc)
@@ -275,7 +277,9 @@ def test_an_ended_reservation_wakes_only_the_parked_its_gpus_hold(fabric: Fabric
     (gang,) = run(ctrl)  # the freed island holds the gang, parked first, and nobody after it
     assert gang.outcome == "admit" and fabric.entry("gang")["podSetUpdates"][0]["nodeSelector"] == {CLIQUE: fabric.clique(0, 1)}
     assert ctrl.queue_state.outlook.reservations.held_by(key) is None
-    (one,) = ctrl.process()  # before the next decision: the reservation's free node, offered
+    one, pair = ctrl.process()  # before the next decision: the reservation's free node, offered; its slot, to the gang refused one
     assert one.outcome == "admit" and planned(fabric.entry("one")) == {fabric.node_name(1, 1, 1): 1}
-    assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "admit"), ("one", "admit")]
+    assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "admit"), ("one", "admit"),
+                                                                                             ("pair", "wait")]
+    assert ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/pair") is not None
     assert f"{fabric.ns}/pair" in ctrl.parking

@@ -669,3 +669,24 @@ def test_under_hold_backfill_a_workload_expected_to_end_before_the_gang_has_its_
     a.outlook.started("sim/x", Running("f", (("r0n0", 4), ("r0n1", 4)), 0.0, limit=NOW + 500))
     assert a.decide(2, long, NOW).reason == "behind-gang"  # the gang's GPUs free sooner: the short one would not go now either
     assert a.decide(1, short, NOW).reason == "behind-gang"
+
+
+def test_a_parked_gang_past_its_reserve_time_that_holds_no_reservation_waits_for_one() -> None:
+    """Before ``reserveAfterSeconds`` a parked gang is woken at that time; past it with no
+    reservation (the flavor's bound reached) it is marked ``Need.reserves``, so a reservation of
+    its flavor that ends wakes it; a gang that holds one, and a one-pod Workload, are not."""
+    from admission.controller._queueing import reserve_deadline
+    from admission.queue import Outlook
+    from policies import PodSetSpec, WaitState
+
+    strict, gang, one = DOC.profiles["strict"], [PodSetSpec("workers", 2, ResourceVector(gpu=4))], [PodSetSpec("w", 1, ResourceVector(gpu=4))]
+    need, outlook = Need("f", CLIQUE, 2, 4), Outlook()
+    early = reserve_deadline(need, outlook, "ns/g", strict, WaitState(NOW - 100), NOW, gang)
+    assert early is not None and early.deadline == NOW + 500 and not early.reserves
+    late = reserve_deadline(need, outlook, "ns/g", strict, WaitState(NOW - 700), NOW, gang)
+    assert late is not None and late.reserves and late.deadline is None
+    single = reserve_deadline(Need("f", CLIQUE, 1, 4), outlook, "ns/s", strict, WaitState(NOW - 700), NOW, one)
+    assert single is not None and not single.reserves
+    assert outlook.reservations.add(Reservation("ns/g", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4),), NOW, NOW + 900), limit=1)
+    held = reserve_deadline(need, outlook, "ns/g", strict, WaitState(NOW - 700), NOW, gang)
+    assert held is not None and not held.reserves

@@ -85,3 +85,24 @@ def test_an_ended_capturing_reservation_offers_the_free_gpus_it_captured_not_wha
     room.park("ns/second", Need("f", CLIQUE, 1, 4))
     book.release("ns/span")
     assert wake_released(room, book, lambda flavor: snap) == ["ns/first"] and "ns/second" in room
+
+
+def test_an_ended_reservation_wakes_the_oldest_gang_refused_one_though_its_gpus_hold_nothing() -> None:
+    """The gang was placed on the GPUs it reserved, so the reservation leaves none free: no parked
+    Workload fits them. Its slot of the flavor's bound is free all the same, so the oldest gang
+    parked waiting for a reservation (``Need.reserves``) is woken to take it, one per reservation
+    ended; a gang not waiting for one, the younger reserver and another flavor's stay parked
+    (without this, the next gang waits for its relax deadline)."""
+    snap = cluster()
+    busy(snap, {f"c{c}n{n}": 900.0 for c in range(3) for n in range(4)})
+    book = Reservations()
+    assert book.add(GANG, limit=1)
+    room = WaitingRoom()
+    room.park("ns/plain", Need("f", CLIQUE, 2, 4))
+    room.park("ns/first", Need("f", CLIQUE, 2, 4, reserves=True))
+    room.park("ns/second", Need("f", CLIQUE, 2, 4, reserves=True))
+    room.park("ns/other", Need("g", CLIQUE, 2, 4, reserves=True))
+    book.release("ns/gang")
+    assert wake_released(room, book, lambda flavor: snap) == ["ns/first"]
+    assert {"ns/plain", "ns/second", "ns/other"} <= set(room.parked())
+    assert wake_released(room, book, lambda flavor: snap) == []  # taken once

@@ -423,9 +423,9 @@ def test_an_ended_reservation_wakes_only_the_parked_jobs_the_reserved_gpus_can_h
     8-GPU gang parks and after 300 s reserves the island with the free node. A 4-GPU job parks
     behind the reservation, an 8-GPU one for want of an island. At 2,000 s the third island's
     half frees: the gang takes it, and its reservation ends. Its free node holds the 4-GPU job,
-    which is woken and starts on it at once; the 8-GPU job is not decided again for room that
-    cannot hold it (``wake_released``, the controller's rule; every parked job of the flavor was,
-    before)."""
+    which is woken and starts on it at once. The 8-GPU job, refused a reservation at 660 s (the
+    flavor held its one), is woken for the slot the ended reservation leaves, not for room (it
+    cannot use the free node), and reserves (``wake_released``, the controller's rule)."""
     plan = [(0, 20000, 16, 0), (0, 20000, 12, 0), (0, 20000, 8, 0), (0, 2000, 8, 0), (1, 1000, 8, 0), (350, 1000, 4, 0), (360, 1000, 8, 0)]
     res, records = _drain300_with_records(plan, tmp_path, parking=True, quota_factor=1.5, islands=3)
     assert (res.status == STATUS_DONE).all()
@@ -433,4 +433,6 @@ def test_an_ended_reservation_wakes_only_the_parked_jobs_the_reserved_gpus_can_h
     assert any(r["workload"] == "job-4" and "reserves 8 GPUs" in r["message"] for r in said)
     assert res.start[4] == 2000 and res.start[5] == 2000
     at_2000 = [(r["workload"], r["outcome"]) for r in said if r["time"] == "1970-01-01T00:33:20.000Z"]
-    assert at_2000 == [("job-4", "admit"), ("job-5", "admit")]  # the 8-GPU job, job-6, is not decided
+    assert at_2000 == [("job-4", "admit"), ("job-5", "admit"), ("job-6", "wait")]
+    assert any(r["workload"] == "job-6" and "holds its 1 already" in r["message"] for r in said)
+    assert any(r["workload"] == "job-6" and r["time"] == "1970-01-01T00:33:20.000Z" and "reserves 8 GPUs" in r["message"] for r in said)

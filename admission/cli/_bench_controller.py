@@ -151,6 +151,16 @@ class _NoopDecider:
         return None
 
     @staticmethod
+    def warm() -> list[str]:
+        """Nothing to build: it searches no snapshot."""
+        return []
+
+    @staticmethod
+    def room_now(flavor: str) -> None:
+        """No snapshot to offer freed room on (the controller then wakes a flavor's parked Workloads whole)."""
+        return None
+
+    @staticmethod
     def evaluate(obj: Any, decision_id: str, now: float) -> Any:
         from admission.controller import Verdict
 

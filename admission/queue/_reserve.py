@@ -42,7 +42,8 @@ those it can hold are woken, and only if it is suspended still when the caller l
 controller before its next decision, the simulator once an instant's passes are done), since a
 suspension that ended before anyone could use the GPUs changed nothing. A reservation that ends
 is offered the same way (``take_ended``, ``wake_released``): the GPUs it held wake only the
-parked Workloads they can hold. A reservation is stored on the gang's Workload (``encode``; the
+parked Workloads they can hold; so are the GPUs a reservation that moves leaves behind
+(``take_moved``). A reservation is stored on the gang's Workload (``encode``; the
 controller writes it beside Atoll's waiting condition), so a new leader or a restarted controller
 rebuilds the same reservations from the API (``decode``).
 """
@@ -169,6 +170,8 @@ class Reservations:
         """Holders whose reservation was suspended since ``take_suspended`` last looked."""
         self._ended: dict[str, Reservation] = {}
         """Reservations released since ``take_ended`` last looked, by holder."""
+        self._was: dict[str, Reservation] = {}
+        """Reservations replaced since ``take_moved`` last looked (the first replaced), by holder."""
 
     def __len__(self) -> int:
         return len(self._flavor_of)
@@ -189,9 +192,11 @@ class Reservations:
         if mine is None and len(self._by_flavor.get(reservation.flavor, {})) >= limit:
             return False
         suspended = reservation.holder in self._no_quota
-        self.release(reservation.holder)
+        self._drop(reservation.holder)
         if suspended:
             self._no_quota.add(reservation.holder)
+        if mine is not None:
+            self._was.setdefault(reservation.holder, mine)
         self._by_flavor.setdefault(reservation.flavor, {})[reservation.holder] = reservation
         self._flavor_of[reservation.holder] = reservation.flavor
         return True
@@ -223,23 +228,49 @@ class Reservations:
         return holder in self._no_quota
 
     def release(self, holder: Hashable) -> Reservation | None:
-        self._no_quota.discard(str(holder))
-        flavor = self._flavor_of.pop(str(holder), None)
+        out = self._drop(str(holder))
+        if out is not None:
+            self._ended[str(holder)] = out
+        return out
+
+    def _drop(self, holder: str) -> Reservation | None:
+        self._no_quota.discard(holder)
+        flavor = self._flavor_of.pop(holder, None)
         if flavor is None:
             return None
-        out = self._by_flavor[flavor].pop(str(holder))
+        out = self._by_flavor[flavor].pop(holder)
         if not self._by_flavor[flavor]:
             del self._by_flavor[flavor]
-        self._ended[str(holder)] = out
         return out
 
     def take_ended(self) -> list[Reservation]:
         """The reservations released since the last call whose holders hold none now, oldest
         first: what each held is free for others. One whose holder holds a reservation again by
-        now (``add`` moved it, or the controller read it back) is left out: its end changed nothing."""
-        out = [r for h, r in self._ended.items() if h not in self._flavor_of]
+        now (the controller read it back, or released and reserved anew) did not end: it is
+        left to ``take_moved``, which offers what it no longer holds."""
+        out = []
+        for h, r in self._ended.items():
+            if h in self._flavor_of:
+                self._was.setdefault(h, r)
+            else:
+                out.append(r)
         self._ended.clear()
         return sorted(out, key=lambda r: (r.flavor, r.since, r.holder))
+
+    def take_moved(self) -> list[tuple[Reservation, Reservation]]:
+        """(before, now) for each holder whose reservation was replaced since the last call
+        (``add`` moved it to another domain, or chose a span's nodes again) by one on other
+        nodes, and that holds it still, oldest first: the nodes ``before`` held that ``now`` does
+        not are free for others. One replaced by the same nodes, or whose holder holds no quota
+        (it blocked nobody before nor blocks now), is left out. Ask ``take_ended`` first: a
+        reservation released and reserved anew since it last looked is passed on here."""
+        out = []
+        for h, before in self._was.items():
+            now = self.held_by(h)
+            if now is not None and h not in self._no_quota and (now.flavor, now.nodes, now.capture) != (before.flavor, before.nodes, before.capture):
+                out.append((before, now))
+        self._was.clear()
+        return sorted(out, key=lambda p: (p[0].flavor, p[0].since, p[0].holder))
 
     def holding(self, flavor: str, snapshot: Snapshot | None) -> list[tuple[Reservation, dict[str, int]]]:
         """Each reservation on ``flavor``, oldest first, with what it holds on ``snapshot``

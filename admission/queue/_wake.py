@@ -6,8 +6,10 @@ leaves the GPUs it held to others. Both are offered as a pod that ends offers it
 counted on the room a decision would search. An ended reservation also leaves its slot of the
 flavor's bound (``maxReservationsPerFlavor``): the oldest parked gang refused one for that bound
 (``Need.reserves``) is woken to take it, whether or not the GPUs held can hold it (a gang placed
-on its reservation leaves no GPU free, and the next gang would wait for its relax deadline). The controller and the simulator call these same
-functions, at the same moments.
+on its reservation leaves no GPU free, and the next gang would wait for its relax deadline). A
+reservation that moves (to a domain expected free sooner, or a span's nodes chosen again) leaves
+the GPUs of its old nodes it no longer holds, offered the same way; it keeps its slot. The
+controller and the simulator call these same functions, at the same moments.
 """
 
 from __future__ import annotations
@@ -46,20 +48,37 @@ def wake_released(room: WaitingRoom | None, reservations: Reservations, room_now
     offered as freed room, as a suspension's are (``wake_suspended``): only the parked Workloads
     it can hold are woken, oldest first; a flavor ``room_now`` cannot give wakes all its parked
     Workloads. Then, per reservation ended, the oldest parked gang waiting for one of the flavor
-    (``WaitingRoom.wake_reservers``). The controller asks it before each decision, the simulator after each instant's
-    passes: the same rule at the same moments."""
+    (``WaitingRoom.wake_reservers``). A reservation moved since the last call
+    (``Reservations.take_moved``) offers the GPUs it held before and holds no more, the same way,
+    and wakes no reserver (it keeps its slot). The controller asks it before each decision, the
+    simulator after each instant's passes: the same rule at the same moments."""
     taken = reservations.take_ended()
+    moved = reservations.take_moved()
 
     def held(flavor: str, snapshot: Snapshot) -> Iterable[str]:
-        others: dict[str, int] = {}
-        for _, kept in reservations.holding(flavor, snapshot):
-            for n, g in kept.items():
-                others[n] = others.get(n, 0) + g
-        return (n for r in taken if r.flavor == flavor for n in r.held_on(snapshot, others))
-    out = _offer_held(room, taken, room_now, held)
+        kept = reservations.holding(flavor, snapshot)
+        others = _sum_held(kept)
+        out = [n for r in taken if r.flavor == flavor for n in r.held_on(snapshot, others)]
+        for before, now in moved:
+            if before.flavor != flavor:
+                continue
+            mine = next((h for r, h in kept if r.holder == now.holder), {})
+            rest = _sum_held([(r, h) for r, h in kept if r.holder != now.holder])
+            out.extend(n for n, g in before.held_on(snapshot, rest).items() if g > mine.get(n, 0))
+        return out
+    out = _offer_held(room, taken + [before for before, _ in moved], room_now, held)
     if room is not None:
         for flavor in sorted({r.flavor for r in taken}):
             out.extend(room.wake_reservers(flavor, sum(1 for r in taken if r.flavor == flavor)))
+    return out
+
+
+def _sum_held(kept: Iterable[tuple[Reservation, dict[str, int]]]) -> dict[str, int]:
+    """Node → GPUs the reservations of ``kept`` (``Reservations.holding``) hold together."""
+    out: dict[str, int] = {}
+    for _, held in kept:
+        for n, g in held.items():
+            out[n] = out.get(n, 0) + g
     return out
 
 

@@ -1,6 +1,7 @@
 """A reservation that ends (its gang placed, rejected or gone) is offered to the waiting room as
 freed room, as a suspended one is: only the parked Workloads the GPUs it held can hold are woken,
-once, and a reservation moved or read back before anyone looked wakes nobody."""
+once. A reservation that moves offers the nodes it left, and keeps its slot; one read back
+before anyone looked offers nothing."""
 
 from __future__ import annotations
 
@@ -50,20 +51,57 @@ def test_an_ended_reservation_wakes_only_the_parked_workloads_what_it_held_can_h
     assert wake_released(None, book, room_now) == [] and book.take_ended() == []  # no room: taken all the same
 
 
-def test_a_moved_reservation_or_one_read_back_before_anyone_looked_has_not_ended() -> None:
-    """``add`` replacing a holder's reservation releases the old one on the way, and a controller
-    may read a released reservation back from the Workload before its next decision: in both the
-    holder holds a reservation when the caller looks, so nothing ended and nobody is woken."""
+def test_a_moved_reservation_offers_the_nodes_it_left_and_keeps_its_slot() -> None:
+    """A reservation that moves to another domain (``add`` replacing it) still holds a slot, so
+    no gang refused one is woken; but the nodes it left block nobody now: c2n0 is free, so the
+    4-GPU Workload parked there is woken (the 8-GPU one does not fit one free node). Before, a
+    move woke nobody, and those GPUs waited for some other end on the flavor. The same when the
+    controller saw the release and then read the moved reservation back before its next decision."""
     snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0, "c0n2": 900.0, "c1n0": 900.0, "c1n1": 900.0, "c1n2": 900.0, "c2n1": 900.0, "c2n2": 900.0,
+                "c2n3": 900.0})
+    moved = Reservation("ns/gang", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4), ("c1n1", 4)), 10.0, 600.0)
+    for read_back in (False, True):
+        book = Reservations()
+        assert book.add(GANG, limit=1)
+        assert wake_released(parked(), book, lambda flavor: snap) == []
+        if read_back:
+            book.release("ns/gang")
+        assert book.add(moved, limit=1) and book.held_by("ns/gang") == moved
+        room = parked()
+        room.park("ns/reserver", Need("f", CLIQUE, 2, 4, reserves=True))
+        assert book.take_ended() == []  # nothing ended: the holder holds one still
+        assert wake_released(room, book, lambda flavor: snap) == ["ns/one"], read_back
+        assert {"ns/pair", "ns/reserver", "ns/other-flavor"} <= set(room.parked())
+        assert wake_released(room, book, lambda flavor: snap) == []  # taken once
+
+
+def test_a_reservation_read_back_or_on_the_same_nodes_offers_only_the_nodes_it_left() -> None:
+    """Read back from the Workload after a release, or replaced by one on the same nodes (a later
+    expected free time), a reservation holds what it held: nobody is woken. Replaced by one that
+    keeps c2n1 and takes c2n2 (a span's nodes chosen again), only c2n0, the node it left, is
+    offered, once; a holder that holds no quota blocked nobody before its move, so it offers nothing."""
+    snap = cluster()
+    busy(snap, {"c0n0": 900.0, "c0n1": 900.0, "c0n2": 900.0, "c0n3": 900.0, "c1n0": 900.0, "c1n1": 900.0, "c1n2": 900.0, "c1n3": 900.0,
+                "c2n1": 900.0, "c2n2": 900.0, "c2n3": 900.0})
     book = Reservations()
     assert book.add(GANG, limit=1)
-    moved = Reservation("ns/gang", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4), ("c1n1", 4)), 10.0, 900.0)
-    assert book.add(moved, limit=1) and book.held_by("ns/gang") == moved
     room = parked()
-    assert book.take_ended() == [] and wake_released(room, book, lambda flavor: snap) == []
     book.release("ns/gang")
-    book.add(moved, limit=1)  # read back from the Workload
+    book.add(GANG, limit=1)  # read back
+    later = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), GANG.nodes, 10.0, 950.0)
+    assert book.add(later, limit=1)
     assert wake_released(room, book, lambda flavor: snap) == [] and len(room) == 3
+    again = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n1", 4), ("c2n2", 4)), 10.0, 950.0)
+    assert book.add(again, limit=1)
+    assert book.take_moved() == [(later, again)]
+    assert book.add(later, limit=1) and book.take_moved() == [(again, later)]
+    assert book.add(again, limit=1)
+    assert wake_released(room, book, lambda flavor: snap) == ["ns/one"] and "ns/pair" in room
+    assert wake_released(room, book, lambda flavor: snap) == []
+    book.quota("ns/gang", held=False)
+    assert book.add(GANG, limit=1)
+    assert book.take_moved() == []
 
 
 def test_an_ended_capturing_reservation_offers_the_free_gpus_it_captured_not_what_another_still_holds() -> None:

@@ -10,6 +10,7 @@ import pytest
 from admission.controller import Controller, DecisionSettings
 from admission.queue import Reservation
 from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, profiles_doc, run
+from tests.kube_objects import workload
 
 pytestmark = pytest.mark.apiserver
 
@@ -283,3 +284,75 @@ def test_an_ended_reservation_wakes_only_the_parked_its_gpus_hold(fabric: Fabric
                                                                                              ("pair", "wait")]
     assert ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/pair") is not None
     assert f"{fabric.ns}/pair" in ctrl.parking
+
+
+def submit_gpus(fabric: Fabric, name: str, gpus: int, limit: int | None = None) -> None:
+    """A 1-pod Workload of ``gpus`` GPUs (``limit``: its maximumExecutionTimeSeconds), quota reserved."""
+    manifest = workload(fabric.ns, name, [("main", 1, gpus)])
+    if limit is not None:
+        manifest["spec"]["maximumExecutionTimeSeconds"] = limit
+    fabric.kueue.create(manifest)
+    fabric.kueue.reserve_quota(fabric.ns, name, fabric.cq, fabric.flavor)
+
+
+def start(fabric: Fabric, name: str, gpus: int) -> None:
+    """Bind the pods of admitted ``name`` (``gpus`` GPUs each) to its planned nodes, as the scheduler would."""
+    entry = fabric.entry(name)
+    decision = entry["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"]
+    nodes = [n for n, pods in sorted(planned(entry).items()) for _ in range(pods)]
+    for i, node in enumerate(nodes):
+        fabric.bind_pod(f"{name}-{i}", node, gpus, decision_id=decision)
+
+
+def test_a_moved_reservation_wakes_the_parked_the_nodes_it_left_hold(fabric: Fabric) -> None:
+    """Four cliques full but one node of clique A, whose Workload has no limit (so A's free time
+    is unknown); clique B holds a 600 s Workload on one node and, on the other, a 600 s 2-GPU
+    Workload and a 2-GPU one without a limit. A 2 × 4-GPU gang (``soonestFree``, margin 1,800 s;
+    it may span a block after an hour) reserves A, fewest to drain; two strict 1 × 4-GPU
+    Workloads park behind the reservation (no limit ends before an unknown time, so neither
+    backfills). B's unlimited Workload ends (2 GPUs: no room for a 4-GPU pod, nobody is woken).
+    At its relax deadline the gang is decided again (no block has two free nodes: it waits) and
+    moves its reservation to B, now expected free sooner. The node it left in A blocks nobody
+    now: before the next decision it is offered as freed room, and the older 1-pod Workload is
+    woken and placed there; the younger one is not. Before, a move offered nothing: both stayed
+    parked with A's node free."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["moving"] = {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 3600, "queueing": {
+        "reserveAfterSeconds": 0, "reserveTarget": "soonestFree", "retargetMarginSeconds": 1800}}
+    fabric.install(doc)
+    ctrl = parking(fabric)
+    for name, gpus, limit in (("b-soon", 4, 600), ("b-long", 2, None), ("b-short", 2, 600)):
+        submit_gpus(fabric, name, gpus, limit)
+        assert [v.outcome for v in run(ctrl)] == ["admit"]
+        start(fabric, name, gpus)
+    for name, pods in (("c", 2), ("d", 2), ("a", 1)):
+        fabric.submit(name, [("main", pods, 4)])
+        assert [v.outcome for v in run(ctrl)] == ["admit"]
+        start(fabric, name, 4)
+    cliques = {fabric.node_name(b, c, i): fabric.clique(b, c) for b in (0, 1) for c in (0, 1) for i in (0, 1)}
+    on = {name: next(iter(planned(fabric.entry(name)))) for name in ("b-soon", "b-long", "b-short", "a")}
+    assert on["b-long"] == on["b-short"] != on["b-soon"] and cliques[on["b-soon"]] == cliques[on["b-long"]] != cliques[on["a"]]
+    key = f"{fabric.ns}/gang"
+    fabric.submit("gang", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "moving"}})
+    (gang,) = run(ctrl)
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert gang.outcome == "wait" and held is not None and held.path[-1] == cliques[on["a"]], gang.message
+    (a_free,) = set(dict(held.nodes)) - {on["a"]}
+    for name in ("one", "two"):
+        fabric.submit(name, [("main", 1, 4)])
+        (verdict,) = run(ctrl)
+        assert verdict.outcome == "wait" and verdict.parked, (name, verdict.message)
+
+    fabric.finish("b-long")
+    fabric.core.delete_namespaced_pod("b-long-0", fabric.ns, grace_period_seconds=0)
+    assert run(ctrl) == []  # 2 GPUs free: no room for any parked Workload
+    decided = len(fabric.decision_records())
+    fabric.clock.advance(3600)
+    (moved,) = run(ctrl)  # the gang's relax deadline
+    now = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert moved.outcome == "wait" and f"moved from {'/'.join(held.path)}" in moved.message, moved.message
+    assert now is not None and now.path[-1] == cliques[on["b-soon"]]
+    (one,) = ctrl.process()  # before the next decision: the node the reservation left, offered
+    assert one.outcome == "admit" and planned(fabric.entry("one")) == {a_free: 1}
+    assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "wait"), ("one", "admit")]
+    assert f"{fabric.ns}/two" in ctrl.parking

@@ -5,6 +5,7 @@ wait-or-span says both numbers in the message."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -82,6 +83,22 @@ def test_gpus_the_gang_will_not_need_stay_open() -> None:
     assert decide(a, 2, 1).outcome == "wait"  # r0n1 now holds it; r0n0 stays the gang's
 
 
+def parked_on(a: DeployedAtoll, side: str, *needs: tuple[str, Need]) -> Callable[[], list[str]]:
+    """Park ``needs`` in the room of ``side`` (the simulator's own, or the controller's parking on
+    ``a``'s cache); what asking that side for the parked Workloads a reservation's end or move
+    wakes (``take_released``, ``Parking.released``) returns."""
+    parking = Parking(a.cache, override=True)
+    room = parking.room if side == "controller" else WaitingRoom()
+    for key, need in needs:
+        room.park(key, need)
+
+    def ask() -> list[str]:
+        if side == "simulator":
+            return [str(k) for k in a.take_released(room)]
+        return parking.released(a.outlook.reservations, a.decider.room_now)
+    return ask
+
+
 def test_at_a_reservations_end_the_simulator_and_the_controller_wake_the_same_parked_workloads() -> None:
     """One state, asked by both sides: island r0 has r0n0 busy and r0n1 free, both held by a
     gang's reservation; island r1 is full. Parked, oldest first: a 2 × 4-GPU Workload and a
@@ -92,15 +109,7 @@ def test_at_a_reservations_end_the_simulator_and_the_controller_wake_the_same_pa
     for side in ("simulator", "controller"):
         a = atoll(used={"r0n0": 4, "r1n0": 4, "r1n1": 4})
         reserve(a, (("r0n0", 4), ("r0n1", 4)))
-        parking = Parking(a.cache, override=True)
-        room = parking.room if side == "controller" else WaitingRoom()
-        room.park("sim/pair", Need("f", CLIQUE, 2, 4))
-        room.park("sim/one", Need("f", CLIQUE, 1, 4))
-
-        def ask(a: DeployedAtoll = a, room: WaitingRoom = room, parking: Parking = parking, side: str = side) -> list[str]:
-            if side == "simulator":
-                return [str(k) for k in a.take_released(room)]
-            return parking.released(a.outlook.reservations, a.decider.room_now)
+        ask = parked_on(a, side, ("sim/pair", Need("f", CLIQUE, 2, 4)), ("sim/one", Need("f", CLIQUE, 1, 4)))
         assert ask() == []  # nothing ended yet
         assert a.outlook.reservations.release("sim/job-99") is not None
         woken[side] = ask()
@@ -152,6 +161,26 @@ def test_a_held_reservation_moves_past_the_margin_and_keeps_its_age() -> None:
     decide(b, 7, 2, now=NOW + 600)
     kept = b.outlook.reservations.held_by("sim/job-7")
     assert kept is not None and kept.path == ("u0", "r0")  # 5,000 is within 1,800 s of 3,500: it stays
+
+
+def test_when_a_reservation_moves_the_simulator_and_the_controller_wake_the_same_parked_workloads() -> None:
+    """The gang's reservation on r0 (r0n0 busy, r0n1 free) moves to r1, expected free sooner: r0n1
+    blocks nobody now. Parked, oldest first: a 2 × 4-GPU Workload, a gang refused a reservation
+    (the flavor holds its one), and a 1 × 4-GPU one. Both sides, asked after the decision that
+    moved it, wake the 1-pod Workload the node it left holds; the move keeps the flavor's one
+    slot, so the gang stays parked. Before, a move woke nobody on either side."""
+    woken: dict[str, list[str]] = {}
+    for side in ("simulator", "controller"):
+        a = waited_gang("soonest")
+        assert a.outlook.reservations.add(Reservation("sim/job-7", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4), ("r0n1", 4)), 50.0, 5000.0),
+                                          limit=1)
+        ask = parked_on(a, side, ("sim/pair", Need("f", CLIQUE, 2, 4)), ("sim/gang", Need("f", CLIQUE, 2, 4, reserves=True)),
+                        ("sim/one", Need("f", CLIQUE, 1, 4)))
+        assert ask() == []  # nothing moved yet
+        assert "moved from u0/r0" in decide(a, 7, 2, now=NOW + 600).message
+        woken[side] = ask()
+        assert ask() == []  # taken once
+    assert woken == {"simulator": ["sim/one"], "controller": ["sim/one"]}
 
 
 def test_wait_or_span_says_both_numbers() -> None:

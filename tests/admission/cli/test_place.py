@@ -52,6 +52,24 @@ def test_place_bad_workload_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "spec.podSets[0].template.spec.containers: at least one container" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flag", "text", "needle"),
+    [
+        ("--workload", "kind: Job\nspec:\n  parallelism: [16\n  completions: 16\n", "not valid YAML at line 4, column 14: expected ',' or ']'"),
+        ("--workload", "kind: Job\n---\nkind: Job\nspec: {a: b: c}\n", "not valid YAML at line 4, column 12: "),
+        ("--profiles", "profiles: [\n", "not valid YAML at line 2, column 1: expected the node content"),
+    ],
+)
+def test_a_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path: Path, flag: str, text: str, needle: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    args = ["--workload", str(EXAMPLES / "training-job.yaml"), "--profiles", str(bad)] if flag == "--profiles" else ["--workload", str(bad)]
+    assert main(["place", *args]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "compiling" not in line]
+    assert len(err) == 1 and err[0].startswith(f"atoll place: {bad}: ") and needle in err[0]
+
+
 def test_bench_finder_reports_identical_outputs(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "finder", "--nodes", "200", "--requests", "60", "--reference-sample", "30", "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)

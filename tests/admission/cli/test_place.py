@@ -35,7 +35,9 @@ def test_place_strict_waits_on_a_busy_cluster(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--cluster", "no-such-cluster"], "cannot read"),
+        (["--cluster", "no-such-cluster"], "--cluster: 'no-such-cluster' is neither a file nor a bundled cluster model; give a model file or one of "
+                                           "dgx-h100-superpod, gb200-nvl72-superpod, mixed-a100-h100, mixed-accelerators"),
+        (["--cluster", "no-such-cluster.yaml"], "no-such-cluster.yaml: cannot read"),
         (["--profile", "gold"], "profile 'gold' does not exist"),
         (["--flavor", "tpu"], "no flavor 'tpu'"),
     ],

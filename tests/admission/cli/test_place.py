@@ -260,9 +260,12 @@ def test_a_profile_with_balanced_placement_shares_a_spanning_gang_evenly(tmp_pat
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 OWN_PROFILES = {"gb200-nvl72-superpod": "config/profiles.yaml", "dgx-h100-superpod": "config/kueue/dgx-h100/profiles.yaml",
-                "mixed-a100-h100": "config/kueue/mixed-a100-h100/profiles.yaml"}
-FLAVORS = [("gb200-nvl72-superpod", "gb200"), ("dgx-h100-superpod", "h100"), ("mixed-a100-h100", "a100"), ("mixed-a100-h100", "h100")]
+                "mixed-a100-h100": "config/kueue/mixed-a100-h100/profiles.yaml",
+                "mixed-accelerators": "config/kueue/mixed-accelerators/profiles.yaml"}
+FLAVORS = [("gb200-nvl72-superpod", "gb200"), ("dgx-h100-superpod", "h100"), ("mixed-a100-h100", "a100"), ("mixed-a100-h100", "h100"),
+           ("mixed-accelerators", "h100"), ("mixed-accelerators", "mi300x"), ("mixed-accelerators", "gaudi3")]
 NVL72_ONLY = {"sliced-training-jobset.yaml"}  # slices of 16 trays × 4 GPUs: each slice needs a 64-GPU NVLink island
+TOO_SMALL = {("mixed-accelerators", "h100", "training-job.yaml")}  # 64 GPUs; the largest span the profile allows, a leaf, has 32
 
 
 @pytest.mark.parametrize(("cluster", "flavor"), FLAVORS)
@@ -276,7 +279,9 @@ def test_every_bundled_example_on_every_bundled_cluster(cluster: str, flavor: st
             assert answer["profiles"] == OWN_PROFILES[cluster] and answer["outcome"] == "admit", answer["message"]
         return
     assert out["profiles"] == OWN_PROFILES[cluster]  # the profiles document the cluster model names, picked up without --profiles
-    if example in NVL72_ONLY and cluster != "gb200-nvl72-superpod":
+    if (cluster, flavor, example) in TOO_SMALL:
+        assert out["outcome"] == "reject" and "never fits" in out["message"] and "fit neither one nvidia.com/gpu.clique domain" in out["message"]
+    elif example in NVL72_ONLY and cluster != "gb200-nvl72-superpod" and flavor not in ("mi300x", "gaudi3"):  # no nvidia.com/gpu there
         # the manifest's own Kueue annotation asks for more than an 8-GPU island: the answer says so, not "use another profile"
         assert out["outcome"] == "reject"
         assert any("kueue.x-k8s.io/podset-slice-required-topology: nvidia.com/gpu.clique" in n and "no profile relaxes them" in n

@@ -88,7 +88,7 @@ EXPECTED = {
         "KueueNode", "Level", "LinkPlacement", "Mode", "NodeConstraint", "NodeInfo", "NodeModel", "NodeRequirement", "Placement", "PlacementError",
         "PlacementRequest", "PodSetPlacement", "PodSetRequest", "ResourceVector", "SliceLayer", "SlicePlacement", "Snapshot",
         "Spread", "Taint", "TaintModel", "Toleration", "bottleneck_bandwidth", "build_kueue_leaves", "check_accelerator_resource",
-        "describe_validation_error", "fabric_graph", "fabric_path", "find_placement", "fragmentation_index", "island_free_gpus", "kueue_leaves_from_snapshot", "kueue_place",
+        "describe_validation_error", "describe_yaml_error", "fabric_graph", "fabric_path", "find_placement", "fragmentation_index", "island_free_gpus", "kueue_leaves_from_snapshot", "kueue_place",
         "load_cluster_model", "load_yaml_model", "never_fits", "node_is_healthy", "parse_amount", "parse_cpu_milli",
         "parse_label_int", "read_yaml_file", "read_yaml_text", "untolerated_taints",
     },

@@ -57,7 +57,7 @@ from topology._resources import (
 from topology._snapshot import Snapshot, node_is_healthy, untolerated_taints
 
 if TYPE_CHECKING:
-    from topology._documents import describe_validation_error, load_yaml_model, read_yaml_file, read_yaml_text
+    from topology._documents import describe_validation_error, describe_yaml_error, load_yaml_model, read_yaml_file, read_yaml_text
     from topology._kueue_tas import KueueNode, Mode, build_kueue_leaves, kueue_leaves_from_snapshot, kueue_place
 
 __all__ = [
@@ -119,6 +119,7 @@ __all__ = [
     "default_comm_fraction",
     "default_model_gb",
     "describe_validation_error",
+    "describe_yaml_error",
     "fabric_graph",
     "fabric_path",
     "find_placement",
@@ -141,7 +142,7 @@ __all__ = [
     "untolerated_taints",
 ]
 
-_LAZY = {"KueueNode": "_kueue_tas", "Mode": "_kueue_tas", "build_kueue_leaves": "_kueue_tas", "describe_validation_error": "_documents", "kueue_leaves_from_snapshot": "_kueue_tas", "kueue_place": "_kueue_tas", "load_yaml_model": "_documents", "read_yaml_file": "_documents", "read_yaml_text": "_documents"}
+_LAZY = {"KueueNode": "_kueue_tas", "Mode": "_kueue_tas", "build_kueue_leaves": "_kueue_tas", "describe_validation_error": "_documents", "describe_yaml_error": "_documents", "kueue_leaves_from_snapshot": "_kueue_tas", "kueue_place": "_kueue_tas", "load_yaml_model": "_documents", "read_yaml_file": "_documents", "read_yaml_text": "_documents"}
 """Names whose modules ``import topology`` does not load, imported on first use."""
 
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["describe_validation_error", "key_path", "load_yaml_model", "read_yaml_file", "read_yaml_text"]
+__all__ = ["describe_validation_error", "describe_yaml_error", "key_path", "load_yaml_model", "read_yaml_file", "read_yaml_text"]
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -21,12 +21,28 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 _QUIET_INPUT = frozenset({"extra_forbidden", "value_error", "missing", "assertion_error"})
 
 
+def describe_yaml_error(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error on one line: ``not valid YAML at line 11, column 14: <problem> (<context>)``.
+
+    PyYAML's own text spans several lines and quotes the document; the line, column and problem
+    are what a reader needs to find the typo."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return "not valid YAML: " + " ".join(str(exc).split())
+    def at(mark: yaml.Mark | None) -> str:
+        return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+    text = exc.problem or exc.context or str(exc)
+    if exc.problem and exc.context:
+        text += f" ({exc.context}{at(exc.context_mark)})"
+    return f"not valid YAML{at(exc.problem_mark or exc.context_mark)}: " + " ".join(text.split())
+
+
 def read_yaml_text(text: str, source: str, error: type[Exception]) -> Any:
     """Parse YAML; a syntax error becomes ``error`` naming ``source``."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise error(f"{source}: not valid YAML: {exc}") from exc
+        raise error(f"{source}: {describe_yaml_error(exc)}") from exc
 
 
 def read_yaml_file(path: str | Path, error: type[Exception]) -> Any:

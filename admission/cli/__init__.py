@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("admission.cli._explain", "why a Workload waits, or why it was placed where it was"),
     "queue": ("admission.cli._queue", "the Workloads waiting on Atoll's check, and why, per domain"),
     "yields": ("admission.cli._yields", "Workloads that gave their quota back; --end reactivates them"),
-    "bench": ("admission.cli._bench", "benchmarks: finder, controller"),
+    "bench": ("admission.cli._bench", "benchmarks: finder, simulate, decide, controller, kueue, quality, …"),
     "baseline": ("admission.cli._baseline", "run a baseline placement (kueue-bestfit) on a scenario"),
 }
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from topology import ClusterModel
+from topology import ClusterModel, ClusterModelError
 
 __all__ = ["CONFIG_DIR", "TRACES", "TRACES_DIR", "bundled_path", "model_profiles", "resolve_cluster", "resolve_profiles", "resolve_trace",
            "shown"]
@@ -39,12 +39,16 @@ def bundled_path(value: str) -> Path:
 
 
 def resolve_cluster(name_or_path: str | None) -> Path:
-    """A cluster model path; a bare name means ``config/clusters/<name>.yaml``."""
+    """A cluster model path; a bare name means ``config/clusters/<name>.yaml``, which must exist."""
     value = name_or_path or DEFAULT_CLUSTER
     path = bundled_path(value)
     if path.exists() or path.suffix in (".yaml", ".yml") or "/" in value:
         return path
-    return CONFIG_DIR / "clusters" / f"{value}.yaml"
+    bundled = CONFIG_DIR / "clusters" / f"{value}.yaml"
+    if not bundled.exists():
+        names = ", ".join(sorted(p.stem for p in (CONFIG_DIR / "clusters").glob("*.yaml")))
+        raise ClusterModelError(f"--cluster: {value!r} is neither a file nor a bundled cluster model; give a model file or one of {names}")
+    return bundled
 
 
 def model_profiles(cluster_path: Path, model: ClusterModel) -> Path | None:

@@ -27,7 +27,7 @@ from admission.cli._args import Parser
 from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown
 from admission.controller import WorkloadError, parse_object
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
-from topology import ClusterModelError, ResourceVector, Snapshot, load_cluster_model, read_yaml_file
+from topology import ClusterModelError, ResourceVector, Snapshot, describe_yaml_error, load_cluster_model, read_yaml_file
 
 __all__ = ["main", "place_workload"]
 
@@ -246,7 +246,7 @@ def _manifests(path: Path) -> list[Any]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise WorkloadError(f"{path}: not valid YAML: {exc}") from None
+        raise WorkloadError(f"{path}: {describe_yaml_error(exc)}") from None
     return docs or [read_yaml_file(path, WorkloadError)]
 
 

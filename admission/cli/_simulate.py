@@ -340,7 +340,14 @@ def _plan(args: argparse.Namespace) -> _Plan:
     names = [n.strip() for n in (args.policies or ",".join(DEFAULT_SIM_POLICIES)).split(",") if n.strip()]
     profiles_path = resolve_profiles(args.profiles, cluster_path, cluster)
     doc = load_profiles_file(profiles_path)
-    policies = make_policies(names, doc, seed=args.seed)
+    try:
+        policies = make_policies(names, doc, seed=args.seed)
+    except PolicyError as exc:
+        if args.policies:
+            raise
+        atoll = " and ".join(n for n in DEFAULT_SIM_POLICIES if n.startswith("atoll-"))
+        raise PolicyError(f"{exc}: --policies was not given, and its default runs {atoll}, which {shown(profiles_path)} does not both "
+                          "define; give --policies") from None
     own = model_profiles(cluster_path, cluster)
     _check_profile_levels(policies, build_snapshots(cluster),
                           f"--profiles {shown(own)} (the document cluster {cluster.name} is set up with)" if own else

@@ -50,6 +50,7 @@ from pydantic import ValidationError
 
 from admission.simulator._jobs import PRIORITY_MAX, PRIORITY_MIN, Job, JobKind, _unchecked_jobs, make_job
 from admission.simulator._synthetic import SyntheticParams, synthetic_jobs
+from topology import describe_yaml_error
 
 __all__ = [
     "ITP_COLUMNS",
@@ -349,7 +350,7 @@ def _synthetic_params(path: StrPath) -> SyntheticParams:
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise TraceError(f"{name}: not valid YAML: {exc}") from exc
+            raise TraceError(f"{name}: {describe_yaml_error(exc)}") from exc
     try:
         return SyntheticParams.model_validate(data or {})
     except ValidationError as exc:

@@ -71,6 +71,15 @@ def test_unreadable_and_malformed_files_name_the_file(tmp_path: Path) -> None:
     assert read_yaml_file(good, DocError) == {"items": [{"name": "r"}]}
 
 
+def test_a_yaml_syntax_error_is_one_line_with_its_line_column_and_context() -> None:
+    with pytest.raises(DocError) as caught:
+        read_yaml_text("a: 1\nb: [2\nc: 3\n", "doc.yaml", DocError)
+    assert str(caught.value) == ("doc.yaml: not valid YAML at line 3, column 2: expected ',' or ']', but got ':'"
+                                 " (while parsing a flow sequence at line 2, column 4)")
+    with pytest.raises(DocError, match=r"^doc\.yaml: not valid YAML at line 1, column 1: found character '\\t'"):
+        read_yaml_text("\tx: 1\n", "doc.yaml", DocError)
+
+
 def test_a_model_file_is_a_mapping_validated_with_every_problem_named(tmp_path: Path) -> None:
     path = tmp_path / "doc.yaml"
     path.write_text("items: [{name: a, gpuCount: 2}]\nmode: b\n")

@@ -1,8 +1,11 @@
-"""``atoll bench collectives``: every published point with its prediction, and a non-zero exit on a miss."""
+"""``atoll bench collectives``: every published point with its prediction, and a non-zero exit on a miss; and
+the README's Commands table against the commands and benchmarks there are."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +36,24 @@ def test_collectives_fails_when_a_prediction_misses_its_measurement(monkeypatch:
     assert atoll(["bench", "collectives"]) == 1
     out = capsys.readouterr().out
     assert "FAIL collectives: 1 of 2 published points within ±20 %" in out
+
+
+def test_every_published_point_is_within_the_readmes_eleven_percent(capsys: pytest.CaptureFixture[str]) -> None:
+    """README, "Cost model": all 12 points within ±11 %."""
+    assert atoll(["bench", "collectives", "--format", "json"]) == 0
+    points = json.loads(capsys.readouterr().out)["points"]
+    assert len(points) == 12 and max(abs(p["predicted_gbps"] / p["measured_gbps"] - 1) for p in points) <= 0.11
+
+
+def test_the_readme_commands_table_has_a_row_for_every_command_and_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    assert atoll(["--help"]) == 0
+    commands = re.findall(r"^  ([a-z]+) ", capsys.readouterr().out, flags=re.M)
+    assert atoll(["bench", "--help"]) == 0
+    benches = re.search(r"\{([a-z,]+)\}", capsys.readouterr().out)
+    assert benches is not None and "simulate" in commands
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Commands", 1)[1].split("\n\n", 2)[1]
+    rows = {tuple(m.group(1).split()[:2]) for m in re.finditer(r"^\| `atoll ([a-z -]+)", table, flags=re.M)}
+    missing = [f"atoll bench {b}" for b in benches.group(1).split(",") if ("bench", b) not in rows]
+    missing += [f"atoll {c}" for c in commands if c != "bench" and not any(r[0] == c for r in rows)]
+    assert not missing, f"README's Commands table lacks {missing}"

@@ -35,7 +35,9 @@ def test_place_strict_waits_on_a_busy_cluster(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--cluster", "no-such-cluster"], "cannot read"),
+        (["--cluster", "no-such-cluster"], "--cluster: 'no-such-cluster' is neither a file nor a bundled cluster model; give a model file or one of "
+                                           "dgx-h100-superpod, gb200-nvl72-superpod, mixed-a100-h100, mixed-accelerators"),
+        (["--cluster", "no-such-cluster.yaml"], "no-such-cluster.yaml: cannot read"),
         (["--profile", "gold"], "profile 'gold' does not exist"),
         (["--flavor", "tpu"], "no flavor 'tpu'"),
     ],
@@ -50,6 +52,24 @@ def test_place_bad_workload_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     bad.write_text("kind: Job\nmetadata: {name: j}\nspec:\n  parallelism: 2\n  template:\n    spec:\n      containers: []\n")
     assert main(["place", "--workload", str(bad)]) == 2
     assert "spec.podSets[0].template.spec.containers: at least one container" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "needle"),
+    [
+        ("--workload", "kind: Job\nspec:\n  parallelism: [16\n  completions: 16\n", "not valid YAML at line 4, column 14: expected ',' or ']'"),
+        ("--workload", "kind: Job\n---\nkind: Job\nspec: {a: b: c}\n", "not valid YAML at line 4, column 12: "),
+        ("--profiles", "profiles: [\n", "not valid YAML at line 2, column 1: expected the node content"),
+    ],
+)
+def test_a_yaml_syntax_error_is_one_line_naming_file_line_and_column(tmp_path: Path, flag: str, text: str, needle: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    args = ["--workload", str(EXAMPLES / "training-job.yaml"), "--profiles", str(bad)] if flag == "--profiles" else ["--workload", str(bad)]
+    assert main(["place", *args]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "compiling" not in line]
+    assert len(err) == 1 and err[0].startswith(f"atoll place: {bad}: ") and needle in err[0]
 
 
 def test_bench_finder_reports_identical_outputs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -240,12 +260,15 @@ def test_a_profile_with_balanced_placement_shares_a_spanning_gang_evenly(tmp_pat
 
 CONFIG = Path(__file__).resolve().parents[3] / "config"
 OWN_PROFILES = {"gb200-nvl72-superpod": "config/profiles.yaml", "dgx-h100-superpod": "config/kueue/dgx-h100/profiles.yaml",
-                "mixed-a100-h100": "config/kueue/mixed-a100-h100/profiles.yaml"}
+                "mixed-a100-h100": "config/kueue/mixed-a100-h100/profiles.yaml",
+                "mixed-accelerators": "config/kueue/mixed-accelerators/profiles.yaml"}
 FLAVORS = [("gb200-nvl72-superpod", "gb200"), ("dgx-h100-superpod", "h100"), ("mixed-a100-h100", "a100"), ("mixed-a100-h100", "h100")]
+EVERY_FLAVOR = [*FLAVORS, ("mixed-accelerators", "h100"), ("mixed-accelerators", "mi300x"), ("mixed-accelerators", "gaudi3")]
 NVL72_ONLY = {"sliced-training-jobset.yaml"}  # slices of 16 trays × 4 GPUs: each slice needs a 64-GPU NVLink island
+TOO_SMALL = {("mixed-accelerators", "h100", "training-job.yaml")}  # 64 GPUs; the largest span the profile allows, a leaf, has 32
 
 
-@pytest.mark.parametrize(("cluster", "flavor"), FLAVORS)
+@pytest.mark.parametrize(("cluster", "flavor"), EVERY_FLAVOR)
 @pytest.mark.parametrize("example", sorted(p.name for p in (CONFIG / "workloads").glob("*.yaml")))
 def test_every_bundled_example_on_every_bundled_cluster(cluster: str, flavor: str, example: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["place", "--cluster", cluster, "--flavor", flavor, "--workload", f"config/workloads/{example}", "--format", "json"]) == 0
@@ -256,7 +279,9 @@ def test_every_bundled_example_on_every_bundled_cluster(cluster: str, flavor: st
             assert answer["profiles"] == OWN_PROFILES[cluster] and answer["outcome"] == "admit", answer["message"]
         return
     assert out["profiles"] == OWN_PROFILES[cluster]  # the profiles document the cluster model names, picked up without --profiles
-    if example in NVL72_ONLY and cluster != "gb200-nvl72-superpod":
+    if (cluster, flavor, example) in TOO_SMALL:
+        assert out["outcome"] == "reject" and "never fits" in out["message"] and "fit neither one nvidia.com/gpu.clique domain" in out["message"]
+    elif example in NVL72_ONLY and cluster != "gb200-nvl72-superpod" and flavor not in ("mi300x", "gaudi3"):  # no nvidia.com/gpu there
         # the manifest's own Kueue annotation asks for more than an 8-GPU island: the answer says so, not "use another profile"
         assert out["outcome"] == "reject"
         assert any("kueue.x-k8s.io/podset-slice-required-topology: nvidia.com/gpu.clique" in n and "no profile relaxes them" in n

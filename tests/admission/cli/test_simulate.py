@@ -598,3 +598,16 @@ def test_a_negative_first_seed_is_one_line_naming_the_flag(capsys: pytest.Captur
     with pytest.raises(SystemExit) as bad:
         main(["--seed", "-1"])
     assert bad.value.code == 2 and "--seed: -1 is below 0; seeds start at 0" in capsys.readouterr().err
+
+
+def test_a_profiles_document_without_the_default_policies_profiles_says_to_give_policies(capsys: pytest.CaptureFixture[str],
+                                                                                           tmp_path: Path) -> None:
+    doc = tmp_path / "profiles.yaml"
+    doc.write_text("defaultProfile: strict\nprofiles:\n  strict: {requiredLevel: nvidia.com/gpu.clique}\n")
+    assert atoll(["simulate", "--profiles", str(doc), "--jobs", "20", "--seeds", "1"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "compiling" not in line]
+    assert len(err) == 1 and "unknown policy 'atoll-elastic'" in err[0]
+    assert err[0].endswith(f"--policies was not given, and its default runs atoll-strict and atoll-elastic, which {doc} does not both define; "
+                           "give --policies")
+    assert atoll(["simulate", "--profiles", str(doc), "--jobs", "20", "--seeds", "1", "--policies", "atoll-elastic"]) == 2
+    assert "give --policies" not in capsys.readouterr().err  # the user named the policy: the plain message

@@ -691,6 +691,16 @@ class Controller:
         for key in keys:
             self._queue[key] = None
 
+    def _follow(self) -> None:
+        """A standby acts on no reservation that ended or was suspended as it followed the API:
+        only the leader writes, and a standby parks nothing (its room is empty until it leads, when
+        every Pending Workload is decided afresh), so the ends and suspensions the leader's
+        ``_promote_due`` would offer as freed room are dropped here, each worker turn. Kept, they
+        would pile up with every gang whose reservation ended until this replica leads."""
+        reservations = self.queue_state.outlook.reservations
+        reservations.take_ended()
+        reservations.take_suspended()
+
     def _promote_due(self) -> None:
         reservations = self.queue_state.outlook.reservations
         self._wake(self.parking.suspended(reservations, self.decider.room_now))
@@ -1183,6 +1193,8 @@ class Controller:
                 pass
             except Exception:  # noqa: BLE001 - one bad event must not stop the controller
                 _log.exception("event handling failed")
+            if not leading:
+                self._follow()
             if not self.synced or not leading:
                 continue
             if self._catch_up_due:

@@ -490,14 +490,15 @@ class Controller:
                                  "InvalidProfiles", f"{exc}\n(the last good document stays in force)" if self.cache.profiles else str(exc))
         else:
             self.config_error = None
-            changed = doc != self.cache.profiles
+            accelerators = self.cache.gpu_resource
             if self.cache.set_profiles(doc):
-                self.ledger.gpu_resource = self.cache.gpu_resource
-                if PODS in self._synced:  # pods were read for other accelerators: read them again
-                    w = next(w for w in self.watches if w.resource == PODS)
-                    self._apply_list(PODS, self.port.list(PODS, namespace=w.namespace, field_selector=w.field_selector).items)
-            if changed and self.synced:  # a reload dropped the snapshots: built here, as at the start, not in the next decision
-                self.decider.warm()
+                if self.cache.gpu_resource != accelerators:
+                    self.ledger.gpu_resource = self.cache.gpu_resource
+                    if PODS in self._synced:  # pods were read for other accelerators: read them again
+                        w = next(w for w in self.watches if w.resource == PODS)
+                        self._apply_list(PODS, self.port.list(PODS, namespace=w.namespace, field_selector=w.field_selector).items)
+                if self.synced:  # a reload dropped the snapshots: built here, as at the start, not in the next decision
+                    self.decider.warm()
             _log.info("profiles document loaded", configmap=where, profiles=sorted(doc.profiles), flavors=sorted(doc.flavors))
             self.parking.wake_all()
             for wl in self.cache.objects[WORKLOADS].values():

@@ -388,6 +388,10 @@ class Controller:
         self.before.gone(key)
         self._queue.pop(key, None)
         self._forget_key(key)
+        live = len(self.cache.objects[WORKLOADS])
+        for index in (self._owed_feed, self.quota_yield.reserved):  # their next look reads the live ones afresh: no dearer
+            if index is not None and index.backlog > live:
+                index.rest()
         self._hand_room_on()
 
     def _hand_room_on(self) -> None:
@@ -678,6 +682,7 @@ class Controller:
         doc = self.cache.profiles
         modes = {p.queueing.hold_behind_gangs for p in doc.profiles.values()} if doc is not None else set()
         if doc is None or modes == {"off"}:
+            self._owed_feed.rest()  # nobody is owed under this document: the keys touched need no look
             return
         parked = self.parking.parked() if "start" in modes else []  # under quota only those waiting for quota are owed
         changed = self._owed_feed.look(self.cache.objects[WORKLOADS], self.quota_yield.waiters, parked, doc, self.decider.read,
@@ -701,6 +706,13 @@ class Controller:
         reservations = self.queue_state.outlook.reservations
         reservations.take_ended()
         reservations.take_suspended()
+        # nor does it look at the owed gangs or the quota reserved, which keep the keys touched for
+        # their next look: the owed gangs' first look as leader reads afresh what it could owe, and
+        # the quota reserved is kept added up (cheap per turn, and warm at takeover)
+        self._owed_feed.rest()
+        if self.synced and self.quota_yield.reserved is not None:
+            gpu = self.cache.gpu_resource
+            self.quota_yield.reserved.totals(self.cache.objects[WORKLOADS], (gpu,) if isinstance(gpu, str) else gpu)
 
     def _promote_due(self) -> None:
         reservations = self.queue_state.outlook.reservations

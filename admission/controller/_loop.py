@@ -380,6 +380,7 @@ class Controller:
         key, uid = object_key(obj), str((obj.get("metadata") or {}).get("uid"))
         self.parking.leave(key)
         self.quota_yield.forget(key)
+        self.decider.lent.discard(key)
         self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
         self.ledger.forget(uid)
         self._waiting.pop(uid, None)

@@ -67,6 +67,18 @@ def test_a_workload_a_relist_no_longer_has_leaves_every_book_as_if_deleted(monke
     assert "ns/b" in ctrl._queue
 
 
+def test_a_deleted_workload_leaves_its_span_price_and_its_lent_mark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Priced while it waited (wait or span), or reactivated because its placement fit
+    (``lendParked``), then deleted before its next decision: neither book keeps it."""
+    ctrl = failing_controller(monkeypatch, "a", "b")
+    for key in ("ns/a", "ns/b"):
+        ctrl.queue_state.outlook.spans.put(key, ("stamp",), 1.2)
+        ctrl.decider.lent.add(key)
+    ctrl._apply_event(WORKLOADS, WatchEvent("DELETED", workload("a", 2)))
+    ctrl._apply_list(WORKLOADS, [])  # "b": a relist that no longer has it
+    assert len(ctrl.queue_state.outlook.spans) == 0 and not ctrl.decider.lent
+
+
 def test_a_workload_failing_again_and_again_keeps_one_delayed_entry(monkeypatch: pytest.MonkeyPatch) -> None:
     ctrl = failing_controller(monkeypatch, "a")
     for rv in range(2, 40):  # each change queues it again before its delayed retry is due

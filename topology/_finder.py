@@ -512,7 +512,7 @@ def never_fits(snapshot: Snapshot, request: PlacementRequest, *, backend: Backen
         return cache[key]  # type: ignore[return-value]
     empty = snapshot.fork()
     empty.free = empty.alloc.copy()
-    empty.eligible = np.ones_like(empty.eligible)
+    empty.set_eligible(np.ones_like(empty.eligible))
     empty.perf = np.maximum(empty.perf, 10.0)
     result = find_placement(empty, request, backend=backend)
     answer = None if result.fits else result

@@ -221,6 +221,23 @@ class Snapshot:
         self._set_eligible(node, 0)
         self.taint_blocked.pop(node, None)
 
+    def set_eligible(self, eligible: npt.NDArray[Any]) -> None:
+        """Replace eligibility at once (a fork's view for one search: every node open, say); the
+        token is renewed when it differs, so an answer kept against the other side's
+        ``eligible_token`` (the ledger's masks, the owed book) is never read for this one."""
+        if np.array_equal(eligible, self.eligible):
+            return
+        self.eligible = np.array(eligible, dtype=self.eligible.dtype)
+        self._borrowed.discard("eligible")
+        self.eligible_token = object()
+
+    def restrict(self, keep: npt.NDArray[np.bool_]) -> None:
+        """Rule out the nodes ``keep`` leaves out for every pod of this (forked) snapshot, whatever
+        the pods tolerate (as ``exclude``; e.g. those under a class's speed floor)."""
+        self.set_eligible(np.where(keep, self.eligible, 0))
+        for i in [i for i in self.taint_blocked if not keep[i]]:
+            del self.taint_blocked[i]
+
     def _set_eligible(self, i: int, value: int) -> None:
         if self.eligible[i] != value:
             self._own("eligible")[i] = value

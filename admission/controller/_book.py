@@ -203,6 +203,17 @@ class Book:
         """These reservations changed (owed, planned, or gone): resolve them again on next use."""
         self._pending.update(keys)
 
+    def gone(self, keys: Iterable[Key]) -> None:
+        """These reservations ended (their Workload forgotten): dropped now, not at the next
+        ``sync``, which a standby never reaches (it decides nothing), so their entries do not pile up."""
+        for key in keys:
+            self._pending.discard(key)
+            if key in self._entries or key in self._slot:
+                self._drop(key)
+                self._claims = None
+                self.version += 1
+                self._kept = None
+
     def sync(self, snapshot: Snapshot) -> None:
         stamp = _stamp(snapshot)
         if stamp != self._stamp:
@@ -218,6 +229,7 @@ class Book:
             self._pending = keys
             self._claims = None
             self.version += 1
+            self._kept = None  # of an older version: never read again, and it names Workloads that may be gone
             self._slot.clear()
             self._free_slots.clear()
             self._who.clear()
@@ -239,6 +251,7 @@ class Book:
         self._pending.clear()
         self._claims = None
         self.version += 1
+        self._kept = None
 
     def _add(self, e: Entry) -> None:
         self._entries[e.key] = e
@@ -301,6 +314,7 @@ class Book:
                     self._free_rows.append(dom)
                     self._stacked = None
             self._c[:, i] = (0, 0, -1, 0)
+            self._who[i] = ("", "")  # an inert slot names nobody: a Workload gone leaves no trace
             self._free_slots.append(i)
         e = self._entries.pop(key, None)
         if e is None:

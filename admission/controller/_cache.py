@@ -286,20 +286,20 @@ class ClusterCache:
             self.invalidate()
 
     def set_profiles(self, doc: ProfilesDocument | None) -> bool:
-        """Put ``doc`` in force. A document that differs from the one in force drops every
-        snapshot (its flavors, topologies and links are what they are built from); an equal one
-        keeps them. True when it changes the accelerator resources: the nodes are read again
-        here, and the caller relists the pods (their requests are not kept)."""
+        """Put ``doc`` in force; True when it differs from the one in force (the one place that
+        tells). Such a document drops every snapshot (its flavors, topologies and links are what
+        they are built from); an equal one keeps them. One that changes the accelerator resources
+        (``gpu_resource``) has the nodes read again here; the caller relists the pods (their
+        requests are not kept)."""
         if doc == self.profiles:
             return False
         self.profiles = doc
         self.invalidate()
         names = doc.accelerators(self.default_gpu_resource) if doc is not None else (self.default_gpu_resource,)
-        if names == self.gpu_resource:
-            return False
-        self.gpu_resource = names
-        for obj in list(self.objects[NODES].values()):
-            self._upsert_node(obj, obj)
+        if names != self.gpu_resource:
+            self.gpu_resource = names
+            for obj in list(self.objects[NODES].values()):
+                self._upsert_node(obj, obj)
         return True
 
     def invalidate(self) -> None:

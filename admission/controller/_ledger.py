@@ -236,7 +236,7 @@ class Ledger:
     def forget(self, uid: str) -> None:
         for r in self._by_uid.pop(uid, ()):
             self._owed.pop((r.uid, r.podset), None)
-            self._book(r.flavor).touch([(r.uid, r.podset)])
+            self._book(r.flavor).gone([(r.uid, r.podset)])
             self._done.pop((r.decision_id, r.podset), None)
             flavor = self._by_flavor.get(r.flavor)
             if flavor is not None:

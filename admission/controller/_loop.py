@@ -380,6 +380,7 @@ class Controller:
         key, uid = object_key(obj), str((obj.get("metadata") or {}).get("uid"))
         self.parking.leave(key)
         self.quota_yield.forget(key)
+        self.decider.lent.discard(key)
         self._wake(self.parking.wake_flavors(r.flavor for r in self.ledger.reservations() if r.uid == uid))
         self.ledger.forget(uid)
         self._waiting.pop(uid, None)
@@ -388,6 +389,10 @@ class Controller:
         self.before.gone(key)
         self._queue.pop(key, None)
         self._forget_key(key)
+        live = len(self.cache.objects[WORKLOADS])
+        for index in (self._owed_feed, self.quota_yield.reserved):  # their next look reads the live ones afresh: no dearer
+            if index is not None and index.backlog > live:
+                index.rest()
         self._hand_room_on()
 
     def _hand_room_on(self) -> None:
@@ -490,14 +495,15 @@ class Controller:
                                  "InvalidProfiles", f"{exc}\n(the last good document stays in force)" if self.cache.profiles else str(exc))
         else:
             self.config_error = None
-            changed = doc != self.cache.profiles
+            accelerators = self.cache.gpu_resource
             if self.cache.set_profiles(doc):
-                self.ledger.gpu_resource = self.cache.gpu_resource
-                if PODS in self._synced:  # pods were read for other accelerators: read them again
-                    w = next(w for w in self.watches if w.resource == PODS)
-                    self._apply_list(PODS, self.port.list(PODS, namespace=w.namespace, field_selector=w.field_selector).items)
-            if changed and self.synced:  # a reload dropped the snapshots: built here, as at the start, not in the next decision
-                self.decider.warm()
+                if self.cache.gpu_resource != accelerators:
+                    self.ledger.gpu_resource = self.cache.gpu_resource
+                    if PODS in self._synced:  # pods were read for other accelerators: read them again
+                        w = next(w for w in self.watches if w.resource == PODS)
+                        self._apply_list(PODS, self.port.list(PODS, namespace=w.namespace, field_selector=w.field_selector).items)
+                if self.synced:  # a reload dropped the snapshots: built here, as at the start, not in the next decision
+                    self.decider.warm()
             _log.info("profiles document loaded", configmap=where, profiles=sorted(doc.profiles), flavors=sorted(doc.flavors))
             self.parking.wake_all()
             for wl in self.cache.objects[WORKLOADS].values():
@@ -677,6 +683,7 @@ class Controller:
         doc = self.cache.profiles
         modes = {p.queueing.hold_behind_gangs for p in doc.profiles.values()} if doc is not None else set()
         if doc is None or modes == {"off"}:
+            self._owed_feed.rest()  # nobody is owed under this document: the keys touched need no look
             return
         parked = self.parking.parked() if "start" in modes else []  # under quota only those waiting for quota are owed
         changed = self._owed_feed.look(self.cache.objects[WORKLOADS], self.quota_yield.waiters, parked, doc, self.decider.read,
@@ -690,6 +697,23 @@ class Controller:
         """Parked Workloads whose wait may be over: decided again, in the order they were parked."""
         for key in keys:
             self._queue[key] = None
+
+    def _follow(self) -> None:
+        """A standby acts on no reservation that ended or was suspended as it followed the API:
+        only the leader writes, and a standby parks nothing (its room is empty until it leads, when
+        every Pending Workload is decided afresh), so the ends and suspensions the leader's
+        ``_promote_due`` would offer as freed room are dropped here, each worker turn. Kept, they
+        would pile up with every gang whose reservation ended until this replica leads."""
+        reservations = self.queue_state.outlook.reservations
+        reservations.take_ended()
+        reservations.take_suspended()
+        # nor does it look at the owed gangs or the quota reserved, which keep the keys touched for
+        # their next look: the owed gangs' first look as leader reads afresh what it could owe, and
+        # the quota reserved is kept added up (cheap per turn, and warm at takeover)
+        self._owed_feed.rest()
+        if self.synced and self.quota_yield.reserved is not None:
+            gpu = self.cache.gpu_resource
+            self.quota_yield.reserved.totals(self.cache.objects[WORKLOADS], (gpu,) if isinstance(gpu, str) else gpu)
 
     def _promote_due(self) -> None:
         reservations = self.queue_state.outlook.reservations
@@ -1183,6 +1207,8 @@ class Controller:
                 pass
             except Exception:  # noqa: BLE001 - one bad event must not stop the controller
                 _log.exception("event handling failed")
+            if not leading:
+                self._follow()
             if not self.synced or not leading:
                 continue
             if self._catch_up_due:

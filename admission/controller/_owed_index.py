@@ -51,6 +51,19 @@ class OwedIndex:
         """Workload ``key`` changed in the cache (or went)."""
         self._touched.add(key)
 
+    @property
+    def backlog(self) -> int:
+        """Workloads touched since the last look."""
+        return len(self._touched)
+
+    def rest(self) -> None:
+        """Forget what was touched; the next look reads afresh every Workload it could owe (those
+        owed, due, waiting or parked), as the first look does. The controller calls it when more
+        Workloads were touched than live ones (a standby, or no profile holding behind gangs, never
+        looks): such a look costs no more, and the keys of Workloads gone do not pile up."""
+        self._touched = set()
+        self._doc = None
+
     def look(self, objects: Mapping[str, Obj], waiting: Collection[str], parked: Collection[str], doc: ProfilesDocument,
              read: Callable[[Obj], WorkloadView], cluster_queue_of: Callable[[Obj], str | None], flavor_of: Callable[[str], str],
              now: float) -> dict[Where, list[OwedGang]]:

@@ -17,8 +17,10 @@ decides it again itself when something it waits for changes:
 - a node or the profiles document changes: every parked Workload;
 - a reservation is suspended (its holder lost its quota) and still is when the next decision is
   due: the parked Workloads the GPUs it held can hold (``suspended``);
-- a reservation ends (its gang placed, rejected or gone): the parked Workloads the GPUs it held
-  can hold, before the next decision (``released``);
+- a reservation ends (its gang placed, rejected or gone), before the next decision
+  (``released``): the parked Workloads the GPUs it held can hold; and, per reservation ended, the
+  oldest gang parked on its flavor that was refused a reservation for the flavor's bound
+  (``maxReservationsPerFlavor``), to take the freed slot, whether or not those GPUs hold it;
 - an elastic profile's relax deadline passes (``due``).
 
 A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
@@ -123,8 +125,9 @@ class Parking:
 
     def released(self, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[str]:
         """Reservations ended since the last call (their gangs placed, rejected or gone): the parked
-        Workloads the GPUs they held can hold (``wake_released``, the simulator's rule too), on
-        ``room_now(flavor)``. Asked before each decision."""
+        Workloads the GPUs they held can hold, on ``room_now(flavor)``, then, per reservation ended,
+        the oldest gang parked on its flavor that was refused a reservation for the flavor's bound,
+        to take the freed slot (``wake_released``, the simulator's rule too). Asked before each decision."""
         return [str(k) for k in wake_released(self.room, reservations, room_now)]
 
     def reoffer(self, room_now: Callable[[str], Snapshot | None]) -> list[str]:

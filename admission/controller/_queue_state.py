@@ -161,6 +161,7 @@ class QueueState:
         key, uid = object_key(obj), str((obj.get("metadata") or {}).get("uid"))
         self.outlook.forget(key)
         self.outlook.left(key)
+        self.outlook.spans.forget(key)
         self.outlook.reservations.release(key)
         self._drop_holds(uid)
         self._keys.pop(uid, None)
@@ -177,6 +178,7 @@ class QueueState:
             gone = self._keys.pop(uid)
             self.outlook.forget(gone)
             self.outlook.left(gone)
+            self.outlook.spans.forget(gone)
             self._drop_holds(uid)
             self._learned.discard(uid)
 

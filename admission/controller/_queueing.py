@@ -320,7 +320,7 @@ def _at_floor(snap: Snapshot, floor: float) -> Snapshot:
     if floor <= 0 or not (snap.perf < floor).any():
         return snap
     fast = snap.fork()
-    fast.eligible = np.where(snap.perf >= floor, snap.eligible, 0).astype(snap.eligible.dtype)
+    fast.restrict(snap.perf >= floor)
     return fast
 
 

@@ -181,6 +181,15 @@ class ReservedIndex:
     def touch(self, key: str) -> None:
         self._touched.add(key)
 
+    @property
+    def backlog(self) -> int:
+        """Workloads touched since the last ``totals``."""
+        return len(self._touched)
+
+    def rest(self) -> None:
+        """Forget what was touched; the next ``totals`` reads every Workload afresh (``OwedIndex.rest`` says when)."""
+        self._names, self._share, self._totals, self._touched = None, {}, {}, set()
+
     def totals(self, objects: Mapping[str, Obj], names: tuple[str, ...]) -> dict[tuple[str, str], int]:
         if names != self._names:
             self._names, self._share, self._totals = names, {}, {}

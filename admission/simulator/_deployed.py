@@ -448,7 +448,7 @@ class DeployedAtoll:
 
     def forget(self, job: int) -> None:
         """A Workload that will never be decided again (rejected)."""
-        self.outlook.reservations.release(f"{NAMESPACE}/job-{job}")  # its end wakes what it held room for (``take_released``)
+        self.outlook.reservations.release(f"{NAMESPACE}/job-{job}")  # its end wakes what it held room for and the next gang for its slot (``take_released``)
         self.workloads.pop(job, None)
         self.views.pop(job, None)
 
@@ -458,7 +458,9 @@ class DeployedAtoll:
 
     def take_released(self, room: WaitingRoom | None) -> list[Hashable]:
         """The parked jobs to decide again for reservations ended since the last call (their gangs
-        placed or rejected): those the GPUs they held can hold (``wake_released``, the controller's rule)."""
+        placed or rejected): those the GPUs they held can hold, then, per reservation ended, the
+        oldest gang parked on its flavor that was refused a reservation for the flavor's bound, to
+        take the freed slot (``wake_released``, the controller's rule)."""
         return wake_released(room, self.outlook.reservations, self.decider.room_now)
 
     def quota(self, job: int, held: bool) -> None:

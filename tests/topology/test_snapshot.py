@@ -67,6 +67,27 @@ def test_fork_shares_perf_and_eligibility_until_either_side_writes() -> None:
     assert snap.eligible_token is before
 
 
+def test_a_fork_whose_eligibility_is_replaced_carries_a_token_of_its_own() -> None:
+    """Answers kept against ``eligible_token`` are shared by a fork and its parent (the static
+    cache is): a fork that narrows its eligibility (a class's speed floor) must not read the
+    parent's, and an unchanged one may."""
+    error = Taint("nvidia.com/gpu-error", "xid79", "NoExecute")
+    tol = [Toleration("nvidia.com/gpu-error", "Exists", effect="NoExecute")]
+    snap = Snapshot("f", [Level(RACK)], [node("fast", "r1"), node("slow", "r1", perf=0.5), node("slow-tainted", "r2", perf=0.5, taints=(error,))])
+    idx, token = snap.node_index, snap.eligible_token
+    same = snap.fork()
+    same.restrict(snap.perf >= 0.1)  # every node meets it: nothing ruled out, the answers kept stay good
+    assert same.eligible_token is token
+    fast = snap.fork()
+    fast.restrict(snap.perf >= 1.0)
+    assert fast.eligible.tolist() == [1, 0, 0] and fast.eligible_token is not token
+    assert snap.eligible.tolist() == [1, 1, 0] and snap.eligible_token is token  # the parent keeps its view and its token
+    assert fast.eligible_for(tol)[idx["slow-tainted"]] == 0 and snap.eligible_for(tol)[idx["slow-tainted"]] == 1  # ruled out, tolerated or not
+    opened = snap.fork()
+    opened.set_eligible(np.ones(3, dtype=np.uint8))
+    assert opened.eligible_token is not token and snap.eligible.tolist() == [1, 1, 0]
+
+
 def test_domains_among_nodes_are_counted_in_path_order() -> None:
     snap = Snapshot("f", [Level(RACK)], [node(f"n{i}", f"r{i // 3}") for i in range(9)])
     for nodes in ([], [0], [0, 1, 2], [0, 3], [2, 3, 8], list(range(9))):

@@ -212,3 +212,17 @@ def test_a_document_that_adds_an_accelerator_reads_the_nodes_again() -> None:
     assert c.set_profiles(load_profiles("flavors: {gpu: {topology: fabric}, amd: {topology: fabric, gpuResource: amd.com/gpu}}\n"))
     assert c.nodes["m0"].allocatable.gpu == 4 and c.snapshot("amd").total_gpus() == 4
     assert not c.set_profiles(load_profiles("flavors: {gpu: {topology: fabric}, amd: {topology: fabric, gpuResource: amd.com/gpu}}\n"))
+
+
+def test_putting_a_document_in_force_says_whether_it_changed_and_only_a_change_drops_the_snapshots() -> None:
+    """The controller's reload builds the snapshots again only on what ``set_profiles`` answers:
+    a changed document that keeps the accelerators is a change too."""
+    c = cache()
+    kept = c.snapshot("gpu")
+    assert not c.set_profiles(load_profiles("flavors: {gpu: {topology: fabric}}\n"))  # equal: nothing dropped
+    assert c.snapshot("gpu") is kept
+    doc = "flavors: {gpu: {topology: fabric, links: {network.example.com/block: {bandwidthGBps: 25}}}}\n"
+    assert c.set_profiles(load_profiles(doc)) and c.gpu_resource == ("nvidia.com/gpu",)  # same accelerators, another document
+    rebuilt = c.snapshot("gpu")
+    assert rebuilt is not kept and list(rebuilt.bandwidth_gbps) == [25.0, 1800.0, 1800.0]
+    assert not c.set_profiles(load_profiles(doc))

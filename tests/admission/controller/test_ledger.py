@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from admission.controller import ClusterCache, Ledger
+from admission.controller._queueing import _at_floor
 from admission.kube import PODS
 from policies import PodSetSpec, Profile, decide
 from tests.admission.controller.test_cache import CLIQUE, cache
@@ -19,7 +20,7 @@ from tests.admission.controller.test_double_booking import CHECK, admitted
 from tests.admission.controller.test_racing_workloads import one_island_free
 from tests.admission.controller.test_watch_loop import wait_until
 from tests.admission.fabric import Fabric, planned, run
-from topology import ResourceVector
+from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 POD = ResourceVector(gpu=4, cpu_milli=1000)
 STRICT = Profile(requiredLevel=CLIQUE)
@@ -132,6 +133,20 @@ def admit_first(fabric: Fabric, decide_now: Callable[[], Any]) -> tuple[dict[str
 
 
 @pytest.mark.apiserver
+def test_a_mask_kept_for_the_flavor_is_not_read_for_its_speed_floor_view() -> None:
+    """The ledger keeps each selector's usable nodes against ``eligible_token`` in the snapshot's
+    shared cache; the speed floor's view (a fork without the slower nodes) shares that cache, so
+    it must carry a token of its own or it reads the whole flavor's mask."""
+    alloc = ResourceVector(4, 64000, 512000, 110)
+    snap = Snapshot("gpu", [Level(CLIQUE)], [NodeInfo(name, {CLIQUE: "c0"}, alloc, ResourceVector(), perf=perf)
+                                             for name, perf in (("fast", 1.0), ("slow", 0.5))])
+    ledger = Ledger()
+    assert ledger.domain_mask(snap, [(CLIQUE, "c0")]).tolist() == [True, True]
+    fast = _at_floor(snap, 1.0)
+    assert ledger.domain_mask(fast, [(CLIQUE, "c0")]).tolist() == [True, False]
+    assert ledger.domain_mask(snap, [(CLIQUE, "c0")]).tolist() == [True, True]
+
+
 def test_on_the_apiserver_a_failed_pods_gpus_wait_for_its_replacement(fabric: Fabric) -> None:
     fabric.install()
     one_island_free(fabric)

@@ -3,10 +3,12 @@ on its Workload and a new controller rebuilds the same one, with either target r
 nodes except by backfill); a preemption hold survives a restart; runtimes are learned from
 Finished Workloads, again after a restart from those the API still shows; the wait-or-span
 numbers reach the check, the decision record and ``explain``; ``atoll queue`` names the
-reservation and the expected start."""
+reservation and the expected start; a warm standby keeps no reservation that ended as it followed."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -586,3 +588,51 @@ def test_a_holder_between_its_own_retries_keeps_its_reservation_in_force(fabric:
     submit(fabric, "small", 1)
     (small,) = run(ctrl)
     assert small.outcome == "wait" and "reservations suspended" not in fabric.entry("small")["message"]
+
+
+def _until(done: Callable[[], bool], seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _holder_comes_and_goes(fabric: Fabric, leader: Controller, standby: Controller, name: str) -> None:
+    """``name`` holds the flavor's reservation (a new gang reserves it), loses its quota, then is
+    deleted; the standby, following the API, sees each of the three."""
+    key, theirs = f"{fabric.ns}/{name}", standby.queue_state.outlook.reservations
+    if name != "gang":
+        submit(fabric, name, 2)
+        (verdict,) = run(leader)
+        assert verdict.outcome == "wait"
+    held = leader.queue_state.outlook.reservations.held_by(key)
+    assert held is not None
+    assert _until(lambda: theirs.held_by(key) == held)
+    loses_quota(fabric, name, "preempted")
+    run(leader)
+    assert _until(lambda: theirs.suspended(key))
+    fabric.custom.delete_namespaced_custom_object(GROUP, VERSION, fabric.ns, "workloads", name)
+    run(leader)
+    assert _until(lambda: theirs.held_by(key) is None)
+
+
+def test_a_standby_keeps_no_reservation_that_ended_or_was_suspended_as_it_followed(fabric: Fabric) -> None:
+    """The leader acts on a reservation's suspension and end (freed room for its parked
+    Workloads) and forgets it; a warm standby follows the same Workloads but parks nothing and
+    writes nothing. After N holders each lost their quota and then went, the standby's books hold
+    what the leader's do (nothing pending, no reservation), not one entry per holder until it
+    leads."""
+    leader = reserving(fabric)  # "gang" holds the flavor's one reservation
+    standby = fabric.controller()
+    standby.start(leading=False)
+    try:
+        assert standby.wait_synced(30)
+        for name in ["gang", *(f"gang-{i}" for i in range(4))]:
+            _holder_comes_and_goes(fabric, leader, standby, name)
+    finally:
+        standby.stop()  # the worker's last turn, after the last event it applied, has run
+    ours, theirs = leader.queue_state.outlook.reservations, standby.queue_state.outlook.reservations
+    assert mine(fabric, standby) == mine(fabric, leader) == []
+    assert (theirs.take_ended(), theirs.take_suspended()) == (ours.take_ended(), ours.take_suspended()) == ([], [])

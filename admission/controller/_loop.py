@@ -701,11 +701,12 @@ class Controller:
     def _follow(self) -> None:
         """A standby acts on no reservation that ended or was suspended as it followed the API:
         only the leader writes, and a standby parks nothing (its room is empty until it leads, when
-        every Pending Workload is decided afresh), so the ends and suspensions the leader's
+        every Pending Workload is decided afresh), so the ends, moves and suspensions the leader's
         ``_promote_due`` would offer as freed room are dropped here, each worker turn. Kept, they
         would pile up with every gang whose reservation ended until this replica leads."""
         reservations = self.queue_state.outlook.reservations
         reservations.take_ended()
+        reservations.take_moved()
         reservations.take_suspended()
         # nor does it look at the owed gangs or the quota reserved, which keep the keys touched for
         # their next look: the owed gangs' first look as leader reads afresh what it could owe, and

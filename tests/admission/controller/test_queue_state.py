@@ -635,4 +635,5 @@ def test_a_standby_keeps_no_reservation_that_ended_or_was_suspended_as_it_follow
         standby.stop()  # the worker's last turn, after the last event it applied, has run
     ours, theirs = leader.queue_state.outlook.reservations, standby.queue_state.outlook.reservations
     assert mine(fabric, standby) == mine(fabric, leader) == []
-    assert (theirs.take_ended(), theirs.take_suspended()) == (ours.take_ended(), ours.take_suspended()) == ([], [])
+    assert (theirs.take_ended(), theirs.take_moved(), theirs.take_suspended()) == \
+        (ours.take_ended(), ours.take_moved(), ours.take_suspended()) == ([], [], [])

@@ -24,8 +24,6 @@ A parked Workload that gives its quota back (Kueue then evicts it) is ``set_asid
 stays on file, and until one of those events touches it, it is ``unchanged``. When it holds
 quota again it is parked again on the need it had, without being decided (the answer could not
 have changed); an event that would have woken it takes it out instead, and it is decided afresh.
-Freed room reaches the set-aside as it wakes the parked: counted against the room, after every
-parked one, oldest first, so one pod's end drops as many needs as its room holds.
 With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
 default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
 (the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;
@@ -319,11 +317,7 @@ class WaitingRoom:
         ``rows`` have room for, each counted against the first such domain of its level it fits,
         node by node, after the Workloads woken before and not decided yet; and those left out (they
         fit the room, not what the earlier ones left of it).
-        One set aside is counted after every parked one, against what they left, and returned
-        (for ``_wake`` to handle, its need dropped) only if that holds it: one pod's end drops the
-        needs of as many set-aside Workloads as its room holds, not of every one it would hold
-        alone. Under ``settle_by_fit`` one the room fits is returned uncounted: ``settle`` asks its
-        placement, which the GPU count only bounds."""
+        One set aside takes no room: it is returned if it fits the room, for ``_wake`` to handle."""
         flavor = snapshot.flavor
         fresh = np.asarray(snapshot.free[:, 0], dtype=np.int64)
         budget = fresh.copy()
@@ -347,8 +341,7 @@ class WaitingRoom:
         took: dict[Hashable, list[tuple[int, int]]] = {}
         woken: list[tuple[int, Hashable]] = []
         left: list[Hashable] = []
-        # the parked first (they hold quota and can take the room now), then the set-aside against what they left
-        for seq, key in [e for e in entries if e[1] not in self._aside] + [e for e in entries if e[1] in self._aside]:
+        for seq, key in entries:
             if key in skip:
                 continue
             need = self._needs[key]
@@ -356,18 +349,15 @@ class WaitingRoom:
             for lo, hi, room in spans[need.level]:
                 if need.gpus > room or not _fits(fresh[lo:hi], per, need.pods):
                     continue
-                if key in self._aside and self._settle_by_fit:  # reached: ``settle``'s fit test, not the count, decides
+                if key in self._aside:
                     woken.append((seq, key))
                     break
                 if _fits(budget[lo:hi], per, need.pods):
-                    taken = _take(budget[lo:hi], per, need.pods)
-                    if key not in self._aside:
-                        took[key] = [(lo + i, g) for i, g in taken]
+                    took[key] = [(lo + i, g) for i, g in _take(budget[lo:hi], per, need.pods)]
                     woken.append((seq, key))
                     break
             else:  # it fits the room, not what the Workloads before it left of it
                 left.append(key)
-        woken.sort()
         return woken, left, took
 
     @staticmethod

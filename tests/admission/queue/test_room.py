@@ -90,28 +90,9 @@ def test_a_workload_set_aside_parks_again_unchanged_until_an_event_would_have_wo
     assert room.unchanged("gang", 100.0) == Need("f", CLIQUE, 2, 4, deadline=900.0)  # nothing changed: parks as it was
     assert "gang" in room and len(room) == 2
     room.set_aside("gang")
-    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1", "u0c0n2")) == ["small"]  # room for both: the set-aside one is not returned...
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["small"]  # room for it: the set-aside one is not returned...
     assert room.unchanged("gang", 100.0) is None and "gang" not in room  # ...but is decided afresh when it holds quota again
     assert room.unchanged("small", 100.0) is None  # never set aside: decided as usual
-
-
-def test_freed_room_drops_the_needs_of_only_as_many_set_aside_workloads_as_it_holds() -> None:
-    """A pod's end reaches the Workloads that gave their quota back as it wakes the parked ones:
-    counted against the room, after the parked ones, oldest first. Counted apart, one freed node
-    dropped the need of every set-aside Workload it could hold alone, and each came back, was
-    decided, parked again and gave its quota back again."""
-    snap, room = cluster(), WaitingRoom()
-    for key in ("a", "b", "c"):
-        room.park(key, Need("f", CLIQUE, 2, 4))
-    room.park("parked", Need("f", CLIQUE, 1, 4))
-    for key in ("a", "b", "c"):
-        room.set_aside(key)
-    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1", "u0c0n2")) == ["parked"]  # the parked one first, then room for one more gang
-    assert room.unchanged("a", 0.0) is None  # the oldest: decided afresh when it holds quota again
-    assert room.unchanged("b", 0.0) == Need("f", CLIQUE, 2, 4)  # the room held none for it: parked again undecided
-    room.set_aside("b")
-    assert room.freed(snap, free(snap, "u1c0n0", "u1c0n1")) == []  # new room in another island: for the next one
-    assert room.unchanged("b", 0.0) is None and room.unchanged("c", 0.0) == Need("f", CLIQUE, 2, 4)
 
 
 def test_a_workload_set_aside_is_aside_only_while_its_need_is_on_file() -> None:

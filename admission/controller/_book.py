@@ -206,13 +206,14 @@ class Book:
     def gone(self, keys: Iterable[Key]) -> None:
         """These reservations ended (their Workload forgotten): dropped now, not at the next
         ``sync``, which a standby never reaches (it decides nothing), so their entries do not pile up."""
+        dropped = False
         for key in keys:
             self._pending.discard(key)
             if key in self._entries or key in self._slot:
                 self._drop(key)
-                self._claims = None
-                self.version += 1
-                self._kept = None
+                dropped = True
+        if dropped:
+            self._changed()
 
     def sync(self, snapshot: Snapshot) -> None:
         stamp = _stamp(snapshot)
@@ -227,9 +228,7 @@ class Book:
             self._use = np.zeros((snapshot.num_nodes, 4), dtype=np.int64)
             self._stamp = stamp
             self._pending = keys
-            self._claims = None
-            self.version += 1
-            self._kept = None  # of an older version: never read again, and it names Workloads that may be gone
+            self._changed()
             self._slot.clear()
             self._free_slots.clear()
             self._who.clear()
@@ -249,6 +248,11 @@ class Book:
                 self._add(entry)
                 self._claim(entry, snapshot.num_nodes)
         self._pending.clear()
+        self._changed()
+
+    def _changed(self) -> None:
+        """The entries changed: a new version, whose claims are summed afresh; the last witness
+        (``_kept``) is of an older version, never read again, and may name Workloads now gone."""
         self._claims = None
         self.version += 1
         self._kept = None

@@ -24,17 +24,12 @@ A parked Workload that gives its quota back (Kueue then evicts it) is ``set_asid
 stays on file, and until one of those events touches it, it is ``unchanged``. When it holds
 quota again it is parked again on the need it had, without being decided (the answer could not
 have changed); an event that would have woken it takes it out instead, and it is decided afresh.
-Freed room reaches the set-aside as it wakes the parked: counted against the room, after every
-parked one, oldest first, so one pod's end drops as many needs as its room holds.
 With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
 default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
 (the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;
 if not, it stays on file, as if no event had come. One parked again undecided keeps its quota
-(``may_give``) until it is decided afresh, or until freed room reaches it and holds nothing for it
-(it fits the freed domain alone, the Workloads before it took the room; ``freed``): it may then
-give its quota back once more. So a Workload gives its quota back at most once per decision or
-per such freed room, and yields are bounded by events: room offered again (``reoffer``) is not
-new, and no give repeats for the same room. While its need is on file (``is_aside``) one that
+until it is decided afresh (``may_give``): a Workload gives its quota back at most once per
+decision, so yields are bounded by decisions. While its need is on file (``is_aside``) one that
 gave its quota back takes none from another parked Workload.
 
 The GPU count is only a bound (speed floor, taints, reservations and pod shapes can still
@@ -112,11 +107,7 @@ class WaitingRoom:
         self._aside: set[Hashable] = set()
         """Keys set aside (quota given back): indexed so events find them, never returned by them."""
         self._kept: set[Hashable] = set()
-        """Keys parked again undecided after giving their quota back: they keep it until decided afresh,
-        or until freed room passes them over (``freed``)."""
-        self._passed: set[Hashable] = set()
-        """Keys set aside that freed room reached and held nothing for since they gave their quota back:
-        parked again undecided, each may give it back once more (``unchanged``, ``may_give``)."""
+        """Keys parked again undecided after giving their quota back: they keep it until decided afresh."""
         self._reached: set[Hashable] = set()
         """Keys set aside that an event reached since: their need is dropped only if they fit now (``settle``)."""
         self._owed: dict[str, set[str]] = {}
@@ -205,8 +196,6 @@ class WaitingRoom:
             if fits(self._needs[key]):
                 self.leave(key)
                 out.append(key)
-            else:
-                self._passed.add(key)  # reached, held nothing: it may give its quota once more
         self._reached.clear()
         return out
 
@@ -222,17 +211,12 @@ class WaitingRoom:
             return None
         self._aside.discard(key)
         self._reached.discard(key)
-        if key in self._passed:  # freed room passed it over while it was out: it may give once more
-            self._passed.discard(key)
-            self._kept.discard(key)
-        else:
-            self._kept.add(key)
+        self._kept.add(key)
         return need
 
     def may_give(self, key: Hashable) -> bool:
-        """Parked ``key`` may give its quota back: not if it already gave it back and was parked again
-        undecided (``unchanged``) with no freed room passing it over since the give (``freed``). At
-        most once per decision or per freed room that reached it and held nothing for it."""
+        """Parked ``key`` may give its quota back: not if it already gave it back since it was last
+        decided (parked again undecided by ``unchanged``). At most once per decision."""
         return key in self and key not in self._kept
 
     def leave(self, key: Hashable) -> Need | None:
@@ -246,7 +230,6 @@ class WaitingRoom:
             return None
         self._aside.discard(key)
         self._kept.discard(key)
-        self._passed.discard(key)
         self._reached.discard(key)
         seq = self._order.pop(key)
         if need.behind is not None:
@@ -288,24 +271,12 @@ class WaitingRoom:
             return []
         flavor = snapshot.flavor
         keys, left, took = self._offer(snapshot, rows, frozenset())
-        self._pass_over(left)
         if left:
             self._owed.setdefault(flavor, set()).update(snapshot.node_names[int(r)] for r in rows)
             tried = self._tried.get(flavor)
             if tried:
                 tried.difference_update(left)  # new room they fit: theirs to be offered
         return self._woken_by(snapshot, keys, took)
-
-    def _pass_over(self, left: list[Hashable]) -> None:
-        """New room reached ``left`` and held nothing for them (it fits each alone; the Workloads before
-        them took it): one that gave its quota back and holds it again undecided may give it once more,
-        now if it is parked, when it is parked again if it is set aside. Only new room counts: room
-        offered again (``reoffer``) already passed them over once."""
-        for key in left:
-            if key in self._aside:
-                self._passed.add(key)
-            else:
-                self._kept.discard(key)
 
     def reoffer(self, snapshot: Snapshot) -> list[Hashable]:
         """The room ``freed`` owed on ``snapshot``'s flavor, offered again as ``freed`` offers it
@@ -346,11 +317,7 @@ class WaitingRoom:
         ``rows`` have room for, each counted against the first such domain of its level it fits,
         node by node, after the Workloads woken before and not decided yet; and those left out (they
         fit the room, not what the earlier ones left of it).
-        One set aside is counted after every parked one, against what they left, and returned
-        (for ``_wake`` to handle, its need dropped) only if that holds it: one pod's end drops the
-        needs of as many set-aside Workloads as its room holds, not of every one it would hold
-        alone. Under ``settle_by_fit`` one the room fits is returned uncounted: ``settle`` asks its
-        placement, which the GPU count only bounds."""
+        One set aside takes no room: it is returned if it fits the room, for ``_wake`` to handle."""
         flavor = snapshot.flavor
         fresh = np.asarray(snapshot.free[:, 0], dtype=np.int64)
         budget = fresh.copy()
@@ -374,8 +341,7 @@ class WaitingRoom:
         took: dict[Hashable, list[tuple[int, int]]] = {}
         woken: list[tuple[int, Hashable]] = []
         left: list[Hashable] = []
-        # the parked first (they hold quota and can take the room now), then the set-aside against what they left
-        for seq, key in [e for e in entries if e[1] not in self._aside] + [e for e in entries if e[1] in self._aside]:
+        for seq, key in entries:
             if key in skip:
                 continue
             need = self._needs[key]
@@ -383,18 +349,15 @@ class WaitingRoom:
             for lo, hi, room in spans[need.level]:
                 if need.gpus > room or not _fits(fresh[lo:hi], per, need.pods):
                     continue
-                if key in self._aside and self._settle_by_fit:  # reached: ``settle``'s fit test, not the count, decides
+                if key in self._aside:
                     woken.append((seq, key))
                     break
                 if _fits(budget[lo:hi], per, need.pods):
-                    taken = _take(budget[lo:hi], per, need.pods)
-                    if key not in self._aside:
-                        took[key] = [(lo + i, g) for i, g in taken]
+                    took[key] = [(lo + i, g) for i, g in _take(budget[lo:hi], per, need.pods)]
                     woken.append((seq, key))
                     break
             else:  # it fits the room, not what the Workloads before it left of it
                 left.append(key)
-        woken.sort()
         return woken, left, took
 
     @staticmethod

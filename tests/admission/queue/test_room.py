@@ -90,28 +90,9 @@ def test_a_workload_set_aside_parks_again_unchanged_until_an_event_would_have_wo
     assert room.unchanged("gang", 100.0) == Need("f", CLIQUE, 2, 4, deadline=900.0)  # nothing changed: parks as it was
     assert "gang" in room and len(room) == 2
     room.set_aside("gang")
-    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1", "u0c0n2")) == ["small"]  # room for both: the set-aside one is not returned...
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["small"]  # room for it: the set-aside one is not returned...
     assert room.unchanged("gang", 100.0) is None and "gang" not in room  # ...but is decided afresh when it holds quota again
     assert room.unchanged("small", 100.0) is None  # never set aside: decided as usual
-
-
-def test_freed_room_drops_the_needs_of_only_as_many_set_aside_workloads_as_it_holds() -> None:
-    """A pod's end reaches the Workloads that gave their quota back as it wakes the parked ones:
-    counted against the room, after the parked ones, oldest first. Counted apart, one freed node
-    dropped the need of every set-aside Workload it could hold alone, and each came back, was
-    decided, parked again and gave its quota back again."""
-    snap, room = cluster(), WaitingRoom()
-    for key in ("a", "b", "c"):
-        room.park(key, Need("f", CLIQUE, 2, 4))
-    room.park("parked", Need("f", CLIQUE, 1, 4))
-    for key in ("a", "b", "c"):
-        room.set_aside(key)
-    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1", "u0c0n2")) == ["parked"]  # the parked one first, then room for one more gang
-    assert room.unchanged("a", 0.0) is None  # the oldest: decided afresh when it holds quota again
-    assert room.unchanged("b", 0.0) == Need("f", CLIQUE, 2, 4)  # the room held none for it: parked again undecided
-    room.set_aside("b")
-    assert room.freed(snap, free(snap, "u1c0n0", "u1c0n1")) == []  # new room in another island: for the next one
-    assert room.unchanged("b", 0.0) is None and room.unchanged("c", 0.0) == Need("f", CLIQUE, 2, 4)
 
 
 def test_a_workload_set_aside_is_aside_only_while_its_need_is_on_file() -> None:
@@ -203,54 +184,6 @@ def test_a_workload_gives_its_quota_back_at_most_once_per_decision() -> None:
     assert room.may_give("gang")
     room.leave("gang")
     assert not room.may_give("gang") and not room.may_give("never-parked")
-
-
-def test_one_parked_again_undecided_gives_its_quota_again_once_per_freed_room_that_passes_it_over() -> None:
-    """Freed room it fits alone, taken by the Workloads parked before it, is new room a waiter could
-    use: a Workload parked again undecided may give its quota back once more for it, at once if it
-    is parked, when it is parked again if it was set aside. Without new room it keeps its quota."""
-    snap, room = cluster(), WaitingRoom()
-    for key in ("a", "b", "giver"):
-        room.park(key, Need("f", CLIQUE, 2, 4))
-    room.set_aside("giver")
-    assert room.unchanged("giver", 0.0) is not None and not room.may_give("giver")  # gave once since its decision
-    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["a"]  # the room holds the oldest; it passes the giver over
-    assert room.may_give("giver") and "giver" in room  # still parked undecided, but it may give once more
-    room.set_aside("giver")
-    assert room.unchanged("giver", 0.0) is not None and not room.may_give("giver")  # no new room since that give
-    room.set_aside("giver")  # (given back by the old rule's first give, say)
-    assert room.freed(snap, free(snap, "u1c0n0", "u1c0n1")) == ["b"]  # passed over while it was out
-    assert room.unchanged("giver", 0.0) is not None and room.may_give("giver")  # parked again undecided, it may give once more
-    room.set_aside("giver")
-    assert room.unchanged("giver", 0.0) is not None and not room.may_give("giver")
-
-
-def test_room_offered_again_is_no_new_room_to_give_for() -> None:
-    """``reoffer`` offers the same room again: it lets nobody give twice for it."""
-    snap, room = cluster(), WaitingRoom()
-    for key in ("a", "b", "giver"):
-        room.park(key, Need("f", CLIQUE, 2, 4))
-    room.set_aside("giver")
-    room.unchanged("giver", 0.0)
-    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == ["a"] and room.may_give("giver")
-    room.set_aside("giver")
-    room.unchanged("giver", 0.0)
-    room.park("a", Need("f", CLIQUE, 2, 4))  # decided, parked again: the room is owed a look
-    assert room.reoffer(snap) == ["b"]  # the room again, to the next parked one; the giver, behind it, still left out
-    assert not room.may_give("giver")
-
-
-def test_a_giver_reached_whose_placement_does_not_fit_may_give_once_more() -> None:
-    """Under ``settle_by_fit`` the room reaches every giver it fits alone; one whose placement does
-    not fit now stays on file, and may give its quota back once more when parked again undecided."""
-    snap, room = cluster(), WaitingRoom(settle_by_fit=True)
-    room.park("giver", placed(2))
-    room.set_aside("giver")
-    assert room.unchanged("giver", 0.0) is not None and not room.may_give("giver")
-    room.set_aside("giver")
-    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1")) == []
-    assert room.settle(lambda need: False) == []
-    assert room.unchanged("giver", 0.0) == placed(2) and room.may_give("giver")
 
 
 def test_a_set_aside_workload_is_decided_again_after_its_deadline_or_a_flavor_change() -> None:

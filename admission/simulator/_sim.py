@@ -68,7 +68,9 @@ Atoll, as modelled
     pass, each job still queued and blocked on quota (a waiter, in Kueue's order), whose GPUs the
     flavor has free, is given parked quota, newest parked first, until what they give covers what
     it asks for, and nothing if that with the free quota would not let it in; a Workload holding a reservation keeps its
-    quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
+    quota, each gives it back at most once per decision (``WaitingRoom.may_give``; under
+    ``SimSettings.yield_in_turn`` again without one, but the oldest parked for a reservation
+    keeps it), a waiter takes
     no more than it asks for while it waits, and one that gave its quota back and waits for it
     again takes none while its need is on file (``WaitingRoom.is_aside``); with
     ``SimSettings.yield_back_when_fits`` an event that reaches it drops its need only if the

@@ -52,6 +52,10 @@ costs N decisions, not N².
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
 answer.
+
+The module runs past 400 lines because the room is one state (needs by level and order, the
+set-aside, the room owed and woken) that every event reads and changes; split, each part would
+carry the others' indexes.
 """
 
 from __future__ import annotations

@@ -214,7 +214,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             binding_loads: str = BINDING_LOADS, clusters: Sequence[str] = QUALITY_CLUSTERS,
             link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None,
             parking: bool | None = None, records_path: str | None = None, cohort: Any = None,
-            quota_factor: float = 1.0, yield_back_when_fits: bool = False, first_seed: int = 0) -> tuple[dict[str, Any], int]:
+            quota_factor: float = 1.0, yield_back_when_fits: bool = False, first_seed: int = 0,
+            yield_in_turn: bool = False) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
@@ -281,7 +282,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         ran = (list(policies) if with_quality else []) + [p for p in res_policies if p not in policies]
         spec = dataclasses.replace(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), parking=parking,
                                    records=records_file(records_path, name, clusters), cohort=cohort, quota_factor=quota_factor,
-                                   yield_back_when_fits=yield_back_when_fits)
+                                   yield_back_when_fits=yield_back_when_fits, yield_in_turn=yield_in_turn)
         try:
             records, _ = run_sweep(spec, workers=workers)
         finally:
@@ -441,6 +442,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--yield-back-when-fits", action="store_true",
                    help="the quality runs with atoll simulate --yield-back-when-fits (a quota giver an event reached comes back "
                         "only when its placement fits now)")
+    p.add_argument("--yield-in-turn", action="store_true",
+                   help="the quality runs with atoll simulate --yield-in-turn (quota givers take turns as the controller's "
+                        "--quota-yield-in-turn makes them)")
     p.add_argument("--goal", action="store_true", help="judge the queue manager's goal at loads 1.0-1.3 (exit 1 when missed)")
     p.add_argument("--reservations", default=None, metavar="PROFILE",
                    help="run PROFILE reserving at the island level, at the span level and not at all; judge the reservation goal "
@@ -493,7 +497,7 @@ def main(argv: Sequence[str]) -> int:
                                            clusters=clusters, link_model=args.link_model, with_goal=args.goal,
                                            reservations=args.reservations, parking=PARKING[args.parking], records_path=args.records,
                                            cohort=cohort, quota_factor=args.quota_factor,
-                                           yield_back_when_fits=args.yield_back_when_fits)
+                                           yield_back_when_fits=args.yield_back_when_fits, yield_in_turn=args.yield_in_turn)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

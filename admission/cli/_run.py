@@ -188,6 +188,10 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                    help="an event that reaches a parked Workload that gave its quota back drops its need only if the placement "
                         "it was parked on fits now; otherwise it comes back only when it can use the quota it takes (default: "
                         "any such event drops the need)")
+    p.add_argument("--quota-yield-in-turn", action="store_true",
+                   help="freed room counts the Workloads that gave their quota back after the parked ones, one parked again "
+                        "undecided may give its quota back again, and the oldest gang parked for a reservation keeps its quota "
+                        "(default: every such Workload the room could hold alone is reached, and one give per decision)")
     p.add_argument("--write-workers", type=write_workers, default=env.get("ATOLL_WRITE_WORKERS", "0"),
                    help="decision writes in flight at once: the next decision is made while earlier ones are written "
                         "(0: each is written before the next is made; env ATOLL_WRITE_WORKERS)")
@@ -245,6 +249,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
                             metrics_secure=args.metrics_secure),
         decisions=DecisionSettings(park_waiting=args.park_waiting, quota_yield_max_seconds=args.quota_yield_max_seconds,
                                    quota_yield_back_when_fits=args.quota_yield_back_when_fits,
+                                   quota_yield_in_turn=args.quota_yield_in_turn,
                                    write_workers=args.write_workers,
                                    decide_before_quota=args.decide_before_quota, before_quota_hold_seconds=args.before_quota_hold,
                                    before_quota_depth=args.before_quota_depth, before_quota_settle_seconds=args.before_quota_settle,

@@ -140,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--yield-back-when-fits", action="store_true",
                    help="an event that reaches a parked Workload that gave its quota back drops its need only if the placement "
                         "it was parked on fits now (the controller's --quota-yield-back-when-fits; default: any such event does)")
+    p.add_argument("--yield-in-turn", action="store_true",
+                   help="quota givers take turns as the controller's --quota-yield-in-turn makes them (freed room counts them after "
+                        "the parked, a re-parked Workload may give again, the first gang in line for a reservation keeps its quota)")
     p.add_argument("--kueue-preemption", choices=("Never", "LowerPriority", "LowerOrNewerEqualPriority"), default="Never",
                    help="the ClusterQueues' withinClusterQueue, with Kueue's own preemption for quota modelled: a Workload short of "
                         "quota (on a Kueue TAS flavor, of a placement) evicts a minimal set of the Workloads the policy lets it "
@@ -369,7 +372,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
                      parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
                      kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
                      cohort=cohort, quota_factor=args.quota_factor,
-                     yield_back_when_fits=args.yield_back_when_fits)
+                     yield_back_when_fits=args.yield_back_when_fits, yield_in_turn=args.yield_in_turn)
     if args.records and not any(n.startswith("atoll-") for n in names):
         raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
     return _Plan(spec, fmt, names, baseline, profiles_path, sliced)

@@ -198,7 +198,8 @@ class Controller:
         self._gauges_due: dict[str, float] = {}
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting,
-                               settle_by_fit=self.settings.decisions.quota_yield_back_when_fits)
+                               settle_by_fit=self.settings.decisions.quota_yield_back_when_fits,
+                               in_turn=self.settings.decisions.quota_yield_in_turn)
         self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], self.cache.objects[LOCAL_QUEUES], self.cache.objects[CLUSTER_QUEUES],
                                       lambda: self.cache.gpu_resource, self._free_gpus, self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""

@@ -90,6 +90,19 @@ class DecisionSettings(_Group):
     need stays on file and the Workload comes back only when it can use what it takes. Fewer
     decisions and quota yields, longer mean JCT on the goal cells (``docs/numbers.md``, "Givers
     come back only when they fit"); the simulator's ``SimSettings.yield_back_when_fits``."""
+    quota_yield_in_turn: bool = False
+    """How parked Workloads take turns with the quota they give back (``WaitingRoom``'s
+    ``in_turn``). True: freed room reaches a Workload that gave its quota back as it
+    reaches a parked one, counted after the parked ones (one pod's end drops as many needs as its
+    room holds); one parked again undecided may give its quota back again, not once per decision;
+    and the oldest one parked for a reservation of its flavor (``reserveAfterSeconds``, the
+    flavor's reservations all held) keeps its quota, so it can take the next reservation that
+    ends without waiting for all its quota at once again. False (the default): every set-aside
+    Workload the room could hold alone is reached, and a Workload gives its quota back at most
+    once per decision. Off because, on the goal cells, it costs ``costed-floor`` its DGX H100 wins
+    while it wins every GB200 cell and shortens the 64-GPU gangs' and the 8–15 GPU band's wait on the 14-day stream; measured in
+    ``docs/queue.md``, "Why the 64-GPU gangs wait on the whole stream"; the simulator's
+    ``SimSettings.yield_in_turn``."""
     write_workers: int = Field(default=0, ge=0, le=32)
     """Decision writes in flight at once (``Controller``'s pipelined writes): the ledger counts a
     decision when it is made and lets it go if its write is refused; 0: each decision is written

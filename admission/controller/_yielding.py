@@ -65,7 +65,10 @@ not on file, so it is decided once more, as every parked Workload is.
 The churn is bounded by these rules:
 
 - a parked Workload gives its quota back **at most once per decision**: once it has given it back
-  and parked again undecided, it keeps its quota until an event has it decided afresh;
+  and parked again undecided, it keeps its quota until an event has it decided afresh (under
+  ``decisions.quota_yield_in_turn``, off by default, it may give again, and only the oldest one
+  parked for a reservation of its flavor keeps its quota: ``WaitingRoom.may_give``; the bound is
+  then the reactivation rule above, not decisions);
 - a Workload waiting for quota takes GPUs up to what it asks for while it waits, however many
   passes see it (Kueue may take a while to admit it);
 - a Workload that gave its quota back and waits for it again takes none from another parked one

@@ -24,12 +24,17 @@ A parked Workload that gives its quota back (Kueue then evicts it) is ``set_asid
 stays on file, and until one of those events touches it, it is ``unchanged``. When it holds
 quota again it is parked again on the need it had, without being decided (the answer could not
 have changed); an event that would have woken it takes it out instead, and it is decided afresh.
+With ``in_turn`` (the controller's ``decisions.quota_yield_in_turn``, off by default)
+freed room reaches the set-aside as it wakes the parked: counted against the room, after every
+parked one, oldest first, so one pod's end drops as many needs as its room holds; one parked again
+undecided may give its quota back again; and the oldest parked for a reservation of its flavor
+keeps its quota (``may_give``).
 With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
 default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
 (the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;
-if not, it stays on file, as if no event had come. One parked again undecided keeps its quota
-until it is decided afresh (``may_give``): a Workload gives its quota back at most once per
-decision, so yields are bounded by decisions. While its need is on file (``is_aside``) one that
+if not, it stays on file, as if no event had come. Without ``in_turn`` one parked again undecided
+keeps its quota until it is decided afresh (``may_give``): a Workload gives its quota back at most
+once per decision, so yields are bounded by decisions. While its need is on file (``is_aside``) one that
 gave its quota back takes none from another parked Workload.
 
 The GPU count is only a bound (speed floor, taints, reservations and pod shapes can still
@@ -47,6 +52,10 @@ costs N decisions, not N².
 So decisions grow with those events, not with waiting Workloads × time. Kueue does the same
 with Workloads it found inadmissible: they are parked until a cluster event can change the
 answer.
+
+The module runs past 400 lines because the room is one state (needs by level and order, the
+set-aside, the room owed and woken) that every event reads and changes; split, each part would
+carry the others' indexes.
 """
 
 from __future__ import annotations
@@ -96,8 +105,13 @@ class Need:
 class WaitingRoom:
     """Parked Workloads by flavor and level, sorted by the GPUs they need (``Need``)."""
 
-    def __init__(self, *, settle_by_fit: bool = False) -> None:
+    def __init__(self, *, settle_by_fit: bool = False, in_turn: bool = False) -> None:
         self._settle_by_fit = settle_by_fit
+        self._in_turn = in_turn
+        """Set-aside Workloads counted against freed room after the parked; a give again without a decision;
+        the first in line for a reservation keeps its quota (``may_give``)."""
+        self._reservers: dict[Hashable, tuple[str, int]] = {}
+        """Keys whose need waits for a reservation (``Need.reserves``): flavor and order parked. Few: gangs only."""
         """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._needs: dict[Hashable, Need] = {}
         self._by_level: dict[tuple[str, str | None, int], list[tuple[int, int, Hashable]]] = {}
@@ -145,6 +159,8 @@ class WaitingRoom:
         self._seq += 1
         self._needs[key] = need
         self._order[key] = self._seq
+        if need.reserves:
+            self._reservers[key] = (need.flavor, self._seq)
         if need.behind is None:
             bisect.insort(self._by_level.setdefault((need.flavor, need.level, need.gpus_per_pod), []), (need.pods, self._seq, key))
         if need.deadline is not None:
@@ -216,8 +232,20 @@ class WaitingRoom:
 
     def may_give(self, key: Hashable) -> bool:
         """Parked ``key`` may give its quota back: not if it already gave it back since it was last
-        decided (parked again undecided by ``unchanged``). At most once per decision."""
-        return key in self and key not in self._kept
+        decided (parked again undecided by ``unchanged``): at most once per decision. With
+        ``in_turn`` it may give again, except the first in line for a reservation of its flavor
+        (``Need.reserves``, the oldest parked one holding quota): a reservation that ends wakes it
+        (``wake_reservers``), and without its quota it would have to wait for all of it to be free
+        at once again, which a stream of smaller Workloads passing quota among themselves almost
+        never leaves."""
+        if key not in self:
+            return False
+        if not self._in_turn:
+            return key not in self._kept
+        mine = self._reservers.get(key)
+        if mine is None:
+            return True
+        return any(fl == mine[0] and seq < mine[1] and k not in self._aside for k, (fl, seq) in self._reservers.items())
 
     def leave(self, key: Hashable) -> Need | None:
         """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked.
@@ -231,6 +259,7 @@ class WaitingRoom:
         self._aside.discard(key)
         self._kept.discard(key)
         self._reached.discard(key)
+        self._reservers.pop(key, None)
         seq = self._order.pop(key)
         if need.behind is not None:
             return need
@@ -317,7 +346,12 @@ class WaitingRoom:
         ``rows`` have room for, each counted against the first such domain of its level it fits,
         node by node, after the Workloads woken before and not decided yet; and those left out (they
         fit the room, not what the earlier ones left of it).
-        One set aside takes no room: it is returned if it fits the room, for ``_wake`` to handle."""
+        One set aside takes no room: it is returned if it fits the room, for ``_wake`` to handle.
+        With ``in_turn`` it is counted after every parked one, against what they left, and returned
+        (its need dropped) only if that holds it: one pod's end drops the needs of as many set-aside
+        Workloads as its room holds, not of every one it would hold alone. Under ``settle_by_fit``
+        one the room fits is returned uncounted: ``settle`` asks its placement, which the GPU count
+        only bounds."""
         flavor = snapshot.flavor
         fresh = np.asarray(snapshot.free[:, 0], dtype=np.int64)
         budget = fresh.copy()
@@ -341,6 +375,9 @@ class WaitingRoom:
         took: dict[Hashable, list[tuple[int, int]]] = {}
         woken: list[tuple[int, Hashable]] = []
         left: list[Hashable] = []
+        # the parked first (they hold quota and can take the room now), then the set-aside against what they left
+        if self._in_turn:
+            entries = [e for e in entries if e[1] not in self._aside] + [e for e in entries if e[1] in self._aside]
         for seq, key in entries:
             if key in skip:
                 continue
@@ -349,15 +386,18 @@ class WaitingRoom:
             for lo, hi, room in spans[need.level]:
                 if need.gpus > room or not _fits(fresh[lo:hi], per, need.pods):
                     continue
-                if key in self._aside:
+                if key in self._aside and (self._settle_by_fit or not self._in_turn):  # reached: ``settle``'s fit test, not the count, decides
                     woken.append((seq, key))
                     break
                 if _fits(budget[lo:hi], per, need.pods):
-                    took[key] = [(lo + i, g) for i, g in _take(budget[lo:hi], per, need.pods)]
+                    taken = _take(budget[lo:hi], per, need.pods)
+                    if key not in self._aside:
+                        took[key] = [(lo + i, g) for i, g in taken]
                     woken.append((seq, key))
                     break
             else:  # it fits the room, not what the Workloads before it left of it
                 left.append(key)
+        woken.sort()
         return woken, left, took
 
     @staticmethod

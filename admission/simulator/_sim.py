@@ -68,7 +68,9 @@ Atoll, as modelled
     pass, each job still queued and blocked on quota (a waiter, in Kueue's order), whose GPUs the
     flavor has free, is given parked quota, newest parked first, until what they give covers what
     it asks for, and nothing if that with the free quota would not let it in; a Workload holding a reservation keeps its
-    quota, each gives it back at most once per decision (``WaitingRoom.may_give``), a waiter takes
+    quota, each gives it back at most once per decision (``WaitingRoom.may_give``; under
+    ``SimSettings.yield_in_turn`` again without one, but the oldest parked for a reservation
+    keeps it), a waiter takes
     no more than it asks for while it waits, and one that gave its quota back and waits for it
     again takes none while its need is on file (``WaitingRoom.is_aside``); with
     ``SimSettings.yield_back_when_fits`` an event that reaches it drops its need only if the
@@ -196,6 +198,11 @@ class SimSettings:
     yield_back_when_fits: bool = DecisionSettings().quota_yield_back_when_fits
     """The controller's ``decisions.quota_yield_back_when_fits`` (the same default): an event that
     reaches a job that gave its quota back drops its need only if its placement fits now."""
+    yield_in_turn: bool = DecisionSettings().quota_yield_in_turn
+    """The controller's ``decisions.quota_yield_in_turn`` (the same default): freed room reaches the
+    jobs that gave their quota back counted after the parked ones, a job parked again undecided may
+    give its quota back again, and the oldest one parked for a reservation of its flavor keeps its
+    quota (``WaitingRoom``'s ``in_turn``)."""
     yield_quota: bool = True
     """With ``parking``: parked Workloads give their quota back to a queued job blocked on quota
     that theirs would let in (deactivated until it holds quota, newest parked first), as the
@@ -612,7 +619,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
-    room = WaitingRoom(settle_by_fit=settings.yield_back_when_fits) if deployed is not None and settings.parking is not False else None
+    room = WaitingRoom(settle_by_fit=settings.yield_back_when_fits, in_turn=settings.yield_in_turn) if deployed is not None and settings.parking is not False else None
     idle_gpu_s, idle_now, idle_at = 0.0, 0, window[0]
     """GPU-seconds reservations held idle (reserved GPUs free on the cluster), integrated over events."""
     parked_gpus = np.zeros(len(fl), dtype=np.int64)

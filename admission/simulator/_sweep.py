@@ -177,6 +177,8 @@ class SweepSpec:
     """``SimSettings.quota_factor``: each ClusterQueue's nominal GPU quota as this multiple of its flavor's GPUs."""
     yield_back_when_fits: bool = False
     """``SimSettings.yield_back_when_fits`` (the controller's ``decisions.quota_yield_back_when_fits``)."""
+    yield_in_turn: bool = False
+    """``SimSettings.yield_in_turn`` (the controller's ``decisions.quota_yield_in_turn``)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -225,6 +227,8 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
         chosen["cohort"] = spec.cohort
     if spec.yield_back_when_fits:
         chosen["yield_back_when_fits"] = True
+    if spec.yield_in_turn:
+        chosen["yield_in_turn"] = True
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
                            declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),

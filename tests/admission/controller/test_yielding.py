@@ -53,10 +53,14 @@ def kueue_deactivates(fabric: Fabric, name: str) -> None:
     fabric.kueue.release(fabric.ns, name)
 
 
-def parked_gang(fabric: Fabric) -> Controller:
+def parked_gang(fabric: Fabric, *, in_turn: bool = False) -> Controller:
     fabric.install()
     busy(fabric)
-    ctrl = parking(fabric)
+    if not in_turn:
+        ctrl = parking(fabric)
+    else:  # ``decisions.quota_yield_in_turn``
+        ctrl = fabric.controller(settings=fabric.settings().model_copy(
+            update={"decisions": DecisionSettings(park_waiting=True, quota_yield_in_turn=True)}))
     fabric.submit("gang", [("main", 2, 4)])  # 8 GPUs in one island: none has room, it parks
     (first,) = run(ctrl)
     assert first.parked and fabric.entry("gang")["state"] == "Pending"
@@ -99,8 +103,9 @@ def set_quota(fabric: Fabric, cq: str, gpus: int, cohort: str | None = None, *, 
     return patched
 
 
-def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_decision(fabric: Fabric) -> None:
-    ctrl = parked_gang(fabric)
+def reparked_after_a_give(fabric: Fabric, ctrl: Controller) -> str:
+    """The parked gang gives its quota to "late", is reactivated once Kueue admits "late", and parks
+    again on its next quota without a decision. Its key."""
     key = f"{fabric.ns}/gang"
     assert run(ctrl) == [] and active(fabric, "gang")  # nobody waits for quota: it keeps it
     waiter(fabric, "new", tried=False)  # Kueue has not tried it yet: it may fit without the gang's quota
@@ -127,6 +132,12 @@ def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_dec
     sample = ctrl.metrics.registry.get_sample_value
     assert sample("atoll_quota_yields_total", {"flavor": fabric.flavor}) == 1
     assert sample("atoll_quota_reparks_total", {"flavor": fabric.flavor}) == 1
+    return key
+
+
+def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_decision(fabric: Fabric) -> None:
+    ctrl = parked_gang(fabric)
+    reparked_after_a_give(fabric, ctrl)
     waiter(fabric, "late-again")  # another waiter: the gang gave its quota back once since its decision, and keeps it now
     assert run(ctrl) == []
     assert ctrl.quota_yields == 1 and active(fabric, "gang")
@@ -134,6 +145,17 @@ def test_a_parked_gang_gives_its_quota_to_a_waiter_and_parks_again_without_a_dec
     (decided,) = run(ctrl)
     assert decided.outcome == "wait" and decided.parked and records_of(fabric, "gang") == 2
     assert ctrl.quota_yields == 2 and yielded_to(fabric, "gang") == f"{fabric.ns}/late-again"  # decided afresh: once more
+
+
+def test_in_turn_a_gang_parked_again_undecided_gives_its_quota_back_again_without_a_decision(fabric: Fabric) -> None:
+    """``decisions.quota_yield_in_turn``: one parked again undecided may give its quota back again;
+    the give is no decision."""
+    ctrl = parked_gang(fabric, in_turn=True)
+    reparked_after_a_give(fabric, ctrl)
+    waiter(fabric, "late-again")
+    assert run(ctrl) == []
+    assert ctrl.quota_yields == 2 and yielded_to(fabric, "gang") == f"{fabric.ns}/late-again"
+    assert not active(fabric, "gang") and records_of(fabric, "gang") == 1
 
 
 class CountingPort:

@@ -95,6 +95,37 @@ def test_a_workload_set_aside_parks_again_unchanged_until_an_event_would_have_wo
     assert room.unchanged("small", 100.0) is None  # never set aside: decided as usual
 
 
+def given_back(room: WaitingRoom) -> None:
+    """Gangs a, b, c of 2 × 4 GPUs parked, then gave their quota back; one of 4 GPUs parked after them."""
+    for key in ("a", "b", "c"):
+        room.park(key, Need("f", CLIQUE, 2, 4))
+    room.park("parked", Need("f", CLIQUE, 1, 4))
+    for key in ("a", "b", "c"):
+        room.set_aside(key)
+
+
+def test_freed_room_drops_the_needs_of_every_set_aside_workload_it_could_hold_alone() -> None:
+    """The default: a Workload that gave its quota back takes none of the room, so one pod's end
+    drops the need of every set-aside Workload it could hold alone."""
+    snap, room = cluster(), WaitingRoom()
+    given_back(room)
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1", "u0c0n2")) == ["parked"]
+    assert [room.unchanged(k, 0.0) for k in ("a", "b", "c")] == [None, None, None]  # each decided afresh
+
+
+def test_in_turn_freed_room_drops_the_needs_of_only_as_many_set_aside_workloads_as_it_holds() -> None:
+    """With ``in_turn`` a pod's end reaches the Workloads that gave their quota back as it wakes the
+    parked ones: counted against the room, after the parked ones, oldest first."""
+    snap, room = cluster(), WaitingRoom(in_turn=True)
+    given_back(room)
+    assert room.freed(snap, free(snap, "u0c0n0", "u0c0n1", "u0c0n2")) == ["parked"]  # the parked one first, then room for one more gang
+    assert room.unchanged("a", 0.0) is None  # the oldest: decided afresh when it holds quota again
+    assert room.unchanged("b", 0.0) == Need("f", CLIQUE, 2, 4)  # the room held none for it: parked again undecided
+    room.set_aside("b")
+    assert room.freed(snap, free(snap, "u1c0n0", "u1c0n1")) == []  # new room in another island: for the next one
+    assert room.unchanged("b", 0.0) is None and room.unchanged("c", 0.0) == Need("f", CLIQUE, 2, 4)
+
+
 def test_a_workload_set_aside_is_aside_only_while_its_need_is_on_file() -> None:
     """The one rule the simulator and the controller ask before a Workload waiting for quota takes
     a parked one's: set aside and unchanged, it would park again undecided in what it took."""
@@ -170,6 +201,38 @@ def test_a_deadline_ends_a_workloads_time_aside() -> None:
     room.set_aside("kept")
     room.leave("kept")
     assert not room.is_aside("kept")
+
+
+def test_in_turn_a_workload_parked_again_undecided_may_give_its_quota_back_again() -> None:
+    room = WaitingRoom(in_turn=True)
+    room.park("gang", Need("f", CLIQUE, 2, 4))
+    room.set_aside("gang")
+    assert not room.may_give("gang")  # set aside: it holds no quota to give
+    assert room.unchanged("gang", 100.0) is not None  # parked again undecided...
+    assert room.may_give("gang")  # ...it may give again: the give goes to the first waiter in Kueue's order
+    room.leave("gang")
+    assert not room.may_give("gang")
+
+
+def test_in_turn_the_first_in_line_for_a_reservation_keeps_its_quota() -> None:
+    """A reservation that ends wakes the oldest gang waiting for one (``wake_reservers``): given
+    away, its quota would have to be free all at once again before it could take the slot."""
+    room = WaitingRoom(in_turn=True)
+    room.park("small", Need("f", CLIQUE, 2, 4))
+    room.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
+    room.park("second", Need("f", CLIQUE, 16, 4, reserves=True))
+    room.park("elsewhere", Need("g", CLIQUE, 16, 4, reserves=True))
+    assert [room.may_give(k) for k in ("small", "first", "second", "elsewhere")] == [True, False, True, False]
+    room.set_aside("second")
+    room.set_aside("first")  # it gave its quota back before it was first in line: the next one holding quota keeps its own
+    assert room.unchanged("second", 0.0) is not None and not room.may_give("second")
+    room.park("third", Need("f", CLIQUE, 16, 4, reserves=True))
+    assert room.may_give("third")
+    assert room.wake_reservers("g", 1) == ["elsewhere"] and not room.may_give("elsewhere")
+    assert not WaitingRoom().may_give("never-parked")
+    plain = WaitingRoom()
+    plain.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
+    assert plain.may_give("first")  # without ``in_turn``: once per decision, reservation or not
 
 
 def test_a_workload_gives_its_quota_back_at_most_once_per_decision() -> None:

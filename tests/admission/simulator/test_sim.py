@@ -525,6 +525,16 @@ def test_a_workload_parked_again_undecided_keeps_its_quota_until_it_is_decided_a
     assert res.decisions == 2
 
 
+def test_in_turn_a_workload_parked_again_undecided_gives_its_quota_back_again() -> None:
+    # as above, under ``yield_in_turn``: the gang, parked again undecided at 110, gives its quota to K
+    # at 200 without a decision, and K starts
+    model = cluster(sus=1, racks=2, used={"u0r0n0": 4, "u0r1n0": 4})
+    jobs = [job(0.0, 100.0, 16), job(10.0, 100.0, 12), job(200.0, 100.0, 12)]
+    res = run(model, jobs, "atoll-strict", parking=True, stall_seconds=3600.0, yield_in_turn=True)
+    assert res.start[1] == pytest.approx(10.0) and res.start[2] == pytest.approx(200.0) and np.isnan(res.start[0])
+    assert res.quota_yields == 2 and res.decisions == 3  # the second give took no decision of the gang's
+
+
 def test_a_workload_that_gave_its_quota_back_is_decided_again_when_room_it_could_use_frees() -> None:
     # islands u0r0, u1r0, u1r1 keep one node busy (12 GPUs free each), u0r1 is empty; quota 52.
     # A takes u0r1 until 80; the gang G parks (no island of 16); J1 takes u0r0; J2 is blocked on quota,

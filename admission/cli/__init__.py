@@ -60,10 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"atoll: unknown command {name!r}{suggest(name, list(COMMANDS))} (atoll --help lists the commands)", file=sys.stderr)
         return 2
+    withdraw = None
     if name in KERNEL_COMMANDS and not any(a in ("-h", "--help") for a in args) and not kernels_cached():
-        from admission.cli._args import announce_after_parse
+        from admission.cli._args import announce_at_first_compile
 
-        announce_after_parse("atoll: compiling the placement kernels (about 20 s, once; later runs reuse the cache)")
+        withdraw = announce_at_first_compile("atoll: compiling the placement kernels (about 20 s, once; later runs reuse the cache)")
     module = importlib.import_module(COMMANDS[name][0])
     try:
         code: int = module.main(args[1:])
@@ -73,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 141  # 128 + SIGPIPE, what the shell reports for a tool killed by a closed pipe
+    finally:
+        if withdraw is not None:
+            withdraw()
     return code
 
 

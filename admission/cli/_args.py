@@ -6,17 +6,14 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-__all__ = ["PARKING", "Parser", "announce_after_parse", "quota_factor", "seed", "suggest"]
+__all__ = ["PARKING", "Parser", "announce_at_first_compile", "counted", "quota_factor", "seed", "suggest"]
 
 PARKING: dict[str, bool | None] = {"profile": None, "on": True, "off": False}
 """``--parking`` of ``atoll simulate`` and ``atoll bench quality`` → ``SimSettings.parking``: the
 override of each profile's ``queueing.parkWaiting`` (None: no override)."""
-
-_pending: list[str] = []
-
 
 def quota_factor(text: str) -> float:
     """``--quota-factor`` of ``atoll simulate`` and ``atoll bench quality``: each ClusterQueue's
@@ -43,10 +40,40 @@ def seed(text: str) -> int:
     return value
 
 
-def announce_after_parse(line: str) -> None:
-    """Print ``line`` to stderr once the command's arguments parse. A note such as "compiling the
-    kernels" belongs to a run that will happen; a mistyped flag gets its one error line alone."""
-    _pending.append(line)
+def announce_at_first_compile(line: str) -> Callable[[], None]:
+    """Print ``line`` to stderr when numba starts compiling the first function of this run, and
+    never again. A note such as "compiling the kernels" belongs to a compile that happens: a
+    mistyped flag, a missing file or a bad row gets its one error line alone, and a run that finds
+    the kernels in numba's cache prints nothing. Returns the call that withdraws the note when the
+    run ends without a compile. (The simulator's sweep compiles in its own process before it forks
+    workers, so the note is printed once, not once per worker.)"""
+    from numba.core import event
+
+    pending = [True]
+
+    class _Once(event.Listener):
+        def on_start(self, ev: event.Event) -> None:
+            withdraw()
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+        def on_end(self, ev: event.Event) -> None:
+            pass
+
+    once = _Once()
+    event.register("numba:compile", once)  # type: ignore[no-untyped-call]
+
+    def withdraw() -> None:
+        if pending[0]:
+            pending[0] = False
+            event.unregister("numba:compile", once)  # type: ignore[no-untyped-call]
+
+    return withdraw
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 seed``, ``5 seeds``: a count and its noun, plural when the count is not one."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def suggest(word: str, choices: list[str]) -> str:
@@ -57,10 +84,7 @@ def suggest(word: str, choices: list[str]) -> str:
 
 class Parser(argparse.ArgumentParser):
     def parse_args(self, args: Sequence[str] | None = None, namespace: None = None) -> argparse.Namespace:  # type: ignore[override]
-        parsed = super().parse_args(args, namespace)
-        while _pending:
-            sys.stderr.write(_pending.pop(0) + "\n")
-        return parsed
+        return super().parse_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         hint = ""
@@ -68,6 +92,5 @@ class Parser(argparse.ArgumentParser):
             flags = [w for w in message.split(":", 1)[1].split() if w.startswith("-")]
             options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
             hint = next((h for h in (suggest(f.split("=", 1)[0], options) for f in flags) if h), "")
-        _pending.clear()
         sys.stderr.write(f"{self.prog}: {message}{hint} ({self.prog} --help lists the options)\n")
         raise SystemExit(2)

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from admission.cli._args import PARKING, Parser, quota_factor, seed
+from admission.cli._args import PARKING, Parser, counted, quota_factor, seed
 
 __all__ = ["main", "records_file", "scale_cluster", "traces_dir"]
 
@@ -274,7 +274,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             report[name]["binding"] = {"comparisons": [comparison_json(c) for c in b_cmps], "kept": kept}
             if fmt == "table":
                 print(format_sweep(b_cmps, title=f"{name}: Atoll by binding (exact = pinned to planned nodes; the rest = kube-scheduler "
-                                                 f"models under domain enforcement), ITP cluster04, {len(seed_list)} seeds per load"))
+                                                 f"models under domain enforcement), ITP cluster04, {counted(len(seed_list), 'seed')} per load"))
                 print("\n".join(kept))
                 print(f"({time.perf_counter() - t0:.1f} s)\n")
         if not with_quality and not res_policies:
@@ -295,7 +295,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             res_cells += cells
             report[name]["reservations"] = reservations_json(cells)
             if fmt == "table":
-                print(f"{name}: reservations of {reservations}, the largest size band, ITP cluster04, {len(seed_list)} seeds per load "
+                print(f"{name}: reservations of {reservations}, the largest size band, ITP cluster04, {counted(len(seed_list), 'seed')} per load "
                       f"(means ± 95 %; paired per seed against {reservations}-nores)")
                 print(format_reservations(cells))
                 print()
@@ -318,7 +318,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         if fmt == "table":
             gpus = cluster_gpus(cluster)
             print(format_sweep(cmps, title=f"{name}: ITP cluster04 days 0-14, {jobs:,} jobs on {gpus:,} GPUs, GPU perf "
-                                           f"{QUALITY_GPU_PERF}, link model {link_model}, {len(seed_list)} seeds per load"
+                                           f"{QUALITY_GPU_PERF}, link model {link_model}, {counted(len(seed_list), 'seed')} per load"
                                            f"{PARKING_TITLE[parking]}{quota_title(quota_factor)}"))
             print()
             print("\n".join(verdicts))
@@ -331,7 +331,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             if sens:
                 print()
                 print(format_sensitivity(sens, f"{name}: atoll-elastic mean JCT ÷ kueue-bestfit's (jobs both completed), load "
-                                               f"{SENSITIVITY_LOAD:g}, {len(seed_list)} seeds; < 1 = Atoll faster"))
+                                               f"{SENSITIVITY_LOAD:g}, {counted(len(seed_list), 'seed')}; < 1 = Atoll faster"))
             print(f"({sweep_s:.1f} s sweep, {wall:.1f} s in all)\n")
     code = 0
     if res_policies:

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from admission.cli._args import Parser
+from admission.cli._args import Parser, counted
 
 __all__ = ["BusyState", "busy_gb200", "main", "mixed_pool_table", "place_serving", "serving_table"]
 
@@ -326,7 +326,7 @@ def _print_table(table: dict[str, Any]) -> None:
 
 def _print_mixed(table: dict[str, Any], seeds: int) -> None:
     print(f"mixed pool: training at {table['occupancy']:g} of the GPUs, then {table['replicas']} inference replicas (8 GPUs, at most one "
-          f"per rack), then {table['gangs']} training gangs of 8+ GPUs from the ITP trace; {seeds} seeds")
+          f"per rack), then {table['gangs']} training gangs of 8+ GPUs from the ITP trace; {counted(seeds, 'seed')}")
     print(f"{'inference':<13}  {'replicas':>8}  {'empty racks':>11}  {'gangs placed':>12}  {'one-island share':>16}")
     for how, r in table["rows"].items():
         share = "-" if r["one_island_share"] is None else f"{100 * r['one_island_share']:.1f}%"

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from admission.cli._args import counted
 from admission.simulator import (
     INVARIANT_KEYS,
     Comparison,
@@ -102,8 +103,8 @@ def _title(r: Report, first: Mapping[str, Any]) -> str:
         perf += f", {r.sliced:,} jobs{which} in slices of {spec.slicing.size} pods on {spec.slicing.level}"
     if spec.quota_factor != 1.0:
         perf += f", ClusterQueue quota {spec.quota_factor:g} x GPUs"
-    return (f"{spec.cluster.name}: {what} on {cluster_gpus(spec.cluster):,} GPUs{perf}, {len(seeds)} seed{'s' if len(seeds) != 1 else ''}, "
-            f"{len(r.records)} runs on {r.cores} cores in {r.wall:.1f} s")
+    return (f"{spec.cluster.name}: {what} on {cluster_gpus(spec.cluster):,} GPUs{perf}, {counted(len(seeds), 'seed')}, "
+            f"{counted(len(r.records), 'run')} on {counted(r.cores, 'core')} in {r.wall:.1f} s")
 
 
 def _json_head(r: Report, first: Mapping[str, Any]) -> dict[str, Any]:

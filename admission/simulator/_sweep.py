@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from admission.controller import Decider
 from admission.simulator._cohort import CohortShape
 from admission.simulator._cost import CostParams, apply_bandwidths, apply_cost
 from admission.simulator._jobs import Job
@@ -314,6 +315,9 @@ def run_sweep(
         for key in keys:
             keep(run_one(spec, key))
     else:
+        # compiled (or loaded from numba's cache) once here, the workers fork with the kernels in
+        # memory instead of each compiling them on a cold cache
+        Decider.warm_up()
         with ProcessPoolExecutor(n_workers, mp_context=get_context("fork"), initializer=_worker_init, initargs=(spec,)) as pool:
             for out in pool.map(_worker_run, keys, chunksize=1):
                 keep(out)

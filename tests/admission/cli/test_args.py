@@ -29,15 +29,38 @@ def test_a_misspelt_command_gets_the_nearest_command(capsys: pytest.CaptureFixtu
     assert capsys.readouterr().err == "atoll: unknown command 'simulte'; did you mean simulate? (atoll --help lists the commands)\n"
 
 
-def test_the_first_kernel_compile_is_announced(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_input_error_on_a_cold_cache_is_one_line_without_the_compile_note(monkeypatch: pytest.MonkeyPatch,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
     import admission.cli
 
     monkeypatch.setattr(admission.cli, "kernels_cached", lambda: False)
-    assert main(["place", "--workload", "config/workloads/training-job.yaml", "--occupancy", "2"]) == 2
-    assert capsys.readouterr().err.startswith("atoll: compiling the placement kernels (about 20 s, once; later runs reuse the cache)\n")
-    monkeypatch.setattr(admission.cli, "kernels_cached", lambda: True)
-    assert main(["place", "--workload", "config/workloads/training-job.yaml", "--occupancy", "2"]) == 2
-    assert "compiling" not in capsys.readouterr().err
+    assert main(["place", "--workload", "no-such-workload.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert "compiling" not in err
+    assert err.count("\n") == 1
+
+
+def test_the_compile_note_is_printed_at_the_first_compile_and_once(capsys: pytest.CaptureFixture[str]) -> None:
+    import numba
+
+    from admission.cli._args import announce_at_first_compile
+
+    withdraw = announce_at_first_compile("atoll: compiling")
+    assert capsys.readouterr().err == ""
+    numba.njit(lambda x: x + 1)(1)  # a function of its own: compiled here, never cached
+    numba.njit(lambda x: x + 2)(1)
+    assert capsys.readouterr().err == "atoll: compiling\n"
+    withdraw()  # after the note, withdrawing is a no-op
+
+
+def test_a_withdrawn_compile_note_is_never_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    import numba
+
+    from admission.cli._args import announce_at_first_compile
+
+    announce_at_first_compile("atoll: compiling")()
+    numba.njit(lambda x: x * 3)(1)
+    assert capsys.readouterr().err == ""
 
 
 def test_kernels_count_as_cached_once_numba_wrote_their_index(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -48,3 +71,10 @@ def test_kernels_count_as_cached_once_numba_wrote_their_index(monkeypatch: pytes
     (tmp_path / "topology").mkdir()
     (tmp_path / "topology" / "_kernels._best_fit-153.py311.nbi").write_bytes(b"")
     assert kernels_cached()
+
+
+@pytest.mark.parametrize(("n", "text"), [(0, "0 seeds"), (1, "1 seed"), (5, "5 seeds"), (12000, "12,000 seeds")])
+def test_a_count_names_its_noun_in_the_singular_only_for_one(n: int, text: str) -> None:
+    from admission.cli._args import counted
+
+    assert counted(n, "seed") == text

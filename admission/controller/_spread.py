@@ -112,6 +112,10 @@ def read_spread(obj: Obj, view: WorkloadView) -> SpreadGroup | None:
         replicas = _positive(annotations[vocabulary.SPREAD_REPLICAS], where[vocabulary.SPREAD_REPLICAS]) \
             if vocabulary.SPREAD_REPLICAS in annotations else None
         return SpreadGroup(name, (SpreadRule(level, max_per_domain=k),), replicas)
+    stray = next((k for k in (vocabulary.SPREAD_LEVEL, vocabulary.SPREAD_MAX_PER_DOMAIN, vocabulary.SPREAD_REPLICAS) if k in annotations), None)
+    if stray is not None:  # a spread asked for with no group to count the replicas of would be silently dropped
+        raise WorkloadError(f"{where[stray]}: needs the Workload label {vocabulary.SPREAD_GROUP} (the service whose replicas it "
+                            f"spreads); add the label, or drop the annotation")
     if KEP_ANNOTATION in annotations and is_spreading_json(annotations[KEP_ANNOTATION]):  # else noted as not honoured (policies)
         return _read_kep(obj, annotations[KEP_ANNOTATION], where[KEP_ANNOTATION])
     return None

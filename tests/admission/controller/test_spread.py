@@ -149,6 +149,14 @@ def test_bad_spread_settings_are_rejected_naming_the_field(annotations: dict[str
     assert v.outcome == "reject" and needle in v.message, v.message
 
 
+@pytest.mark.parametrize("key", ["atoll.dev/spread-level", "atoll.dev/spread-max-per-domain", "atoll.dev/spread-replicas"])
+def test_a_spread_annotation_without_the_group_label_is_rejected_naming_both(key: str) -> None:
+    ctrl, port = setup()
+    v = admit(ctrl, port, replica("stray", {key: SU if key.endswith("level") else "2"}))
+    assert v.outcome == "reject", v.message
+    assert f"annotations[{key}]: needs the Workload label atoll.dev/spread-group" in v.message, v.message
+
+
 def test_each_replica_of_a_spread_serving_graph_keeps_prefill_and_decode_in_one_rack() -> None:
     ctrl, port = setup()
     ann, labels = spread("graph", SU, 1)

@@ -83,14 +83,23 @@ def suggest(word: str, choices: list[str]) -> str:
 
 
 class Parser(argparse.ArgumentParser):
+    _argv: list[str] = []
+
     def parse_args(self, args: Sequence[str] | None = None, namespace: None = None) -> argparse.Namespace:  # type: ignore[override]
+        self._argv = list(sys.argv[1:] if args is None else args)
         return super().parse_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
+        options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
+        if message.startswith("the following arguments are required:"):
+            # argparse checks required options before unknown ones: a misspelt flag would be
+            # reported as the option it was meant to be missing
+            unknown = [w for w in self._argv if w.startswith("--") and w.split("=", 1)[0] not in options]
+            if unknown:
+                message = f"unrecognized arguments: {' '.join(unknown)}"
         hint = ""
         if message.startswith("unrecognized arguments:"):
             flags = [w for w in message.split(":", 1)[1].split() if w.startswith("-")]
-            options = [o for action in self._actions for o in action.option_strings if o.startswith("--")]
             hint = next((h for h in (suggest(f.split("=", 1)[0], options) for f in flags) if h), "")
         sys.stderr.write(f"{self.prog}: {message}{hint} ({self.prog} --help lists the options)\n")
         raise SystemExit(2)

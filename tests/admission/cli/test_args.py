@@ -16,6 +16,9 @@ from admission.cli import main
      "atoll audit: unrecognized arguments: --outcme=admit; did you mean --outcome? (atoll audit --help lists the options)"),
     (["place", "--workload", "w.yaml", "--zzzzzz"], "atoll place: unrecognized arguments: --zzzzzz (atoll place --help lists the options)"),
     (["place"], "atoll place: the following arguments are required: --workload (atoll place --help lists the options)"),
+    (["place", "--worklod", "w.yaml"],
+     "atoll place: unrecognized arguments: --worklod; did you mean --workload? (atoll place --help lists the options)"),
+    (["place", "--bogus"], "atoll place: unrecognized arguments: --bogus (atoll place --help lists the options)"),
 ])
 def test_a_misspelt_flag_gets_one_line_with_the_nearest_option(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -27,8 +27,8 @@ have changed); an event that would have woken it takes it out instead, and it is
 With ``in_turn`` (the controller's ``decisions.quota_yield_in_turn``, off by default)
 freed room reaches the set-aside as it wakes the parked: counted against the room, after every
 parked one, oldest first, so one pod's end drops as many needs as its room holds; one parked again
-undecided may give its quota back again; and one a reservation's end woke while it held quota
-keeps its quota from then until it leaves the room decided (``may_give``).
+undecided may give its quota back again; and the oldest parked for a reservation of its flavor
+keeps its quota (``may_give``).
 With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
 default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
 (the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;
@@ -109,10 +109,7 @@ class WaitingRoom:
         self._settle_by_fit = settle_by_fit
         self._in_turn = in_turn
         """Set-aside Workloads counted against freed room after the parked; a give again without a decision;
-        one a reservation's end woke keeps its quota until it leaves decided (``may_give``)."""
-        self._turn: set[Hashable] = set()
-        """Keys a reservation's end woke holding quota (``wake_reservers``): their turn has come, and
-        they keep their quota through parks until they leave the room (admitted, rejected, deleted)."""
+        the first in line for a reservation keeps its quota (``may_give``)."""
         self._reservers: dict[Hashable, tuple[str, int]] = {}
         """Keys whose need waits for a reservation (``Need.reserves``): flavor and order parked. Few: gangs only."""
         """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
@@ -158,10 +155,7 @@ class WaitingRoom:
         if woken is not None and woken[0].flavor in self._owed:
             self._tried.setdefault(woken[0].flavor, set()).add(key)
             self._again.add(woken[0].flavor)
-        turn = key in self._turn
         self.leave(key)
-        if turn:
-            self._turn.add(key)
         self._seq += 1
         self._needs[key] = need
         self._order[key] = self._seq
@@ -176,7 +170,6 @@ class WaitingRoom:
         """``key`` was decided and not parked (admitted, rejected, sent to a Retry). If freed room of an
         owed flavor woke it, that room is offered again (``reoffer``): it may have gone elsewhere."""
         self._hand_on(key)
-        self._turn.discard(key)
 
     def _hand_on(self, key: Hashable) -> None:
         woken = self._woken.pop(key, None)
@@ -240,15 +233,19 @@ class WaitingRoom:
     def may_give(self, key: Hashable) -> bool:
         """Parked ``key`` may give its quota back: not if it already gave it back since it was last
         decided (parked again undecided by ``unchanged``): at most once per decision. With
-        ``in_turn`` it may give again, except one whose turn has come: a reservation's end woke it
-        while it held quota (``wake_reservers``). Without its quota it would have to wait for all of
-        it to be free at once again, which a stream of smaller Workloads passing quota among
-        themselves almost never leaves; before its turn, quota it kept would stand idle."""
+        ``in_turn`` it may give again, except the first in line for a reservation of its flavor
+        (``Need.reserves``, the oldest parked one holding quota): a reservation that ends wakes it
+        (``wake_reservers``), and without its quota it would have to wait for all of it to be free
+        at once again, which a stream of smaller Workloads passing quota among themselves almost
+        never leaves."""
         if key not in self:
             return False
         if not self._in_turn:
             return key not in self._kept
-        return key not in self._turn
+        mine = self._reservers.get(key)
+        if mine is None:
+            return True
+        return any(fl == mine[0] and seq < mine[1] and k not in self._aside for k, (fl, seq) in self._reservers.items())
 
     def leave(self, key: Hashable) -> Need | None:
         """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked.
@@ -256,7 +253,6 @@ class WaitingRoom:
         decided one does (``reoffer``): otherwise the parked Workloads behind it would wait for the
         next pod to end, with the room free."""
         self._hand_on(key)
-        self._turn.discard(key)
         need = self._needs.pop(key, None)
         if need is None:
             return None
@@ -426,10 +422,7 @@ class WaitingRoom:
         """The ``count`` oldest Workloads parked on ``flavor`` waiting for a reservation
         (``Need.reserves``): as many reservations of the flavor have ended."""
         keys = sorted((self._order[k], k) for k, n in self._needs.items() if n.flavor == flavor and n.reserves)
-        woken = self._wake(keys[:max(count, 0)])
-        if self._in_turn:
-            self._turn.update(woken)
-        return woken
+        return self._wake(keys[:max(count, 0)])
 
     def wake_behind(self, gangs: Iterable[str]) -> list[Hashable]:
         """Every Workload held behind one of ``gangs`` (``Need.behind``), owed no longer, oldest first."""

@@ -214,31 +214,25 @@ def test_in_turn_a_workload_parked_again_undecided_may_give_its_quota_back_again
     assert not room.may_give("gang")
 
 
-def test_in_turn_a_gang_keeps_its_quota_only_once_a_reservations_end_has_woken_it() -> None:
-    """Waiting for a reservation, a gang may give its quota like anyone (kept, it would stand idle);
-    once a reservation's end wakes it holding quota (``wake_reservers``), it keeps it through parks
-    until it leaves the room decided: given away, its quota would have to be free all at once again."""
+def test_in_turn_the_first_in_line_for_a_reservation_keeps_its_quota() -> None:
+    """A reservation that ends wakes the oldest gang waiting for one (``wake_reservers``): given
+    away, its quota would have to be free all at once again before it could take the slot."""
     room = WaitingRoom(in_turn=True)
-    room.park("gave", Need("f", CLIQUE, 16, 4, reserves=True))
+    room.park("small", Need("f", CLIQUE, 2, 4))
     room.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
     room.park("second", Need("f", CLIQUE, 16, 4, reserves=True))
-    assert [room.may_give(k) for k in ("gave", "first", "second")] == [True, True, True]  # nobody's turn yet
-    room.set_aside("gave")
-    assert room.wake_reservers("f", 2) == ["first"]  # "gave" holds no quota: its need is dropped, not returned
-    room.park("first", Need("f", CLIQUE, 16, 4))  # decided, parked again on room: its turn goes on
-    assert not room.may_give("first") and room.may_give("second")
-    room.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
-    assert not room.may_give("first")
-    room.decided("first")
-    room.leave("first")
-    room.park("first", Need("f", CLIQUE, 16, 4, reserves=True))  # admitted and back: a new wait
-    assert room.may_give("first")
+    room.park("elsewhere", Need("g", CLIQUE, 16, 4, reserves=True))
+    assert [room.may_give(k) for k in ("small", "first", "second", "elsewhere")] == [True, False, True, False]
+    room.set_aside("second")
+    room.set_aside("first")  # it gave its quota back before it was first in line: the next one holding quota keeps its own
+    assert room.unchanged("second", 0.0) is not None and not room.may_give("second")
+    room.park("third", Need("f", CLIQUE, 16, 4, reserves=True))
+    assert room.may_give("third")
+    assert room.wake_reservers("g", 1) == ["elsewhere"] and not room.may_give("elsewhere")
     assert not WaitingRoom().may_give("never-parked")
     plain = WaitingRoom()
     plain.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
-    assert plain.wake_reservers("f", 1) == ["first"]
-    plain.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
-    assert plain.may_give("first")  # without ``in_turn``: once per decision, woken or not
+    assert plain.may_give("first")  # without ``in_turn``: once per decision, reservation or not
 
 
 def test_a_workload_gives_its_quota_back_at_most_once_per_decision() -> None:

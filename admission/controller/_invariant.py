@@ -259,7 +259,10 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
 
     and ``d`` is exposed when ``need(D) > slots(D)``. When no claim is exposed, no order of
     bindings the nodeSelectors allow starves a claim: a bound pod lowers both sides alike, or
-    only the right side (a property test plays an adversarial scheduler against it). GPUs only:
+    only the right side (a property test plays an adversarial scheduler against it), as long as
+    no bound pod ends: a pod that ends frees room on its node, and that room can let a wider
+    claim's pod take a node a one-node claim still owes (free 2 of 4 GPUs: a 4-GPU pod cannot
+    take it; free 4: it can). Nothing tests the claims again when a pod ends. GPUs only:
     CPU and memory are not part of Atoll's promise. ``near``: test only the claims whose domain
     meets these nodes (all when None; claims elsewhere are unchanged by a new one); every claim
     still counts as a possible thief."""

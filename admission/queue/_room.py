@@ -107,12 +107,12 @@ class WaitingRoom:
 
     def __init__(self, *, settle_by_fit: bool = False, in_turn: bool = False) -> None:
         self._settle_by_fit = settle_by_fit
+        """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._in_turn = in_turn
         """Set-aside Workloads counted against freed room after the parked; a give again without a decision;
         the first in line for a reservation keeps its quota (``may_give``)."""
         self._reservers: dict[Hashable, tuple[str, int]] = {}
         """Keys whose need waits for a reservation (``Need.reserves``): flavor and order parked. Few: gangs only."""
-        """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._needs: dict[Hashable, Need] = {}
         self._by_level: dict[tuple[str, str | None, int], list[tuple[int, int, Hashable]]] = {}
         self._deadlines: list[tuple[float, int, Hashable]] = []
@@ -397,7 +397,8 @@ class WaitingRoom:
                     break
             else:  # it fits the room, not what the Workloads before it left of it
                 left.append(key)
-        woken.sort()
+        if self._in_turn:
+            woken.sort()  # back to park order, which the reordering above set aside
         return woken, left, took
 
     @staticmethod

@@ -359,7 +359,7 @@ class Decider:
         names = {s.name for s in specs}
         links = [lk for lk in view.links if lk.a in names and lk.b in names]
         away, cleared = (None, None) if self._enforcement(flavor) == "exact" else _out_of_reach(unreserved, held_away, blocked)
-        held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]), away, cleared)
+        held = _Holding(self.ledger.claims(snap, exclude_uid=view.uid), np.asarray(shared.free[:, 0]), np.asarray(shared.alloc[:, 0]), away, cleared)
         try:
             group = read_spread(obj, view)
         except WorkloadError as exc:
@@ -665,7 +665,7 @@ class Decider:
         and the room is settled). Yes: the Workload's own PodSets can trade room with each other,
         and waiting on owed pods would wait on nothing; then is there a placement without the
         conflict on the flavor with every node empty (``on_empty`` False: more room may come)?"""
-        alone = _Holding(ClaimSet.empty(shared.num_nodes), held.free_gpu)
+        alone = _Holding(ClaimSet.empty(shared.num_nodes), held.free_gpu, held.may_free)
         assert first.placement is not None
         podsets = tuple(sorted(ps.name for ps in first.placement.podsets))
         if self._robust_levels(shared, first, view, specs, profile, alone, widen=True)[0] is not None:
@@ -756,7 +756,7 @@ class Decider:
                     new.append(Claim(view.key, ps.name, ps.pods, spec.per_pod.gpu, mask))
                     owner.append(j)
             near = np.logical_or.reduce([c.mask for c in new]) if new else np.zeros(snap.num_nodes, dtype=bool)
-            exposed = exposed_claims(held.free_gpu, held.claims.extend(new), near)
+            exposed = exposed_claims(held.free_gpu, held.claims.extend(new), near, may_free=held.may_free)
             if not exposed:
                 return {ps.name: opts[k] for ps, opts, k in zip(podsets, options, pick) if opts[k] >= 0}, near
             widened = False
@@ -889,6 +889,9 @@ class _Holding:
 
     claims: ClaimSet
     free_gpu: npt.NDArray[np.int64]
+    may_free: npt.NDArray[np.int64] | None = None
+    """GPUs each node would have free were every bound pod on it to end (its allocatable GPUs):
+    what a wider claim's pod could one day take there (``exposed_claims``)."""
     away: npt.NDArray[np.bool_] | None = None
     """Under ``domain`` enforcement, nodes held for another gang while its victims go, and nodes
     with free GPUs another gang reserved: no nodeSelector of this Workload's GPU PodSets may reach

@@ -242,7 +242,8 @@ class ClaimSet:
         return self._mask_rows
 
 
-def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near: npt.NDArray[np.bool_] | None = None) -> list[int]:
+def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near: npt.NDArray[np.bool_] | None = None, *,
+                   may_free: IntArray | None = None) -> list[int]:
     """Claims the kube-scheduler could starve by binding *other* claims' pods inside their domain.
 
     A witness shows the owed pods fit *now*; it does not survive the scheduler's freedom: a pod
@@ -259,13 +260,20 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
 
     and ``d`` is exposed when ``need(D) > slots(D)``. When no claim is exposed, no order of
     bindings the nodeSelectors allow starves a claim: a bound pod lowers both sides alike, or
-    only the right side (a property test plays an adversarial scheduler against it), as long as
-    no bound pod ends: a pod that ends frees room on its node, and that room can let a wider
-    claim's pod take a node a one-node claim still owes (free 2 of 4 GPUs: a 4-GPU pod cannot
-    take it; free 4: it can). Nothing tests the claims again when a pod ends. GPUs only:
-    CPU and memory are not part of Atoll's promise. ``near``: test only the claims whose domain
-    meets these nodes (all when None; claims elsewhere are unchanged by a new one); every claim
-    still counts as a possible thief."""
+    only the right side (a property test plays an adversarial scheduler against it).
+
+    A bound pod that ends frees room on its node, and that room can let a wider claim's pod take
+    a node a one-node claim still owes (free 2 of 4 GPUs: a 4-GPU pod cannot take it; free 4: it
+    can), while nothing tests the claims again when a pod ends. ``may_free`` closes that: the
+    GPUs each node would have free were every bound pod on it to end (its allocatable GPUs).
+    The last term, what a wider claim could take from ``D``, is then counted on ``may_free``
+    (both the pods of ``e`` that fit and the slots of ``D ∩ e``), while ``slots(D)`` stays on
+    ``free``: room that frees later adds to ``slots(D)`` and no thief's reach grows with it, so
+    no order of bindings and ends starves a claim that is not exposed (a second property test
+    lets the adversary end bound pods). None: ``free_gpu`` (no bound pod ends). GPUs only: CPU
+    and memory are not part of Atoll's promise. ``near``: test only the claims whose domain meets
+    these nodes (all when None; claims elsewhere are unchanged by a new one); every claim still
+    counts as a possible thief."""
     cs = claims if isinstance(claims, ClaimSet) else ClaimSet.of(claims, free_gpu.size)
     if not len(cs):
         return []
@@ -310,11 +318,12 @@ def exposed_claims(free_gpu: IntArray, claims: ClaimSet | Sequence[Claim], near:
             thief = wide & (sizes > inside)
             if thief.any():
                 cols_i = cols_u.astype(np.int64)
+                reachable = free if may_free is None else np.maximum(may_free[here_idx], free)
                 fit = np.zeros(len(cs), dtype=np.int64)
                 for size in sorted({int(x) for x in gpu[thief]}):
                     rows = thief & (gpu == size)
-                    fit[rows] = (cols_i @ (free // size))[dom[rows]]
-                room = (cols_i @ slots)[dom[thief]]
+                    fit[rows] = (cols_i @ (reachable // size))[dom[rows]]
+                room = (cols_i @ (reachable // g))[dom[thief]]
                 reach[thief] = np.minimum(np.minimum(pods[thief], fit[thief]) * per_pod[thief], room)
             need += int(reach[wide].sum())
         if need > int(slots.sum()):

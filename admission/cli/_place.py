@@ -25,7 +25,7 @@ import numpy as np
 from admission import vocabulary
 from admission.cli._args import Parser
 from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown
-from admission.controller import WorkloadError, parse_object
+from admission.controller import WorkloadError, parse_object, read_spread
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import ClusterModelError, ResourceVector, Snapshot, describe_yaml_error, load_cluster_model, read_yaml_file
 
@@ -191,7 +191,12 @@ def main(argv: Sequence[str]) -> int:
             view = parse_object(manifest, gpu_resource=flavor.gpu_resource)
         except WorkloadError as exc:
             raise WorkloadError(f"{args.workload}: {exc}") from None
-        profile_name, _ = doc.profile_for(annotation=args.profile or view.profile, local_queue=view.local_queue, cluster_queue=None)
+        named = args.profile or view.profile
+        if named and named not in doc.profiles:
+            where = "--profile" if args.profile else f"{args.workload}: annotation {vocabulary.PROFILE}"
+            raise WorkloadError(f"{where}: {named!r} is not a profile of {shown(profiles_path)} (have {sorted(doc.profiles)}); "
+                                "name one of them or add it to that document")
+        profile_name, _ = doc.profile_for(annotation=named, local_queue=view.local_queue, cluster_queue=None)
         if view.workload_class and view.workload_class not in doc.classes:
             raise WorkloadError(f"{args.workload}: annotation {vocabulary.CLASS}: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
         _check_levels(doc, profile_name, flavor, cluster_path, model, profiles_path)
@@ -207,6 +212,10 @@ def main(argv: Sequence[str]) -> int:
 
     configure_logging("warning")  # the controller's info lines would mix with the answer on stdout
     workload = _kueue_workload(manifest, flavor.name, flavor.gpu_resource, args.profile, args.waited)
+    bad = _bad_spread(workload, flavor.gpu_resource)
+    if bad:
+        print(f"atoll place: {args.workload}: {bad}", file=sys.stderr)
+        return 2
     try:
         record_to = open(args.record, "a", encoding="utf-8") if args.record else None  # noqa: SIM115 - closed below
     except OSError as exc:
@@ -274,6 +283,10 @@ def _place_service(args: Any, model: Any, flavor: Any, doc: Any, profiles_path: 
             print(f"atoll place: {args.workload} document {i + 1}: {exc}", file=sys.stderr)
             return 2
         workload = _kueue_workload(manifest, flavor.name, flavor.gpu_resource, args.profile, args.waited)
+        bad = _bad_spread(workload, flavor.gpu_resource)
+        if bad:
+            print(f"atoll place: {args.workload} document {i + 1}: {bad}", file=sys.stderr)
+            return 2
         port.put(WORKLOADS, workload)
         controller.sync()
         (verdict,) = controller.process()
@@ -286,6 +299,16 @@ def _place_service(args: Any, model: Any, flavor: Any, doc: Any, profiles_path: 
         for data in answers:
             _print_table(data)
     return 0
+
+
+def _bad_spread(workload: Any, gpu_resource: str) -> str | None:
+    """What is wrong with the Workload's spread annotations, or None. The controller rejects such
+    a Workload with a decision record (right in a cluster); asked here, the input is the error."""
+    try:
+        read_spread(workload, parse_object(workload, gpu_resource=gpu_resource))
+    except WorkloadError as exc:
+        return str(exc)
+    return None
 
 
 def _requested_flavor(model: Any, manifest: Any) -> Any:

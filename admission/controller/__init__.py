@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from admission.controller._requeue import REQUEUE_CONDITION, RequeueRequest, requeue_request
     from admission.controller._schema import record_problems
     from admission.controller._settings import ConfigSettings, CostSettings, DecisionSettings, KueueSettings, ServeSettings, Settings, WatchSettings
+    from admission.controller._spread import read_spread
     from admission.controller._wait import WAITING_CONDITION, read_wait_state, waiting_condition
     from admission.controller._workloads import (
         WorkloadError,
@@ -100,6 +101,7 @@ _WHERE = {
     "WhyNotRecord": "_records",
     "WorkloadError": "_workloads",
     "WorkloadView": "_workloads",
+    "read_spread": "_spread",
     "check_entry": "_workloads",
     "check_invariant": "_invariant",
     "condition_true": "_workloads",
@@ -171,6 +173,7 @@ __all__ = [
     "parse_object",
     "parse_workload",
     "pod_usage",
+    "read_spread",
     "read_wait_state",
     "record_problems",
     "requeue_request",

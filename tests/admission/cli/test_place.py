@@ -38,13 +38,37 @@ def test_place_strict_waits_on_a_busy_cluster(capsys: pytest.CaptureFixture[str]
         (["--cluster", "no-such-cluster"], "--cluster: 'no-such-cluster' is neither a file nor a bundled cluster model; give a model file or one of "
                                            "dgx-h100-superpod, gb200-nvl72-superpod, mixed-a100-h100, mixed-accelerators"),
         (["--cluster", "no-such-cluster.yaml"], "no-such-cluster.yaml: cannot read"),
-        (["--profile", "gold"], "profile 'gold' does not exist"),
+        (["--profile", "gold"], "--profile: 'gold' is not a profile of config/profiles.yaml (have ['costed', 'costed-floor', 'elastic', 'strict']); "
+                                "name one of them or add it to that document"),
         (["--flavor", "tpu"], "no flavor 'tpu'"),
     ],
 )
 def test_place_bad_input_exits_2_with_a_named_error(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["place", "--workload", str(EXAMPLES / "training-job.yaml"), *args]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_an_unknown_profile_annotation_names_the_file_the_annotation_and_the_profiles_document(tmp_path: Path,
+                                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    text = (EXAMPLES / "training-job.yaml").read_text()
+    assert "atoll.dev/profile:" not in text and "atoll.dev/class: training" in text
+    bad = tmp_path / "job.yaml"
+    bad.write_text(text.replace("atoll.dev/class: training", "atoll.dev/class: training\n        atoll.dev/profile: gold"))
+    assert main(["place", "--workload", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}: annotation atoll.dev/profile: 'gold' is not a profile of config/profiles.yaml" in err
+
+
+def test_a_bad_spread_annotation_is_an_input_error_not_a_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The controller rejects such a Workload with a decision record; the what-if CLI says the input is wrong (exit 2)."""
+    text = (EXAMPLES / "spread-service.yaml").read_text()
+    assert 'atoll.dev/spread-max-per-domain: "1"' in text
+    bad = tmp_path / "service.yaml"
+    bad.write_text(text.replace('atoll.dev/spread-max-per-domain: "1"', 'atoll.dev/spread-max-per-domain: "-3"'))
+    assert main(["place", "--workload", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"{bad} document 1: podSets[leader].template.metadata.annotations[atoll.dev/spread-max-per-domain]: a whole number" in captured.err
 
 
 def test_place_bad_workload_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,26 +51,34 @@ def _epoch(record: dict[str, Any]) -> float | None:
         return None
 
 
-def read_records(lines: Iterable[str], tally: list[int] | None = None, where: list[int] | None = None) -> Iterator[dict[str, Any]]:
+def read_records(lines: Iterable[str], tally: list[int] | None = None, where: list[int] | None = None,
+                 skipped: list[str] | None = None) -> Iterator[dict[str, Any]]:
     """The decision records among ``lines``; ``tally`` (when given) becomes ``[lines read, lines
-    that held no record]``, and ``where`` gets each record's line number."""
+    that held no record]``, ``where`` gets each record's line number, and ``skipped`` the first
+    non-blank line that held none, said as ``line N: why: its start`` (what to show a reader who
+    gave the wrong file)."""
     count = tally if tally is not None else [0, 0]
     count[:] = [0, 0]
     for line in lines:
         count[0] += 1
         line = line.strip()
         obj: Any = None
+        why = "not a JSON object"
         if line.startswith("{"):
             try:
                 obj = json.loads(line)
-            except ValueError:
-                pass
+            except ValueError as exc:
+                why = f"not JSON ({exc})"
         if isinstance(obj, dict) and obj.get("event") == DECISION_EVENT:
             if where is not None:
                 where.append(count[0])
             yield obj
-        else:
-            count[1] += 1
+            continue
+        count[1] += 1
+        if skipped is not None and not skipped and line:
+            if isinstance(obj, dict):
+                why = f"\"event\" is {obj.get('event')!r}, not {DECISION_EVENT!r}"
+            skipped.append(f"line {count[0]}: {why}: {_short(line, 80)}")
 
 
 def filter_records(records: Iterable[dict[str, Any]], *, workload: str | None = None, queue: str | None = None,
@@ -224,6 +232,7 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
         return 2
     tally = [0, 0]
     where: list[int] = []
+    skipped: list[str] = []
     source = "stdin" if args.file == "-" else args.file
     try:
         if args.file == "-":
@@ -231,10 +240,10 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
             if src.isatty():
                 print("atoll audit: waiting for decision records on stdin (pipe them in: kubectl logs deploy/atoll | atoll audit; "
                       "or name a file); Ctrl-D ends the input", file=sys.stderr)
-            records = list(read_records(src, tally, where))
+            records = list(read_records(src, tally, where, skipped))
         else:
             with open(bundled_path(args.file), encoding="utf-8") as fh:  # config/records/… is found in the package too
-                records = list(read_records(fh, tally, where))
+                records = list(read_records(fh, tally, where, skipped))
     except OSError as exc:
         print(f"atoll audit: {source}: cannot read: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -243,8 +252,9 @@ def main(argv: Sequence[str], *, now: float | None = None, stdin: IO[str] | None
         return 2
     if not records:
         lines = "no lines" if tally[0] == 0 else f"none of its {tally[0]:,} line{'s' if tally[0] != 1 else ''} held one"
+        first = f"; first, {skipped[0]}" if skipped else ""
         print(f"atoll audit: {source}: no decision records ({lines}); records are the JSON lines with "
-              f"\"event\": \"{DECISION_EVENT}\" that the leader replica of atoll run writes", file=sys.stderr)
+              f"\"event\": \"{DECISION_EVENT}\" that the leader replica of atoll run writes{first}", file=sys.stderr)
         return 1
     if tally[1]:
         print(f"atoll audit: {tally[1]:,} of {tally[0]:,} lines held no decision record (skipped)", file=sys.stderr)

@@ -103,7 +103,15 @@ def test_a_file_without_records_says_how_many_lines_held_none_and_fails(tmp_path
     text.write_text("# a heading\n\nsome prose\n{\"event\": \"profiles loaded\"}\n")
     code, out = run([str(text)])
     assert code == 1 and out == ""
-    assert f"atoll audit: {text}: no decision records (none of its 4 lines held one)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"atoll audit: {text}: no decision records (none of its 4 lines held one)" in err
+    assert err.count("\n") == 1 and err.endswith("; first, line 1: not a JSON object: # a heading\n")
+    text.write_text("\n{\"event\": \"profiles loaded\"}\n{\"event\": \"decision\", oops\n")
+    assert run([str(text)]) == (1, "")
+    assert capsys.readouterr().err.endswith("; first, line 2: \"event\" is 'profiles loaded', not 'decision': {\"event\": \"profiles loaded\"}\n")
+    text.write_text("{\"event\": \"decision\", oops\n")
+    assert run([str(text)]) == (1, "")
+    assert "first, line 1: not JSON (Expecting property name enclosed in double quotes: line 1 column 23 (char 22)): " in capsys.readouterr().err
     code, out = run([], stdin="")
     assert code == 1 and "atoll audit: stdin: no decision records (no lines)" in capsys.readouterr().err
 

@@ -29,7 +29,7 @@ def load_profiles(text: str, source: str = PROFILES_KEY) -> ProfilesDocument:
     try:
         return ProfilesDocument.model_validate(data)
     except ValidationError as exc:
-        raise ProfilesError(describe_validation_error(source, exc, data)) from exc
+        raise ProfilesError(describe_validation_error(source, exc, data, ProfilesDocument)) from exc
 
 
 def load_profiles_file(path: str | Path) -> ProfilesDocument:

@@ -6,9 +6,10 @@ reads the same wherever it is made: ``<source>: <key path>: <problem>``, every p
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -75,18 +76,47 @@ def key_path(loc: Sequence[int | str], data: Any = None) -> str:
     return "".join(parts)
 
 
-def describe_validation_error(source: str, err: ValidationError, data: Any = None) -> str:
-    """One line per problem: the source, the key path, what is wrong and, for a wrong type, what was given."""
+def describe_validation_error(source: str, err: ValidationError, data: Any = None, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: the source, the key path, what is wrong and, for a wrong type, what was
+    given; an unknown key of ``model``'s schema says the nearest known key and lists them."""
     lines = []
     for problem in err.errors():
         kind = problem["type"]
-        msg = "unknown key" if kind == "extra_forbidden" else str(problem["msg"]).removeprefix("Value error, ")
+        msg = str(problem["msg"]).removeprefix("Value error, ")
+        if kind == "extra_forbidden":
+            msg = "unknown key" + _known_keys_hint(model, problem["loc"])
         given = problem.get("input")
         if kind not in _QUIET_INPUT and not isinstance(given, (dict, list)):
             msg += f" (got {given!r})"
         where = key_path(problem["loc"], data)
         lines.append(f"{source}: {where}: {msg}" if where else f"{source}: {msg}")
     return "\n".join(lines)
+
+
+def _known_keys_hint(model: type[BaseModel] | None, loc: Sequence[int | str]) -> str:
+    """``; did you mean 'x'? (known: …)`` for an unknown key at ``loc`` of ``model``, or ''."""
+    cur: Any = model
+    skip = False
+    for item in loc[:-1]:
+        if skip:  # a key of a mapping or an index of a list of models: the model stays
+            skip = False
+            continue
+        if not (isinstance(cur, type) and issubclass(cur, BaseModel)):
+            return ""
+        field = next((f for name, f in cur.model_fields.items() if item in (name, f.alias)), None)
+        if field is None:
+            return ""
+        cur = field.annotation
+        while cur is not None and not (isinstance(cur, type) and issubclass(cur, BaseModel)):  # Optional, dict[str, M], list[M]
+            if get_origin(cur) in (dict, list):
+                skip = True
+            inner = [a for a in get_args(cur) if a is not type(None)]
+            cur = inner[-1] if inner else None
+    if skip or not (isinstance(cur, type) and issubclass(cur, BaseModel)):
+        return ""
+    known = sorted(f.alias or name for name, f in cur.model_fields.items())
+    near = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    return (f"; did you mean {near[0]!r}?" if near else "") + f" (known: {', '.join(known)})"
 
 
 def load_yaml_model(path: str | Path, model: type[ModelT], error: type[Exception], expected: str) -> ModelT:
@@ -100,4 +130,4 @@ def load_yaml_model(path: str | Path, model: type[ModelT], error: type[Exception
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise error(describe_validation_error(str(path), exc, data)) from exc
+        raise error(describe_validation_error(str(path), exc, data, model)) from exc

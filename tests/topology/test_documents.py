@@ -47,6 +47,16 @@ def test_list_items_are_named_as_written_else_by_index() -> None:
     ]
 
 
+def test_an_unknown_key_of_a_known_schema_says_the_nearest_known_key_through_lists() -> None:
+    data = {"items": [{"name": "rack-a", "gpuCont": 2}], "mdoe": "a"}
+    with pytest.raises(ValidationError) as err:
+        Doc.model_validate(data)
+    assert describe_validation_error("doc.yaml", err.value, data, Doc).splitlines() == [
+        "doc.yaml: items[rack-a].gpuCont: unknown key; did you mean 'gpuCount'? (known: gpuCount, name)",
+        "doc.yaml: mdoe: unknown key; did you mean 'mode'? (known: items, mode)",
+    ]
+
+
 def test_a_whole_document_problem_has_no_key_path_and_no_value_error_prefix() -> None:
     assert problems({"mode": "z"}) == ["doc.yaml: mode 'z' is not a or b"]
 

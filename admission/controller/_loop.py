@@ -334,7 +334,7 @@ class Controller:
         stop holding their node (deleted, failed, succeeded) are applied."""
         yield
         for node in sorted({bp.node for uid, bp in before.items() if uid not in self.cache.pods}):
-            self._wake(self.parking.node_freed(node))
+            self._wake(self.parking.node_freed(node, self.decider.room_now))
 
     def _apply_event_now(self, resource: Resource, event: WatchEvent) -> None:
         obj = event.object

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._decide import Verdict
-from admission.queue import Reservations, WaitingRoom, settle_givers, wake_released, wake_suspended
+from admission.queue import Reservations, WaitingRoom, settle_givers, wake_freed, wake_released, wake_suspended
 from topology import Snapshot
 
 __all__ = ["Parking"]
@@ -102,8 +102,9 @@ class Parking:
     def wake_flavors(self, flavors: Iterable[str]) -> list[str]:
         return [str(k) for f in sorted(set(flavors)) for k in self.room.wake_flavor(f)]
 
-    def node_freed(self, node: str) -> list[str]:
-        """A pod stopped holding ``node``: the parked Workloads a domain holding it now has room for."""
+    def node_freed(self, node: str, room_now: Callable[[str], Snapshot | None]) -> list[str]:
+        """A pod stopped holding ``node``: the parked Workloads a domain holding it now has room
+        for, counted on ``room_now(flavor)`` (``wake_freed``, the simulator's rule too)."""
         if not len(self.room):
             return []
         out: list[str] = []
@@ -114,7 +115,7 @@ class Parking:
                 out.extend(self.wake_flavors([flavor]))
                 continue
             if node in snap.node_index:
-                out.extend(str(k) for k in self.room.freed(snap, [snap.node_index[node]]))
+                out.extend(str(k) for k in wake_freed(self.room, flavor, [snap.node_index[node]], room_now))
         return out
 
     def suspended(self, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[str]:

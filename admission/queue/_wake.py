@@ -1,6 +1,6 @@
-"""Reservations that stop blocking, offered to the waiting room as freed room.
+"""Room that frees, offered to the waiting room: pods that end, and reservations that stop blocking.
 
-A reservation suspended (its holder lost its quota) or ended (its gang placed, rejected or gone)
+A pod that ends (or a victim evicted) frees its node (``wake_freed``). A reservation suspended (its holder lost its quota) or ended (its gang placed, rejected or gone)
 leaves the GPUs it held to others. Both are offered as a pod that ends offers its node
 (``WaitingRoom.freed``): only the parked Workloads those GPUs can hold are woken, oldest first,
 counted on the room a decision would search. An ended reservation also leaves its slot of the
@@ -22,7 +22,21 @@ from admission.queue._reserve import Reservation, Reservations
 from admission.queue._room import WaitingRoom
 from topology import Snapshot
 
-__all__ = ["wake_released", "wake_suspended"]
+__all__ = ["wake_freed", "wake_released", "wake_suspended"]
+
+
+def wake_freed(room: WaitingRoom | None, flavor: str, rows: Iterable[int], room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:
+    """The parked Workloads to decide again when pods stop holding ``rows`` (node indices of the
+    flavor's snapshot): ``WaitingRoom.freed`` on ``room_now(flavor)``, the room a decision would
+    search, so GPUs admitted Workloads still owe, though free on the nodes, wake nobody; a flavor
+    ``room_now`` cannot give wakes all its parked Workloads. The controller asks it when a pod
+    leaves a node, the simulator when a job ends or a victim goes."""
+    if room is None or not len(room):
+        return []
+    snapshot = room_now(flavor)
+    if snapshot is None:
+        return room.wake_flavor(flavor)
+    return room.freed(snapshot, np.fromiter(rows, dtype=np.int64))
 
 
 def wake_suspended(room: WaitingRoom | None, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[Hashable]:

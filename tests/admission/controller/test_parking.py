@@ -356,3 +356,28 @@ def test_a_moved_reservation_wakes_the_parked_the_nodes_it_left_hold(fabric: Fab
     assert one.outcome == "admit" and planned(fabric.entry("one")) == {a_free: 1}
     assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "wait"), ("one", "admit")]
     assert f"{fabric.ns}/two" in ctrl.parking
+
+
+def test_a_freed_node_that_an_admitted_workload_still_owes_wakes_nobody(fabric: Fabric) -> None:
+    """``first`` is admitted onto n0 and, before its pod binds, a pod Atoll did not place takes
+    n0; ``second`` parks (n1 is busy too). When that pod ends, n0 is free on the nodes but owed
+    to ``first``: nobody is woken (a decision would find no room). When n1 frees, ``second`` is."""
+    n0, n1 = fabric.add_node(0, 0, 0), fabric.add_node(0, 0, 1)
+    fabric.install(nodes=False)
+    fabric.bind_pod("busy1", n1, 4)
+    ctrl = parking(fabric)
+    fabric.submit("first", [("main", 1, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and planned(entry := fabric.entry("first")) == {n0: 1}
+    fabric.bind_pod("intruder", n0, 4)
+    fabric.submit("second", [("main", 1, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "wait" and verdict.parked
+    records = len(fabric.decision_records())
+
+    fabric.core.delete_namespaced_pod("intruder", fabric.ns, grace_period_seconds=0)
+    assert run(ctrl) == [] and len(fabric.decision_records()) == records and f"{fabric.ns}/second" in ctrl.parking
+    fabric.bind_pod("first-0", n0, 4, decision_id=entry["podSetUpdates"][0]["annotations"]["atoll.dev/decision-id"])
+    fabric.core.delete_namespaced_pod("busy1", fabric.ns, grace_period_seconds=0)
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and planned(fabric.entry("second")) == {n1: 1}

@@ -1,13 +1,14 @@
-"""A reservation that ends (its gang placed, rejected or gone) is offered to the waiting room as
+"""A pod that ends offers its node to the waiting room on the room a decision would search, so
+GPUs admitted Workloads still owe wake nobody. A reservation that ends (its gang placed, rejected or gone) is offered to the waiting room as
 freed room, as a suspended one is: only the parked Workloads the GPUs it held can hold are woken,
 once. A reservation that moves offers the nodes it left, and keeps its slot; one read back
 before anyone looked offers nothing."""
 
 from __future__ import annotations
 
-from admission.queue import Need, Reservation, Reservations, WaitingRoom, wake_released
+from admission.queue import Need, Reservation, Reservations, WaitingRoom, wake_freed, wake_released
 from tests.admission.queue.test_reserve import CLIQUE, SU, busy, cluster
-from topology import Snapshot
+from topology import ResourceVector, Snapshot
 
 GANG = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), 10.0, 900.0)
 
@@ -144,3 +145,21 @@ def test_an_ended_reservation_wakes_the_oldest_gang_refused_one_though_its_gpus_
     assert wake_released(room, book, lambda flavor: snap) == ["ns/first"]
     assert {"ns/plain", "ns/second", "ns/other"} <= set(room.parked())
     assert wake_released(room, book, lambda flavor: snap) == []  # taken once
+
+
+def test_a_freed_node_wakes_only_the_parked_workloads_the_room_free_now_can_hold() -> None:
+    """Island c2 is full but for c2n0, which a pod just left; an admitted Workload still owes a
+    4-GPU pod there (planned, not bound). On the flavor's snapshot c2n0 looks free and would
+    wake the 4-GPU Workload parked on it, which a decision would then find no room for; on the
+    room free now (what is owed counted, ``room_now``) it wakes nobody. With no room to count on,
+    every parked Workload of the flavor."""
+    snap = cluster()
+    busy(snap, {n: 900.0 for n in ("c0n0", "c0n1", "c0n2", "c0n3", "c1n0", "c1n1", "c1n2", "c1n3", "c2n1", "c2n2", "c2n3")})
+    owed = snap.fork()
+    owed.reserve("c2n0", ResourceVector(gpu=4))
+    rows = [snap.node_index["c2n0"]]
+    assert wake_freed(parked(), "f", rows, lambda flavor: snap) == ["ns/one"]  # what the shared snapshot alone would wake
+    room = parked()
+    assert wake_freed(room, "f", rows, lambda flavor: owed) == [] and "ns/one" in room
+    assert wake_freed(room, "f", rows, lambda flavor: None) == ["ns/pair", "ns/one"]
+    assert wake_freed(None, "f", rows, lambda flavor: snap) == []

@@ -76,18 +76,43 @@ def key_path(loc: Sequence[int | str], data: Any = None) -> str:
     return "".join(parts)
 
 
+# What a field of each pydantic error type takes, said as what to write there.
+_EXPECTED = {
+    "int_parsing": "a whole number", "int_type": "a whole number", "int_from_float": "a whole number",
+    "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number",
+    "bool_parsing": "true or false", "bool_type": "true or false",
+    "string_type": "a string", "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+}
+_BOUNDS = {"greater_than_equal": ("ge", "≥"), "greater_than": ("gt", ">"), "less_than_equal": ("le", "≤"), "less_than": ("lt", "<")}
+
+
+def _expected(problem: Any) -> str | None:
+    """What the field takes, from the error's ``type`` and ``ctx``: ``a whole number``, ``a number ≥ 1``,
+    ``'weigh' or 'take'``; None for an error whose message is already the fix."""
+    kind, ctx = problem["type"], problem.get("ctx") or {}
+    if kind in _EXPECTED:
+        return _EXPECTED[kind]
+    if kind == "literal_error" and "expected" in ctx:
+        return str(ctx["expected"])
+    if kind in _BOUNDS:
+        key, sign = _BOUNDS[kind]
+        bound = ctx.get(key)
+        return f"a number {sign} {bound:g}" if isinstance(bound, (int, float)) else None
+    return None
+
+
 def describe_validation_error(source: str, err: ValidationError, data: Any = None, model: type[BaseModel] | None = None) -> str:
-    """One line per problem: the source, the key path, what is wrong and, for a wrong type, what was
-    given; an unknown key of ``model``'s schema says the nearest known key and lists them."""
+    """One line per problem: the source, the key path, what the field takes (``expected …``) or what is
+    wrong, and what was given; an unknown key of ``model``'s schema says the nearest known key and lists them."""
     lines = []
     for problem in err.errors():
         kind = problem["type"]
-        msg = str(problem["msg"]).removeprefix("Value error, ")
-        if kind == "extra_forbidden":
-            msg = "unknown key" + _known_keys_hint(model, problem["loc"])
+        expected = _expected(problem)
+        msg = ("unknown key" + _known_keys_hint(model, problem["loc"]) if kind == "extra_forbidden"
+               else f"expected {expected}" if expected else str(problem["msg"]).removeprefix("Value error, "))
         given = problem.get("input")
         if kind not in _QUIET_INPUT and not isinstance(given, (dict, list)):
-            msg += f" (got {given!r})"
+            msg += f", got {given!r}" if expected else f" (got {given!r})"
         where = key_path(problem["loc"], data)
         lines.append(f"{source}: {where}: {msg}" if where else f"{source}: {msg}")
     return "\n".join(lines)

@@ -216,7 +216,7 @@ def test_preempt_domain_is_off_by_default_and_reads_yamls_bare_on_and_off() -> N
         return load_profiles(f"defaultProfile: s\nprofiles: {{s: {{requiredLevel: x{extra}}}}}").profiles["s"].preempt_domain
 
     assert [mode(v) for v in (None, "on", "off", "dry-run", '"on"')] == ["off", "on", "off", "dry-run", "on"]
-    with pytest.raises(ProfilesError, match=r"profiles.yaml: profiles.s.preemptDomain: Input should be 'off', 'dry-run' or 'on'"):
+    with pytest.raises(ProfilesError, match=r"profiles.yaml: profiles.s.preemptDomain: expected 'off', 'dry-run' or 'on'"):
         mode("always")
 def test_a_class_perf_band_reaches_the_request_and_is_bounded() -> None:
     from policies import podset_spec
@@ -246,7 +246,7 @@ def test_a_class_perf_rank_defaults_to_min_reaches_the_request_and_is_checked() 
     mode = ("nvidia.com/gpu.clique", None, None)
     assert _podset_request(spec, mode, doc.classes["fast"], snap, tight=False, balanced=False).perf_rank == "reach"
     assert _podset_request(spec, mode, doc.classes["plain"], snap, tight=False, balanced=False).perf_rank == "min"
-    with pytest.raises(ProfilesError, match=r"classes\.fast\.perfRank: Input should be 'min' or 'reach'"):
+    with pytest.raises(ProfilesError, match=r"classes\.fast\.perfRank: expected 'min' or 'reach'"):
         load_profiles("classes: {fast: {uniformPerf: true, perfRank: fastest}}\n")
 
 
@@ -265,7 +265,7 @@ def test_fragmentation_perf_first_defaults_to_all_leaves_one_pod_podsets_to_fit_
     assert _podset_request(one, mode, cls, snap, tight=False, balanced=False).uniform_perf
     assert not _podset_request(one, mode, cls, snap, tight=False, balanced=False, perf_first="gangs").uniform_perf
     assert _podset_request(two, mode, cls, snap, tight=False, balanced=False, perf_first="gangs").uniform_perf
-    with pytest.raises(ProfilesError, match=r"profiles\.fit\.fragmentation\.perfFirst: Input should be 'all' or 'gangs'"):
+    with pytest.raises(ProfilesError, match=r"profiles\.fit\.fragmentation\.perfFirst: expected 'all' or 'gangs'"):
         load_profiles("profiles: {elastic: {}, fit: {fragmentation: {perfFirst: pods}}}\n")
 
 

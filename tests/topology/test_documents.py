@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -41,8 +42,8 @@ def problems(data: object) -> list[str]:
 def test_list_items_are_named_as_written_else_by_index() -> None:
     data = {"items": [{"name": "rack-a", "gpuCount": 0}, {"gpuCount": "many"}, {"name": "rack-c", "colour": "red"}]}
     assert problems(data) == [
-        "doc.yaml: items[rack-a].gpuCount: Input should be greater than or equal to 1 (got 0)",
-        "doc.yaml: items[1].gpuCount: Input should be a valid integer, unable to parse string as an integer (got 'many')",
+        "doc.yaml: items[rack-a].gpuCount: expected a number ≥ 1, got 0",
+        "doc.yaml: items[1].gpuCount: expected a whole number, got 'many'",
         "doc.yaml: items[rack-c].colour: unknown key",
     ]
 
@@ -55,6 +56,31 @@ def test_an_unknown_key_of_a_known_schema_says_the_nearest_known_key_through_lis
         "doc.yaml: items[rack-a].gpuCont: unknown key; did you mean 'gpuCount'? (known: gpuCount, name)",
         "doc.yaml: mdoe: unknown key; did you mean 'mode'? (known: items, mode)",
     ]
+
+
+class Knobs(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    best_fit: bool = Field(default=False, alias="bestFit")
+    idle: Literal["weigh", "take"] = "weigh"
+    seconds: int = 0
+    share: float = Field(default=0.5, gt=0, le=1)
+    levels: list[str] = []
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    ({"bestFit": "maybe"}, "knobs.yaml: bestFit: expected true or false, got 'maybe'"),
+    ({"idle": "grab"}, "knobs.yaml: idle: expected 'weigh' or 'take', got 'grab'"),
+    ({"seconds": 1.5}, "knobs.yaml: seconds: expected a whole number, got 1.5"),
+    ({"share": 0}, "knobs.yaml: share: expected a number > 0, got 0"),
+    ({"share": 1.5}, "knobs.yaml: share: expected a number ≤ 1, got 1.5"),
+    ({"share": "half"}, "knobs.yaml: share: expected a number, got 'half'"),
+    ({"levels": "rack"}, "knobs.yaml: levels: expected a list, got 'rack'"),
+])
+def test_a_wrong_type_or_range_says_what_the_field_takes(data: dict[str, object], line: str) -> None:
+    """The fix, from pydantic's error type and its bounds: what to write there, then what was written."""
+    with pytest.raises(ValidationError) as err:
+        Knobs.model_validate(data)
+    assert describe_validation_error("knobs.yaml", err.value, data).splitlines() == [line]
 
 
 def test_a_whole_document_problem_has_no_key_path_and_no_value_error_prefix() -> None:
@@ -100,4 +126,4 @@ def test_a_model_file_is_a_mapping_validated_with_every_problem_named(tmp_path: 
     path.write_text("items: [{name: a, gpuCount: 0}]\nmode: z\n")
     with pytest.raises(DocError) as err:
         load_yaml_model(path, Doc, DocError, "items and mode")
-    assert str(err.value).splitlines() == [f"{path}: items[a].gpuCount: Input should be greater than or equal to 1 (got 0)"]
+    assert str(err.value).splitlines() == [f"{path}: items[a].gpuCount: expected a number ≥ 1, got 0"]

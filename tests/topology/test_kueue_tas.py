@@ -659,7 +659,7 @@ def test_command_through_the_atoll_dispatcher(tmp_path: Path, capsys: pytest.Cap
         ("required_level: cloud.example.com/rack", "required_level: zone",
          "request.required_level: 'zone' is not one of levels ['cloud.example.com/rack', 'kubernetes.io/hostname']"),
         ("name: n2", "name: n1", "nodes: node name 'n1' is listed twice"),
-        ("count: 5", "count: 0", "request.count: Input should be greater than or equal to 1"),
+        ("count: 5", "count: 0", "request.count: expected a number ≥ 1"),
         ("levels: [cloud.example.com/rack, kubernetes.io/hostname]", "levels: [kubernetes.io/hostname, cloud.example.com/rack]",
          "levels: kubernetes.io/hostname may only be the lowest level"),
         ("count: 5", "count: 5\n  slice_size: 2", "request: slice_level and slice_size go together"),
@@ -695,7 +695,7 @@ def test_quantities_are_bounded_as_the_controller_bounds_them(tmp_path: Path, ca
     ('cpu: "2", memory: 16Gi, pods: 2', 'cpu: "2e6", memory: 16Gi, pods: 2',
      "nodes[n2].allocatable: cpu: '2e6' exceeds the limit of 1000000000 milli-cores"),
     ("pods: 2}", "pods: 2000000}", "nodes[n2].allocatable: pods: 2000000 exceeds the limit of 1000000 pods"),
-    ("count: 5", "count: 1000000000000000000000000000000", "request.count: Input should be less than or equal to 1000000"),
+    ("count: 5", "count: 1000000000000000000000000000000", "request.count: expected a number ≤ 1000000"),
 ])
 def test_every_resource_and_the_count_have_the_controllers_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str,
                                                                   new: str, message: str) -> None:

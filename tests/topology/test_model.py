@@ -48,7 +48,7 @@ def test_mixed_model_has_two_flavors_and_perf_spread() -> None:
         ("name: x\nflavors:\n- name: a\n  topology: t\n  levels: [{label: r}]\n", "a flavor needs generate or nodes"),
         ("name: x\nflavors:\n- name: a\n  topology: t\n  levels: [{label: r}]\n  nodes: [{name: n}]\n  colour: red\n", "flavors[a].colour"),
         ("name: x\nflavors:\n- name: a\n  topology: t\n  levels: [{label: r}]\n  nodes: [{name: n}]\n  perf: {distribution: normal, stddev: .inf}\n",
-         "flavors[a].perf.stddev: Input should be a finite number"),
+         "flavors[a].perf.stddev: expected a finite number"),
         ("- just a list\n", "expected a mapping"),
         ("name: [unclosed\n", "not valid YAML"),
     ],

@@ -198,7 +198,8 @@ def main(argv: Sequence[str]) -> int:
                                 "name one of them or add it to that document")
         profile_name, _ = doc.profile_for(annotation=named, local_queue=view.local_queue, cluster_queue=None)
         if view.workload_class and view.workload_class not in doc.classes:
-            raise WorkloadError(f"{args.workload}: annotation {vocabulary.CLASS}: {view.workload_class!r} is not a class (have {sorted(doc.classes)})")
+            raise WorkloadError(f"{args.workload}: annotation {vocabulary.CLASS}: {view.workload_class!r} is not a class of "
+                                f"{shown(profiles_path)} (have {sorted(doc.classes)}); name one of them or add it to that document")
         _check_levels(doc, profile_name, flavor, cluster_path, model, profiles_path)
     except (ClusterModelError, ProfilesError, ProfileLevelError, WorkloadError, KeyError) as exc:
         print(f"atoll place: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)

@@ -59,6 +59,16 @@ def test_an_unknown_profile_annotation_names_the_file_the_annotation_and_the_pro
     assert err.count("\n") == 1 and f"{bad}: annotation atoll.dev/profile: 'gold' is not a profile of config/profiles.yaml" in err
 
 
+def test_an_unknown_class_annotation_reads_like_an_unknown_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (EXAMPLES / "training-job.yaml").read_text()
+    bad = tmp_path / "job.yaml"
+    bad.write_text(text.replace("atoll.dev/class: training", "atoll.dev/class: trainig"))
+    assert main(["place", "--workload", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"atoll place: {bad}: annotation atoll.dev/class: 'trainig' is not a class of config/profiles.yaml "
+                   "(have ['inference', 'training']); name one of them or add it to that document\n")
+
+
 def test_a_bad_spread_annotation_is_an_input_error_not_a_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The controller rejects such a Workload with a decision record; the what-if CLI says the input is wrong (exit 2)."""
     text = (EXAMPLES / "spread-service.yaml").read_text()

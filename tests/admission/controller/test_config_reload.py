@@ -54,6 +54,20 @@ def test_bad_document_keeps_the_last_good_one(fabric: Fabric) -> None:
     assert ctrl.config_error is None and active(fabric)["message"].startswith("Atoll places Workloads")
 
 
+def test_a_wrong_type_says_what_the_field_takes_and_keeps_the_last_good_document(fabric: Fabric) -> None:
+    fabric.install()
+    ctrl = fabric.controller()
+    run(ctrl)
+    fabric.set_profiles(BAD.replace("initialSeconds: 30", "initialSeconds: soon"))
+    fabric.submit("train", [("main", 2, 4)])
+    (verdict,) = run(ctrl)
+    assert verdict.outcome == "admit" and verdict.profile == "strict"
+    assert (ctrl.config_error or "").endswith(": profiles.strict.retry.initialSeconds: expected a whole number, got 'soon'")
+    assert "\n" not in (ctrl.config_error or "")
+    (event,) = configmap_events(fabric)
+    assert "initialSeconds: expected a whole number, got 'soon'" in event.message and "last good document stays" in event.message
+
+
 def test_never_valid_document_makes_the_check_inactive_and_nothing_is_decided(fabric: Fabric) -> None:
     fabric.install(profiles={"defaultProfile": "nope"})
     ctrl = fabric.controller()

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from admission.cli._args import Parser
+from admission.cli._args import Parser, suggest
 from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
 
 __all__ = ["COLLECTIVES_TOLERANCE", "bench_simulate", "main", "synthetic_fabric", "synthetic_requests"]
@@ -218,10 +218,31 @@ _OTHERS = {"controller": "admission.cli._bench_controller", "decide": "admission
            "webhook": "admission.cli._bench_webhook"}
 
 
+# One line each for ``atoll bench --help``; each benchmark's --help has the rest.
+BENCHMARKS = {
+    "finder": "finder latency: numba vs reference, same requests",
+    "simulate": "simulator speed at scale (the deployed decision path)",
+    "collectives": "the link model against published nccl-tests all-reduce bandwidths",
+    "controller": "decisions against a real kube-apiserver: admissions/s and latency",
+    "decide": "the controller's own decision at fleet scale, in memory",
+    "failover": "time from a leader's loss to the new leader's first decision",
+    "kueue": "Kueue TAS alone vs Kueue plus Atoll's check, on real Kueue",
+    "quality": "placement quality on the ITP trace, and the simulator at scale",
+    "serving": "a serving graph's placement replayed on the Azure LLM inference trace",
+    "webhook": "a burst of recreated pods through the webhook: review latency and refusals",
+}
+
+
+def _usage() -> str:
+    lines = ["usage: atoll bench <benchmark> [options]", "", "benchmarks:"]
+    lines += [f"  {name:<12} {text}" for name, text in BENCHMARKS.items()]
+    return "\n".join([*lines, "", "atoll bench <benchmark> --help shows a benchmark's options."])
+
+
 def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: atoll bench {finder,simulate,collectives,controller,decide,failover,kueue,quality,serving,webhook} [options]")
+        print(_usage(), file=sys.stdout if args else sys.stderr)
         return 0 if args else 2
     if args[0] == "finder":
         return _finder_main(args[1:])
@@ -232,5 +253,5 @@ def main(argv: Sequence[str]) -> int:
     if args[0] in _OTHERS:
         code: int = importlib.import_module(_OTHERS[args[0]]).main(args[1:])
         return code
-    print(f"atoll bench: unknown benchmark {args[0]!r} (finder, simulate, collectives, controller, decide, failover, kueue, quality, serving, webhook)", file=sys.stderr)
+    print(f"atoll bench: unknown benchmark {args[0]!r}{suggest(args[0], list(BENCHMARKS))} (atoll bench --help lists them)", file=sys.stderr)
     return 2

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from admission.cli import main as atoll
-from admission.cli._bench import COLLECTIVES_TOLERANCE
+from admission.cli._bench import BENCHMARKS, COLLECTIVES_TOLERANCE
 
 
 def test_collectives_json_prints_each_published_point_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,11 +49,25 @@ def test_the_readme_commands_table_has_a_row_for_every_command_and_benchmark(cap
     assert atoll(["--help"]) == 0
     commands = re.findall(r"^  ([a-z]+) ", capsys.readouterr().out, flags=re.M)
     assert atoll(["bench", "--help"]) == 0
-    benches = re.search(r"\{([a-z,]+)\}", capsys.readouterr().out)
-    assert benches is not None and "simulate" in commands
+    benches = re.findall(r"^  ([a-z]+) ", capsys.readouterr().out, flags=re.M)
+    assert "quality" in benches and "simulate" in commands
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     table = readme.split("## Commands", 1)[1].split("\n\n", 2)[1]
     rows = {tuple(m.group(1).split()[:2]) for m in re.finditer(r"^\| `atoll ([a-z -]+)", table, flags=re.M)}
-    missing = [f"atoll bench {b}" for b in benches.group(1).split(",") if ("bench", b) not in rows]
+    missing = [f"atoll bench {b}" for b in benches if ("bench", b) not in rows]
     missing += [f"atoll {c}" for c in commands if c != "bench" and not any(r[0] == c for r in rows)]
     assert not missing, f"README's Commands table lacks {missing}"
+
+
+def test_bench_help_says_what_each_benchmark_measures_and_a_typo_gets_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert atoll(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert re.findall(r"^  ([a-z]+) +\S", out, flags=re.M) == list(BENCHMARKS)
+    assert "atoll bench <benchmark> --help shows a benchmark's options." in out
+    for name in BENCHMARKS:  # each one listed is one that runs: its own --help answers
+        with pytest.raises(SystemExit) as done:
+            atoll(["bench", name, "--help"])
+        assert done.value.code == 0 and f"usage: atoll bench {name}" in capsys.readouterr().out
+    assert atoll(["bench", "fnder"]) == 2
+    assert capsys.readouterr().err == "atoll bench: unknown benchmark 'fnder'; did you mean finder? (atoll bench --help lists them)\n"
+    assert atoll(["bench"]) == 2 and capsys.readouterr().err.startswith("usage: atoll bench <benchmark> [options]\n")

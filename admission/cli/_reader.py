@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from admission.cli._run import add_cost_args, configure_logging, cost_settings, default_namespace
+from admission.cli._run import add_cost_args, configure_logging, cost_settings, credentials_error, default_namespace
 
 __all__ = ["add_cluster_args", "read_only_controller"]
 
@@ -44,6 +44,6 @@ def read_only_controller(args: argparse.Namespace, prog: str, api_client: Any = 
     try:
         api = api_client or api_client_from_kubeconfig(args.kubeconfig)
     except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message
-        print(f"{prog}: cannot load cluster credentials: {exc}", file=sys.stderr)
+        print(credentials_error(prog, args.kubeconfig, exc), file=sys.stderr)
         return None
     return Controller(KubePort(api, settings.api), settings=settings, read_only=True, recorder=Recorder(sys.stderr))

@@ -27,9 +27,27 @@ from admission.kube import LeaderSettings
 from admission.webhook import WebhookSettings
 from topology import LINK_MODELS
 
-__all__ = ["add_cost_args", "build_settings", "build_webhook_settings", "configure_logging", "cost_settings", "default_bind", "default_namespace", "link_model", "main", "parser", "port_or_off"]
+__all__ = ["add_cost_args", "build_settings", "build_webhook_settings", "configure_logging", "cost_settings", "credentials_error", "default_bind",
+           "default_namespace", "link_model", "main", "parser", "port_or_off"]
 
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def credentials_error(prog: str, kubeconfig: str | None, exc: Exception) -> str:
+    """One line for credentials that did not load: which source was tried, what was wrong with
+    it (a YAML error by line and column, not the client's quoted document) and what to give."""
+    import yaml
+
+    from topology import describe_yaml_error
+
+    where = kubeconfig or "in-cluster, then ~/.kube/config"
+    if kubeconfig and not Path(kubeconfig).expanduser().exists():
+        problem = "no such file"
+    elif isinstance(exc, yaml.YAMLError):
+        problem = describe_yaml_error(exc)
+    else:
+        problem = " ".join(str(exc).split()).rstrip(".")
+    return f"{prog}: cannot load cluster credentials ({where}): {problem}; give a kubeconfig file with --kubeconfig or $KUBECONFIG"
 
 
 def default_namespace(env: Mapping[str, str]) -> str:
@@ -336,7 +354,7 @@ def main(argv: Sequence[str], stop: threading.Event | None = None) -> int:
     try:
         api = api_client_from_kubeconfig(args.kubeconfig)
     except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message
-        print(f"atoll run: cannot load cluster credentials ({args.kubeconfig or 'in-cluster'}): {exc}", file=sys.stderr)
+        print(credentials_error("atoll run", args.kubeconfig, exc), file=sys.stderr)
         return 2
     port = KubePort(api, settings.api)
     elector = None

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from admission.cli._args import Parser
+from admission.cli._run import credentials_error
 from admission.vocabulary import QUOTA_YIELD, QUOTA_YIELD_UNTIL
 
 __all__ = ["main", "yielded"]
@@ -65,7 +66,7 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
     try:
         api = api_client or api_client_from_kubeconfig(args.kubeconfig)
     except Exception as exc:  # noqa: BLE001 - any config failure ends here with its message
-        print(f"atoll yields: cannot load cluster credentials: {exc}", file=sys.stderr)
+        print(credentials_error("atoll yields", args.kubeconfig, exc), file=sys.stderr)
         return 2
     port = KubePort(api)
     try:

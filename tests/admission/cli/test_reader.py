@@ -26,8 +26,13 @@ def test_the_flags_default_to_the_checks_and_configmaps_names(monkeypatch: pytes
 def test_unloadable_credentials_give_none_and_one_line_naming_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "no-such-kubeconfig"
     assert read_only_controller(_args("--kubeconfig", str(missing)), "atoll queue") is None
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("atoll queue: cannot load cluster credentials:")
+    assert capsys.readouterr().err == (f"atoll queue: cannot load cluster credentials ({missing}): no such file; "
+                                       "give a kubeconfig file with --kubeconfig or $KUBECONFIG\n")
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("clusters: [\n")
+    assert read_only_controller(_args("--kubeconfig", str(broken)), "atoll explain") is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"atoll explain: cannot load cluster credentials ({broken}): not valid YAML at line 2, column 1: " in err
 
 
 def test_the_span_cost_comes_from_atoll_runs_flags_and_variables(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ import pytest
 import structlog
 
 from admission.cli._run import build_settings, build_webhook_settings, configure_logging, main, parser
+from admission.cli._yields import main as yields
 from admission.controller import DecisionRecord, Recorder
 from tests.admission.fabric import Fabric
 
@@ -38,6 +40,21 @@ def test_ports_take_zero_for_any_free_port_and_off_for_none_and_bind_to_loopback
     with pytest.raises(SystemExit):
         parser({}).parse_args(["--metrics-port", "70000"])
     assert "70000 is not a port: give 1-65535, 0 for any free port, or off" in capsys.readouterr().err
+
+
+def test_credentials_that_do_not_load_are_one_line_naming_the_source_and_the_fix(tmp_path: Path,
+                                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no-such-kubeconfig"
+    assert main(["--kubeconfig", str(missing), "--metrics-port", "off", "--health-port", "off"]) == 2
+    assert capsys.readouterr().err == (f"atoll run: cannot load cluster credentials ({missing}): no such file; "
+                                       "give a kubeconfig file with --kubeconfig or $KUBECONFIG\n")
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("clusters: [\n")
+    assert main(["--kubeconfig", str(broken), "--metrics-port", "off", "--health-port", "off"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"atoll run: cannot load cluster credentials ({broken}): not valid YAML at line 2, column 1: " in err
+    assert yields(["--kubeconfig", str(missing)]) == 2
+    assert capsys.readouterr().err.startswith(f"atoll yields: cannot load cluster credentials ({missing}): no such file; give a kubeconfig")
 
 
 @pytest.mark.parametrize("level", ["warning", "error"])

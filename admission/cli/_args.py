@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -82,6 +83,22 @@ def suggest(word: str, choices: list[str]) -> str:
     return f"; did you mean {near[0]}?" if near else ""
 
 
+def _plain(message: str) -> str:
+    """argparse's wording of a bad value, as the rest of Atoll's errors read: the flag first, then
+    what it takes: ``--seed: expected a whole number, got 'x'`` for ``argument --seed: invalid int value: 'x'``."""
+    flag, sep, rest = message.removeprefix("argument ").partition(": ")
+    if not message.startswith("argument ") or not sep:
+        return message
+    flag = flag.split("/")[-1]  # "-h/--help": the long form
+    kind = re.fullmatch(r"invalid (int|float) value: (.*)", rest)
+    if kind:
+        return f"{flag}: expected {'a whole number' if kind.group(1) == 'int' else 'a number'}, got {kind.group(2)}"
+    choice = re.fullmatch(r"invalid choice: (.*) \(choose from (.*)\)", rest)
+    if choice:
+        return f"{flag}: expected one of {choice.group(2)}, got {choice.group(1)}"
+    return f"{flag}: {rest}"
+
+
 class Parser(argparse.ArgumentParser):
     _argv: list[str] = []
 
@@ -97,6 +114,7 @@ class Parser(argparse.ArgumentParser):
             unknown = [w for w in self._argv if w.startswith("--") and w.split("=", 1)[0] not in options]
             if unknown:
                 message = f"unrecognized arguments: {' '.join(unknown)}"
+        message = _plain(message)
         hint = ""
         if message.startswith("unrecognized arguments:"):
             flags = [w for w in message.split(":", 1)[1].split() if w.startswith("-")]

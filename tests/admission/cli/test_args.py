@@ -1,4 +1,4 @@
-"""Mistakes on the command line get one line naming the flag and the nearest real one."""
+"""Mistakes on the command line get one line naming the flag and the nearest real one, or what the flag takes."""
 
 from __future__ import annotations
 
@@ -19,8 +19,16 @@ from admission.cli import main
     (["place", "--worklod", "w.yaml"],
      "atoll place: unrecognized arguments: --worklod; did you mean --workload? (atoll place --help lists the options)"),
     (["place", "--bogus"], "atoll place: unrecognized arguments: --bogus (atoll place --help lists the options)"),
+    # a bad value: the flag, then what it takes (not argparse's "argument --seed: invalid int value")
+    (["place", "--workload", "w.yaml", "--seed", "x"],
+     "atoll place: --seed: expected a whole number, got 'x' (atoll place --help lists the options)"),
+    (["place", "--workload", "w.yaml", "--waited", "forever"],
+     "atoll place: --waited: expected a number, got 'forever' (atoll place --help lists the options)"),
+    (["audit", "--outcome", "maybe"],
+     "atoll audit: --outcome: expected one of 'admit', 'wait', 'reject', got 'maybe' (atoll audit --help lists the options)"),
+    (["simulate", "--seed"], "atoll simulate: --seed: expected one argument (atoll simulate --help lists the options)"),
 ])
-def test_a_misspelt_flag_gets_one_line_with_the_nearest_option(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_misspelt_flag_or_bad_value_gets_one_line_naming_the_flag(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2

@@ -554,7 +554,7 @@ def test_a_quota_factor_below_1_or_not_a_number_is_one_line_naming_the_flag(caps
             atoll([*command, "--quota-factor", value])
         assert exc.value.code == 2
         err = capsys.readouterr().err.splitlines()
-        assert len(err) == 1 and err[0].startswith(f"atoll {' '.join(command)}: argument --quota-factor: {words}"), err
+        assert len(err) == 1 and err[0].startswith(f"atoll {' '.join(command)}: --quota-factor: {words}"), err
 
 
 def per_seed(comparison: dict[str, Any]) -> dict[tuple[int, str], dict[str, Any]]:

@@ -50,7 +50,7 @@ from pydantic import ValidationError
 
 from admission.simulator._jobs import PRIORITY_MAX, PRIORITY_MIN, Job, JobKind, _unchecked_jobs, make_job
 from admission.simulator._synthetic import SyntheticParams, synthetic_jobs
-from topology import describe_yaml_error
+from topology import describe_validation_error, describe_yaml_error
 
 __all__ = [
     "ITP_COLUMNS",
@@ -353,10 +353,8 @@ def _synthetic_params(path: StrPath) -> SyntheticParams:
             raise TraceError(f"{name}: {describe_yaml_error(exc)}") from exc
     try:
         return SyntheticParams.model_validate(data or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise TraceError(f"{name}: {key}: {first['msg']}") from exc
+    except ValidationError as exc:  # the first problem, on one line as the profiles document's read
+        raise TraceError(describe_validation_error(name, exc, data).splitlines()[0]) from exc
 
 
 def read_trace(

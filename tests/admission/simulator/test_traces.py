@@ -230,10 +230,12 @@ def test_read_trace_synthetic_takes_params_from_a_file_or_an_object(tmp_path: Pa
     assert jobs == same == synthetic_jobs(50, 3, 8, SyntheticParams.model_validate({"arrivalRatePerHour": 120, "sizeMix": {8: 1}, "inferenceShare": 0}))
     as_json = write(tmp_path, "syn.json", '{"sizeMix": {"8": 1}, "arrivalRatePerHour": 120, "inferenceShare": 0}')
     assert read_trace(as_json, "synthetic", n=50, seed=3) == jobs
-    with raises("syn.yaml: sizeMix: Value error, sizeMix[4]: weight -1.0 must be ≥ 0"):
+    with raises("syn.yaml: sizeMix: sizeMix[4]: weight -1.0 must be ≥ 0"):
         read_trace(write(tmp_path, "syn.yaml", "sizeMix: {4: -1}\n"), "synthetic", n=5)
-    with raises("syn.yaml: arrivalRate: Extra inputs are not permitted"):
+    with raises("syn.yaml: arrivalRate: unknown key"):
         read_trace(write(tmp_path, "syn.yaml", "arrivalRate: 3\n"), "synthetic", n=5)
+    with raises("syn.yaml: arrivalRatePerHour: expected a number, got 'lots'"):
+        read_trace(write(tmp_path, "syn.yaml", "arrivalRatePerHour: lots\n"), "synthetic", n=5)
     with raises("syn.json:1: not valid JSON"):
         read_trace(write(tmp_path, "syn.json", "{oops"), "synthetic", n=5)
     with raises("synthetic traces need n"):

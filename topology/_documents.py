@@ -97,7 +97,9 @@ def _expected(problem: Any) -> str | None:
     if kind in _BOUNDS:
         key, sign = _BOUNDS[kind]
         bound = ctx.get(key)
-        return f"a number {sign} {bound:g}" if isinstance(bound, (int, float)) else None
+        if not isinstance(bound, (int, float)):
+            return None
+        return f"a number {sign} {int(bound) if float(bound).is_integer() else bound}"
     return None
 
 
@@ -109,6 +111,7 @@ def describe_validation_error(source: str, err: ValidationError, data: Any = Non
         kind = problem["type"]
         expected = _expected(problem)
         msg = ("unknown key" + _known_keys_hint(model, problem["loc"]) if kind == "extra_forbidden"
+               else "missing: a required key" if kind == "missing"
                else f"expected {expected}" if expected else str(problem["msg"]).removeprefix("Value error, "))
         given = problem.get("input")
         if kind not in _QUIET_INPUT and not isinstance(given, (dict, list)):

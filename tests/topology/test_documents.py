@@ -83,6 +83,15 @@ def test_a_wrong_type_or_range_says_what_the_field_takes(data: dict[str, object]
     assert describe_validation_error("knobs.yaml", err.value, data).splitlines() == [line]
 
 
+def test_a_missing_key_is_said_to_be_required() -> None:
+    class Named(BaseModel):
+        name: str
+
+    with pytest.raises(ValidationError) as err:
+        Named.model_validate({})
+    assert describe_validation_error("named.yaml", err.value, {}) == "named.yaml: name: missing: a required key"
+
+
 def test_a_whole_document_problem_has_no_key_path_and_no_value_error_prefix() -> None:
     assert problems({"mode": "z"}) == ["doc.yaml: mode 'z' is not a or b"]
 

@@ -663,7 +663,7 @@ def test_command_through_the_atoll_dispatcher(tmp_path: Path, capsys: pytest.Cap
         ("levels: [cloud.example.com/rack, kubernetes.io/hostname]", "levels: [kubernetes.io/hostname, cloud.example.com/rack]",
          "levels: kubernetes.io/hostname may only be the lowest level"),
         ("count: 5", "count: 5\n  slice_size: 2", "request: slice_level and slice_size go together"),
-        ("topology_name: small\n", "", "topology_name: Field required"),
+        ("topology_name: small\n", "", "topology_name: missing: a required key"),
     ],
 )
 def test_bad_scenarios_name_the_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, message: str) -> None:
@@ -725,7 +725,7 @@ def test_unreadable_scenarios(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_unknown_baseline_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["kueue-worstfit", write(tmp_path, SMALL)]) == 2
-    assert "invalid choice: 'kueue-worstfit'" in capsys.readouterr().err
+    assert "baseline: expected one of 'kueue-bestfit', got 'kueue-worstfit'" in capsys.readouterr().err
     assert main([]) == 2
 
 

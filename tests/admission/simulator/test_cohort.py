@@ -74,7 +74,7 @@ def test_a_bad_shape_is_refused_naming_the_field(tmp_path: Path) -> None:
         parse_cohort({"clusterQueues": [{"nominalQuota": 1, "lendingLimit": True}]})
     with pytest.raises(CohortError) as both:  # every problem, one line each
         parse_cohort({"clusterQueues": [{"name": "a", "nominal": 1}]})
-    assert str(both.value).splitlines() == ["cohort file: clusterQueues[a].nominalQuota: Field required",
+    assert str(both.value).splitlines() == ["cohort file: clusterQueues[a].nominalQuota: missing: a required key",
                                             "cohort file: clusterQueues[a].nominal: unknown key"]
     with pytest.raises(CohortError, match=r"reclaimWithinCohort: expected 'Never', 'LowerPriority' or 'Any', got 'Sometimes'"):
         parse_cohort({"clusterQueues": [{"name": "a", "nominalQuota": 1}], "reclaimWithinCohort": "Sometimes"})

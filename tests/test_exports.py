@@ -23,7 +23,7 @@ EXPECTED = {
         "Preemptor", "Recorder", "RequeueRequest", "Reservation", "ServeSettings", "Settings", "Shortfall", "Verdict", "Violation",
         "WatchSettings", "WhyNotRecord", "WorkloadError", "WorkloadView", "as_workload", "build_record", "check_entry", "check_invariant",
         "condition_true", "decode_planned", "describe", "encode_planned", "holds_reservation", "iso_time", "load_workload_file", "node_info",
-        "parse_object", "parse_workload", "pod_usage", "read_wait_state", "record_problems", "requeue_request", "rfc3339", "waiting_condition",
+        "parse_object", "parse_workload", "pod_usage", "read_spread", "read_wait_state", "record_problems", "requeue_request", "rfc3339", "waiting_condition",
         "yield_patch",
     },
     "admission.vocabulary": {

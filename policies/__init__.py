@@ -12,7 +12,7 @@ from policies._annotations import (
     is_spreading_json,
     read_topology_annotations,
 )
-from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, decide, podset_spec
+from policies._decision import Decision, Outcome, PodSetSpec, ProfileLevelError, WaitState, annotation_problems, decide, podset_spec
 from policies._loading import PROFILES_KEY, ProfilesError, load_profiles, load_profiles_file, profiles_from_configmap
 from policies._profiles import (
     DEFAULT_FABRIC_LINK,
@@ -51,6 +51,7 @@ __all__ = [
     "WaitState",
     "WorkloadClass",
     "annotation_notes",
+    "annotation_problems",
     "decide",
     "group_problems",
     "is_spreading_json",

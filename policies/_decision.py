@@ -52,7 +52,7 @@ from topology import (
     never_fits,
 )
 
-__all__ = ["Decision", "Outcome", "PodSetSpec", "ProfileLevelError", "WaitState", "decide", "podset_spec"]
+__all__ = ["Decision", "Outcome", "PodSetSpec", "ProfileLevelError", "WaitState", "annotation_problems", "decide", "podset_spec"]
 
 Outcome = Literal["admit", "wait", "reject"]
 
@@ -223,9 +223,10 @@ def _check_levels(snapshot: Snapshot, profile_name: str, profile: Profile, podse
     return None
 
 
-def _annotation_problems(snapshot: Snapshot, podsets: Sequence[PodSetSpec]) -> str | None:
+def annotation_problems(snapshot: Snapshot, podsets: Sequence[PodSetSpec]) -> str | None:
     """Why the PodSets' annotations make the Workload invalid, or None: Kueue's rules, a slice
-    size that does not divide the admitted count, and slice layers out of level order."""
+    size that does not divide the admitted count, and slice layers out of level order. A decision
+    rejects such a Workload; ``atoll place`` asks first, to call it bad input."""
     problems = [e for spec in podsets for e in spec.annotation_errors]
     problems += group_problems([(s.name, s.count, TopologyHints(s.required_topology, s.preferred_topology, group=s.group)) for s in podsets])
     for spec in podsets:
@@ -343,7 +344,7 @@ def _prepare_now(snapshot: Snapshot, podsets: Sequence[PodSetSpec], profile_name
     bad_hint = _check_levels(snapshot, profile_name, profile, podsets)
     if bad_hint:
         return _Prepared(Decision("reject", profile_name, bad_hint))
-    problem = _annotation_problems(snapshot, podsets)
+    problem = annotation_problems(snapshot, podsets)
     if problem:
         return _Prepared(Decision("reject", profile_name, f"invalid topology annotations: {problem}"))
 

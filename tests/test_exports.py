@@ -76,7 +76,7 @@ EXPECTED = {
         "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "PROFILES_KEY", "SLICE_REQUIRED_TOPOLOGY", "SLICE_SIZE", "Decision",
         "FlavorSettings", "FragmentationSettings", "LevelOverrides", "LinkSettings", "Outcome", "PodSetSpec", "Profile",
         "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState",
-        "WorkloadClass", "annotation_notes", "decide", "group_problems", "is_spreading_json", "load_profiles", "load_profiles_file", "podset_spec",
+        "WorkloadClass", "annotation_notes", "annotation_problems", "decide", "group_problems", "is_spreading_json", "load_profiles", "load_profiles_file", "podset_spec",
         "profiles_from_configmap", "read_topology_annotations",
     },
     "topology": {

@@ -26,7 +26,7 @@ from admission import vocabulary
 from admission.cli._args import Parser
 from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown
 from admission.controller import WorkloadError, parse_object, read_spread
-from policies import ProfileLevelError, ProfilesError, load_profiles_file
+from policies import ProfileLevelError, ProfilesError, annotation_problems, load_profiles_file
 from topology import ClusterModelError, ResourceVector, Snapshot, describe_yaml_error, load_cluster_model, read_yaml_file
 
 __all__ = ["main", "place_workload"]
@@ -213,7 +213,7 @@ def main(argv: Sequence[str]) -> int:
 
     configure_logging("warning")  # the controller's info lines would mix with the answer on stdout
     workload = _kueue_workload(manifest, flavor.name, flavor.gpu_resource, args.profile, args.waited)
-    bad = _bad_spread(workload, flavor.gpu_resource)
+    bad = _bad_input(workload, flavor)
     if bad:
         print(f"atoll place: {args.workload}: {bad}", file=sys.stderr)
         return 2
@@ -284,7 +284,7 @@ def _place_service(args: Any, model: Any, flavor: Any, doc: Any, profiles_path: 
             print(f"atoll place: {args.workload} document {i + 1}: {exc}", file=sys.stderr)
             return 2
         workload = _kueue_workload(manifest, flavor.name, flavor.gpu_resource, args.profile, args.waited)
-        bad = _bad_spread(workload, flavor.gpu_resource)
+        bad = _bad_input(workload, flavor)
         if bad:
             print(f"atoll place: {args.workload} document {i + 1}: {bad}", file=sys.stderr)
             return 2
@@ -302,14 +302,20 @@ def _place_service(args: Any, model: Any, flavor: Any, doc: Any, profiles_path: 
     return 0
 
 
-def _bad_spread(workload: Any, gpu_resource: str) -> str | None:
-    """What is wrong with the Workload's spread annotations, or None. The controller rejects such
-    a Workload with a decision record (right in a cluster); asked here, the input is the error."""
+def _bad_input(workload: Any, flavor: Any) -> str | None:
+    """What is wrong with the Workload's spread or topology annotations, or None. The controller
+    rejects such a Workload with a decision record (right in a cluster); asked here, the input is
+    the error. The topology check is the decision's own (``annotation_problems``)."""
     try:
-        read_spread(workload, parse_object(workload, gpu_resource=gpu_resource))
+        view = parse_object(workload, gpu_resource=flavor.gpu_resource)
+        read_spread(workload, view)
     except WorkloadError as exc:
         return str(exc)
-    return None
+    if not any(spec.annotation_errors or spec.slices or spec.group for spec in view.podsets):
+        return None  # nothing the check reads: no fabric to build
+    snapshot = Snapshot(flavor.name, flavor.level_specs(), flavor.build_nodes(), node_level=flavor.node_level())
+    problem = annotation_problems(snapshot, view.podsets)
+    return f"invalid topology annotations: {problem}" if problem else None
 
 
 def _requested_flavor(model: Any, manifest: Any) -> Any:

@@ -81,6 +81,24 @@ def test_a_bad_spread_annotation_is_an_input_error_not_a_decision(tmp_path: Path
     assert f"{bad} document 1: podSets[leader].template.metadata.annotations[atoll.dev/spread-max-per-domain]: a whole number" in captured.err
 
 
+@pytest.mark.parametrize(("annotations", "needle"), [
+    ('kueue.x-k8s.io/podset-slice-required-topology: nvidia.com/gpu.clique\n        kueue.x-k8s.io/podset-slice-size: "0"',
+     "invalid topology annotations: podSets[main] annotation[kueue.x-k8s.io/podset-slice-size]: must be greater than or equal to 1, got 0"),
+    ('kueue.x-k8s.io/podset-slice-required-topology: nvidia.com/gpu.clique\n        kueue.x-k8s.io/podset-slice-size: "5"',
+     "is not a multiple of the slice size 5"),
+])
+def test_a_bad_topology_annotation_is_an_input_error_not_a_decision(tmp_path: Path, annotations: str, needle: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The decision's own check (the controller rejects with a record); the what-if CLI exits 2 on one line."""
+    text = (EXAMPLES / "training-job.yaml").read_text()
+    bad = tmp_path / "job.yaml"
+    bad.write_text(text.replace("atoll.dev/class: training", "atoll.dev/class: training\n        " + annotations))
+    assert main(["place", "--workload", str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"atoll place: {bad}: invalid topology annotations: ") and needle in captured.err
+
+
 def test_place_bad_workload_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "job.yaml"
     bad.write_text("kind: Job\nmetadata: {name: j}\nspec:\n  parallelism: 2\n  template:\n    spec:\n      containers: []\n")

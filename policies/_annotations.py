@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from topology import MAX_SLICE_LAYERS, SliceLayer
+from topology import MAX_SLICE_LAYERS, SliceLayer, describe_validation_error
 
 __all__ = [
     "BALANCED_PLACEMENT",
@@ -138,10 +138,9 @@ def _constraint_layers(text: str, where: str, errors: list[str]) -> tuple[SliceL
         return ()
     try:
         entries = _CONSTRAINTS.validate_python(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
-        errors.append(f"{where}[{SLICE_CONSTRAINTS}]{loc}: {first['msg']}")
+    except ValidationError as exc:  # the first problem, worded as a profiles document's: "[0].size: expected a number ≥ 1, got 0"
+        first = describe_validation_error("", exc, raw).splitlines()[0].removeprefix(": ")
+        errors.append(f"{where}[{SLICE_CONSTRAINTS}]{first}")
         return ()
     seen: dict[str, int] = {}
     before = len(errors)

@@ -14,7 +14,7 @@ from admission.controller._owing import owes
 from admission.controller._parking import Parking
 from admission.controller._queueing import is_owed
 from admission.controller._span_cost import with_quota_waiters
-from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom
+from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom, wake_freed
 from admission.simulator._deployed import DeployedAtoll
 from policies import ProfilesError, load_profiles
 from topology import ClusterModel, ResourceVector, Snapshot
@@ -181,6 +181,34 @@ def test_when_a_reservation_moves_the_simulator_and_the_controller_wake_the_same
         woken[side] = ask()
         assert ask() == []  # taken once
     assert woken == {"simulator": ["sim/one"], "controller": ["sim/one"]}
+
+
+def pod_ended(a: DeployedAtoll, side: str, parking: Parking, room: WaitingRoom, node: str) -> list[str]:
+    """What ``side`` wakes when a pod leaves ``node``: the simulator's ``wake_freed`` on the node's
+    row, or the controller's ``Parking.node_freed``, both counted on ``room_now``."""
+    if side == "simulator":
+        return [str(k) for k in wake_freed(room, "f", [a.cache.snapshot("f").node_index[node]], a.decider.room_now)]
+    return parking.node_freed(node, a.decider.room_now)
+
+
+def test_when_a_pod_ends_the_simulator_and_the_controller_wake_the_same_parked_workloads() -> None:
+    """Island r1 is full and r0n0 busy; job-1 (one 4-GPU pod) is admitted onto r0n1 and not bound
+    yet. A 1 × 4-GPU Workload is parked. A pod leaves r0n1: free on the nodes, but owed to job-1,
+    so neither side wakes anyone (before, both woke it on the shared snapshot, and its decision
+    found no room). Then r0n0's pod ends: both wake it. The simulator offers a job's end through
+    ``wake_freed``, the controller through ``Parking.node_freed``: the same rule on ``room_now``."""
+    woken: dict[str, list[list[str]]] = {}
+    for side in ("simulator", "controller"):
+        a = atoll(used={"r0n0": 4, "r1n0": 4, "r1n1": 4})
+        v = decide(a, 1, 1)
+        assert v.outcome == "admit" and set(v.placements[0].nodes) == {"r0n1"}
+        parking = Parking(a.cache, override=True)
+        room = parking.room if side == "controller" else WaitingRoom()
+        room.park("sim/one", Need("f", CLIQUE, 1, 4))
+        woken[side] = [pod_ended(a, side, parking, room, "r0n1")]
+        a.cache.snapshot("f").release("r0n0", ResourceVector(gpu=4))
+        woken[side].append(pod_ended(a, side, parking, room, "r0n0"))
+    assert woken == {"simulator": [[], ["sim/one"]], "controller": [[], ["sim/one"]]}
 
 
 def test_wait_or_span_says_both_numbers() -> None:

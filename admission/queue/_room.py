@@ -29,6 +29,10 @@ freed room reaches the set-aside as it wakes the parked: counted against the roo
 parked one, oldest first, so one pod's end drops as many needs as its room holds; one parked again
 undecided may give its quota back again; and the oldest parked for a reservation of its flavor
 keeps its quota (``may_give``).
+With ``turn_lead`` (the controller's ``decisions.quota_yield_turn_lead_seconds``, off by default)
+the first in line for a reservation keeps its quota only from that lead before the soonest
+reservation of its flavor is expected free, and, if it gave it back, is served by givers from then
+(``near_turn``, ``may_take``).
 With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
 default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
 (the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;

@@ -215,7 +215,7 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
             link_model: str = "calibrated", with_goal: bool = False, reservations: str | None = None,
             parking: bool | None = None, records_path: str | None = None, cohort: Any = None,
             quota_factor: float = 1.0, yield_back_when_fits: bool = False, first_seed: int = 0,
-            yield_in_turn: bool = False) -> tuple[dict[str, Any], int]:
+            yield_in_turn: bool = False, yield_turn_lead: float | None = None) -> tuple[dict[str, Any], int]:
     from admission.cli._bundled import resolve_cluster, resolve_profiles, shown
     from admission.cli._quality_goal import format_goal, goal_json, goal_rows
     from admission.simulator import (
@@ -282,7 +282,8 @@ def quality(policies: Sequence[str], fmt: str, profiles: str | None, *, loads: s
         ran = (list(policies) if with_quality else []) + [p for p in res_policies if p not in policies]
         spec = dataclasses.replace(_spec(cluster, trace, ran, doc, load_list, seed_list, CostParams(link_model=link_model)), parking=parking,
                                    records=records_file(records_path, name, clusters), cohort=cohort, quota_factor=quota_factor,
-                                   yield_back_when_fits=yield_back_when_fits, yield_in_turn=yield_in_turn)
+                                   yield_back_when_fits=yield_back_when_fits, yield_in_turn=yield_in_turn,
+                                   yield_turn_lead=yield_turn_lead)
         try:
             records, _ = run_sweep(spec, workers=workers)
         finally:
@@ -442,6 +443,9 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--yield-back-when-fits", action="store_true",
                    help="the quality runs with atoll simulate --yield-back-when-fits (a quota giver an event reached comes back "
                         "only when its placement fits now)")
+    p.add_argument("--yield-turn-lead", type=float, default=None, metavar="SECONDS",
+                   help="from SECONDS before a reservation of its flavor is expected free, the first gang in line for one keeps "
+                        "its quota and is given quota first (the controller's decisions.quota_yield_turn_lead_seconds)")
     p.add_argument("--yield-in-turn", action="store_true",
                    help="the quality runs with atoll simulate --yield-in-turn (quota givers take turns as the controller's "
                         "--quota-yield-in-turn makes them)")
@@ -497,7 +501,8 @@ def main(argv: Sequence[str]) -> int:
                                            clusters=clusters, link_model=args.link_model, with_goal=args.goal,
                                            reservations=args.reservations, parking=PARKING[args.parking], records_path=args.records,
                                            cohort=cohort, quota_factor=args.quota_factor,
-                                           yield_back_when_fits=args.yield_back_when_fits, yield_in_turn=args.yield_in_turn)
+                                           yield_back_when_fits=args.yield_back_when_fits, yield_in_turn=args.yield_in_turn,
+                                           yield_turn_lead=args.yield_turn_lead)
         except RunFailed as exc:
             print(f"atoll bench quality: simulation stopped: {exc}", file=sys.stderr)
             return 1

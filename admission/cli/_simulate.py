@@ -140,6 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--yield-back-when-fits", action="store_true",
                    help="an event that reaches a parked Workload that gave its quota back drops its need only if the placement "
                         "it was parked on fits now (the controller's --quota-yield-back-when-fits; default: any such event does)")
+    p.add_argument("--yield-turn-lead", type=float, default=None, metavar="SECONDS",
+                   help="from SECONDS before a reservation of its flavor is expected free, the first gang in line for one keeps "
+                        "its quota and is given quota first (the controller's decisions.quota_yield_turn_lead_seconds)")
     p.add_argument("--yield-in-turn", action="store_true",
                    help="quota givers take turns as the controller's --quota-yield-in-turn makes them (freed room counts them after "
                         "the parked, a re-parked Workload may give again, the first gang in line for a reservation keeps its quota)")
@@ -372,7 +375,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
                      parking=PARKING[args.parking], records=args.records, declared_runtime_factor=args.declared_runtime,
                      kueue_preemption=args.kueue_preemption, quota_yield_max_seconds=args.quota_yield_max_seconds,
                      cohort=cohort, quota_factor=args.quota_factor,
-                     yield_back_when_fits=args.yield_back_when_fits, yield_in_turn=args.yield_in_turn)
+                     yield_back_when_fits=args.yield_back_when_fits, yield_in_turn=args.yield_in_turn,
+                     yield_turn_lead=args.yield_turn_lead)
     if args.records and not any(n.startswith("atoll-") for n in names):
         raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
     return _Plan(spec, fmt, names, baseline, profiles_path, sliced)

@@ -199,7 +199,8 @@ class Controller:
         self._inbox = Inbox()  # coalesced per object: bounded by the cluster, however far the worker falls behind
         self.parking = Parking(self.cache, override=self.settings.decisions.park_waiting,
                                settle_by_fit=self.settings.decisions.quota_yield_back_when_fits,
-                               in_turn=self.settings.decisions.quota_yield_in_turn)
+                               in_turn=self.settings.decisions.quota_yield_in_turn,
+                               turn_lead=self.settings.decisions.quota_yield_turn_lead_seconds)
         self.quota_yield = QuotaYield(self.cache.objects[WORKLOADS], self.cache.objects[LOCAL_QUEUES], self.cache.objects[CLUSTER_QUEUES],
                                       lambda: self.cache.gpu_resource, self._free_gpus, self.settings.decisions.quota_yield_max_seconds)
         """Parked Workloads giving their quota back to one waiting for quota (``_yielding``)."""
@@ -608,13 +609,14 @@ class Controller:
     def _yield_pairs(self) -> list[tuple[str, str]]:
         """Which parked Workload gives its quota back to which waiting one now (``QuotaYield.choose``)."""
         held = self.queue_state.outlook.reservations.held_by
-        may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k)]
         objects, now = self.cache.objects[WORKLOADS], self.clock.now()
+        ends = self.queue_state.outlook.reservations.soonest_free()
+        may_give = [k for k in self.parking.parked() if self.parking.room.may_give(k, now, ends)]
 
         def keeps(k: str) -> bool:  # a reservation's holder, or a gang owed its turn (holdBehindGangs), keeps its quota
             return held(k) is not None or owes(objects.get(k), self.cache.profiles, self.decider.read, now)
 
-        return self.quota_yield.choose(may_give, self.parking.is_aside, keeps)
+        return self.quota_yield.choose(may_give, lambda k: not self.parking.room.may_take(k, now, ends), keeps)
 
     def _reactivate_due(self) -> None:
         """Workloads deactivated to give their quota back that no Workload queued before the give

@@ -45,11 +45,12 @@ __all__ = ["Parking"]
 
 
 class Parking:
-    def __init__(self, cache: ClusterCache, *, override: bool | None, settle_by_fit: bool = False, in_turn: bool = False) -> None:
+    def __init__(self, cache: ClusterCache, *, override: bool | None, settle_by_fit: bool = False, in_turn: bool = False,
+                 turn_lead: float | None = None) -> None:
         self.cache = cache
         self.override = override
         """``decisions.park_waiting``: True parks every profile's waits, False none, None each as its profile says."""
-        self.room = WaitingRoom(settle_by_fit=settle_by_fit, in_turn=in_turn)
+        self.room = WaitingRoom(settle_by_fit=settle_by_fit, in_turn=in_turn, turn_lead=turn_lead)
         self.backoff: dict[str, int] = {}
         """The Retry delay (s) each parked Workload's wait gave: what it asks Kueue for when it gives its quota back."""
 

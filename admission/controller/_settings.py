@@ -103,6 +103,14 @@ class DecisionSettings(_Group):
     while it wins every GB200 cell and shortens the 64-GPU gangs' and the 8–15 GPU band's wait on the 14-day stream; measured in
     ``docs/queue.md``, "Why the 64-GPU gangs wait on the whole stream"; the simulator's
     ``SimSettings.yield_in_turn``."""
+    quota_yield_turn_lead_seconds: float | None = Field(default=None, ge=0)
+    """When the first Workload in line for a reservation of its flavor (``reserveAfterSeconds``,
+    the flavor's reservations all held) stops giving its quota back (``WaitingRoom``'s
+    ``turn_lead``): from this many seconds before the soonest reservation of its flavor is expected
+    free, it keeps its quota, and if it gave it back, parked Workloads give theirs to it as to
+    any Workload waiting for quota; before that it gives like any parked Workload. None (the
+    default): never. Measured in ``docs/queue.md``, "Quota back before the turn"; the simulator's
+    ``SimSettings.yield_turn_lead``."""
     write_workers: int = Field(default=0, ge=0, le=32)
     """Decision writes in flight at once (``Controller``'s pipelined writes): the ledger counts a
     decision when it is made and lets it go if its write is refused; 0: each decision is written

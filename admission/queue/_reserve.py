@@ -183,6 +183,15 @@ class Reservations:
     def on(self, flavor: str) -> list[Reservation]:
         return sorted(self._by_flavor.get(flavor, {}).values(), key=lambda r: (r.since, r.holder))
 
+    def soonest_free(self) -> dict[str, float]:
+        """Flavor → the soonest a reservation held on it is expected free (those with a known time)."""
+        out: dict[str, float] = {}
+        for flavor, held in self._by_flavor.items():
+            known = [r.expected_free for r in held.values() if r.expected_free is not None]
+            if known:
+                out[flavor] = min(known)
+        return out
+
     def all(self) -> list[Reservation]:
         return sorted((r for rs in self._by_flavor.values() for r in rs.values()), key=lambda r: (r.flavor, r.since, r.holder))
 

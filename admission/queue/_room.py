@@ -29,6 +29,10 @@ freed room reaches the set-aside as it wakes the parked: counted against the roo
 parked one, oldest first, so one pod's end drops as many needs as its room holds; one parked again
 undecided may give its quota back again; and the oldest parked for a reservation of its flavor
 keeps its quota (``may_give``).
+With ``turn_lead`` (the controller's ``decisions.quota_yield_turn_lead_seconds``, off by default)
+the first in line for a reservation keeps its quota only from that lead before the soonest
+reservation of its flavor is expected free, and, if it gave it back, is served by givers from then
+(``near_turn``, ``may_take``).
 With ``settle_by_fit`` (the controller's ``decisions.quota_yield_back_when_fits``, off by
 default) such an event only marks it reached; ``settle`` then asks the placement it was parked on
 (the caller's fit test, ``admission.queue.settle_givers``): if it fits now, its need is dropped;
@@ -62,7 +66,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,8 +109,11 @@ class Need:
 class WaitingRoom:
     """Parked Workloads by flavor and level, sorted by the GPUs they need (``Need``)."""
 
-    def __init__(self, *, settle_by_fit: bool = False, in_turn: bool = False) -> None:
+    def __init__(self, *, settle_by_fit: bool = False, in_turn: bool = False, turn_lead: float | None = None) -> None:
         self._settle_by_fit = settle_by_fit
+        self._turn_lead = turn_lead
+        """Seconds before a reservation of its flavor is expected free from which the first in line
+        for one keeps its quota and is served first by givers (``near_turn``); None: never."""
         """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._in_turn = in_turn
         """Set-aside Workloads counted against freed room after the parked; a give again without a decision;
@@ -230,15 +237,18 @@ class WaitingRoom:
         self._kept.add(key)
         return need
 
-    def may_give(self, key: Hashable) -> bool:
+    def may_give(self, key: Hashable, now: float | None = None, ends: Mapping[str, float] | None = None) -> bool:
         """Parked ``key`` may give its quota back: not if it already gave it back since it was last
         decided (parked again undecided by ``unchanged``): at most once per decision. With
         ``in_turn`` it may give again, except the first in line for a reservation of its flavor
         (``Need.reserves``, the oldest parked one holding quota): a reservation that ends wakes it
         (``wake_reservers``), and without its quota it would have to wait for all of it to be free
         at once again, which a stream of smaller Workloads passing quota among themselves almost
-        never leaves."""
+        never leaves. With ``turn_lead`` the first in line keeps it from the moment its turn is near
+        (``near_turn``), whatever the other rules say."""
         if key not in self:
+            return False
+        if self.near_turn(key, now, ends):
             return False
         if not self._in_turn:
             return key not in self._kept
@@ -246,6 +256,31 @@ class WaitingRoom:
         if mine is None:
             return True
         return any(fl == mine[0] and seq < mine[1] and k not in self._aside for k, (fl, seq) in self._reservers.items())
+
+    def near_turn(self, key: Hashable, now: float | None, ends: Mapping[str, float] | None) -> bool:
+        """With ``turn_lead``: ``key`` is the first in line for a reservation of its flavor (the
+        oldest on file whose need waits for one, ``Need.reserves``, whether it holds quota or gave
+        it back) and the soonest a reservation of that flavor is expected free (``ends``: flavor →
+        epoch seconds, ``Reservations.soonest_free``) is at most ``turn_lead`` after ``now``. From
+        then it keeps its quota (``may_give``) and, if it gave it back, may be given quota before
+        its need is dropped (``may_take``): when the reservation ends it holds quota, instead of
+        waiting for all of it free at one pass, which smaller Workloads passing quota among
+        themselves almost never leave. Before that it gives like any parked Workload."""
+        if self._turn_lead is None or now is None or not ends:
+            return False
+        mine = self._reservers.get(key)
+        if mine is None:
+            return False
+        end = ends.get(mine[0])
+        if end is None or end > now + self._turn_lead:
+            return False
+        return not any(fl == mine[0] and seq < mine[1] for fl, seq in self._reservers.values())
+
+    def may_take(self, key: Hashable, now: float | None = None, ends: Mapping[str, float] | None = None) -> bool:
+        """``key`` may be given quota by parked Workloads while it waits for quota: not while it
+        gave its quota back with its need on file (``is_aside``), unless its turn is near
+        (``near_turn``): then givers serve it as any waiter, in Kueue's order."""
+        return key not in self._aside or self.near_turn(key, now, ends)
 
     def leave(self, key: Hashable) -> Need | None:
         """Take ``key`` out (decided, admitted, deleted, or no longer Atoll's); its need, if parked.

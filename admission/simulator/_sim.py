@@ -203,6 +203,10 @@ class SimSettings:
     jobs that gave their quota back counted after the parked ones, a job parked again undecided may
     give its quota back again, and the oldest one parked for a reservation of its flavor keeps its
     quota (``WaitingRoom``'s ``in_turn``)."""
+    yield_turn_lead: float | None = DecisionSettings().quota_yield_turn_lead_seconds
+    """The controller's ``decisions.quota_yield_turn_lead_seconds`` (the same default): from this
+    many seconds before a reservation of its flavor is expected free, the first job in line for one
+    keeps its quota and is given quota first (``WaitingRoom``'s ``turn_lead``)."""
     yield_quota: bool = True
     """With ``parking``: parked Workloads give their quota back to a queued job blocked on quota
     that theirs would let in (deactivated until it holds quota, newest parked first), as the
@@ -619,7 +623,8 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
 
     blocked: dict[int, list[int]] = {}
     """Flavor → admitted jobs with pods the scheduler could not bind yet (retried as capacity frees)."""
-    room = WaitingRoom(settle_by_fit=settings.yield_back_when_fits, in_turn=settings.yield_in_turn) if deployed is not None and settings.parking is not False else None
+    room = WaitingRoom(settle_by_fit=settings.yield_back_when_fits, in_turn=settings.yield_in_turn,
+                       turn_lead=settings.yield_turn_lead) if deployed is not None and settings.parking is not False else None
     idle_gpu_s, idle_now, idle_at = 0.0, 0, window[0]
     """GPU-seconds reservations held idle (reserved GPUs free on the cluster), integrated over events."""
     parked_gpus = np.zeros(len(fl), dtype=np.int64)
@@ -662,11 +667,12 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
             return False
         heapq.heapify(order)
         gpus_free = int(f.snapshot.free[:, 0].sum())
+        ends = deployed.outlook.reservations.soonest_free() if deployed is not None else None
         gave = False  # the waiters served in this pass take their quota first (Kueue admits them in its order): ``_Flavor.claim``
         while order:
             (_, j), sid, it = order[0]
             want = shape_gpus[sid]
-            if room.is_aside(j) or served.get(j, 0) >= want:
+            if not room.may_take(j, now, ends) or served.get(j, 0) >= want:
                 _advance(order, it)
                 continue
             if want > gpus_free:
@@ -683,7 +689,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                     continue  # first in line on its reserved domain: its quota is what starts it there
                 if owing and p in gangs_pending[fi] and arr[p] <= now - owed_after:
                     continue  # a gang owed its turn keeps its quota: given away, it would be owed again and hold what it gave to
-                if not room.may_give(p):
+                if not room.may_give(p, now, ends):
                     continue  # it gave its quota back since its last decision: at most once per decision
                 rise = shape_gpus[int(shape_of[p])] if gift is None else gift.add(f.cq_of[int(shape_of[p])], shape_gpus[int(shape_of[p])])
                 if rise > 0:  # 0: its quota stays in its ClusterQueue (lendingLimit), or is past the waiter's borrowingLimit

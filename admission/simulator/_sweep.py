@@ -180,6 +180,8 @@ class SweepSpec:
     """``SimSettings.yield_back_when_fits`` (the controller's ``decisions.quota_yield_back_when_fits``)."""
     yield_in_turn: bool = False
     """``SimSettings.yield_in_turn`` (the controller's ``decisions.quota_yield_in_turn``)."""
+    yield_turn_lead: float | None = None
+    """``SimSettings.yield_turn_lead`` (the controller's ``decisions.quota_yield_turn_lead_seconds``)."""
 
     def keys(self) -> list[RunKey]:
         return [(load, seed, p) for load in self.loads for seed in self.seeds for p in self.policies]
@@ -230,6 +232,8 @@ def run_one(spec: SweepSpec, key: RunKey) -> tuple[RunKey, RunRecord, SimResult 
         chosen["yield_back_when_fits"] = True
     if spec.yield_in_turn:
         chosen["yield_in_turn"] = True
+    if spec.yield_turn_lead is not None:
+        chosen["yield_turn_lead"] = spec.yield_turn_lead
     settings = SimSettings(record_islands=key in spec.keep_results, seed=seed, parking=spec.parking, link_model=spec.cost.link_model,
                            declared_runtime_factor=spec.declared_runtime_factor, kueue_preemption=spec.kueue_preemption,
                            records=record_part(spec.records, key) if spec.records else None, run_label=run_label(key),

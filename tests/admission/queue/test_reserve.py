@@ -110,6 +110,18 @@ def test_reservations_are_bounded_per_flavor_and_end_with_their_gang() -> None:
     assert book.release("ns/a") == a and book.held_by("ns/a") is None and book.add(b, limit=1)
 
 
+def test_soonest_free_is_the_earliest_known_expected_end_per_flavor() -> None:
+    held = Reservations()
+    assert held.soonest_free() == {}
+    held.add(Reservation("ns/a", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4),), 1.0, 900.0), limit=3)
+    held.add(Reservation("ns/b", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, 400.0), limit=3)
+    held.add(Reservation("ns/c", "f", CLIQUE, ("u1", "c0"), (("c0n0", 4),), 3.0, None), limit=3)
+    held.add(Reservation("ns/d", "g", CLIQUE, ("u0", "c0"), (("c0n0", 4),), 1.0, None), limit=3)
+    assert held.soonest_free() == {"f": 400.0}  # g's end is unknown: not in it
+    held.release("ns/b")
+    assert held.soonest_free() == {"f": 900.0}
+
+
 def test_what_is_written_on_the_workload_rebuilds_the_same_reservations() -> None:
     a = Reservation("ns/a", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4), ("c0n1", 4)), 1.0, 250.0)
     b = Reservation("ns/b", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, None)

@@ -235,6 +235,34 @@ def test_in_turn_the_first_in_line_for_a_reservation_keeps_its_quota() -> None:
     assert plain.may_give("first")  # without ``in_turn``: once per decision, reservation or not
 
 
+def test_the_first_in_line_for_a_reservation_keeps_its_quota_once_the_reservation_is_near_its_end() -> None:
+    """With ``turn_lead`` the oldest gang waiting for a reservation of its flavor gives like anyone
+    until the soonest reservation of its flavor is expected free within the lead; from then it
+    keeps its quota, and if it gave it back, givers serve it as a waiter (``may_take``), so it holds
+    quota when the reservation ends. The others, and other flavors, give as before."""
+    room = WaitingRoom(turn_lead=600.0)
+    room.park("small", Need("f", CLIQUE, 2, 4))
+    room.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
+    room.park("second", Need("f", CLIQUE, 16, 4, reserves=True))
+    room.park("elsewhere", Need("g", CLIQUE, 16, 4, reserves=True))
+    far, near = {"f": 2000.0, "g": 2000.0}, {"f": 1500.0, "g": 2000.0}
+    gangs = ("small", "first", "second", "elsewhere")
+    assert [room.may_give(k, 1000.0, far) for k in gangs] == [True, True, True, True]  # the end 1000 s away: give like anyone
+    assert [room.may_give(k, 1000.0, near) for k in gangs] == [True, False, True, True]  # 500 s away: the first in line keeps it
+    assert room.may_give("first", 1000.0, {}) and room.may_give("first")  # no reservation's end known: gives
+    room.set_aside("first")  # gave it back before the window
+    assert not room.may_take("first", 1000.0, far) and room.is_aside("first")  # passed over while the end is far
+    assert room.may_take("first", 1000.0, near) and room.is_aside("first")  # near: served first, its need still on file
+    assert room.may_give("second", 1000.0, near)  # not first in line: the set-aside one still is
+    assert room.may_take("second", 1000.0, near) and room.may_take("never-parked", 1000.0, near)
+    assert room.unchanged("first", 1100.0) is not None and not room.may_give("first", 1100.0, near)
+    off = WaitingRoom()
+    off.park("first", Need("f", CLIQUE, 16, 4, reserves=True))
+    assert off.may_give("first", 1000.0, near)  # without ``turn_lead``: never kept
+    off.set_aside("first")
+    assert not off.may_take("first", 1000.0, near)
+
+
 def test_a_workload_gives_its_quota_back_at_most_once_per_decision() -> None:
     room = WaitingRoom()
     room.park("gang", Need("f", CLIQUE, 2, 4))

@@ -131,7 +131,7 @@ def _known_keys_hint(model: type[BaseModel] | None, loc: Sequence[int | str]) ->
             continue
         if not (isinstance(cur, type) and issubclass(cur, BaseModel)):
             return ""
-        field = next((f for name, f in cur.model_fields.items() if item in (name, f.alias)), None)
+        field = next((f for name, f in cur.model_fields.items() if item in (name, _written(name, f))), None)
         if field is None:
             return ""
         cur = field.annotation
@@ -142,9 +142,15 @@ def _known_keys_hint(model: type[BaseModel] | None, loc: Sequence[int | str]) ->
             cur = inner[-1] if inner else None
     if skip or not (isinstance(cur, type) and issubclass(cur, BaseModel)):
         return ""
-    known = sorted(f.alias or name for name, f in cur.model_fields.items())
+    known = sorted(_written(name, f) for name, f in cur.model_fields.items())
     near = difflib.get_close_matches(str(loc[-1]), known, n=1)
     return (f"; did you mean {near[0]!r}?" if near else "") + f" (known: {', '.join(known)})"
+
+
+def _written(name: str, field: Any) -> str:
+    """The key a user writes for a field: its validation alias or alias, else its name."""
+    alias = field.validation_alias if isinstance(field.validation_alias, str) else field.alias
+    return alias or name
 
 
 def load_yaml_model(path: str | Path, model: type[ModelT], error: type[Exception], expected: str) -> ModelT:

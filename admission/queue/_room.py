@@ -111,10 +111,10 @@ class WaitingRoom:
 
     def __init__(self, *, settle_by_fit: bool = False, in_turn: bool = False, turn_lead: float | None = None) -> None:
         self._settle_by_fit = settle_by_fit
+        """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._turn_lead = turn_lead
         """Seconds before a reservation of its flavor is expected free from which the first in line
         for one keeps its quota and is served first by givers (``near_turn``); None: never."""
-        """An event drops a set-aside need only once ``settle`` finds it fits (else: at once)."""
         self._in_turn = in_turn
         """Set-aside Workloads counted against freed room after the parked; a give again without a decision;
         the first in line for a reservation keeps its quota (``may_give``)."""

@@ -1,8 +1,8 @@
 """Room that frees, offered to the waiting room: pods that end, and reservations that stop blocking.
 
-A pod that ends (or a victim evicted) frees its node (``wake_freed``). A reservation suspended (its holder lost its quota) or ended (its gang placed, rejected or gone)
-leaves the GPUs it held to others. Both are offered as a pod that ends offers its node
-(``WaitingRoom.freed``): only the parked Workloads those GPUs can hold are woken, oldest first,
+A pod that ends (or a victim evicted) frees its node (``wake_freed``). A reservation suspended
+(its holder lost its quota) or ended (its gang placed, rejected or gone) leaves the GPUs it held
+to others. Both are offered as a pod that ends offers its node (``WaitingRoom.freed``): only the parked Workloads those GPUs can hold are woken, oldest first,
 counted on the room a decision would search. An ended reservation also leaves its slot of the
 flavor's bound (``maxReservationsPerFlavor``): the oldest parked gang refused one for that bound
 (``Need.reserves``) is woken to take it, whether or not the GPUs held can hold it (a gang placed

@@ -354,7 +354,7 @@ def _synthetic_params(path: StrPath) -> SyntheticParams:
     try:
         return SyntheticParams.model_validate(data or {})
     except ValidationError as exc:  # the first problem, on one line as the profiles document's read
-        raise TraceError(describe_validation_error(name, exc, data).splitlines()[0]) from exc
+        raise TraceError(describe_validation_error(name, exc, data, SyntheticParams).splitlines()[0]) from exc
 
 
 def read_trace(

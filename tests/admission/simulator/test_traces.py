@@ -234,6 +234,8 @@ def test_read_trace_synthetic_takes_params_from_a_file_or_an_object(tmp_path: Pa
         read_trace(write(tmp_path, "syn.yaml", "sizeMix: {4: -1}\n"), "synthetic", n=5)
     with raises("syn.yaml: arrivalRate: unknown key"):
         read_trace(write(tmp_path, "syn.yaml", "arrivalRate: 3\n"), "synthetic", n=5)
+    with raises("syn.yaml: sizeMx: unknown key; did you mean 'sizeMix'? (known: arrivalRatePerHour, commFraction,"):
+        read_trace(write(tmp_path, "syn.yaml", "sizeMx: {1: 1}\n"), "synthetic", n=5)
     with raises("syn.yaml: arrivalRatePerHour: expected a number, got 'lots'"):
         read_trace(write(tmp_path, "syn.yaml", "arrivalRatePerHour: lots\n"), "synthetic", n=5)
     with raises("syn.json:1: not valid JSON"):

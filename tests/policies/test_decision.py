@@ -219,3 +219,29 @@ def test_perf_first_gangs_keeps_the_class_speed_floor() -> None:
     d = decide(snap, gang(1), profile_name="fit", profile=floor.profiles["fit"], now=0.0, workload_class=floor.classes["training"])
     assert d.outcome == "admit" and d.placement is not None
     assert d.placement.podsets[0].min_perf >= 0.97  # the half-used island's 0.95 nodes are under the floor: not taken by fit
+
+
+def whole_small_island_and_partly_used_large_one() -> Snapshot:
+    """Island a: 2 nodes, whole (8 GPUs free); island b: 4 nodes, one GPU of one node used (15 free).
+    The whole island is the tighter fit, so best fit alone would take it."""
+    nodes = [NodeInfo(f"a{i}", {CLIQUE: "a"}, ResourceVector(4, 1000, 1000, 10)) for i in range(2)]
+    nodes += [NodeInfo(f"b{i}", {CLIQUE: "b"}, ResourceVector(4, 1000, 1000, 10), ResourceVector(gpu=1 if i == 0 else 0))
+              for i in range(4)]
+    return Snapshot("f", [Level(CLIQUE, 1800)], nodes)
+
+
+@pytest.mark.parametrize("per_pod", [ResourceVector(gpu=1), ResourceVector(gpu=0, cpu_milli=100)], ids=["one-gpu", "no-gpu"])
+def test_a_one_gpu_pod_and_a_pod_with_no_gpu_go_to_a_partly_used_island_under_the_shipped_strict(per_pod: ResourceVector) -> None:
+    from pathlib import Path
+
+    from policies import load_profiles_file
+
+    shipped = load_profiles_file(Path(__file__).resolve().parents[2] / "config" / "profiles.yaml").profiles["strict"]
+    fit_only = shipped.model_copy(update={"fragmentation": shipped.fragmentation.model_copy(update={"protect_empty_domains": False})})
+    podsets = [PodSetSpec("main", 1, per_pod)]
+    kept = decide(whole_small_island_and_partly_used_large_one(), podsets, profile_name="strict", profile=shipped, now=0.0)
+    assert kept.outcome == "admit" and kept.placement is not None
+    assert kept.placement.podsets[0].domain_path[0] == "b"  # the whole island stays whole for a gang
+    loose = decide(whole_small_island_and_partly_used_large_one(), podsets, profile_name="strict", profile=fit_only, now=0.0)
+    assert loose.outcome == "admit" and loose.placement is not None
+    assert loose.placement.podsets[0].domain_path[0] == "a"  # best fit alone takes the whole, smaller island

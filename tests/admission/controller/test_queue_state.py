@@ -88,6 +88,33 @@ def test_a_reservation_is_written_and_a_new_controller_holds_the_same(fabric: Fa
     assert again.queue_state.outlook.reservations.held_by(key) == held  # backfill takes nothing from the gang
 
 
+def test_a_standby_that_takes_the_lease_holds_the_leaders_reservation_and_keeps_others_off_it(fabric: Fabric) -> None:
+    """A leader change, not a restart: a warm standby follows the Workloads while the leader
+    reserves, then leads. It holds the same reservation, so a Workload without a limit waits
+    off the reserved free node and one that ends before the expected free time backfills it."""
+    leader = reserving(fabric)
+    key = f"{fabric.ns}/gang"
+    held = leader.queue_state.outlook.reservations.held_by(key)
+    assert held is not None
+    standby = fabric.controller()
+    standby.start(leading=False)
+    try:
+        assert standby.wait_synced(30)
+        assert _until(lambda: mine(fabric, standby) == [held])  # read from the condition on the gang's Workload
+        leader.stop()
+        standby.lead()
+        free = {n for n, _ in held.nodes} - set(planned(fabric.entry("half")))
+        submit(fabric, "small", 1)  # no limit: the only free node is the gang's
+        assert _until(lambda: fabric.entry("small")["state"] != "Pending")
+        assert fabric.entry("small")["state"] == "Retry"
+        submit(fabric, "short", 1, limit=600)  # ends long before the held clique is expected free
+        assert _until(lambda: fabric.entry("short")["state"] != "Pending")
+        assert fabric.entry("short")["state"] == "Ready" and set(planned(fabric.entry("short"))) == free
+        assert standby.queue_state.outlook.reservations.held_by(key) == held
+    finally:
+        standby.stop()
+
+
 def test_idle_held_gpus_count_neither_bound_nor_owed_pods(fabric: Fabric) -> None:
     """No pod is bound in this test: the held clique's GPUs are taken only by what admitted
     Workloads owe, so a count from bound pods alone would read all 8 as idle."""

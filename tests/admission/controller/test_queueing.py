@@ -229,6 +229,21 @@ def test_wait_or_span_says_both_numbers() -> None:
     assert w.outcome == "wait" and "waits (cheaper)" in w.message
 
 
+def test_wait_or_span_says_the_learned_runtimes_error_on_both_sides() -> None:
+    """Runtimes of 2,000, 3,000 and 4,000 s learned for the queue: 3,000 s ± 1,000 s (their
+    standard deviation). The running Workload's end, and so the wait, carries that error, and
+    so does the gang's own expected runtime the span is priced on."""
+    a = atoll("elastic", used={"r0n0": 4, "r1n0": 4})
+    for seconds in (2000.0, 3000.0, 4000.0):
+        a.outlook.estimator.learn("sim/default", 8, seconds)
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    a.decider.span_cost = lambda snap, decision: 2.0
+    v = decide(a, 1, 2)
+    assert v.outcome == "wait"
+    assert "expected wait for one domain 2000s ± 1000s (u0/r0); best span slows it 2.000× = +3000s on an expected 3000s ± 1000s" \
+        in v.message
+
+
 def two_gangs_ahead(profile: str) -> DeployedAtoll:
     """One free node per island; r0's Workload is expected to end at 3,000 s, r1's at 6,000 s; an
     8-GPU gang runs 3,000 s. Gangs job-1 and job-2 wait for one island (a span would treble their

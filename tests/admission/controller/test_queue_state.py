@@ -126,6 +126,27 @@ def test_idle_held_gpus_count_neither_bound_nor_owed_pods(fabric: Fabric) -> Non
     assert ctrl.queue_state.idle_held_gpus(fabric.flavor) == 0
 
 
+def test_the_queue_gauges_count_a_reservation_the_controller_holds_and_drop_it_when_the_gang_is_placed(fabric: Fabric) -> None:
+    """The gauges read the controller's own reservations (not hints set by hand): the gang holds
+    one clique, 4 of its 8 GPUs free and idle for it; a second gang waits beside it."""
+    def gauge(name: str, **labels: str) -> float | None:
+        return fabric.metrics.registry.get_sample_value(name, labels or {"flavor": fabric.flavor})
+
+    ctrl = reserving(fabric)
+    fabric.clock.advance(ctrl.GAUGE_SECONDS)  # the held gauges are measured at most this often per flavor
+    submit(fabric, "second", 2)
+    (second,) = run(ctrl)
+    assert second.outcome == "wait"
+    assert (gauge("atoll_held_domains"), gauge("atoll_idle_held_gpus")) == (1, 4)
+    assert gauge("atoll_waiting_workloads_by_band", reason="no-domain", band="8-15") == 2
+    fabric.finish("half")
+    fabric.requeue("gang")
+    fabric.clock.advance(ctrl.GAUGE_SECONDS)
+    assert "admit" in [v.outcome for v in run(ctrl)]
+    assert ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang") is None
+    assert (gauge("atoll_held_domains"), gauge("atoll_idle_held_gpus")) == (0, 0)
+
+
 def test_the_reservation_ends_when_the_gang_is_placed(fabric: Fabric) -> None:
     ctrl = reserving(fabric)
     fabric.finish("half")

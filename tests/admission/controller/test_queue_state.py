@@ -44,11 +44,13 @@ def mine(fabric: Fabric, ctrl: Any) -> list[Reservation]:
     return [r for r in ctrl.queue_state.outlook.reservations.all() if r.holder.startswith(f"{fabric.ns}/")]
 
 
-def reserving(fabric: Fabric) -> Any:
+def reserving(fabric: Fabric, reserve: bool = True) -> Any:
     """Four cliques of 8 GPUs: three full, one half full with a Workload that ends within the hour;
-    a 2 × 4-GPU gang then waits, and reserves (reserveAfterSeconds 0) the half-full clique."""
+    a 2 × 4-GPU gang then waits, and reserves (reserveAfterSeconds 0) the half-full clique
+    (``reserve=False``: the profile reserves nothing)."""
     doc = profiles_doc(fabric.flavor, fabric.topology)
-    doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0}
+    if reserve:
+        doc["profiles"]["strict"]["queueing"] = {"reserveAfterSeconds": 0}
     fabric.install(doc)
     ctrl = fabric.controller()
     for i in range(3):
@@ -159,6 +161,30 @@ def test_the_reservation_ends_when_the_gang_is_placed(fabric: Fabric) -> None:
     fresh = fabric.controller()
     fresh.sync()
     assert not mine(fabric, fresh)
+
+
+@pytest.mark.parametrize("reserve", [True, False], ids=["reserving", "not-reserving"])
+def test_a_gang_behind_a_stream_of_small_workloads_is_placed_once_its_clique_drains(fabric: Fabric, reserve: bool) -> None:
+    """Three cliques full, one half full until ``half`` ends. A gang waits; 1-pod Workloads
+    without a limit keep coming. Reserving, the gang is placed as soon as ``half`` ends, and the
+    small ones wait behind it; without a reservation they take each node of the clique as it
+    frees, and the gang still waits."""
+    ctrl = reserving(fabric, reserve)
+    held = ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang")
+    assert (held is not None) == reserve
+    submit(fabric, "small-0", 1)
+    (small,) = run(ctrl)
+    assert small.outcome == ("wait" if reserve else "admit")  # the clique's free node: the gang's, or the first to ask
+    fabric.finish("half")
+    submit(fabric, "small-1", 1)
+    fabric.requeue("gang")
+    run(ctrl)
+    states = {n: fabric.entry(n)["state"] for n in ("gang", "small-0", "small-1")}
+    if reserve:
+        assert states == {"gang": "Ready", "small-0": "Retry", "small-1": "Retry"}
+        assert held is not None and set(planned(fabric.entry("gang"))) == {n for n, _ in held.nodes}  # half's clique
+    else:
+        assert states == {"gang": "Retry", "small-0": "Ready", "small-1": "Ready"}
 
 
 def test_a_workload_without_a_limit_never_backfills_even_after_a_restart(fabric: Fabric) -> None:

@@ -54,3 +54,23 @@ def test_queue_format_is_checked(fabric: Fabric, capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit) as exc:
         main(["--format", "yaml"], stdout=io.StringIO(), api_client=fabric.api)
     assert exc.value.code == 2 and "--format" in capsys.readouterr().err
+
+
+def test_queue_shows_the_reservation_a_controller_wrote_and_its_expected_start(fabric: Fabric) -> None:
+    """The command reads the cluster afresh: the reservation comes from the gang's Workload,
+    where the controller wrote it, with its domain in HELD and its expected free time as START."""
+    from admission.controller._records import iso_time
+    from tests.admission.controller.test_queue_state import reserving
+
+    ctrl = reserving(fabric)  # the gang reserves the half-full clique, expected free when its Workload's limit ends
+    held = ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang")
+    assert held is not None and held.expected_free is not None
+    code, out = queue(fabric, "--format", "json")
+    assert code == 0
+    (row,) = json.loads(out)
+    assert row["workload"] == f"{fabric.ns}/gang" and row["held"]["kind"] == "reservation"
+    assert row["held"]["domain"] == "/".join(held.path) and row["expected_start"] == iso_time(held.expected_free)
+    assert f"gpu.clique {'/'.join(held.path)} is reserved for it and expected free in ~" in row["words"][0]
+    code, out = queue(fabric)
+    (line,) = [ln for ln in out.splitlines() if ln.startswith(f"{fabric.ns}/gang")]
+    assert code == 0 and "/".join(held.path) in line and line.rstrip().endswith(iso_time(held.expected_free))

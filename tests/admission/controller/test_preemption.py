@@ -1,7 +1,8 @@
 """Preemption that clears a domain, on the real apiserver: a higher-priority gang that fits
 nowhere gets one clique cleared of lower-priority Workloads (Atoll's check to Retry on each victim,
 admitted as it is), the clique is held for it while they leave, and the record names them; a dry
-run only records; the ClusterQueue's policy (Kueue's default: Never) is respected."""
+run only records; the ClusterQueue's policy (Kueue's default: Never) is respected, and a profile
+that does not turn preemption on evicts nobody."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from tests.kube_objects import cluster_queue, workload
 pytestmark = pytest.mark.apiserver
 
 
-def setup(fabric: Fabric, mode: str, within: str | None = "LowerPriority") -> Any:
+def setup(fabric: Fabric, mode: str | None, within: str | None = "LowerPriority") -> Any:
     doc = profiles_doc(fabric.flavor, fabric.topology)
-    doc["profiles"]["strict"]["preemptDomain"] = mode
+    if mode is not None:  # None: the profile does not say, so preemption is off
+        doc["profiles"]["strict"]["preemptDomain"] = mode
     fabric.install(doc)
     if within is not None:
         fabric.custom.patch_cluster_custom_object(GROUP, VERSION, "clusterqueues", fabric.cq, {"spec": {"preemption": {"withinClusterQueue": within}}})
@@ -73,9 +75,10 @@ def test_a_dry_run_records_the_plan_and_evicts_nobody(fabric: Fabric) -> None:
     assert all(fabric.entry(f"low-{i}")["state"] == "Ready" for i in range(4)) and not any(ctrl.decider.holds.values())
 
 
-@pytest.mark.parametrize("within", [None, "Never"])
-def test_the_cluster_queues_policy_is_respected(fabric: Fabric, within: str | None) -> None:
-    ctrl = setup(fabric, "on", within)  # Kueue's default, and Never said outright
+@pytest.mark.parametrize(("mode", "within"), [("on", None), ("on", "Never"), (None, "LowerPriority"), ("off", "LowerPriority")])
+def test_the_cluster_queues_policy_is_respected_and_a_profile_that_does_not_turn_preemption_on_evicts_nobody(
+        fabric: Fabric, mode: str | None, within: str | None) -> None:
+    ctrl = setup(fabric, mode, within)  # Kueue's default, Never said outright; a queue that allows it, under a profile that does not
     submit(fabric, "gang", 2, 100)
     (verdict,) = run(ctrl)
     assert verdict.outcome == "wait" and not [n for n in notes(fabric, "gang") if n.startswith("preemption")]

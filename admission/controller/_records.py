@@ -149,7 +149,7 @@ class DecisionRecord:
     """Its lease term (the Lease's ``leaseTransitions`` of its tenure; None without leader election):
     an auditor sees that no two replicas wrote in one term."""
     reason: str = ""
-    """Why it waits (no-domain, relax-pending, owed-pods, config, node-lost); empty otherwise."""
+    """Why it waits (no-domain, relax-pending, owed-pods, behind-gang, config, node-lost); empty otherwise."""
     first_waited_at: str | None = None
     """When the current wait began (RFC 3339); None when it never waited."""
     waited_seconds: float = 0.0

@@ -148,3 +148,18 @@ def test_the_records_guide_names_every_field_of_the_schema() -> None:
         names |= set(_object(schema, where)["properties"])
     missing = sorted(n for n in names if f"`{n}`" not in guide and f"`{n}[]`" not in guide)
     assert missing == [], f"docs/records.md does not describe {missing}"
+
+
+DECISION_WAIT_REASONS = ("no-domain", "relax-pending", "owed-pods", "behind-gang", "config", "node-lost")
+"""The reasons a decision that waits writes in its record (and counts in ``atoll_waiting_workloads``)."""
+
+
+def test_the_records_guide_and_the_schema_name_every_reason_a_waiting_record_carries() -> None:
+    from admission.queue import REASONS
+
+    guide = next(line for line in (ROOT / "docs" / "records.md").read_text().splitlines() if line.startswith("| `reason` |"))
+    said = decision_schema()["properties"]["reason"]["description"]
+    for reason in DECISION_WAIT_REASONS:
+        assert reason in REASONS, reason  # explained in docs/queue.md's table of reasons
+        assert f"`{reason}`" in guide, f"docs/records.md's reason row leaves out {reason}"
+        assert reason in said, f"the schema's reason description leaves out {reason}"

@@ -259,10 +259,13 @@ def quantities(v: ResourceVector, gpu_resource: str) -> dict[str, str]:
 
 
 def node_object(node: NodeInfo, gpu_resource: str, extra_labels: Mapping[str, str] | None = None) -> Obj:
-    """A Node as the kubelet and the GPU operator leave it: labels, allocatable, Ready, taints."""
+    """A Node as the kubelet and the GPU operator leave it: labels, allocatable, Ready, taints; a
+    node the model drains carries the drain label an admin sets."""
     alloc = quantities(node.allocatable, gpu_resource)
     alloc["pods"] = str(node.allocatable.pods)
     labels = {HOSTNAME_LABEL: node.name, **node.labels, **(extra_labels or {})}
+    if node.draining:
+        labels[vocabulary.DRAINING] = "true"
     meta: dict[str, Any] = {"name": node.name, "labels": labels}
     if node.perf != 1.0:
         meta["annotations"] = {vocabulary.GPU_PERF: repr(node.perf)}

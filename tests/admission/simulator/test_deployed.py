@@ -214,3 +214,30 @@ def test_each_flavor_s_jobs_request_its_own_accelerator_through_the_deployed_con
         held = sum(deployed.cache.pods[p["metadata"]["uid"]].usage.gpu for p in pods)
         assert held == 8  # the cache reads the flavor's resource on its pods: a controller counting only nvidia.com/gpu read 0
         assert deployed.ledger.owed(deployed.cache.snapshot(name)) == []
+
+
+def half_draining(busy: bool) -> ClusterModel:
+    """1 SU × 2 islands × 2 nodes × 4 GPUs; island r0's nodes are marked ``draining`` in the model;
+    with ``busy``, island r1's are full."""
+    return ClusterModel.model_validate({"name": "half-draining", "flavors": [{
+        "name": "f", "topology": "t", "levels": [{"label": SU, "bandwidthGBps": 50}, {"label": CLIQUE, "bandwidthGBps": 1800}],
+        "nodeAllocatable": {"nvidia.com/gpu": 4, "cpu": "64", "memory": "512Gi", "pods": 110},
+        "nodes": [{"name": f"r{r}n{n}", "labels": {SU: "u0", CLIQUE: f"r{r}"}, "draining": r == 0,
+                   "used": {"nvidia.com/gpu": 4 if r == 1 and busy else 0}} for r in range(2) for n in range(2)]}]})
+
+
+def test_a_node_the_cluster_model_drains_takes_no_new_placement_through_the_deployed_controller() -> None:
+    """The model's ``draining`` reaches the controller as the node label an admin sets, so the
+    deployed Atoll leaves the node out as the engine and Kueue's policies in the simulator do."""
+    per_pod = ResourceVector(gpu=4, cpu_milli=1000, memory_mib=1024, pods=1)
+    busy = DeployedAtoll("atoll-strict", "strict", DOC, half_draining(busy=True))
+    v = busy.decide(0, busy.workload(0, 0, 1, per_pod, "training"), 0.0)
+    assert v.outcome == "wait"  # the only free GPUs are draining
+    open_ = DeployedAtoll("atoll-strict", "strict", DOC, half_draining(busy=False))
+    v = open_.decide(0, open_.workload(0, 0, 2, per_pod, "training"), 0.0)
+    assert v.outcome == "admit" and {n for p in v.placements for n in p.nodes} == {"r1n0", "r1n1"}
+    jobs = [make_job(f"j{i}", 0.0, 100.0, 8, 4) for i in range(3)]  # three gangs of one island each
+    for name in ("atoll-strict", "kueue-bestfit"):
+        (policy,) = make_policies([name], DOC, seed=0)
+        res = simulate(half_draining(busy=False), prepare_workload(half_draining(busy=False), jobs), policy, settings=SimSettings())
+        assert (res.status == STATUS_DONE).all() and sorted(res.start.tolist()) == [0.0, 100.0, 200.0], name  # one island: one at a time

@@ -456,12 +456,14 @@ class DeployedAtoll:
         """``job`` owes no pods on ``flavor`` any more (evicted)."""
         self._owing.get(flavor, set()).discard(job)
 
-    def take_released(self, room: WaitingRoom | None) -> list[Hashable]:
+    def take_released(self, room: WaitingRoom | None, now: float) -> list[Hashable]:
         """The parked jobs to decide again for reservations ended since the last call (their gangs
         placed or rejected): those the GPUs they held can hold, then, per reservation ended, the
         oldest gang parked on its flavor that was refused a reservation for the flavor's bound, to
-        take the freed slot (``wake_released``, the controller's rule)."""
-        return wake_released(room, self.outlook.reservations, self.decider.room_now)
+        take the freed slot; for reservations moved, the nodes they left, and where the window
+        moved later, the jobs that may backfill what they still hold at ``now`` and could not
+        before (``wake_released``, the controller's rule)."""
+        return wake_released(room, self.outlook.reservations, self.decider.room_now, now)
 
     def quota(self, job: int, held: bool) -> None:
         """Kueue reserved quota for ``job`` (``held``) or released it: a reservation it holds

@@ -1321,7 +1321,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 # reservations suspended at this instant and suspended still once its passes are done (a holder given
                 # quota again in them wakes nobody), and reservations ended: the parked jobs the GPUs they held can hold,
                 # as the controller wakes them
-                woken = deployed.take_suspended(room) + deployed.take_released(room)
+                woken = deployed.take_suspended(room) + deployed.take_released(room, now)
                 if not woken:
                     break
                 wake(woken)

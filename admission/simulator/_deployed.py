@@ -53,7 +53,7 @@ from admission.controller import (
     waiting_condition,
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
-from admission.queue import Outlook, OwedGang, Running, WaitingRoom, wake_released, wake_suspended
+from admission.queue import Outlook, OwedGang, Running, WaitingRoom, wake_freed, wake_released, wake_suspended
 from admission.simulator._cohort import CohortShape
 from admission.simulator._port import CHECK_NAME, CLUSTER_QUEUE, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._preemption import SimPreemption
@@ -455,6 +455,13 @@ class DeployedAtoll:
     def drop_owing(self, flavor: int, job: int) -> None:
         """``job`` owes no pods on ``flavor`` any more (evicted)."""
         self._owing.get(flavor, set()).discard(job)
+
+    def nodes_freed(self, room: WaitingRoom | None, flavor: int, nodes: Iterable[int]) -> list[Hashable]:
+        """The parked jobs to decide again when pods stop holding ``nodes`` (rows of ``flavor``'s
+        snapshot: a job ended, or a victim went): those a domain holding one of them now has room
+        for, counted on the room a decision would search (``wake_freed``, the controller's rule on
+        a pod that leaves a node)."""
+        return wake_freed(room, self.flavor_names[flavor], nodes, self.decider.room_now)
 
     def take_released(self, room: WaitingRoom | None, now: float) -> list[Hashable]:
         """The parked jobs to decide again for reservations ended since the last call (their gangs

@@ -14,7 +14,7 @@ from admission.controller._owing import owes
 from admission.controller._parking import Parking
 from admission.controller._queueing import is_owed
 from admission.controller._span_cost import with_quota_waiters
-from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom, wake_freed
+from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom
 from admission.simulator._deployed import DeployedAtoll
 from policies import ProfilesError, load_profiles
 from topology import ClusterModel, ResourceVector, Snapshot
@@ -220,10 +220,11 @@ def test_when_a_reservations_window_moves_later_the_simulator_and_the_controller
 
 
 def pod_ended(a: DeployedAtoll, side: str, parking: Parking, room: WaitingRoom, node: str) -> list[str]:
-    """What ``side`` wakes when a pod leaves ``node``: the simulator's ``wake_freed`` on the node's
-    row, or the controller's ``Parking.node_freed``, both counted on ``room_now``."""
+    """What ``side`` wakes when a pod leaves ``node``: the simulator's own call when a job ends
+    (``DeployedAtoll.nodes_freed`` on the node's row of flavor 0), or the controller's
+    ``Parking.node_freed``, both counted on ``room_now``."""
     if side == "simulator":
-        return [str(k) for k in wake_freed(room, "f", [a.cache.snapshot("f").node_index[node]], a.decider.room_now)]
+        return [str(k) for k in a.nodes_freed(room, 0, [a.cache.snapshot("f").node_index[node]])]
     return parking.node_freed(node, a.decider.room_now)
 
 
@@ -232,7 +233,8 @@ def test_when_a_pod_ends_the_simulator_and_the_controller_wake_the_same_parked_w
     yet. A 1 × 4-GPU Workload is parked. A pod leaves r0n1: free on the nodes, but owed to job-1,
     so neither side wakes anyone (before, both woke it on the shared snapshot, and its decision
     found no room). Then r0n0's pod ends: both wake it. The simulator offers a job's end through
-    ``wake_freed``, the controller through ``Parking.node_freed``: the same rule on ``room_now``."""
+    ``DeployedAtoll.nodes_freed`` (``wake_freed``), the controller through ``Parking.node_freed``:
+    the same rule on ``room_now``."""
     woken: dict[str, list[list[str]]] = {}
     for side in ("simulator", "controller"):
         a = atoll(used={"r0n0": 4, "r1n0": 4, "r1n1": 4})

@@ -144,6 +144,8 @@ class WaitingRoom:
         """Flavor → keys its owed room woke and that parked again: not offered the same room again."""
         self._again: set[str] = set()
         """Owed flavors a woken Workload parked again on since the last ``reoffer``."""
+        self._limited: dict[str, int] = {}
+        """Flavor → Workloads on file whose need carries a limit (``Need.limit``): only they may backfill by time."""
 
     def __len__(self) -> int:
         """Workloads on file: parked, or set aside (an event must still reach them)."""
@@ -159,6 +161,11 @@ class WaitingRoom:
         """The flavors some parked Workload waits on."""
         return {n.flavor for n in self._needs.values()}
 
+    def limited(self, flavor: str) -> bool:
+        """Some Workload on file for ``flavor`` has a limit (``Need.limit``): a reservation's window
+        that moves later can let it backfill (without one, none can, and nothing need be counted)."""
+        return self._limited.get(flavor, 0) > 0
+
     def park(self, key: Hashable, need: Need) -> None:
         """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need. One
         that freed room of an owed flavor woke took none of it: that room is offered again (``reoffer``)."""
@@ -170,6 +177,8 @@ class WaitingRoom:
         self._seq += 1
         self._needs[key] = need
         self._order[key] = self._seq
+        if need.limit is not None:
+            self._limited[need.flavor] = self._limited.get(need.flavor, 0) + 1
         if need.reserves:
             self._reservers[key] = (need.flavor, self._seq)
         if need.behind is None:
@@ -300,6 +309,10 @@ class WaitingRoom:
         self._reached.discard(key)
         self._reservers.pop(key, None)
         seq = self._order.pop(key)
+        if need.limit is not None:
+            left = self._limited.pop(need.flavor) - 1
+            if left:
+                self._limited[need.flavor] = left
         if need.behind is not None:
             return need
         row = self._by_level[(need.flavor, need.level, need.gpus_per_pod)]

@@ -109,6 +109,8 @@ def _offer_window(room: WaitingRoom | None, reservations: Reservations, later: l
         return []
     out: list[Hashable] = []
     for before, after in later:
+        if not room.limited(after.flavor):  # nobody parked there may backfill by time
+            continue
         snapshot = room_now(after.flavor)
         if snapshot is None:
             continue

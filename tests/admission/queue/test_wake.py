@@ -187,6 +187,7 @@ def test_a_window_moved_later_wakes_only_the_parked_its_new_time_lets_backfill()
     room = WaitingRoom()
     for key, limit in (("ns/none", None), ("ns/long", 2000.0), ("ns/already", 500.0), ("ns/now", 1200.0), ("ns/now2", 1300.0)):
         room.park(key, Need("f", CLIQUE, 1, 4, limit=limit))
+    assert room.limited("f") and not room.limited("g") and not parked().limited("f")  # who may backfill by time: counted
     assert wake_released(room, book, lambda flavor: snap, NOW) == []
     assert book.add(replace(GANG, expected_free=1500.0), limit=1)
     assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/now"]
@@ -198,6 +199,9 @@ def test_a_window_moved_later_wakes_only_the_parked_its_new_time_lets_backfill()
     room.park("ns/now", Need("f", CLIQUE, 1, 4, limit=1200.0))  # decided, and parked again (c2n0 stays free)
     assert book.add(replace(GANG, expected_free=2200.0), limit=1)  # from 1,000 s: the oldest it lets in, c2n0 holds
     assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/long"]
+    for key in ("ns/already", "ns/now", "ns/now2"):
+        room.leave(key)
+    assert not room.limited("f")  # none left with a limit: a later window is not even counted
 
 
 def test_a_window_moved_later_offers_only_the_nodes_held_before_and_still() -> None:

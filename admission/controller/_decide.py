@@ -30,7 +30,17 @@ from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._domains import DomainLedger
 from admission.controller._invariant import Claim, ClaimSet, exposed_claims
 from admission.controller._ledger import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, Ledger, encode_planned
-from admission.controller._queueing import SpanCost, behind_gang, created_at, hold_reservations, join_line, queue_turn, reserve_deadline, suspended_note
+from admission.controller._queueing import (
+    SpanCost,
+    behind_gang,
+    created_at,
+    hold_reservations,
+    join_line,
+    max_execution_seconds,
+    queue_turn,
+    reserve_deadline,
+    suspended_note,
+)
 from admission.controller._records import PodSetRecord, WhyNotRecord, slice_records, truncate
 from admission.controller._settings import Settings
 from admission.controller._spread import apply_spread, never_message, read_spread
@@ -470,7 +480,7 @@ class Decider:
             result.reason = ("owed-pods" if set_aside else
                              "relax-pending" if (profile.preferred_level and not decision.relaxed and profile.relax_after_seconds) else "no-domain")
             if not set_aside:
-                result.need = _need(flavor, decision, profile, wait, now, shared.level_labels)
+                result.need = _need(flavor, decision, profile, wait, now, shared.level_labels, max_execution_seconds(obj))
                 result.need = reserve_deadline(result.need, self.queue, key, profile, wait, now, specs, created_at(obj))
         elif decision.outcome == "admit" and placement is not None:
             per_pod = {s.name: s.per_pod for s in specs}
@@ -928,10 +938,13 @@ def unplaced_podsets(view: WorkloadView, gpu_resource: str | tuple[str, ...]) ->
     return notes
 
 
-def _need(flavor: str, decision: Decision, profile: Profile, wait: WaitState, now: float, level_labels: Sequence[str]) -> Need | None:
+def _need(flavor: str, decision: Decision, profile: Profile, wait: WaitState, now: float, level_labels: Sequence[str],
+          limit: float | None = None) -> Need | None:
     """What a Workload that found no domain waits for (``WaitingRoom``): the widest level any of
     its PodSets needs one domain of (None: anywhere), the pods of the smallest PodSet and its GPUs a pod,
-    and the moment an elastic profile may span. A bound: more free GPUs is necessary, not enough."""
+    and the moment an elastic profile may span. A bound: more free GPUs is necessary, not enough.
+    ``limit``: its ``maximumExecutionTimeSeconds``, which decides whether a reservation's window
+    that moves later lets it backfill (``wake_released``)."""
     request = decision.request
     if request is None or not request.podsets:
         return None
@@ -949,7 +962,7 @@ def _need(flavor: str, decision: Decision, profile: Profile, wait: WaitState, no
     deadline = None
     if profile.preferred_level and not decision.relaxed and profile.relax_after_seconds is not None:
         deadline = (wait.first_waited_at if wait.first_waited_at is not None else now) + profile.relax_after_seconds
-    return Need(flavor, level, smallest.pods, smallest.per_pod.gpu, deadline, request=request)
+    return Need(flavor, level, smallest.pods, smallest.per_pod.gpu, deadline, request=request, limit=limit)
 
 
 def _reserve(snap: Snapshot, decision: Decision) -> None:

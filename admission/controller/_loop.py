@@ -722,7 +722,7 @@ class Controller:
     def _promote_due(self) -> None:
         reservations = self.queue_state.outlook.reservations
         self._wake(self.parking.suspended(reservations, self.decider.room_now))
-        self._wake(self.parking.released(reservations, self.decider.room_now))
+        self._wake(self.parking.released(reservations, self.decider.room_now, self.clock.now()))
         self._wake(self.parking.due(self.clock.now()))
         now = self.clock.monotonic()
         while self._delayed and self._delayed[0][0] <= now:

@@ -21,6 +21,9 @@ decides it again itself when something it waits for changes:
   (``released``): the parked Workloads the GPUs it held can hold; and, per reservation ended, the
   oldest gang parked on its flavor that was refused a reservation for the flavor's bound
   (``maxReservationsPerFlavor``), to take the freed slot, whether or not those GPUs hold it;
+- a reservation moves (``released`` too): the parked Workloads the nodes it left can hold; and
+  when its expected free time moves later, those whose ``maximumExecutionTimeSeconds`` now ends
+  before it and did not before, which the nodes it still holds can hold (backfill);
 - an elastic profile's relax deadline passes (``due``).
 
 A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
@@ -125,12 +128,14 @@ class Parking:
         Asked before each decision, so a holder that lost its quota and got it back in between wakes nobody."""
         return [str(k) for k in wake_suspended(self.room, reservations, room_now)]
 
-    def released(self, reservations: Reservations, room_now: Callable[[str], Snapshot | None]) -> list[str]:
+    def released(self, reservations: Reservations, room_now: Callable[[str], Snapshot | None], now: float) -> list[str]:
         """Reservations ended since the last call (their gangs placed, rejected or gone): the parked
         Workloads the GPUs they held can hold, on ``room_now(flavor)``, then, per reservation ended,
         the oldest gang parked on its flavor that was refused a reservation for the flavor's bound,
-        to take the freed slot (``wake_released``, the simulator's rule too). Asked before each decision."""
-        return [str(k) for k in wake_released(self.room, reservations, room_now)]
+        to take the freed slot; reservations moved: the nodes they left, and where the expected
+        free time moved later, the nodes still held to the parked Workloads that may backfill them
+        at ``now`` and could not before (``wake_released``, the simulator's rule too). Asked before each decision."""
+        return [str(k) for k in wake_released(self.room, reservations, room_now, now)]
 
     def reoffer(self, room_now: Callable[[str], Snapshot | None]) -> list[str]:
         """Freed room that a Workload it woke was decided on (parked again, or placed maybe elsewhere):

@@ -43,9 +43,11 @@ controller before its next decision, the simulator once an instant's passes are 
 suspension that ended before anyone could use the GPUs changed nothing. A reservation that ends
 is offered the same way (``take_ended``, ``wake_released``): the GPUs it held wake only the
 parked Workloads they can hold; so are the GPUs a reservation that moves leaves behind
-(``take_moved``). A reservation is stored on the gang's Workload (``encode``; the
-controller writes it beside Atoll's waiting condition), so a new leader or a restarted controller
-rebuilds the same reservations from the API (``decode``).
+(``take_moved``), and, when its expected free time moves later, the nodes it still holds, to
+the parked Workloads that may backfill them now and could not before (``backfills_now``). A
+reservation is stored on the gang's Workload (``encode``; the controller writes it beside
+Atoll's waiting condition), so a new leader or a restarted controller rebuilds the same
+reservations from the API (``decode``).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ import numpy as np
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator, latest_ends
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "choose_target", "restore", "should_move"]
+__all__ = ["Reservation", "Reservations", "backfills_now", "choose_target", "restore", "should_move", "window_later"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,16 +269,22 @@ class Reservations:
         return sorted(out, key=lambda r: (r.flavor, r.since, r.holder))
 
     def take_moved(self) -> list[tuple[Reservation, Reservation]]:
-        """(before, now) for each holder whose reservation was replaced since the last call
-        (``add`` moved it to another domain, or chose a span's nodes again) by one on other
-        nodes, and that holds it still, oldest first: the nodes ``before`` held that ``now`` does
-        not are free for others. One replaced by the same nodes, or whose holder holds no quota
-        (it blocked nobody before nor blocks now), is left out. Ask ``take_ended`` first: a
-        reservation released and reserved anew since it last looked is passed on here."""
+        """(before, now) for each holder whose reservation was replaced since the last call, and
+        that holds it still, oldest first, when the replacement frees something for others: it is
+        on other nodes (``add`` moved it to another domain, or chose a span's nodes again), so
+        the nodes ``before`` held that ``now`` does not are free; or its window moved later
+        (``window_later``), so a Workload whose limit ends before the new expected free time, and
+        did not end before the old one, may backfill the nodes it still holds. One replaced by the
+        same nodes and a window no later (an estimate drifting sooner, or read back as it was), or
+        whose holder holds no quota (it blocked nobody before nor blocks now), is left out. Ask
+        ``take_ended`` first: a reservation released and reserved anew since it last looked is
+        passed on here."""
         out = []
         for h, before in self._was.items():
             now = self.held_by(h)
-            if now is not None and h not in self._no_quota and (now.flavor, now.nodes, now.capture) != (before.flavor, before.nodes, before.capture):
+            if now is None or h in self._no_quota:
+                continue
+            if (now.flavor, now.nodes, now.capture) != (before.flavor, before.nodes, before.capture) or window_later(before, now):
                 out.append((before, now))
         self._was.clear()
         return sorted(out, key=lambda p: (p[0].flavor, p[0].since, p[0].holder))
@@ -349,6 +357,25 @@ class Reservations:
         free = snapshot.free[:, 0]
         return sum(min(g, int(free[snapshot.node_index[n]])) for _, held in self.holding(flavor, snapshot) for n, g in held.items()
                    if n in snapshot.node_index)
+
+
+def window_later(before: Reservation, now: Reservation) -> bool:
+    """``now`` (the same holder's reservation, replaced) is expected free later than ``before`` on
+    the same flavor: known now, and unknown (no backfill by time) or sooner before. Workloads
+    whose limit ends in between may backfill what it still holds (``backfills_now``)."""
+    if now.flavor != before.flavor or now.expected_free is None:
+        return False
+    return before.expected_free is None or now.expected_free > before.expected_free
+
+
+def backfills_now(before: Reservation, now: Reservation, at: float, limit: float | None) -> bool:
+    """A Workload with ``limit`` (its ``maximumExecutionTimeSeconds``; None: none), started at
+    ``at``, ends before ``now``'s expected free time and did not end before ``before``'s: the
+    backfill rule (``Reservations.blocked``) lets it onto the reserved nodes now, and did not when
+    the window was ``before``. One that could backfill already gained nothing by the move."""
+    if limit is None or now.expected_free is None or at + limit > now.expected_free:
+        return False
+    return before.expected_free is None or at + limit > before.expected_free
 
 
 def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int, per_pod_gpus: int, outlooks: Sequence[DomainOutlook],

@@ -100,6 +100,10 @@ class Need:
     request: PlacementRequest | None = field(default=None, compare=False, repr=False)
     """The placement request the decision that parked it searched (``queueing.lendParked`` asks it
     again: ``fits_now``); None: unknown. Not part of the need's identity."""
+    limit: float | None = field(default=None, compare=False)
+    """The Workload's ``maximumExecutionTimeSeconds`` (None: unset): a reservation whose expected
+    free time moves later lets it backfill the reserved nodes only if it ends before the new time
+    (``admission.queue.wake_released``). Not part of the need's identity."""
 
     @property
     def gpus(self) -> int:
@@ -140,6 +144,8 @@ class WaitingRoom:
         """Flavor → keys its owed room woke and that parked again: not offered the same room again."""
         self._again: set[str] = set()
         """Owed flavors a woken Workload parked again on since the last ``reoffer``."""
+        self._limited: dict[str, int] = {}
+        """Flavor → Workloads on file whose need carries a limit (``Need.limit``): only they may backfill by time."""
 
     def __len__(self) -> int:
         """Workloads on file: parked, or set aside (an event must still reach them)."""
@@ -155,6 +161,11 @@ class WaitingRoom:
         """The flavors some parked Workload waits on."""
         return {n.flavor for n in self._needs.values()}
 
+    def limited(self, flavor: str) -> bool:
+        """Some Workload on file for ``flavor`` has a limit (``Need.limit``): a reservation's window
+        that moves later can let it backfill (without one, none can, and nothing need be counted)."""
+        return self._limited.get(flavor, 0) > 0
+
     def park(self, key: Hashable, need: Need) -> None:
         """Park ``key`` (again) with ``need``; a Workload parked before keeps only the new need. One
         that freed room of an owed flavor woke took none of it: that room is offered again (``reoffer``)."""
@@ -166,6 +177,8 @@ class WaitingRoom:
         self._seq += 1
         self._needs[key] = need
         self._order[key] = self._seq
+        if need.limit is not None:
+            self._limited[need.flavor] = self._limited.get(need.flavor, 0) + 1
         if need.reserves:
             self._reservers[key] = (need.flavor, self._seq)
         if need.behind is None:
@@ -296,6 +309,10 @@ class WaitingRoom:
         self._reached.discard(key)
         self._reservers.pop(key, None)
         seq = self._order.pop(key)
+        if need.limit is not None:
+            left = self._limited.pop(need.flavor) - 1
+            if left:
+                self._limited[need.flavor] = left
         if need.behind is not None:
             return need
         row = self._by_level[(need.flavor, need.level, need.gpus_per_pod)]
@@ -324,18 +341,21 @@ class WaitingRoom:
             heapq.heappop(self._deadlines)
         return self._deadlines[0][0] if self._deadlines else None
 
-    def freed(self, snapshot: Snapshot, nodes: Iterable[int] | npt.NDArray[np.int64]) -> list[Hashable]:
+    def freed(self, snapshot: Snapshot, nodes: Iterable[int] | npt.NDArray[np.int64],
+              only: Callable[[Need], bool] | None = None) -> list[Hashable]:
         """Capacity was freed on ``nodes`` of ``snapshot``'s flavor (its ``free`` already counts
         it): the parked Workloads of that flavor, oldest first, that a domain of their level holding
         one of those nodes has room for once those woken before them are counted against it (whole
         pods of their GPUs per pod on each node). They leave the room. If the room left someone out,
-        the flavor is owed a look (``reoffer``)."""
+        the flavor is owed a look (``reoffer``). With ``only``, the room is open to the Workloads
+        whose need it accepts alone (a reservation's nodes, to those that may backfill them now), and
+        owes no look: offered again to every parked Workload, it would wake those it keeps out."""
         rows = np.unique(np.asarray(list(nodes) if not isinstance(nodes, np.ndarray) else nodes, dtype=np.int64))
         if not rows.size:
             return []
         flavor = snapshot.flavor
-        keys, left, took = self._offer(snapshot, rows, frozenset())
-        if left:
+        keys, left, took = self._offer(snapshot, rows, frozenset(), only)
+        if left and only is None:
             self._owed.setdefault(flavor, set()).update(snapshot.node_names[int(r)] for r in rows)
             tried = self._tried.get(flavor)
             if tried:
@@ -375,9 +395,9 @@ class WaitingRoom:
             self._woken[k] = (needs[k], tuple((snapshot.node_names[r], g) for r, g in took.get(k, ())))
         return out
 
-    def _offer(self, snapshot: Snapshot, rows: npt.NDArray[np.int64],
-               skip: set[Hashable] | frozenset[Hashable]) -> tuple[list[tuple[int, Hashable]], list[Hashable], dict[Hashable, list[tuple[int, int]]]]:
-        """The parked Workloads of the flavor (not in ``skip``), oldest first, that the domains holding
+    def _offer(self, snapshot: Snapshot, rows: npt.NDArray[np.int64], skip: set[Hashable] | frozenset[Hashable],
+               only: Callable[[Need], bool] | None = None) -> tuple[list[tuple[int, Hashable]], list[Hashable], dict[Hashable, list[tuple[int, int]]]]:
+        """The parked Workloads of the flavor (not in ``skip``; with ``only``, those whose need it accepts), oldest first, that the domains holding
         ``rows`` have room for, each counted against the first such domain of its level it fits,
         node by node, after the Workloads woken before and not decided yet; and those left out (they
         fit the room, not what the earlier ones left of it).
@@ -414,9 +434,9 @@ class WaitingRoom:
         if self._in_turn:
             entries = [e for e in entries if e[1] not in self._aside] + [e for e in entries if e[1] in self._aside]
         for seq, key in entries:
-            if key in skip:
-                continue
             need = self._needs[key]
+            if key in skip or (only is not None and not only(need)):
+                continue
             per = max(need.gpus_per_pod, 1)
             for lo, hi, room in spans[need.level]:
                 if need.gpus > room or not _fits(fresh[lo:hi], per, need.pods):

@@ -53,7 +53,7 @@ from admission.controller import (
     waiting_condition,
 )
 from admission.kube import ADMISSION_CHECKS, NODES, PODS, RESOURCE_FLAVORS, TOPOLOGIES
-from admission.queue import Outlook, OwedGang, Running, WaitingRoom, wake_released, wake_suspended
+from admission.queue import Outlook, OwedGang, Running, WaitingRoom, wake_freed, wake_released, wake_suspended
 from admission.simulator._cohort import CohortShape
 from admission.simulator._port import CHECK_NAME, CLUSTER_QUEUE, cluster_objects, profiles_for_cluster, quantities, workload_object
 from admission.simulator._preemption import SimPreemption
@@ -456,12 +456,21 @@ class DeployedAtoll:
         """``job`` owes no pods on ``flavor`` any more (evicted)."""
         self._owing.get(flavor, set()).discard(job)
 
-    def take_released(self, room: WaitingRoom | None) -> list[Hashable]:
+    def nodes_freed(self, room: WaitingRoom | None, flavor: int, nodes: Iterable[int]) -> list[Hashable]:
+        """The parked jobs to decide again when pods stop holding ``nodes`` (rows of ``flavor``'s
+        snapshot: a job ended, or a victim went): those a domain holding one of them now has room
+        for, counted on the room a decision would search (``wake_freed``, the controller's rule on
+        a pod that leaves a node)."""
+        return wake_freed(room, self.flavor_names[flavor], nodes, self.decider.room_now)
+
+    def take_released(self, room: WaitingRoom | None, now: float) -> list[Hashable]:
         """The parked jobs to decide again for reservations ended since the last call (their gangs
         placed or rejected): those the GPUs they held can hold, then, per reservation ended, the
         oldest gang parked on its flavor that was refused a reservation for the flavor's bound, to
-        take the freed slot (``wake_released``, the controller's rule)."""
-        return wake_released(room, self.outlook.reservations, self.decider.room_now)
+        take the freed slot; for reservations moved, the nodes they left, and where the window
+        moved later, the jobs that may backfill what they still hold at ``now`` and could not
+        before (``wake_released``, the controller's rule)."""
+        return wake_released(room, self.outlook.reservations, self.decider.room_now, now)
 
     def quota(self, job: int, held: bool) -> None:
         """Kueue reserved quota for ``job`` (``held``) or released it: a reservation it holds

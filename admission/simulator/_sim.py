@@ -115,7 +115,7 @@ import numpy as np
 import numpy.typing as npt
 
 from admission.controller import DecisionSettings, Violation, check_invariant
-from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now, settle_givers, wake_freed
+from admission.queue import MAX_AHEAD, Need, Waiter, WaitingRoom, fits_now, settle_givers
 from admission.simulator._cohort import HELD, CohortHeads, CohortShape, FlavorQuota, Gift, QueueHeads, split_shapes
 from admission.simulator._deployed import NAMESPACE, DeployedAtoll, LedgerFactory, node_rows, witness_holds
 from admission.simulator._jobs import Job, split_into_pods
@@ -1270,7 +1270,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 f.version += 1
                 if room is not None and len(room):
                     assert deployed is not None
-                    wake(wake_freed(room, deployed.flavor_names[fi], nodes, deployed.decider.room_now))
+                    wake(deployed.nodes_freed(room, fi, nodes))
                 end[j] = now
                 status[j] = STATUS_DONE
                 running_gpus -= shape.gpus
@@ -1311,7 +1311,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 while requeue:  # victims evicted in those passes rejoin their queues, and their flavors are tried again
                     if room is not None and len(room):
                         for fi, nodes in freed:
-                            wake(wake_freed(room, deployed.flavor_names[fi], nodes, deployed.decider.room_now))
+                            wake(deployed.nodes_freed(room, fi, nodes))
                     freed.clear()
                     again = {enqueue(j, t) for j, t in requeue}
                     requeue.clear()
@@ -1321,7 +1321,7 @@ def _replay(cluster: ClusterModel, work: PreparedWorkload, policy: Policy, setti
                 # reservations suspended at this instant and suspended still once its passes are done (a holder given
                 # quota again in them wakes nobody), and reservations ended: the parked jobs the GPUs they held can hold,
                 # as the controller wakes them
-                woken = deployed.take_suspended(room) + deployed.take_released(room)
+                woken = deployed.take_suspended(room) + deployed.take_released(room, now)
                 if not woken:
                     break
                 wake(woken)

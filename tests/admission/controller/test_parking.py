@@ -9,6 +9,7 @@ import pytest
 
 from admission.controller import Controller, DecisionSettings
 from admission.queue import Reservation
+from tests.admission.controller.test_queue_state import finished_at
 from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, profiles_doc, run
 from tests.kube_objects import workload
 
@@ -381,3 +382,68 @@ def test_a_freed_node_that_an_admitted_workload_still_owes_wakes_nobody(fabric: 
     fabric.core.delete_namespaced_pod("busy1", fabric.ns, grace_period_seconds=0)
     (verdict,) = run(ctrl)
     assert verdict.outcome == "admit" and planned(fabric.entry("second")) == {n1: 1}
+
+
+def learned(fabric: Fabric, names: list[str], seconds: float) -> None:
+    """1 × 4-GPU Workloads of the test's queue that ran ``seconds`` each and succeeded, as the
+    controller sees Workloads another leader ran: the runtime it learns for the queue."""
+    t0 = fabric.clock.now() - seconds
+    for name in names:
+        fabric.kueue.create(workload(fabric.ns, name, [("main", 1, 4)]))
+        finished_at(fabric, name, t0, t0 + seconds)
+
+
+def test_a_reservation_expected_free_later_wakes_the_parked_workload_that_backfills_now(fabric: Fabric) -> None:
+    """Three cliques are full (pods Atoll did not place); in clique b0c0 one node runs ``blocker``,
+    of the test's queue, whose runtime was learned as 1,000 s, and the other is free. A 2 × 4-GPU
+    gang reserves b0c0, expected free when ``blocker`` ends. ``one`` (1 × 4 GPUs, limit 1,500 s)
+    would end after that, so it may not backfill the free node and parks; ``none`` (no limit)
+    parks too. Then runs of the queue turn out far longer (the learned runtime grows to 10,500 s).
+    At its relax deadline, an hour on, the gang is decided again (no block has room to span):
+    same nodes, expected free 10,500 s after ``blocker`` started. Before the next decision the
+    controller offers the reserved nodes to the parked Workloads that may backfill now and could
+    not before: ``one`` (it ends 5,100 s after ``blocker`` started) is woken and placed on the free
+    node; ``none`` is not. Before, the reservation kept its nodes, so nothing was offered: ``one``
+    stayed parked with the node free."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["gang"] = {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 3600,
+                               "queueing": {"reserveAfterSeconds": 0}}
+    fabric.install(doc)
+    ctrl = parking(fabric)
+    learned(fabric, ["done-0", "done-1", "done-2"], 1000.0)
+    run(ctrl)
+    queue = f"{fabric.ns}/lq"
+    est = ctrl.queue_state.outlook.estimator.estimate(queue, 4)
+    assert est is not None and est.seconds == 1000.0
+    for b, c, i in ((0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)):
+        fabric.bind_pod(f"busy-b{b}c{c}n{i}", fabric.node_name(b, c, i), 4)
+    fabric.submit("blocker", [("main", 1, 4)])
+    assert [v.outcome for v in run(ctrl)] == ["admit"]
+    start(fabric, "blocker", 4)
+    assert run(ctrl) == []
+    (busy_node,) = planned(fabric.entry("blocker"))
+    started = ctrl.queue_state.outlook.running(f"{fabric.ns}/blocker")
+    assert started is not None
+    key = f"{fabric.ns}/gang"
+    fabric.submit("gang", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "gang"}})
+    (gang,) = run(ctrl)
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert gang.outcome == "wait" and held is not None and held.path[-1] == fabric.clique(0, 0), gang.message
+    assert held.expected_free == started.started + 1000.0
+    submit_gpus(fabric, "one", 4, limit=1500)
+    submit_gpus(fabric, "none", 4)
+    assert [(v.outcome, v.parked) for v in run(ctrl)] == [("wait", True), ("wait", True)]
+
+    learned(fabric, ["long-0", "long-1", "long-2"], 20000.0)
+    assert run(ctrl) == []  # what is learned wakes nobody
+    decided = len(fabric.decision_records())
+    fabric.clock.advance(3600)
+    (again,) = run(ctrl)  # the gang's relax deadline
+    later = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert again.outcome == "wait" and later is not None and later.nodes == held.nodes, again.message
+    assert later.expected_free == started.started + 10500.0
+    (one,) = ctrl.process()  # before the next decision: the reserved nodes, offered to who may backfill them now
+    (free_node,) = {n for n, _ in held.nodes} - {busy_node}
+    assert one.outcome == "admit" and planned(fabric.entry("one")) == {free_node: 1}
+    assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "wait"), ("one", "admit")]
+    assert f"{fabric.ns}/none" in ctrl.parking

@@ -14,7 +14,7 @@ from admission.controller._owing import owes
 from admission.controller._parking import Parking
 from admission.controller._queueing import is_owed
 from admission.controller._span_cost import with_quota_waiters
-from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom, wake_freed
+from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom
 from admission.simulator._deployed import DeployedAtoll
 from policies import ProfilesError, load_profiles
 from topology import ClusterModel, ResourceVector, Snapshot
@@ -85,17 +85,17 @@ def test_gpus_the_gang_will_not_need_stay_open() -> None:
 
 def parked_on(a: DeployedAtoll, side: str, *needs: tuple[str, Need]) -> Callable[[], list[str]]:
     """Park ``needs`` in the room of ``side`` (the simulator's own, or the controller's parking on
-    ``a``'s cache); what asking that side for the parked Workloads a reservation's end or move
-    wakes (``take_released``, ``Parking.released``) returns."""
+    ``a``'s cache); what asking that side at ``now`` for the parked Workloads a reservation's end
+    or move wakes (``take_released``, ``Parking.released``) returns."""
     parking = Parking(a.cache, override=True)
     room = parking.room if side == "controller" else WaitingRoom()
     for key, need in needs:
         room.park(key, need)
 
-    def ask() -> list[str]:
+    def ask(now: float = NOW) -> list[str]:
         if side == "simulator":
-            return [str(k) for k in a.take_released(room)]
-        return parking.released(a.outlook.reservations, a.decider.room_now)
+            return [str(k) for k in a.take_released(room, now)]
+        return parking.released(a.outlook.reservations, a.decider.room_now, now)
     return ask
 
 
@@ -183,11 +183,48 @@ def test_when_a_reservation_moves_the_simulator_and_the_controller_wake_the_same
     assert woken == {"simulator": ["sim/one"], "controller": ["sim/one"]}
 
 
+def test_when_a_reservations_window_moves_later_the_simulator_and_the_controller_wake_the_same_parked_workloads() -> None:
+    """Gang job-7 reserves island r0 (r0n0 runs a Workload expected to end at 3,000 s, learned;
+    r0n1 is free); r1 is full. At 1,600 s two 1 × 4-GPU Workloads wait, each parked with the need
+    its decision gave: job-8, limited to 3,000 s (it would end at 4,600 s, after r0 is free: no
+    backfill), and job-9 without a limit. Runs turn out longer (the learned runtime doubles): the
+    gang, decided again at 1,700 s, keeps its nodes, expected free at 6,000 s. Both sides, asked
+    then, wake job-8 alone (it ends at 4,700 s, before 6,000 s, and r0n1 holds it), and it is
+    placed on r0n1 by backfill; job-9 stays parked. Before, a window moved on the same nodes
+    woke nobody on either side."""
+    woken: dict[str, list[str]] = {}
+    for side in ("simulator", "controller"):
+        a = atoll(used={"r0n0": 4, "r1n0": 4, "r1n1": 4})
+        for _ in range(3):
+            a.outlook.estimator.learn("sim/default", 4, 3000.0)
+        a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+        assert decide(a, 7, 2, now=NOW).outcome == "wait"
+        a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+        assert decide(a, 7, 2, now=NOW + 600).outcome == "wait"
+        held = a.outlook.reservations.held_by("sim/job-7")
+        assert held is not None and held.path == ("u0", "r0") and held.expected_free == 3000.0
+        limited, unlimited = decide(a, 8, 1, limit=3000, now=NOW + 600), decide(a, 9, 1, now=NOW + 600)
+        assert limited.outcome == unlimited.outcome == "wait" and limited.needs[0].limit == 3000.0 and unlimited.needs[0].limit is None
+        ask = parked_on(a, side, ("sim/job-8", limited.needs[0]), ("sim/job-9", unlimited.needs[0]))
+        assert ask(NOW + 600) == []  # the reservation was made, not moved
+        for _ in range(3):
+            a.outlook.estimator.learn("sim/default", 4, 9000.0)
+        assert decide(a, 7, 2, now=NOW + 700).outcome == "wait"
+        later = a.outlook.reservations.held_by("sim/job-7")
+        assert later is not None and later.nodes == held.nodes and later.expected_free == 6000.0
+        woken[side] = ask(NOW + 700)
+        assert ask(NOW + 700) == []  # taken once
+        v = decide(a, 8, 1, limit=3000, now=NOW + 700)
+        assert v.outcome == "admit" and set(v.placements[0].nodes) == {"r0n1"}
+    assert woken == {"simulator": ["sim/job-8"], "controller": ["sim/job-8"]}
+
+
 def pod_ended(a: DeployedAtoll, side: str, parking: Parking, room: WaitingRoom, node: str) -> list[str]:
-    """What ``side`` wakes when a pod leaves ``node``: the simulator's ``wake_freed`` on the node's
-    row, or the controller's ``Parking.node_freed``, both counted on ``room_now``."""
+    """What ``side`` wakes when a pod leaves ``node``: the simulator's own call when a job ends
+    (``DeployedAtoll.nodes_freed`` on the node's row of flavor 0), or the controller's
+    ``Parking.node_freed``, both counted on ``room_now``."""
     if side == "simulator":
-        return [str(k) for k in wake_freed(room, "f", [a.cache.snapshot("f").node_index[node]], a.decider.room_now)]
+        return [str(k) for k in a.nodes_freed(room, 0, [a.cache.snapshot("f").node_index[node]])]
     return parking.node_freed(node, a.decider.room_now)
 
 
@@ -196,7 +233,8 @@ def test_when_a_pod_ends_the_simulator_and_the_controller_wake_the_same_parked_w
     yet. A 1 × 4-GPU Workload is parked. A pod leaves r0n1: free on the nodes, but owed to job-1,
     so neither side wakes anyone (before, both woke it on the shared snapshot, and its decision
     found no room). Then r0n0's pod ends: both wake it. The simulator offers a job's end through
-    ``wake_freed``, the controller through ``Parking.node_freed``: the same rule on ``room_now``."""
+    ``DeployedAtoll.nodes_freed`` (``wake_freed``), the controller through ``Parking.node_freed``:
+    the same rule on ``room_now``."""
     woken: dict[str, list[list[str]]] = {}
     for side in ("simulator", "controller"):
         a = atoll(used={"r0n0": 4, "r1n0": 4, "r1n1": 4})

@@ -2,15 +2,19 @@
 GPUs admitted Workloads still owe wake nobody. A reservation that ends (its gang placed, rejected or gone) is offered to the waiting room as
 freed room, as a suspended one is: only the parked Workloads the GPUs it held can hold are woken,
 once. A reservation that moves offers the nodes it left, and keeps its slot; one read back
-before anyone looked offers nothing."""
+before anyone looked offers nothing. One whose expected free time moves later offers the nodes
+it still holds only to the parked Workloads whose limit lets them backfill now and did not before."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from admission.queue import Need, Reservation, Reservations, WaitingRoom, wake_freed, wake_released
 from tests.admission.queue.test_reserve import CLIQUE, SU, busy, cluster
 from topology import ResourceVector, Snapshot
 
 GANG = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n0", 4), ("c2n1", 4)), 10.0, 900.0)
+NOW = 100.0
 
 
 def parked() -> WaitingRoom:
@@ -39,17 +43,17 @@ def test_an_ended_reservation_wakes_only_the_parked_workloads_what_it_held_can_h
         seen.append(flavor)
         return snap
 
-    assert wake_released(room, book, room_now) == [] and seen == []  # nothing ended yet
+    assert wake_released(room, book, room_now, NOW) == [] and seen == []  # nothing ended yet
     assert book.release("ns/gang") == GANG
-    assert wake_released(room, book, room_now) == ["ns/one"] and seen == ["f"]
+    assert wake_released(room, book, room_now, NOW) == ["ns/one"] and seen == ["f"]
     assert "ns/pair" in room and "ns/other-flavor" in room
-    assert wake_released(room, book, room_now) == []  # taken once
+    assert wake_released(room, book, room_now, NOW) == []  # taken once
     book.add(GANG, limit=1)
     book.release("ns/gang")
-    assert wake_released(room, book, lambda flavor: None) == ["ns/pair"]  # no room to count on: every parked Workload of the flavor
+    assert wake_released(room, book, lambda flavor: None, NOW) == ["ns/pair"]  # no room to count on: every parked Workload of the flavor
     book.add(GANG, limit=1)
     book.release("ns/gang")
-    assert wake_released(None, book, room_now) == [] and book.take_ended() == []  # no room: taken all the same
+    assert wake_released(None, book, room_now, NOW) == [] and book.take_ended() == []  # no room: taken all the same
 
 
 def test_a_moved_reservation_offers_the_nodes_it_left_and_keeps_its_slot() -> None:
@@ -65,16 +69,16 @@ def test_a_moved_reservation_offers_the_nodes_it_left_and_keeps_its_slot() -> No
     for read_back in (False, True):
         book = Reservations()
         assert book.add(GANG, limit=1)
-        assert wake_released(parked(), book, lambda flavor: snap) == []
+        assert wake_released(parked(), book, lambda flavor: snap, NOW) == []
         if read_back:
             book.release("ns/gang")
         assert book.add(moved, limit=1) and book.held_by("ns/gang") == moved
         room = parked()
         room.park("ns/reserver", Need("f", CLIQUE, 2, 4, reserves=True))
         assert book.take_ended() == []  # nothing ended: the holder holds one still
-        assert wake_released(room, book, lambda flavor: snap) == ["ns/one"], read_back
+        assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/one"], read_back
         assert {"ns/pair", "ns/reserver", "ns/other-flavor"} <= set(room.parked())
-        assert wake_released(room, book, lambda flavor: snap) == []  # taken once
+        assert wake_released(room, book, lambda flavor: snap, NOW) == []  # taken once
 
 
 def test_a_reservation_read_back_or_on_the_same_nodes_offers_only_the_nodes_it_left() -> None:
@@ -92,14 +96,14 @@ def test_a_reservation_read_back_or_on_the_same_nodes_offers_only_the_nodes_it_l
     book.add(GANG, limit=1)  # read back
     later = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), GANG.nodes, 10.0, 950.0)
     assert book.add(later, limit=1)
-    assert wake_released(room, book, lambda flavor: snap) == [] and len(room) == 3
+    assert wake_released(room, book, lambda flavor: snap, NOW) == [] and len(room) == 3
     again = Reservation("ns/gang", "f", CLIQUE, ("u0", "c2"), (("c2n1", 4), ("c2n2", 4)), 10.0, 950.0)
     assert book.add(again, limit=1)
     assert book.take_moved() == [(later, again)]
     assert book.add(later, limit=1) and book.take_moved() == [(again, later)]
     assert book.add(again, limit=1)
-    assert wake_released(room, book, lambda flavor: snap) == ["ns/one"] and "ns/pair" in room
-    assert wake_released(room, book, lambda flavor: snap) == []
+    assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/one"] and "ns/pair" in room
+    assert wake_released(room, book, lambda flavor: snap, NOW) == []
     book.quota("ns/gang", held=False)
     assert book.add(GANG, limit=1)
     assert book.take_moved() == []
@@ -123,7 +127,7 @@ def test_an_ended_capturing_reservation_offers_the_free_gpus_it_captured_not_wha
     room.park("ns/first", Need("f", CLIQUE, 1, 4))
     room.park("ns/second", Need("f", CLIQUE, 1, 4))
     book.release("ns/span")
-    assert wake_released(room, book, lambda flavor: snap) == ["ns/first"] and "ns/second" in room
+    assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/first"] and "ns/second" in room
 
 
 def test_an_ended_reservation_wakes_the_oldest_gang_refused_one_though_its_gpus_hold_nothing() -> None:
@@ -142,9 +146,9 @@ def test_an_ended_reservation_wakes_the_oldest_gang_refused_one_though_its_gpus_
     room.park("ns/second", Need("f", CLIQUE, 2, 4, reserves=True))
     room.park("ns/other", Need("g", CLIQUE, 2, 4, reserves=True))
     book.release("ns/gang")
-    assert wake_released(room, book, lambda flavor: snap) == ["ns/first"]
+    assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/first"]
     assert {"ns/plain", "ns/second", "ns/other"} <= set(room.parked())
-    assert wake_released(room, book, lambda flavor: snap) == []  # taken once
+    assert wake_released(room, book, lambda flavor: snap, NOW) == []  # taken once
 
 
 def test_a_freed_node_wakes_only_the_parked_workloads_the_room_free_now_can_hold() -> None:
@@ -163,3 +167,59 @@ def test_a_freed_node_wakes_only_the_parked_workloads_the_room_free_now_can_hold
     assert wake_freed(room, "f", rows, lambda flavor: owed) == [] and "ns/one" in room
     assert wake_freed(room, "f", rows, lambda flavor: None) == ["ns/pair", "ns/one"]
     assert wake_freed(None, "f", rows, lambda flavor: snap) == []
+
+
+def test_a_window_moved_later_wakes_only_the_parked_its_new_time_lets_backfill() -> None:
+    """The gang holds c2n0 (free) and c2n1 (busy), expected free at 900 s; every other node is
+    busy. Parked at 100 s, oldest first, each 1 × 4-GPU on island level: one without a limit, one
+    of 2,000 s, one of 500 s (it ends at 600 s, before 900 s: it could backfill already, and is
+    parked for some other reason), and two of 1,200 s and 1,300 s. The gang's blockers overrun: the
+    same nodes, expected free at 1,500 s. The 1,200 s one ends before that and did not before, and
+    c2n0 holds it: woken. The 1,300 s one would backfill too, but c2n0 holds one pod, counted for
+    the first. Nothing else is woken, then or when the window drifts within what lets nobody new in
+    (1,600 s) or sooner (1,000 s); once the first is decided and parked again, a move to 2,200 s
+    lets in the 2,000 s one, the oldest, and c2n0 holds one: it is woken. Before, a window moved
+    on the same nodes woke nobody: ``take_moved`` compared nodes only."""
+    snap = cluster()
+    busy(snap, {n: 900.0 for n in ("c0n0", "c0n1", "c0n2", "c0n3", "c1n0", "c1n1", "c1n2", "c1n3", "c2n1", "c2n2", "c2n3")})
+    book = Reservations()
+    assert book.add(GANG, limit=1)
+    room = WaitingRoom()
+    for key, limit in (("ns/none", None), ("ns/long", 2000.0), ("ns/already", 500.0), ("ns/now", 1200.0), ("ns/now2", 1300.0)):
+        room.park(key, Need("f", CLIQUE, 1, 4, limit=limit))
+    assert room.limited("f") and not room.limited("g") and not parked().limited("f")  # who may backfill by time: counted
+    assert wake_released(room, book, lambda flavor: snap, NOW) == []
+    assert book.add(replace(GANG, expected_free=1500.0), limit=1)
+    assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/now"]
+    assert set(room.parked()) == {"ns/none", "ns/long", "ns/already", "ns/now2"}
+    assert wake_released(room, book, lambda flavor: snap, NOW) == []  # taken once
+    assert book.add(replace(GANG, expected_free=1600.0), limit=1)  # lets nobody new in: ns/now2 could at 1,500 s
+    assert wake_released(room, book, lambda flavor: snap, NOW) == []
+    assert book.add(replace(GANG, expected_free=1000.0), limit=1) and book.take_moved() == []  # sooner: moves nobody in
+    room.park("ns/now", Need("f", CLIQUE, 1, 4, limit=1200.0))  # decided, and parked again (c2n0 stays free)
+    assert book.add(replace(GANG, expected_free=2200.0), limit=1)  # from 1,000 s: the oldest it lets in, c2n0 holds
+    assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/long"]
+    for key in ("ns/already", "ns/now", "ns/now2"):
+        room.leave(key)
+    assert not room.limited("f")  # none left with a limit: a later window is not even counted
+
+
+def test_a_window_moved_later_offers_only_the_nodes_held_before_and_still() -> None:
+    """The gang moves from c2 (expected free at 900 s) to c1, expected free later (1,500 s): c1's
+    nodes were not the gang's before, so nobody was refused them by it, and the 1,200 s Workload
+    parked at 100 s is not offered c1n0. It is offered c2n0, the node the reservation left (as any
+    parked Workload is), and that wakes the oldest parked, the one without a limit. A suspended
+    reservation that moves later offers nothing (it blocks nobody)."""
+    snap = cluster()
+    busy(snap, {n: 900.0 for n in ("c0n0", "c0n1", "c0n2", "c0n3", "c1n1", "c1n2", "c1n3", "c2n1", "c2n2", "c2n3")})
+    book = Reservations()
+    assert book.add(GANG, limit=1)
+    room = WaitingRoom()
+    room.park("ns/none", Need("f", CLIQUE, 1, 4))
+    room.park("ns/now", Need("f", CLIQUE, 1, 4, limit=1200.0))
+    moved = Reservation("ns/gang", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4), ("c1n1", 4)), 10.0, 1500.0)
+    assert book.add(moved, limit=1)
+    assert wake_released(room, book, lambda flavor: snap, NOW) == ["ns/none"] and "ns/now" in room
+    book.quota("ns/gang", held=False)
+    assert book.add(replace(moved, expected_free=3000.0), limit=1)
+    assert wake_released(room, book, lambda flavor: snap, NOW) == [] and "ns/now" in room

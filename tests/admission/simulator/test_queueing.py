@@ -436,3 +436,40 @@ def test_an_ended_reservation_wakes_only_the_parked_jobs_the_reserved_gpus_can_h
     assert at_2000 == [("job-4", "admit"), ("job-5", "admit"), ("job-6", "wait")]
     assert any(r["workload"] == "job-6" and "holds its 1 already" in r["message"] for r in said)
     assert any(r["workload"] == "job-6" and r["time"] == "1970-01-01T00:33:20.000Z" and "reserves 8 GPUs" in r["message"] for r in said)
+
+
+MOVING_DOC = load_profiles(f"""
+defaultProfile: moving
+profiles:
+  moving: {{preferredLevel: {CLIQUE}, maxSpanLevel: {SU}, relaxAfterSeconds: 800, retry: {{initialSeconds: 30, maxSeconds: 120}},
+           queueing: {{reserveAfterSeconds: 300, reserveTarget: soonestFree, retargetMarginSeconds: 600}}}}
+""")
+
+
+def test_a_reservation_that_moves_to_other_nodes_lets_the_job_parked_on_the_room_it_left_start_at_once(tmp_path: Path) -> None:
+    """Three islands, parking, limits 4 × runtime. Island r0 is full for long; r1 holds an 8-GPU
+    job ending at 1,801 s (its limit at 7,201 s) and one ending at 2,000 s (limit 5,000 s); r2 a
+    12-GPU job ending at 2,200.5 s (limit 5,800.5 s) beside one free node. The 16-GPU gang
+    (t=1,100) reserves r2 at 1,400 s, expected free first; an 8-GPU gang (t=1,150) is refused one
+    (the flavor holds its one) and parks; a 4-GPU job of 2,000 s (t=1,460) parks behind the
+    reservation (its limit ends after 5,800.5 s, so it may not backfill r2's free node). At
+    1,801 s r1's first job ends and the 8-GPU gang, parked first, takes its room. At the big
+    gang's relax deadline (1,900 s) no span holds it, and r1 (expected free at 5,000 s) is
+    sooner than r2 by more than the margin: the reservation moves there. r2's free node blocks
+    nobody now, and the 4-GPU job starts on it at once, 360 s before its own relax deadline.
+    Without the move's wake it waited until the next room freed (2,000 s)."""
+    plan = [(0, 20000, 16), (1, 1800, 8), (1000, 1000, 8), (1000.5, 1200, 12), (1100, 300, 16), (1150, 500, 8), (1460, 2000, 4)]
+    jobs = [make_job(f"m{i}", a, d, g, 4, "training") for i, (a, d, g) in enumerate(plan)]
+    (pol,) = make_policies(["atoll-moving"], MOVING_DOC, seed=1)
+    records = tmp_path / "records.jsonl"
+    settings = SimSettings(parking=True, declared_runtime_factor=4.0, quota_factor=2.0, records=str(records))
+    res = simulate(cluster(3), prepare_workload(cluster(3), jobs), pol, settings=settings)
+    assert (res.status == STATUS_DONE).all()
+    said = [json.loads(line) for line in records.read_text().splitlines()]
+    gang = [r["message"] for r in said if r["workload"] == "job-4"]
+    assert any("reserves 16 GPUs on 4 nodes of nvidia.com/gpu.clique f-u0/f-u0-r2" in m for m in gang)
+    assert any("moved from f-u0/f-u0-r2" in m and "f-u0/f-u0-r1, expected free at t=5000" in m for m in gang)
+    assert res.start[5] == 1801.0
+    assert res.start[6] == 1900.0 < res.arrival[6] + 800  # at the move, before its relax deadline
+    (placed,) = [r["message"] for r in said if r["workload"] == "job-6" and r["outcome"] == "admit"]
+    assert "f-u0/f-u0-r2/f-u0-r2-n3" in placed

@@ -28,6 +28,7 @@ from admission.queue import (
     choose_target,
     domain_outlook,
     ends_before_gang,
+    free_at,
     gang_start,
     queued_start,
     should_move,
@@ -210,8 +211,9 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
             target = replace(target, capture=True)
         if mine is not None and target is not None and mine.path == target.path and mine.level == target.level:
             # an island's nodes stay as first chosen; a span's are chosen again (those free now first, then the soonest to end)
-            nodes = target.nodes if spans else mine.nodes
-            target = replace(target, nodes=nodes, since=mine.since)
+            # an island's kept nodes are timed as they are: backfill is judged against when they free, not the fresh nodes
+            target = replace(target, since=mine.since) if spans else \
+                replace(target, nodes=mine.nodes, since=mine.since, expected_free=free_at(usable, mine, running, outlook.estimator, now))
         elif mine is not None and target is not None and by == "soonest" and should_move(mine, target, here, q.retarget_margin_seconds):
             notes.append(f"moved from {'/'.join(mine.path) or 'the whole flavor'}: expected free more than {q.retarget_margin_seconds}s later")
             target = replace(target, since=mine.since)

@@ -62,7 +62,7 @@ import numpy as np
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator, latest_ends
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "backfills_now", "choose_target", "restore", "should_move", "window_later"]
+__all__ = ["Reservation", "Reservations", "backfills_now", "choose_target", "free_at", "restore", "should_move", "window_later"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,8 +397,8 @@ def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int,
     alloc = np.where(snapshot.eligible.astype(bool), snapshot.alloc[:, 0], 0)
     order = sorted(range(lo, hi), key=lambda i: (snapshot.free[i, 0] < alloc[i], node_end.get(i, now), -int(alloc[i]), i))
     chosen: list[tuple[str, int]] = []
+    rows: list[int] = []
     got_gpus = 0
-    latest = now
     for i in order:
         usable = int(alloc[i]) // per * per
         if usable <= 0:
@@ -406,14 +406,38 @@ def choose_target(snapshot: Snapshot, holder: str, level: str | None, gpus: int,
         take = min(usable, gpus - got_gpus)
         take = -(-take // per) * per
         chosen.append((snapshot.node_names[i], take))
+        rows.append(i)
         got_gpus += take
-        latest = max(latest, node_end.get(i, now))
         if got_gpus >= gpus:
             break
     if got_gpus < gpus:
         return None
-    expected = None if not math.isfinite(latest) else latest
+    expected = _free_at(node_end, rows, now)
     return Reservation(holder, snapshot.flavor, level, best.path, tuple(sorted(chosen)), now, expected, per_pod=per)
+
+
+def free_at(snapshot: Snapshot, held: Reservation, running: Iterable[Running], estimator: RuntimeEstimator, now: float) -> float | None:
+    """When the nodes ``held`` holds are expected free, as ``choose_target`` times the nodes it
+    chooses: the latest expected end of what runs on them, never before ``now``; None when a
+    runtime there is unknown. A held reservation keeps its nodes, so this, not the time of the
+    nodes ``choose_target`` would choose now, is the time backfill is judged against. Nodes no
+    longer on ``snapshot`` hold nothing and are left out; None when none is left."""
+    rows = [snapshot.node_index[n] for n, _ in held.nodes if n in snapshot.node_index]
+    if not rows:
+        return None
+    lv = snapshot.level_index(held.level) if held.level is not None and held.level in snapshot.level_labels else None
+    node_end: dict[int, float] = {}
+    for domain in sorted({int(snapshot.node_dom[lv, i]) for i in rows} if lv is not None else {0}):
+        node_end.update(latest_ends(snapshot, lv, domain, running, estimator, now))
+    return _free_at(node_end, rows, now)
+
+
+def _free_at(node_end: Mapping[int, float], rows: Iterable[int], now: float) -> float | None:
+    """The latest of ``node_end`` (node index → expected end) over ``rows``, never before ``now``;
+    None when infinite (a runtime unknown)."""
+    latest = max((node_end.get(i, now) for i in rows), default=now)
+    latest = max(latest, now)
+    return latest if math.isfinite(latest) else None
 
 
 def should_move(held: Reservation, target: Reservation, outlooks: Sequence[DomainOutlook], margin: float | None) -> bool:

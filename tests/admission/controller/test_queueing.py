@@ -219,6 +219,36 @@ def test_when_a_reservations_window_moves_later_the_simulator_and_the_controller
     assert woken == {"simulator": ["sim/job-8"], "controller": ["sim/job-8"]}
 
 
+def decide_pods(a: DeployedAtoll, job: int, pods: int, gpu: int, limit: int | None = None, now: float = NOW) -> Any:
+    obj = a.workload(job, 0, pods, ResourceVector(gpu=gpu, cpu_milli=1000, memory_mib=1024), "training")
+    if limit is not None:
+        obj["spec"]["maximumExecutionTimeSeconds"] = limit
+    return a.decide(job, obj, now)
+
+
+def test_a_kept_reservation_is_expected_free_when_the_nodes_it_holds_are_and_backfill_is_judged_by_that() -> None:
+    """Gang job-7 (2 pods × 2 GPUs, one node's worth) holds r0n0 of island r0; r0n0 runs 2 GPUs
+    until 5,000 s, r0n1 runs 4 until 3,000 s, r1 is full until 8,000 s. Decided again, it keeps
+    r0n0, so its reservation is expected free at 5,000 s, when r0n0 is: not at 3,000 s, when r0n1,
+    the node it would choose afresh, frees. A 2-GPU Workload whose limit ends at 4,601 s is gone
+    before then and backfills r0n0's two free GPUs; one ending at 5,601 s is kept out. Before,
+    the kept reservation took the fresh node's 3,000 s and kept both out."""
+    a = atoll(used={"r0n0": 2, "r0n1": 4, "r1n0": 4, "r1n1": 4})
+    a.outlook.started("sim/x", Running("f", (("r0n0", 2),), 0.0, limit=5000.0))
+    a.outlook.started("sim/y", Running("f", (("r0n1", 4),), 0.0, limit=3000.0))
+    a.outlook.started("sim/z", Running("f", (("r1n0", 4), ("r1n1", 4)), 0.0, limit=8000.0))
+    assert decide_pods(a, 7, 2, 2, now=NOW).outcome == "wait"
+    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+    assert a.outlook.reservations.add(Reservation("sim/job-7", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4),), 50.0, 5000.0), limit=1)
+    assert decide_pods(a, 7, 2, 2, now=NOW + 600).outcome == "wait"
+    held = a.outlook.reservations.held_by("sim/job-7")
+    assert held is not None and held.nodes == (("r0n0", 4),) and held.since == 50.0
+    assert held.expected_free == 5000.0
+    assert decide_pods(a, 8, 1, 2, limit=4000, now=NOW + 601).outcome == "wait"  # ends at 5,601 s, after r0n0 frees
+    v = decide_pods(a, 9, 1, 2, limit=3000, now=NOW + 601)  # ends at 4,601 s: gone before the gang can start
+    assert v.outcome == "admit" and set(v.placements[0].nodes) == {"r0n0"}
+
+
 def pod_ended(a: DeployedAtoll, side: str, parking: Parking, room: WaitingRoom, node: str) -> list[str]:
     """What ``side`` wakes when a pod leaves ``node``: the simulator's own call when a job ends
     (``DeployedAtoll.nodes_freed`` on the node's row of flavor 0), or the controller's

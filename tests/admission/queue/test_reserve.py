@@ -15,6 +15,7 @@ from admission.queue import (
     WaitingRoom,
     choose_target,
     domain_outlook,
+    free_at,
     restore,
     should_move,
     wake_suspended,
@@ -53,6 +54,24 @@ def test_the_fewest_gpus_to_drain_win_then_the_soonest_free() -> None:
     running = busy(snap, {"c0n0": 500, "c0n1": 500, "c1n0": 900, "c1n1": 900, "c2n0": 300, "c2n1": 2000})
     r = target(snap, running)  # every island lacks 4 GPUs: c2 frees them soonest (300 s)
     assert r is not None and r.path[-1] == "c2" and dict(r.nodes) == {"c2n2": 4, "c2n3": 4, "c2n0": 4} and r.expected_free == 300.0
+
+
+def test_a_held_reservation_is_expected_free_when_its_own_nodes_are_not_when_fresh_ones_would_be() -> None:
+    """A reservation holding c2n1 (busy until 2,000 s) and c2n2 (free) is expected free at 2,000 s,
+    though the nodes ``choose_target`` takes in c2 now (c2n2, c2n3, then c2n0, free at 300 s) are
+    free at 300 s; with only free nodes held it is free now, and a node gone from the snapshot
+    holds nothing. An unknown runtime on a held node leaves the time unknown."""
+    snap = cluster()
+    running = busy(snap, {"c0n0": 500, "c0n1": 500, "c1n0": 900, "c1n1": 900, "c2n0": 300, "c2n1": 2000})
+    fresh = target(snap, running)
+    assert fresh is not None and fresh.path[-1] == "c2" and fresh.expected_free == 300.0
+    held = replace(fresh, nodes=(("c2n1", 4), ("c2n2", 4)))
+    est = RuntimeEstimator()
+    assert free_at(snap, held, running, est, now=10.0) == 2000.0
+    assert free_at(snap, replace(fresh, nodes=(("c2n2", 4), ("c2n3", 4))), running, est, now=10.0) == 10.0
+    assert free_at(snap, replace(fresh, nodes=(("c2n2", 4), ("gone", 4))), running, est, now=10.0) == 10.0
+    unknown = [*running, Running("f", (("c2n3", 4),), 0.0)]
+    assert free_at(snap, replace(fresh, nodes=(("c2n3", 4),)), unknown, est, now=10.0) is None
 
 
 def test_soonest_free_picks_the_domain_that_drains_first_where_fewest_to_drain_does_not() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from admission.controller import Controller, DecisionSettings
-from admission.queue import Reservation
+from admission.queue import Reservation, Running
 from tests.admission.controller.test_queue_state import finished_at
 from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, profiles_doc, run
 from tests.kube_objects import workload
@@ -393,6 +393,36 @@ def learned(fabric: Fabric, names: list[str], seconds: float) -> None:
         finished_at(fabric, name, t0, t0 + seconds)
 
 
+def one_clique_open(fabric: Fabric) -> Controller:
+    """Profile ``gang`` (a clique preferred, a block after an hour, reserves at once) installed; a
+    parking controller that learned the test's queue runs 1,000 s; every clique but b0c0 full
+    (pods Atoll did not place)."""
+    doc = profiles_doc(fabric.flavor, fabric.topology)
+    doc["profiles"]["gang"] = {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 3600,
+                               "queueing": {"reserveAfterSeconds": 0}}
+    fabric.install(doc)
+    ctrl: Controller = parking(fabric)
+    learned(fabric, ["done-0", "done-1", "done-2"], 1000.0)
+    run(ctrl)
+    for b, c, i in ((0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)):
+        fabric.bind_pod(f"busy-b{b}c{c}n{i}", fabric.node_name(b, c, i), 4)
+    return ctrl
+
+
+def gang_reserves_b0c0(fabric: Fabric, ctrl: Controller, gpus: int) -> tuple[Reservation, Running]:
+    """Gang ``gang`` (2 pods of ``gpus`` GPUs, profile ``gang``) waits and reserves clique b0c0,
+    expected free when ``blocker`` (running there, its learned runtime 1,000 s) ends: the
+    reservation and the blocker's run."""
+    started = ctrl.queue_state.outlook.running(f"{fabric.ns}/blocker")
+    assert started is not None
+    fabric.submit("gang", [("main", 2, gpus)], podset_annotations={"main": {"atoll.dev/profile": "gang"}})
+    (gang,) = run(ctrl)
+    held = ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang")
+    assert gang.outcome == "wait" and held is not None and held.path[-1] == fabric.clique(0, 0), gang.message
+    assert held.expected_free == started.started + 1000.0
+    return held, started
+
+
 def test_a_reservation_expected_free_later_wakes_the_parked_workload_that_backfills_now(fabric: Fabric) -> None:
     """Three cliques are full (pods Atoll did not place); in clique b0c0 one node runs ``blocker``,
     of the test's queue, whose runtime was learned as 1,000 s, and the other is free. A 2 × 4-GPU
@@ -405,31 +435,16 @@ def test_a_reservation_expected_free_later_wakes_the_parked_workload_that_backfi
     not before: ``one`` (it ends 5,100 s after ``blocker`` started) is woken and placed on the free
     node; ``none`` is not. Before, the reservation kept its nodes, so nothing was offered: ``one``
     stayed parked with the node free."""
-    doc = profiles_doc(fabric.flavor, fabric.topology)
-    doc["profiles"]["gang"] = {"preferredLevel": CLIQUE, "maxSpanLevel": BLOCK, "relaxAfterSeconds": 3600,
-                               "queueing": {"reserveAfterSeconds": 0}}
-    fabric.install(doc)
-    ctrl = parking(fabric)
-    learned(fabric, ["done-0", "done-1", "done-2"], 1000.0)
-    run(ctrl)
-    queue = f"{fabric.ns}/lq"
-    est = ctrl.queue_state.outlook.estimator.estimate(queue, 4)
+    ctrl = one_clique_open(fabric)
+    est = ctrl.queue_state.outlook.estimator.estimate(f"{fabric.ns}/lq", 4)
     assert est is not None and est.seconds == 1000.0
-    for b, c, i in ((0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)):
-        fabric.bind_pod(f"busy-b{b}c{c}n{i}", fabric.node_name(b, c, i), 4)
     fabric.submit("blocker", [("main", 1, 4)])
     assert [v.outcome for v in run(ctrl)] == ["admit"]
     start(fabric, "blocker", 4)
     assert run(ctrl) == []
     (busy_node,) = planned(fabric.entry("blocker"))
-    started = ctrl.queue_state.outlook.running(f"{fabric.ns}/blocker")
-    assert started is not None
     key = f"{fabric.ns}/gang"
-    fabric.submit("gang", [("main", 2, 4)], podset_annotations={"main": {"atoll.dev/profile": "gang"}})
-    (gang,) = run(ctrl)
-    held = ctrl.queue_state.outlook.reservations.held_by(key)
-    assert gang.outcome == "wait" and held is not None and held.path[-1] == fabric.clique(0, 0), gang.message
-    assert held.expected_free == started.started + 1000.0
+    held, started = gang_reserves_b0c0(fabric, ctrl, 4)
     submit_gpus(fabric, "one", 4, limit=1500)
     submit_gpus(fabric, "none", 4)
     assert [(v.outcome, v.parked) for v in run(ctrl)] == [("wait", True), ("wait", True)]
@@ -447,3 +462,39 @@ def test_a_reservation_expected_free_later_wakes_the_parked_workload_that_backfi
     assert one.outcome == "admit" and planned(fabric.entry("one")) == {free_node: 1}
     assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "wait"), ("one", "admit")]
     assert f"{fabric.ns}/none" in ctrl.parking
+
+
+def test_a_kept_reservation_is_expected_free_when_its_own_node_is_and_a_workload_ending_before_that_backfills(fabric: Fabric) -> None:
+    """Three cliques are full (pods Atoll did not place). In clique b0c0, ``blocker`` (2 GPUs, of
+    the test's queue, runtime learned as 1,000 s) runs on one node and ``short`` (4 GPUs, limit
+    3,000 s) on the other. A 2 × 2-GPU gang, one node's worth, reserves b0c0's node expected free
+    first: the blocker's. Runs of the queue then turn out far longer (learned runtime 10,500 s).
+    At its relax deadline, an hour on, the gang is decided again and keeps the blocker's node,
+    so it is expected free when the blocker is, 10,500 s after it started; not when ``short``'s
+    node, the one it would choose now (overdue, so expected free now), is. ``fill`` (2 GPUs,
+    limit 1,500 s) ends before that and is placed on the blocker's node by backfill. Before, the
+    kept reservation took the time of the node it did not hold, and ``fill`` waited."""
+    ctrl = one_clique_open(fabric)
+    submit_gpus(fabric, "blocker", 2)
+    assert [v.outcome for v in run(ctrl)] == ["admit"]
+    start(fabric, "blocker", 2)
+    submit_gpus(fabric, "short", 4, limit=3000)
+    assert [v.outcome for v in run(ctrl)] == ["admit"]
+    start(fabric, "short", 4)
+    assert run(ctrl) == []
+    (blocker_node,) = planned(fabric.entry("blocker"))
+    assert set(planned(fabric.entry("short"))) != {blocker_node}
+    key = f"{fabric.ns}/gang"
+    held, started = gang_reserves_b0c0(fabric, ctrl, 2)
+    assert held.nodes == ((blocker_node, 4),)
+
+    learned(fabric, ["long-0", "long-1", "long-2"], 20000.0)
+    assert run(ctrl) == []
+    fabric.clock.advance(3600)
+    (again,) = run(ctrl)  # the gang's relax deadline: no block has room to span
+    later = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert again.outcome == "wait" and later is not None and later.nodes == held.nodes, again.message
+    assert later.expected_free == started.started + 10500.0
+    submit_gpus(fabric, "fill", 2, limit=1500)
+    (fill,) = run(ctrl)
+    assert fill.outcome == "admit" and planned(fabric.entry("fill")) == {blocker_node: 1}

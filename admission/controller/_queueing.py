@@ -217,8 +217,8 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         elif mine is not None and target is not None and by == "soonest" and should_move(mine, target, here, q.retarget_margin_seconds):
             notes.append(f"moved from {'/'.join(mine.path) or 'the whole flavor'}: expected free more than {q.retarget_margin_seconds}s later")
             target = replace(target, since=mine.since)
-        elif mine is not None:
-            target = mine  # a reservation held is kept: its gang is first in line there
+        elif mine is not None:  # a reservation held is kept: its gang is first in line there, timed on its nodes as they are now
+            target = replace(mine, expected_free=free_at(usable, mine, running, outlook.estimator, now))
         if target is not None and outlook.reservations.add(target, q.max_reservations_per_flavor):
             turn.reservation = target
             notes.append(target.describe())

@@ -249,6 +249,32 @@ def test_a_kept_reservation_is_expected_free_when_the_nodes_it_holds_are_and_bac
     assert v.outcome == "admit" and set(v.placements[0].nodes) == {"r0n0"}
 
 
+def test_a_reservation_kept_where_another_island_is_now_the_target_is_timed_on_its_nodes_as_they_are_now() -> None:
+    """Gang job-7 (4 pods × 2 GPUs) holds island r0, reserved when r0n0's Workload was expected to
+    end at 3,000 s (its queue's learned runtime); r0n1 is free. Runs turn out longer (the learned
+    runtime becomes 6,000 s). r1 now has as few GPUs to drain and frees sooner (its two 2-GPU
+    Workloads end at 3,500 s), so it is the target, but the held reservation is kept; it is
+    expected free at 6,000 s, when its own nodes are. A 4-GPU Workload whose limit ends at
+    4,700 s backfills r0n1. Before, the kept reservation stayed at 3,000 s and kept it out."""
+    a = atoll(used={"r0n0": 4, "r1n0": 2, "r1n1": 2})
+    for _ in range(3):
+        a.outlook.estimator.learn("sim/default", 4, 3000.0)
+    a.outlook.started("sim/x", Running("f", (("r0n0", 4),), 0.0, queue="sim/default"))
+    a.outlook.started("sim/y", Running("f", (("r1n0", 2), ("r1n1", 2)), 0.0, limit=3500.0))
+    assert decide_pods(a, 7, 4, 2, now=NOW).outcome == "wait"
+    a.workloads[7]["status"]["conditions"][-1]["lastTransitionTime"] = "1970-01-01T00:16:40Z"  # waited since NOW
+    assert a.outlook.reservations.add(Reservation("sim/job-7", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4), ("r0n1", 4)), 50.0, 3000.0),
+                                      limit=1)
+    for _ in range(3):
+        a.outlook.estimator.learn("sim/default", 4, 9000.0)
+    v = decide_pods(a, 7, 4, 2, now=NOW + 700)
+    held = a.outlook.reservations.held_by("sim/job-7")
+    assert v.outcome == "wait" and held is not None and held.path == ("u0", "r0") and held.since == 50.0, v.message
+    assert held.expected_free == 6000.0
+    w = decide(a, 8, 1, limit=3000, now=NOW + 700)  # ends at 4,700 s: gone before r0 frees
+    assert w.outcome == "admit" and set(w.placements[0].nodes) == {"r0n1"}
+
+
 def pod_ended(a: DeployedAtoll, side: str, parking: Parking, room: WaitingRoom, node: str) -> list[str]:
     """What ``side`` wakes when a pod leaves ``node``: the simulator's own call when a job ends
     (``DeployedAtoll.nodes_freed`` on the node's row of flavor 0), or the controller's

@@ -7,9 +7,9 @@ ties broken by the soonest expected free time (``domain_outlook``); or, with ``b
 first, ties by fewest to drain (an unknown free time comes last). In that domain it reserves the
 nodes it will need: free nodes first, then those expected free soonest, until their GPUs hold it.
 A held reservation moves only by ``should_move``: to a domain expected free more than a margin
-sooner than its own, so estimates that shift by less never make it flap. Kept in its domain, an
-island reservation keeps its nodes and is expected free when they are (``free_at``), not when the
-nodes ``choose_target`` would take there now are.
+sooner than its own, so estimates that shift by less never make it flap. A kept reservation is
+expected free when its own nodes are, as they are now (``free_at``): not when the nodes
+``choose_target`` would take in its domain now are, nor as they were when it was made.
 
 A gang whose profile may span reserves where its span will land when the profile says
 ``reserveAt: span``: ``choose_target`` at the span level (``maxSpanLevel``; the whole flavor

@@ -5,7 +5,8 @@ controller would, and evaluates the Workload against the current state. Two answ
 the reason recorded at decision time (its decision record with ``--records``, else the check entry
 the decision wrote on the Workload), then what Atoll would decide now, which today's state may
 change (an admitted Workload's own placement may no longer fit beside what came since). The first
-carries the controller's own numbers (a span's price is in the recorded message); the second
+carries the controller's own numbers (a span's price is in the recorded message, and as data in the
+record's ``wait_or_span``, printed as a ``weighed on`` line); the second
 prices a span with the span-cost flags, or the same ``ATOLL_*`` variables, that ``atoll run`` takes.
 """
 

@@ -24,7 +24,7 @@ from typing import Literal
 
 import numpy as np
 
-from admission.queue._estimate import Running, RuntimeEstimator
+from admission.queue._estimate import Running, RunningOn, RuntimeEstimator
 from topology import Snapshot
 
 __all__ = ["SpanPrices", "WaitOrSpan", "span_stamp", "wait_basis", "weigh"]
@@ -145,27 +145,33 @@ def wait_basis(snapshot: Snapshot, domain: str, wait_s: float | None, running: I
     from: ``now`` when the room is free now; else from the running Workloads on its nodes expected
     to end by then: ``limits`` when each has Kueue's ``maximumExecutionTimeSeconds``, ``learned``
     when each runtime was learned from finished Workloads, ``limits+learned`` for both. None when
-    the wait is unknown, or no running Workload there ends by then (Workloads queued ahead set it)."""
+    the wait is unknown, or no running Workload there ends by then (Workloads queued ahead set it).
+    Reads the flavor's ``RunningOn`` index by node, so it walks the domain's nodes, not every running Workload."""
     if wait_s is None:
         return None
     if wait_s <= 0:
         return "now"
+    lo, hi = _node_range(snapshot, domain)
+    index = RunningOn.of(snapshot.flavor, running)
     until, sources = now + wait_s + 1e-6, set()
-    for r in running:
-        end = r.expected_end(estimator, now)  # the end first: most Workloads end later, and the domain test joins paths
-        if end is None or end[0] > until or not any(_within(snapshot, name, domain) for name, _ in r.nodes):
-            continue
-        est = estimator.estimate(r.queue, r.gpus, r.limit)
-        sources.add("limits" if est is not None and est.source == "limit" else "learned")
+    for key, r in index.on_nodes(snapshot.node_names[lo:hi]).items():
+        end = index.end(key, estimator, now)
+        if end is not None and end[0] <= until:
+            est = estimator.estimate(r.queue, r.gpus, r.limit)
+            sources.add("limits" if est is not None and est.source == "limit" else "learned")
     return "+".join(s for s in ("limits", "learned") if s in sources) or None
 
 
-def _within(snapshot: Snapshot, node: str, domain: str) -> bool:
-    i = snapshot.node_index.get(node)
-    if i is None:
-        return False
-    path = "/".join(snapshot.paths[i])
-    return not domain or path == domain or path.startswith(domain + "/")
+def _node_range(snapshot: Snapshot, domain: str) -> tuple[int, int]:
+    """The nodes of ``domain`` (its path joined by ``/``; empty: the whole flavor) as an index range; empty when unknown."""
+    if not domain:
+        return 0, snapshot.num_nodes
+    depth = len(domain.split("/")) - 1
+    for lv in sorted(range(len(snapshot.domain_values)), key=lambda lv: lv != depth):  # its own depth first: a value may hold a /
+        for d, path in enumerate(snapshot.domain_values[lv]):
+            if "/".join(path) == domain:
+                return snapshot.domain_range(lv, d)
+    return 0, 0
 
 
 def span_stamp(*parts: object) -> tuple[object, ...]:

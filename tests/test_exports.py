@@ -50,7 +50,7 @@ EXPECTED = {
         "DomainOutlook", "Estimate", "Outlook", "OwedGang", "OwedGangs", "Reservation", "Reservations", "Running", "RuntimeEstimator", "WaitOrSpan",
         "choose_target", "domain_outlook", "free_at", "restore", "should_move", "soonest", "wake_freed", "wake_released", "wake_suspended", "weigh", "SpanPrices", "span_stamp",
         "MAX_AHEAD", "Queued", "QueuedStart", "Waiter", "queued_start",
-        "QueueCost", "span_queue_cost", "ends_before_gang", "gang_start",
+        "QueueCost", "span_queue_cost", "ends_before_gang", "gang_start", "wait_basis",
     },
     "admission.simulator": {
         "CHECK_NAME", "GPU_PERF_TAIL", "LLAMA3_70B_FP16", "read_azure_llm", "serve_on", "DEFAULT_SIZE_MIX", "INVARIANT_KEYS", "PROFILES_NAMESPACE", "SOURCES",

@@ -5,7 +5,8 @@ controller would, and evaluates the Workload against the current state. Two answ
 the reason recorded at decision time (its decision record with ``--records``, else the check entry
 the decision wrote on the Workload), then what Atoll would decide now, which today's state may
 change (an admitted Workload's own placement may no longer fit beside what came since). The first
-carries the controller's own numbers (a span's price is in the recorded message); the second
+carries the controller's own numbers (a span's price is in the recorded message, and as data in the
+record's ``wait_or_span``, printed as a ``weighed on`` line); the second
 prices a span with the span-cost flags, or the same ``ATOLL_*`` variables, that ``atoll run`` takes.
 """
 
@@ -60,6 +61,7 @@ def render(report: dict[str, Any]) -> str:
         c = now["span_cost"]
         lines.append(f"  a span priced now with link model {c['link_model']}, comm fraction {c['comm_fraction']:g}, overlap {c['overlap']:g} "
                      "(--link-model/--cost-comm-fraction/--cost-overlap or ATOLL_*, as given to atoll run)")
+    lines.extend(weighing_lines(now.get("wait_or_span")))
     for e in now.get("links") or []:
         lines.append(f"  edge {e['from']}->{e['to']}: {e['bandwidth_gbps']:g} GB/s per GPU, {e['latency_us']:g} µs, "
                      f"across {e['bottleneck_level']} (asked {e['asked']})")
@@ -80,11 +82,36 @@ def _recorded(rec: dict[str, Any] | None) -> list[str]:
     lines = [head + " --", f"  {rec.get('message') or ''}"]
     if rec.get("waited_seconds"):
         lines.append(f"  waited {float(rec['waited_seconds']):.0f}s by then" + (f" (reason: {rec['reason']})" if rec.get("reason") else ""))
+    lines.extend(weighing_lines(rec.get("wait_or_span")))
     for w in rec.get("why_not") or []:
         held = [h.get("workload") for h in ((w.get("ledger") or {}).get("workloads") or [])]
         lines.append(f"  not {'/'.join(w.get('domain_path') or [])} ({w.get('level')}): {w.get('reason')}"
                      + (f"; held by {', '.join(map(str, held))}" if held else ""))
     return lines
+
+
+def weighing_lines(entries: Sequence[dict[str, Any]] | None) -> list[str]:
+    """One line per weighing of a record's (or a decision's) ``wait_or_span``, read from its fields."""
+    out = []
+    for w in entries or []:
+        other = "slower GPUs" if w.get("kind") == "floor" else "span"
+        wait = _seconds(w.get("expected_wait_seconds"))
+        if wait != "unknown":
+            wait += f" ± {_seconds(w.get('wait_error_seconds'))}"
+            wait += f" for {w['domain']}" if w.get("domain") else ""
+            wait += f" (from {w['wait_basis']})" if w.get("wait_basis") else ""
+        slowdown = w.get("span_slowdown")
+        price = "unpriced" if slowdown is None else f"slowdown {float(slowdown):.3f}×"
+        if slowdown is not None and w.get("span_cost_seconds") is not None:
+            price += f" = +{_seconds(w['span_cost_seconds'])} on {_seconds(w.get('expected_runtime_seconds'))}"
+            price += f" ({w['runtime_basis']})" if w.get("runtime_basis") else ""
+        chose = w.get("chose") or ("perfFloorHoldSeconds decides" if other != "span" else "relaxAfterSeconds decides")
+        out.append(f"  weighed on {w.get('flavor')}: wait {wait}; {other} {price}; chose {chose}")
+    return out
+
+
+def _seconds(value: Any) -> str:
+    return "unknown" if value is None else f"{float(value):.0f}s"
 
 
 def recorded_from(records_file: str, workload: str, decision_id: str | None) -> dict[str, Any] | None:

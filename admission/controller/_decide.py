@@ -45,6 +45,7 @@ from admission.controller._records import PodSetRecord, WhyNotRecord, slice_reco
 from admission.controller._settings import Settings
 from admission.controller._spread import apply_spread, never_message, read_spread
 from admission.controller._wait import atoll_check_names, read_wait_state
+from admission.controller._weighed import weighing_records
 from admission.controller._workloads import ANN_CLASS, ANN_PROFILE, PodSetTemplate, WorkloadError, WorkloadView, parse_workload
 from admission.kube import ADMISSION_CHECKS, WORKLOADS, Obj, object_key
 from admission.queue import Need, Outlook, span_stamp
@@ -104,6 +105,9 @@ class Verdict:
     so Kueue keeps the quota, and Atoll decides again when what it waits for changes."""
     park: bool = False
     """Its profile parks its waits for a domain (``queueing.parkWaiting``)."""
+    wait_or_span: list[dict[str, object]] = field(default_factory=list)
+    """Per flavor where the queue manager weighed waiting for one domain against spanning (or
+    against GPUs under the speed floor): both sides and the choice (``weighing_records``)."""
 
     @property
     def state(self) -> str:
@@ -134,6 +138,7 @@ class _FlavorResult:
     reserved: int = 0
     after: Snapshot | None = None
     need: Need | None = None
+    weighed: list[dict[str, object]] = field(default_factory=list)
 
 
 class Decider:
@@ -276,6 +281,7 @@ class Decider:
         v.why_not = [w for r in results for w in r.why_not]
         v.notes = v.notes + [n for r in results for n in r.notes]
         v.relaxed = any(r.relaxed for r in results)
+        v.wait_or_span = [w for r in results for w in r.weighed]
         rejected = [r for r in results if r.outcome == "reject"]
         waiting = [r for r in results if r.outcome == "wait"]
         if rejected:
@@ -426,7 +432,7 @@ class Decider:
                                  generation=snap.generation, reserved=reserved)
         searched = snap
         decision, levels, set_aside, snap = found
-        turn_note = ""
+        turn_note, weighed = "", list[dict[str, object]]()
         if self.queue is not None and decision.outcome == "wait":  # in line for a domain on this flavor: the waits behind count it
             join_line(self.queue, key, flavor, specs, obj, wait, now)
         if self.queue is not None and decision.outcome == "wait" and not set_aside:
@@ -450,7 +456,7 @@ class Decider:
             turn, span = queue_turn(self.queue, key, searched, specs, profile, wait, now, decision, blocked, obj, span_search,
                                     lambda f: f[0] if f is not None else decision, self.span_cost, stamp, floor_search,
                                     cls.perf_floor if cls is not None else 0.0)
-            turn_note = turn.note
+            turn_note, weighed = turn.note, weighing_records(self.queue, turn, searched, obj, specs, now)
             if span is not None:
                 decision, levels, set_aside, snap = span
                 self.queue.reservations.release(key)
@@ -461,7 +467,7 @@ class Decider:
             message += (f" ({set_aside} nodes set aside: pods other admitted Workloads still owe may bind there; "
                         "they free up as those pods bind)")
         result = _FlavorResult(flavor, decision.outcome, message, relaxed=decision.relaxed, decision=decision,
-                               generation=snap.generation, reserved=reserved, after=snap)
+                               generation=snap.generation, reserved=reserved, after=snap, weighed=weighed)
         result.notes.extend(decision.notes)  # Kueue annotations read but not honoured: said in the message, record and Event
         if spread is not None:
             result.notes.extend(spread.ignored)

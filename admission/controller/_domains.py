@@ -174,5 +174,5 @@ def build_record(obj: dict[str, Any], verdict: Any, cache: ClusterCache, check_n
         reserved_gpus=verdict.reserved_gpus, links=list(verdict.links), notes=list(verdict.notes), controller=controller, lease_term=term,
         reason=verdict.reason if verdict.outcome == "wait" else "", first_waited_at=iso_time(began) if began is not None else None,
         waited_seconds=round(max(now - began, 0.0), 3) if began is not None else 0.0,
-        inputs=decision_inputs(cache.objects, obj, flavors, profiles_rv, topology_of),
+        inputs=decision_inputs(cache.objects, obj, flavors, profiles_rv, topology_of), wait_or_span=list(verdict.wait_or_span),
     )

@@ -120,7 +120,7 @@ class Explainer:
             out["now"] = {"outcome": v.outcome, "message": v.message, "profile": v.profile, "class": v.workload_class,
                           "retry_after": v.retry_after, "why_not": [_slots(w) for w in v.why_not],
                           "placement": [_slots(p) for p in v.placements], "links": list(v.links), "reserved_gpus": v.reserved_gpus,
-                          "span_cost": self.settings.cost.model_dump()}  # what a span is priced with now (the decision then: its record)
+                          "wait_or_span": list(v.wait_or_span), "span_cost": self.settings.cost.model_dump()}  # what a span is priced with now (the decision then: its record)
         else:
             out["now"] = {"outcome": "none", "message": "Kueue has not reserved quota yet; Atoll decides after QuotaReserved"}
         return out

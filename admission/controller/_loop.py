@@ -1088,7 +1088,7 @@ class Controller:
             self._measure_queue(flavor)
 
     def _measure_queue(self, flavor: str) -> None:
-        """The queue gauges of ``flavor``: draining nodes and domains, domains held and GPUs they idle."""
+        """The queue gauges of ``flavor``: draining nodes and domains, domains held, reservations and GPUs they idle."""
         try:
             snap = self.cache.snapshot(flavor)
         except (FlavorProblem, ValueError):
@@ -1096,6 +1096,8 @@ class Controller:
         draining = self.cache.draining_mask(snap)
         self.metrics.set_draining(flavor, int(draining.sum()), draining_domains(snap, draining))
         self.metrics.held_domains.labels(flavor).set(self.queue_hints.held_domains(flavor))
+        for state, count in zip(("active", "suspended"), self.queue_hints.reservations(flavor), strict=True):
+            self.metrics.reservations.labels(flavor, state).set(count)
         self.metrics.idle_held_gpus.labels(flavor).set(self.queue_hints.idle_held_gpus(flavor))
 
     # ------------------------------------------------------------------ reading

@@ -53,6 +53,9 @@ class Metrics:
         self.draining_domains = Gauge("atoll_draining_domains", "Domains every node of which drains, per flavor and level.",
                                       ["flavor", "level"], registry=r)
         self.held_domains = Gauge("atoll_held_domains", "Domains held for waiting gangs (reservations), per flavor.", ["flavor"], registry=r)
+        self.reservations = Gauge("atoll_reservations", "Reservations held for waiting gangs, per flavor, by state: active (blocking "
+                                  "other placements) or suspended (the holder holds no quota: kept, blocking nobody).",
+                                  ["flavor", "state"], registry=r)
         self.idle_held_gpus = Gauge("atoll_idle_held_gpus", "Free GPUs left idle because their domain is held for a waiting gang, per flavor.",
                                     ["flavor"], registry=r)
         self.shortfall_decisions = Counter("atoll_shortfall_decisions",

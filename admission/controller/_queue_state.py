@@ -298,6 +298,12 @@ class QueueState:
     def held_domains(self, flavor: str) -> int:
         return len(self.outlook.reservations.on(flavor)) + len(self.holds.get(flavor, {}))
 
+    def reservations(self, flavor: str) -> tuple[int, int]:
+        """Reservations held on ``flavor``, (active, suspended): a suspended one's holder holds no quota."""
+        held = self.outlook.reservations.on(flavor)
+        suspended = sum(1 for r in held if self.outlook.reservations.suspended(r.holder))
+        return len(held) - suspended, suspended
+
     def idle_held_gpus(self, flavor: str) -> int:
         """GPUs reservations hold on ``flavor`` that are free now: no pod bound on them, and none
         owed by an admitted Workload (its planned pods are about to take them)."""

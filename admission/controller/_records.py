@@ -157,6 +157,10 @@ class DecisionRecord:
     inputs: Mapping[str, Any] = field(default_factory=lambda: {"workload": None, "profiles": None, "resource_flavors": {}, "topologies": {}})
     """The resourceVersions the decision read: ``workload``, ``profiles`` (the ConfigMap), and per
     flavor its ``resource_flavors`` and ``topologies`` objects (None and empty: not read from a cluster)."""
+    wait_or_span: Sequence[Mapping[str, Any]] = ()
+    """Per flavor where waiting for one domain was weighed against a span (``kind: span``) or
+    against GPUs under the class's speed floor (``kind: floor``): the expected wait, its error and
+    basis, the other side's slowdown and price, and the choice (``WaitOrSpan.as_record``)."""
     schema: str = DECISION_SCHEMA
 
     def as_dict(self) -> dict[str, Any]:

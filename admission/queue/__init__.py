@@ -14,7 +14,7 @@ from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_pre
 from admission.queue._reserve import Reservation, Reservations, choose_target, free_at, restore, should_move
 from admission.queue._room import Need, WaitingRoom
 from admission.queue._seeing import NO_HINTS, REASONS, SIZE_BANDS, Block, Held, QueueHints, draining_domains, largest_block, plain_reason, size_band
-from admission.queue._waitspan import SpanPrices, WaitOrSpan, span_stamp, weigh
+from admission.queue._waitspan import SpanPrices, WaitOrSpan, span_stamp, wait_basis, weigh
 from admission.queue._wake import wake_freed, wake_released, wake_suspended
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "soonest",
     "span_queue_cost",
     "span_stamp",
+    "wait_basis",
     "wake_freed",
     "wake_released",
     "wake_suspended",

@@ -197,6 +197,10 @@ class RunningOn:
         self._version += 1
         return r
 
+    def on_nodes(self, names: Iterable[str]) -> dict[Hashable, Running]:
+        """The Workloads running on any of ``names``, by key, each once."""
+        return {key: self._running[key] for name in names for key, _ in self._by_node.get(name, ())}
+
     def end(self, key: Hashable, estimator: RuntimeEstimator, now: float) -> tuple[float, float] | None:
         """``self[key].expected_end(estimator, now)``, kept until ``now`` or what ``estimator`` learned moves."""
         if not (self._ends_for and self._ends_for[0] is estimator and self._ends_for[1:] == (estimator.generation, now)):

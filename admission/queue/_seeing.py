@@ -72,6 +72,10 @@ class QueueHints(Protocol):
 
     def held_domains(self, flavor: str) -> int: ...
 
+    def reservations(self, flavor: str) -> tuple[int, int]:
+        """Reservations held on ``flavor``: (active, suspended)."""
+        ...
+
     def idle_held_gpus(self, flavor: str) -> int: ...
 
 
@@ -86,6 +90,9 @@ class _NoHints:
 
     def held_domains(self, flavor: str) -> int:
         return 0
+
+    def reservations(self, flavor: str) -> tuple[int, int]:
+        return 0, 0
 
     def idle_held_gpus(self, flavor: str) -> int:
         return 0

@@ -18,13 +18,16 @@ once it has passed, ``decide`` spans whatever this says.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 
-__all__ = ["SpanPrices", "WaitOrSpan", "span_stamp", "weigh"]
+from admission.queue._estimate import Running, RunningOn, RuntimeEstimator
+from topology import Snapshot
+
+__all__ = ["SpanPrices", "WaitOrSpan", "span_stamp", "wait_basis", "weigh"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +105,17 @@ class WaitOrSpan:
         verdict = {"span": "spans now (cheaper)", "wait": "waits (cheaper)", None: "relaxAfterSeconds decides"}[self.choice]
         return f"wait or span: {wait}; {span}; {verdict}"
 
-    def as_record(self) -> dict[str, object]:
-        return {"expectedWaitSeconds": _r(self.wait_s), "expectedWaitErrorSeconds": _r(self.wait_error_s), "waitDomain": self.domain,
-                "spanSlowdown": None if self.span_slowdown is None else round(self.span_slowdown, 4),
-                "expectedRuntimeSeconds": _r(self.runtime_s), "runtimeErrorSeconds": _r(self.runtime_error_s),
-                "spanCostSeconds": _r(self.span_cost_s), "choice": self.choice, "queuedAhead": self.ahead,
-                "expectedWaitAloneSeconds": _r(self.wait_alone_s), "queueCostSeconds": _r(self.queue_cost_s),
-                "queueDelayed": self.queue_later if self.queue_cost_s is not None else None,
-                "spanPriceSeconds": _r(self.span_price_s), "waitWeight": self.wait_weight}
+    def as_record(self, flavor: str, wait_basis: str | None, runtime_basis: str | None) -> dict[str, object]:
+        """The weighing as the decision record's ``wait_or_span`` entry: both sides, where each came
+        from (``wait_basis``: ``wait_basis``'s answer; ``runtime_basis``: ``limit`` or ``learned``),
+        and the choice (None: not enough known, the profile's bound decides)."""
+        return {"flavor": flavor, "kind": self.kind, "domain": self.domain, "expected_wait_seconds": _r(self.wait_s),
+                "wait_error_seconds": _r(self.wait_error_s), "wait_basis": wait_basis, "queued_ahead": self.ahead,
+                "wait_weight": self.wait_weight, "span_slowdown": None if self.span_slowdown is None else round(self.span_slowdown, 4),
+                "expected_runtime_seconds": _r(self.runtime_s), "runtime_error_seconds": _r(self.runtime_error_s),
+                "runtime_basis": runtime_basis, "span_cost_seconds": _r(self.span_cost_s), "queue_cost_seconds": _r(self.queue_cost_s),
+                "queue_delayed": self.queue_later if self.queue_cost_s is not None else None,
+                "span_price_seconds": _r(self.span_price_s), "chose": self.choice}
 
 
 def _r(x: float | None) -> float | None:
@@ -131,6 +137,41 @@ def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown:
     if price is not None and charged is not None:
         out = replace(out, choice="span" if charged > price else "wait")
     return out
+
+
+def wait_basis(snapshot: Snapshot, domain: str, wait_s: float | None, running: Iterable[Running], estimator: RuntimeEstimator,
+               now: float) -> str | None:
+    """Where an expected wait for ``domain`` (a path joined by ``/``; empty: the whole flavor) came
+    from: ``now`` when the room is free now; else from the running Workloads on its nodes expected
+    to end by then: ``limits`` when each has Kueue's ``maximumExecutionTimeSeconds``, ``learned``
+    when each runtime was learned from finished Workloads, ``limits+learned`` for both. None when
+    the wait is unknown, or no running Workload there ends by then (Workloads queued ahead set it).
+    Reads the flavor's ``RunningOn`` index by node, so it walks the domain's nodes, not every running Workload."""
+    if wait_s is None:
+        return None
+    if wait_s <= 0:
+        return "now"
+    lo, hi = _node_range(snapshot, domain)
+    index = RunningOn.of(snapshot.flavor, running)
+    until, sources = now + wait_s + 1e-6, set()
+    for key, r in index.on_nodes(snapshot.node_names[lo:hi]).items():
+        end = index.end(key, estimator, now)
+        if end is not None and end[0] <= until:
+            est = estimator.estimate(r.queue, r.gpus, r.limit)
+            sources.add("limits" if est is not None and est.source == "limit" else "learned")
+    return "+".join(s for s in ("limits", "learned") if s in sources) or None
+
+
+def _node_range(snapshot: Snapshot, domain: str) -> tuple[int, int]:
+    """The nodes of ``domain`` (its path joined by ``/``; empty: the whole flavor) as an index range; empty when unknown."""
+    if not domain:
+        return 0, snapshot.num_nodes
+    depth = len(domain.split("/")) - 1
+    for lv in sorted(range(len(snapshot.domain_values)), key=lambda lv: lv != depth):  # its own depth first: a value may hold a /
+        for d, path in enumerate(snapshot.domain_values[lv]):
+            if "/".join(path) == domain:
+                return snapshot.domain_range(lv, d)
+    return 0, 0
 
 
 def span_stamp(*parts: object) -> tuple[object, ...]:

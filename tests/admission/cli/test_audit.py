@@ -168,6 +168,23 @@ def test_a_record_that_breaks_the_schema_is_named_by_line_and_field_and_fails_th
     assert "2 of 3 records do not meet atoll.dev/decision/v1" in err and "1 of 4 lines held no decision record" in err
 
 
+def test_records_written_before_the_wait_or_span_field_are_read_as_before(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    weighed = {"flavor": "gb200", "kind": "span", "domain": "s0/c3", "expected_wait_seconds": 900.0, "wait_error_seconds": 0.0,
+               "wait_basis": "limits", "span_slowdown": 1.2, "chose": "wait"}
+    Recorder(out).record(dataclasses.replace(record("new", "wait"), wait_or_span=[weighed]))
+    Recorder(out).record(record("old", "wait"))
+    lines = out.getvalue().splitlines()
+    old = json.loads(lines[1])
+    del old["wait_or_span"]  # as a record written before the field existed
+    path = tmp_path / "mixed.log"
+    path.write_text(lines[0] + "\n" + json.dumps(old) + "\n")
+    code, text = run([str(path), "--format", "json"])
+    assert code == 0 and capsys.readouterr().err == ""
+    got = {r["workload"]: r for r in json.loads(text)}
+    assert got["new"]["wait_or_span"] == [weighed] and "wait_or_span" not in got["old"]
+
+
 def _waiting(name: str, age: float, reason: str, blockers: list[str], waited: float) -> DecisionRecord:
     ledger = {"owed_pods": 2, "reserved_gpus": 8, "bound_gpus": 0, "holders": len(blockers),
               "workloads": [{"workload": b, "owed_pods": 2, "reserved_gpus": 8, "bound_gpus": 0} for b in blockers]}

@@ -75,6 +75,46 @@ def test_render_shows_each_edge_of_the_decision_now() -> None:
         {"from": "prefill", "to": "decode", "bottleneck_level": "nvidia.com/gpu.clique", "bandwidth_gbps": 1800.0, "latency_us": 1.0,
          "asked": "≥ 400 GB/s"}]}}
     assert "edge prefill->decode: 1800 GB/s per GPU, 1 µs, across nvidia.com/gpu.clique (asked ≥ 400 GB/s)" in render(report)
+
+
+def test_render_reads_the_weighing_from_the_records_field_not_its_message() -> None:
+    from admission.cli._explain import render
+
+    weighed = {"flavor": "gb200", "kind": "span", "domain": "b0/c1", "expected_wait_seconds": 3600.0, "wait_error_seconds": 0.0,
+               "wait_basis": "limits", "span_slowdown": 1.0432, "span_cost_seconds": 86.4, "expected_runtime_seconds": 2000.0,
+               "runtime_basis": "learned", "chose": "wait"}
+    report = {"workload": "ns/gang", "recorded": {"source": "a record", "outcome": "wait", "message": "Waiting", "wait_or_span": [weighed]},
+              "now": {"outcome": "wait", "message": "Waiting", "wait_or_span": [{**weighed, "expected_wait_seconds": None, "chose": None}]}}
+    then, now = render(report).split("-- What Atoll would decide now")
+    assert ("  weighed on gb200: wait 3600s ± 0s for b0/c1 (from limits); span slowdown 1.043× = +86s on 2000s (learned); "
+            "chose wait") in then
+    assert "  weighed on gb200: wait unknown; span slowdown 1.043× = +86s on 2000s (learned); chose relaxAfterSeconds decides" in now
+    old = render({"workload": "ns/gang", "recorded": {"source": "an older record", "outcome": "wait", "message": "Waiting"}})
+    assert "weighed on" not in old  # a record written before the field: nothing invented
+
+
+def test_explain_prints_the_recorded_weighing_of_a_gang_that_spanned(fabric: Fabric, tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tests.admission.controller.test_span_cost import LIMIT, one_clique_busy
+
+    one_clique_busy(fabric)
+    (verdict,) = run(fabric.controller())
+    assert verdict.outcome == "admit"  # the default price: the span is cheaper than waiting (test_span_cost)
+    records = Path(str(tmp_path)) / "atoll.log"
+    records.write_text(fabric.records.getvalue())
+    out = io.StringIO()
+    code = main([f"{fabric.ns}/gang", "--namespace", fabric.ns, "--admission-check", fabric.check, "--records", str(records)],
+                stdout=out, api_client=fabric.api)
+    assert code == 0
+    then = out.getvalue().split("-- What Atoll would decide now")[0]
+    (weighed,) = [r for r in fabric.decision_records() if r["workload"] == "gang"][-1]["wait_or_span"]
+    line = [x for x in then.splitlines() if x.startswith(f"  weighed on {fabric.flavor}: ")]
+    assert line == [f"  weighed on {fabric.flavor}: wait {LIMIT}s ± 0s for {weighed['domain']} (from limits); span slowdown "
+                    f"{weighed['span_slowdown']:.3f}× = +{weighed['span_cost_seconds']:.0f}s on "
+                    f"{weighed['expected_runtime_seconds']:.0f}s (learned); chose span"]
+
+
 def test_the_reason_recorded_at_decision_time_is_shown_apart_from_the_decision_now(fabric: Fabric, tmp_path: object) -> None:
     """An admitted Workload whose planned nodes other pods took since: its record says admit (with
     the losing domains as they were), while the decision now, on today's state, says otherwise."""

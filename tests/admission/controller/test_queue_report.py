@@ -28,6 +28,9 @@ class Hints:
     def held_domains(self, flavor: str) -> int:
         return 1 if flavor == self._held.flavor else 0
 
+    def reservations(self, flavor: str) -> tuple[int, int]:
+        return (1, 0) if flavor == self._held.flavor else (0, 0)
+
     def idle_held_gpus(self, flavor: str) -> int:
         return 4 if flavor == self._held.flavor else 0
 

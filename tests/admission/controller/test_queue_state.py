@@ -149,6 +149,32 @@ def test_the_queue_gauges_count_a_reservation_the_controller_holds_and_drop_it_w
     assert (gauge("atoll_held_domains"), gauge("atoll_idle_held_gpus")) == (0, 0)
 
 
+def test_the_reservations_gauge_counts_reservations_alone_with_a_suspended_one_apart(fabric: Fabric) -> None:
+    """``atoll_held_domains`` adds preemption holds and suspended reservations; ``atoll_reservations``
+    counts the gangs' reservations alone, by state: active while the holder holds quota, suspended
+    (blocking nobody) while it holds none, active again once it has quota back."""
+    def gauge(state: str) -> float | None:
+        return fabric.metrics.registry.get_sample_value("atoll_reservations", {"flavor": fabric.flavor, "state": state})
+
+    ctrl = reserving(fabric)
+    key = f"{fabric.ns}/gang"
+    fabric.clock.advance(ctrl.GAUGE_SECONDS)  # the queue gauges are measured at most this often per flavor, after a decision
+    submit(fabric, "second", 2)
+    assert [v.outcome for v in run(ctrl)] == ["wait"]
+    assert (gauge("active"), gauge("suspended")) == (1, 0)
+    loses_quota(fabric, "gang", "preempted")
+    fabric.clock.advance(ctrl.GAUGE_SECONDS)
+    submit(fabric, "small", 1)
+    assert "admit" in [v.outcome for v in run(ctrl)]
+    assert ctrl.queue_state.outlook.reservations.suspended(key)
+    assert (gauge("active"), gauge("suspended")) == (0, 1)
+    gets_quota(fabric, "gang")
+    fabric.clock.advance(ctrl.GAUGE_SECONDS)
+    assert "wait" in [v.outcome for v in run(ctrl)]
+    assert not ctrl.queue_state.outlook.reservations.suspended(key)
+    assert (gauge("active"), gauge("suspended")) == (1, 0)
+
+
 def test_the_reservation_ends_when_the_gang_is_placed(fabric: Fabric) -> None:
     ctrl = reserving(fabric)
     fabric.finish("half")

@@ -30,6 +30,7 @@ V1_FIELDS: dict[str, set[str]] = {
     "$defs/slice": {"index", "level", "domain", "pods", "nodes", "held", "held_by"},
     "$defs/why_not": {"podset", "level", "domain_path", "capacity_pods", "need_pods", "reason", "ledger"},
     "$defs/ledger": {"owed_pods", "reserved_gpus", "bound_gpus", "holders", "workloads"},
+    "$defs/wait_or_span": {"flavor", "kind", "expected_wait_seconds", "wait_error_seconds", "wait_basis", "span_slowdown", "chose"},
 }
 """The required fields of atoll.dev/decision/v1, per object, as released. Fields may be added in
 v1 (optional, or required with every writer writing them); removing or renaming one breaks readers
@@ -90,6 +91,25 @@ def test_a_record_meets_the_schema_and_a_broken_one_is_named_by_field() -> None:
     old = _record()
     del old["schema"]
     assert record_problems(old)[0].startswith("schema: missing")
+
+
+WEIGHED = {"flavor": "gb200", "kind": "span", "domain": "b0/c0", "expected_wait_seconds": 1200.0, "wait_error_seconds": 0.0,
+           "wait_basis": "limits", "queued_ahead": None, "wait_weight": 1.0, "span_slowdown": 1.15, "expected_runtime_seconds": 3600.0,
+           "runtime_error_seconds": 40.0, "runtime_basis": "learned", "span_cost_seconds": 540.0, "queue_cost_seconds": None, "chose": "span"}
+
+
+def test_the_wait_or_span_field_is_optional_and_checked_when_present() -> None:
+    """Records written before the field existed stay valid; a written one is checked by field."""
+    assert record_problems(_record(wait_or_span=[WEIGHED])) == []
+    assert record_problems(_record(wait_or_span=[{**WEIGHED, "expected_wait_seconds": None, "wait_basis": None, "chose": None}])) == []
+    old = _record()
+    del old["wait_or_span"]
+    assert record_problems(old) == []
+    assert record_problems(_record(wait_or_span=[{**WEIGHED, "chose": "both"}])) == [
+        "wait_or_span.0.chose: 'both' is not one of ['wait', 'span', None]"]
+    missing = dict(WEIGHED)
+    del missing["wait_basis"]
+    assert record_problems(_record(wait_or_span=[missing])) == ["wait_or_span.0: 'wait_basis' is a required property"]
 
 
 @pytest.mark.apiserver

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from admission.controller import ConfigSettings, CostSettings, KueueSettings, Settings
+from admission.controller._schema import record_problems
 from admission.controller._span_cost import SpanPricer
 from admission.simulator._jobs import make_job
 from admission.simulator._policies import JobShape
@@ -144,6 +145,14 @@ def test_a_waiting_gang_gets_its_span_priced_in_the_record_and_explain(fabric: F
     assert said in record["message"]
     explained = ctrl.explain(f"{fabric.ns}/gang")
     assert said in explained["check"]["message"]
+    # the same numbers as data: the wait comes from the busy Workloads' limits, the runtime was learned
+    (weighed,) = record["wait_or_span"]
+    assert weighed["flavor"] == fabric.flavor and weighed["kind"] == "span" and weighed["domain"]
+    assert (weighed["expected_wait_seconds"], weighed["wait_error_seconds"], weighed["wait_basis"]) == (LIMIT, 0.0, "limits")
+    assert round(weighed["span_slowdown"], 3) == slowdown and round(weighed["span_cost_seconds"]) == cost
+    assert (round(weighed["expected_runtime_seconds"]), weighed["runtime_basis"]) == (runtime, "learned")
+    assert weighed["chose"] == {"spans now": "span", "waits": "wait"}[got.group(5)] and record_problems(record) == []
+    assert [w["chose"] for w in explained["now"]["wait_or_span"]] == [weighed["chose"]]
 
 
 @pytest.mark.apiserver

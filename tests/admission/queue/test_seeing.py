@@ -71,3 +71,4 @@ def test_every_reason_is_documented_and_the_default_hints_hold_nothing() -> None
         assert f"`{reason}`" in doc, reason
     assert NO_HINTS.held("uid") is None and NO_HINTS.expected_start("uid") is None
     assert NO_HINTS.held_domains("f") == 0 and NO_HINTS.idle_held_gpus("f") == 0
+    assert NO_HINTS.reservations("f") == (0, 0)

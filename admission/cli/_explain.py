@@ -106,7 +106,7 @@ def recorded_from(records_file: str, workload: str, decision_id: str | None) -> 
 
 def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any = None) -> int:
     p = Parser(prog="atoll explain", description="Why a Workload waits, or why it was placed where it was.")
-    p.add_argument("workload", help="NAMESPACE/NAME")
+    p.add_argument("workload", metavar="NAMESPACE/NAME", help="the Workload to explain")
     add_cluster_args(p)
     p.add_argument("--records", metavar="FILE", help="decision records (atoll run's log): show the reason recorded at decision time from "
                                                     "the Workload's record, with the holders of the domains it lost")

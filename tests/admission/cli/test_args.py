@@ -35,6 +35,23 @@ def test_a_misspelt_flag_or_bad_value_gets_one_line_naming_the_flag(argv: list[s
     assert capsys.readouterr().err == line + "\n"
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    (["baseline", "kueue-tas", "s.yaml"],
+     "atoll baseline: BASELINE: expected one of 'kueue-bestfit', got 'kueue-tas' (atoll baseline --help lists the options)"),
+    (["baseline"], "atoll baseline: the following arguments are required: BASELINE, SCENARIO (atoll baseline --help lists the options)"),
+    (["explain"], "atoll explain: the following arguments are required: NAMESPACE/NAME (atoll explain --help lists the options)"),
+])
+def test_a_bad_positional_argument_is_named_once_as_the_usage_line_names_it(argv: list[str], line: str,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Not "baseline: baseline: …": the argument as usage shows it, then what it takes and what was given."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
 def test_a_misspelt_command_gets_the_nearest_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulte"]) == 2
     assert capsys.readouterr().err == "atoll: unknown command 'simulte'; did you mean simulate? (atoll --help lists the commands)\n"

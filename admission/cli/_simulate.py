@@ -67,7 +67,7 @@ from admission.simulator import (
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import LINK_MODELS, ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
-__all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_perf"]
+__all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "settings_check", "with_gpu_perf"]
 
 DEFAULT_JOBS = 1000
 DEFAULT_LOAD = 1.3
@@ -296,12 +296,16 @@ def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slic
     return slicing
 
 
-def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
-    try:
-        chosen: dict[str, Any] = {"scheduler": scheduler, "enforcement": enforcement}
-        SimSettings(**{k: v for k, v in chosen.items() if v})
-    except (TypeError, ValueError) as exc:
-        raise PolicyError(f"--scheduler/--enforcement: {exc}") from None
+def settings_check(scheduler: str | None, enforcement: str | None) -> None:
+    """``--scheduler`` and ``--enforcement`` as the simulator checks them, a bad one named by its flag:
+    ``--scheduler: 'fastest' is not one of least-allocated, …``."""
+    for field, value in (("scheduler", scheduler), ("enforcement", enforcement)):
+        if value:
+            try:
+                chosen: dict[str, Any] = {field: value}
+                SimSettings(**chosen)
+            except (TypeError, ValueError) as exc:
+                raise PolicyError(f"--{field}: {str(exc).removeprefix(field + ': ')}") from None
 
 
 @dataclass(frozen=True)
@@ -336,7 +340,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     loads = parse_loads(args.load) if args.load is not None else ((DEFAULT_LOAD,) if fmt == "synthetic" else (None,))
     seeds = seeds_of(args.seed, args.seeds if args.seeds is not None else (DEFAULT_SEEDS if fmt == "synthetic" else 3))
     cost = _cost_params(args)
-    _settings_check(args.scheduler, args.enforcement)
+    settings_check(args.scheduler, args.enforcement)
     cluster_path = resolve_cluster(args.cluster)
     cluster = load_cluster_model(cluster_path)
     bundled = args.cluster is None or not Path(args.cluster).suffix  # a bundled name, not a file of its own

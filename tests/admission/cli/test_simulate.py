@@ -279,7 +279,8 @@ def test_json_carries_common_set_and_all_jobs_figures_per_load(capsys: pytest.Ca
         (["--seeds", "0"], "--seeds must be ≥ 1"),
         (["--load", "0.8,x"], "--load: 'x' is not a number"),
         (["--baseline", "kueue-bestfit", "--policies", "atoll-strict"], "--baseline: 'kueue-bestfit' is not among --policies"),
-        (["--scheduler", "fastest"], "--scheduler/--enforcement: scheduler: 'fastest' is not one of"),
+        (["--scheduler", "fastest"], "--scheduler: 'fastest' is not one of least-allocated"),
+        (["--enforcement", "pinned"], "--enforcement: 'pinned' is not one of domain, exact"),
     ],
 )
 def test_bad_sweep_and_cost_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:

@@ -62,9 +62,12 @@ def whole(low: int, high: int | None = None) -> Callable[[str], int]:
 def number(low: float | None = None, high: float | None = None, *, above: float | None = None) -> Callable[[str], float]:
     """An argparse ``type``: a finite number ≥ ``low`` (or > ``above``) and ≤ ``high``; a bad value is
     one line naming the flag: ``--load: expected a number > 0, got -3.0``."""
-    bounds = [f"> {above:g}" if above is not None else f"≥ {low:g}" if low is not None else "", f"≤ {high:g}" if high is not None else ""]
-    takes = " and ".join(b for b in bounds if b)
-    takes = f"a number {takes}" if takes else "a finite number"
+    if low is not None and high is not None:
+        takes = f"a number from {low:g} to {high:g}"
+    else:
+        bounds = [f"> {above:g}" if above is not None else f"≥ {low:g}" if low is not None else "", f"≤ {high:g}" if high is not None else ""]
+        takes = " and ".join(b for b in bounds if b)
+        takes = f"a number {takes}" if takes else "a finite number"
 
     def parse(text: str) -> float:
         try:

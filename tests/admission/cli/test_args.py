@@ -21,7 +21,7 @@ from admission.cli import main
     (["place", "--bogus"], "atoll place: unrecognized arguments: --bogus (atoll place --help lists the options)"),
     # a bad value: the flag, then what it takes (not argparse's "argument --seed: invalid int value")
     (["place", "--workload", "w.yaml", "--seed", "x"],
-     "atoll place: --seed: expected a whole number, got 'x' (atoll place --help lists the options)"),
+     "atoll place: --seed: expected a whole number ≥ 0, got 'x' (atoll place --help lists the options)"),
     (["place", "--workload", "w.yaml", "--waited", "forever"],
      "atoll place: --waited: expected a number, got 'forever' (atoll place --help lists the options)"),
     (["audit", "--outcome", "maybe"],
@@ -55,9 +55,9 @@ def test_a_bad_positional_argument_is_named_once_as_the_usage_line_names_it(argv
 @pytest.mark.parametrize(("argv", "takes"), [
     (["bench", "finder", "--reference-sample", "-3"], "--reference-sample: expected a whole number ≥ 1, got -3"),
     (["bench", "finder", "--seed", "-3"], "--seed: -3 is below 0; seeds start at 0"),
-    (["bench", "finder", "--uniform-perf", "1.5"], "--uniform-perf: expected a number ≥ 0 and ≤ 1, got 1.5"),
+    (["bench", "finder", "--uniform-perf", "1.5"], "--uniform-perf: expected a number from 0 to 1, got 1.5"),
     (["bench", "simulate", "--load", "0"], "--load: expected a number > 0, got 0"),
-    (["bench", "simulate", "--goal-seconds", "-3"], "--goal-seconds: expected a number > 0, got -3"),
+    (["bench", "simulate", "--goal-seconds", "-3"], "--goal-seconds: expected a number ≥ 0, got -3"),
     (["bench", "controller", "--gpus-per-node", "0"], "--gpus-per-node: expected a whole number ≥ 1, got 0"),
     (["bench", "failover", "--standby-seconds", "-3"], "--standby-seconds: expected a number ≥ 0, got -3"),
     (["bench", "webhook", "--timeout-seconds", "31"], "--timeout-seconds: expected a whole number from 1 to 30, got 31"),

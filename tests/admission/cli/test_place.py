@@ -37,15 +37,26 @@ def test_place_strict_waits_on_a_busy_cluster(capsys: pytest.CaptureFixture[str]
     [
         (["--cluster", "no-such-cluster"], "--cluster: 'no-such-cluster' is neither a file nor a bundled cluster model; give a model file or one of "
                                            "dgx-h100-superpod, gb200-nvl72-superpod, mixed-a100-h100, mixed-accelerators"),
-        (["--cluster", "no-such-cluster.yaml"], "no-such-cluster.yaml: cannot read"),
+        (["--cluster", "no-such-cluster.yaml"], "--cluster: no-such-cluster.yaml: cannot read: No such file or directory"),
+        (["--profiles", "no-such-profiles.yaml"], "--profiles: no-such-profiles.yaml: cannot read: No such file or directory"),
         (["--profile", "gold"], "--profile: 'gold' is not a profile of config/profiles.yaml (have ['costed', 'costed-floor', 'elastic', 'strict']); "
                                 "name one of them or add it to that document"),
-        (["--flavor", "tpu"], "no flavor 'tpu'"),
+        (["--flavor", "tpu"], "--flavor: gb200-nvl72-superpod has no flavor 'tpu'; give one of gb200"),
     ],
 )
 def test_place_bad_input_exits_2_with_a_named_error(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["place", "--workload", str(EXAMPLES / "training-job.yaml"), *args]) == 2
-    assert needle in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert needle in err and len(err.splitlines()) == 1
+
+
+def test_a_missing_workload_file_or_a_negative_seed_is_named_by_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--workload", "no-such-job.yaml"]) == 2
+    assert capsys.readouterr().err == "atoll place: --workload: no-such-job.yaml: cannot read: No such file or directory\n"
+    with pytest.raises(SystemExit) as exc:
+        main(["place", "--workload", str(EXAMPLES / "training-job.yaml"), "--occupancy", "0.5", "--seed", "-1"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "atoll place: --seed: expected a whole number ≥ 0, got -1 (atoll place --help lists the options)\n"
 
 
 def test_an_unknown_profile_annotation_names_the_file_the_annotation_and_the_profiles_document(tmp_path: Path,
@@ -136,8 +147,10 @@ def test_bench_finder_with_uniform_perf_requests_still_matches_the_reference(cap
                  "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["identical"] is True and row["uniform_perf_share"] == 1.0
-    assert main(["bench", "finder", "--uniform-perf", "2"]) == 2
-    assert "--uniform-perf: a share from 0 to 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "finder", "--uniform-perf", "2"])
+    assert exc.value.code == 2
+    assert "--uniform-perf: expected a number from 0 to 1, got 2" in capsys.readouterr().err
 
 
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:

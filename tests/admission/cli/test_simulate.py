@@ -324,7 +324,30 @@ def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.
 )
 def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str, argv: list[str], message: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "10", *argv]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.splitlines()) == 1, err  # the error alone: no "too few jobs" warning before it
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--nodes", "nodes.csv"], "--nodes: only an openb trace has a node list (--trace-format openb); leave it out for synthetic"),
+        (["--plots", "a-file"], "--plots: a-file is a file; give a folder for the PNG plots (made if missing)"),
+        (["--records", "no-such-folder/records.jsonl"],
+         "--records: the folder of no-such-folder/records.jsonl does not exist; make it or give a file in a folder that does"),
+        (["--profiles", "no-such-profiles.yaml"], "--profiles: no-such-profiles.yaml: cannot read: No such file or directory"),
+        (["--cluster", "no-such-cluster.yaml"], "--cluster: no-such-cluster.yaml: cannot read: No such file or directory"),
+    ],
+)
+def test_a_bad_path_or_an_ignored_flag_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, argv: list[str], line: str) -> None:
+    """Before, --nodes without an openb trace was silently ignored, and a --plots file or a --records
+    folder that does not exist ended the run in a traceback after the simulation."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    assert main(["--jobs", "10", "--seeds", "1", "--workers", "1", *argv]) == 2
+    assert capsys.readouterr().err == f"atoll simulate: {line}\n"
 
 
 def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> None:

@@ -110,6 +110,19 @@ def test_a_bad_topology_annotation_is_an_input_error_not_a_decision(tmp_path: Pa
     assert captured.err.startswith(f"atoll place: {bad}: invalid topology annotations: ") and needle in captured.err
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("parallelism: 16", "parallelism: sixteen", "spec.parallelism: expected a whole number, got 'sixteen'"),
+    ("  template:", "  template: 5\n  unused:", "spec.template: expected a mapping, got 5"),
+])
+def test_a_wrong_typed_field_says_what_it_takes_and_what_was_written(tmp_path: Path, old: str, new: str, line: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """As the YAML documents' errors say it ("expected a whole number, got 'sixteen'"), not Python's type names."""
+    bad = tmp_path / "job.yaml"
+    bad.write_text((EXAMPLES / "training-job.yaml").read_text().replace(old, new))
+    assert main(["place", "--workload", str(bad)]) == 2
+    assert capsys.readouterr().err == f"atoll place: {bad}: {line}\n"
+
+
 def test_place_bad_workload_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "job.yaml"
     bad.write_text("kind: Job\nmetadata: {name: j}\nspec:\n  parallelism: 2\n  template:\n    spec:\n      containers: []\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from admission.cli._args import Parser
@@ -115,6 +116,12 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
     out = stdout or sys.stdout
     if "/" not in args.workload:
         print(f"atoll explain: {args.workload!r}: expected NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    from admission.cli._bundled import unreadable
+
+    problem = unreadable("--records", Path(args.records) if args.records else None)  # before connecting: the input's own error first
+    if problem:
+        print(f"atoll explain: {problem}", file=sys.stderr)
         return 2
 
     from admission.kube.errors import ApiError

@@ -401,7 +401,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
-    args.trace = resolve_trace(args.trace)
+    given, args.trace = args.trace, resolve_trace(args.trace)
     t0 = time.perf_counter()
     try:
         plan = _plan(args)
@@ -417,7 +417,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"atoll simulate: --cohort: {exc}", file=sys.stderr)
         return 2
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
-        print(f"atoll simulate: {exc}", file=sys.stderr)
+        said = str(exc).replace(args.trace, given) if given and args.trace and given != args.trace else str(exc)
+        print(f"atoll simulate: {said}", file=sys.stderr)  # a bundled trace as the user named it, not where it was installed
         return 2
     except RunFailed as exc:  # a run found admitted pods without room: report it, do not print numbers
         print(f"atoll simulate: simulation stopped: {exc}", file=sys.stderr)

@@ -329,6 +329,16 @@ def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[st
     assert len(err.splitlines()) == 1, err  # the error alone: no "too few jobs" warning before it
 
 
+def test_a_profiles_document_given_as_a_stream_says_which_flag_takes_it(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """config/streams holds one profiles document beside the streams; given to --trace, the error names the
+    file as the user wrote it (a bundled copy, outside a clone) and the flag it belongs to."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--trace", "config/streams/preempting-profiles.yaml", "--trace-format", "synthetic", "--jobs", "10"]) == 2
+    assert capsys.readouterr().err.startswith("atoll simulate: config/streams/preempting-profiles.yaml: a profiles document "
+                                              "(it has profiles:), not synthetic parameters; give it with --profiles")
+
+
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
@@ -635,3 +645,9 @@ def test_a_profiles_document_without_the_default_policies_profiles_says_to_give_
                            "give --policies")
     assert atoll(["simulate", "--profiles", str(doc), "--jobs", "20", "--seeds", "1", "--policies", "atoll-elastic"]) == 2
     assert "give --policies" not in capsys.readouterr().err  # the user named the policy: the plain message
+
+
+def test_the_table_of_one_seed_says_so_without_a_mean_of_1_seeds(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "20", "--seeds", "1", "--workers", "1", "--policies", "kueue-bestfit,atoll-strict"]) == 0
+    out = capsys.readouterr().out
+    assert "every policy completed (one seed: no intervals)" in out and "1 seeds" not in out

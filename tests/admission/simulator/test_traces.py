@@ -242,6 +242,11 @@ def test_a_bad_synthetic_parameter_is_one_line_naming_its_path_once(tmp_path: Pa
     assert len(re.findall(rf"\b{field}[:\[]", said)) == 1  # the path once, not "sizeMix: sizeMix[4]: …"
 
 
+def test_a_profiles_document_is_not_taken_for_synthetic_parameters(tmp_path: Path) -> None:
+    with raises("syn.yaml: a profiles document (it has profiles:), not synthetic parameters; give it with --profiles"):
+        read_trace(write(tmp_path, "syn.yaml", "defaultProfile: strict\nprofiles: {strict: {}}\n"), "synthetic", n=5)
+
+
 def test_read_trace_synthetic_takes_params_from_a_file_or_an_object(tmp_path: Path) -> None:
     params = write(tmp_path, "syn.yaml", "arrivalRatePerHour: 120\nsizeMix: {8: 1}\ninferenceShare: 0\n")
     jobs = read_trace(params, "synthetic", n=50, seed=3)

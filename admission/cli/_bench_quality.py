@@ -521,6 +521,8 @@ def main(argv: Sequence[str]) -> int:
 
     policies = [s for s in args.policies.split(",") if s]
     problem = _policies_problem(args.profiles, policies, scale_policies if not args.skip_scale else [])
+    if not problem and args.records and not Path(args.records).resolve().parent.is_dir():
+        problem = f"--records: the folder of {args.records} does not exist; make it or give a file in a folder that does"
     if problem:
         print(f"atoll bench quality: {problem}", file=sys.stderr)
         return 2

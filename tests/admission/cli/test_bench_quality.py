@@ -163,6 +163,8 @@ def test_unknown_binding_is_refused_naming_the_choices(capsys: pytest.CaptureFix
     (["--policies", "kueue-bestfit,atoll-costed-floor-q"], "--policies: unknown policy 'atoll-costed-floor-q'; choose from count-only, "
      "random, kueue-bestfit, kueue-required, atoll-costed, atoll-costed-floor, atoll-elastic, atoll-strict"),
     (["--profiles", "no-such-profiles.yaml"], "--profiles: no-such-profiles.yaml: cannot read: No such file or directory"),
+    (["--records", "no-such-folder/records.jsonl"],
+     "--records: the folder of no-such-folder/records.jsonl does not exist; make it or give a file in a folder that does"),
 ])
 def test_an_unknown_policy_or_unreadable_profiles_is_one_line_before_any_run(argv: list[str], line: str,
                                                                                capsys: pytest.CaptureFixture[str]) -> None:

@@ -352,7 +352,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
     cost = _cost_params(args)
     settings_check(args.scheduler, args.enforcement)
     cluster_path = resolve_cluster(args.cluster)
-    problem = unreadable("--cluster", cluster_path) or unreadable("--profiles", resolve_profiles(args.profiles) if args.profiles else None)
+    problem = (unreadable("--trace", Path(args.trace) if args.trace else None) or unreadable("--cluster", cluster_path)
+               or unreadable("--profiles", resolve_profiles(args.profiles) if args.profiles else None))
     if problem:
         raise TraceError(problem)
     cluster = load_cluster_model(cluster_path)

@@ -348,6 +348,7 @@ def test_a_profiles_document_given_as_a_stream_says_which_flag_takes_it(capsys: 
          "--records: the folder of no-such-folder/records.jsonl does not exist; make it or give a file in a folder that does"),
         (["--profiles", "no-such-profiles.yaml"], "--profiles: no-such-profiles.yaml: cannot read: No such file or directory"),
         (["--cluster", "no-such-cluster.yaml"], "--cluster: no-such-cluster.yaml: cannot read: No such file or directory"),
+        (["--trace", "no-such-trace.csv"], "--trace: no-such-trace.csv: cannot read: No such file or directory"),
     ],
 )
 def test_a_bad_path_or_an_ignored_flag_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path,

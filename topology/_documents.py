@@ -113,10 +113,12 @@ def describe_validation_error(source: str, err: ValidationError, data: Any = Non
         msg = ("unknown key" + _known_keys_hint(model, problem["loc"]) if kind == "extra_forbidden"
                else "missing: a required key" if kind == "missing"
                else f"expected {expected}" if expected else str(problem["msg"]).removeprefix("Value error, "))
-        given = problem.get("input")
-        if kind not in _QUIET_INPUT and not isinstance(given, (dict, list)):
+        given, loc = problem.get("input"), problem["loc"]
+        if len(loc) >= 2 and loc[-1] == "[key]":  # a mapping's key failed: the key is what was given
+            loc, msg = loc[:-2], f"key {given!r}: {msg}"
+        elif kind not in _QUIET_INPUT and not isinstance(given, (dict, list)):
             msg += f", got {given!r}" if expected else f" (got {given!r})"
-        where = key_path(problem["loc"], data)
+        where = key_path(loc, data)
         lines.append(f"{source}: {where}: {msg}" if where else f"{source}: {msg}")
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -97,10 +98,40 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
+# Kubernetes' label syntax (apimachinery's IsQualifiedName and IsValidLabelValue), ASCII only.
+_LABEL_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?", re.ASCII)
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*", re.ASCII)
+
+
+def _label_key(key: str) -> str:
+    """``key`` if Kubernetes takes it as a label key (``[prefix/]name``), else a ValueError saying what it takes:
+    a node the model describes with a label no real node can carry would place onto nothing."""
+    prefix, slash, name = key.partition("/")
+    if not slash:
+        prefix, name = "", key
+    if (slash and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix))) or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        raise ValueError(f"{key!r} is not a Kubernetes label key: [prefix/]name, the name at most 63 letters, digits, '-', '_' "
+                         "or '.', starting and ending with a letter or digit, the prefix a DNS subdomain (e.g. nvidia.com/gpu.clique)")
+    return key
+
+
+def _labels(labels: dict[str, str]) -> dict[str, str]:
+    """Every key and value of a label map as Kubernetes takes them (``_label_key``; a value: empty, or
+    at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit)."""
+    for key, value in labels.items():
+        _label_key(key)
+        if value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value)):
+            raise ValueError(f"{key}: {value!r} is not a Kubernetes label value: empty, or at most 63 letters, digits, '-', '_' "
+                             "or '.', starting and ending with a letter or digit")
+    return labels
+
+
 class LevelModel(_Strict):
     label: str = Field(min_length=1)
     bandwidth_gbps: float = Field(default=50.0, gt=0, alias="bandwidthGBps")
     latency_us: float = Field(default=5.0, ge=0, alias="latencyUs")
+
+    _label = field_validator("label")(_label_key)
 
 
 class GenerateStep(_Strict):
@@ -145,6 +176,8 @@ class NodeModel(_Strict):
     perf: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     draining: bool = False
 
+    _labels = field_validator("labels")(_labels)
+
 
 class FlavorModel(_Strict):
     """One ResourceFlavor's node pool and the Kueue Topology that describes its fabric."""
@@ -161,6 +194,8 @@ class FlavorModel(_Strict):
     generate: list[GenerateStep] = Field(default_factory=list)
     perf: PerfModel = PerfModel()
     nodes: list[NodeModel] = Field(default_factory=list)
+
+    _node_labels = field_validator("node_labels")(_labels)
 
     @field_validator("gpu_resource")
     @classmethod

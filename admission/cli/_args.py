@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import math
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-__all__ = ["PARKING", "Parser", "announce_at_first_compile", "counted", "quota_factor", "seed", "suggest"]
+__all__ = ["PARKING", "Parser", "announce_at_first_compile", "counted", "number", "quota_factor", "seed", "suggest", "whole"]
 
 PARKING: dict[str, bool | None] = {"profile": None, "on": True, "off": False}
 """``--parking`` of ``atoll simulate`` and ``atoll bench quality`` → ``SimSettings.parking``: the
@@ -39,6 +40,46 @@ def seed(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is below 0; seeds start at 0")
     return value
+
+
+def whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number from ``low`` (up to ``high``). A bad value is argparse's
+    one line naming the flag: ``--pods: expected a whole number ≥ 1, got 0``."""
+    takes = f"a whole number ≥ {low}" if high is None else f"a whole number from {low} to {high}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {takes}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"expected {takes}, got {value}")
+        return value
+
+    return parse
+
+
+def number(low: float | None = None, high: float | None = None, *, above: float | None = None) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number ≥ ``low`` (or > ``above``) and ≤ ``high``; a bad value is
+    one line naming the flag: ``--load: expected a number > 0, got -3.0``."""
+    if low is not None and high is not None:
+        takes = f"a number from {low:g} to {high:g}"
+    else:
+        bounds = [f"> {above:g}" if above is not None else f"≥ {low:g}" if low is not None else "", f"≤ {high:g}" if high is not None else ""]
+        takes = " and ".join(b for b in bounds if b)
+        takes = f"a number {takes}" if takes else "a finite number"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {takes}, got {text!r}") from None
+        if not math.isfinite(value) or (above is not None and not value > above) or (low is not None and not value >= low) \
+                or (high is not None and not value <= high):
+            raise argparse.ArgumentTypeError(f"expected {takes}, got {text}")
+        return value
+
+    return parse
 
 
 def announce_at_first_compile(line: str) -> Callable[[], None]:

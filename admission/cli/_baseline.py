@@ -229,8 +229,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="atoll baseline",
         description="Place a scenario's request as a baseline would. Exit code: 0 fits, 1 does not fit, 2 bad input.",
     )
-    p.add_argument("baseline", choices=BASELINES, help="kueue-bestfit: Kueue's Topology-Aware Scheduling")
-    p.add_argument("scenario", help="scenario YAML: topology_name, levels, nodes, request")
+    # Named as the usage line names them, so a bad one reads like a bad flag: "BASELINE: expected one of …, got …"
+    p.add_argument("baseline", choices=BASELINES, metavar="BASELINE", help="kueue-bestfit: Kueue's Topology-Aware Scheduling")
+    p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML: topology_name, levels, nodes, request")
     return p
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from admission.cli._args import Parser, suggest
+from admission.cli._args import Parser, number, seed, suggest, whole
 from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
 
 __all__ = ["COLLECTIVES_TOLERANCE", "bench_simulate", "main", "synthetic_fabric", "synthetic_requests"]
@@ -111,19 +111,13 @@ def bench_finder(nodes: int, requests: int, reference_sample: int, seed: int, un
 
 def _finder_main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench finder", description="finder latency: numba vs reference, same requests, one run")
-    p.add_argument("--nodes", type=int, default=10000)
-    p.add_argument("--requests", type=int, default=2000)
-    p.add_argument("--reference-sample", type=int, default=200, help="requests also run on the (slow) reference finder")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--uniform-perf", type=float, default=0.0, metavar="SHARE", help="share of requests that ask for uniform perf (default 0)")
+    p.add_argument("--nodes", type=whole(NODES_PER_RACK), default=10000, help=f"nodes of the fabric (at least one rack, {NODES_PER_RACK})")
+    p.add_argument("--requests", type=whole(1), default=2000)
+    p.add_argument("--reference-sample", type=whole(1), default=200, help="requests also run on the (slow) reference finder")
+    p.add_argument("--seed", type=seed, default=7)
+    p.add_argument("--uniform-perf", type=number(0, 1), default=0.0, metavar="SHARE", help="share of requests that ask for uniform perf (default 0)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
-    if args.nodes < NODES_PER_RACK or args.requests < 1:
-        print("atoll bench finder: --nodes must be ≥ 18 and --requests ≥ 1", file=sys.stderr)
-        return 2
-    if not 0.0 <= args.uniform_perf <= 1.0:
-        print(f"atoll bench finder: --uniform-perf: a share from 0 to 1, got {args.uniform_perf:g}", file=sys.stderr)
-        return 2
     _print_row(bench_finder(args.nodes, args.requests, args.reference_sample, args.seed, args.uniform_perf), args.format)
     return 0
 
@@ -160,23 +154,23 @@ def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcem
 
 def _simulate_main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench simulate", description="simulator speed at scale (the deployed decision path)")
-    p.add_argument("--jobs", type=int, default=100_000)
-    p.add_argument("--load", type=float, default=1.3)
+    p.add_argument("--jobs", type=whole(1), default=100_000)
+    p.add_argument("--load", type=number(above=0), default=1.3)
     p.add_argument("--policy", default="atoll-elastic")
     p.add_argument("--scheduler", default="least-allocated", help="least-allocated, most-allocated, random or adversarial")
     p.add_argument("--enforcement", choices=("domain", "exact"), default=None, help="default: what the profiles document says")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--goal-seconds", type=float, default=60.0,
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--goal-seconds", type=number(0), default=60.0,
                    help="PASS (exit 0) when the simulation takes at most this long, else FAIL (exit 1)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
-    if args.jobs < 1 or args.load <= 0:
-        print("atoll bench simulate: --jobs must be ≥ 1 and --load > 0", file=sys.stderr)
-        return 2
+    from admission.cli._simulate import settings_check
+
     try:
+        settings_check(args.scheduler, args.enforcement)
         row = bench_simulate(args.jobs, args.load, args.policy, args.scheduler, args.enforcement, args.seed)
-    except ValueError as exc:
-        print(f"atoll bench simulate: {exc}", file=sys.stderr)
+    except ValueError as exc:  # the one policy of --policy, as make_policies names it
+        print(f"atoll bench simulate: {str(exc).replace('--policies: ', '--policy: ', 1)}", file=sys.stderr)
         return 2
     met = row["simulate_s"] <= args.goal_seconds
     row["goal_seconds"], row["goal_met"] = args.goal_seconds, met

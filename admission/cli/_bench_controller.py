@@ -33,7 +33,7 @@ import numpy as np
 import yaml
 
 from admission import vocabulary
-from admission.cli._args import Parser
+from admission.cli._args import Parser, number, seed, whole
 
 __all__ = ["main", "run_bench"]
 
@@ -259,18 +259,15 @@ def run_bench(workloads: int, *, islands: int = 64, per_island: int = 18, gpus: 
 def main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench controller",
                                 description="decisions against a real kube-apiserver: admissions/s and check-Pending → status-written latency")
-    p.add_argument("--workloads", type=int, default=1000)
-    p.add_argument("--islands", type=int, default=64, help="NVLink islands (8 per block)")
-    p.add_argument("--nodes-per-island", type=int, default=18)
-    p.add_argument("--gpus-per-node", type=int, default=4)
+    p.add_argument("--workloads", type=whole(1), default=1000)
+    p.add_argument("--islands", type=whole(1), default=64, help="NVLink islands (8 per block)")
+    p.add_argument("--nodes-per-island", type=whole(1), default=18)
+    p.add_argument("--gpus-per-node", type=whole(1), default=4)
     p.add_argument("--mode", choices=("stream", "backlog"), default="stream")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--timeout", type=float, default=600.0, help="give up waiting for decisions after this many seconds")
+    p.add_argument("--seed", type=seed, default=7)
+    p.add_argument("--timeout", type=number(above=0), default=600.0, help="give up waiting for decisions after this many seconds")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
-    if args.workloads < 1 or args.islands < 1 or args.nodes_per_island < 1:
-        print("atoll bench controller: --workloads, --islands and --nodes-per-island must be ≥ 1", file=sys.stderr)
-        return 2
     try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
         from tests.envtest import EnvtestError
     except ImportError:

@@ -49,6 +49,7 @@ the look's p50 or p99 at ``--waiting`` is more than ``--goal-scale`` (2) times t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -62,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from admission import vocabulary
-from admission.cli._args import Parser
+from admission.cli._args import Parser, number, seed, whole
 from admission.kube import EVENTS
 
 __all__ = ["fleet_cluster", "main", "run_decide"]
@@ -436,37 +437,33 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
 def main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench decide",
                                 description="the controller's own decision (reconcile, records on) at fleet scale on the in-memory port")
-    p.add_argument("--nodes", type=int, default=25_344, help="GB200 nodes (4 GPUs each); default: the 25,344-node fabric")
-    p.add_argument("--pending", type=int, default=50_000, help="Workloads with quota reserved and Atoll's check Pending")
-    p.add_argument("--decisions", type=int, default=2_000, help="of the pending Workloads, how many to decide (timed)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--waiting", type=int, default=0, help="Workloads waiting for quota in the same ClusterQueue (Kueue refused them)")
+    p.add_argument("--nodes", type=whole(NODES_PER_RACK), default=25_344,
+                   help=f"GB200 nodes (4 GPUs each, at least one rack of {NODES_PER_RACK}); default: the 25,344-node fabric")
+    p.add_argument("--pending", type=whole(1), default=50_000, help="Workloads with quota reserved and Atoll's check Pending")
+    p.add_argument("--decisions", type=whole(1), default=2_000, help="of the pending Workloads, how many to decide (timed)")
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--waiting", type=whole(0), default=0, help="Workloads waiting for quota in the same ClusterQueue (Kueue refused them)")
     p.add_argument("--hold-behind-gangs", choices=("off", "quota", "start"), default="off",
                    help="the profile's queueing.holdBehindGangs (reserveAfterSeconds 1800): each decision reads which gangs are owed")
     p.add_argument("--park-waiting", action="store_true",
                    help="the profile's queueing.parkWaiting: waits park, and a quota-yield pass is timed after each decision")
-    p.add_argument("--scale-from", type=int, default=0, metavar="N",
+    p.add_argument("--scale-from", type=whole(0), default=0, metavar="N",
                    help="first run the same bench with N waiting, and compare the look per decision (owed gangs and quota-yield pass)")
-    p.add_argument("--goal-scale", type=float, default=2.0,
+    p.add_argument("--goal-scale", type=number(0), default=2.0,
                    help="with --scale-from: PASS when the look's p50 and p99 at --waiting are at most this many times those at N")
-    p.add_argument("--goal-p99-ms", type=float, default=10.0, help="PASS when the p99 decision takes at most this long")
-    p.add_argument("--goal-rss-mb", type=float, default=4096.0, help="PASS when the process's peak RSS stays at or below this")
+    p.add_argument("--goal-p99-ms", type=number(0), default=10.0, help="PASS when the p99 decision takes at most this long")
+    p.add_argument("--goal-rss-mb", type=number(0), default=4096.0, help="PASS when the process's peak RSS stays at or below this")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
-    if args.nodes < NODES_PER_RACK:
-        print(f"atoll bench decide: --nodes must be ≥ {NODES_PER_RACK} (one rack), got {args.nodes}", file=sys.stderr)
-        return 2
-    if args.pending < 1 or args.decisions < 1 or args.waiting < 0 or args.scale_from < 0:
-        print("atoll bench decide: --pending and --decisions must be ≥ 1, --waiting and --scale-from ≥ 0", file=sys.stderr)
-        return 2
     if args.scale_from and (args.scale_from >= args.waiting or not (args.park_waiting or args.hold_behind_gangs != "off")):
         print("atoll bench decide: --scale-from must be below --waiting, with --park-waiting or --hold-behind-gangs to time a look",
               file=sys.stderr)
         return 2
     run = (args.nodes, args.pending, min(args.decisions, args.pending), args.seed)
-    base = run_decide(*run, args.scale_from, args.hold_behind_gangs, args.park_waiting) if args.scale_from else None
-    gc.collect()
-    row = run_decide(*run, args.waiting, args.hold_behind_gangs, args.park_waiting)
+    with contextlib.redirect_stdout(sys.stderr):  # the controller's log lines, so that stdout is the report alone (--format json parses)
+        base = run_decide(*run, args.scale_from, args.hold_behind_gangs, args.park_waiting) if args.scale_from else None
+        gc.collect()
+        row = run_decide(*run, args.waiting, args.hold_behind_gangs, args.park_waiting)
     ok = row["p99_ms"] <= args.goal_p99_ms and row["peak_rss_mb"] <= args.goal_rss_mb
     row["goal"] = {"p99_ms": args.goal_p99_ms, "peak_rss_mb": args.goal_rss_mb, "met": ok}
     scaled = None

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from admission.cli._args import Parser
+from admission.cli._args import Parser, number, whole
 
 __all__ = ["main", "run_failover"]
 
@@ -144,18 +144,15 @@ def run_failover(*, islands: int = 32, per_island: int = 18, backlog: int = 500,
 
 def main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench failover", description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--islands", type=int, default=32, help="NVLink islands of 18 nodes (8 per block)")
-    p.add_argument("--nodes-per-island", type=int, default=18)
-    p.add_argument("--workloads", type=int, default=500, help="Workloads decided before the first failover")
-    p.add_argument("--repeat", type=int, default=2, help="failovers per mode")
-    p.add_argument("--standby-seconds", type=float, default=20.0, help="how long a fresh standby waits before the leader is killed")
-    p.add_argument("--goal-seconds", type=float, default=None,
+    p.add_argument("--islands", type=whole(1), default=32, help="NVLink islands of 18 nodes (8 per block)")
+    p.add_argument("--nodes-per-island", type=whole(1), default=18)
+    p.add_argument("--workloads", type=whole(0), default=500, help="Workloads decided before the first failover")
+    p.add_argument("--repeat", type=whole(1), default=2, help="failovers per mode")
+    p.add_argument("--standby-seconds", type=number(0), default=20.0, help="how long a fresh standby waits before the leader is killed")
+    p.add_argument("--goal-seconds", type=number(above=0), default=None,
                    help="exit 1 when a warm standby takes longer than this from takeover to its first decision")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
-    if min(args.islands, args.nodes_per_island, args.repeat) < 1 or args.workloads < 0:
-        print("atoll bench failover: --islands, --nodes-per-island and --repeat must be ≥ 1, --workloads ≥ 0", file=sys.stderr)
-        return 2
     try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
         from tests.envtest import EnvtestError
     except ImportError:

@@ -73,7 +73,7 @@ import numpy as np
 import yaml
 
 from admission import vocabulary
-from admission.cli._args import Parser
+from admission.cli._args import Parser, number, seed, whole
 from admission.cli._bench_kueue_figures import before_quota_counts, decision_starts, row, workload_controller_figures
 from admission.cli._bench_kueue_instant import CONTROLLER as CONTROL_CONTROLLER
 from admission.cli._bench_kueue_instant import INSTANT_CHECK, WHEN
@@ -596,25 +596,25 @@ def feature_gates(text: str | None) -> dict[str, bool]:
 def main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench kueue",
                description="Kueue's TAS performance shape on real Kueue: Kueue TAS alone vs Kueue plus Atoll's check, one run")
-    p.add_argument("--nodes", type=int, default=640, help="KWOK nodes per arm (racks of 64; Kueue's TAS test has 640)")
-    p.add_argument("--workloads", type=int, default=2000, help="Workloads per arm")
-    p.add_argument("--queues", type=int, default=3, help="ClusterQueues per arm, all in the arm's cohort")
-    p.add_argument("--rate", type=float, default=10.0, help="Workloads created per second per arm")
-    p.add_argument("--goal-ratio", type=float, default=1.10, help="Atoll's mean time to admission over Kueue TAS's, at most")
-    p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for admissions after the last create")
-    p.add_argument("--create-workers", type=int, default=CREATE_WORKERS,
+    p.add_argument("--nodes", type=whole(1), default=640, help="KWOK nodes per arm (racks of 64; Kueue's TAS test has 640)")
+    p.add_argument("--workloads", type=whole(1), default=2000, help="Workloads per arm")
+    p.add_argument("--queues", type=whole(1), default=3, help="ClusterQueues per arm, all in the arm's cohort")
+    p.add_argument("--rate", type=number(above=0), default=10.0, help="Workloads created per second per arm")
+    p.add_argument("--goal-ratio", type=number(above=0), default=1.10, help="Atoll's mean time to admission over Kueue TAS's, at most")
+    p.add_argument("--seed", type=seed, default=7)
+    p.add_argument("--timeout", type=number(above=0), default=600.0, help="seconds to wait for admissions after the last create")
+    p.add_argument("--create-workers", type=whole(1, 64), default=CREATE_WORKERS,
                    help="the bench's Workload creates in flight at once (both arms together)")
-    p.add_argument("--write-workers", type=int, default=4, help="Atoll's decision writes in flight at once (0: serial)")
-    p.add_argument("--kueue-workload-concurrency", type=int, default=None,
+    p.add_argument("--write-workers", type=whole(0, 32), default=4, help="Atoll's decision writes in flight at once (0: serial)")
+    p.add_argument("--kueue-workload-concurrency", type=whole(1), default=None,
                    help="Workloads Kueue's Workload controller reconciles at once (default: what Kueue's shipped Configuration sets)")
     p.add_argument("--kueue-feature-gates", default=None,
                    help="Kueue feature gates over its defaults, Name=true|false,... (e.g. WorkloadRequestUseMergePatch=true)")
     p.add_argument("--decide-before-quota", action="store_true",
                    help="Atoll decides each Workload before Kueue reserves its quota (atoll run --decide-before-quota)")
-    p.add_argument("--before-quota-depth", type=int, default=2,
+    p.add_argument("--before-quota-depth", type=whole(1, 64), default=2,
                    help="with --decide-before-quota: Workloads per ClusterQueue holding an early decision at once (1-64)")
-    p.add_argument("--before-quota-settle", type=float, default=1.0,
+    p.add_argument("--before-quota-settle", type=number(0), default=1.0,
                    help="with --decide-before-quota: seconds a Workload must have waited for quota before it is decided early")
     p.add_argument("--before-quota-list-own", action="store_true",
                    help="with --decide-before-quota: atoll run --before-quota-list-own")
@@ -626,26 +626,8 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--logs", type=Path, default=None, help="folder to copy Kueue's log and atoll run's records and log into")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
-    if args.nodes < 1 or args.workloads < 1 or args.queues < 1 or args.rate <= 0:
-        print("atoll bench kueue: --nodes, --workloads and --queues must be ≥ 1 and --rate > 0", file=sys.stderr)
-        return 2
-    if not 0 <= args.write_workers <= 32:
-        print("atoll bench kueue: --write-workers must be between 0 and 32", file=sys.stderr)
-        return 2
-    if not 1 <= args.create_workers <= 64:
-        print("atoll bench kueue: --create-workers must be between 1 and 64", file=sys.stderr)
-        return 2
-    if not 0 <= args.before_quota_settle < float("inf"):
-        print("atoll bench kueue: --before-quota-settle must be 0 or more seconds", file=sys.stderr)
-        return 2
-    if not 1 <= args.before_quota_depth <= 64:
-        print("atoll bench kueue: --before-quota-depth must be between 1 and 64", file=sys.stderr)
-        return 2
     if args.control_only and not args.control_check:
         print("atoll bench kueue: --control-only needs --control-check listed|reserved (the check its arm runs)", file=sys.stderr)
-        return 2
-    if args.kueue_workload_concurrency is not None and args.kueue_workload_concurrency < 1:
-        print("atoll bench kueue: --kueue-workload-concurrency must be ≥ 1 (or left out for Kueue's shipped value)", file=sys.stderr)
         return 2
     try:
         gates = feature_gates(args.kueue_feature_gates)

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from admission.cli._args import PARKING, Parser, counted, quota_factor, seed
+from admission.cli._args import PARKING, Parser, counted, number, quota_factor, seed, whole
 
 __all__ = ["main", "records_file", "scale_cluster", "traces_dir"]
 
@@ -410,22 +410,55 @@ def scale(jobs: int, policies: Sequence[str], seed: int, fmt: str, load: float =
     return data, 0
 
 
+def _loads(text: str) -> str:
+    """``--loads``/``--binding-loads``, checked when parsed (a bad load is one line naming the flag, not a
+    traceback minutes into the run); the text is kept, the sweep parses it as ``atoll simulate --load``."""
+    from admission.simulator import TraceError, parse_loads
+
+    try:
+        parse_loads(text)
+    except TraceError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--load").lstrip(": ")) from None
+    return text
+
+
+def _policies_problem(profiles: str | None, policies: Sequence[str], scale_policies: Sequence[str]) -> str | None:
+    """The first unreadable profiles document or unknown policy name, as one line naming the flag, before any run starts."""
+    from admission.cli._bundled import resolve_profiles
+    from admission.simulator import PolicyError, make_policies
+    from policies import ProfilesError, load_profiles_file
+
+    try:
+        doc = load_profiles_file(resolve_profiles(profiles))
+    except ProfilesError as exc:
+        return f"--profiles: {exc}"
+    try:
+        make_policies(policies, doc, seed=0)
+    except PolicyError as exc:
+        return str(exc)
+    try:  # the scale run reads the sample profiles whatever --profiles says
+        make_policies(scale_policies, load_profiles_file(resolve_profiles(None)), seed=0) if scale_policies else None
+    except PolicyError as exc:
+        return "--scale-policies" + str(exc).removeprefix("--policies")
+    return None
+
+
 def main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench quality", description="placement quality on the ITP trace, and the simulator at scale")
     p.add_argument("--policies", default="count-only,random,kueue-bestfit,kueue-required,atoll-strict,atoll-elastic")
-    p.add_argument("--loads", default=QUALITY_LOADS, help=f"offered loads of the sweep (default {QUALITY_LOADS})")
-    p.add_argument("--seeds", type=int, default=QUALITY_SEEDS, help=f"seeds per load (default {QUALITY_SEEDS})")
-    p.add_argument("--workers", type=int, default=None, help="processes for independent runs (default: the cores available)")
+    p.add_argument("--loads", type=_loads, default=QUALITY_LOADS, help=f"offered loads of the sweep (default {QUALITY_LOADS})")
+    p.add_argument("--seeds", type=whole(1), default=QUALITY_SEEDS, help=f"seeds per load (default {QUALITY_SEEDS})")
+    p.add_argument("--workers", type=whole(1), default=None, help="processes for independent runs (default: the cores available)")
     p.add_argument("--skip-sensitivity", action="store_true")
     p.add_argument("--profiles", default=None, help="profiles document (default config/profiles.yaml)")
     p.add_argument("--skip-quality", action="store_true")
     p.add_argument("--skip-binding", action="store_true", help="leave out Atoll under each binding model")
     p.add_argument("--bindings", default=BINDINGS, help=f"bindings compared (default {BINDINGS}): exact, or a kube-scheduler model")
-    p.add_argument("--binding-loads", default=BINDING_LOADS, help=f"offered loads of the binding table (default {BINDING_LOADS})")
+    p.add_argument("--binding-loads", type=_loads, default=BINDING_LOADS, help=f"offered loads of the binding table (default {BINDING_LOADS})")
     p.add_argument("--skip-scale", action="store_true")
-    p.add_argument("--scale-jobs", type=int, default=SCALE_JOBS)
+    p.add_argument("--scale-jobs", type=whole(1), default=SCALE_JOBS)
     p.add_argument("--scale-policies", default=",".join(SCALE_POLICIES))
-    p.add_argument("--scale-load", type=float, default=QUALITY_LOAD, help="offered load of the scale run (above 1 builds a queue)")
+    p.add_argument("--scale-load", type=number(above=0), default=QUALITY_LOAD, help="offered load of the scale run (above 1 builds a queue)")
     p.add_argument("--link-model", choices=("calibrated", "flat-ring"), default="calibrated",
                    help="how a placement's all-reduce is priced (default calibrated; flat-ring: the pessimistic model)")
     p.add_argument("--clusters", default=",".join(QUALITY_CLUSTERS), help=f"bundled models to run (default {','.join(QUALITY_CLUSTERS)})")
@@ -443,7 +476,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--yield-back-when-fits", action="store_true",
                    help="the quality runs with atoll simulate --yield-back-when-fits (a quota giver an event reached comes back "
                         "only when its placement fits now)")
-    p.add_argument("--yield-turn-lead", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--yield-turn-lead", type=number(0), default=None, metavar="SECONDS",
                    help="from SECONDS before a reservation of its flavor is expected free, the first gang in line for one keeps "
                         "its quota and is given quota first (the controller's decisions.quota_yield_turn_lead_seconds)")
     p.add_argument("--yield-in-turn", action="store_true",
@@ -487,6 +520,12 @@ def main(argv: Sequence[str]) -> int:
         return 2
 
     policies = [s for s in args.policies.split(",") if s]
+    problem = _policies_problem(args.profiles, policies, scale_policies if not args.skip_scale else [])
+    if not problem and args.records and not Path(args.records).resolve().parent.is_dir():
+        problem = f"--records: the folder of {args.records} does not exist; make it or give a file in a folder that does"
+    if problem:
+        print(f"atoll bench quality: {problem}", file=sys.stderr)
+        return 2
     if args.goal and (args.skip_quality or not goal_judgeable(policies, args.loads)):
         print("atoll bench quality: --goal: nothing to judge: run the quality sweep with kueue-bestfit, kueue-required and an atoll- "
               "profile at a load in 1.0-1.3 (--policies, --loads)", file=sys.stderr)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from admission import vocabulary
-from admission.cli._args import Parser
+from admission.cli._args import Parser, whole
 from admission.kube import Resource
 from admission.webhook import ANN_REPLACED
 
@@ -234,13 +234,14 @@ def run_bench(pods: int, *, failed_nodes: int, spares: int, clients: int, ranked
 def main(argv: Sequence[str]) -> int:
     p = Parser(prog="atoll bench webhook",
                                 description="a burst of recreated pods through the webhook on a real kube-apiserver: review latency and refusals")
-    p.add_argument("--pods", type=int, default=500, help="pods per generation (one per planned node)")
-    p.add_argument("--failed-nodes", type=int, default=50, help="planned nodes that go NotReady before the burst")
-    p.add_argument("--spares", type=int, default=None, help="spare nodes in the domain (default: --failed-nodes)")
-    p.add_argument("--clients", type=int, default=16, help="concurrent pod creators")
+    p.add_argument("--pods", type=whole(1), default=500, help="pods per generation (one per planned node)")
+    p.add_argument("--failed-nodes", type=whole(0), default=None,
+                   help="planned nodes that go NotReady before the burst (default: 50, or every one when --pods is fewer)")
+    p.add_argument("--spares", type=whole(0), default=None, help="spare nodes in the domain (default: --failed-nodes)")
+    p.add_argument("--clients", type=whole(1), default=16, help="concurrent pod creators")
     p.add_argument("--ranked", action=argparse.BooleanOptionalAction, default=True,
                    help="pods carry a completion index (an Indexed Job); --no-ranked: each takes the next free slot (claims)")
-    p.add_argument("--timeout-seconds", type=int, default=5, help="the webhook's timeoutSeconds (the chart's default is 5)")
+    p.add_argument("--timeout-seconds", type=whole(1, 30), default=5, help="the webhook's timeoutSeconds (the chart's default is 5)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     args = p.parse_args(list(argv))
     import logging
@@ -248,11 +249,13 @@ def main(argv: Sequence[str]) -> int:
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))  # a line per pod would time the terminal
-    spares = args.failed_nodes if args.spares is None else args.spares
-    if args.pods < 1 or args.clients < 1 or not 0 <= args.failed_nodes <= args.pods or spares < 0 or not 1 <= args.timeout_seconds <= 30:
-        print("atoll bench webhook: --pods and --clients must be ≥ 1, --failed-nodes between 0 and --pods, --spares ≥ 0, "
-              "--timeout-seconds between 1 and 30", file=sys.stderr)
+    if args.failed_nodes is None:
+        args.failed_nodes = min(50, args.pods)
+    if args.failed_nodes > args.pods:
+        print(f"atoll bench webhook: --failed-nodes ({args.failed_nodes}) must be at most --pods ({args.pods}): only planned nodes fail",
+              file=sys.stderr)
         return 2
+    spares = args.failed_nodes if args.spares is None else args.spares
     try:  # the test control plane is test infrastructure: it lives in a clone's tests/, never in the installed package
         from tests.envtest import EnvtestError
     except ImportError:

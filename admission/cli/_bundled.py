@@ -16,7 +16,7 @@ from pathlib import Path
 from topology import ClusterModel, ClusterModelError
 
 __all__ = ["CONFIG_DIR", "TRACES", "TRACES_DIR", "bundled_path", "model_profiles", "resolve_cluster", "resolve_profiles", "resolve_trace",
-           "shown"]
+           "shown", "unreadable"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 CONFIG_DIR = _PACKAGE / "_config" if (_PACKAGE / "_config").is_dir() else _PACKAGE.parent / "config"
@@ -62,6 +62,18 @@ def resolve_profiles(path: str | None, cluster_path: Path | None = None, model: 
         return bundled_path(path)
     own = model_profiles(cluster_path, model) if cluster_path is not None and model is not None else None
     return own or CONFIG_DIR / "profiles.yaml"
+
+
+def unreadable(flag: str, path: Path | None) -> str | None:
+    """``--flag: PATH: cannot read: why`` when the file a flag gave cannot be opened, else None: the
+    flag is named, since the path alone does not say which of several it was."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as exc:
+        return f"{flag}: {path}: cannot read: {exc.strerror or exc}"
 
 
 def shown(path: Path) -> str:

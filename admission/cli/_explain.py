@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO, Any
 
 from admission.cli._args import Parser
@@ -133,7 +134,7 @@ def recorded_from(records_file: str, workload: str, decision_id: str | None) -> 
 
 def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any = None) -> int:
     p = Parser(prog="atoll explain", description="Why a Workload waits, or why it was placed where it was.")
-    p.add_argument("workload", help="NAMESPACE/NAME")
+    p.add_argument("workload", metavar="NAMESPACE/NAME", help="the Workload to explain")
     add_cluster_args(p)
     p.add_argument("--records", metavar="FILE", help="decision records (atoll run's log): show the reason recorded at decision time from "
                                                     "the Workload's record, with the holders of the domains it lost")
@@ -142,6 +143,12 @@ def main(argv: Sequence[str], *, stdout: IO[str] | None = None, api_client: Any 
     out = stdout or sys.stdout
     if "/" not in args.workload:
         print(f"atoll explain: {args.workload!r}: expected NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    from admission.cli._bundled import unreadable
+
+    problem = unreadable("--records", Path(args.records) if args.records else None)  # before connecting: the input's own error first
+    if problem:
+        print(f"atoll explain: {problem}", file=sys.stderr)
         return 2
 
     from admission.kube.errors import ApiError

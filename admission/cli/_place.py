@@ -23,8 +23,8 @@ from typing import Any, TextIO
 import numpy as np
 
 from admission import vocabulary
-from admission.cli._args import Parser
-from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown
+from admission.cli._args import Parser, whole
+from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown, unreadable
 from admission.controller import WorkloadError, parse_object, read_spread
 from policies import ProfileLevelError, ProfilesError, annotation_problems, load_profiles_file
 from topology import ClusterModelError, ResourceVector, Snapshot, describe_yaml_error, load_cluster_model, read_yaml_file
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--flavor", default=None, help="flavor of the cluster model (default: the first whose accelerator the workload requests)")
     p.add_argument("--waited", type=float, default=0.0, help="seconds the workload has already waited (elastic relaxation)")
     p.add_argument("--occupancy", type=float, default=0.0, help="fill nodes at random to this share of GPUs first (what-if)")
-    p.add_argument("--seed", type=int, default=0, help="seed for --occupancy")
+    p.add_argument("--seed", type=whole(0), default=0, help="seed for --occupancy")
     p.add_argument("--record", metavar="FILE", help="append the decision record (atoll.dev/decision/v1, as atoll run writes it) to FILE")
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p
@@ -179,8 +179,14 @@ def main(argv: Sequence[str]) -> int:
         if args.waited < 0:
             raise WorkloadError(f"--waited: seconds already waited, 0 or more, got {args.waited:g}")
         cluster_path = resolve_cluster(args.cluster)
+        problem = (unreadable("--cluster", cluster_path) or unreadable("--workload", bundled_path(args.workload))
+                   or unreadable("--profiles", bundled_path(args.profiles) if args.profiles else None))
+        if problem:
+            raise WorkloadError(problem)
         model = load_cluster_model(cluster_path)
         manifests = _manifests(bundled_path(args.workload))
+        if args.flavor and args.flavor not in (names := [f.name for f in model.flavors]):
+            raise WorkloadError(f"--flavor: {model.name} has no flavor {args.flavor!r}; give one of {', '.join(names)}")
         flavor = model.flavor(args.flavor) if args.flavor else _requested_flavor(model, manifests[0])
         profiles_path = resolve_profiles(args.profiles, cluster_path, model)
         doc = load_profiles_file(profiles_path)

@@ -295,11 +295,14 @@ def _webhook_flag_errors(exc: ValueError) -> list[str]:
     """One line per bad webhook flag, naming the flag and what to give instead."""
     if not isinstance(exc, ValidationError):
         return [f"atoll run: webhook flags: {exc}"]
-    lines = []
-    for problem in exc.errors():
+    from topology import describe_validation_error
+
+    lines = []  # what the flag takes in plain words ("expected a number ≥ 0, got -3"), as the documents' errors say it
+    for problem, text in zip(exc.errors(), describe_validation_error("-", exc).splitlines(), strict=True):
         field = str(problem["loc"][0]) if problem["loc"] else ""
         flag = _WEBHOOK_FLAGS.get(field, field or "webhook flags")
-        lines.append(f"atoll run: {flag}: {str(problem['msg']).removeprefix('Value error, ')}")
+        said = text.removeprefix("-: ")
+        lines.append(f"atoll run: {flag}: {said.removeprefix(f'{field}: ') if len(problem['loc']) == 1 else said}")
     return lines
 
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from admission.cli._args import PARKING, Parser, quota_factor
+from admission.cli._args import PARKING, Parser, number, quota_factor
 from admission.cli._args import seed as first_seed
-from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown
+from admission.cli._bundled import TRACES, model_profiles, resolve_cluster, resolve_profiles, resolve_trace, shown, unreadable
 from admission.cli._simulate_report import Report, report
 from admission.simulator import (
     GPU_PERF_TAIL,
@@ -67,7 +67,7 @@ from admission.simulator import (
 from policies import ProfileLevelError, ProfilesError, load_profiles_file
 from topology import LINK_MODELS, ClusterModel, ClusterModelError, Snapshot, load_cluster_model
 
-__all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "with_gpu_perf"]
+__all__ = ["cluster_gpus", "load_workload", "main", "run_policies", "settings_check", "with_gpu_perf"]
 
 DEFAULT_JOBS = 1000
 DEFAULT_LOAD = 1.3
@@ -140,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--yield-back-when-fits", action="store_true",
                    help="an event that reaches a parked Workload that gave its quota back drops its need only if the placement "
                         "it was parked on fits now (the controller's --quota-yield-back-when-fits; default: any such event does)")
-    p.add_argument("--yield-turn-lead", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--yield-turn-lead", type=number(0), default=None, metavar="SECONDS",
                    help="from SECONDS before a reservation of its flavor is expected free, the first gang in line for one keeps "
                         "its quota and is given quota first (the controller's decisions.quota_yield_turn_lead_seconds)")
     p.add_argument("--yield-in-turn", action="store_true",
@@ -296,12 +296,16 @@ def _slicing(level: str | None, size: int | None, cluster: ClusterModel) -> Slic
     return slicing
 
 
-def _settings_check(scheduler: str | None, enforcement: str | None) -> None:
-    try:
-        chosen: dict[str, Any] = {"scheduler": scheduler, "enforcement": enforcement}
-        SimSettings(**{k: v for k, v in chosen.items() if v})
-    except (TypeError, ValueError) as exc:
-        raise PolicyError(f"--scheduler/--enforcement: {exc}") from None
+def settings_check(scheduler: str | None, enforcement: str | None) -> None:
+    """``--scheduler`` and ``--enforcement`` as the simulator checks them, a bad one named by its flag:
+    ``--scheduler: 'fastest' is not one of least-allocated, …``."""
+    for field, value in (("scheduler", scheduler), ("enforcement", enforcement)):
+        if value:
+            try:
+                chosen: dict[str, Any] = {field: value}
+                SimSettings(**chosen)
+            except (TypeError, ValueError) as exc:
+                raise PolicyError(f"--{field}: {str(exc).removeprefix(field + ': ')}") from None
 
 
 @dataclass(frozen=True)
@@ -327,6 +331,16 @@ def _plan(args: argparse.Namespace) -> _Plan:
         raise TraceError(f"--declared-runtime must be at least 1 (a factor over each job's runtime, e.g. 2), got {args.declared_runtime}")
     if fmt == "openb" and not args.nodes:
         raise TraceError("--trace-format openb needs --nodes NODE_LIST.csv (the trace's node list) besides --trace PODS.csv")
+    if fmt != "openb" and args.nodes:
+        raise TraceError(f"--nodes: only an openb trace has a node list (--trace-format openb); leave it out for {fmt}")
+    if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
+        raise TraceError(f"--plots: {args.plots} is a file; give a folder for the PNG plots (made if missing)")
+    try:
+        Path(args.plots).mkdir(parents=True, exist_ok=True) if args.plots else None
+    except OSError as exc:
+        raise TraceError(f"--plots: cannot make the folder {args.plots}: {exc.strerror or exc}") from None
+    if args.records and not Path(args.records).resolve().parent.is_dir():
+        raise TraceError(f"--records: the folder of {args.records} does not exist; make it or give a file in a folder that does")
     if fmt != "synthetic" and not args.trace:
         raise TraceError(f"--trace-format {fmt} needs --trace FILE")
     if args.quota_yield_max_seconds is not None and not args.quota_yield_max_seconds > 0:
@@ -336,8 +350,12 @@ def _plan(args: argparse.Namespace) -> _Plan:
     loads = parse_loads(args.load) if args.load is not None else ((DEFAULT_LOAD,) if fmt == "synthetic" else (None,))
     seeds = seeds_of(args.seed, args.seeds if args.seeds is not None else (DEFAULT_SEEDS if fmt == "synthetic" else 3))
     cost = _cost_params(args)
-    _settings_check(args.scheduler, args.enforcement)
+    settings_check(args.scheduler, args.enforcement)
     cluster_path = resolve_cluster(args.cluster)
+    problem = (unreadable("--trace", Path(args.trace) if args.trace else None) or unreadable("--cluster", cluster_path)
+               or unreadable("--profiles", resolve_profiles(args.profiles) if args.profiles else None))
+    if problem:
+        raise TraceError(problem)
     cluster = load_cluster_model(cluster_path)
     bundled = args.cluster is None or not Path(args.cluster).suffix  # a bundled name, not a file of its own
     gpu_perf = args.gpu_perf if args.gpu_perf is not None else (DEFAULT_GPU_PERF if bundled else None)
@@ -364,9 +382,6 @@ def _plan(args: argparse.Namespace) -> _Plan:
     baseline = args.baseline or ("kueue-bestfit" if "kueue-bestfit" in names else names[0])
     workload = WorkloadSpec(args.trace, fmt, args.nodes, args.jobs if args.jobs is not None else (DEFAULT_JOBS if fmt == "synthetic" else None))
     first_jobs = workload_jobs(cluster, workload, loads[0], seeds[0])  # bad rows fail here, with file and line
-    warning = too_few_jobs(first_jobs, loads)
-    if warning:
-        print(f"atoll simulate: warning: {warning}", file=sys.stderr)
     slicing = _slicing(args.slice_level, args.slice_size, cluster)
     sliced = sliced_jobs(slice_workload(prepare_workload(cluster, first_jobs), slicing, build_snapshots(cluster))) if slicing else 0
     spec = SweepSpec(cluster, workload, tuple(names), doc, loads, seeds, cost, gpu_perf, scheduler=args.scheduler,
@@ -379,12 +394,15 @@ def _plan(args: argparse.Namespace) -> _Plan:
                      yield_turn_lead=args.yield_turn_lead)
     if args.records and not any(n.startswith("atoll-") for n in names):
         raise PolicyError(f"--records: only Atoll's policies write decision records, and --policies has none ({', '.join(names)})")
+    warning = too_few_jobs(first_jobs, loads)
+    if warning:  # after every check, so that a bad flag is its one error line alone
+        print(f"atoll simulate: warning: {warning}", file=sys.stderr)
     return _Plan(spec, fmt, names, baseline, profiles_path, sliced)
 
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
-    args.trace = resolve_trace(args.trace)
+    given, args.trace = args.trace, resolve_trace(args.trace)
     t0 = time.perf_counter()
     try:
         plan = _plan(args)
@@ -400,7 +418,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"atoll simulate: --cohort: {exc}", file=sys.stderr)
         return 2
     except (TraceError, ClusterModelError, ProfilesError, PolicyError, ProfileLevelError, CostError) as exc:
-        print(f"atoll simulate: {exc}", file=sys.stderr)
+        said = str(exc).replace(args.trace, given) if given and args.trace and given != args.trace else str(exc)
+        print(f"atoll simulate: {said}", file=sys.stderr)  # a bundled trace as the user named it, not where it was installed
         return 2
     except RunFailed as exc:  # a run found admitted pods without room: report it, do not print numbers
         print(f"atoll simulate: simulation stopped: {exc}", file=sys.stderr)

@@ -150,6 +150,18 @@ class WorkloadView:
         return f"{self.namespace}/{self.queue_name}"
 
 
+_TAKES = {int: "a whole number", float: "a number", str: "a string", bool: "true or false", dict: "a mapping", list: "a list"}
+"""What a field of each type takes, said as what to write there (as the YAML documents' errors say it)."""
+
+
+def _wrong(at: str, kind: type | tuple[type, ...], value: Any) -> WorkloadError:
+    """``at: expected a whole number, got 'sixteen'``: what the field takes, then what was written."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    takes = " or ".join(_TAKES.get(k, k.__name__) for k in kinds)
+    given = repr(value) if isinstance(value, (str, int, float, bool)) and len(repr(value)) <= 60 else _TAKES.get(type(value), type(value).__name__)
+    return WorkloadError(f"{at}: expected {takes}, got {given}")
+
+
 def _get(obj: Any, key: str, where: str, kind: type | tuple[type, ...] = dict, default: Any = ...) -> Any:
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a mapping")
@@ -159,8 +171,7 @@ def _get(obj: Any, key: str, where: str, kind: type | tuple[type, ...] = dict, d
         return default
     value = obj[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise WorkloadError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+        raise _wrong(f"{where}.{key}", kind, value)
     return value
 
 
@@ -198,7 +209,7 @@ def _requirement(raw: Any, at: str, is_field: bool) -> NodeRequirement:
     values = _get(raw, "values", at, list, [])
     for j, v in enumerate(values):
         if not isinstance(v, str):
-            raise WorkloadError(f"{at}.values[{j}]: expected str, got {type(v).__name__}")
+            raise _wrong(f"{at}.values[{j}]", str, v)
     if not key:
         raise WorkloadError(f"{at}.key: must not be empty")
     if is_field:
@@ -228,7 +239,7 @@ def _node_constraint(spec: dict[str, Any], where: str) -> NodeConstraint | None:
     selector = []
     for k, v in raw_selector.items():
         if not isinstance(v, str):
-            raise WorkloadError(f"{where}.nodeSelector[{k}]: expected str, got {type(v).__name__}")
+            raise _wrong(f"{where}.nodeSelector[{k}]", str, v)
         selector.append((str(k), v))
     affinity = _get(spec, "affinity", where, dict, {})
     node_affinity = _get(affinity, "nodeAffinity", f"{where}.affinity", dict, {})

@@ -196,8 +196,8 @@ def format_comparison(cmp: Comparison, *, title: str = "") -> str:
     """One configuration: a row per policy, JCT and wait over the common jobs."""
     unit, scale = _time_unit(cmp.figures[cmp.baseline]["mean_jct_s"].mean or 0.0)
     common = cmp.figures[cmp.baseline]["common_jobs"]
-    foot = (f"JCT and wait over the {common.mean:,.0f} jobs every policy completed (mean of {len(cmp.seeds)} seeds"
-            f"{'' if len(cmp.seeds) > 1 else '; one seed: no intervals'}); ± = 95 % interval over seeds; Δ is paired per seed "
+    foot = (f"JCT and wait over the {common.mean:,.0f} jobs every policy completed "
+            f"({f'mean of {len(cmp.seeds)} seeds' if len(cmp.seeds) > 1 else 'one seed: no intervals'}); ± = 95 % interval over seeds; Δ is paired per seed "
             f"against {cmp.baseline}, a tie when its interval holds 0; † = rejected or unfinished jobs (own columns).")
     return _render(_header(unit, False), _rows(cmp, scale, False), title) + "\n" + foot
 

@@ -72,15 +72,16 @@ class SyntheticParams(BaseModel):
     @field_validator("size_mix")
     @classmethod
     def _mix(cls, mix: dict[int, float]) -> dict[int, float]:
+        # The error's location already names the field (``sizeMix: …``), so the messages do not.
         if not mix:
-            raise ValueError("sizeMix must list at least one GPU count")
+            raise ValueError("lists no GPU count; give at least one, e.g. {8: 1}")
         for gpus, weight in mix.items():
             if gpus < 1:
-                raise ValueError(f"sizeMix: GPU count {gpus} must be ≥ 1")
+                raise ValueError(f"GPU count {gpus} must be ≥ 1")
             if not weight >= 0:
-                raise ValueError(f"sizeMix[{gpus}]: weight {weight} must be ≥ 0")
+                raise ValueError(f"GPU count {gpus}: weight {weight} must be ≥ 0")
         if sum(mix.values()) <= 0:
-            raise ValueError("sizeMix: weights must not all be 0")
+            raise ValueError("weights must not all be 0; give one GPU count a weight > 0")
         return mix
 
     @field_validator("priority", mode="before")
@@ -89,7 +90,7 @@ class SyntheticParams(BaseModel):
         if isinstance(value, dict):
             for gpus, p in value.items():
                 if isinstance(p, bool) or not isinstance(p, int) or not PRIORITY_MIN <= p <= PRIORITY_MAX:
-                    raise ValueError(f"priority[{gpus}]: {p!r} must be a whole number in [{PRIORITY_MIN}, {PRIORITY_MAX}] "
+                    raise ValueError(f"GPU count {gpus}: {p!r} must be a whole number in [{PRIORITY_MIN}, {PRIORITY_MAX}] "
                                      "(Kueue's int32 spec.priority)")
         return value
 

@@ -351,6 +351,9 @@ def _synthetic_params(path: StrPath) -> SyntheticParams:
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise TraceError(f"{name}: {describe_yaml_error(exc)}") from exc
+    if isinstance(data, dict) and "profiles" in data:
+        raise TraceError(f"{name}: a profiles document (it has profiles:), not synthetic parameters; give it with --profiles, "
+                         "and --trace a file of sizeMix, arrivalRatePerHour, … (config/streams/small-jobs-with-gangs.yaml)")
     try:
         return SyntheticParams.model_validate(data or {})
     except ValidationError as exc:  # the first problem, on one line as the profiles document's read

@@ -83,6 +83,21 @@ def test_a_wrong_type_or_range_says_what_the_field_takes(data: dict[str, object]
     assert describe_validation_error("knobs.yaml", err.value, data).splitlines() == [line]
 
 
+def test_a_bad_key_of_a_mapping_is_named_as_a_key_under_its_mapping() -> None:
+    """Pydantic locates a key that failed at ``(field, key, '[key]')``: the line names the mapping once
+    and the key as what was given, not ``sizes.a.[key]: …, got 'a'``."""
+    class Sizes(BaseModel):
+        sizes: dict[int, float] = {}
+
+    data = {"sizes": {"a": 1.0, 2: "x"}}
+    with pytest.raises(ValidationError) as err:
+        Sizes.model_validate(data)
+    assert describe_validation_error("sizes.yaml", err.value, data).splitlines() == [
+        "sizes.yaml: sizes: key 'a': expected a whole number",
+        "sizes.yaml: sizes[2]: expected a number, got 'x'",
+    ]
+
+
 def test_a_missing_key_is_said_to_be_required() -> None:
     class Named(BaseModel):
         name: str

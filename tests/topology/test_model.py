@@ -61,6 +61,39 @@ def test_bad_model_files_name_the_field(tmp_path: Path, text: str, needle: str) 
     assert needle in str(err.value) and "bad.yaml" in str(err.value)
 
 
+FLAVOR = "name: x\nflavors:\n- name: a\n  topology: t\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("  levels: [{label: 'rack id'}]\n  nodes: [{name: n}]\n",
+         "flavors[a].levels[0].label: 'rack id' is not a Kubernetes label key: [prefix/]name"),
+        ("  levels: [{label: r}]\n  nodeLabels: {'pool!': x}\n  nodes: [{name: n}]\n",
+         "flavors[a].nodeLabels: 'pool!' is not a Kubernetes label key: [prefix/]name"),
+        ("  levels: [{label: r}]\n  nodes: [{name: n, labels: {r: 'rack 1'}}]\n",
+         "flavors[a].nodes[n].labels: r: 'rack 1' is not a Kubernetes label value: empty, or at most 63 letters"),
+        ("  levels: [{label: r}]\n  nodes: [{name: n, labels: {example.com/r: " + "x" * 64 + "}}]\n",
+         "flavors[a].nodes[n].labels: example.com/r: '" + "x" * 64 + "' is not a Kubernetes label value"),
+    ],
+)
+def test_a_label_no_node_could_carry_is_one_line_naming_where(tmp_path: Path, text: str, line: str) -> None:
+    """Before, a model with a label key or value Kubernetes refuses loaded, and placed onto nodes that cannot exist."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(FLAVOR + text)
+    with pytest.raises(ClusterModelError) as err:
+        load_cluster_model(path)
+    assert len(str(err.value).splitlines()) == 1 and str(err.value).startswith(f"{path}: {line}"), str(err.value)
+
+
+def test_kubernetes_label_forms_are_taken(tmp_path: Path) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text(FLAVOR + "  levels: [{label: example.com/rack}, {label: kubernetes.io/hostname}]\n"
+                    "  nodeLabels: {node.kubernetes.io/instance-type: p5.48xlarge, empty: ''}\n"
+                    "  nodes: [{name: n, allocatable: {cpu: 1}, labels: {example.com/rack: r-1_a.b, kubernetes.io/hostname: n}}]\n")
+    assert load_cluster_model(path).flavors[0].node_labels["empty"] == ""
+
+
 def test_quantities() -> None:
     assert parse_cpu_milli("500m") == 500 and parse_cpu_milli(2) == 2000
     assert parse_memory_mib("1Gi") == 1024 and parse_memory_mib("1G") == 954

@@ -26,9 +26,10 @@ def test_a_missed_goal_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert "FAIL decide:" in capsys.readouterr().out
 
 
-def test_too_few_nodes_is_refused_with_the_field_named(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--nodes", "5"]) == 2
-    assert "--nodes must be ≥ 18" in capsys.readouterr().err
+def test_json_output_is_one_json_document_with_no_log_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    """The controller's start-up logs go to stderr: ``--format json`` stdout parses whole."""
+    assert main(["--nodes", "72", "--pending", "5", "--decisions", "5", "--format", "json", "--goal-p99-ms", "1e9"]) == 0
+    assert json.loads(capsys.readouterr().out)["decisions"] == 5
 
 
 def test_with_workloads_waiting_for_quota_the_owed_gangs_are_read_before_each_decision(capsys: pytest.CaptureFixture[str]) -> None:

@@ -159,6 +159,20 @@ def test_unknown_binding_is_refused_naming_the_choices(capsys: pytest.CaptureFix
     assert "fastest" in err and "least-allocated" in err
 
 
+@pytest.mark.parametrize(("argv", "line"), [
+    (["--policies", "kueue-bestfit,atoll-costed-floor-q"], "--policies: unknown policy 'atoll-costed-floor-q'; choose from count-only, "
+     "random, kueue-bestfit, kueue-required, atoll-costed, atoll-costed-floor, atoll-elastic, atoll-strict"),
+    (["--profiles", "no-such-profiles.yaml"], "--profiles: no-such-profiles.yaml: cannot read: No such file or directory"),
+    (["--records", "no-such-folder/records.jsonl"],
+     "--records: the folder of no-such-folder/records.jsonl does not exist; make it or give a file in a folder that does"),
+])
+def test_an_unknown_policy_or_unreadable_profiles_is_one_line_before_any_run(argv: list[str], line: str,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a traceback after the runs of the policies before it: checked before the sweep starts."""
+    assert bq.main(["--skip-scale", "--skip-binding", "--skip-sensitivity", *argv]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"atoll bench quality: {line}"]
+
+
 def test_kept_share_is_each_model_s_advantage_over_exact_s() -> None:
     from types import SimpleNamespace
 

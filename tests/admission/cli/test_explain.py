@@ -185,3 +185,9 @@ def test_a_span_is_priced_now_with_atoll_runs_cost_flags_or_their_variables(fabr
         now()
     err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("{")]  # not a log line left by an earlier test
     assert exc.value.code == 2 and len(err) == 1 and "--link-model" in err[0] and "'mesh'" in err[0], err
+
+
+def test_a_records_file_that_cannot_be_read_is_named_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
+    """The input's own error, one line naming the flag, not a cluster-credentials error that hides it."""
+    assert main(["team-a/train", "--kubeconfig", "no-such-kubeconfig", "--records", "no-such-records.jsonl"]) == 2
+    assert capsys.readouterr().err == "atoll explain: --records: no-such-records.jsonl: cannot read: No such file or directory\n"

@@ -37,15 +37,26 @@ def test_place_strict_waits_on_a_busy_cluster(capsys: pytest.CaptureFixture[str]
     [
         (["--cluster", "no-such-cluster"], "--cluster: 'no-such-cluster' is neither a file nor a bundled cluster model; give a model file or one of "
                                            "dgx-h100-superpod, gb200-nvl72-superpod, mixed-a100-h100, mixed-accelerators"),
-        (["--cluster", "no-such-cluster.yaml"], "no-such-cluster.yaml: cannot read"),
+        (["--cluster", "no-such-cluster.yaml"], "--cluster: no-such-cluster.yaml: cannot read: No such file or directory"),
+        (["--profiles", "no-such-profiles.yaml"], "--profiles: no-such-profiles.yaml: cannot read: No such file or directory"),
         (["--profile", "gold"], "--profile: 'gold' is not a profile of config/profiles.yaml (have ['costed', 'costed-floor', 'elastic', 'strict']); "
                                 "name one of them or add it to that document"),
-        (["--flavor", "tpu"], "no flavor 'tpu'"),
+        (["--flavor", "tpu"], "--flavor: gb200-nvl72-superpod has no flavor 'tpu'; give one of gb200"),
     ],
 )
 def test_place_bad_input_exits_2_with_a_named_error(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["place", "--workload", str(EXAMPLES / "training-job.yaml"), *args]) == 2
-    assert needle in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert needle in err and len(err.splitlines()) == 1
+
+
+def test_a_missing_workload_file_or_a_negative_seed_is_named_by_its_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["place", "--workload", "no-such-job.yaml"]) == 2
+    assert capsys.readouterr().err == "atoll place: --workload: no-such-job.yaml: cannot read: No such file or directory\n"
+    with pytest.raises(SystemExit) as exc:
+        main(["place", "--workload", str(EXAMPLES / "training-job.yaml"), "--occupancy", "0.5", "--seed", "-1"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err == "atoll place: --seed: expected a whole number ≥ 0, got -1 (atoll place --help lists the options)\n"
 
 
 def test_an_unknown_profile_annotation_names_the_file_the_annotation_and_the_profiles_document(tmp_path: Path,
@@ -99,6 +110,19 @@ def test_a_bad_topology_annotation_is_an_input_error_not_a_decision(tmp_path: Pa
     assert captured.err.startswith(f"atoll place: {bad}: invalid topology annotations: ") and needle in captured.err
 
 
+@pytest.mark.parametrize(("old", "new", "line"), [
+    ("parallelism: 16", "parallelism: sixteen", "spec.parallelism: expected a whole number, got 'sixteen'"),
+    ("  template:", "  template: 5\n  unused:", "spec.template: expected a mapping, got 5"),
+])
+def test_a_wrong_typed_field_says_what_it_takes_and_what_was_written(tmp_path: Path, old: str, new: str, line: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """As the YAML documents' errors say it ("expected a whole number, got 'sixteen'"), not Python's type names."""
+    bad = tmp_path / "job.yaml"
+    bad.write_text((EXAMPLES / "training-job.yaml").read_text().replace(old, new))
+    assert main(["place", "--workload", str(bad)]) == 2
+    assert capsys.readouterr().err == f"atoll place: {bad}: {line}\n"
+
+
 def test_place_bad_workload_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "job.yaml"
     bad.write_text("kind: Job\nmetadata: {name: j}\nspec:\n  parallelism: 2\n  template:\n    spec:\n      containers: []\n")
@@ -136,8 +160,10 @@ def test_bench_finder_with_uniform_perf_requests_still_matches_the_reference(cap
                  "--format", "json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["identical"] is True and row["uniform_perf_share"] == 1.0
-    assert main(["bench", "finder", "--uniform-perf", "2"]) == 2
-    assert "--uniform-perf: a share from 0 to 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "finder", "--uniform-perf", "2"])
+    assert exc.value.code == 2
+    assert "--uniform-perf: expected a number from 0 to 1, got 2" in capsys.readouterr().err
 
 
 def test_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -215,7 +215,9 @@ def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(cap
     assert build_webhook_settings(args).timeout_seconds == 12
     assert main(["--webhook-timeout-seconds", "31", "--kubeconfig", "/nonexistent"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("atoll run: --webhook-timeout-seconds: "), err
+    assert err == ["atoll run: --webhook-timeout-seconds: expected a number ≤ 30, got 31"], err  # plain words, not pydantic's
+    assert main(["--webhook-port", "-3", "--kubeconfig", "/nonexistent"]) == 2
+    assert capsys.readouterr().err == "atoll run: --webhook-port: expected a number ≥ 0, got -3\n"
 
 
 def test_the_webhook_counts_the_accelerator_resources_it_is_given_and_refuses_a_bad_name(capsys: pytest.CaptureFixture[str]) -> None:

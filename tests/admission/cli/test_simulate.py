@@ -279,7 +279,8 @@ def test_json_carries_common_set_and_all_jobs_figures_per_load(capsys: pytest.Ca
         (["--seeds", "0"], "--seeds must be ≥ 1"),
         (["--load", "0.8,x"], "--load: 'x' is not a number"),
         (["--baseline", "kueue-bestfit", "--policies", "atoll-strict"], "--baseline: 'kueue-bestfit' is not among --policies"),
-        (["--scheduler", "fastest"], "--scheduler/--enforcement: scheduler: 'fastest' is not one of"),
+        (["--scheduler", "fastest"], "--scheduler: 'fastest' is not one of least-allocated"),
+        (["--enforcement", "pinned"], "--enforcement: 'pinned' is not one of domain, exact"),
     ],
 )
 def test_bad_sweep_and_cost_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -323,7 +324,41 @@ def test_sliced_jobs_are_counted_and_every_policy_completes_them(capsys: pytest.
 )
 def test_bad_slice_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str], cluster: str, argv: list[str], message: str) -> None:
     assert main(["--cluster", cluster, "--jobs", "10", *argv]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.splitlines()) == 1, err  # the error alone: no "too few jobs" warning before it
+
+
+def test_a_profiles_document_given_as_a_stream_says_which_flag_takes_it(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """config/streams holds one profiles document beside the streams; given to --trace, the error names the
+    file as the user wrote it (a bundled copy, outside a clone) and the flag it belongs to."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--trace", "config/streams/preempting-profiles.yaml", "--trace-format", "synthetic", "--jobs", "10"]) == 2
+    assert capsys.readouterr().err.startswith("atoll simulate: config/streams/preempting-profiles.yaml: a profiles document "
+                                              "(it has profiles:), not synthetic parameters; give it with --profiles")
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--nodes", "nodes.csv"], "--nodes: only an openb trace has a node list (--trace-format openb); leave it out for synthetic"),
+        (["--plots", "a-file"], "--plots: a-file is a file; give a folder for the PNG plots (made if missing)"),
+        (["--records", "no-such-folder/records.jsonl"],
+         "--records: the folder of no-such-folder/records.jsonl does not exist; make it or give a file in a folder that does"),
+        (["--profiles", "no-such-profiles.yaml"], "--profiles: no-such-profiles.yaml: cannot read: No such file or directory"),
+        (["--cluster", "no-such-cluster.yaml"], "--cluster: no-such-cluster.yaml: cannot read: No such file or directory"),
+        (["--trace", "no-such-trace.csv"], "--trace: no-such-trace.csv: cannot read: No such file or directory"),
+    ],
+)
+def test_a_bad_path_or_an_ignored_flag_is_one_line_naming_the_flag(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, argv: list[str], line: str) -> None:
+    """Before, --nodes without an openb trace was silently ignored, and a --plots file or a --records
+    folder that does not exist ended the run in a traceback after the simulation."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    assert main(["--jobs", "10", "--seeds", "1", "--workers", "1", *argv]) == 2
+    assert capsys.readouterr().err == f"atoll simulate: {line}\n"
 
 
 def test_too_few_jobs_for_the_load_are_named_with_the_jobs_that_would_do() -> None:
@@ -611,3 +646,9 @@ def test_a_profiles_document_without_the_default_policies_profiles_says_to_give_
                            "give --policies")
     assert atoll(["simulate", "--profiles", str(doc), "--jobs", "20", "--seeds", "1", "--policies", "atoll-elastic"]) == 2
     assert "give --policies" not in capsys.readouterr().err  # the user named the policy: the plain message
+
+
+def test_the_table_of_one_seed_says_so_without_a_mean_of_1_seeds(capsys: pytest.CaptureFixture[str], cluster: str) -> None:
+    assert main(["--cluster", cluster, "--jobs", "20", "--seeds", "1", "--workers", "1", "--policies", "kueue-bestfit,atoll-strict"]) == 0
+    out = capsys.readouterr().out
+    assert "every policy completed (one seed: no intervals)" in out and "1 seeds" not in out

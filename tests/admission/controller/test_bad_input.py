@@ -103,4 +103,4 @@ def test_a_workload_without_readable_metadata_is_rejected_not_raised() -> None:
     cache.set_profiles(load_profiles("profiles: {strict: {}}\ndefaultProfile: strict\n"))
     verdict = Decider(cache, Ledger("nvidia.com/gpu"), Settings()).evaluate(
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": True, "spec": None}, "d1", 0.0)
-    assert verdict.outcome == "reject" and "workload.metadata: expected dict, got bool" in verdict.message
+    assert verdict.outcome == "reject" and "workload.metadata: expected a mapping, got True" in verdict.message

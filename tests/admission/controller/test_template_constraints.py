@@ -73,7 +73,7 @@ def test_selector_and_affinity_become_the_podsets_own_constraint() -> None:
         ({"matchFields": [{"key": "metadata.labels", "operator": "In", "values": ["x"]}]},
          "nodeSelectorTerms[0].matchFields[0].key: 'metadata.labels' is not a supported field"),
         ({"matchFields": [{"key": "metadata.name", "operator": "Exists"}]}, "matchFields[0].operator: 'Exists' is not In or NotIn"),
-        ({"matchExpressions": {"key": "pool"}}, "nodeSelectorTerms[0].matchExpressions: expected list"),
+        ({"matchExpressions": {"key": "pool"}}, "nodeSelectorTerms[0].matchExpressions: expected a list, got a mapping"),
     ],
 )
 def test_bad_affinity_names_the_field(term: dict[str, Any], message: str) -> None:
@@ -85,7 +85,7 @@ def test_bad_affinity_names_the_field(term: dict[str, Any], message: str) -> Non
 def test_affinity_without_terms_and_bad_selector_values_name_the_field() -> None:
     with pytest.raises(WorkloadError, match=r"requiredDuringSchedulingIgnoredDuringExecution\.nodeSelectorTerms: must have at least one term"):
         parse_workload(_workload(_podset("a", **_affinity())))
-    with pytest.raises(WorkloadError, match=r"spec\.podSets\[0\]\.template\.spec\.nodeSelector\[pool\]: expected str, got int"):
+    with pytest.raises(WorkloadError, match=r"spec\.podSets\[0\]\.template\.spec\.nodeSelector\[pool\]: expected a string, got 3"):
         parse_workload(_workload(_podset("a", nodeSelector={"pool": 3})))
 
 

@@ -83,7 +83,7 @@ def test_params_accept_camel_case_and_reject_bad_values() -> None:
     assert p.size_mix == {2: 1.0, 4: 3.0} and p.max_gpus == 64
     assert SyntheticParams().size_mix == DEFAULT_SIZE_MIX
     bad = [
-        ({"size_mix": {}}, "sizeMix must list at least one GPU count"),
+        ({"size_mix": {}}, "lists no GPU count"),
         ({"size_mix": {0: 1.0}}, "GPU count 0 must be ≥ 1"),
         ({"size_mix": {8: 0.0}}, "weights must not all be 0"),
         ({"size_mix": {16: 1.0}, "max_gpus": 8}, "no weight at or below maxGPUs (8)"),
@@ -139,8 +139,8 @@ def test_a_priority_per_gpu_count_changes_no_draw_and_leaves_the_other_sizes_at_
 
 
 @pytest.mark.parametrize(("priority", "message"), [({48: 1}, "priority: GPU count 48 is not in sizeMix (1, 64)"),
-                                                   ({64: "high"}, "priority[64]: 'high' must be a whole number"),
-                                                   ({64: 2**31}, "priority[64]: 2147483648 must be a whole number in [-2147483648, 2147483647]")])
+                                                   ({64: "high"}, "GPU count 64: 'high' must be a whole number"),
+                                                   ({64: 2**31}, "GPU count 64: 2147483648 must be a whole number in [-2147483648, 2147483647]")])
 def test_a_bad_priority_is_refused_naming_the_field(priority: dict[int, object], message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         SyntheticParams.model_validate({"sizeMix": {1: 1, 64: 1}, "priority": priority})

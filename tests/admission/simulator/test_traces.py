@@ -222,6 +222,31 @@ def test_read_trace_dispatches_and_keeps_the_first_n(tmp_path: Path) -> None:
         read_trace(None, "itp")
 
 
+@pytest.mark.parametrize(("text", "line"), [
+    ("sizeMix: {4: -1}", "syn.yaml: sizeMix: GPU count 4: weight -1.0 must be ≥ 0"),
+    ("sizeMix: {0: 1}", "syn.yaml: sizeMix: GPU count 0 must be ≥ 1"),
+    ("sizeMix: {}", "syn.yaml: sizeMix: lists no GPU count; give at least one, e.g. {8: 1}"),
+    ("sizeMix: {8: 0}", "syn.yaml: sizeMix: weights must not all be 0; give one GPU count a weight > 0"),
+    ("sizeMix: {eight: 1}", "syn.yaml: sizeMix: key 'eight': expected a whole number"),
+    ("sizeMix: {8: lots}", "syn.yaml: sizeMix[8]: expected a number, got 'lots'"),
+    ("sizeMix: {1: 1, 64: 1}\npriority: {64: high}",
+     "syn.yaml: priority: GPU count 64: 'high' must be a whole number in [-2147483648, 2147483647] (Kueue's int32 spec.priority)"),
+    ("sizeMix: {1: 1, 64: 1}\npriority: {big: 1}", "syn.yaml: priority: key 'big': expected a whole number"),
+])
+def test_a_bad_synthetic_parameter_is_one_line_naming_its_path_once(tmp_path: Path, text: str, line: str) -> None:
+    with pytest.raises(TraceError) as err:
+        read_trace(write(tmp_path, "syn.yaml", text + "\n"), "synthetic", n=5)
+    said = str(err.value).removeprefix(f"{tmp_path}{os.sep}")
+    assert said == line
+    field = line.split(": ")[1].split("[")[0]
+    assert len(re.findall(rf"\b{field}[:\[]", said)) == 1  # the path once, not "sizeMix: sizeMix[4]: …"
+
+
+def test_a_profiles_document_is_not_taken_for_synthetic_parameters(tmp_path: Path) -> None:
+    with raises("syn.yaml: a profiles document (it has profiles:), not synthetic parameters; give it with --profiles"):
+        read_trace(write(tmp_path, "syn.yaml", "defaultProfile: strict\nprofiles: {strict: {}}\n"), "synthetic", n=5)
+
+
 def test_read_trace_synthetic_takes_params_from_a_file_or_an_object(tmp_path: Path) -> None:
     params = write(tmp_path, "syn.yaml", "arrivalRatePerHour: 120\nsizeMix: {8: 1}\ninferenceShare: 0\n")
     jobs = read_trace(params, "synthetic", n=50, seed=3)
@@ -230,8 +255,6 @@ def test_read_trace_synthetic_takes_params_from_a_file_or_an_object(tmp_path: Pa
     assert jobs == same == synthetic_jobs(50, 3, 8, SyntheticParams.model_validate({"arrivalRatePerHour": 120, "sizeMix": {8: 1}, "inferenceShare": 0}))
     as_json = write(tmp_path, "syn.json", '{"sizeMix": {"8": 1}, "arrivalRatePerHour": 120, "inferenceShare": 0}')
     assert read_trace(as_json, "synthetic", n=50, seed=3) == jobs
-    with raises("syn.yaml: sizeMix: sizeMix[4]: weight -1.0 must be ≥ 0"):
-        read_trace(write(tmp_path, "syn.yaml", "sizeMix: {4: -1}\n"), "synthetic", n=5)
     with raises("syn.yaml: arrivalRate: unknown key"):
         read_trace(write(tmp_path, "syn.yaml", "arrivalRate: 3\n"), "synthetic", n=5)
     with raises("syn.yaml: sizeMx: unknown key; did you mean 'sizeMix'? (known: arrivalRatePerHour, commFraction,"):

@@ -725,7 +725,7 @@ def test_unreadable_scenarios(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_unknown_baseline_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["kueue-worstfit", write(tmp_path, SMALL)]) == 2
-    assert "baseline: expected one of 'kueue-bestfit', got 'kueue-worstfit'" in capsys.readouterr().err
+    assert "BASELINE: expected one of 'kueue-bestfit', got 'kueue-worstfit'" in capsys.readouterr().err
     assert main([]) == 2
 
 

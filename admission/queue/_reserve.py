@@ -64,7 +64,7 @@ import numpy as np
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator, latest_ends
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "backfills_now", "choose_target", "free_at", "restore", "should_move", "window_later"]
+__all__ = ["Reservation", "Reservations", "backfills_now", "choose_target", "free_at", "nodes_changed", "restore", "should_move", "window_later"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +286,7 @@ class Reservations:
             now = self.held_by(h)
             if now is None or h in self._no_quota:
                 continue
-            if (now.flavor, now.nodes, now.capture) != (before.flavor, before.nodes, before.capture) or window_later(before, now):
+            if nodes_changed(before, now) or window_later(before, now):
                 out.append((before, now))
         self._was.clear()
         return sorted(out, key=lambda p: (p[0].flavor, p[0].since, p[0].holder))
@@ -359,6 +359,12 @@ class Reservations:
         free = snapshot.free[:, 0]
         return sum(min(g, int(free[snapshot.node_index[n]])) for _, held in self.holding(flavor, snapshot) for n, g in held.items()
                    if n in snapshot.node_index)
+
+
+def nodes_changed(before: Reservation, now: Reservation) -> bool:
+    """``now`` (the same holder's reservation, replaced) holds other nodes than ``before``: on
+    another flavor, other nodes, or captured differently, so what ``before`` held may be free."""
+    return (now.flavor, now.nodes, now.capture) != (before.flavor, before.nodes, before.capture)
 
 
 def window_later(before: Reservation, now: Reservation) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Iterable
 
 import numpy as np
 
-from admission.queue._reserve import Reservation, Reservations, backfills_now, window_later
+from admission.queue._reserve import Reservation, Reservations, backfills_now, nodes_changed, window_later
 from admission.queue._room import Need, WaitingRoom
 from topology import Snapshot
 
@@ -78,7 +78,7 @@ def wake_released(room: WaitingRoom | None, reservations: Reservations, room_now
     decision, the simulator after each instant's passes: the same rule at the same moments."""
     taken = reservations.take_ended()
     changed = reservations.take_moved()
-    moved = [(b, n) for b, n in changed if (b.flavor, b.nodes, b.capture) != (n.flavor, n.nodes, n.capture)]
+    moved = [(b, n) for b, n in changed if nodes_changed(b, n)]
 
     def held(flavor: str, snapshot: Snapshot) -> Iterable[str]:
         kept = reservations.holding(flavor, snapshot)

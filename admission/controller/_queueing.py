@@ -39,7 +39,7 @@ from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
 __all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "join_line", "max_execution_seconds",
-           "priority_of", "queue_turn", "reserve_deadline", "suspended_note"]
+           "priority_of", "queue_name_of", "queue_turn", "reserve_deadline", "suspended_note"]
 
 SpanCost = Callable[[Snapshot, Decision], "float | None"]
 """The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""
@@ -89,7 +89,7 @@ def behind_gang(outlook: Outlook | None, profile: Profile, key: str, obj: Mappin
         return None
     gang = outlook.owed.ahead(cluster_queue, flavor, key, priority_of(obj), created)
     if gang is not None and profile.queueing.hold_backfill:
-        est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
+        est = outlook.estimator.estimate(queue_name_of(obj), gpus, max_execution_seconds(obj))
         starts = gang_start(gang.gpus, free_gpus, outlook.on(flavor), outlook.estimator, now)
         if ends_before_gang(None if est is None else est.seconds, starts, now):
             return None
@@ -108,7 +108,7 @@ def join_line(outlook: Outlook, key: str, flavor: str, specs: Sequence[PodSetSpe
     else:
         created = created_at(obj)
         since = created if created is not None else wait.first_waited_at if wait.first_waited_at is not None else now
-    outlook.queued.waits(key, Waiter(flavor, gpus, per_pod, priority_of(obj), since, _queue_of(obj), max_execution_seconds(obj)))
+    outlook.queued.waits(key, Waiter(flavor, gpus, per_pod, priority_of(obj), since, queue_name_of(obj), max_execution_seconds(obj)))
 
 
 def hold_reservations(outlook: Outlook | None, shared: Snapshot, snap: Snapshot, flavor: str, key: str, obj: Mapping[str, Any],
@@ -234,7 +234,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         usable = _at_floor(snap, class_floor)
         best = soonest(outlooks if per_pod <= 1 and usable is snap else
                        domain_outlook(usable, level, gpus, running, outlook.estimator, now, blocked, per_pod=per_pod))
-        est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
+        est = outlook.estimator.estimate(queue_name_of(obj), gpus, max_execution_seconds(obj))
         span: Found | None = None
         searched = False
         mark = stamp() if stamp is not None and span_cost is not None else None
@@ -272,7 +272,7 @@ def queue_turn(outlook: Outlook, key: str, snap: Snapshot, specs: Sequence[PodSe
         at_level = _floor_level(profile, snap, decision, level)
         best = soonest(domain_outlook(fast, at_level, gpus, running, outlook.estimator, now, blocked,
                                       per_pod=per_pod))  # in whole pods: GPUs free in scraps too small for one are no room
-        est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
+        est = outlook.estimator.estimate(queue_name_of(obj), gpus, max_execution_seconds(obj))
         wait_s, error, where, ahead, alone = _expected_wait(outlook, key, fast, at_level, gpus, per_pod, running, now, blocked, best,
                                                            q.wait_counts_queue)
         turn.floor = weigh(wait_s, error, where, slowdown, None if est is None else est.seconds, 0.0 if est is None else est.error,
@@ -364,7 +364,8 @@ def _admitted_in(obj: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def _queue_of(obj: Mapping[str, Any]) -> str | None:
+def queue_name_of(obj: Mapping[str, Any]) -> str | None:
+    """The Workload's LocalQueue, ``namespace/spec.queueName`` (runtimes are learned per queue); None if either is unset."""
     meta = obj.get("metadata")
     spec = obj.get("spec")
     ns = meta.get("namespace") if isinstance(meta, Mapping) else None

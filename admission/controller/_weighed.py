@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from admission.controller._queueing import QueueTurn, _queue_of, max_execution_seconds
+from admission.controller._queueing import QueueTurn, max_execution_seconds, queue_name_of
 from admission.queue import Outlook, wait_basis
 from policies import PodSetSpec
 from topology import Snapshot
@@ -27,7 +27,7 @@ def weighing_records(outlook: Outlook, turn: QueueTurn, snap: Snapshot, obj: Map
     if not weighed:
         return []
     gpus = sum(s.count * s.per_pod.gpu for s in specs)
-    est = outlook.estimator.estimate(_queue_of(obj), gpus, max_execution_seconds(obj))
+    est = outlook.estimator.estimate(queue_name_of(obj), gpus, max_execution_seconds(obj))
     runtime = None if est is None else "limit" if est.source == "limit" else "learned"
     running = outlook.running_on(snap.flavor)
     return [w.as_record(snap.flavor, wait_basis(snap, w.domain, w.wait_s, running, outlook.estimator, now), runtime) for w in weighed]

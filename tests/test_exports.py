@@ -48,7 +48,7 @@ EXPECTED = {
         "Candidate", "Gang", "Plan", "QueueRules", "plan_preemption",
         "NO_HINTS", "REASONS", "SIZE_BANDS", "Block", "Held", "QueueHints", "draining_domains", "largest_block", "plain_reason", "size_band",
         "DomainOutlook", "Estimate", "Outlook", "OwedGang", "OwedGangs", "Reservation", "Reservations", "Running", "RuntimeEstimator", "WaitOrSpan",
-        "choose_target", "domain_outlook", "free_at", "restore", "should_move", "soonest", "wake_freed", "wake_released", "wake_suspended", "weigh", "SpanPrices", "span_stamp",
+        "choose_target", "domain_outlook", "free_at", "should_move", "soonest", "wake_freed", "wake_released", "wake_suspended", "weigh", "SpanPrices", "span_stamp",
         "MAX_AHEAD", "Queued", "QueuedStart", "Waiter", "queued_start",
         "QueueCost", "span_queue_cost", "ends_before_gang", "gang_start", "wait_basis",
     },

@@ -11,7 +11,7 @@ from admission.queue._linecost import QueueCost, span_queue_cost
 from admission.queue._outlook import Outlook
 from admission.queue._owed import OwedGang, OwedGangs, ends_before_gang, gang_start
 from admission.queue._preempt import Candidate, Gang, Plan, QueueRules, plan_preemption
-from admission.queue._reserve import Reservation, Reservations, choose_target, free_at, restore, should_move
+from admission.queue._reserve import Reservation, Reservations, choose_target, free_at, should_move
 from admission.queue._room import Need, WaitingRoom
 from admission.queue._seeing import NO_HINTS, REASONS, SIZE_BANDS, Block, Held, QueueHints, draining_domains, largest_block, plain_reason, size_band
 from admission.queue._waitspan import SpanPrices, WaitOrSpan, span_stamp, wait_basis, weigh
@@ -57,7 +57,6 @@ __all__ = [
     "plain_reason",
     "plan_preemption",
     "queued_start",
-    "restore",
     "settle_givers",
     "should_move",
     "size_band",

@@ -64,7 +64,7 @@ import numpy as np
 from admission.queue._estimate import DomainOutlook, Running, RuntimeEstimator, latest_ends
 from topology import Snapshot
 
-__all__ = ["Reservation", "Reservations", "backfills_now", "choose_target", "free_at", "nodes_changed", "restore", "should_move", "window_later"]
+__all__ = ["Reservation", "Reservations", "backfills_now", "choose_target", "free_at", "nodes_changed", "should_move", "window_later"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,8 +458,3 @@ def should_move(held: Reservation, target: Reservation, outlooks: Sequence[Domai
     own_free = own.free_at if own is not None and own.free_at is not None else math.inf
     return own_free > target.expected_free + margin
 
-
-def restore(reservations: Reservations, found: Mapping[str, str], limit: int) -> int:
-    """Rebuild ``reservations`` from what the API holds (holder → ``encode`` text), oldest first; the count restored."""
-    decoded = [r for r in (Reservation.decode(h, t) for h, t in sorted(found.items())) if r is not None]
-    return sum(reservations.add(r, limit) for r in sorted(decoded, key=lambda r: (r.since, r.holder)))

@@ -235,6 +235,27 @@ def test_reservations_are_bounded_per_flavor_before_and_after_a_restart(fabric: 
     assert [r.holder for r in mine(fabric, again)] == [f"{fabric.ns}/gang"]
 
 
+def test_a_reservation_unreadable_on_its_workload_is_not_held_after_a_restart_and_its_gang_reserves_afresh(fabric: Fabric) -> None:
+    ctrl = reserving(fabric)
+    key = f"{fabric.ns}/gang"
+    held = ctrl.queue_state.outlook.reservations.held_by(key)
+    assert held is not None
+    ctrl.stop()
+    cond = condition(fabric, "gang", RESERVED_CONDITION)
+    assert cond is not None
+    apply_workload_status(fabric.custom, fabric.ns, "gang", {"conditions": [{**cond, "message": "{not json"}]}, manager="someone")
+    again = fabric.controller()
+    again.sync()
+    assert mine(fabric, again) == []  # nothing guessed from what it cannot read
+    fabric.requeue("gang")
+    (gang,) = run(again)
+    assert gang.outcome == "wait"
+    renewed = again.queue_state.outlook.reservations.held_by(key)
+    assert renewed is not None and (renewed.path, renewed.nodes) == (held.path, held.nodes)  # the same clique, reserved anew
+    cond = condition(fabric, "gang", RESERVED_CONDITION)
+    assert cond is not None and Reservation.decode(key, cond["message"]) == renewed  # and written readable again
+
+
 def test_a_soonest_free_target_is_written_and_a_new_controller_holds_the_same(fabric: Fabric) -> None:
     """Four cliques of 8 GPUs: one full until 600 s from now, two full with no limit, one half full
     until 10 hours from now. Fewest-to-drain would take the half-full clique (4 GPUs to drain);

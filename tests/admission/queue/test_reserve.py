@@ -1,6 +1,7 @@
 """Reservations: the target is the domain with the fewest GPUs to drain (ties: soonest free), its
 nodes those the gang will need; others keep out except by backfill; bounded per flavor; and
-what is written on the Workload rebuilds the same reservations."""
+what is written on the Workload reads back as the same reservation (the controller rebuilds
+them from it: tests/admission/controller/test_queue_state.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from admission.queue import (
     choose_target,
     domain_outlook,
     free_at,
-    restore,
     should_move,
     wake_suspended,
 )
@@ -141,13 +141,14 @@ def test_soonest_free_is_the_earliest_known_expected_end_per_flavor() -> None:
     assert held.soonest_free() == {"f": 900.0}
 
 
-def test_what_is_written_on_the_workload_rebuilds_the_same_reservations() -> None:
+def test_what_is_written_on_the_workload_reads_back_as_the_same_reservation_and_anything_else_as_none() -> None:
     a = Reservation("ns/a", "f", CLIQUE, ("u0", "c0"), (("c0n0", 4), ("c0n1", 4)), 1.0, 250.0)
-    b = Reservation("ns/b", "f", CLIQUE, ("u0", "c1"), (("c1n0", 4),), 2.0, None)
+    b = Reservation("ns/b", "f", None, (), (("c1n0", 4), ("c1n1", 4)), 2.0, None, capture=True, per_pod=4)
     assert Reservation.decode("ns/a", a.encode()) == a
-    fresh = Reservations()
-    assert restore(fresh, {"ns/b": b.encode(), "ns/a": a.encode(), "ns/bad": "{not json"}, limit=1) == 1
-    assert fresh.all() == [a]  # oldest first within the bound; the unreadable one is made afresh later
+    assert Reservation.decode("ns/b", b.encode()) == b  # no level, unknown free time, capture and pod size kept
+    assert Reservation.decode("ns/c", a.encode()) == replace(a, holder="ns/c")  # the holder is the Workload it is read from
+    for bad in ("{not json", "", "[]", '{"flavor":"f"}', a.encode().replace('"c0n0":4', '"c0n0":"four"')):
+        assert Reservation.decode("ns/a", bad) is None  # unreadable: the controller holds nothing for it, the gang reserves afresh
 
 
 def test_a_span_level_reservation_takes_the_nodes_expected_free_soonest_across_the_islands_of_its_domain() -> None:

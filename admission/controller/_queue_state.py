@@ -43,7 +43,7 @@ from typing import Any
 from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._ledger import Ledger
-from admission.controller._queueing import max_execution_seconds
+from admission.controller._queueing import max_execution_seconds, queue_name_of
 from admission.controller._records import parse_time, rfc3339
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, holds_quota, parse_workload
 from admission.kube import Obj, object_key
@@ -104,12 +104,6 @@ def _since(obj: Obj, kind: str) -> float | None:
     if cond is None or cond.get("status") != "True":
         return None
     return parse_time(str(cond.get("lastTransitionTime") or ""))
-
-
-def _queue(obj: Obj) -> str | None:
-    ns = (obj.get("metadata") or {}).get("namespace")
-    name = (obj.get("spec") or {}).get("queueName")
-    return f"{ns}/{name}" if ns and name else None
 
 
 class QueueState:
@@ -194,7 +188,7 @@ class QueueState:
             return None
         flavor = max(sorted(by_flavor), key=lambda f: sum(by_flavor[f].values()))  # one flavor per Running: the most GPUs
         start = _since(obj, "Admitted") or parse_time(str(entry.get("lastTransitionTime") or "")) or 0.0
-        return Running(flavor, tuple(sorted((n, g) for n, g in by_flavor[flavor].items() if g > 0)), start, _queue(obj),
+        return Running(flavor, tuple(sorted((n, g) for n, g in by_flavor[flavor].items() if g > 0)), start, queue_name_of(obj),
                        max_execution_seconds(obj))
 
     def _finished(self, obj: Obj, key: str, uid: str) -> None:
@@ -223,7 +217,7 @@ class QueueState:
             return
         gpus = sum(p.count * p.per_pod.gpu for p in view.podsets)
         if gpus > 0:
-            self.outlook.estimator.learn(_queue(obj), gpus, end - start)
+            self.outlook.estimator.learn(queue_name_of(obj), gpus, end - start)
 
     # ------------------------------------------------------------------ kept on the Workload
 

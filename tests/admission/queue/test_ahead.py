@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from admission.queue import MAX_AHEAD, Queued, Running, RuntimeEstimator, Waiter, domain_outlook, queued_start, soonest, span_queue_cost
+from admission.queue import MAX_AHEAD, Queued, Running, RuntimeEstimator, Waiter, domain_outlook, queued_start, soonest
 from topology import Level, NodeInfo, ResourceVector, Snapshot
 
 SU, CLIQUE = "network.example.com/su", "nvidia.com/gpu.clique"
@@ -132,44 +132,6 @@ def test_whole_pods_count_scraps_too_small_for_a_pod_are_no_room() -> None:
     # a 2-GPU pod ahead takes c0n0's scrap now, so c0n0 is short of a 4-GPU pod when its Workload ends at 50
     ahead = queued_start(snap, CLIQUE, 8, 4, running, est, 0.0, [Waiter("f", 2, 2, 0, 0.0)])
     assert ahead is not None and ahead.free_at == 80.0 and ahead.before == 1
-
-
-def three_islands() -> tuple[Snapshot, list[Running], RuntimeEstimator]:
-    """3 islands × 4 nodes × 4 GPUs, one node free in each (c0n3, c1n0, c2n3): c0's other nodes
-    are busy until 1000, c1's until 100, c2's until 5000. A 16-GPU gang runs 1000 s."""
-    snap = cluster(3)
-    ends = {**{f"c0n{n}": 1000.0 for n in range(3)}, **{f"c1n{n}": 100.0 for n in (1, 2, 3)}, **{f"c2n{n}": 5000.0 for n in range(3)}}
-    for node in ends:
-        snap.reserve(node, ResourceVector(gpu=4))
-    est = RuntimeEstimator(min_samples=1)
-    est.learn("q", 16, 1000.0)
-    running = [Running("f", ((node, 4),), 0.0, limit=end) for node, end in ends.items()]
-    return snap, running, est
-
-
-def test_a_span_that_breaks_the_island_the_next_gang_needs_costs_the_line_more_than_one_on_leftover_gpus() -> None:
-    snap, running, est = three_islands()
-    line = [gang(1.0), Waiter("f", 8, 4, 0, 2.0, "q")]  # the 16-GPU gang takes c1 at 100; the 8-GPU Workload is second
-    breaks = span_queue_cost(snap, CLIQUE, line, 1, {"c0n3": 4, "c1n0": 4}, 1200.0, 1000.0, running, est, 0.0)
-    leftover = span_queue_cost(snap, CLIQUE, line, 1, {"c0n3": 4, "c2n3": 4}, 1200.0, 1000.0, running, est, 0.0)
-    assert breaks is not None and leftover is not None
-    # c1n0 held until 1200: the gang starts then (c0 and c1 both whole again) instead of at 100
-    assert (breaks.seconds, breaks.later, breaks.sooner, breaks.counted) == (1100.0, 1, 0, 1)
-    assert (leftover.seconds, leftover.later) == (0.0, 0) and breaks.price_s > leftover.price_s
-
-
-def test_a_span_is_never_credited_for_the_island_it_leaves_to_the_line() -> None:
-    # the 8-GPU Workload first in line: waiting, it takes c1 at 100 and the gang behind waits for c0
-    # at 1000; spanning on c0n3 and c2n3, it leaves c1 whole to the gang at 100
-    snap, running, est = three_islands()
-    line = [Waiter("f", 8, 4, 0, 1.0, "q"), gang(2.0)]
-    got = span_queue_cost(snap, CLIQUE, line, 0, {"c0n3": 4, "c2n3": 4}, 1200.0, 1000.0, running, est, 0.0)
-    assert got is not None and (got.seconds, got.sooner, got.later) == (-900.0, 1, 0) and got.price_s == 0.0
-
-
-def test_the_cost_of_a_span_needs_the_workload_in_line() -> None:
-    snap, running, est = three_islands()
-    assert span_queue_cost(snap, CLIQUE, [gang(1.0)], 3, {"c0n3": 4}, 1.0, 1.0, running, est, 0.0) is None
 
 
 def test_the_line_is_the_front_with_the_workload_kept_last_when_further_back() -> None:

@@ -100,6 +100,7 @@ def weighing_lines(entries: Sequence[dict[str, Any]] | None) -> list[str]:
         if wait != "unknown":
             wait += f" ± {_seconds(w.get('wait_error_seconds'))}"
             wait += f" for {w['domain']}" if w.get("domain") else ""
+            wait += f" after {w['queued_ahead']} queued ahead" if w.get("queued_ahead") is not None else ""
             wait += f" (from {w['wait_basis']})" if w.get("wait_basis") else ""
         slowdown = w.get("span_slowdown")
         price = "unpriced" if slowdown is None else f"slowdown {float(slowdown):.3f}×"

@@ -3,8 +3,9 @@
 ``queue_turn`` weighs waiting for one domain against the best span (and, with
 ``queueing.perfFloorByCost``, against GPUs under the class's speed floor) and says both in the
 message; this turns the same ``WaitOrSpan`` values into record entries, adding where each side's
-numbers came from: the wait from Kueue's limits or runtimes learned from finished Workloads
-(``wait_basis``), the runtime the span's price is counted on likewise. Pure: no API I/O.
+numbers came from: the wait from Kueue's limits or runtimes learned from finished Workloads, and
+from the Workloads queued ahead when they made it later (``wait_basis``); the runtime the span's
+price is counted on likewise. Pure: no API I/O.
 """
 
 from __future__ import annotations
@@ -30,4 +31,5 @@ def weighing_records(outlook: Outlook, turn: QueueTurn, snap: Snapshot, obj: Map
     est = outlook.estimator.estimate(queue_name_of(obj), gpus, max_execution_seconds(obj))
     runtime = None if est is None else "limit" if est.source == "limit" else "learned"
     running = outlook.running_on(snap.flavor)
-    return [w.as_record(snap.flavor, wait_basis(snap, w.domain, w.wait_s, running, outlook.estimator, now), runtime) for w in weighed]
+    return [w.as_record(snap.flavor, wait_basis(snap, w.domain, w.wait_s, running, outlook.estimator, now, w.queue_delays), runtime)
+            for w in weighed]

@@ -64,6 +64,14 @@ class WaitOrSpan:
         return None if self.wait_s is None else self.wait_s * self.wait_weight
 
     @property
+    def queue_delays(self) -> bool:
+        """Whether the Workloads queued ahead set the wait: counted (``ahead``), they make it later
+        than the room alone (an unknown wait alone counts as later)."""
+        if not self.ahead or self.wait_s is None:
+            return False
+        return self.wait_alone_s is None or self.wait_s > self.wait_alone_s + 1e-6
+
+    @property
     def span_cost_s(self) -> float | None:
         """The span's own extra run time."""
         if self.span_slowdown is None or self.runtime_s is None:
@@ -140,13 +148,14 @@ def weigh(wait_s: float | None, wait_error_s: float, domain: str, span_slowdown:
 
 
 def wait_basis(snapshot: Snapshot, domain: str, wait_s: float | None, running: Iterable[Running], estimator: RuntimeEstimator,
-               now: float) -> str | None:
+               now: float, queue: bool = False) -> str | None:
     """Where an expected wait for ``domain`` (a path joined by ``/``; empty: the whole flavor) came
     from: ``now`` when the room is free now; else from the running Workloads on its nodes expected
     to end by then: ``limits`` when each has Kueue's ``maximumExecutionTimeSeconds``, ``learned``
-    when each runtime was learned from finished Workloads, ``limits+learned`` for both. None when
-    the wait is unknown, or no running Workload there ends by then (Workloads queued ahead set it).
-    Reads the flavor's ``RunningOn`` index by node, so it walks the domain's nodes, not every running Workload."""
+    when each runtime was learned from finished Workloads, ``limits+learned`` for both; and
+    ``+queue`` (``queue`` alone when nothing running there ends by then) when the Workloads queued
+    ahead set it (``queue``: ``WaitOrSpan.queue_delays``). None when the wait is unknown, or none of
+    these set it. Reads the flavor's ``RunningOn`` index by node, so it walks the domain's nodes, not every running Workload."""
     if wait_s is None:
         return None
     if wait_s <= 0:
@@ -159,7 +168,9 @@ def wait_basis(snapshot: Snapshot, domain: str, wait_s: float | None, running: I
         if end is not None and end[0] <= until:
             est = estimator.estimate(r.queue, r.gpus, r.limit)
             sources.add("limits" if est is not None and est.source == "limit" else "learned")
-    return "+".join(s for s in ("limits", "learned") if s in sources) or None
+    if queue:
+        sources.add("queue")
+    return "+".join(s for s in ("limits", "learned", "queue") if s in sources) or None
 
 
 def _node_range(snapshot: Snapshot, domain: str) -> tuple[int, int]:

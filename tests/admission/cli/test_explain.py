@@ -89,6 +89,9 @@ def test_render_reads_the_weighing_from_the_records_field_not_its_message() -> N
     assert ("  weighed on gb200: wait 3600s ± 0s for b0/c1 (from limits); span slowdown 1.043× = +86s on 2000s (learned); "
             "chose wait") in then
     assert "  weighed on gb200: wait unknown; span slowdown 1.043× = +86s on 2000s (learned); chose relaxAfterSeconds decides" in now
+    queued = {**weighed, "expected_wait_seconds": 7200.0, "wait_basis": "limits+queue", "queued_ahead": 2}
+    lined = render({"workload": "ns/gang", "recorded": {"source": "a record", "outcome": "wait", "message": "Waiting", "wait_or_span": [queued]}})
+    assert "  weighed on gb200: wait 7200s ± 0s for b0/c1 after 2 queued ahead (from limits+queue); span " in lined
     old = render({"workload": "ns/gang", "recorded": {"source": "an older record", "outcome": "wait", "message": "Waiting"}})
     assert "weighed on" not in old  # a record written before the field: nothing invented
 

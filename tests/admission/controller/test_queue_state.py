@@ -7,8 +7,10 @@ reservation and the expected start; a warm standby keeps no reservation that end
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -520,7 +522,8 @@ def test_under_domain_enforcement_no_selector_reaches_free_gpus_reserved_for_ano
     assert set(update["nodeSelector"].values()) == {f"{fabric.ns}-b{far}"}
 
 
-def test_explain_the_record_and_atoll_queue_count_the_gangs_queued_ahead(fabric: Fabric) -> None:
+def test_explain_the_record_and_atoll_queue_count_the_gangs_queued_ahead(fabric: Fabric, tmp_path: Path) -> None:
+    from admission.cli._explain import main
     from admission.controller._records import iso_time
 
     doc = profiles_doc(fabric.flavor, fabric.topology)
@@ -543,7 +546,16 @@ def test_explain_the_record_and_atoll_queue_count_the_gangs_queued_ahead(fabric:
     assert said in verdict.message and f"after 2 queued ahead (alone {LIMIT}s)" in verdict.message
     (record,) = [r for r in fabric.decision_records() if r["workload"] == "gang"]
     assert said in record["message"]
+    (weighed,) = record["wait_or_span"]  # the clique's limits and the two gangs ahead set the wait, not the limits alone
+    assert (weighed["expected_wait_seconds"], weighed["wait_basis"], weighed["queued_ahead"]) == (2 * LIMIT, "limits+queue", 2)
     assert said in ctrl.explain(f"{fabric.ns}/gang")["check"]["message"]
+    records = tmp_path / "atoll.log"
+    records.write_text(fabric.records.getvalue())
+    out = io.StringIO()
+    assert main([f"{fabric.ns}/gang", "--namespace", fabric.ns, "--admission-check", fabric.check, "--records", str(records)],
+                stdout=out, api_client=fabric.api) == 0
+    then = out.getvalue().split("-- What Atoll would decide now")[0]
+    assert f"wait {2 * LIMIT}s ± 0s for {weighed['domain']} after 2 queued ahead (from limits+queue); " in then
     (row,) = [r for r in ctrl.waiting_line() if r["workload"] == f"{fabric.ns}/gang"]
     assert row["expected_start"] == iso_time(fabric.clock.now() + 2 * LIMIT)  # not the clique free in an hour: ahead-0 takes it
     (first,) = [r for r in ctrl.waiting_line() if r["workload"] == f"{fabric.ns}/ahead-0"]

@@ -107,6 +107,10 @@ def test_the_wait_or_span_field_is_optional_and_checked_when_present() -> None:
     assert record_problems(old) == []
     assert record_problems(_record(wait_or_span=[{**WEIGHED, "chose": "both"}])) == [
         "wait_or_span.0.chose: 'both' is not one of ['wait', 'span', None]"]
+    for basis in ("queue", "limits+queue", "learned+queue", "limits+learned+queue"):  # the queue ahead, added within v1
+        assert record_problems(_record(wait_or_span=[{**WEIGHED, "wait_basis": basis, "queued_ahead": 2}])) == []
+    assert record_problems(_record(wait_or_span=[{**WEIGHED, "wait_basis": "queue+limits"}]))[0].startswith(
+        "wait_or_span.0.wait_basis: 'queue+limits' is not one of")
     missing = dict(WEIGHED)
     del missing["wait_basis"]
     assert record_problems(_record(wait_or_span=[missing])) == ["wait_or_span.0: 'wait_basis' is a required property"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from admission.controller import CostSettings
 from admission.controller._span_cost import SpanPricer
-from tests.admission.controller.test_queueing import atoll, decide
+from tests.admission.controller.test_queueing import atoll, decide, two_gangs_ahead
 from tests.admission.controller.test_span_cost import slowdown_said
 
 
@@ -24,3 +24,13 @@ def test_the_verdict_carries_the_weighing_its_message_says() -> None:
 def test_a_strict_profile_weighs_nothing() -> None:
     v = decide(atoll("strict", used={"r0n0": 4, "r1n0": 4}), 1, 2)
     assert v.outcome == "wait" and v.wait_or_span == []
+
+
+def test_the_wait_basis_says_when_the_gangs_queued_ahead_set_the_wait() -> None:
+    # r0's Workload ends at 3,000 s (learned), r1's at 6,000 s (its limit); job-1 and job-2 queue in that order
+    alone = decide(two_gangs_ahead("elastic"), 3, 2, now=1002.0)
+    queued = decide(two_gangs_ahead("queued"), 3, 2, now=1002.0)
+    (a,), (q,) = alone.wait_or_span, queued.wait_or_span
+    assert (a["domain"], a["wait_basis"], a["queued_ahead"]) == ("u0/r0", "learned", None)  # the room alone: r0 at 3,000 s
+    # after job-1 takes r0 and job-2 r1, the gang waits for r1 until 6,000 s: r1's limit, and the two ahead
+    assert (q["domain"], q["expected_wait_seconds"], q["wait_basis"], q["queued_ahead"]) == ("u0/r1", 4998.0, "limits+queue", 2)

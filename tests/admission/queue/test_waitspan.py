@@ -72,3 +72,19 @@ def test_the_wait_says_whether_limits_or_learned_runtimes_set_it() -> None:
     assert wait_basis(snap, "u0/c0", 2000.0, [learned], est, 0.0) == "learned"
     assert wait_basis(snap, "u0/c0", 400.0, running, est, 0.0) is None  # nothing there ends by then: set by the queue ahead
     assert wait_basis(snap, "", 500.0, running, est, 0.0) == "limits"  # the whole flavor: the other island counts
+    # the Workloads queued ahead made it later: said beside what runs there, or alone
+    assert wait_basis(snap, "u0/c0", 2000.0, running, est, 0.0, queue=True) == "limits+learned+queue"
+    assert wait_basis(snap, "u0/c0", 1500.0, running, est, 0.0, queue=True) == "limits+queue"
+    assert wait_basis(snap, "u0/c0", 2000.0, [learned], est, 0.0, queue=True) == "learned+queue"
+    assert wait_basis(snap, "u0/c0", 400.0, running, est, 0.0, queue=True) == "queue"
+    assert wait_basis(snap, "u0/c0", 0.0, running, est, 0.0, queue=True) == "now"
+    assert wait_basis(snap, "u0/c0", None, running, est, 0.0, queue=True) is None
+
+
+def test_the_queue_ahead_sets_the_wait_only_when_counted_it_makes_the_wait_later() -> None:
+    assert weigh(7200.0, 0.0, "b0/c1", 1.1, 3600.0, ahead=2, wait_alone_s=3600.0).queue_delays
+    assert weigh(7200.0, 0.0, "b0/c1", 1.1, 3600.0, ahead=2, wait_alone_s=None).queue_delays  # the room alone: unknown
+    assert not weigh(3600.0, 0.0, "b0/c1", 1.1, 3600.0, ahead=2, wait_alone_s=3600.0).queue_delays  # they took other room
+    assert not weigh(3600.0, 0.0, "b0/c1", 1.1, 3600.0, ahead=0, wait_alone_s=3600.0).queue_delays  # nobody ahead
+    assert not weigh(3600.0, 0.0, "b0/c1", 1.1, 3600.0).queue_delays  # the queue not counted (waitCountsQueue off)
+    assert not weigh(None, 0.0, "", 1.1, 3600.0, ahead=2, wait_alone_s=3600.0).queue_delays  # no wait known

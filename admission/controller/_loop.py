@@ -319,6 +319,9 @@ class Controller:
             for gone in [k for k in (*self._failures, *self._conflicts) if k not in keys]:
                 self._forget_key(gone)
             for obj in items:
+                was = listed_before.get(object_key(obj))
+                if was is not None:  # its limit patched while the watch was down
+                    self._wake(self.parking.limit_changed(object_key(obj), was, obj))
                 self._on_workload(obj)
 
     def _apply_event(self, resource: Resource, event: WatchEvent) -> None:
@@ -353,8 +356,11 @@ class Controller:
             return
         added = resource == LOCAL_QUEUES and object_key(obj) not in self.cache.objects[LOCAL_QUEUES]
         queue_was = self.cache.objects[CLUSTER_QUEUES].get(object_key(obj)) if resource == CLUSTER_QUEUES else None
+        workload_was = self.cache.objects[WORKLOADS].get(object_key(obj)) if resource == WORKLOADS else None
         if not self.cache.upsert(resource, obj):
             return
+        if workload_was is not None:  # a parked Workload whose limit a user patched may backfill now
+            self._wake(self.parking.limit_changed(object_key(obj), workload_was, obj))
         if added:
             self._local_queues_added({object_key(obj)})
         if resource == CLUSTER_QUEUES and (queue_was is None or queue_was.get("spec") != self.cache.objects[resource][object_key(obj)].get("spec")):

@@ -24,7 +24,13 @@ decides it again itself when something it waits for changes:
 - a reservation moves (``released`` too): the parked Workloads the nodes it left can hold; and
   when its expected free time moves later, those whose ``maximumExecutionTimeSeconds`` now ends
   before it and did not before, which the nodes it still holds can hold (backfill);
-- an elastic profile's relax deadline passes (``due``).
+- an elastic profile's relax deadline passes (``due``);
+- its own ``spec.maximumExecutionTimeSeconds`` changes (``limit_changed``): a user may patch it
+  while the Workload waits (Kueue's Workload webhook, ``ValidateWorkloadUpdate`` in
+  ``pkg/webhooks/workload_webhook.go``, holds only ``podSets`` immutable once quota is reserved),
+  and the limit decides whether it may backfill a reserved domain, and which moved reservation
+  windows wake it (``Need.limit``, read when it parked). Any other change of the Workload wakes
+  nothing. The simulator has no such event: a simulated job's limit never changes.
 
 A parked Workload whose quota another Workload of its ClusterQueue or cohort waits for gives it
 back (``_yielding``) and is set aside; when it holds quota again and nothing it waits for
@@ -41,6 +47,8 @@ from collections.abc import Callable, Iterable
 
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._decide import Verdict
+from admission.controller._queueing import max_execution_seconds
+from admission.kube import Obj
 from admission.queue import Reservations, WaitingRoom, settle_givers, wake_freed, wake_released, wake_suspended
 from topology import Snapshot
 
@@ -105,6 +113,19 @@ class Parking:
 
     def wake_flavors(self, flavors: Iterable[str]) -> list[str]:
         return [str(k) for f in sorted(set(flavors)) for k in self.room.wake_flavor(f)]
+
+    def limit_changed(self, key: str, before: Obj, after: Obj) -> list[str]:
+        """``key``'s Workload changed from ``before`` to ``after``: if its ``maximumExecutionTimeSeconds``
+        did and it is on file, it leaves the room (its need carries the old limit) and, if parked,
+        is returned to be decided again; one set aside (it gave its quota back) is decided afresh
+        when it holds quota again, as after any event that reaches it."""
+        if key not in self.room and not self.room.is_aside(key):
+            return []
+        if max_execution_seconds(before) == max_execution_seconds(after):
+            return []
+        parked = key in self.room
+        self.leave(key)
+        return [key] if parked else []
 
     def node_freed(self, node: str, room_now: Callable[[str], Snapshot | None]) -> list[str]:
         """A pod stopped holding ``node``: the parked Workloads a domain holding it now has room

@@ -1,16 +1,20 @@
 """Parking (``decisions.park_waiting``): a Workload waiting for a domain keeps Atoll's check
 Pending, is not decided again as time passes or on its own writes, and is decided again when a
-pod leaving a node gives one domain room for it, when its relax deadline passes, or after a
-restart (the room is rebuilt from API state)."""
+pod leaving a node gives one domain room for it, when its relax deadline passes, when a user
+patches its limit, or after a restart (the room is rebuilt from API state)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
 from admission.controller import Controller, DecisionSettings
+from admission.controller._parking import Parking
 from admission.queue import Reservation, Running
 from tests.admission.controller.test_queue_state import finished_at
-from tests.admission.fabric import BLOCK, CLIQUE, Fabric, planned, profiles_doc, run
+from tests.admission.controller.test_watch_loop import wait_until
+from tests.admission.fabric import BLOCK, CLIQUE, GROUP, VERSION, Fabric, planned, profiles_doc, run
 from tests.kube_objects import workload
 
 pytestmark = pytest.mark.apiserver
@@ -462,6 +466,70 @@ def test_a_reservation_expected_free_later_wakes_the_parked_workload_that_backfi
     assert one.outcome == "admit" and planned(fabric.entry("one")) == {free_node: 1}
     assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("gang", "wait"), ("one", "admit")]
     assert f"{fabric.ns}/none" in ctrl.parking
+
+
+@pytest.mark.parametrize("seen", ["relisted", "watched"])
+def test_a_parked_workload_whose_limit_is_patched_shorter_is_decided_again_and_backfills(fabric: Fabric, seen: str) -> None:
+    """A 2 × 4-GPU gang reserves clique b0c0, expected free when ``blocker`` ends (1,000 s after it
+    started); ``short`` and ``steady`` (1 × 4 GPUs, limit 1,500 s) would end after that, so they may
+    not backfill b0c0's free node and park. A user patches ``short``'s limit to 600 s: the
+    controller sees the Workload change (in a relist, or from its watch), decides it again, and it
+    backfills the free node. ``steady``, whose labels change but not its spec, is not decided again."""
+    ctrl = one_clique_open(fabric)
+    fabric.submit("blocker", [("main", 1, 4)])
+    assert [v.outcome for v in run(ctrl)] == ["admit"]
+    start(fabric, "blocker", 4)
+    assert run(ctrl) == []
+    (busy_node,) = planned(fabric.entry("blocker"))
+    held, _ = gang_reserves_b0c0(fabric, ctrl, 4)
+    submit_gpus(fabric, "short", 4, limit=1500)
+    submit_gpus(fabric, "steady", 4, limit=1500)
+    assert [(v.outcome, v.parked) for v in run(ctrl)] == [("wait", True), ("wait", True)]
+    assert run(ctrl) == []  # parked: nothing changed, nothing decided
+    decided = len(fabric.decision_records())
+
+    def patch(name: str, body: dict[str, Any]) -> None:
+        fabric.custom.patch_namespaced_custom_object(GROUP, VERSION, fabric.ns, "workloads", name, body)
+
+    if seen == "relisted":
+        patch("steady", {"metadata": {"labels": {"team": "a"}}})
+        assert run(ctrl) == []  # a change that is not its limit wakes nothing
+        patch("short", {"spec": {"maximumExecutionTimeSeconds": 600}})
+        (verdict,) = run(ctrl)
+        assert verdict.outcome == "admit", verdict.message
+    else:
+        ctrl.start()
+        try:
+            assert ctrl.wait_synced(30)
+            patch("steady", {"metadata": {"labels": {"team": "a"}}})
+            patch("short", {"spec": {"maximumExecutionTimeSeconds": 600}})
+            assert wait_until(lambda: fabric.entry("short").get("state") == "Ready")
+        finally:
+            ctrl.stop()
+    (free_node,) = {n for n, _ in held.nodes} - {busy_node}
+    assert planned(fabric.entry("short")) == {free_node: 1}
+    assert [(r["workload"], r["outcome"]) for r in fabric.decision_records()[decided:]] == [("short", "admit")]
+    assert f"{fabric.ns}/steady" in ctrl.parking and ctrl.queue_state.outlook.reservations.held_by(f"{fabric.ns}/gang") == held
+
+
+def test_only_a_limit_change_of_a_workload_on_file_takes_it_out_and_only_a_parked_one_is_decided_again() -> None:
+    from admission.controller import ClusterCache
+    from admission.queue import Need
+
+    def wl(limit: int | None, team: str = "a") -> dict[str, Any]:
+        spec = {"queueName": "lq"} if limit is None else {"queueName": "lq", "maximumExecutionTimeSeconds": limit}
+        return {"metadata": {"namespace": "ns", "name": "w", "labels": {"team": team}}, "spec": spec}
+
+    room = Parking(ClusterCache(), override=True)
+    for key in ("ns/parked", "ns/aside"):
+        room.room.park(key, Need("f", CLIQUE, 1, 4, limit=1500.0))
+    room.set_aside("ns/aside")
+    assert room.limit_changed("ns/parked", wl(1500), wl(1500, team="b")) == []  # not its limit: stays parked
+    assert room.limit_changed("ns/other", wl(1500), wl(600)) == []  # not on file: nothing to wake
+    assert "ns/parked" in room and room.limit_changed("ns/parked", wl(1500), wl(600)) == ["ns/parked"]
+    assert "ns/parked" not in room and room.room.need("ns/parked") is None
+    assert room.limit_changed("ns/aside", wl(1500), wl(None)) == []  # it holds no quota: decided once it does
+    assert room.room.need("ns/aside") is None and not room.is_aside("ns/aside")
 
 
 def test_a_kept_reservation_is_expected_free_when_its_own_node_is_and_a_workload_ending_before_that_backfills(fabric: Fabric) -> None:

@@ -141,6 +141,11 @@ def yield_seconds(text: str) -> float:
     return _seconds(text, "bound", "43200 for 12 h", zero_ok=False)
 
 
+def lead_seconds(text: str) -> float:
+    """``--quota-yield-turn-lead-seconds`` (or ``ATOLL_QUOTA_YIELD_TURN_LEAD_SECONDS``): seconds, 0 or more."""
+    return _seconds(text, "lead time", "3600 for 1 h", zero_ok=True)
+
+
 def settle_seconds(text: str) -> float:
     """``--before-quota-settle`` (or ``ATOLL_BEFORE_QUOTA_SETTLE``): seconds, 0 or more."""
     return _seconds(text, "settle time", "1", zero_ok=True)
@@ -210,6 +215,10 @@ def parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
                    help="freed room counts the Workloads that gave their quota back after the parked ones, one parked again "
                         "undecided may give its quota back again, and the oldest gang parked for a reservation keeps its quota "
                         "(default: every such Workload the room could hold alone is reached, and one give per decision)")
+    p.add_argument("--quota-yield-turn-lead-seconds", type=lead_seconds, default=env.get("ATOLL_QUOTA_YIELD_TURN_LEAD_SECONDS"),
+                   help="the first Workload in line for a reservation of its flavor keeps its quota from this many seconds "
+                        "before the soonest reservation of its flavor is expected free, and parked Workloads give theirs to it "
+                        "(default: unset, it gives like any parked Workload; env ATOLL_QUOTA_YIELD_TURN_LEAD_SECONDS)")
     p.add_argument("--write-workers", type=write_workers, default=env.get("ATOLL_WRITE_WORKERS", "0"),
                    help="decision writes in flight at once: the next decision is made while earlier ones are written "
                         "(0: each is written before the next is made; env ATOLL_WRITE_WORKERS)")
@@ -268,6 +277,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         decisions=DecisionSettings(park_waiting=args.park_waiting, quota_yield_max_seconds=args.quota_yield_max_seconds,
                                    quota_yield_back_when_fits=args.quota_yield_back_when_fits,
                                    quota_yield_in_turn=args.quota_yield_in_turn,
+                                   quota_yield_turn_lead_seconds=args.quota_yield_turn_lead_seconds,
                                    write_workers=args.write_workers,
                                    decide_before_quota=args.decide_before_quota, before_quota_hold_seconds=args.before_quota_hold,
                                    before_quota_depth=args.before_quota_depth, before_quota_settle_seconds=args.before_quota_settle,

@@ -210,6 +210,24 @@ def test_the_quota_yield_bound_defaults_to_twelve_hours_and_bad_values_are_refus
         assert len(err) == 1 and "--quota-yield-max-seconds" in err[0] and repr(value) in err[0], err
 
 
+def test_the_turn_lead_is_off_by_default_the_flag_and_variable_set_it_and_bad_values_are_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def lead(env: dict[str, str], *argv: str) -> float | None:
+        return build_settings(parser(env).parse_args(list(argv))).decisions.quota_yield_turn_lead_seconds
+
+    assert lead({}) is None
+    assert lead({}, "--quota-yield-turn-lead-seconds", "3600") == 3600.0 and lead({}, "--quota-yield-turn-lead-seconds", "0") == 0.0
+    assert lead({"ATOLL_QUOTA_YIELD_TURN_LEAD_SECONDS": "900"}) == 900.0
+    assert lead({"ATOLL_QUOTA_YIELD_TURN_LEAD_SECONDS": "900"}, "--quota-yield-turn-lead-seconds", "60") == 60.0
+    for env, argv, value in (({}, ["--quota-yield-turn-lead-seconds", "-5"], "-5"), ({}, ["--quota-yield-turn-lead-seconds", "inf"], "inf"),
+                             ({}, ["--quota-yield-turn-lead-seconds", "soon"], "soon"),
+                             ({"ATOLL_QUOTA_YIELD_TURN_LEAD_SECONDS": "soon"}, [], "soon")):
+        with pytest.raises(SystemExit):
+            parser(env).parse_args(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--quota-yield-turn-lead-seconds" in err[0] and repr(value) in err[0], err
+
+
 def test_the_webhook_timeout_flag_wins_and_out_of_range_is_refused_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
     args = parser({"ATOLL_WEBHOOK_TIMEOUT_SECONDS": "7"}).parse_args(["--webhook-timeout-seconds", "12"])
     assert build_webhook_settings(args).timeout_seconds == 12

@@ -314,6 +314,17 @@ def test_deciding_before_quota_is_off_unless_the_value_turns_it_on_and_its_hold_
     assert (d.decide_before_quota, d.before_quota_hold_seconds, d.before_quota_depth, d.before_quota_settle_seconds) == (True, 12.5, 4, 0.0)
 
 
+def test_the_quota_yield_options_are_off_unless_their_values_turn_them_on_and_then_reach_atoll_run() -> None:
+    objects = render({})
+    d = _run_settings(objects).decisions
+    assert (d.quota_yield_back_when_fits, d.quota_yield_in_turn, d.quota_yield_turn_lead_seconds) == (False, False, None)
+    assert "ATOLL_QUOTA_YIELD_TURN_LEAD_SECONDS" not in {e["name"] for e in _container(objects)["env"]}
+    d = _run_settings(render({"quotaYieldBackWhenFits": True, "quotaYieldInTurn": True, "quotaYieldTurnLeadSeconds": 3600})).decisions
+    assert (d.quota_yield_back_when_fits, d.quota_yield_in_turn, d.quota_yield_turn_lead_seconds) == (True, True, 3600.0)
+    assert _run_settings(render({"quotaYieldTurnLeadSeconds": 0})).decisions.quota_yield_turn_lead_seconds == 0.0
+    assert _run_settings(render({"quotaYieldTurnLeadSeconds": 1e8})).decisions.quota_yield_turn_lead_seconds == 1e8
+
+
 def test_only_parking_lets_atoll_patch_a_workload() -> None:
     """A parked Workload gives its quota back by ``spec.active`` (``_yielding``): the ClusterRole
     may patch Workloads unless ``parkWaiting`` is false (by default a profile may park), and never with it false."""
@@ -412,6 +423,8 @@ def test_under_gitops_a_resync_keeps_the_ca_bundle_the_process_wrote(kube_client
     ({"spanCost": {"commFraction": 1.5}}, "at '/spanCost/commFraction'", "maximum: got 1.5, want 1"),
     ({"writeWorkers": 64}, "at '/writeWorkers'", "maximum: got 64, want 32"),
     ({"decideBeforeQuota": {"depth": 0}}, "at '/decideBeforeQuota/depth'", "minimum: got 0, want 1"),
+    ({"quotaYieldTurnLeadSeconds": -60}, "at '/quotaYieldTurnLeadSeconds'", "minimum: got -60, want 0"),
+    ({"quotaYieldInTurn": "yes"}, "at '/quotaYieldInTurn'", "got string, want boolean"),
 ])
 def test_values_the_schema_does_not_know_fail_rendering(values: dict[str, Any], where: str, what: str) -> None:
     with pytest.raises(helm.HelmValuesError) as err:

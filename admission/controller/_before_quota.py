@@ -57,6 +57,7 @@ from typing import Any
 
 from admission import vocabulary
 from admission.controller._cache import ClusterCache
+from admission.controller._queue_names import cluster_queue_of
 from admission.controller._settings import Settings
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, parse_workload
 from admission.kube import CLUSTER_QUEUES, LOCAL_QUEUES, Clock, Obj, object_key
@@ -113,14 +114,8 @@ class BeforeQuota:
     # ------------------------------------------------------------------ queues and flavors
 
     def cluster_queue(self, obj: Obj) -> str | None:
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        ns, lq = str(meta.get("namespace") or ""), str(spec.get("queueName") or "")
-        if not lq:
-            return None
-
-        found = self.cache.objects[LOCAL_QUEUES].get(f"{ns}/{lq}")  # watched: no API read per Workload
-        cq = (found.get("spec") or {}).get("clusterQueue") if found is not None else None
-        return str(cq) if cq else None
+        """The ClusterQueue the Workload's LocalQueue points at (None: unknown yet)."""
+        return cluster_queue_of(obj, self.cache.objects[LOCAL_QUEUES])  # watched: no API read per Workload
 
     def flavor(self, cluster_queue: str) -> str | None:
         """The one flavor of ``cluster_queue``'s resource group covering the accelerator, when it

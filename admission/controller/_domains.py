@@ -20,6 +20,7 @@ import numpy as np
 from admission.controller._book import Witness
 from admission.controller._cache import BoundPod, ClusterCache
 from admission.controller._ledger import Reservation
+from admission.controller._queue_names import queue_name_of
 from admission.controller._records import DecisionRecord, iso_time
 from admission.controller._wait import read_wait_state
 from topology import Snapshot
@@ -157,7 +158,8 @@ def decision_inputs(objects: Mapping[Any, Mapping[str, Any]], workload: Mapping[
 def build_record(obj: dict[str, Any], verdict: Any, cache: ClusterCache, check_names: frozenset[str], *, now: float, latency: float,
                  attempts: int, controller: str, term: int | None, profiles_rv: str | None) -> DecisionRecord:
     """The decision record of ``verdict`` on ``obj`` as it was read for the decision (its wait
-    began at its ``atoll.dev/TopologyWaiting`` condition, else now when it waits now)."""
+    began at its ``atoll.dev/TopologyWaiting`` condition, else now when it waits now). The
+    schema wants ``local_queue`` a string: a Workload naming no LocalQueue gets ``namespace/``."""
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
     before = read_wait_state(obj, check_names)
@@ -166,7 +168,7 @@ def build_record(obj: dict[str, Any], verdict: Any, cache: ClusterCache, check_n
     topology_of = {f: s.topology for f, s in cache.profiles.flavors.items()} if cache.profiles is not None else {}
     return DecisionRecord(
         decision_id=verdict.decision_id, time=iso_time(now), workload=str(meta.get("name")), namespace=str(meta.get("namespace")),
-        uid=str(meta.get("uid")), local_queue=f"{meta.get('namespace')}/{(obj.get('spec') or {}).get('queueName', '')}",
+        uid=str(meta.get("uid")), local_queue=queue_name_of(obj) or f"{meta.get('namespace')}/",
         cluster_queue=str((status.get("admission") or {}).get("clusterQueue", "")), flavor=verdict.flavor, profile=verdict.profile,
         workload_class=verdict.workload_class, outcome=verdict.outcome, check_state=verdict.state, message=verdict.message,
         placement=verdict.placements, why_not=verdict.why_not, retry_after_seconds=verdict.retry_after, attempts=attempts,

@@ -59,6 +59,7 @@ from admission.controller._owed_index import OwedIndex
 from admission.controller._owing import owes
 from admission.controller._parking import Parking
 from admission.controller._preempting import Preemptor, describe, victim_message
+from admission.controller._queue_names import queue_name_of
 from admission.controller._queue_report import queue_report
 from admission.controller._queue_state import QueueState
 from admission.controller._quota_line import quota_line
@@ -378,8 +379,7 @@ class Controller:
         if not keys:
             return
         for obj in list(self.cache.objects[WORKLOADS].values()):
-            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-            if f"{meta.get('namespace')}/{spec.get('queueName')}" in keys:
+            if queue_name_of(obj) in keys:
                 self._on_workload(obj)
 
     def _workload_gone(self, obj: Obj) -> None:

@@ -43,7 +43,8 @@ from typing import Any
 from admission import vocabulary
 from admission.controller._cache import ClusterCache, FlavorProblem
 from admission.controller._ledger import Ledger
-from admission.controller._queueing import max_execution_seconds, queue_name_of
+from admission.controller._queue_names import queue_name_of
+from admission.controller._queueing import max_execution_seconds
 from admission.controller._records import parse_time, rfc3339
 from admission.controller._workloads import WorkloadError, check_entry, condition_true, holds_quota, parse_workload
 from admission.kube import Obj, object_key

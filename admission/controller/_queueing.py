@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from admission.controller._queue_names import queue_name_of
 from admission.controller._records import parse_time
 from admission.controller._span_cost import holds_blocked, line_priced
 from admission.queue import (
@@ -39,7 +40,7 @@ from policies import Decision, PodSetSpec, Profile, WaitState
 from topology import Snapshot
 
 __all__ = ["QueueTurn", "SpanCost", "behind_gang", "created_at", "hold_reservations", "is_owed", "join_line", "max_execution_seconds",
-           "priority_of", "queue_name_of", "queue_turn", "reserve_deadline", "suspended_note"]
+           "priority_of", "queue_turn", "reserve_deadline", "suspended_note"]
 
 SpanCost = Callable[[Snapshot, Decision], "float | None"]
 """The slowdown (≥ 1) a span placement costs the Workload under the cost model; None: unknown."""
@@ -362,15 +363,6 @@ def _admitted_in(obj: Mapping[str, Any]) -> str | None:
     admission = (obj.get("status") or {}).get("admission")
     name = admission.get("clusterQueue") if isinstance(admission, Mapping) else None
     return str(name) if name else None
-
-
-def queue_name_of(obj: Mapping[str, Any]) -> str | None:
-    """The Workload's LocalQueue, ``namespace/spec.queueName`` (runtimes are learned per queue); None if either is unset."""
-    meta = obj.get("metadata")
-    spec = obj.get("spec")
-    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-    name = spec.get("queueName") if isinstance(spec, Mapping) else None
-    return f"{ns}/{name}" if ns and name else None
 
 
 def reserve_deadline(need: Need | None, outlook: Outlook | None, key: str, profile: Profile, wait: WaitState, now: float,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable, Mapping
 
+from admission.controller._queue_names import queue_name_of
 from admission.controller._queueing import created_at, max_execution_seconds, priority_of
 from admission.controller._workloads import WorkloadError, WorkloadView
 from admission.controller._yielding import waits_for_quota
@@ -50,8 +51,6 @@ def quota_line(objects: Mapping[str, Obj], waiting: Iterable[str], read: Callabl
         per_pod = max(s.per_pod.gpu for s in view.podsets)
         created = created_at(obj)
         since = created if created is not None else 0.0
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        queue = f"{meta.get('namespace')}/{spec.get('queueName')}"
         prio = priority_of(obj)
-        found.append(((-prio, since, key), Waiter(flavor, gpus, per_pod, prio, since, queue, max_execution_seconds(obj))))
+        found.append(((-prio, since, key), Waiter(flavor, gpus, per_pod, prio, since, queue_name_of(obj), max_execution_seconds(obj))))
     return [w for _, w in heapq.nsmallest(limit, found, key=lambda t: t[0])]

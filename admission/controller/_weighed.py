@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from admission.controller._queueing import QueueTurn, max_execution_seconds, queue_name_of
+from admission.controller._queue_names import queue_name_of
+from admission.controller._queueing import QueueTurn, max_execution_seconds
 from admission.queue import Outlook, wait_basis
 from policies import PodSetSpec
 from topology import Snapshot

@@ -119,6 +119,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from admission.controller._preempting import queue_rules
+from admission.controller._queue_names import cluster_queue_of
 from admission.controller._quota import CohortQuota, flavor_quota, reserved_by_workloads
 from admission.controller._records import parse_time
 from admission.controller._workloads import condition_true
@@ -231,7 +232,7 @@ class QuotaYield:
         self._reserved: dict[tuple[str, str], int] | None = None
         """Within a pass: GPUs of quota reserved per (ClusterQueue, flavor), from the Workloads."""
         self.rebuilt = False
-        self._index = WaiterIndex(self._cluster_queue, waits_for_quota)
+        self._index = WaiterIndex(self.cluster_queue_of, waits_for_quota)
         """Each waiter's and parked Workload's read, kept between passes."""
         self.reserved: ReservedIndex | None = None
         """The quota reserved, kept between passes, when the caller tells it every Workload that
@@ -318,7 +319,7 @@ class QuotaYield:
                 waiting = [(r.order[:2], w, r.cluster_queue) for w in self.waiters
                            if (wobj := self.objects.get(w)) is not None and waits_for_quota(wobj) and (r := self._index.read(w, wobj, gpu))]
             place = (self._kueue_order(key)[0], y.at)
-            cq = self._cluster_queue(obj)
+            cq = self.cluster_queue_of(obj)
             if not any(order <= place and w != key and wcq is not None and cq is not None
                        and (wcq == cq or self._same_cohort(wcq, cq, queues)) and self._could_ever_admit(w, wcq, y.flavor, queues)
                        for order, w, wcq in waiting):
@@ -563,15 +564,7 @@ class QuotaYield:
 
     def cluster_queue_of(self, obj: Obj) -> str | None:
         """The ClusterQueue the Workload's LocalQueue points at (None: unknown yet)."""
-        return self._cluster_queue(obj)
-
-    def _cluster_queue(self, obj: Obj) -> str | None:
-        meta = obj.get("metadata") or {}
-        ns, name = str(meta.get("namespace") or ""), str((obj.get("spec") or {}).get("queueName") or "")
-        lq = self.local_queues.get(f"{ns}/{name}")
-        if lq is None:
-            return None
-        return str((lq.get("spec") or {}).get("clusterQueue") or "") or None
+        return cluster_queue_of(obj, self.local_queues)
 
     def _queue(self, name: str, queues: dict[str, Obj | None]) -> Obj | None:
         """The ClusterQueue as the watch shows it, taken once per pass (None: not in the cache)."""

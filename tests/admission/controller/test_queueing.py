@@ -12,7 +12,7 @@ import pytest
 
 from admission.controller._owing import owes
 from admission.controller._parking import Parking
-from admission.controller._queueing import is_owed, queue_name_of
+from admission.controller._queueing import is_owed
 from admission.controller._span_cost import with_quota_waiters
 from admission.queue import Need, Reservation, Running, Waiter, WaitingRoom
 from admission.simulator._deployed import DeployedAtoll
@@ -856,11 +856,3 @@ def test_a_parked_gang_past_its_reserve_time_that_holds_no_reservation_waits_for
     assert outlook.reservations.add(Reservation("ns/g", "f", CLIQUE, ("u0", "r0"), (("r0n0", 4),), NOW, NOW + 900), limit=1)
     held = reserve_deadline(need, outlook, "ns/g", strict, WaitState(NOW - 700), NOW, gang)
     assert held is not None and not held.reserves
-
-
-def test_a_workloads_queue_for_learned_runtimes_is_its_namespace_and_local_queue() -> None:
-    assert queue_name_of({"metadata": {"namespace": "team-a"}, "spec": {"queueName": "train"}}) == "team-a/train"
-    assert queue_name_of({"metadata": {"namespace": "team-b"}, "spec": {"queueName": "train"}}) == "team-b/train"  # same name, other queue
-    assert queue_name_of({"metadata": {"namespace": "team-a"}, "spec": {}}) is None  # no LocalQueue named
-    assert queue_name_of({"metadata": {}, "spec": {"queueName": "train"}}) is None  # no namespace
-    assert queue_name_of({"metadata": None, "spec": None}) is None  # unreadable

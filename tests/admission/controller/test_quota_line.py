@@ -62,3 +62,14 @@ def test_a_waiter_of_another_cluster_queue_counts_only_where_it_shares_the_quota
     assert [(w.gpus, w.queue) for w in line] == [(2, "team/lq-b"), (1, "team/lq-a")]  # Kueue's order across the two
     assert asked == [("team/cohort", "cq-b")]  # asked for the other ClusterQueue's waiter alone
     assert [w.gpus for w in quota_line(objs, list(objs), read, cq_of, "gb200", "cq-a", shares=lambda k, q: False)] == [1]
+
+
+def test_a_waiter_is_in_the_local_queue_it_names_and_one_naming_none_is_in_no_queue() -> None:
+    named = waiting("named", 2, "2026-01-01T00:01:00Z")
+    unnamed = waiting("unnamed", 1, "2026-01-01T00:02:00Z")
+    del unnamed["spec"]["queueName"]  # waits for no quota: Kueue queues only a Workload naming a LocalQueue
+    homeless = waiting("homeless", 1, "2026-01-01T00:03:00Z")
+    del homeless["metadata"]["namespace"]  # no namespace: no LocalQueue it can be in (the lookup here still says cq-a)
+    objs = {"team/named": named, "team/unnamed": unnamed, "team/homeless": homeless}
+    line = quota_line(objs, list(objs), read, lambda obj: "cq-a", "gb200", "cq-a")
+    assert [(w.gpus, w.queue) for w in line] == [(2, "team/lq-a"), (1, None)]  # learned runtimes: all queues, not a queue "None/lq-a"

@@ -76,7 +76,7 @@ def test_a_quota_yield_keeping_its_reads_chooses_what_one_reading_and_weighing_e
             if key in objects:
                 kept.saw(objects[key])
                 fresh.saw(objects[key])
-        fresh._index = WaiterIndex(fresh._cluster_queue, waits_for_quota)  # nothing kept: every Workload read afresh, every waiter weighed
+        fresh._index = WaiterIndex(fresh.cluster_queue_of, waits_for_quota)  # nothing kept: every Workload read afresh, every waiter weighed
         fresh._index.stop_early = False
         live = [g for g in givers if g in objects]
         got = kept.choose(live, lambda key: False, lambda key: False)

@@ -200,6 +200,15 @@ def test_a_giver_comes_back_on_any_event_unless_the_fit_flag_is_given() -> None:
     assert build_settings(parser({}).parse_args(["--quota-yield-back-when-fits"])).decisions.quota_yield_back_when_fits is True
 
 
+def test_givers_take_turns_only_when_the_in_turn_flag_is_given() -> None:
+    def in_turn(*argv: str) -> bool:
+        return build_settings(parser({}).parse_args(list(argv))).decisions.quota_yield_in_turn
+
+    assert in_turn() is False
+    assert in_turn("--quota-yield-in-turn") is True
+    assert build_settings(parser({}).parse_args(["--quota-yield-in-turn"])).decisions.quota_yield_back_when_fits is False  # that flag alone
+
+
 def test_the_quota_yield_bound_defaults_to_twelve_hours_and_bad_values_are_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert build_settings(parser({}).parse_args([])).decisions.quota_yield_max_seconds == 43200.0
     assert build_settings(parser({"ATOLL_QUOTA_YIELD_MAX_SECONDS": "900"}).parse_args([])).decisions.quota_yield_max_seconds == 900.0

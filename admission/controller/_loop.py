@@ -1155,7 +1155,10 @@ class Controller:
         """A standby that now leads reads every Workload once before deciding: its watch may not
         yet have delivered the previous leader's last decisions, and deciding without them could
         hand the same nodes out twice. Only newer versions are taken (a watch event may already
-        be ahead of the list). False if the read failed (tried again next turn)."""
+        be ahead of the list). No limit check (``Parking.limit_changed``, as the watch and a relist
+        make) is needed: the waiting room is empty here, since a standby decides and parks nothing
+        and ``atoll run`` exits when it loses the lease instead of standing by with its room. False
+        if the read failed (tried again next turn)."""
         try:
             items = self.writes.list(WORKLOADS).items
         except errors.ApiError as exc:

@@ -11,7 +11,7 @@ work=${2:-${TMPDIR:-/tmp}/atoll-control-plane-build}
 # k8s.io/* v0.36.2 libraries, so both share one compiled set of them.
 kube=v1.36.2 staging=v0.36.2
 etcd=v3.6.8      # the etcd that k8s.io/kubernetes v1.36.2 requires
-kueue=v0.19.2    # the Kueue release Atoll is built and tested against
+kueue=v0.19.2    # DESIGN.md's Kueue
 kwok=v0.8.0
 export GOFLAGS="-trimpath -mod=mod" GOTOOLCHAIN=local CGO_ENABLED=0
 unset GONOSUMDB GOPRIVATE GOINSECURE GOWORK

@@ -74,6 +74,8 @@ DECIDED_BEFORE_QUOTA = "atoll.dev/decided-before-quota"
 (``admission/controller/_before_quota.py``); read back at the reservation, also by a restarted
 controller, to answer a reservation on another flavor with a Retry."""
 
+# ----------------------------------------------------------------------------- on pods (the exact-placement webhook, at CREATE)
+
 SLOT = "atoll.dev/slot"
 """Pod annotation the exact-placement webhook adds: the planned slot (0-based, in planned order) the pod holds."""
 NODE = "atoll.dev/node"

@@ -1,12 +1,19 @@
 """Atoll's names on Kubernetes objects, in one place: the labels and annotations it writes or
-reads, its Workload condition, and the controller name it registers under. The modules that use a name import it from
-here, so a rename is one edit and a grep for a name finds every use."""
+reads, its Workload conditions, the controller names it registers under, and the names of Kueue's
+own it reads or writes (``KUEUE_*``). The modules of admission/ that use a name import it from here,
+so a rename is one edit and a grep for a name finds every use.
+
+Two sets live in ``policies`` instead, since ``policies`` never imports admission/: Kueue's
+topology annotations on a PodSet template (``kueue.x-k8s.io/podset-*-topology`` and the rest
+``policies`` reads) and Atoll's ``atoll.dev/balanced-placement``; admission/ imports those from
+``policies``."""
 
 from __future__ import annotations
 
 __all__ = [
     "ATTEMPTS",
     "BENCH_ARM",
+    "BENCH_INSTANT_CONTROLLER",
     "BENCH_POOL",
     "CLASS",
     "CONTROLLER_NAME",
@@ -18,14 +25,26 @@ __all__ = [
     "FIRST_WAITED_AT",
     "FLAVOR",
     "GPU_PERF",
+    "HELD_CONDITION",
+    "KUEUE_JOB_UID",
+    "KUEUE_PODSET",
+    "KUEUE_POD_INDEX_OFFSET",
+    "KUEUE_QUEUE_NAME",
+    "KUEUE_WORKLOAD",
     "NEAR",
     "NEAR_LEVEL",
     "NEAR_MIN_BANDWIDTH_GBPS",
+    "NODE",
     "PLANNED_NODES",
+    "PREVIOUS_POD",
     "PROFILE",
     "QUOTA_YIELD",
     "QUOTA_YIELD_UNTIL",
+    "REPLACED_NODE",
     "REQUEUE_CONDITION",
+    "RESERVED_CONDITION",
+    "SLOT",
+    "SLOT_CLAIMS",
     "SPREAD_GROUP",
     "SPREAD_LEVEL",
     "SPREAD_MAX_PER_DOMAIN",
@@ -54,6 +73,17 @@ DECIDED_BEFORE_QUOTA = "atoll.dev/decided-before-quota"
 """Pod annotation: the flavor a decision made before Kueue reserved quota assumed
 (``admission/controller/_before_quota.py``); read back at the reservation, also by a restarted
 controller, to answer a reservation on another flavor with a Retry."""
+
+# ----------------------------------------------------------------------------- on pods (the exact-placement webhook, at CREATE)
+
+SLOT = "atoll.dev/slot"
+"""Pod annotation the exact-placement webhook adds: the planned slot (0-based, in planned order) the pod holds."""
+NODE = "atoll.dev/node"
+"""Pod annotation the webhook adds: the node the pod is pinned to (its planned node or a replacement)."""
+PREVIOUS_POD = "atoll.dev/previous-pod"
+"""Pod annotation the webhook adds to a pod taking a slot whose last pod died: that pod's name."""
+REPLACED_NODE = "atoll.dev/replaced-node"
+"""Pod annotation the webhook adds when the pod goes to a replacement: the node it replaces."""
 
 # ----------------------------------------------------------------------------- on pod templates (what users set)
 
@@ -100,6 +130,15 @@ QUOTA_YIELD_UNTIL = "atoll.dev/quota-yield-until"
 """Workload annotation beside ``QUOTA_YIELD`` written by older releases (epoch seconds by which they
 reactivated it); removed on reactivation, no longer written or read."""
 
+# ----------------------------------------------------------------------------- on Atoll's own objects
+
+SLOT_CLAIMS = "atoll.dev/slot-claims"
+"""Annotation on the webhook's claims Lease: slots handed to pods the apiserver has not stored
+yet, ``{"ns/decision/podset/slot": expiry}`` (``admission/webhook/_claims.py``)."""
+BENCH_INSTANT_CONTROLLER = "bench.atoll.dev/instant"
+"""AdmissionCheck ``spec.controllerName`` of ``atoll bench kueue``'s control check, which answers
+Ready at once (the bench's arm without Atoll's decision)."""
+
 # ----------------------------------------------------------------------------- on nodes
 
 BENCH_ARM = "atoll.dev/bench-arm"
@@ -114,3 +153,16 @@ owed by admitted Workloads stay and finish); ``false`` or absent: not draining. 
 labelling every node of it (``kubectl label nodes -l <level label>=<domain> atoll.dev/draining=true``)."""
 FLAVOR = "atoll.dev/flavor"
 """Node label the in-memory cluster's ResourceFlavors select on."""
+
+# ----------------------------------------------------------------------------- Kueue's own, read or written as Kueue does
+
+KUEUE_PODSET = "kueue.x-k8s.io/podset"
+"""Pod label Kueue's Job integrations set: the PodSet the pod belongs to."""
+KUEUE_WORKLOAD = "kueue.x-k8s.io/workload"
+"""Pod annotation Kueue sets: the admitted Workload (pkg/controller/jobframework/reconciler.go)."""
+KUEUE_QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+"""Job label naming its LocalQueue (``atoll place`` reads it from a Job or JobSet manifest)."""
+KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
+"""Workload label Kueue sets: the uid of the Job that owns it (the KEP spreading annotation's default group)."""
+KUEUE_POD_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"
+"""Pod annotation Kueue sets on LeaderWorkerSet workers when the leader is a PodSet of its own: subtracted from a pod's rank."""

@@ -4,8 +4,11 @@ Pure: no Kubernetes I/O, no clock; ``admission`` supplies the snapshot, the time
 """
 
 from policies._annotations import (
+    GROUP_NAME,
+    REQUIRED_TOPOLOGY,
     SLICE_REQUIRED_TOPOLOGY,
     SLICE_SIZE,
+    TOPOLOGY_SPREADING,
     TopologyHints,
     annotation_notes,
     group_problems,
@@ -31,9 +34,12 @@ from policies._profiles import (
 __all__ = [
     "DEFAULT_FABRIC_LINK",
     "DEFAULT_LINKS",
+    "GROUP_NAME",
     "PROFILES_KEY",
+    "REQUIRED_TOPOLOGY",
     "SLICE_REQUIRED_TOPOLOGY",
     "SLICE_SIZE",
+    "TOPOLOGY_SPREADING",
     "Decision",
     "FlavorSettings",
     "FragmentationSettings",

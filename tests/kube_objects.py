@@ -1,6 +1,6 @@
 """Builders for the Kubernetes and Kueue (v1beta2) objects the integration tests create, and
 Kueue's part of the admission-check protocol (``reserve_quota``, ``KueueActor``), write by write
-in Kueue's own order (DESIGN.md, "Eviction, as Kueue writes it"):
+in Kueue's own order (Kueue v0.19's sources, file by file below):
 
 - reservation: one forced server-side apply under field manager ``kueue`` (Kueue's scheduler):
   ``status.admission``, ``QuotaReserved=True`` and, in the same write, ``Evicted``/``Preempted``

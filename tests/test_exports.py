@@ -31,6 +31,8 @@ EXPECTED = {
         "NEAR_LEVEL", "NEAR_MIN_BANDWIDTH_GBPS", "PLANNED_NODES", "PROFILE", "QUOTA_YIELD", "QUOTA_YIELD_UNTIL", "REQUEUE_CONDITION", "SPREAD_GROUP", "SPREAD_LEVEL",
         "SPREAD_MAX_PER_DOMAIN", "SPREAD_REPLICAS", "WAITING_CONDITION",
         "DRAINING",
+        "BENCH_INSTANT_CONTROLLER", "HELD_CONDITION", "KUEUE_JOB_UID", "KUEUE_PODSET", "KUEUE_POD_INDEX_OFFSET", "KUEUE_QUEUE_NAME", "KUEUE_WORKLOAD",
+        "NODE", "PREVIOUS_POD", "REPLACED_NODE", "RESERVED_CONDITION", "SLOT", "SLOT_CLAIMS",
     },
     "admission.kube": {
         "ADMISSION_CHECKS", "ApiRetrySettings", "CLUSTER_QUEUES", "CONFIGMAPS", "Clock", "ClusterPort", "EVENTS", "KUEUE_GROUP",
@@ -73,7 +75,8 @@ EXPECTED = {
         "service_hosts",
     },
     "policies": {
-        "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "PROFILES_KEY", "SLICE_REQUIRED_TOPOLOGY", "SLICE_SIZE", "Decision",
+        "DEFAULT_FABRIC_LINK", "DEFAULT_LINKS", "GROUP_NAME", "PROFILES_KEY", "REQUIRED_TOPOLOGY", "SLICE_REQUIRED_TOPOLOGY", "SLICE_SIZE",
+        "TOPOLOGY_SPREADING", "Decision",
         "FlavorSettings", "FragmentationSettings", "LevelOverrides", "LinkSettings", "Outcome", "PodSetSpec", "Profile",
         "ProfileLevelError", "ProfilesDocument", "ProfilesError", "RetrySettings", "SpreadSettings", "TopologyHints", "WaitState",
         "WorkloadClass", "annotation_notes", "annotation_problems", "decide", "group_problems", "is_spreading_json", "load_profiles", "load_profiles_file", "podset_spec",

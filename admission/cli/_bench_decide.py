@@ -156,7 +156,7 @@ def _workload(job: Any, k: int, profile: str) -> dict[str, Any]:
     obj = workload_object(f"job-{k:06d}", [{"name": "main", "count": job.pods, "template": _template(job, k, profile)}], flavor="gb200",
                           namespace=ns, queue="training", cluster_queue="gpu-cq", gpu_resource=GPU, check=CHECK_NAME, uid=f"wl-{k:06d}")
     meta = obj["metadata"]
-    meta["labels"] = {"kueue.x-k8s.io/job-uid": f"job-uid-{k:06d}"}
+    meta["labels"] = {vocabulary.KUEUE_JOB_UID: f"job-uid-{k:06d}"}
     meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": f"job-{k:06d}", "uid": f"job-uid-{k:06d}",
                                 "controller": True, "blockOwnerDeletion": True}]
     meta["managedFields"] = [
@@ -402,7 +402,7 @@ def run_decide(nodes: int, pending: int, decisions: int, seed: int = 0, waiting:
                                 pod_seq += 1
                                 controller.cache.upsert(PODS, {
                                     "metadata": {"name": f"bench-pod-{pod_seq}", "namespace": "bench", "uid": f"bench-pod-{pod_seq}",
-                                                 "labels": {"kueue.x-k8s.io/podset": placed.podset},
+                                                 "labels": {vocabulary.KUEUE_PODSET: placed.podset},
                                                  "annotations": dict(update.get("annotations") or {})},
                                     "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {
                                         "requests": {GPU: str(placed.gpus_per_pod)}}}]},

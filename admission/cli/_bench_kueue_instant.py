@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from admission import vocabulary
 from admission.cli._args import Parser
 
 __all__ = ["CONTROLLER", "INSTANT_CHECK", "WHEN", "Answerer", "activate", "answer", "main"]
 
 INSTANT_CHECK = "bench-instant"
-CONTROLLER = "bench.atoll.dev/instant"
+CONTROLLER = vocabulary.BENCH_INSTANT_CONTROLLER
 FIELD_MANAGER = "bench-instant-check"
 WHEN = ("listed", "reserved")
 """When the control check answers: as soon as its entry is listed (before quota if Kueue lists it

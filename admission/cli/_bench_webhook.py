@@ -79,7 +79,7 @@ def _not_ready(port: Any, name: str) -> None:
 def _pod(name: str, index: int | None, planned: str) -> dict[str, Any]:
     from admission.controller import ANN_DECISION_ID, ANN_PLANNED_NODES
 
-    labels = {ANN_DECISION_ID: DECISION, vocabulary.ENFORCEMENT: "exact", "kueue.x-k8s.io/podset": "main"}
+    labels = {ANN_DECISION_ID: DECISION, vocabulary.ENFORCEMENT: "exact", vocabulary.KUEUE_PODSET: "main"}
     if index is not None:
         labels[INDEX] = str(index)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {

@@ -26,7 +26,7 @@ from admission import vocabulary
 from admission.cli._args import Parser, whole
 from admission.cli._bundled import bundled_path, model_profiles, resolve_cluster, resolve_profiles, shown, unreadable
 from admission.controller import WorkloadError, parse_object, read_spread
-from policies import ProfileLevelError, ProfilesError, annotation_problems, load_profiles_file
+from policies import GROUP_NAME, REQUIRED_TOPOLOGY, SLICE_REQUIRED_TOPOLOGY, ProfileLevelError, ProfilesError, annotation_problems, load_profiles_file
 from topology import ClusterModelError, ResourceVector, Snapshot, describe_yaml_error, load_cluster_model, read_yaml_file
 
 __all__ = ["main", "place_workload"]
@@ -361,7 +361,7 @@ def _check_levels(doc: Any, profile_name: str, flavor: Any, cluster_path: Path, 
 def _manifest_note(view: Any, flavor: Any) -> str | None:
     """For a Reject: the manifest's own topology annotations, which no profile relaxes, and how
     large the domains they name are on this flavor."""
-    keys = ("kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-slice-required-topology", "kueue.x-k8s.io/podset-group-name",
+    keys = (REQUIRED_TOPOLOGY, SLICE_REQUIRED_TOPOLOGY, GROUP_NAME,
             vocabulary.NEAR_MIN_BANDWIDTH_GBPS, vocabulary.NEAR_LEVEL)
     asked = [f"podSets[{name}] {k}: {t.annotations[k]}" for name, t in view.templates.items() for k in keys if k in t.annotations]
     if not asked:

@@ -179,7 +179,7 @@ def _decision_of(obj: Obj) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     ann = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
-    return str(ann.get(vocabulary.DECISION_ID, "")), str(labels.get("kueue.x-k8s.io/podset", ""))
+    return str(ann.get(vocabulary.DECISION_ID, "")), str(labels.get(vocabulary.KUEUE_PODSET, ""))
 
 
 # ----------------------------------------------------------------------------- the cache

@@ -35,14 +35,14 @@ import numpy as np
 from admission import vocabulary
 from admission.controller._workloads import WorkloadError, WorkloadView
 from admission.kube import Obj
-from policies import is_spreading_json
+from policies import TOPOLOGY_SPREADING, is_spreading_json
 from topology import Snapshot
 
 __all__ = ["JOB_UID", "KEP_ANNOTATION", "SpreadGroup", "SpreadRule", "SpreadView", "apply_spread", "banned_domains", "group_name", "never_message",
            "read_spread", "replica_domains"]
 
-KEP_ANNOTATION = "kueue.x-k8s.io/podset-topology-spreading"
-JOB_UID = "kueue.x-k8s.io/job-uid"
+KEP_ANNOTATION = TOPOLOGY_SPREADING
+JOB_UID = vocabulary.KUEUE_JOB_UID
 
 
 @dataclass(frozen=True, slots=True)

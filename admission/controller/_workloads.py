@@ -68,8 +68,6 @@ ANN_CLASS = vocabulary.CLASS
 ANN_NEAR = vocabulary.NEAR
 ANN_NEAR_MIN_BW = vocabulary.NEAR_MIN_BANDWIDTH_GBPS
 ANN_NEAR_LEVEL = vocabulary.NEAR_LEVEL
-REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
-PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 
 
 def _status_list(obj: Obj, key: str) -> list[dict[str, Any]]:
@@ -434,7 +432,7 @@ def as_workload(obj: dict[str, Any]) -> dict[str, Any]:
     kind = obj.get("kind")
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
-    queue = labels.get("kueue.x-k8s.io/queue-name", "")
+    queue = labels.get(vocabulary.KUEUE_QUEUE_NAME, "")
     spec = _get(obj, "spec", kind or "object")
     if kind == "Job":
         count = _count(spec, "parallelism", "spec", 1)

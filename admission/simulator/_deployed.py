@@ -65,7 +65,7 @@ __all__ = ["NAMESPACE", "PODSET", "DeployedAtoll", "LedgerFactory", "node_rows",
 
 NAMESPACE = "sim"
 PODSET = "main"
-PODSET_LABEL = "kueue.x-k8s.io/podset"
+PODSET_LABEL = vocabulary.KUEUE_PODSET
 ANN_DECISION = vocabulary.DECISION_ID
 IntArray = npt.NDArray[np.int64]
 LedgerFactory = Callable[[ClusterCache], Ledger]

@@ -1,6 +1,6 @@
 """Do reservations cut the largest size band's wait? One profile run three ways on the same jobs.
 
-Issue 26's goal: reservations cut the p95 wait of the largest size band by at least 50 % against
+The goal (``reservations_goal``): reservations cut the p95 wait of the largest size band by at least 50 % against
 the same profile without them, at a GPU-idle cost that is reported. ``reservation_variants``
 adds three copies of a profile whose ``queueing`` holds ``reserveAfterSeconds`` to a profiles
 document: ``<p>-island`` (``reserveAt: island``), ``<p>-span`` (``reserveAt: span``) and

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from admission import vocabulary
 from admission.kube import LEASES, Clock, ClusterPort, Obj, errors
 from admission.webhook._budget import review_time_left
 
 __all__ = ["ANN_CLAIMS", "SlotClaims"]
 
-ANN_CLAIMS = "atoll.dev/slot-claims"
+ANN_CLAIMS = vocabulary.SLOT_CLAIMS
 _RETRIES = 20
 
 

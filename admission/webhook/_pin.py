@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from admission import vocabulary
 from admission.controller import ANN_DECISION_ID, ANN_ENFORCEMENT, ANN_PLANNED_NODES, decode_planned
 from admission.kube import Obj
 from topology import HOSTNAME_LABEL, Toleration
@@ -41,23 +42,17 @@ __all__ = [
 
 LABEL_DECISION_ID = ANN_DECISION_ID
 """Pod label (and annotation) with the decision id; the webhook's objectSelector."""
-LABEL_PODSET = "kueue.x-k8s.io/podset"
-ANN_SLOT = "atoll.dev/slot"
-"""Annotation the webhook adds: the planned slot (0-based, in planned order) the pod holds."""
-ANN_NODE = "atoll.dev/node"
-"""Annotation the webhook adds: the node the pod is pinned to (its planned node or a replacement)."""
-ANN_PREVIOUS = "atoll.dev/previous-pod"
-"""Annotation the webhook adds to a pod taking a slot whose last pod died: that pod's name."""
-ANN_REPLACED = "atoll.dev/replaced-node"
-"""Annotation the webhook adds when the pod goes to a replacement: the node it replaces."""
-ANN_WORKLOAD = "kueue.x-k8s.io/workload"
-"""Kueue's annotation naming the admitted Workload (pkg/controller/jobframework/reconciler.go)."""
+LABEL_PODSET = vocabulary.KUEUE_PODSET
+ANN_SLOT = vocabulary.SLOT
+ANN_NODE = vocabulary.NODE
+ANN_PREVIOUS = vocabulary.PREVIOUS_POD
+ANN_REPLACED = vocabulary.REPLACED_NODE
+ANN_WORKLOAD = vocabulary.KUEUE_WORKLOAD
 
 _COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 _JOBSET_INDEX = "jobset.sigs.k8s.io/job-index"
 _JOBSET_REPLICAS = "jobset.sigs.k8s.io/replicatedjob-replicas"
 _LWS_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
-_INDEX_OFFSET = "kueue.x-k8s.io/pod-index-offset"
 _LABEL_VALUE = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
@@ -144,7 +139,7 @@ def pod_rank(labels: Mapping[str, str], annotations: Mapping[str, str], slots: i
     """The pod's rank among its PodSet's ``slots`` pods; None when it has none or it is out of range
     (then the pod takes the next free slot, as Kueue's ungater falls back to greedy)."""
     both = {**annotations, **labels}
-    offset = _index(annotations, _INDEX_OFFSET) or 0
+    offset = _index(annotations, vocabulary.KUEUE_POD_INDEX_OFFSET) or 0
     completion = _index(both, _COMPLETION_INDEX)
     job = _index(both, _JOBSET_INDEX)
     rank: int | None

@@ -127,6 +127,54 @@ def test_ties_break_by_higher_min_perf_then_path() -> None:
     assert p2.podsets[0].domain_path == ("s0", "s0c0")
 
 
+def test_equal_capacity_and_minimum_perf_break_by_the_smaller_perf_spread() -> None:
+    # every island holds 4 pods; s0c0 and s0c1 share the best minimum perf (0.9), s0c0 comes first
+    # in path order but spreads 0.2 wide, s0c1 only 0.05; the others are slower (0.8)
+    perf = {f"s{s}c{c}n{n}": 0.8 for s in range(2) for c in range(4) for n in range(4)}
+    perf |= {"s0c0n0": 0.9, "s0c0n1": 1.1, "s0c0n2": 1.0, "s0c0n3": 1.0}
+    perf |= {"s0c1n0": 0.9, "s0c1n1": 0.95, "s0c1n2": 0.95, "s0c1n3": 0.95}
+    for backend in ("numba", "reference"):
+        ps = find_placement(fabric(perf=perf), gang(4, required_level=CLIQUE), backend=backend).podsets[0]
+        assert ps.domain_path == ("s0", "s0c1") and (ps.min_perf, ps.max_perf) == (0.9, 0.95)
+
+
+def test_a_higher_minimum_perf_wins_before_a_smaller_spread() -> None:
+    # s0c0: all 0.9 (no spread); s0c1: 0.95 to 1.45 (wide spread, higher minimum); the others 0.8
+    perf = {f"s{s}c{c}n{n}": 0.8 for s in range(2) for c in range(4) for n in range(4)}
+    perf |= {f"s0c0n{n}": 0.9 for n in range(4)}
+    perf |= {"s0c1n0": 0.95, "s0c1n1": 1.45, "s0c1n2": 1.2, "s0c1n3": 1.0}
+    for backend in ("numba", "reference"):
+        ps = find_placement(fabric(perf=perf), gang(4, required_level=CLIQUE), backend=backend).podsets[0]
+        assert ps.domain_path == ("s0", "s0c1") and ps.min_perf == 0.95
+
+
+def test_a_spanning_gang_takes_the_largest_children_whole_and_splits_one_per_level() -> None:
+    # one spine, three islands of two 4-GPU nodes, one GPU per pod. Free pods per node:
+    #   s0c0: n0 4, n1 4 (8)    s0c1: n0 3, n1 3 (6)    s0c2: n0 4, n1 1 (5)
+    # 11 pods: no island covers them, so the largest (s0c0, 8) goes whole; the other 3 go to the
+    # best fit that covers them, s0c2 (5) rather than s0c1 (6, first in path order); inside s0c2,
+    # to the node that covers them, n0 (4 free, 3 taken). One island and one node are split;
+    # s0c1 and s0c2n1 stay untouched.
+    snap = fabric({"s0c1n0": 1, "s0c1n1": 1, "s0c2n1": 3}, cliques=3, nodes_per=2, spines=1)
+    for backend in ("numba", "reference"):
+        ps = find_placement(snap, gang(11, gpus=1, required_level=SPINE), backend=backend).podsets[0]
+        assert dict(zip(ps.nodes, ps.pods_per_node, strict=True)) == {"s0c0n0": 4, "s0c0n1": 4, "s0c2n0": 3}
+        assert ps.islands == 1 and ps.domain_path == ("s0",)
+
+
+def test_a_gang_spanning_spines_takes_the_larger_whole_and_splits_the_other() -> None:
+    # two spines of two islands; the gang needs both spines (no level asked). Free nodes:
+    #   s0: c0 4, c1 1 (5)      s1: c0 3, c1 1 (4)
+    # 7 pods of 4 GPUs: no spine covers 7, so the larger s0 goes whole and the other 2 go to s1,
+    # inside it to the best-fit island c0 (3 free, 2 taken); s1c1 stays untouched.
+    used = {"s0c1n1": 4, "s0c1n2": 4, "s0c1n3": 4, "s1c0n3": 4, "s1c1n1": 4, "s1c1n2": 4, "s1c1n3": 4}
+    snap = fabric(used, cliques=2)
+    for backend in ("numba", "reference"):
+        ps = find_placement(snap, gang(7), backend=backend).podsets[0]
+        assert ps.nodes == ("s0c0n0", "s0c0n1", "s0c0n2", "s0c0n3", "s0c1n0", "s1c0n0", "s1c0n1")
+        assert ps.domain_path == ()
+
+
 def test_perf_floor_keeps_slow_nodes_out() -> None:
     snap = fabric(perf={"s0c0n0": 0.7}, cliques=1, spines=1)
     assert not find_placement(snap, gang(4, required_level=CLIQUE, perf_floor=0.9)).fits

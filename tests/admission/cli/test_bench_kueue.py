@@ -237,3 +237,29 @@ def test_control_only_without_a_control_check_gets_one_line_naming_both_flags(ca
     assert main(["--control-only"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--control-only needs --control-check listed|reserved" in err[0]
+
+
+@pytest.mark.parametrize(("ratio", "not_created", "admitted", "code"), [
+    (1.2, 0, 40, 1),  # Atoll's mean time to admission over the goal
+    (1.1, 0, 40, 0),  # at the goal
+    (0.9, 0, 40, 0),
+    (None, 0, 40, 1),  # an arm admitted nothing: no ratio
+    (0.9, 1, 40, 1),  # a create failed
+    (0.9, 0, 39, 1),  # an arm left a Workload unadmitted
+])
+def test_the_exit_code_judges_the_ratio_against_the_goal_and_every_workload_admitted(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ratio: float | None, not_created: int, admitted: int,
+        code: int) -> None:
+    """The judging of a finished run, without running Kueue: the run's summary is given."""
+    import json
+
+    from admission.cli import _bench_kueue
+
+    def run(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
+        return {"tta_ratio": ratio, "not_created": not_created,
+                "rows": [{"arm": "tas", "workloads": 40, "admitted": 40}, {"arm": "atoll", "workloads": 40, "admitted": admitted}]}
+
+    monkeypatch.setattr(_bench_kueue, "run_bench", run)
+    assert main(["--workloads=40", "--goal-ratio=1.1", "--format=json"]) == code
+    out = json.loads(capsys.readouterr().out)
+    assert out["goal_ratio"] == 1.1 and out["goal_met"] is (code == 0)

@@ -60,7 +60,7 @@ def test_a_requeue_request_for_the_decision_in_force_becomes_one_retry(fabric: F
     assert run(ctrl) == [] and run(fabric.controller()) == []
     assert fabric.workload("train")["metadata"]["resourceVersion"] == version
 
-    # Kueue evicts and requeues (DESIGN.md's order); the next reservation gets a new decision, and
+    # Kueue evicts and requeues (in Kueue's order, ``KueueActor.react`` in tests/kube_objects.py); the next reservation gets a new decision, and
     # the webhook's condition, naming the old one, is not acted on again
     assert fabric.kueue.react(fabric.ns, "train") == "retry"
     fabric.kueue.end_backoff(fabric.ns, "train")

@@ -2,7 +2,7 @@
 HTTPS port, and its registration with the real apiserver (a MutatingWebhookConfiguration
 scoped to the test's namespace and removed afterwards, so other tests' pods never reach it).
 
-Kueue's part is played as DESIGN.md says: the controller admits a Workload under exact
+Kueue's part is played as Kueue does it (``tests/kube_objects.py``): the controller admits a Workload under exact
 enforcement; ``kueue_pod`` builds the pod a Job controller would create from the Workload's
 template with the check's podSetUpdate merged in (labels, annotations, nodeSelector), Kueue's
 ``kueue.x-k8s.io/podset`` label and its ``kueue.x-k8s.io/workload`` annotation.

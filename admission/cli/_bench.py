@@ -145,10 +145,12 @@ def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcem
     work = prepare_workload(cluster, load_workload(cluster, trace=None, trace_format="synthetic", jobs=jobs, load=load, seed=seed))
     (pol,) = make_policies([policy], load_profiles_file(resolve_profiles(None)), seed=seed)
     build_s = time.perf_counter() - t0
+    cpu0 = time.process_time()
     result = simulate(cluster, work, pol, settings=SimSettings(scheduler=scheduler, enforcement=enforcement, seed=seed))
+    cpu_s = time.process_time() - cpu0  # on a shared machine the CPU time compares runs, the wall time also counts the others' load
     return {"policy": policy, "scheduler": scheduler, "enforcement": enforcement or "profile", "jobs": jobs, "load": load,
             "gpus": result.total_gpus, "build_s": round(build_s, 2), "simulate_s": round(result.wall_seconds, 2),
-            "decisions": result.decisions, "decision_s": round(result.decision_seconds, 2),
+            "simulate_cpu_s": round(cpu_s, 2), "decisions": result.decisions, "decision_s": round(result.decision_seconds, 2),
             "jobs_per_s": round(jobs / result.wall_seconds, 1)}
 
 
@@ -176,7 +178,8 @@ def _simulate_main(argv: Sequence[str]) -> int:
     row["goal_seconds"], row["goal_met"] = args.goal_seconds, met
     _print_row(row, args.format)
     if args.format == "table":
-        print(f"{'PASS' if met else 'FAIL'} simulate: {row['jobs']:,} jobs in {row['simulate_s']:.1f} s (goal ≤ {args.goal_seconds:g} s)")
+        print(f"{'PASS' if met else 'FAIL'} simulate: {row['jobs']:,} jobs in {row['simulate_s']:.1f} s, {row['simulate_cpu_s']:.1f} s of CPU "
+              f"(goal ≤ {args.goal_seconds:g} s)")
     return 0 if met else 1  # a missed goal fails the run (make bench)
 
 

@@ -59,7 +59,8 @@ def _epoch(stamp: str) -> float:
 
 
 def test_a_retry_makes_kueue_requeue_after_the_delay_atoll_asked_for(live: Live) -> None:
-    live.set_profiles(model_profiles(strict={"retry": {"initialSeconds": 5, "maxSeconds": 5}}))
+    # the sample profiles park their waits; this one waits on Retries, whose eviction is under test
+    live.set_profiles(model_profiles(strict={"retry": {"initialSeconds": 5, "maxSeconds": 5}, "queueing": {"parkWaiting": False}}))
     cordoned = [f"gb-b{b}r{r}n{n:02d}" for b in range(BLOCKS) for r in range(RACKS) for n in range(3)]  # 15 trays left per rack
     for name in cordoned:
         live.core.patch_node(name, {"spec": {"unschedulable": True}})

@@ -387,10 +387,10 @@ def test_parking_decides_waiting_workloads_less_often_and_the_bands_are_reported
     trace.write_text(ITP)
     args = ("--cluster", cluster, "--trace", str(trace), "--trace-format", "itp", "--load", "1.3", "--seeds", "1",
             "--policies", "atoll-strict,atoll-elastic")
-    parked = run_json(capsys, *args, "--parking", "on")["policies"]
-    retried = run_json(capsys, *args)["policies"]  # neither profile sets queueing.parkWaiting: Retries
-    off = run_json(capsys, *args, "--parking", "off")["policies"]
-    assert all(off[n][k] == retried[n][k] for n in retried for k in ("decisions_per_job", "wait_by_size_band"))
+    parked = run_json(capsys, *args)["policies"]  # both sample profiles set queueing.parkWaiting
+    on = run_json(capsys, *args, "--parking", "on")["policies"]
+    retried = run_json(capsys, *args, "--parking", "off")["policies"]
+    assert all(on[n][k] == parked[n][k] for n in parked for k in ("decisions_per_job", "wait_by_size_band"))
     for name in ("atoll-strict", "atoll-elastic"):
         assert 1.0 <= parked[name]["decisions_per_job"] < retried[name]["decisions_per_job"]
         assert list(parked[name]["wait_by_size_band"]) == ["1-7", "8-15", "16-63", "64+"]

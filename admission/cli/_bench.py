@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from admission.cli._args import Parser, number, seed, suggest, whole
+from admission.cli._args import PARKING, Parser, number, seed, suggest, whole
 from topology import Level, NodeInfo, PlacementRequest, PodSetRequest, ResourceVector, Snapshot, find_placement
 
 __all__ = ["COLLECTIVES_TOLERANCE", "bench_simulate", "main", "synthetic_fabric", "synthetic_requests"]
@@ -131,9 +131,11 @@ def _print_row(row: dict[str, Any], fmt: str) -> None:
         print(" | ".join(str(v) for v in row.values()))
 
 
-def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcement: str | None, seed: int) -> dict[str, Any]:
+def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcement: str | None, seed: int,
+                   parking: bool | None = None) -> dict[str, Any]:
     """The simulator at scale: ``jobs`` ITP-shaped synthetic jobs on the generated ~100,000-GPU
-    GB200 NVL72 fabric, one policy, Atoll run as deployed (decision, ledger, binding, invariant)."""
+    GB200 NVL72 fabric, one policy, Atoll run as deployed (decision, ledger, binding, invariant);
+    ``parking`` as ``atoll simulate --parking`` (None: each profile as it says)."""
     from admission.cli._bench_quality import scale_cluster
     from admission.cli._bundled import resolve_profiles
     from admission.cli._simulate import load_workload
@@ -146,9 +148,10 @@ def bench_simulate(jobs: int, load: float, policy: str, scheduler: str, enforcem
     (pol,) = make_policies([policy], load_profiles_file(resolve_profiles(None)), seed=seed)
     build_s = time.perf_counter() - t0
     cpu0 = time.process_time()
-    result = simulate(cluster, work, pol, settings=SimSettings(scheduler=scheduler, enforcement=enforcement, seed=seed))
+    result = simulate(cluster, work, pol, settings=SimSettings(scheduler=scheduler, enforcement=enforcement, seed=seed, parking=parking))
     cpu_s = time.process_time() - cpu0  # on a shared machine the CPU time compares runs, the wall time also counts the others' load
-    return {"policy": policy, "scheduler": scheduler, "enforcement": enforcement or "profile", "jobs": jobs, "load": load,
+    parked = {None: "profile", True: "on", False: "off"}[parking]
+    return {"policy": policy, "scheduler": scheduler, "enforcement": enforcement or "profile", "parking": parked, "jobs": jobs, "load": load,
             "gpus": result.total_gpus, "build_s": round(build_s, 2), "simulate_s": round(result.wall_seconds, 2),
             "simulate_cpu_s": round(cpu_s, 2), "decisions": result.decisions, "decision_s": round(result.decision_seconds, 2),
             "jobs_per_s": round(jobs / result.wall_seconds, 1)}
@@ -162,6 +165,8 @@ def _simulate_main(argv: Sequence[str]) -> int:
     p.add_argument("--scheduler", default="least-allocated", help="least-allocated, most-allocated, random or adversarial")
     p.add_argument("--enforcement", choices=("domain", "exact"), default=None, help="default: what the profiles document says")
     p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--parking", choices=tuple(PARKING), default="profile",
+                   help="profile (default): each profile's waits park as it says; on: every profile's; off: each wait is a Retry")
     p.add_argument("--goal-seconds", type=number(0), default=60.0,
                    help="PASS (exit 0) when the simulation takes at most this long, else FAIL (exit 1)")
     p.add_argument("--format", choices=("table", "json"), default="table")
@@ -170,7 +175,7 @@ def _simulate_main(argv: Sequence[str]) -> int:
 
     try:
         settings_check(args.scheduler, args.enforcement)
-        row = bench_simulate(args.jobs, args.load, args.policy, args.scheduler, args.enforcement, args.seed)
+        row = bench_simulate(args.jobs, args.load, args.policy, args.scheduler, args.enforcement, args.seed, PARKING[args.parking])
     except ValueError as exc:  # the one policy of --policy, as make_policies names it
         print(f"atoll bench simulate: {str(exc).replace('--policies: ', '--policy: ', 1)}", file=sys.stderr)
         return 2

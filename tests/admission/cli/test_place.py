@@ -243,6 +243,25 @@ def test_bench_simulate_runs_the_deployed_path_at_scale(capsys: pytest.CaptureFi
     assert row["simulate_cpu_s"] > 0  # what compares runs on a shared machine, beside the wall time the goal reads
 
 
+def test_bench_simulate_parks_as_the_profiles_say_unless_told(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import admission.simulator as sim
+
+    seen: list[bool | None] = []
+    real = sim.simulate
+
+    def recording(*args: object, settings: sim.SimSettings, **kw: object) -> object:
+        seen.append(settings.parking)
+        return real(*args, settings=settings, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim, "simulate", recording)
+    rows = []
+    for extra in ((), ("--parking", "on"), ("--parking", "off")):
+        assert main(["bench", "simulate", "--jobs", "50", "--format", "json", "--goal-seconds", "1e9", *extra]) == 0
+        rows.append(json.loads(capsys.readouterr().out)["parking"])
+    assert rows == ["profile", "on", "off"] and seen == [None, True, False]  # None: each profile as it says
+
+
 def test_bench_simulate_exits_non_zero_when_it_misses_its_goal(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "simulate", "--jobs", "20", "--goal-seconds", "0"]) == 1  # no run takes 0 s
     out = capsys.readouterr().out

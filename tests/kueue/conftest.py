@@ -275,9 +275,14 @@ def model_job(name: str, new_name: str, **changes: Any) -> dict[str, Any]:
 def model_profiles(enforcement: str = "domain", **profile_changes: dict[str, Any]) -> dict[str, Any]:
     """config/kueue/gb200-nvl72/profiles.yaml with ``domain`` enforcement (only the exact test
     serves the webhook that pins pods; elsewhere Atoll's claim is the nodeSelector's domain) and
-    any profile changes."""
+    any profile changes. Its profiles wait on Retries: this tier proves what Kueue does with a
+    Retry (its requeue, and the decisions each Retry brings, that preemption and a restart are
+    shown through); the sample's parking is run here where a test asks for it (a profile's
+    ``queueing`` or ``DecisionSettings(park_waiting=True)``)."""
     doc: dict[str, Any] = yaml.safe_load((MODEL / "profiles.yaml").read_text())
     doc["flavors"]["gb200-nvl72"]["enforcement"] = enforcement
+    for profile in doc["profiles"].values():
+        profile["queueing"] = {**profile.get("queueing", {}), "parkWaiting": False}
     for name, change in profile_changes.items():
         doc["profiles"][name] = {**doc["profiles"][name], **change}
     return doc

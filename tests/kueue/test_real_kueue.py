@@ -59,8 +59,7 @@ def _epoch(stamp: str) -> float:
 
 
 def test_a_retry_makes_kueue_requeue_after_the_delay_atoll_asked_for(live: Live) -> None:
-    # the sample profiles park their waits; this one waits on Retries, whose eviction is under test
-    live.set_profiles(model_profiles(strict={"retry": {"initialSeconds": 5, "maxSeconds": 5}, "queueing": {"parkWaiting": False}}))
+    live.set_profiles(model_profiles(strict={"retry": {"initialSeconds": 5, "maxSeconds": 5}}))  # waits on Retries
     cordoned = [f"gb-b{b}r{r}n{n:02d}" for b in range(BLOCKS) for r in range(RACKS) for n in range(3)]  # 15 trays left per rack
     for name in cordoned:
         live.core.patch_node(name, {"spec": {"unschedulable": True}})
